@@ -1,0 +1,1 @@
+"""gpu-finops service: ingest, job import, cost attribution, idle detection, budgets and reports."""

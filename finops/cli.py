@@ -1,0 +1,346 @@
+"""``gpu-finops``: the one command line for the collector, the service, imports, reports and the demo.
+
+Imports are inside the commands so that ``gpu-finops collector`` on a GPU node loads only the collector.
+Every command that reads or writes the database refuses to run before ``gpu-finops db upgrade``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import typer
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from finops.ledger import Pricing
+    from finops.settings import Settings
+
+app = typer.Typer(help="GPU cluster telemetry turned into cost per team and job.", no_args_is_help=True)
+db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
+import_app = typer.Typer(help="Import jobs from a scheduler.", no_args_is_help=True)
+team_app = typer.Typer(help="Teams and the account → team mapping.", no_args_is_help=True)
+budget_app = typer.Typer(help="Monthly team budgets.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(import_app, name="import")
+app.add_typer(team_app, name="team")
+app.add_typer(budget_app, name="budget")
+
+
+def _settings() -> Settings:
+    from finops.settings import Settings
+
+    return Settings()
+
+
+def _engine(settings: Settings, *, migrated: bool = True) -> Engine:
+    from finops.db import NotMigratedError, make_engine, require_migrated
+
+    engine = make_engine(settings.effective_database_url)
+    if migrated:
+        try:
+            require_migrated(engine)
+        except NotMigratedError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+    return engine
+
+
+def _pricing(settings: Settings) -> Pricing:
+    from finops.ledger import Pricing
+    from finops.prices import load_catalog
+
+    return Pricing(load_catalog(settings.price_catalog), settings.pricing_model)
+
+
+def _instant(text: str, option: str) -> datetime:
+    from finops.timeutil import parse_utc
+
+    try:
+        return parse_utc(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{text!r} is not an ISO 8601 time", param_hint=option) from exc
+
+
+@app.callback()
+def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at DEBUG level.")] = False) -> None:
+    """GPU cluster telemetry turned into cost per team and job."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply every migration not yet applied (running it again changes nothing)."""
+    from finops.db import current_revision, upgrade
+
+    engine = _engine(_settings(), migrated=False)
+    upgrade(engine)
+    typer.echo(f"database at migration {current_revision(engine)}")
+
+
+@db_app.command("current")
+def db_current() -> None:
+    """Print the migration the database is at."""
+    from finops.db import current_revision, head_revision
+
+    engine = _engine(_settings(), migrated=False)
+    typer.echo(f"at {current_revision(engine) or 'none'}, newest {head_revision()}")
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
+    scheduler: Annotated[bool, typer.Option(help="Run the rollup and budget jobs in this process.")] = True,
+    insecure_no_token: Annotated[bool, typer.Option(help="Accept ingest without a bearer token.")] = False,
+) -> None:
+    """Run the service: ingest API, /healthz, /metrics and (by default) the scheduled jobs."""
+    import uvicorn
+
+    from finops.api import ServiceMetrics, create_app
+    from finops.db import session_factory
+    from finops.idle import IdlePolicy
+    from finops.scheduler import BudgetGauges, start_scheduler
+
+    settings = _settings()
+    engine = _engine(settings)
+    token = settings.ingest_token.get_secret_value() if settings.ingest_token else None
+    if token is None and not insecure_no_token:
+        typer.echo("error: set FINOPS_INGEST_TOKEN or FINOPS_INGEST_TOKEN_FILE (or pass --insecure-no-token)", err=True)
+        raise typer.Exit(2)
+    sessions = session_factory(engine)
+    metrics = ServiceMetrics()
+    running = None
+    if scheduler:
+        policy = IdlePolicy(settings.idle_threshold_ratio, settings.idle_window_seconds, settings.idle_max_gap_seconds)
+        running = start_scheduler(
+            sessions, _pricing(settings), policy, BudgetGauges(metrics.registry), settings.rollup_interval_seconds
+        )
+    try:
+        uvicorn.run(create_app(sessions, token, metrics), host=host, port=port, log_level="warning")
+    finally:
+        if running is not None:
+            running.shutdown(wait=False)
+
+
+@app.command()
+def collector(
+    service_url: Annotated[str, typer.Option(envvar="FINOPS_SERVICE_URL", help="gpu-finops service base URL.")],
+    source: Annotated[list[str], typer.Option(help="Sources to run: nvml, diskstats (repeatable).")] = [  # noqa: B006
+        "nvml",
+        "diskstats",
+    ],
+    node: Annotated[str, typer.Option(help="This host's name as Slurm knows it (default: hostname).")] = "",
+    token_file: Annotated[
+        Path | None, typer.Option(envvar="FINOPS_INGEST_TOKEN_FILE", help="Bearer token file.")
+    ] = None,
+    interval: Annotated[float, typer.Option(help="Seconds between collections.")] = 10.0,
+    metrics_port: Annotated[int, typer.Option(help="Port of the collector's /metrics.")] = 9835,
+    proc_root: Annotated[Path, typer.Option(help="procfs mount point.")] = Path("/proc"),
+    sys_root: Annotated[Path, typer.Option(help="sysfs mount point.")] = Path("/sys"),
+) -> None:
+    """Run the node collector: read sources every interval, serve /metrics, ship GPU readings."""
+    import os
+    import socket
+    import threading
+
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from collector.agent import Agent
+    from collector.exposition import LatestSamples
+    from collector.sample import Source
+    from collector.shipper import Shipper
+
+    token = token_file.read_text().strip() if token_file else os.environ.get("FINOPS_INGEST_TOKEN", "")
+    sources: list[Source] = []
+    for name in source:
+        if name == "nvml":
+            from collector.sources.nvml import NvmlSource
+
+            sources.append(NvmlSource())
+        elif name == "diskstats":
+            from collector.sources.diskstats import DiskstatsSource
+
+            sources.append(DiskstatsSource(proc_root, sys_root=sys_root))
+        else:
+            raise typer.BadParameter(f"unknown source {name!r} (nvml, diskstats)", param_hint="--source")
+    latest = LatestSamples()
+    registry = CollectorRegistry()
+    registry.register(latest)
+    start_http_server(metrics_port, registry=registry)
+    agent = Agent(sources, latest, Shipper(service_url, token, node or socket.gethostname()), interval)
+    agent.run(threading.Event())
+
+
+@import_app.command("sacct")
+def import_sacct_command(
+    file: Annotated[str, typer.Argument(help="sacct --parsable2 --noheader output, or - for standard input.")],
+    cluster: Annotated[str, typer.Option(help="Cluster name for lines whose Cluster field is empty.")] = "default",
+) -> None:
+    """Import Slurm jobs from `sacct --parsable2 --noheader --format=JobID,JobIDRaw,Cluster,Partition,Account,
+    User,Submit,Start,End,Elapsed,State,AllocTRES,NodeList,JobName` output."""
+    from finops.db import session_factory
+    from finops.jobs import import_sacct
+
+    engine = _engine(_settings())
+    try:
+        handle = sys.stdin if file == "-" else open(file, encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        typer.echo(f"error: {file}: {exc.strerror}", err=True)
+        raise typer.Exit(2) from exc
+    with handle, session_factory(engine).begin() as session:
+        result = import_sacct(session, handle, source="<stdin>" if file == "-" else file, cluster=cluster)
+    for error in result.errors:
+        typer.echo(f"skipped {error}", err=True)
+    typer.echo(f"imported {result.jobs} GPU jobs; {result.without_gpus} without GPUs; {len(result.errors)} bad lines")
+    if result.errors:
+        raise typer.Exit(1)
+
+
+@team_app.command("map")
+def team_map(account: str, team: str) -> None:
+    """Map Slurm ACCOUNT to TEAM (jobs already imported move too)."""
+    from finops.db import session_factory
+    from finops.teams import map_account
+
+    with session_factory(_engine(_settings())).begin() as session:
+        moved = map_account(session, account, team)
+    typer.echo(f"account {account} → team {team}; {moved} jobs moved")
+
+
+@budget_app.command("set")
+def budget_set(
+    team: str,
+    amount: str,
+    month: Annotated[str | None, typer.Option(help="Month as YYYY-MM (default: this month, UTC).")] = None,
+) -> None:
+    """Set TEAM's budget for a month to AMOUNT (in the price catalog's currency)."""
+    from finops.budgets import set_budget
+    from finops.db import session_factory
+    from finops.timeutil import utc_now
+
+    try:
+        value = Decimal(amount)
+    except InvalidOperation as exc:
+        raise typer.BadParameter(f"{amount!r} is not a decimal amount", param_hint="AMOUNT") from exc
+    at = _instant(f"{month}-01T00:00:00+00:00", "--month") if month else utc_now()
+    settings = _settings()
+    currency = _pricing(settings).catalog.currency
+    with session_factory(_engine(settings)).begin() as session:
+        budget = set_budget(session, team, value, at, currency)
+    typer.echo(f"budget of {team} for {budget.month:%Y-%m}: {budget.amount:.2f} {currency}")
+
+
+@budget_app.command("status")
+def budget_status_command() -> None:
+    """Month-to-date spend, % of budget and run-rate forecast for every team with a budget."""
+    from finops.budgets import budget_status
+    from finops.db import session_factory
+    from finops.timeutil import utc_now
+
+    with session_factory(_engine(_settings()))() as session:
+        statuses = budget_status(session, utc_now())
+    typer.echo(_budget_table(statuses))
+
+
+def _budget_table(statuses: list) -> str:  # type: ignore[type-arg]
+    lines = [f"{'team':<16} {'budget':>14} {'spent MTD':>14} {'used %':>7} {'forecast':>14}"]
+    for s in statuses:
+        lines.append(f"{s.team:<16} {s.budget:>14,.2f} {s.spent:>14,.2f} {s.used_percent:>7} {s.forecast:>14,.2f}")
+    return "\n".join(lines)
+
+
+@app.command()
+def rollup() -> None:
+    """Run the scheduled work once: rebuild dirty ledger hours, re-judge recent idle episodes."""
+    from finops.db import session_factory
+    from finops.idle import IdlePolicy
+    from finops.scheduler import run_rollup
+
+    settings = _settings()
+    policy = IdlePolicy(settings.idle_threshold_ratio, settings.idle_window_seconds, settings.idle_max_gap_seconds)
+    hours, episodes = run_rollup(session_factory(_engine(settings)), _pricing(settings), policy)
+    typer.echo(f"{hours} ledger hours rebuilt; {episodes} idle episodes")
+
+
+@app.command()
+def report(
+    start: Annotated[str, typer.Option(help="Period start, ISO 8601 (UTC if no offset).")],
+    end: Annotated[str, typer.Option(help="Period end (exclusive), ISO 8601.")],
+    by: Annotated[str, typer.Option(help="team or job.")] = "team",
+    output_format: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
+) -> None:
+    """Cost per team or job over [start, end), from the hourly ledger."""
+    import orjson
+
+    from finops.db import session_factory
+    from finops.report import cost_report, report_csv, report_dicts, report_table
+
+    if by not in ("team", "job"):
+        raise typer.BadParameter("must be team or job", param_hint="--by")
+    if output_format not in ("table", "json", "csv"):
+        raise typer.BadParameter("must be table, json or csv", param_hint="--format")
+    group: Literal["team", "job"] = "team" if by == "team" else "job"
+    with session_factory(_engine(_settings()))() as session:
+        rows = cost_report(session, _instant(start, "--start"), _instant(end, "--end"), group)
+    if output_format == "json":
+        typer.echo(orjson.dumps(report_dicts(rows, group), option=orjson.OPT_INDENT_2).decode())
+    elif output_format == "csv":
+        typer.echo(report_csv(rows, group), nl=False)
+    else:
+        typer.echo(report_table(rows, group))
+
+
+@app.command()
+def dashboard(
+    port: Annotated[int, typer.Option(help="TCP port of the Streamlit server.")] = 8501,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+) -> None:
+    """Serve the Streamlit dashboard on the configured database."""
+    from finops.dashboard_server import serve_dashboard
+
+    _engine(_settings())
+    raise typer.Exit(serve_dashboard(host, port))
+
+
+@app.command()
+def demo(
+    trace: Annotated[
+        str | None, typer.Option(help="helios:DIR replays the real Helios week in DIR; default: a synthetic week.")
+    ] = None,
+    headless: Annotated[bool, typer.Option(help="Exit after the report instead of serving the dashboard.")] = False,
+    report_json: Annotated[Path | None, typer.Option(help="Write the team report as JSON here.")] = None,
+    database_url: Annotated[
+        str | None, typer.Option(help="Database for the demo (default: a fresh SQLite file in the data dir).")
+    ] = None,
+    dashboard_port: Annotated[int, typer.Option(help="Port of the dashboard after the report.")] = 8501,
+) -> None:
+    """Replay a GPU-cluster week through collector → service → ledger → report → dashboard."""
+    from finops.demo.runner import DemoOptions, run_demo
+
+    settings = _settings()
+    if trace is not None and not trace.startswith("helios:"):
+        raise typer.BadParameter("expected helios:DIR", param_hint="--trace")
+    options = DemoOptions(
+        helios_dir=Path(trace.removeprefix("helios:")) if trace else None,
+        headless=headless,
+        report_json=report_json,
+        database_url=database_url or f"sqlite:///{(settings.data_dir / 'demo.sqlite').resolve()}",
+        dashboard_port=dashboard_port,
+        price_catalog=settings.price_catalog,
+        pricing_model=settings.pricing_model,
+        shared_data=settings.shared_data,
+        work_dir=settings.data_dir,
+    )
+    raise typer.Exit(run_demo(options))
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,220 @@
+"""``gpu-finops demo``: a week of a GPU cluster through the real pipeline, end to end, on this machine.
+
+Steps: pick the input (the real Helios week, or the synthetic one), derive the job log and the GPUs'
+readings, start the service as a child process on 127.0.0.1, run one collector agent per node shipping its
+readings over HTTP, import the job log through the sacct importer, build the ledger, detect idle GPUs,
+print the team report and budgets, then serve the dashboard (unless ``--headless``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import httpx
+import orjson
+from sqlalchemy.orm import Session
+
+from collector.agent import Agent
+from collector.exposition import LatestSamples
+from collector.shipper import Shipper
+from collector.sources.replay import ReplaySource
+from finops.budgets import budget_status, month_start, next_month_start, set_budget
+from finops.dashboard_server import serve_dashboard
+from finops.db import downgrade, make_engine, session_factory, upgrade
+from finops.demo.activity import GpuProfile, nominal_h100_profile, profile_from_capture
+from finops.demo.allocation import TeamSeries, derive_jobs, node_names
+from finops.demo.helios import load_helios
+from finops.demo.synthetic import synthetic_week
+from finops.demo.workload import Trace, idle_jobs, node_steps, sacct_lines
+from finops.idle import IdlePolicy, detect_idle
+from finops.jobs import import_sacct
+from finops.ledger import Pricing, rollup
+from finops.prices import PricingModel, load_catalog
+from finops.report import cost_report, report_dicts, report_table
+from finops.teams import map_account
+from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch, utc_now
+
+H100_CAPTURE = "nvidia-smi-captures/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
+COLLECTOR_THREADS = 3
+PLANNED_QUOTA_USE = Decimal("0.75")
+
+
+@dataclass(frozen=True, slots=True)
+class DemoOptions:
+    """Everything the demo needs; the CLI fills it from its options and the settings."""
+
+    helios_dir: Path | None
+    headless: bool
+    report_json: Path | None
+    database_url: str
+    dashboard_port: int
+    price_catalog: Path | None
+    pricing_model: PricingModel
+    shared_data: Path
+    work_dir: Path
+
+
+def _inputs(options: DemoOptions) -> tuple[list[TeamSeries], GpuProfile]:
+    capture = options.shared_data / H100_CAPTURE
+    if capture.is_file():
+        profile = profile_from_capture(capture)
+    else:
+        print(f"note: {capture} is missing; GPU readings use nominal H100 datasheet values instead")
+        profile = nominal_h100_profile()
+    if options.helios_dir is not None:
+        series = load_helios(options.helios_dir)
+        print(f"input: the real Helios 'Earth' week (CC-BY-4.0, Hu et al. SC '21) from {options.helios_dir};")
+        print("       job log DERIVED from its per-minute allocation, GPU activity DERIVED from a capture")
+    else:
+        series = synthetic_week()
+        print("input: a SYNTHETIC week shaped like Helios 'Earth' (seeded); pass --trace helios:DIR for the real one")
+    print(f"GPU readings: {profile.origin}")
+    return series, profile
+
+
+def _fresh_database(url: str) -> None:
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            stale.unlink(missing_ok=True)
+    engine = make_engine(url)
+    downgrade(engine, "base")
+    upgrade(engine)
+    engine.dispose()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start_service(url: str, token: str, port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "FINOPS_DATABASE_URL": url, "FINOPS_INGEST_TOKEN": token}
+    command = [
+        sys.executable,
+        "-m",
+        "finops.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-scheduler",
+    ]
+    process = subprocess.Popen(command, env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the service exited with code {process.returncode} before it was ready")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                return process
+        except httpx.TransportError:
+            time.sleep(0.2)
+    process.terminate()
+    raise RuntimeError("the service did not answer /healthz within 60 s")
+
+
+def _drain(agent: Agent, source: ReplaySource) -> int:
+    accepted = 0
+    while not source.exhausted:
+        accepted += agent.cycle()
+    return accepted
+
+
+def _ship_trace(trace: Trace, profile: GpuProfile, service_url: str, token: str) -> int:
+    idle = idle_jobs(trace.jobs)
+    work = []
+    for node in trace.nodes:
+        source = ReplaySource(node_steps(trace, node, profile, idle))
+        work.append((Agent([source], LatestSamples(), Shipper(service_url, token, node)), source))
+    with ThreadPoolExecutor(COLLECTOR_THREADS) as pool:
+        return sum(pool.map(lambda pair: _drain(*pair), work))
+
+
+def run_demo(options: DemoOptions) -> int:
+    """Run the demo; returns the process exit code (0 on success)."""
+    began = time.perf_counter()
+    series, profile = _inputs(options)
+    minutes = len(series[0].running)
+    now = utc_now().replace(second=0, microsecond=0)
+    trace = Trace(derive_jobs(series), node_names(series), now - timedelta(minutes=minutes), minutes)
+    gpus = len(trace.nodes) * 8
+    print(
+        f"{len(series)} teams, {gpus} GPUs on {len(trace.nodes)} nodes, {len(trace.jobs)} jobs, "
+        f"{minutes} minutes from {trace.start:%Y-%m-%d %H:%M} to {trace.end:%Y-%m-%d %H:%M} UTC"
+    )
+    _fresh_database(options.database_url)
+    engine = make_engine(options.database_url)
+    sessions = session_factory(engine)
+    pricing = Pricing(load_catalog(options.price_catalog), options.pricing_model)
+    with sessions.begin() as session:
+        for team in series:
+            map_account(session, team.team, team.team)
+
+    token, port = secrets.token_urlsafe(24), _free_port()
+    service = _start_service(options.database_url, token, port)
+    try:
+        shipped_at = time.perf_counter()
+        accepted = _ship_trace(trace, profile, f"http://127.0.0.1:{port}", token)
+        ingest_seconds = time.perf_counter() - shipped_at
+    finally:
+        service.terminate()
+        service.wait(timeout=60)
+    print(f"ingest: {accepted:,} GPU readings over HTTP in {ingest_seconds:.1f} s ({accepted / ingest_seconds:,.0f}/s)")
+
+    options.work_dir.mkdir(parents=True, exist_ok=True)
+    log_path = options.work_dir / "demo-sacct.txt"
+    log_path.write_text("\n".join(sacct_lines(trace)) + "\n")
+    ledger_at = time.perf_counter()
+    with sessions.begin() as session, log_path.open() as handle:
+        imported = import_sacct(session, handle, source=str(log_path))
+    print(f"jobs: {imported.jobs} imported from {log_path} ({len(imported.errors)} bad lines)")
+    with sessions.begin() as session:
+        hours = rollup(session, pricing, to_epoch(trace.end))
+        episodes = detect_idle(session, trace.start, trace.end, IdlePolicy(), pricing)
+        _set_demo_budgets(session, series, pricing, trace.end)
+    ledger_seconds = time.perf_counter() - ledger_at
+    print(f"ledger: {hours} hours built, {episodes} idle episodes, in {ledger_seconds:.1f} s")
+
+    start, end = from_epoch(floor_hour(to_epoch(trace.start))), from_epoch(floor_hour(to_epoch(trace.end) - 1) + HOUR)
+    with sessions() as session:
+        rows = cost_report(session, start, end, "team")
+        statuses = budget_status(session, trace.end)
+    print(f"\nCost by team, {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC ({options.pricing_model} prices)")
+    print(report_table(rows, "team"))
+    print("\nBudgets this month (derived: 75 % of each team's quota at list price)")
+    for s in statuses:
+        print(
+            f"  {s.team:<14} spent {s.spent:>12,.2f} of {s.budget:>12,.2f} {s.currency} ({s.used_percent} %), "
+            f"forecast {s.forecast:,.2f}"
+        )
+    if options.report_json is not None:
+        options.report_json.write_bytes(orjson.dumps(report_dicts(rows, "team"), option=orjson.OPT_INDENT_2))
+        print(f"\nreport JSON written to {options.report_json}")
+    total = time.perf_counter() - began
+    print(f"\ndemo: {accepted:,} GPU readings, {total:.1f} s end to end, {accepted / total:,.0f} readings/s overall")
+    engine.dispose()
+    if options.headless:
+        return 0
+    return serve_dashboard("127.0.0.1", options.dashboard_port, options.database_url)
+
+
+def _set_demo_budgets(session: Session, series: list[TeamSeries], pricing: Pricing, at: datetime) -> None:
+    """Give each team a month budget of 75 % of its quota's list-price cost (a demo figure, not data)."""
+    hours_in_month = Decimal((next_month_start(at) - month_start(at)).total_seconds()) / HOUR
+    rate = pricing.catalog.rate("NVIDIA H100 80GB HBM3", pricing.model, at)
+    for team in series:
+        amount = (team.quota * hours_in_month * rate * PLANNED_QUOTA_USE).quantize(Decimal("1"))
+        set_budget(session, team.team, amount, at, pricing.catalog.currency)

@@ -1,0 +1,153 @@
+"""Idle GPU episodes: an allocated GPU at or below the idle threshold for at least the idle window.
+
+Judged sample by sample (a sliding window), never on a job's average: a run of consecutive samples with
+utilisation ≤ threshold, with no gap longer than ``max_gap`` between them, that lies inside one job's
+allocation. Each sample stands for the time until the next one (at most ``max_gap``), so a run covers
+[first idle sample, the sample after the last idle one). A run qualifies once it lasts the window; it is
+re-judged as data arrives, so an open episode grows until the GPU is busy again or the job ends.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import delete, or_, select, text
+from sqlalchemy.orm import Session
+
+from finops.costmodel import capacity_cost
+from finops.ledger import Pricing
+from finops.models import Allocation, Gpu, IdleEpisode, Job, Node, Team
+from finops.prices import PriceNotFound
+from finops.timeutil import from_epoch, to_epoch
+
+MEMORY_HELD_BYTES = 64 * 2**20
+"""Memory in use above this (64 MiB) during an episode means a process still holds the GPU."""
+
+_COVERED_UNTIL = "CASE WHEN next_ts IS NULL THEN ts WHEN next_ts - ts > :max_gap THEN ts + :max_gap ELSE next_ts END"
+_IDLE_RUNS = text(f"""
+WITH s AS (
+    SELECT gpu_id, ts, utilization_ratio AS u, memory_used_bytes AS mem,
+           LAG(ts) OVER (PARTITION BY gpu_id ORDER BY ts) AS prev_ts,
+           LEAD(ts) OVER (PARTITION BY gpu_id ORDER BY ts) AS next_ts
+    FROM gpu_samples
+    WHERE ts >= :start AND ts < :end AND utilization_ratio IS NOT NULL
+), runs AS (
+    SELECT gpu_id, ts, u, mem, next_ts,
+           SUM(CASE WHEN u > :threshold OR prev_ts IS NULL OR ts - prev_ts > :max_gap THEN 1 ELSE 0 END)
+               OVER (PARTITION BY gpu_id ORDER BY ts) AS run
+    FROM s
+)
+SELECT gpu_id, MIN(ts) AS first_ts, MAX({_COVERED_UNTIL}) AS covered_until, MAX(COALESCE(mem, 0)) AS max_mem
+FROM runs WHERE u <= :threshold
+GROUP BY gpu_id, run
+HAVING MAX({_COVERED_UNTIL}) - MIN(ts) >= :window
+""")  # noqa: S608 - the f-string only inlines the constant expression above
+
+
+@dataclass(frozen=True, slots=True)
+class IdlePolicy:
+    """Utilisation ratio ≤ ``threshold`` for ≥ ``window_seconds``; samples > ``max_gap_seconds`` apart break a run."""
+
+    threshold: float = 0.05
+    window_seconds: int = 1800
+    max_gap_seconds: int = 150
+
+
+def detect_idle(session: Session, start: datetime, end: datetime, policy: IdlePolicy, pricing: Pricing) -> int:
+    """Re-judge idle episodes over [start, end) (UTC) and store them; returns how many are stored.
+
+    Episodes already stored that reach into the period are re-judged from their own start, so running
+    this again, or on overlapping periods, stores each episode once.
+    """
+    earliest_open = session.scalar(
+        select(IdleEpisode.start).where(IdleEpisode.end >= start).order_by(IdleEpisode.start).limit(1)
+    )
+    scan_from = min(start, earliest_open) if earliest_open is not None else start
+    session.execute(delete(IdleEpisode).where(IdleEpisode.end >= scan_from))
+    parameters = {
+        "start": to_epoch(scan_from),
+        "end": to_epoch(end),
+        "threshold": policy.threshold,
+        "max_gap": policy.max_gap_seconds,
+        "window": policy.window_seconds,
+    }
+    runs = session.execute(_IDLE_RUNS, parameters).all()
+    if not runs:
+        return 0
+    gpu_ids = {run.gpu_id for run in runs}
+    allocations = defaultdict(list)
+    for gpu_id, job_pk, a_start, a_end in session.execute(
+        select(Allocation.gpu_id, Allocation.job_pk, Allocation.start, Allocation.end).where(
+            Allocation.gpu_id.in_(gpu_ids),
+            Allocation.start < end,
+            or_(Allocation.end.is_(None), Allocation.end > scan_from),
+        )
+    ):
+        allocations[gpu_id].append((job_pk, to_epoch(a_start), None if a_end is None else to_epoch(a_end)))
+    models = dict(session.execute(select(Gpu.id, Gpu.model).where(Gpu.id.in_(gpu_ids))).tuples())
+    stored = 0
+    for run in runs:
+        for job_pk, a_start, a_end in allocations[run.gpu_id]:
+            lo = max(run.first_ts, a_start)
+            hi = run.covered_until if a_end is None else min(run.covered_until, a_end)
+            if hi - lo < policy.window_seconds:
+                continue
+            try:
+                cost = capacity_cost(pricing.catalog.rate(models[run.gpu_id], pricing.model, from_epoch(lo)), hi - lo)
+            except PriceNotFound:
+                cost = Decimal(0)
+            session.add(
+                IdleEpisode(
+                    gpu_id=run.gpu_id,
+                    job_pk=job_pk,
+                    start=from_epoch(lo),
+                    end=from_epoch(hi),
+                    memory_held=run.max_mem > MEMORY_HELD_BYTES,
+                    cost=cost,
+                    currency=pricing.catalog.currency,
+                )
+            )
+            stored += 1
+    session.flush()
+    return stored
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeView:
+    """An idle episode as people read it: where, whose, how long, what it cost."""
+
+    node: str
+    gpu_index: int
+    job_id: str
+    user: str
+    team: str
+    start: datetime
+    end: datetime
+    memory_held: bool
+    cost: Decimal
+    currency: str
+
+    @property
+    def hours(self) -> float:
+        """Duration in hours."""
+        return (self.end - self.start).total_seconds() / 3600
+
+
+def list_episodes(session: Session, start: datetime, end: datetime) -> list[EpisodeView]:
+    """Idle episodes overlapping [start, end), costliest first."""
+    query = (
+        select(IdleEpisode, Node.hostname, Gpu.gpu_index, Job.job_id, Job.user, Team.name)
+        .join(Gpu, Gpu.id == IdleEpisode.gpu_id)
+        .join(Node, Node.id == Gpu.node_id)
+        .join(Job, Job.id == IdleEpisode.job_pk)
+        .join(Team, Team.id == Job.team_id)
+        .where(IdleEpisode.start < end, IdleEpisode.end > start)
+        .order_by(IdleEpisode.cost.desc(), IdleEpisode.start)
+    )
+    return [
+        EpisodeView(host, index, job_id, user, team, ep.start, ep.end, ep.memory_held, ep.cost, ep.currency)
+        for ep, host, index, job_id, user, team in session.execute(query)
+    ]

@@ -1,0 +1,107 @@
+"""Storing collector batches: GPU inventory upsert, idempotent sample insert, dirty-hour marking."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from collector.wire import GpuInfo, IngestBatch
+from finops.dialect import insert_ignoring_conflicts
+from finops.hours import mark_hours_dirty
+from finops.models import Gpu, GpuSample, Node
+from finops.timeutil import floor_hour, to_epoch
+
+
+@dataclass(slots=True)
+class _KnownGpu:
+    gpu_id: int
+    in_service_from: int
+
+
+class Ingestor:
+    """Stores batches; keeps a cache of known GPUs so a steady stream costs no inventory queries.
+
+    One instance per process. ``store`` is idempotent: a sample is unique on (GPU, timestamp) and a
+    replayed batch adds no rows.
+    """
+
+    def __init__(self) -> None:
+        self._gpus: dict[str, _KnownGpu] = {}
+
+    def store(self, session: Session, batch: IngestBatch) -> int:
+        """Store ``batch`` in the caller's transaction; returns how many readings it carried.
+
+        Readings of a GPU missing from both the batch's ``gpus`` and the database raise KeyError naming it.
+        """
+        first_seen: dict[str, int] = {}
+        rows = []
+        hours: set[int] = set()
+        for reading in batch.samples:
+            ts = to_epoch(reading.ts)
+            hours.add(floor_hour(ts))
+            if ts < first_seen.get(reading.uuid, ts + 1):
+                first_seen[reading.uuid] = ts
+            rows.append(
+                {
+                    "gpu_id": reading.uuid,
+                    "ts": ts,
+                    "utilization_ratio": reading.utilization_ratio,
+                    "memory_utilization_ratio": reading.memory_utilization_ratio,
+                    "memory_used_bytes": reading.memory_used_bytes,
+                    "power_watts": reading.power_watts,
+                    "energy_joules": reading.energy_joules,
+                    "temperature_celsius": reading.temperature_celsius,
+                    "sm_clock_hertz": reading.sm_clock_hertz,
+                    "clocks_event_reasons": reading.clocks_event_reasons,
+                    "job_id": reading.job_id,
+                }
+            )
+        gpu_ids = self._register(session, batch.node, batch.gpus, first_seen)
+        for row in rows:
+            row["gpu_id"] = gpu_ids[row["gpu_id"]]
+        insert_ignoring_conflicts(session, GpuSample.__table__, rows)  # type: ignore[arg-type]
+        mark_hours_dirty(session, hours)
+        return len(rows)
+
+    def _register(
+        self, session: Session, hostname: str, inventory: list[GpuInfo], first_seen: dict[str, int]
+    ) -> dict[str, int]:
+        infos = {info.uuid: info for info in inventory}
+        ids: dict[str, int] = {}
+        for uuid, seen in first_seen.items():
+            known = self._gpus.get(uuid)
+            if known is None:
+                known = self._load_or_create(session, hostname, uuid, infos.get(uuid), seen)
+                self._gpus[uuid] = known
+            if seen < known.in_service_from:
+                session.execute(update(Gpu).where(Gpu.id == known.gpu_id).values(in_service_from=seen))
+                known.in_service_from = seen
+            ids[uuid] = known.gpu_id
+        return ids
+
+    @staticmethod
+    def _load_or_create(session: Session, hostname: str, uuid: str, info: GpuInfo | None, seen: int) -> _KnownGpu:
+        gpu = session.scalars(select(Gpu).where(Gpu.uuid == uuid)).one_or_none()
+        if gpu is None:
+            if info is None:
+                raise KeyError(f"samples for GPU {uuid}, which is neither in the batch's gpus nor known")
+            node = node_by_hostname(session, hostname)
+            gpu = session.scalars(select(Gpu).where(Gpu.node_id == node.id, Gpu.gpu_index == info.index)).one_or_none()
+            if gpu is None:
+                gpu = Gpu(node_id=node.id, gpu_index=info.index, in_service_from=seen)
+                session.add(gpu)
+            gpu.uuid, gpu.model, gpu.memory_total_bytes = uuid, info.model, info.memory_total_bytes
+            session.flush()
+        return _KnownGpu(gpu.id, to_epoch(gpu.in_service_from))
+
+
+def node_by_hostname(session: Session, hostname: str) -> Node:
+    """The node named ``hostname``, created if new."""
+    node = session.scalars(select(Node).where(Node.hostname == hostname)).one_or_none()
+    if node is None:
+        node = Node(hostname=hostname)
+        session.add(node)
+        session.flush()
+    return node

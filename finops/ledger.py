@@ -1,0 +1,192 @@
+"""The hourly cost ledger: one row per GPU × UTC hour × holder, rebuilt for hours marked dirty.
+
+A rebuild of hours [h0, h1) is one SQL aggregation over the samples (utilisation and energy per GPU, hour
+and allocation) plus a Python pass over GPU-hours (not samples) that applies :mod:`finops.costmodel`.
+Rebuilding an hour deletes and rewrites its rows, so recomputing changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+
+from sqlalchemy import bindparam, delete, select, text
+from sqlalchemy.orm import Session
+
+from finops import costmodel
+from finops.models import UNALLOCATED_TEAM, Allocation, DirtyHour, Gpu, Job, LedgerEntry
+from finops.prices import PriceCatalog, PriceNotFound, PricingModel
+from finops.teams import team_by_name
+from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
+
+log = logging.getLogger(__name__)
+
+CHUNK_HOURS = 24
+ENERGY_LOOKBACK_SECONDS = HOUR
+
+# Per GPU, hour and holding allocation (NULL: none): metered samples, Σ utilisation, Σ energy increments.
+# An energy counter that goes down was reset (driver reload): the new reading is the energy since then.
+_SAMPLE_AGGREGATE = text("""
+WITH s AS (
+    SELECT gpu_id, ts, utilization_ratio AS u, energy_joules AS e,
+           energy_joules - LAG(energy_joules) OVER (PARTITION BY gpu_id ORDER BY ts) AS de
+    FROM gpu_samples
+    WHERE ts >= :lookback AND ts < :h1
+), a AS (
+    SELECT id, gpu_id, start, "end" FROM allocations
+    WHERE start < :h1 AND ("end" IS NULL OR "end" > :h0)
+)
+SELECT s.gpu_id, s.ts - s.ts % 3600 AS hour, a.id AS allocation_id,
+       COUNT(s.u) AS samples, COALESCE(SUM(s.u), 0) AS utilization_sum,
+       COALESCE(SUM(CASE WHEN s.de IS NULL THEN 0 WHEN s.de < 0 THEN s.e ELSE s.de END), 0) AS energy
+FROM s LEFT JOIN a ON a.gpu_id = s.gpu_id AND s.ts >= a.start AND (a."end" IS NULL OR s.ts < a."end")
+WHERE s.ts >= :h0
+GROUP BY s.gpu_id, s.ts - s.ts % 3600, a.id
+""").bindparams(bindparam("lookback"), bindparam("h0"), bindparam("h1"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Metering:
+    samples: int
+    utilization_sum: float
+    energy_joules: float
+
+
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """What a rebuild prices with: the catalog, the pricing model of every GPU, the energy tariff and PUE."""
+
+    catalog: PriceCatalog
+    model: PricingModel
+
+
+def rollup(session: Session, pricing: Pricing, until: int) -> int:
+    """Rebuild every dirty hour before ``until`` (epoch seconds) and the hour holding ``until``.
+
+    Hours whose GPUs have no price stay dirty (logged) so they are retried after the catalog is fixed.
+    Returns the number of hours rebuilt.
+    """
+    dirty = set(session.scalars(select(DirtyHour.hour).where(DirtyHour.hour < from_epoch(until))))
+    hours = sorted({to_epoch(h) for h in dirty} | {floor_hour(until - 1)})
+    rebuilt = 0
+    for h0, h1 in _contiguous_chunks(hours):
+        unpriced = rebuild(session, h0, h1, pricing, until)
+        done = [h for h in range(h0, h1, HOUR) if h not in unpriced]
+        session.execute(delete(DirtyHour).where(DirtyHour.hour.in_([from_epoch(h) for h in done])))
+        rebuilt += len(done)
+    return rebuilt
+
+
+def _contiguous_chunks(hours: list[int]) -> Iterator[tuple[int, int]]:
+    """[h0, h1) runs of consecutive hours, at most CHUNK_HOURS long."""
+    start = previous = None
+    for hour in hours:
+        if start is None or previous is None or hour != previous + HOUR or hour - start >= CHUNK_HOURS * HOUR:
+            if start is not None and previous is not None:
+                yield start, previous + HOUR
+            start = hour
+        previous = hour
+    if start is not None and previous is not None:
+        yield start, previous + HOUR
+
+
+def rebuild(session: Session, h0: int, h1: int, pricing: Pricing, until: int) -> set[int]:
+    """Rewrite the ledger rows of hours [h0, h1) (epoch seconds, hour-aligned), clipped at ``until``.
+
+    Returns the hours left unbuilt because a GPU model has no price in the catalog.
+    """
+    end = min(h1, until)
+    gpus = session.scalars(select(Gpu).where(Gpu.in_service_from < from_epoch(end))).all()
+    allocations = session.execute(
+        select(Allocation.id, Allocation.gpu_id, Allocation.start, Allocation.end, Job.id, Job.team_id)
+        .join(Job, Job.id == Allocation.job_pk)
+        .where(Allocation.start < from_epoch(end), (Allocation.end.is_(None)) | (Allocation.end > from_epoch(h0)))
+    ).all()
+    metering: dict[tuple[int, int, int | None], _Metering] = {
+        (row.gpu_id, row.hour, row.allocation_id): _Metering(row.samples, row.utilization_sum, row.energy)
+        for row in session.execute(_SAMPLE_AGGREGATE, {"lookback": h0 - ENERGY_LOOKBACK_SECONDS, "h0": h0, "h1": end})
+    }
+    by_gpu: dict[int, list[tuple[int, int, int, int, int]]] = defaultdict(list)
+    for allocation_id, gpu_id, start, stop, job_pk, team_id in allocations:
+        stop_epoch = until if stop is None else min(to_epoch(stop), until)
+        by_gpu[gpu_id].append((allocation_id, to_epoch(start), stop_epoch, job_pk, team_id))
+    unallocated_team = team_by_name(session, UNALLOCATED_TEAM).id
+    rows: list[dict[str, object]] = []
+    unpriced: set[int] = set()
+    for gpu in gpus:
+        in_service = max(h0, to_epoch(gpu.in_service_from))
+        for hour in range(floor_hour(in_service), end, HOUR):
+            lo, hi = max(hour, in_service), min(hour + HOUR, end)
+            try:
+                rate = pricing.catalog.rate(gpu.model, pricing.model, from_epoch(hour))
+            except PriceNotFound as exc:
+                if hour not in unpriced:
+                    log.error("ledger hour %s not built: %s", from_epoch(hour).isoformat(), exc)
+                unpriced.add(hour)
+                continue
+            rows.extend(_gpu_hour_rows(gpu.id, hour, lo, hi, rate, by_gpu[gpu.id], metering, unallocated_team, pricing))
+    built = [hour for hour in range(h0, h1, HOUR) if hour not in unpriced]
+    session.execute(delete(LedgerEntry).where(LedgerEntry.hour.in_([from_epoch(h) for h in built])))
+    rows = [row for row in rows if row["hour"] not in unpriced]
+    if rows:
+        session.execute(LedgerEntry.__table__.insert(), rows)  # type: ignore[attr-defined]
+    return unpriced
+
+
+def _gpu_hour_rows(
+    gpu_id: int,
+    hour: int,
+    lo: int,
+    hi: int,
+    rate: Decimal,
+    allocations: list[tuple[int, int, int, int, int]],
+    metering: dict[tuple[int, int, int | None], _Metering],
+    unallocated_team: int,
+    pricing: Pricing,
+) -> list[dict[str, object]]:
+    """Ledger rows of one GPU for the in-service part [lo, hi) of one hour."""
+    holdings: list[costmodel.Holding] = []
+    owners: list[tuple[int | None, int, _Metering | None]] = []
+    held = 0
+    for allocation_id, start, stop, job_pk, team_id in allocations:
+        seconds = min(stop, hi) - max(start, lo)
+        if seconds <= 0:
+            continue
+        metered = metering.get((gpu_id, hour, allocation_id))
+        utilization = metered.utilization_sum / metered.samples if metered and metered.samples else None
+        holdings.append(costmodel.Holding(job_pk, seconds, utilization))
+        owners.append((job_pk, team_id, metered))
+        held += seconds
+    if held > hi - lo:
+        log.warning("GPU %s hour %s: allocations overlap (%s s held in %s s)", gpu_id, hour, held, hi - lo)
+    holdings.append(costmodel.Holding(None, max(hi - lo - held, 0), None))
+    owners.append((None, unallocated_team, metering.get((gpu_id, hour, None))))
+    rows = []
+    costs = costmodel.gpu_hour_costs(rate, holdings)
+    by_holding = {id(cost.holding): cost for cost in costs}
+    for holding, (job_pk, team_id, metered) in zip(holdings, owners, strict=True):
+        cost = by_holding.get(id(holding))
+        if cost is None:
+            continue
+        joules = metered.energy_joules if metered else 0.0
+        rows.append(
+            {
+                "hour": hour,
+                "gpu_id": gpu_id,
+                "job_pk": job_pk,
+                "team_id": team_id,
+                "seconds": holding.seconds,
+                "used_gpu_seconds": cost.used_gpu_seconds,
+                "sample_count": metered.samples if metered else 0,
+                "energy_joules": joules,
+                "allocated_cost": cost.allocated,
+                "used_cost": cost.used,
+                "idle_cost": cost.idle,
+                "energy_cost": costmodel.energy_cost(joules, pricing.catalog.tariff_per_kwh, pricing.catalog.pue),
+                "currency": pricing.catalog.currency,
+            }
+        )
+    return rows

@@ -1,0 +1,219 @@
+"""Cost reports from the ledger: per team or per job over [start, end), hour resolution.
+
+Money is summed exactly in SQL (NUMERIC, or integer micro-units on SQLite) and rounded to cents by
+:func:`finops.costmodel.round_preserving_total`, column by column, so the rows add up to the total.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Literal
+
+from sqlalchemy import case, func, null, select
+from sqlalchemy.orm import Session
+
+from finops.costmodel import JOULES_PER_KWH, quantize, round_preserving_total
+from finops.models import UNALLOCATED_TEAM, Job, LedgerEntry, Team
+
+GroupBy = Literal["team", "job"]
+MONEY_FIELDS = ("allocated_cost", "used_cost", "idle_cost", "energy_cost")
+
+
+@dataclass(frozen=True, slots=True)
+class ReportRow:
+    """One team's (or job's) totals. Seconds are GPU-seconds; money is exact (6 decimals) until rendered.
+
+    For the ``__unallocated__`` row, ``allocated_gpu_seconds`` is capacity no job held and its cost.
+    ``unmetered_gpu_seconds`` are allocated seconds with no sample: neither used nor idle.
+    """
+
+    key: str
+    team: str
+    user: str | None
+    allocated_gpu_seconds: int
+    used_gpu_seconds: float
+    idle_gpu_seconds: float
+    unmetered_gpu_seconds: int
+    allocated_cost: Decimal
+    used_cost: Decimal
+    idle_cost: Decimal
+    energy_joules: float
+    energy_cost: Decimal
+    currency: str
+
+
+def cost_report(session: Session, start: datetime, end: datetime, by: GroupBy = "team") -> list[ReportRow]:
+    """Ledger totals for hours starting in [start, end), one row per team (or job), by cost descending.
+
+    Rows with no job are grouped as ``__unallocated__``. Raises ValueError for an unknown ``by``.
+    """
+    if by not in ("team", "job"):
+        raise ValueError(f"group by must be 'team' or 'job', not {by!r}")
+    allocated = LedgerEntry.job_pk.is_not(None)
+    metered_seconds = func.sum(case((allocated & (LedgerEntry.sample_count > 0), LedgerEntry.seconds), else_=0))
+    columns = [
+        func.sum(LedgerEntry.seconds).label("seconds"),
+        func.sum(LedgerEntry.used_gpu_seconds).label("used"),
+        metered_seconds.label("metered"),
+        func.sum(case((allocated & (LedgerEntry.sample_count == 0), LedgerEntry.seconds), else_=0)).label("unmetered"),
+        func.sum(LedgerEntry.allocated_cost).label("allocated_cost"),
+        func.sum(LedgerEntry.used_cost).label("used_cost"),
+        func.sum(LedgerEntry.idle_cost).label("idle_cost"),
+        func.sum(LedgerEntry.energy_joules).label("energy_joules"),
+        func.sum(LedgerEntry.energy_cost).label("energy_cost"),
+        func.min(LedgerEntry.currency).label("currency"),
+    ]
+    window = (LedgerEntry.hour >= start) & (LedgerEntry.hour < end)
+    if by == "team":
+        query = (
+            select(Team.name.label("key"), Team.name.label("team"), null().label("user"), *columns)
+            .join(Team, Team.id == LedgerEntry.team_id)
+            .where(window)
+            .group_by(Team.name)
+        )
+    else:
+        query = (
+            select(
+                func.coalesce(Job.job_id, UNALLOCATED_TEAM).label("key"),
+                Team.name.label("team"),
+                Job.user.label("user"),
+                *columns,
+            )
+            .join(Team, Team.id == LedgerEntry.team_id)
+            .outerjoin(Job, Job.id == LedgerEntry.job_pk)
+            .where(window)
+            .group_by(Job.id, Job.job_id, Team.name, Job.user)
+        )
+    rows = [
+        ReportRow(
+            key=r.key,
+            team=r.team,
+            user=r.user,
+            allocated_gpu_seconds=int(r.seconds),
+            used_gpu_seconds=float(r.used),
+            idle_gpu_seconds=max(float(r.metered) - float(r.used), 0.0),
+            unmetered_gpu_seconds=int(r.unmetered),
+            allocated_cost=Decimal(r.allocated_cost),
+            used_cost=Decimal(r.used_cost),
+            idle_cost=Decimal(r.idle_cost),
+            energy_joules=float(r.energy_joules),
+            energy_cost=Decimal(r.energy_cost),
+            currency=r.currency,
+        )
+        for r in session.execute(query)
+    ]
+    return sorted(rows, key=lambda row: (row.key == UNALLOCATED_TEAM, -row.allocated_cost, row.key))
+
+
+def _hours(seconds: float) -> float:
+    return round(seconds / 3600, 6)
+
+
+def report_dicts(rows: Sequence[ReportRow], by: GroupBy = "team") -> list[dict[str, object]]:
+    """JSON-ready rows: ``{team|job, allocated_gpu_hours, used_gpu_hours, idle_gpu_hours, allocated_cost,
+    used_cost, idle_cost, energy_kwh, energy_cost, currency}`` plus ``allocated_gpu_seconds`` and
+    ``unmetered_gpu_hours``; money as decimal strings in cents that add up to the rounded totals."""
+    rounded = {name: round_preserving_total([getattr(row, name) for row in rows]) for name in MONEY_FIELDS}
+    result = []
+    for i, row in enumerate(rows):
+        item: dict[str, object] = {by: row.key}
+        if by == "job":
+            item.update(team=row.team, user=row.user)
+        item.update(
+            allocated_gpu_hours=_hours(row.allocated_gpu_seconds),
+            allocated_gpu_seconds=row.allocated_gpu_seconds,
+            used_gpu_hours=_hours(row.used_gpu_seconds),
+            idle_gpu_hours=_hours(row.idle_gpu_seconds),
+            unmetered_gpu_hours=_hours(row.unmetered_gpu_seconds),
+            allocated_cost=str(rounded["allocated_cost"][i]),
+            used_cost=str(rounded["used_cost"][i]),
+            idle_cost=str(rounded["idle_cost"][i]),
+            energy_kwh=float(quantize(Decimal(repr(row.energy_joules)) / JOULES_PER_KWH, Decimal("0.001"))),
+            energy_cost=str(rounded["energy_cost"][i]),
+            currency=row.currency,
+        )
+        result.append(item)
+    return result
+
+
+def report_csv(rows: Sequence[ReportRow], by: GroupBy = "team") -> str:
+    """The rows of :func:`report_dicts` as CSV text with a header line."""
+    dicts = report_dicts(rows, by)
+    out = io.StringIO()
+    if dicts:
+        writer = csv.DictWriter(out, fieldnames=list(dicts[0]))
+        writer.writeheader()
+        writer.writerows(dicts)
+    return out.getvalue()
+
+
+def report_table(rows: Sequence[ReportRow], by: GroupBy = "team") -> str:
+    """The rows as a fixed-width text table with a total line."""
+    dicts = report_dicts(rows, by)
+    headers = [by, "alloc GPU-h", "used GPU-h", "idle GPU-h", "allocated", "used", "idle", "energy kWh", "energy"]
+    keys = [
+        by,
+        "allocated_gpu_hours",
+        "used_gpu_hours",
+        "idle_gpu_hours",
+        *MONEY_FIELDS[:3],
+        "energy_kwh",
+        "energy_cost",
+    ]
+    lines = [[_cell(d[k]) for k in keys] for d in dicts]
+    totals = ["TOTAL"] + [_cell(sum((Decimal(str(d[k])) for d in dicts), Decimal(0))) for k in keys[1:]]
+    widths = [max(len(h), *(len(line[i]) for line in [*lines, totals])) for i, h in enumerate(headers)]
+    currency = dicts[0]["currency"] if dicts else ""
+    out = [f"Costs in {currency}" if currency else "No ledger rows in this period."]
+    for line in [headers, *lines, totals]:
+        cells = [
+            cell.rjust(width) if i else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(line, widths, strict=True))
+        ]
+        out.append("  ".join(cells))
+    return "\n".join(out)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, (float, Decimal)):
+        return f"{value:,.2f}"
+    if isinstance(value, str) and value.replace(".", "", 1).lstrip("-").isdigit():
+        return f"{Decimal(value):,.2f}"
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSummary:
+    """Headline numbers of a period: capacity cost (all GPUs), of which held by jobs, used and idle;
+    ``utilization`` = used ÷ metered allocated GPU-seconds; ``allocated_share`` = held ÷ capacity GPU-seconds."""
+
+    capacity_cost: Decimal
+    allocated_cost: Decimal
+    used_cost: Decimal
+    idle_cost: Decimal
+    utilization: float
+    allocated_share: float
+    currency: str
+
+
+def fleet_summary(rows: Sequence[ReportRow]) -> FleetSummary:
+    """Totals of :func:`cost_report` team rows (``__unallocated__`` counts in capacity only)."""
+    held = [row for row in rows if row.key != UNALLOCATED_TEAM]
+    capacity_seconds = sum(row.allocated_gpu_seconds for row in rows)
+    held_seconds = sum(row.allocated_gpu_seconds for row in held)
+    used_seconds = sum(row.used_gpu_seconds for row in held)
+    metered_seconds = used_seconds + sum(row.idle_gpu_seconds for row in held)
+    return FleetSummary(
+        capacity_cost=sum((row.allocated_cost for row in rows), Decimal(0)),
+        allocated_cost=sum((row.allocated_cost for row in held), Decimal(0)),
+        used_cost=sum((row.used_cost for row in held), Decimal(0)),
+        idle_cost=sum((row.idle_cost for row in held), Decimal(0)),
+        utilization=used_seconds / metered_seconds if metered_seconds else 0.0,
+        allocated_share=held_seconds / capacity_seconds if capacity_seconds else 0.0,
+        currency=rows[0].currency if rows else "",
+    )

@@ -1,0 +1,489 @@
+"""Slurm accounting records: parse ``sacct`` output into jobs, and write jobs back in the same format.
+
+The input is what this command prints, one job or job step per line::
+
+    sacct --parsable2 --noheader \\
+      --format=JobID,JobIDRaw,Cluster,Partition,Account,User,Submit,Start,End,Elapsed,State,AllocTRES,NodeList,JobName
+
+Format sources: the sacct(1) man page (``--parsable2``: fields separated by ``|``, no ``|`` at the end of
+the line; the JobID forms; Elapsed; Start/End; JOB STATE CODES) and Slurm's own source, which fixes what the
+man page leaves open: ``src/sacct/print.c`` (``CANCELLED by <uid>``), ``src/common/parse_time.c`` (times
+printed as local ``%FT%T``, ``Unknown`` for an unset time, ``None`` for NO_VAL; Elapsed printed
+``[D-]HH:MM:SS``), ``src/common/slurmdb_defs.c`` (AllocTRES is ``name=count`` items sorted by name, memory
+with a unit suffix, other counts plain integers), ``src/common/hostlist.c`` (NodeList hostlist syntax) and
+``src/plugins/accounting_storage/mysql/as_mysql_job.c`` (``None assigned`` for a job without nodes).
+
+sacct escapes nothing: a ``|`` inside a job name is printed as is. JobName is the last field of this format,
+so the parser splits on the first 13 ``|`` only and a job name keeps any ``|`` it holds. Times are only
+parsable in the default layout: run sacct with ``SLURM_TIME_FORMAT`` unset (or ``standard``) and without
+``--delimiter``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import TypeVar
+
+SACCT_FIELDS: tuple[str, ...] = (
+    "JobID",
+    "JobIDRaw",
+    "Cluster",
+    "Partition",
+    "Account",
+    "User",
+    "Submit",
+    "Start",
+    "End",
+    "Elapsed",
+    "State",
+    "AllocTRES",
+    "NodeList",
+    "JobName",
+)
+"""The ``--format`` fields, in the order the parser expects them and :func:`format_sacct_line` writes them."""
+
+_NO_NODES = "None assigned"  # NodeList of a job that never got nodes (slurmdbd writes this text)
+_MAX_HOSTS = 64 * 1024  # cap per hostlist, against a corrupt line; Slurm caps one range at 64K (MAX_RANGE)
+_TIME_UNSET = ("Unknown", "None")  # slurm_make_time_str: time 0 or INFINITE -> Unknown, NO_VAL -> None
+
+_TIME_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})")
+_ELAPSED_RE = re.compile(r"(?:(?:([0-9]+)-)?([0-9]{2}):)?([0-9]{2}):([0-9]{2})")
+_STATE_RE = re.compile(r"([A-Z][A-Z_]*)(?: by ([0-9]+))?")
+# A job: JobID, ArrayJobID_TaskID, ArrayJobID_[pending tasks] or HetJobID+Offset. A step adds ".<step>".
+_JOB_ID_RE = re.compile(r"[0-9]+(?:_(?:[0-9]+|\[[^\]]+\])|\+[0-9]+)?")
+_GPU_TYPE_RE = re.compile(r"[^\s,=|]+")
+_RANGE_RE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+_NOT_IN_HOSTNAME_RE = re.compile(r"[\[\],\s]")
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class SacctJob:
+    """One job (not a job step) from sacct.
+
+    - ``job_id``: JobID as sacct writes it: ``123``, array task ``123_4``, the pending rest of an array
+      ``123_[5-10%2]``, heterogeneous component ``123+0``.
+    - ``job_id_raw``: JobIDRaw, the unique numeric job ID as text (an array task or a het component has its
+      own, e.g. ``123_4`` -> ``127``).
+    - ``cluster``, ``partition``, ``account``, ``user``: as written (a pending job's partition may be a
+      comma-separated list).
+    - ``submit``: Submit, timezone-aware UTC. ``start``, ``end``: Start and End, aware UTC, or None where
+      sacct writes ``Unknown`` or ``None`` (a pending job's Start, a running job's End).
+    - ``elapsed``: Elapsed, whole seconds; for a running job the time run so far.
+    - ``state``: the job state code, e.g. ``COMPLETED``, ``RUNNING``, ``CANCELLED``, ``OUT_OF_MEMORY``.
+      ``cancelled_by``: the uid in ``CANCELLED by <uid>``, else None.
+    - ``gpus``: GPUs allocated (0 for none or pending); ``gpu_type``: the GRES type, e.g. ``h100``, when
+      AllocTRES names exactly one type covering all of them, else None. See :func:`parse_gpu_tres`.
+    - ``nodes``: NodeList expanded to host names in sacct's order, ``()`` for ``None assigned``.
+    - ``name``: JobName.
+    """
+
+    job_id: str
+    job_id_raw: str
+    cluster: str
+    partition: str
+    account: str
+    user: str
+    submit: datetime
+    start: datetime | None
+    end: datetime | None
+    elapsed: timedelta
+    state: str
+    cancelled_by: int | None
+    gpus: int
+    gpu_type: str | None
+    nodes: tuple[str, ...]
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SacctLineError:
+    """A line :func:`parse_sacct` could not read.
+
+    ``line_number`` is 1-based over the input lines (blank ones included); ``message`` reads
+    ``<source>:<line_number>: field <Field>: <what is wrong>`` (or names the field count); ``line`` is the
+    line without its line ending.
+    """
+
+    line_number: int
+    message: str
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class SacctParseResult:
+    """What :func:`parse_sacct` read: ``jobs`` in input order (job steps left out) and one entry in
+    ``errors`` per unreadable line, also in input order."""
+
+    jobs: list[SacctJob]
+    errors: list[SacctLineError]
+
+
+def parse_sacct(lines: Iterable[str], *, tz: tzinfo = UTC, source: str = "<stdin>") -> SacctParseResult:
+    """Parse ``sacct --parsable2 --noheader`` output in the :data:`SACCT_FIELDS` format.
+
+    ``lines``: the output's lines (an open text file, a list; line endings are dropped) or the whole output
+    as one ``str``. ``tz``: the time zone sacct printed Submit/Start/End in (the local zone of the host that
+    ran sacct); the results are aware UTC. A time repeated by a daylight-saving change is read as its first
+    occurrence. ``source``: the name used in error messages.
+
+    Job steps (``123.batch``, ``123.extern``, ``123.0``, ``123_4.batch``, ``123+0.0``) are skipped; blank lines
+    are ignored. A malformed line (wrong field count, bad time, Elapsed, State, AllocTRES or NodeList) becomes
+    a :class:`SacctLineError` and the other lines are still read.
+    """
+    if isinstance(lines, str):
+        lines = lines.split("\n")
+    jobs: list[SacctJob] = []
+    errors: list[SacctLineError] = []
+    for number, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\r\n")
+        if not line.strip():
+            continue
+        try:
+            job = _parse_line(line, tz)
+        except ValueError as exc:
+            errors.append(SacctLineError(number, f"{source}:{number}: {exc}", line))
+            continue
+        if job is not None:
+            jobs.append(job)
+    return SacctParseResult(jobs, errors)
+
+
+def format_sacct_line(job: SacctJob, *, tz: tzinfo = UTC) -> str:
+    """One line (no line ending) in the :data:`SACCT_FIELDS` ``--parsable2`` format; the inverse of
+    :func:`parse_sacct` for a job it produced.
+
+    Times are written as local time in ``tz`` (``YYYY-MM-DDTHH:MM:SS``, fraction dropped), a missing one as
+    ``Unknown``; Elapsed as ``[D-]HH:MM:SS``; State as ``CANCELLED by <uid>`` when ``cancelled_by`` is set;
+    AllocTRES holds only the GPU items (``gres/gpu:<type>=N,gres/gpu=N``, ``gres/gpu=N`` or empty); NodeList
+    is :func:`compress_hostlist` of the nodes, ``None assigned`` for none.
+
+    Raises ValueError when the job cannot be written so that it reads back the same: a naive datetime,
+    negative elapsed or GPU count, a GPU type holding ``,``, ``=``, ``|`` or whitespace, a host name
+    :func:`compress_hostlist` refuses, a line break in any field or a ``|`` in any field but the last.
+    """
+    state = job.state if job.cancelled_by is None else f"{job.state} by {job.cancelled_by}"
+    values = (
+        job.job_id,
+        job.job_id_raw,
+        job.cluster,
+        job.partition,
+        job.account,
+        job.user,
+        _format_time(job.submit, tz),
+        _format_time(job.start, tz),
+        _format_time(job.end, tz),
+        _format_elapsed(job.elapsed),
+        state,
+        _format_gpu_tres(job.gpus, job.gpu_type),
+        compress_hostlist(job.nodes) or _NO_NODES,
+        job.name,
+    )
+    for name, value in zip(SACCT_FIELDS, values, strict=True):
+        if "\n" in value or "\r" in value or ("|" in value and name != SACCT_FIELDS[-1]):
+            raise ValueError(f"field {name}: {value!r} cannot be written in one '|'-separated line")
+    return "|".join(values)
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Host names of a Slurm hostlist expression, in the order it lists them (duplicates kept).
+
+    Syntax (Slurm ``hostlist.c``): comma-separated items; in an item each ``[...]`` holds comma-separated
+    numbers and ``lo-hi`` ranges, padded to the width of the number as written (``n[08-10]`` -> ``n08``,
+    ``n09``, ``n10``; ``n[9-10]`` -> ``n9``, ``n10``). Text may follow a bracket (``n[1-2]-ib``) and an item
+    may hold several brackets, expanded as nested loops with the last innermost (``r[1-2]n[1-2]`` -> ``r1n1``,
+    ``r1n2``, ``r2n1``, ``r2n2``). ``""`` and ``None assigned`` give ``[]``.
+
+    Raises ValueError naming the expression for an empty item, an unmatched or nested bracket, whitespace,
+    a bracket entry that is not a number or ascending range, or more than 65536 hosts.
+    """
+    if text in ("", _NO_NODES):
+        return []
+    hosts: list[str] = []
+    for item in _split_hostlist(text):
+        pieces = re.split(r"\[([^\]]*)\]", item)  # text, bracket, text, bracket, ..., text
+        choices = [_bracket_numbers(piece, text) if i % 2 else [piece] for i, piece in enumerate(pieces)]
+        if len(hosts) + math.prod(len(choice) for choice in choices) > _MAX_HOSTS:
+            raise ValueError(f"hostlist {text!r}: more than {_MAX_HOSTS} hosts")
+        hosts.extend("".join(parts) for parts in itertools.product(*choices))
+    return hosts
+
+
+def compress_hostlist(nodes: Iterable[str]) -> str:
+    """The Slurm hostlist expression for ``nodes``, keeping their order: ``expand_hostlist`` of the result
+    gives ``nodes`` back.
+
+    As Slurm's ``hostlist_ranged_string``: a host name splits into a prefix and a numeric suffix (its trailing
+    digits); consecutive hosts with the same prefix share one bracket; within it, a host whose number is one
+    more than the previous one's and prints the same at the range's width extends the range. So
+    ``["n01", "n02", "n03", "n07"]`` -> ``n[01-03,07]``, ``["n9", "n10"]`` -> ``n[9-10]``, ``["a1", "a2",
+    "b-7"]`` -> ``a[1-2],b-7``; a lone host or one without digits is written bare. ``[]`` gives ``""``.
+
+    Raises ValueError for an empty host name or one holding ``[``, ``]``, ``,`` or whitespace.
+    """
+    runs: list[tuple[str, list[list[int]]]] = []  # (prefix, ranges as [lo, hi, width]); no ranges: bare name
+    for host in nodes:
+        if not host or _NOT_IN_HOSTNAME_RE.search(host):
+            raise ValueError(f"host name {host!r} cannot be written in a hostlist")
+        prefix = host.rstrip("0123456789")  # Slurm's split: the numeric suffix is the trailing digits
+        digits = host[len(prefix) :]
+        if not digits:
+            runs.append((host, []))
+            continue
+        number = int(digits)
+        if runs and runs[-1][0] == prefix and runs[-1][1]:
+            last = runs[-1][1][-1]
+            if number == last[1] + 1 and f"{number:0{last[2]}d}" == digits:
+                last[1] = number
+            else:
+                runs[-1][1].append([number, number, len(digits)])
+        else:
+            runs.append((prefix, [[number, number, len(digits)]]))
+    return ",".join(_run_text(prefix, ranges) for prefix, ranges in runs)
+
+
+def parse_gpu_tres(text: str) -> tuple[int, str | None]:
+    """GPU count and type from an AllocTRES value such as
+    ``billing=64,cpu=64,gres/gpu:h100=4,gres/gpu=4,mem=500G,node=1``, ``gres/gpu=8`` or ``""``.
+
+    The count is the untyped ``gres/gpu=N`` if present, else the sum of the typed ``gres/gpu:<type>=N``
+    items, else 0. The type is ``<type>`` when exactly one typed item is present and its count equals the
+    total, else None (untyped only, mixed types, or typed items covering only part of the GPUs). Other items
+    (``gres/gpumem``, ``mem=500G``, ...) are only checked to be ``name=value``.
+
+    Raises ValueError for an item that is not ``name=value``, a repeated name, or a GPU count that is not a
+    non-negative integer.
+    """
+    if not text:
+        return 0, None
+    seen: set[str] = set()
+    untyped: int | None = None
+    typed: dict[str, int] = {}
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        if not (name and sep and value):
+            raise ValueError(f"{item!r} is not name=value")
+        if name in seen:
+            raise ValueError(f"{name!r} appears twice")
+        seen.add(name)
+        if name == "gres/gpu":
+            untyped = _gpu_count(item, value)
+        elif name.startswith("gres/gpu:"):
+            gpu_type = name.removeprefix("gres/gpu:")
+            if not _GPU_TYPE_RE.fullmatch(gpu_type):
+                raise ValueError(f"{item!r} has no valid GPU type")
+            typed[gpu_type] = _gpu_count(item, value)
+    total = sum(typed.values()) if untyped is None else untyped
+    if len(typed) == 1:
+        [(gpu_type, count)] = typed.items()
+        if count == total:
+            return total, gpu_type
+    return total, None
+
+
+def parse_elapsed(text: str) -> timedelta:
+    """An Elapsed value as a timedelta: ``[D-]HH:MM:SS`` as sacct prints it (``00:05:00``, ``10-13:27:06``),
+    or ``MM:SS`` as the man page also allows.
+
+    Raises ValueError for any other form, or hours > 23, minutes or seconds > 59.
+    """
+    match = _ELAPSED_RE.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not [D-]HH:MM:SS")
+    days, hours, minutes, seconds = (int(group or 0) for group in match.groups())
+    if hours > 23 or minutes > 59 or seconds > 59:
+        raise ValueError(f"{text!r} has hours above 23 or minutes or seconds above 59")
+    try:
+        return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"{text!r} is too long a time") from None
+
+
+def _parse_line(line: str, tz: tzinfo) -> SacctJob | None:
+    """The job on ``line``, or None for a job step. Raises ValueError naming the bad field."""
+    parts = line.split("|", len(SACCT_FIELDS) - 1)
+    if len(parts) != len(SACCT_FIELDS):
+        raise ValueError(f"expected {len(SACCT_FIELDS)} '|'-separated fields, found {len(parts)}")
+    fields = dict(zip(SACCT_FIELDS, parts, strict=True))
+
+    def field(name: str, parse: Callable[[str], _T]) -> _T:
+        try:
+            return parse(fields[name])
+        except ValueError as exc:
+            raise ValueError(f"field {name}: {exc}") from None
+
+    def time_field(name: str) -> datetime | None:
+        return field(name, lambda text: _parse_time(text, tz))
+
+    if field("JobID", _is_step):
+        return None
+    job_id_raw = field("JobIDRaw", _numeric_id)
+    submit = time_field("Submit")
+    if submit is None:
+        raise ValueError(f"field Submit: {fields['Submit']!r}: a job always has a submit time")
+    start, end = time_field("Start"), time_field("End")
+    elapsed = field("Elapsed", parse_elapsed)
+    state, cancelled_by = field("State", _parse_state)
+    gpus, gpu_type = field("AllocTRES", parse_gpu_tres)
+    nodes = field("NodeList", expand_hostlist)
+    return SacctJob(
+        job_id=fields["JobID"],
+        job_id_raw=job_id_raw,
+        cluster=fields["Cluster"],
+        partition=fields["Partition"],
+        account=fields["Account"],
+        user=fields["User"],
+        submit=submit,
+        start=start,
+        end=end,
+        elapsed=elapsed,
+        state=state,
+        cancelled_by=cancelled_by,
+        gpus=gpus,
+        gpu_type=gpu_type,
+        nodes=tuple(nodes),
+        name=fields["JobName"],
+    )
+
+
+def _is_step(job_id: str) -> bool:
+    """Whether a JobID is a job step (``<job>.<step>``) rather than a job; ValueError if it is neither."""
+    match = _JOB_ID_RE.match(job_id)
+    if match is not None:
+        rest = job_id[match.end() :]
+        if not rest:
+            return False
+        if len(rest) > 1 and rest.startswith("."):
+            return True
+    raise ValueError(f"{job_id!r} is not a job ID (123, 123_4, 123_[5-9], 123+0, each optionally .<step>)")
+
+
+def _numeric_id(text: str) -> str:
+    """JobIDRaw of a job: digits only."""
+    if not re.fullmatch(r"[0-9]+", text):
+        raise ValueError(f"{text!r} is not a numeric job ID")
+    return text
+
+
+def _parse_time(text: str, tz: tzinfo) -> datetime | None:
+    """A ``YYYY-MM-DDTHH:MM:SS`` local time in ``tz`` as aware UTC; None for ``Unknown`` or ``None``."""
+    if text in _TIME_UNSET:
+        return None
+    match = _TIME_RE.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not YYYY-MM-DDTHH:MM:SS, Unknown or None")
+    try:
+        year, month, day, hour, minute, second = (int(group) for group in match.groups())
+        return datetime(year, month, day, hour, minute, second, tzinfo=tz).astimezone(UTC)
+    except (ValueError, OverflowError) as exc:
+        raise ValueError(f"{text!r} is not a valid time ({exc})") from None
+
+
+def _parse_state(text: str) -> tuple[str, int | None]:
+    """State code and the uid of ``CANCELLED by <uid>`` (else None)."""
+    match = _STATE_RE.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a job state such as COMPLETED or 'CANCELLED by 1000'")
+    state, uid = match.groups()
+    if uid is not None and state != "CANCELLED":
+        raise ValueError(f"{text!r}: only CANCELLED is followed by 'by <uid>'")
+    return state, None if uid is None else int(uid)
+
+
+def _gpu_count(item: str, value: str) -> int:
+    """The count of a ``gres/gpu`` TRES item."""
+    if not re.fullmatch(r"[0-9]+", value):
+        raise ValueError(f"{item!r}: GPU count is not a non-negative integer")
+    return int(value)
+
+
+def _split_hostlist(text: str) -> list[str]:
+    """The top-level comma-separated items of a hostlist (commas inside brackets do not split)."""
+    items: list[str] = []
+    start = 0
+    in_bracket = False
+    for i, char in enumerate(text):
+        if char == "[":
+            if in_bracket:
+                raise ValueError(f"hostlist {text!r}: nested '[' at offset {i}")
+            in_bracket = True
+        elif char == "]":
+            if not in_bracket:
+                raise ValueError(f"hostlist {text!r}: ']' without '[' at offset {i}")
+            in_bracket = False
+        elif char == "," and not in_bracket:
+            items.append(text[start:i])
+            start = i + 1
+        elif char.isspace():
+            raise ValueError(f"hostlist {text!r}: whitespace at offset {i}")
+    if in_bracket:
+        raise ValueError(f"hostlist {text!r}: '[' without ']'")
+    items.append(text[start:])
+    if "" in items:
+        raise ValueError(f"hostlist {text!r}: empty host name")
+    return items
+
+
+def _bracket_numbers(inner: str, text: str) -> list[str]:
+    """The host numbers of one bracket's contents, e.g. ``01-03,07``, each padded to its range's width."""
+    numbers: list[str] = []
+    for entry in inner.split(","):
+        match = _RANGE_RE.fullmatch(entry)
+        if match is None:
+            raise ValueError(f"hostlist {text!r}: {entry!r} is not a number or lo-hi range")
+        lo_text, hi_text = match.group(1), match.group(2) or match.group(1)
+        lo, hi = int(lo_text), int(hi_text)
+        if lo > hi:
+            raise ValueError(f"hostlist {text!r}: range {entry!r} is descending")
+        if len(numbers) + hi - lo + 1 > _MAX_HOSTS:
+            raise ValueError(f"hostlist {text!r}: more than {_MAX_HOSTS} hosts")
+        width = len(lo_text)
+        numbers.extend(f"{number:0{width}d}" for number in range(lo, hi + 1))
+    return numbers
+
+
+def _run_text(prefix: str, ranges: list[list[int]]) -> str:
+    """One hostlist item: a bare host name, ``prefix<number>`` or ``prefix[lo-hi,n,...]``."""
+    if not ranges:
+        return prefix
+    texts = [f"{lo:0{width}d}" if lo == hi else f"{lo:0{width}d}-{hi:0{width}d}" for lo, hi, width in ranges]
+    if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+        return prefix + texts[0]
+    return f"{prefix}[{','.join(texts)}]"
+
+
+def _format_time(value: datetime | None, tz: tzinfo) -> str:
+    """``YYYY-MM-DDTHH:MM:SS`` in ``tz`` (fraction dropped), ``Unknown`` for None."""
+    if value is None:
+        return "Unknown"
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value.isoformat()}: times must be timezone-aware")
+    return value.astimezone(tz).replace(tzinfo=None).isoformat(timespec="seconds")
+
+
+def _format_elapsed(value: timedelta) -> str:
+    """``[D-]HH:MM:SS`` as Slurm's ``secs2time_str`` writes it (fraction dropped)."""
+    if value < timedelta(0):
+        raise ValueError(f"negative elapsed time {value}")
+    days, seconds = value.days, value.seconds
+    hours, seconds = divmod(seconds, 3600)
+    minutes, seconds = divmod(seconds, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{seconds:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def _format_gpu_tres(gpus: int, gpu_type: str | None) -> str:
+    """AllocTRES GPU items as Slurm sorts them: ``gres/gpu:<type>=N,gres/gpu=N``, ``gres/gpu=N`` or ``""``."""
+    if gpus < 0:
+        raise ValueError(f"negative GPU count {gpus}")
+    if gpu_type is None:
+        return f"gres/gpu={gpus}" if gpus else ""
+    if not _GPU_TYPE_RE.fullmatch(gpu_type):
+        raise ValueError(f"GPU type {gpu_type!r} cannot be written in AllocTRES")
+    return f"gres/gpu:{gpu_type}={gpus},gres/gpu={gpus}"
