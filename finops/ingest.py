@@ -11,7 +11,7 @@ from collector.wire import GpuInfo, IngestBatch
 from finops.dialect import insert_ignoring_conflicts
 from finops.hours import mark_hours_dirty
 from finops.models import Gpu, GpuSample, Node
-from finops.timeutil import floor_hour, to_epoch
+from finops.timeutil import floor_hour, from_epoch, to_epoch
 
 
 @dataclass(slots=True)
@@ -90,7 +90,7 @@ class Ingestor:
             node = node_by_hostname(session, hostname)
             gpu = session.scalars(select(Gpu).where(Gpu.node_id == node.id, Gpu.gpu_index == info.index)).one_or_none()
             if gpu is None:
-                gpu = Gpu(node_id=node.id, gpu_index=info.index, in_service_from=seen)
+                gpu = Gpu(node_id=node.id, gpu_index=info.index, in_service_from=from_epoch(seen))
                 session.add(gpu)
             gpu.uuid, gpu.model, gpu.memory_total_bytes = uuid, info.model, info.memory_total_bytes
             session.flush()

@@ -23,7 +23,7 @@ from finops.ingest import node_by_hostname
 from finops.models import Allocation, Gpu, Job
 from finops.slurm import SacctJob, SacctLineError, parse_sacct
 from finops.teams import team_for_account
-from finops.timeutil import to_epoch
+from finops.timeutil import from_epoch, to_epoch
 
 OPEN_END = 2**62
 
@@ -89,7 +89,7 @@ class _Placer:
                 node_id=self.node_ids[hostname],
                 gpu_index=len(calendars),
                 model=gpu_type or "unknown",
-                in_service_from=start,
+                in_service_from=from_epoch(start),
             )
             self.session.add(placeholder)
             self.session.flush()

@@ -26,3 +26,51 @@ def shared_data() -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+POSTGRES_URL = os.environ.get("FINOPS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def _reset_postgres(url: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP SCHEMA public CASCADE"))
+        connection.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database URL, once on an SQLite file and once on PostgreSQL (skipped if PostgreSQL is down,
+    a failure under ``CI=true``)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'finops.sqlite'}"
+    try:
+        _reset_postgres(POSTGRES_URL)
+    except Exception as exc:  # any connection failure means "no PostgreSQL here"
+        message = f"PostgreSQL at {POSTGRES_URL} is unavailable: {exc.__class__.__name__}: {exc}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return POSTGRES_URL
+
+
+@pytest.fixture
+def engine(database_url: str):  # type: ignore[no-untyped-def]
+    """A migrated engine on each backend."""
+    from finops.db import make_engine, upgrade
+
+    created = make_engine(database_url)
+    upgrade(created)
+    yield created
+    created.dispose()
+
+
+@pytest.fixture
+def sessions(engine):  # type: ignore[no-untyped-def]
+    """A session factory on the migrated database."""
+    from finops.db import session_factory
+
+    return session_factory(engine)

@@ -1,0 +1,1 @@
+"""The Streamlit dashboard: ``app.py`` routes to thin pages that call :mod:`finops` query functions."""

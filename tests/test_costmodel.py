@@ -1,0 +1,73 @@
+"""The cost model's arithmetic: exact splits, conservation to the micro-unit, rounding that adds up."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from finops.costmodel import (
+    CENT,
+    QUANTUM,
+    Holding,
+    capacity_cost,
+    energy_cost,
+    gpu_hour_costs,
+    round_preserving_total,
+    split_exact,
+)
+
+rates = st.decimals(min_value=Decimal("0.01"), max_value=Decimal("100"), places=4)
+
+
+def test_split_exact_hand_example() -> None:
+    # 1.000000 over weights 1:1:1 -> 333334, 333333, 333333 micro-units: the leftover unit goes to the first tie.
+    assert split_exact(Decimal("1"), [1, 1, 1]) == [Decimal("0.333334"), Decimal("0.333333"), Decimal("0.333333")]
+
+
+def test_split_exact_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="multiple"):
+        split_exact(Decimal("0.0000001"), [1])
+    with pytest.raises(ValueError, match="positive sum"):
+        split_exact(Decimal("1"), [0, 0])
+
+
+@given(rate=rates, seconds=st.lists(st.integers(min_value=0, max_value=3600), min_size=1, max_size=6))
+def test_gpu_hour_costs_conserve_capacity(rate: Decimal, seconds: list[int]) -> None:
+    total = sum(seconds)
+    holdings = [Holding(i if i else None, s, 0.5 if i else None) for i, s in enumerate(seconds)]
+    costs = gpu_hour_costs(rate, holdings)
+    if total == 0:
+        assert costs == []
+        return
+    assert sum(c.allocated for c in costs) == capacity_cost(rate, total)
+    for cost in costs:
+        assert cost.used + cost.idle == (cost.allocated if cost.holding.job is not None else 0)
+        assert cost.allocated == cost.allocated.quantize(QUANTUM)
+
+
+@given(rate=rates, utilization=st.floats(min_value=0, max_value=1))
+def test_used_and_idle_split_allocated(rate: Decimal, utilization: float) -> None:
+    (cost,) = gpu_hour_costs(rate, [Holding(1, 3600, utilization)])
+    assert cost.allocated == rate.quantize(QUANTUM)
+    assert cost.used + cost.idle == cost.allocated
+    assert abs(cost.used - rate * Decimal(str(utilization))) <= QUANTUM
+
+
+def test_unmetered_holding_is_neither_used_nor_idle() -> None:
+    (cost,) = gpu_hour_costs(Decimal("4"), [Holding(1, 1800, None)])
+    assert (cost.allocated, cost.used, cost.idle) == (Decimal("2.000000"), 0, 0)
+
+
+@given(st.lists(st.decimals(min_value=Decimal("-1000"), max_value=Decimal("1000"), places=6), min_size=1))
+def test_round_preserving_total_adds_up(amounts: list[Decimal]) -> None:
+    rounded = round_preserving_total(amounts)
+    assert sum(rounded) == sum(amounts).quantize(CENT)
+    assert all(abs(r - a) < CENT for r, a in zip(rounded, amounts, strict=True))
+
+
+def test_energy_cost_hand_example() -> None:
+    # 700 W for one hour = 2.52 MJ = 0.7 kWh; at 0.08/kWh and PUE 1.5: 0.7 * 0.08 * 1.5 = 0.084.
+    assert energy_cost(2_520_000.0, Decimal("0.08"), Decimal("1.5")) == Decimal("0.084000")
