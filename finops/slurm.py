@@ -239,7 +239,7 @@ def compress_hostlist(nodes: Iterable[str]) -> str:
         number = int(digits)
         if runs and runs[-1][0] == prefix and runs[-1][1]:
             last = runs[-1][1][-1]
-            if number == last[1] + 1:
+            if number == last[1] + 1 and f"{number:0{last[2]}d}" == digits:
                 last[1] = number
             else:
                 runs[-1][1].append([number, number, len(digits)])

@@ -10,6 +10,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+# NUMERIC on PostgreSQL; integer micro-units on SQLite, which has no exact decimal type (finops.sqltypes.Money).
+MONEY = sa.Numeric(precision=20, scale=6).with_variant(sa.BigInteger(), "sqlite")
+
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -47,7 +50,7 @@ def upgrade() -> None:
         "budgets",
         sa.Column("team_id", sa.Integer(), nullable=False),
         sa.Column("month", sa.BigInteger(), nullable=False),
-        sa.Column("amount", sa.Numeric(precision=20, scale=6), nullable=False),
+        sa.Column("amount", MONEY, nullable=False),
         sa.Column("currency", sa.String(length=3), nullable=False),
         sa.ForeignKeyConstraint(["team_id"], ["teams.id"], name=op.f("fk_budgets_team_id_teams")),
         sa.PrimaryKeyConstraint("team_id", "month", name=op.f("pk_budgets")),
@@ -97,9 +100,7 @@ def upgrade() -> None:
         sa.Column("start", sa.BigInteger(), nullable=False),
         sa.Column("end", sa.BigInteger(), nullable=True),
         sa.ForeignKeyConstraint(["gpu_id"], ["gpus.id"], name=op.f("fk_allocations_gpu_id_gpus")),
-        sa.ForeignKeyConstraint(
-            ["job_pk"], ["jobs.id"], name=op.f("fk_allocations_job_pk_jobs"), ondelete="CASCADE"
-        ),
+        sa.ForeignKeyConstraint(["job_pk"], ["jobs.id"], name=op.f("fk_allocations_job_pk_jobs"), ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_allocations")),
     )
     op.create_index("ix_allocations_gpu_start", "allocations", ["gpu_id", "start"], unique=False)
@@ -128,12 +129,10 @@ def upgrade() -> None:
         sa.Column("start", sa.BigInteger(), nullable=False),
         sa.Column("end", sa.BigInteger(), nullable=False),
         sa.Column("memory_held", sa.Boolean(), nullable=False),
-        sa.Column("cost", sa.Numeric(precision=20, scale=6), nullable=False),
+        sa.Column("cost", MONEY, nullable=False),
         sa.Column("currency", sa.String(length=3), nullable=False),
         sa.ForeignKeyConstraint(["gpu_id"], ["gpus.id"], name=op.f("fk_idle_episodes_gpu_id_gpus")),
-        sa.ForeignKeyConstraint(
-            ["job_pk"], ["jobs.id"], name=op.f("fk_idle_episodes_job_pk_jobs"), ondelete="CASCADE"
-        ),
+        sa.ForeignKeyConstraint(["job_pk"], ["jobs.id"], name=op.f("fk_idle_episodes_job_pk_jobs"), ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_idle_episodes")),
         sa.UniqueConstraint("gpu_id", "job_pk", "start", name=op.f("uq_idle_episodes_gpu_id")),
     )
@@ -149,15 +148,13 @@ def upgrade() -> None:
         sa.Column("used_gpu_seconds", sa.Float(), nullable=False),
         sa.Column("sample_count", sa.Integer(), nullable=False),
         sa.Column("energy_joules", sa.Float(), nullable=False),
-        sa.Column("allocated_cost", sa.Numeric(precision=20, scale=6), nullable=False),
-        sa.Column("used_cost", sa.Numeric(precision=20, scale=6), nullable=False),
-        sa.Column("idle_cost", sa.Numeric(precision=20, scale=6), nullable=False),
-        sa.Column("energy_cost", sa.Numeric(precision=20, scale=6), nullable=False),
+        sa.Column("allocated_cost", MONEY, nullable=False),
+        sa.Column("used_cost", MONEY, nullable=False),
+        sa.Column("idle_cost", MONEY, nullable=False),
+        sa.Column("energy_cost", MONEY, nullable=False),
         sa.Column("currency", sa.String(length=3), nullable=False),
         sa.ForeignKeyConstraint(["gpu_id"], ["gpus.id"], name=op.f("fk_ledger_gpu_id_gpus")),
-        sa.ForeignKeyConstraint(
-            ["job_pk"], ["jobs.id"], name=op.f("fk_ledger_job_pk_jobs"), ondelete="SET NULL"
-        ),
+        sa.ForeignKeyConstraint(["job_pk"], ["jobs.id"], name=op.f("fk_ledger_job_pk_jobs"), ondelete="SET NULL"),
         sa.ForeignKeyConstraint(["team_id"], ["teams.id"], name=op.f("fk_ledger_team_id_teams")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_ledger")),
     )
