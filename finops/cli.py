@@ -198,7 +198,7 @@ def import_sacct_command(
     with handle, session_factory(engine).begin() as session:
         result = import_sacct(session, handle, source="<stdin>" if file == "-" else file, cluster=cluster)
     for error in result.errors:
-        typer.echo(f"skipped {error}", err=True)
+        typer.echo(f"skipped {error.message}", err=True)
     typer.echo(f"imported {result.jobs} GPU jobs; {result.without_gpus} without GPUs; {len(result.errors)} bad lines")
     if result.errors:
         raise typer.Exit(1)

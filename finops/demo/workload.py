@@ -73,9 +73,10 @@ def sacct_lines(trace: Trace) -> list[str]:
             end=end,
             elapsed=elapsed,
             state="RUNNING" if end is None else "COMPLETED",
+            cancelled_by=None,
             gpus=job.gpu_count,
             gpu_type=None,
-            nodes=list(job.nodes),
+            nodes=tuple(job.nodes),
             name=f"derived-{job.team}-{job.job_number}",
         )
         lines.append(format_sacct_line(record, tz=UTC))

@@ -1,0 +1,1 @@
+"""Telemetry sources: one module per source, each a :class:`collector.sample.Source`."""

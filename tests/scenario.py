@@ -1,0 +1,64 @@
+"""A small cluster slice with hand-computed costs, shared by the ledger and end-to-end tests.
+
+Two H100 GPUs on node ``gpu-a-01``, readings every minute over two hours [T, T+2h), T hour-aligned:
+GPU 0 reads 100 % in the first hour and 0 % in the second; GPU 1 reads 50 % throughout; both draw
+600 W (36 kJ a minute). Job 501 (account ``acct-a`` → team ``alpha``) holds GPU 0 over [T, T+90 min);
+job 502 (account ``acct-b``, unmapped) holds GPU 1 from T+30 min and is still running.
+
+By hand, with r the on-demand rate per GPU-hour:
+- alpha: GPU 0 hour 1 = r (used r), hour 2 half = r/2 (idle r/2): allocated 1.5 r, used r, idle 0.5 r.
+- __unmapped__: GPU 1 from T+30 min = 1.5 GPU-hours at 50 %: allocated 1.5 r, used 0.75 r, idle 0.75 r.
+- __unallocated__: GPU 0's last 30 min + GPU 1's first 30 min = r.
+Capacity: 2 GPUs × 2 h × r = 4 r. Energy per GPU: 119 increments of 36 kJ (the first reading has no
+predecessor) = 4.284 MJ = 1.19 kWh.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from collector import metric_names as m
+from collector.sample import Sample
+
+MODEL = "NVIDIA H100 80GB HBM3"
+NODE = "gpu-a-01"
+UUIDS = ("GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-aaaaaaaa-0000-0000-0000-000000000001")
+
+
+def start_hour() -> datetime:
+    """T: three whole hours before the current hour, so the running job's hours exist but are recent."""
+    return datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+
+
+def samples(t0: datetime) -> list[Sample]:
+    """The 240 readings of the slice, in time order."""
+    readings = []
+    for minute in range(120):
+        for index, uuid in enumerate(UUIDS):
+            utilization = (1.0 if minute < 60 else 0.0) if index == 0 else 0.5
+            values = {
+                m.GPU_UTILIZATION: utilization,
+                m.GPU_POWER: 600.0,
+                m.GPU_ENERGY: 36_000.0 * minute,
+                m.GPU_MEMORY_USED: 1024.0**3 if utilization else 0.0,
+                m.GPU_MEMORY_TOTAL: 80.0 * 1024**3,
+            }
+            labels = {"gpu": str(index), "uuid": uuid, "model": MODEL}
+            readings.append(Sample("gpu", labels, values, t0 + timedelta(minutes=minute)))
+    return readings
+
+
+def sacct_lines(t0: datetime) -> list[str]:
+    """The slice's job log in ``sacct --parsable2 --noheader`` format (times in UTC), plus a job step."""
+
+    def stamp(offset_minutes: int) -> str:
+        return (t0 + timedelta(minutes=offset_minutes)).strftime("%Y-%m-%dT%H:%M:%S")
+
+    return [
+        f"501|501|orion|gpu|acct-a|alice|{stamp(-5)}|{stamp(0)}|{stamp(90)}|01:30:00|COMPLETED|"
+        f"billing=8,cpu=8,gres/gpu:h100=1,gres/gpu=1,mem=64G,node=1|{NODE}|train",
+        f"501.batch|501.batch|orion||acct-a||{stamp(0)}|{stamp(0)}|{stamp(90)}|01:30:00|COMPLETED|"
+        f"cpu=8,gres/gpu:h100=1,gres/gpu=1,mem=64G,node=1|{NODE}|batch",
+        f"502|502|orion|gpu|acct-b|bob|{stamp(25)}|{stamp(30)}|Unknown|02:30:00|RUNNING|"
+        f"billing=8,cpu=8,gres/gpu=1,mem=64G,node=1|{NODE}|serve",
+    ]

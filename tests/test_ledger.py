@@ -1,0 +1,115 @@
+"""The ledger on the hand-computed slice (tests/scenario.py), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+
+from collector.wire import IngestBatch, gpu_info_dict, reading_dict
+from finops.costmodel import QUANTUM
+from finops.idle import IdlePolicy, detect_idle, list_episodes
+from finops.ingest import Ingestor
+from finops.jobs import import_sacct
+from finops.ledger import Pricing, rollup
+from finops.models import UNALLOCATED_TEAM, UNMAPPED_TEAM
+from finops.prices import PricingModel, load_catalog
+from finops.report import cost_report
+from finops.teams import map_account
+from finops.timeutil import to_epoch
+from tests import scenario
+
+
+@pytest.fixture
+def loaded(sessions):  # type: ignore[no-untyped-def]
+    """The slice ingested, its jobs imported, the ledger built; yields (sessions, T, rate, pricing)."""
+    t0 = scenario.start_hour()
+    pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
+    rate = pricing.catalog.rate(scenario.MODEL, PricingModel.ON_DEMAND, t0)
+    readings = scenario.samples(t0)
+    batch = IngestBatch.model_validate(
+        {"node": scenario.NODE, "gpus": [gpu_info_dict(s) for s in readings[:2]],
+         "samples": [reading_dict(s) for s in readings]}
+    )  # fmt: skip
+    with sessions.begin() as session:
+        map_account(session, "acct-a", "alpha")
+        Ingestor().store(session, batch)
+        result = import_sacct(session, scenario.sacct_lines(t0), source="scenario")
+        assert (result.jobs, result.errors) == (2, [])
+        rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
+    return sessions, t0, rate, pricing
+
+
+def test_team_costs_match_the_hand_computation(loaded) -> None:  # type: ignore[no-untyped-def]
+    sessions, t0, r, _ = loaded
+    with sessions() as session:
+        rows = {row.key: row for row in cost_report(session, t0, t0 + timedelta(hours=2), "team")}
+    assert set(rows) == {"alpha", UNMAPPED_TEAM, UNALLOCATED_TEAM}
+    half = Decimal("0.5")
+    expected = {
+        "alpha": (5400, r * Decimal("1.5"), r, r * half),
+        UNMAPPED_TEAM: (5400, r * Decimal("1.5"), r * Decimal("0.75"), r * Decimal("0.75")),
+        UNALLOCATED_TEAM: (3600, r, Decimal(0), Decimal(0)),
+    }
+    for team, (seconds, allocated, used, idle) in expected.items():
+        row = rows[team]
+        assert row.allocated_gpu_seconds == seconds
+        assert abs(row.allocated_cost - allocated) <= 2 * QUANTUM
+        assert abs(row.used_cost - used) <= 2 * QUANTUM
+        assert abs(row.idle_cost - idle) <= 2 * QUANTUM
+    assert sum(row.allocated_cost for row in rows.values()) == (4 * r).quantize(QUANTUM)
+    assert rows["alpha"].used_gpu_seconds == pytest.approx(3600)
+    assert rows["alpha"].idle_gpu_seconds == pytest.approx(1800)
+    assert rows[UNMAPPED_TEAM].used_gpu_seconds == pytest.approx(2700)
+    total_joules = sum(row.energy_joules for row in rows.values())
+    assert total_joules == pytest.approx(2 * 119 * 36_000)
+
+
+def test_job_report_names_jobs_and_owners(loaded) -> None:  # type: ignore[no-untyped-def]
+    sessions, t0, r, _ = loaded
+    with sessions() as session:
+        rows = {row.key: row for row in cost_report(session, t0, t0 + timedelta(hours=2), "job")}
+    assert set(rows) == {"501", "502", UNALLOCATED_TEAM}
+    assert (rows["501"].team, rows["501"].user) == ("alpha", "alice")
+    assert (rows["502"].team, rows["502"].user) == (UNMAPPED_TEAM, "bob")
+
+
+def test_rebuilding_changes_nothing(loaded) -> None:  # type: ignore[no-untyped-def]
+    sessions, t0, _, pricing = loaded
+    window = (t0, t0 + timedelta(hours=2))
+    with sessions() as session:
+        before = cost_report(session, *window, "team")
+    with sessions.begin() as session:
+        from finops.hours import mark_hours_dirty
+
+        mark_hours_dirty(session, [to_epoch(t0), to_epoch(t0) + 3600])
+        rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
+    with sessions() as session:
+        assert cost_report(session, *window, "team") == before
+
+
+def test_remapping_an_account_moves_its_cost(loaded) -> None:  # type: ignore[no-untyped-def]
+    sessions, t0, r, pricing = loaded
+    with sessions.begin() as session:
+        assert map_account(session, "acct-b", "beta") == 1
+        rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
+    with sessions() as session:
+        rows = {row.key: row for row in cost_report(session, t0, t0 + timedelta(hours=2), "team")}
+    assert UNMAPPED_TEAM not in rows
+    assert abs(rows["beta"].allocated_cost - r * Decimal("1.5")) <= 2 * QUANTUM
+
+
+def test_idle_episode_found_on_the_sliding_window(loaded) -> None:  # type: ignore[no-untyped-def]
+    sessions, t0, r, pricing = loaded
+    with sessions.begin() as session:
+        stored = detect_idle(session, t0, t0 + timedelta(hours=2), IdlePolicy(), pricing)
+        again = detect_idle(session, t0, t0 + timedelta(hours=2), IdlePolicy(), pricing)
+    assert stored == again == 1
+    with sessions() as session:
+        (episode,) = list_episodes(session, t0, t0 + timedelta(hours=2))
+    # GPU 0 reads 0 % from T+60 min; job 501 holds it until T+90 min: a 30-minute episode, memory released.
+    assert (episode.job_id, episode.gpu_index, episode.team) == ("501", 0, "alpha")
+    assert (episode.start, episode.end) == (t0 + timedelta(minutes=60), t0 + timedelta(minutes=90))
+    assert not episode.memory_held
+    assert episode.cost == (r / 2).quantize(QUANTUM)

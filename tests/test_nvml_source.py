@@ -1,0 +1,264 @@
+"""NvmlSource against a fake pynvml replaying real nvidia-smi captures (H100, H200, L40S; idle and load)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from collector import metric_names as m
+from collector.sources.nvml import NvmlSource
+from tests.fake_pynvml import CAPTURES, FakeNvml, ManualClock, fake_nvml_from_capture, query_gpu_rows
+
+H100 = "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
+H100_MIG = "linux-x86_64__nvidia-h100-mig__590.48.01.txt"
+H200 = "linux-x86_64__nvidia-h200__590.48.01.txt"
+L40S = "linux-x86_64__nvidia-l40s__595.80.txt"
+MIB = 2**20
+MASKED_UUID = "GPU-00000000-0000-0000-0000-000000000000"
+SECONDS_SINCE_LOAD = 60.0
+
+# Literals copied by hand from the captures' query-gpu rows, so a parser bug shared by the fake and the
+# expectations below cannot cancel out.
+PINNED: dict[tuple[str, str], tuple[str, dict[str, float]]] = {
+    (H100, "load"): (
+        "NVIDIA H100 80GB HBM3",
+        {
+            m.GPU_UTILIZATION: 1.0,
+            m.GPU_MEMORY_UTILIZATION: 0.11,
+            m.GPU_MEMORY_USED: 19818 * MIB,
+            m.GPU_MEMORY_TOTAL: 81559 * MIB,
+            m.GPU_POWER: 631.95,
+            m.GPU_ENERGY: 631.95 * SECONDS_SINCE_LOAD,
+            m.GPU_TEMPERATURE: 59.0,
+            m.GPU_SM_CLOCK: 1980e6,
+            m.GPU_CLOCKS_EVENT_REASONS: 0.0,
+        },
+    ),
+    (H100, "idle"): (
+        "NVIDIA H100 80GB HBM3",
+        {m.GPU_UTILIZATION: 0.0, m.GPU_POWER: 69.85, m.GPU_SM_CLOCK: 345e6, m.GPU_CLOCKS_EVENT_REASONS: 1.0},
+    ),
+    (H200, "load"): (
+        "NVIDIA H200",
+        {m.GPU_MEMORY_USED: 32362 * MIB, m.GPU_MEMORY_TOTAL: 143771 * MIB, m.GPU_POWER: 627.40, m.GPU_TEMPERATURE: 52},
+    ),
+    (H200, "idle"): ("NVIDIA H200", {m.GPU_MEMORY_USED: 0.0, m.GPU_POWER: 77.71, m.GPU_TEMPERATURE: 28.0}),
+    (L40S, "load"): (
+        "NVIDIA L40S",
+        {m.GPU_UTILIZATION: 0.09, m.GPU_MEMORY_USED: 1235 * MIB, m.GPU_POWER: 110.23, m.GPU_SM_CLOCK: 2520e6},
+    ),
+    (L40S, "idle"): ("NVIDIA L40S", {m.GPU_UTILIZATION: 1.0, m.GPU_MEMORY_TOTAL: 46068 * MIB, m.GPU_POWER: 144.97}),
+}
+
+
+@pytest.fixture
+def captures(shared_data: Path) -> Path:
+    return shared_data / CAPTURES
+
+
+def number(row: dict[str, str], field: str, unit: str) -> float:
+    """A query-gpu cell such as ``631.95 W`` as a number, checking the unit nvidia-smi printed."""
+    value, _, printed_unit = row[field].partition(" ")
+    assert printed_unit == unit, f"{field}: {row[field]!r}"
+    return float(value)
+
+
+def expected_values(row: dict[str, str], seconds_since_load: float) -> dict[str, float]:
+    """What NvmlSource must report for one query-gpu row, in base units."""
+    return {
+        m.GPU_UTILIZATION: number(row, "utilization.gpu", "%") / 100,
+        m.GPU_MEMORY_UTILIZATION: number(row, "utilization.memory", "%") / 100,
+        m.GPU_MEMORY_USED: number(row, "memory.used", "MiB") * MIB,
+        m.GPU_MEMORY_TOTAL: number(row, "memory.total", "MiB") * MIB,
+        m.GPU_POWER: number(row, "power.draw", "W"),
+        m.GPU_ENERGY: number(row, "power.draw", "W") * seconds_since_load,
+        m.GPU_TEMPERATURE: number(row, "temperature.gpu", ""),
+        m.GPU_SM_CLOCK: number(row, "clocks.current.sm", "MHz") * 1e6,
+        m.GPU_CLOCKS_EVENT_REASONS: float(int(row["clocks_event_reasons.active"], 16)),
+    }
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage() for r in caplog.records if r.name == "collector.sources.nvml" and r.levelno >= logging.WARNING
+    ]
+
+
+def one_gpu_each(captures: Path, clock: ManualClock) -> FakeNvml:
+    """A three-GPU fake: GPU 0 is the H100, 1 the H200, 2 the L40S, all under load."""
+    return FakeNvml([query_gpu_rows(captures / name, "load")[0] for name in (H100, H200, L40S)], clock)
+
+
+@pytest.mark.parametrize(("capture", "state"), sorted(PINNED))
+def test_values_are_the_capture_in_base_units(captures: Path, capture: str, state: str) -> None:
+    clock = ManualClock()
+    fake = fake_nvml_from_capture(captures / capture, state, clock)
+    source = NvmlSource(nvml=fake, clock=clock)
+    clock.advance(SECONDS_SINCE_LOAD)
+
+    [sample] = source.collect()
+
+    [row] = query_gpu_rows(captures / capture, state)
+    model, pinned = PINNED[(capture, state)]
+    assert (sample.entity, sample.job_id) == ("gpu", None)
+    assert sample.labels == {"gpu": "0", "uuid": MASKED_UUID, "model": model}
+    assert sample.values == pytest.approx(expected_values(row, SECONDS_SINCE_LOAD), rel=1e-12)
+    assert {key: sample.values[key] for key in pinned} == pytest.approx(pinned, rel=1e-12)
+    assert sample.timestamp == clock.now and sample.timestamp.utcoffset() == timedelta(0)
+
+
+def test_energy_counter_grows_with_the_power_over_time(captures: Path) -> None:
+    clock = ManualClock()
+    source = NvmlSource(nvml=fake_nvml_from_capture(captures / H100, "load", clock), clock=clock)
+    clock.advance(10)
+    first = source.collect()[0].values[m.GPU_ENERGY]
+    clock.advance(30)
+    second = source.collect()[0].values[m.GPU_ENERGY]
+    assert first == pytest.approx(631.95 * 10)
+    assert second - first == pytest.approx(631.95 * 30)
+
+
+def test_mig_capture_utilization_not_supported_is_absent(captures: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # With MIG enabled, nvidia-smi prints utilization as [N/A]: NVML answers NOT_SUPPORTED for the whole GPU.
+    clock = ManualClock()
+    [row] = query_gpu_rows(captures / H100_MIG, "load")
+    assert (row["utilization.gpu"], row["utilization.memory"]) == ("[N/A]", "[N/A]")
+
+    [sample] = NvmlSource(nvml=fake_nvml_from_capture(captures / H100_MIG, "load", clock), clock=clock).collect()
+
+    assert m.GPU_UTILIZATION not in sample.values
+    assert m.GPU_MEMORY_UTILIZATION not in sample.values
+    assert sample.values[m.GPU_MEMORY_USED] == 11125 * MIB
+    assert sample.values[m.GPU_POWER] == pytest.approx(433.78)
+    assert sample.values[m.GPU_SM_CLOCK] == 1980e6
+    assert warnings(caplog) == []
+
+
+def test_one_not_supported_field_is_absent_and_the_others_are_read(captures: Path) -> None:
+    clock = ManualClock()
+    fake = fake_nvml_from_capture(captures / L40S, "load", clock)
+    fake.call_errors[(0, "nvmlDeviceGetPowerUsage")] = pynvml.NVML_ERROR_NOT_SUPPORTED
+
+    [sample] = NvmlSource(nvml=fake, clock=clock).collect()
+
+    [row] = query_gpu_rows(captures / L40S, "load")
+    expected = expected_values(row, 0.0)
+    del expected[m.GPU_POWER]
+    assert sample.values == pytest.approx(expected)
+
+
+def test_other_field_error_leaves_the_field_out_with_a_warning(
+    captures: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = ManualClock()
+    fake = fake_nvml_from_capture(captures / H200, "load", clock)
+    fake.call_errors[(0, "nvmlDeviceGetTotalEnergyConsumption")] = pynvml.NVML_ERROR_NO_PERMISSION
+
+    [sample] = NvmlSource(nvml=fake, clock=clock).collect()
+
+    assert m.GPU_ENERGY not in sample.values
+    assert sample.values[m.GPU_POWER] == pytest.approx(627.40)
+    [message] = warnings(caplog)
+    assert "GPU 0" in message and "energy" in message and "Insufficient Permissions" in message
+
+
+def test_old_driver_fallbacks_for_clocks_reasons_and_memory(captures: Path) -> None:
+    # Drivers before R535 lack nvmlDeviceGetCurrentClocksEventReasons; very old ones nvmlDeviceGetMemoryInfo_v2.
+    clock = ManualClock()
+    fake = fake_nvml_from_capture(captures / H100, "idle", clock)
+    fake.missing_functions = {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetMemoryInfo_v2"}
+
+    [sample] = NvmlSource(nvml=fake, clock=clock).collect()
+
+    [row] = query_gpu_rows(captures / H100, "idle")
+    assert sample.values[m.GPU_CLOCKS_EVENT_REASONS] == 1.0  # 0x...01, nvmlClocksEventReasonGpuIdle
+    # the v1 struct counts driver-reserved memory as used
+    reserved = number(row, "memory.reserved", "MiB") * MIB
+    assert sample.values[m.GPU_MEMORY_USED] == number(row, "memory.used", "MiB") * MIB + reserved
+    assert sample.values[m.GPU_MEMORY_TOTAL] == 81559 * MIB
+
+
+@pytest.mark.parametrize("code", [pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED])
+def test_no_driver_gives_no_data_one_warning_and_init_is_retried(
+    captures: Path, caplog: pytest.LogCaptureFixture, code: int
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="collector.sources.nvml")
+    clock = ManualClock()
+    fake = fake_nvml_from_capture(captures / H100, "load", clock)
+    fake.init_error = code
+    source = NvmlSource(nvml=fake, clock=clock)
+
+    assert source.collect() == []
+    assert source.collect() == []
+    [message] = warnings(caplog)
+    assert message.startswith(f"NVML unavailable ({pynvml.NVMLError(code)})")
+
+    fake.init_error = None
+    [sample] = source.collect()
+    assert sample.labels["model"] == "NVIDIA H100 80GB HBM3"
+    assert len(warnings(caplog)) == 1
+
+
+def test_other_init_error_is_raised(captures: Path) -> None:
+    clock = ManualClock()
+    fake = fake_nvml_from_capture(captures / H100, "load", clock)
+    fake.init_error = pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH
+    with pytest.raises(pynvml.NVMLError) as raised:
+        NvmlSource(nvml=fake, clock=clock).collect()
+    assert raised.value.value == pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH
+
+
+@pytest.mark.parametrize("code", [pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_UNKNOWN, pynvml.NVML_ERROR_TIMEOUT])
+def test_lost_gpu_is_skipped_and_the_others_reported(
+    captures: Path, caplog: pytest.LogCaptureFixture, code: int
+) -> None:
+    clock = ManualClock()
+    fake = one_gpu_each(captures, clock)
+    fake.gpu_errors[1] = code
+
+    samples = NvmlSource(nvml=fake, clock=clock).collect()
+
+    assert [(s.labels["gpu"], s.labels["model"]) for s in samples] == [
+        ("0", "NVIDIA H100 80GB HBM3"),
+        ("2", "NVIDIA L40S"),
+    ]
+    assert samples[0].values[m.GPU_POWER] == pytest.approx(631.95)
+    assert samples[1].values[m.GPU_POWER] == pytest.approx(110.23)
+    [message] = warnings(caplog)
+    assert "GPU 1 skipped" in message and str(pynvml.NVMLError(code)) in message
+
+
+def test_fatal_error_in_the_middle_of_a_gpu_drops_the_whole_gpu(
+    captures: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = ManualClock()
+    fake = one_gpu_each(captures, clock)
+    fake.call_errors[(1, "nvmlDeviceGetTemperature")] = pynvml.NVML_ERROR_GPU_IS_LOST
+
+    samples = NvmlSource(nvml=fake, clock=clock).collect()
+
+    assert [s.labels["gpu"] for s in samples] == ["0", "2"]
+    [message] = warnings(caplog)
+    assert "GPU 1 skipped" in message and "GPU is lost" in message
+
+
+def test_real_pynvml_on_a_host_without_nvidia_driver(caplog: pytest.LogCaptureFixture) -> None:
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        if exc.value not in (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED):
+            raise
+    else:
+        pynvml.nvmlShutdown()
+        pytest.skip("this host has an NVIDIA driver")
+
+    source = NvmlSource()
+
+    assert source.collect() == []
+    assert source.collect() == []
+    [message] = warnings(caplog)
+    assert message.startswith("NVML unavailable")
