@@ -313,7 +313,11 @@ def dashboard(
 @app.command()
 def demo(
     trace: Annotated[
-        str | None, typer.Option(help="helios:DIR replays the real Helios week in DIR; default: a synthetic week.")
+        str | None,
+        typer.Option(
+            help="helios:DIR replays the real Helios week in DIR "
+            "(default: the one in FINOPS_SHARED_DATA, else a synthetic week)."
+        ),
     ] = None,
     headless: Annotated[bool, typer.Option(help="Exit after the report instead of serving the dashboard.")] = False,
     report_json: Annotated[Path | None, typer.Option(help="Write the team report as JSON here.")] = None,
@@ -328,8 +332,15 @@ def demo(
     settings = _settings()
     if trace is not None and not trace.startswith("helios:"):
         raise typer.BadParameter("expected helios:DIR", param_hint="--trace")
+    if trace is not None:
+        helios_dir: Path | None = Path(trace.removeprefix("helios:"))
+    else:
+        default = settings.shared_data / "helios-earth-vc-allocation"
+        helios_dir = default if default.is_dir() else None
+        if helios_dir is None:
+            typer.echo(f"note: no Helios trace at {default} (FINOPS_SHARED_DATA); using the synthetic week")
     options = DemoOptions(
-        helios_dir=Path(trace.removeprefix("helios:")) if trace else None,
+        helios_dir=helios_dir,
         headless=headless,
         report_json=report_json,
         database_url=database_url or f"sqlite:///{(settings.data_dir / 'demo.sqlite').resolve()}",

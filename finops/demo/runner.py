@@ -77,7 +77,7 @@ def _inputs(options: DemoOptions) -> tuple[list[TeamSeries], GpuProfile]:
         print("       job log DERIVED from its per-minute allocation, GPU activity DERIVED from a capture")
     else:
         series = synthetic_week()
-        print("input: a SYNTHETIC week shaped like Helios 'Earth' (seeded); pass --trace helios:DIR for the real one")
+        print("input: a SYNTHETIC week shaped like Helios 'Earth' (seeded); --trace helios:DIR replays the real one")
     print(f"GPU readings: {profile.origin}")
     return series, profile
 
