@@ -32,7 +32,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 DEFAULT_CATALOG = Path(__file__).parent / "price_catalog.yaml"
 HOURS_PER_YEAR = Decimal(8760)
@@ -93,8 +104,15 @@ class _Row(BaseModel):
 class RateRow(_Row):
     """A cloud price: ``rate`` currency per GPU-hour from ``effective_from`` on."""
 
-    pricing_model: Literal[PricingModel.ON_DEMAND, PricingModel.RESERVED, PricingModel.SPOT]
+    pricing_model: PricingModel
     rate: Money
+
+    @field_validator("pricing_model")
+    @classmethod
+    def _not_on_prem(cls, value: PricingModel) -> PricingModel:
+        if value is PricingModel.ON_PREM:
+            raise ValueError("an on-prem row gives its parts, not a rate")
+        return value
 
 
 class OnPremRow(_Row):
@@ -107,7 +125,17 @@ class OnPremRow(_Row):
     support_per_year_usd: Money
 
 
-PriceRow = Annotated[RateRow | OnPremRow, Field(discriminator="pricing_model")]
+def _row_kind(value: object) -> str:
+    """Which row model validates ``value``: on-prem rows have parts, every other pricing model a rate."""
+    if isinstance(value, dict):
+        return _ON_PREM_ROW if value.get("pricing_model") == PricingModel.ON_PREM else _CLOUD_ROW
+    return _ON_PREM_ROW if isinstance(value, OnPremRow) else _CLOUD_ROW
+
+
+_CLOUD_ROW, _ON_PREM_ROW = "cloud row", "on-prem row"
+PriceRow = Annotated[
+    Annotated[RateRow, Tag(_CLOUD_ROW)] | Annotated[OnPremRow, Tag(_ON_PREM_ROW)], Discriminator(_row_kind)
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,13 +163,22 @@ class GpuModel(BaseModel):
     prices: list[PriceRow] = Field(min_length=1)
     _patterns: list[re.Pattern[str]] = PrivateAttr(default_factory=list)
 
-    @model_validator(mode="after")
-    def _check(self) -> GpuModel:
-        for index, pattern in enumerate(self.match):
+    @field_validator("match")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        for index, pattern in enumerate(patterns):
             try:
-                self._patterns.append(re.compile(pattern, re.IGNORECASE))
+                re.compile(pattern)
             except re.error as exc:
                 raise ValueError(f"match[{index}] {pattern!r} is not a valid regular expression: {exc}") from exc
+        return patterns
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Compile the ``match`` expressions once, case-insensitive."""
+        self._patterns = [re.compile(pattern, re.IGNORECASE) for pattern in self.match]
+
+    @model_validator(mode="after")
+    def _one_row_per_date(self) -> GpuModel:
         seen: set[tuple[PricingModel, date]] = set()
         for row in self.prices:
             key = (row.pricing_model, row.effective_from)
@@ -193,7 +230,7 @@ class PriceCatalog(BaseModel):
         if pricing_model is PricingModel.ON_PREM:
             return self.onprem_parts(gpu_name, at).total
         row = self._row(gpu_name, pricing_model, at)
-        assert isinstance(row, RateRow)  # the discriminator ties cloud pricing models to RateRow
+        assert isinstance(row, RateRow)  # _row_kind gives every pricing model but on-prem a RateRow
         return row.rate
 
     def onprem_parts(self, gpu_name: str, at: datetime) -> OnPremParts:
@@ -202,7 +239,7 @@ class PriceCatalog(BaseModel):
         capex / (years × 8760), board power in kW × tariff × PUE, support per year / 8760.
         """
         row = self._row(gpu_name, PricingModel.ON_PREM, at)
-        assert isinstance(row, OnPremRow)  # the discriminator ties on-prem to OnPremRow
+        assert isinstance(row, OnPremRow)  # _row_kind gives on-prem rows an OnPremRow
         with localcontext(ARITHMETIC):
             return OnPremParts(
                 capex_per_hour=row.capex_usd / (row.amortisation_years * HOURS_PER_YEAR),
@@ -239,9 +276,7 @@ def _mapping(loader: _CatalogLoader, node: yaml.MappingNode) -> dict[Hashable, A
     for key_node, _ in node.value:
         key = loader.construct_object(key_node)
         if key in keys:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         keys.add(key)
     return loader.construct_mapping(node)
 
@@ -262,22 +297,28 @@ def load_catalog(path: Path | None = None) -> PriceCatalog:
     except OSError as exc:
         raise CatalogError(f"price catalog {path}: cannot read: {exc.strerror or exc}") from exc
     try:
-        data = yaml.load(text, Loader=_CatalogLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_CatalogLoader)  # _CatalogLoader is a SafeLoader: no arbitrary objects
     except yaml.YAMLError as exc:
         raise CatalogError(f"price catalog {path}: invalid YAML: {exc}") from exc
     try:
         return PriceCatalog.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{_field(error['loc'])}: {error['msg']}" for error in exc.errors())
+        problems = "; ".join(_problem(error["loc"], error["msg"], error["input"]) for error in exc.errors())
         raise CatalogError(f"price catalog {path}: {problems}") from exc
 
 
+def _problem(loc: tuple[int | str, ...], message: str, given: object) -> str:
+    """One validation error as ``path: message``, with the offending value when it is a scalar."""
+    shown = f" (got {given!r})" if isinstance(given, str | int | Decimal | date) else ""
+    return f"{_field(loc)}: {message}{shown}"
+
+
 def _field(loc: tuple[int | str, ...]) -> str:
-    """A pydantic error location as a path: ``models.H100.prices[2].rate`` (union tags left out)."""
+    """A pydantic error location as a path: ``models.H100.prices[2].rate`` (row-kind tags left out)."""
     path = ""
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part not in PricingModel.__members__.values():
+        elif part not in (_CLOUD_ROW, _ON_PREM_ROW):
             path += f".{part}" if path else part
     return path or "(top level)"
