@@ -87,7 +87,7 @@ def detect_idle(session: Session, start: datetime, end: datetime, policy: IdlePo
         )
     ):
         allocations[gpu_id].append((job_pk, to_epoch(a_start), None if a_end is None else to_epoch(a_end)))
-    models = dict(session.execute(select(Gpu.id, Gpu.model).where(Gpu.id.in_(gpu_ids))).tuples())
+    models = {gpu_id: model for gpu_id, model in session.execute(select(Gpu.id, Gpu.model).where(Gpu.id.in_(gpu_ids)))}
     stored = 0
     for run in runs:
         for job_pk, a_start, a_end in allocations[run.gpu_id]:
