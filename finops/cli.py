@@ -18,6 +18,7 @@ import typer
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
+    from finops.budgets import BudgetStatus
     from finops.ledger import Pricing
     from finops.settings import Settings
 
@@ -250,7 +251,7 @@ def budget_status_command() -> None:
     typer.echo(_budget_table(statuses))
 
 
-def _budget_table(statuses: list) -> str:  # type: ignore[type-arg]
+def _budget_table(statuses: list[BudgetStatus]) -> str:
     lines = [f"{'team':<16} {'budget':>14} {'spent MTD':>14} {'used %':>7} {'forecast':>14}"]
     for s in statuses:
         lines.append(f"{s.team:<16} {s.budget:>14,.2f} {s.spent:>14,.2f} {s.used_percent:>7} {s.forecast:>14,.2f}")

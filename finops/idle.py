@@ -79,14 +79,15 @@ def detect_idle(session: Session, start: datetime, end: datetime, policy: IdlePo
         return 0
     gpu_ids = {run.gpu_id for run in runs}
     allocations = defaultdict(list)
-    for gpu_id, job_pk, a_start, a_end in session.execute(
+    for gpu_id, holder, allocated_from, allocated_until in session.execute(
         select(Allocation.gpu_id, Allocation.job_pk, Allocation.start, Allocation.end).where(
             Allocation.gpu_id.in_(gpu_ids),
             Allocation.start < end,
             or_(Allocation.end.is_(None), Allocation.end > scan_from),
         )
     ):
-        allocations[gpu_id].append((job_pk, to_epoch(a_start), None if a_end is None else to_epoch(a_end)))
+        until = None if allocated_until is None else to_epoch(allocated_until)
+        allocations[gpu_id].append((holder, to_epoch(allocated_from), until))
     models = {gpu_id: model for gpu_id, model in session.execute(select(Gpu.id, Gpu.model).where(Gpu.id.in_(gpu_ids)))}
     stored = 0
     for run in runs:

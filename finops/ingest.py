@@ -36,16 +36,17 @@ class Ingestor:
         Readings of a GPU missing from both the batch's ``gpus`` and the database raise KeyError naming it.
         """
         first_seen: dict[str, int] = {}
-        rows = []
+        rows: list[dict[str, object]] = []
+        uuids: list[str] = []
         hours: set[int] = set()
         for reading in batch.samples:
             ts = to_epoch(reading.ts)
             hours.add(floor_hour(ts))
             if ts < first_seen.get(reading.uuid, ts + 1):
                 first_seen[reading.uuid] = ts
+            uuids.append(reading.uuid)
             rows.append(
                 {
-                    "gpu_id": reading.uuid,
                     "ts": ts,
                     "utilization_ratio": reading.utilization_ratio,
                     "memory_utilization_ratio": reading.memory_utilization_ratio,
@@ -59,8 +60,8 @@ class Ingestor:
                 }
             )
         gpu_ids = self._register(session, batch.node, batch.gpus, first_seen)
-        for row in rows:
-            row["gpu_id"] = gpu_ids[row["gpu_id"]]
+        for row, uuid in zip(rows, uuids, strict=True):
+            row["gpu_id"] = gpu_ids[uuid]
         insert_ignoring_conflicts(session, GpuSample.__table__, rows)  # type: ignore[arg-type]
         mark_hours_dirty(session, hours)
         return len(rows)

@@ -164,10 +164,10 @@ def _gpu_hour_rows(
         log.warning("GPU %s hour %s: allocations overlap (%s s held in %s s)", gpu_id, hour, held, hi - lo)
     holdings.append(costmodel.Holding(None, max(hi - lo - held, 0), None))
     owners.append((None, unallocated_team, metering.get((gpu_id, hour, None))))
-    rows = []
+    rows: list[dict[str, object]] = []
     costs = costmodel.gpu_hour_costs(rate, holdings)
     by_holding = {id(cost.holding): cost for cost in costs}
-    for holding, (job_pk, team_id, metered) in zip(holdings, owners, strict=True):
+    for holding, (holder_job, holder_team, metered) in zip(holdings, owners, strict=True):
         cost = by_holding.get(id(holding))
         if cost is None:
             continue
@@ -176,8 +176,8 @@ def _gpu_hour_rows(
             {
                 "hour": hour,
                 "gpu_id": gpu_id,
-                "job_pk": job_pk,
-                "team_id": team_id,
+                "job_pk": holder_job,
+                "team_id": holder_team,
                 "seconds": holding.seconds,
                 "used_gpu_seconds": cost.used_gpu_seconds,
                 "sample_count": metered.samples if metered else 0,

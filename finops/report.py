@@ -70,14 +70,14 @@ def cost_report(session: Session, start: datetime, end: datetime, by: GroupBy = 
     ]
     window = (LedgerEntry.hour >= start) & (LedgerEntry.hour < end)
     if by == "team":
-        query = (
+        result = session.execute(
             select(Team.name.label("key"), Team.name.label("team"), null().label("user"), *columns)
             .join(Team, Team.id == LedgerEntry.team_id)
             .where(window)
             .group_by(Team.name)
         )
     else:
-        query = (
+        result = session.execute(
             select(
                 func.coalesce(Job.job_id, UNALLOCATED_TEAM).label("key"),
                 Team.name.label("team"),
@@ -105,7 +105,7 @@ def cost_report(session: Session, start: datetime, end: datetime, by: GroupBy = 
             energy_cost=Decimal(r.energy_cost),
             currency=r.currency,
         )
-        for r in session.execute(query)
+        for r in result
     ]
     return sorted(rows, key=lambda row: (row.key == UNALLOCATED_TEAM, -row.allocated_cost, row.key))
 

@@ -67,7 +67,7 @@ def test_team_costs_match_the_hand_computation(loaded) -> None:  # type: ignore[
 
 
 def test_job_report_names_jobs_and_owners(loaded) -> None:  # type: ignore[no-untyped-def]
-    sessions, t0, r, _ = loaded
+    sessions, t0, _, _ = loaded
     with sessions() as session:
         rows = {row.key: row for row in cost_report(session, t0, t0 + timedelta(hours=2), "job")}
     assert set(rows) == {"501", "502", UNALLOCATED_TEAM}

@@ -41,7 +41,7 @@ def _readings(row: dict[str, str | None]) -> dict[str, float]:
         m.GPU_TEMPERATURE: ("temperature.gpu", 1.0),
         m.GPU_SM_CLOCK: ("clocks.current.sm", 1e6),
     }
-    values = {metric: float(row[field]) * scale for metric, (field, scale) in pairs.items() if row.get(field)}
+    values = {metric: float(text) * scale for metric, (field, scale) in pairs.items() if (text := row.get(field))}
     reasons = row.get("clocks_event_reasons.active")
     if reasons:
         values[m.GPU_CLOCKS_EVENT_REASONS] = float(int(reasons, 16))
