@@ -71,6 +71,7 @@ def _instant(text: str, option: str) -> datetime:
 @app.callback()
 def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at DEBUG level.")] = False) -> None:
     """GPU cluster telemetry turned into cost per team and job."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -33,7 +33,7 @@ WITH s AS (
            LAG(ts) OVER (PARTITION BY gpu_id ORDER BY ts) AS prev_ts,
            LEAD(ts) OVER (PARTITION BY gpu_id ORDER BY ts) AS next_ts
     FROM gpu_samples
-    WHERE ts >= :start AND ts < :end AND utilization_ratio IS NOT NULL
+    WHERE gpu_id IN (SELECT id FROM gpus) AND ts >= :start AND ts < :end AND utilization_ratio IS NOT NULL
 ), runs AS (
     SELECT gpu_id, ts, u, mem, next_ts,
            SUM(CASE WHEN u > :threshold OR prev_ts IS NULL OR ts - prev_ts > :max_gap THEN 1 ELSE 0 END)

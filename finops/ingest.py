@@ -8,10 +8,15 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from collector.wire import GpuInfo, IngestBatch
-from finops.dialect import insert_ignoring_conflicts
+from finops.dialect import bulk_insert_ignoring_conflicts
 from finops.hours import mark_hours_dirty
 from finops.models import Gpu, GpuSample, Node
-from finops.timeutil import floor_hour, from_epoch, to_epoch
+from finops.timeutil import HOUR, from_epoch, to_epoch
+
+SAMPLE_COLUMNS = (
+    "gpu_id", "ts", "utilization_ratio", "memory_utilization_ratio", "memory_used_bytes", "power_watts",
+    "energy_joules", "temperature_celsius", "sm_clock_hertz", "clocks_event_reasons", "job_id",
+)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -36,33 +41,24 @@ class Ingestor:
         Readings of a GPU missing from both the batch's ``gpus`` and the database raise KeyError naming it.
         """
         first_seen: dict[str, int] = {}
-        rows: list[dict[str, object]] = []
-        uuids: list[str] = []
         hours: set[int] = set()
+        epochs = []
         for reading in batch.samples:
             ts = to_epoch(reading.ts)
-            hours.add(floor_hour(ts))
+            epochs.append(ts)
+            hours.add(ts - ts % HOUR)
             if ts < first_seen.get(reading.uuid, ts + 1):
                 first_seen[reading.uuid] = ts
-            uuids.append(reading.uuid)
-            rows.append(
-                {
-                    "ts": ts,
-                    "utilization_ratio": reading.utilization_ratio,
-                    "memory_utilization_ratio": reading.memory_utilization_ratio,
-                    "memory_used_bytes": reading.memory_used_bytes,
-                    "power_watts": reading.power_watts,
-                    "energy_joules": reading.energy_joules,
-                    "temperature_celsius": reading.temperature_celsius,
-                    "sm_clock_hertz": reading.sm_clock_hertz,
-                    "clocks_event_reasons": reading.clocks_event_reasons,
-                    "job_id": reading.job_id,
-                }
-            )
         gpu_ids = self._register(session, batch.node, batch.gpus, first_seen)
-        for row, uuid in zip(rows, uuids, strict=True):
-            row["gpu_id"] = gpu_ids[uuid]
-        insert_ignoring_conflicts(session, GpuSample.__table__, rows)  # type: ignore[arg-type]
+        rows = [
+            (
+                gpu_ids[r.uuid], ts, r.utilization_ratio, r.memory_utilization_ratio, r.memory_used_bytes,
+                r.power_watts, r.energy_joules, r.temperature_celsius, r.sm_clock_hertz, r.clocks_event_reasons,
+                r.job_id,
+            )
+            for r, ts in zip(batch.samples, epochs, strict=True)
+        ]  # fmt: skip
+        bulk_insert_ignoring_conflicts(session, GpuSample.__table__, SAMPLE_COLUMNS, rows)  # type: ignore[arg-type]
         mark_hours_dirty(session, hours)
         return len(rows)
 

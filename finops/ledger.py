@@ -29,22 +29,25 @@ ENERGY_LOOKBACK_SECONDS = HOUR
 
 # Per GPU, hour and holding allocation (NULL: none): metered samples, Σ utilisation, Σ energy increments.
 # An energy counter that goes down was reset (driver reload): the new reading is the energy since then.
+# Bookings of one GPU never overlap, so the only allocation that can hold a sample is the latest one to
+# start at or before it: one index seek per sample on (gpu_id, start). ``gpu_id IN (…)`` lets both
+# databases range-scan the (gpu_id, ts) primary key per GPU instead of scanning the table.
 _SAMPLE_AGGREGATE = text("""
 WITH s AS (
     SELECT gpu_id, ts, utilization_ratio AS u, energy_joules AS e,
            energy_joules - LAG(energy_joules) OVER (PARTITION BY gpu_id ORDER BY ts) AS de
     FROM gpu_samples
-    WHERE ts >= :lookback AND ts < :h1
-), a AS (
-    SELECT id, gpu_id, start, "end" FROM allocations
-    WHERE start < :h1 AND ("end" IS NULL OR "end" > :h0)
+    WHERE gpu_id IN (SELECT id FROM gpus) AND ts >= :lookback AND ts < :h1
+), t AS (
+    SELECT s.*, (SELECT a.id FROM allocations a WHERE a.gpu_id = s.gpu_id AND a.start <= s.ts
+                 ORDER BY a.start DESC LIMIT 1) AS candidate
+    FROM s WHERE s.ts >= :h0
 )
-SELECT s.gpu_id, s.ts - s.ts % 3600 AS hour, a.id AS allocation_id,
-       COUNT(s.u) AS samples, COALESCE(SUM(s.u), 0) AS utilization_sum,
-       COALESCE(SUM(CASE WHEN s.de IS NULL THEN 0 WHEN s.de < 0 THEN s.e ELSE s.de END), 0) AS energy
-FROM s LEFT JOIN a ON a.gpu_id = s.gpu_id AND s.ts >= a.start AND (a."end" IS NULL OR s.ts < a."end")
-WHERE s.ts >= :h0
-GROUP BY s.gpu_id, s.ts - s.ts % 3600, a.id
+SELECT t.gpu_id, t.ts - t.ts % 3600 AS hour, a.id AS allocation_id,
+       COUNT(t.u) AS samples, COALESCE(SUM(t.u), 0) AS utilization_sum,
+       COALESCE(SUM(CASE WHEN t.de IS NULL THEN 0 WHEN t.de < 0 THEN t.e ELSE t.de END), 0) AS energy
+FROM t LEFT JOIN allocations a ON a.id = t.candidate AND (a."end" IS NULL OR t.ts < a."end")
+GROUP BY t.gpu_id, t.ts - t.ts % 3600, a.id
 """).bindparams(bindparam("lookback"), bindparam("h0"), bindparam("h1"))
 
 
@@ -116,17 +119,20 @@ def rebuild(session: Session, h0: int, h1: int, pricing: Pricing, until: int) ->
     unallocated_team = team_by_name(session, UNALLOCATED_TEAM).id
     rows: list[dict[str, object]] = []
     unpriced: set[int] = set()
+    rates: dict[tuple[str, int], Decimal] = {}
     for gpu in gpus:
         in_service = max(h0, to_epoch(gpu.in_service_from))
         for hour in range(floor_hour(in_service), end, HOUR):
             lo, hi = max(hour, in_service), min(hour + HOUR, end)
-            try:
-                rate = pricing.catalog.rate(gpu.model, pricing.model, from_epoch(hour))
-            except PriceNotFound as exc:
-                if hour not in unpriced:
-                    log.error("ledger hour %s not built: %s", from_epoch(hour).isoformat(), exc)
-                unpriced.add(hour)
-                continue
+            rate = rates.get((gpu.model, hour))
+            if rate is None:
+                try:
+                    rate = rates[gpu.model, hour] = pricing.catalog.rate(gpu.model, pricing.model, from_epoch(hour))
+                except PriceNotFound as exc:
+                    if hour not in unpriced:
+                        log.error("ledger hour %s not built: %s", from_epoch(hour).isoformat(), exc)
+                    unpriced.add(hour)
+                    continue
             rows.extend(_gpu_hour_rows(gpu.id, hour, lo, hi, rate, by_gpu[gpu.id], metering, unallocated_team, pricing))
     built = [hour for hour in range(h0, h1, HOUR) if hour not in unpriced]
     session.execute(delete(LedgerEntry).where(LedgerEntry.hour.in_([from_epoch(h) for h in built])))
