@@ -60,14 +60,14 @@ class BudgetStatus:
     currency: str
 
 
-def _spend(session: Session, team_id: int, start: datetime, end: datetime) -> tuple[Decimal, datetime | None]:
-    """The team's allocated cost over ledger hours in [start, end), and the earliest such hour."""
-    total, first = session.execute(
-        select(func.sum(LedgerEntry.allocated_cost), func.min(LedgerEntry.hour)).where(
+def _spend(session: Session, team_id: int, start: datetime, end: datetime) -> Decimal:
+    """The team's allocated cost over ledger hours in [start, end)."""
+    total = session.scalar(
+        select(func.sum(LedgerEntry.allocated_cost)).where(
             LedgerEntry.team_id == team_id, LedgerEntry.hour >= start, LedgerEntry.hour < end
         )
-    ).one()
-    return (Decimal(0) if total is None else Decimal(total)), first
+    )
+    return Decimal(0) if total is None else Decimal(total)
 
 
 def budget_status(session: Session, at: datetime) -> list[BudgetStatus]:
@@ -76,11 +76,12 @@ def budget_status(session: Session, at: datetime) -> list[BudgetStatus]:
     budgets = session.execute(
         select(Budget, Team.name).join(Team, Team.id == Budget.team_id).where(Budget.month == start).order_by(Team.name)
     ).all()
+    first = session.scalar(select(func.min(LedgerEntry.hour)).where(LedgerEntry.hour >= at - RUN_RATE_WINDOW))
+    span = (at - first).total_seconds() if first is not None else 0
     statuses = []
     for budget, team in budgets:
-        spent, _ = _spend(session, budget.team_id, start, at)
-        recent, first = _spend(session, budget.team_id, at - RUN_RATE_WINDOW, at)
-        span = (at - max(first, at - RUN_RATE_WINDOW)).total_seconds() if first is not None else 0
+        spent = _spend(session, budget.team_id, start, at)
+        recent = _spend(session, budget.team_id, at - RUN_RATE_WINDOW, at)
         rate = recent / Decimal(span) if span > 0 else Decimal(0)
         forecast = quantize(spent + rate * Decimal((end - at).total_seconds()))
         percent = quantize(spent * 100 / budget.amount, Decimal("0.1")) if budget.amount else Decimal(0)

@@ -71,7 +71,8 @@ def _instant(text: str, option: str) -> datetime:
 @app.callback()
 def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at DEBUG level.")] = False) -> None:
     """GPU cluster telemetry turned into cost per team and job."""
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    for chatty in ("httpx", "alembic"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -327,6 +328,7 @@ def demo(
         str | None, typer.Option(help="Database for the demo (default: a fresh SQLite file in the data dir).")
     ] = None,
     dashboard_port: Annotated[int, typer.Option(help="Port of the dashboard after the report.")] = 8501,
+    minutes: Annotated[int | None, typer.Option(min=1, help="Replay only the first N minutes of the week.")] = None,
 ) -> None:
     """Replay a GPU-cluster week through collector → service → ledger → report → dashboard."""
     from finops.demo.runner import DemoOptions, run_demo
@@ -351,6 +353,7 @@ def demo(
         pricing_model=settings.pricing_model,
         shared_data=settings.shared_data,
         work_dir=settings.data_dir,
+        minutes=minutes,
     )
     raise typer.Exit(run_demo(options))
 

@@ -62,6 +62,7 @@ class DemoOptions:
     pricing_model: PricingModel
     shared_data: Path
     work_dir: Path
+    minutes: int | None = None
 
 
 def _inputs(options: DemoOptions) -> tuple[list[TeamSeries], GpuProfile]:
@@ -147,6 +148,8 @@ def run_demo(options: DemoOptions) -> int:
     """Run the demo; returns the process exit code (0 on success)."""
     began = time.perf_counter()
     series, profile = _inputs(options)
+    if options.minutes is not None:
+        series = [TeamSeries(s.team, s.quota, s.running[: options.minutes]) for s in series]
     minutes = len(series[0].running)
     now = utc_now().replace(second=0, microsecond=0)
     trace = Trace(derive_jobs(series), node_names(series), now - timedelta(minutes=minutes), minutes)
