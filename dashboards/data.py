@@ -8,9 +8,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import streamlit as st
-from finops.budgets import BudgetStatus, budget_status, month_start
 from sqlalchemy import Engine
 
+from finops.budgets import BudgetStatus, budget_status, month_start
 from finops.db import make_engine, require_migrated, session_factory
 from finops.idle import EpisodeView, list_episodes
 from finops.report import GroupBy, ReportRow, cost_report
@@ -20,32 +20,37 @@ from finops.timeutil import utc_now
 TTL_SECONDS = 60
 
 
+def database_url() -> str:
+    """The configured database (``FINOPS_DATABASE_URL``); part of every cache key below."""
+    return Settings().effective_database_url
+
+
 @st.cache_resource
-def engine() -> Engine:
-    """The configured database's engine (``FINOPS_DATABASE_URL``), checked to be migrated."""
-    created = make_engine(Settings().effective_database_url)
+def engine(url: str) -> Engine:
+    """The engine for ``url``, once per process, checked to be migrated."""
+    created = make_engine(url)
     require_migrated(created)
     return created
 
 
 @st.cache_data(ttl=TTL_SECONDS)
-def report(start: datetime, end: datetime, by: GroupBy) -> list[ReportRow]:
+def report(url: str, start: datetime, end: datetime, by: GroupBy) -> list[ReportRow]:
     """:func:`finops.report.cost_report` for the period."""
-    with session_factory(engine())() as session:
+    with session_factory(engine(url))() as session:
         return cost_report(session, start, end, by)
 
 
 @st.cache_data(ttl=TTL_SECONDS)
-def budgets(at: datetime) -> list[BudgetStatus]:
+def budgets(url: str, at: datetime) -> list[BudgetStatus]:
     """:func:`finops.budgets.budget_status` at ``at``."""
-    with session_factory(engine())() as session:
+    with session_factory(engine(url))() as session:
         return budget_status(session, at)
 
 
 @st.cache_data(ttl=TTL_SECONDS)
-def episodes(start: datetime, end: datetime) -> list[EpisodeView]:
+def episodes(url: str, start: datetime, end: datetime) -> list[EpisodeView]:
     """:func:`finops.idle.list_episodes` for the period."""
-    with session_factory(engine())() as session:
+    with session_factory(engine(url))() as session:
         return list_episodes(session, start, end)
 
 

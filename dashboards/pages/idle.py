@@ -9,7 +9,7 @@ from dashboards import data
 
 st.title("Idle GPUs")
 start, end = data.period_from_sidebar()
-found = data.episodes(start, end)
+found = data.episodes(data.database_url(), start, end)
 if not found:
     st.success("No idle episodes in this period.")
     st.stop()

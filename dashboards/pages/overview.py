@@ -12,7 +12,7 @@ from finops.timeutil import utc_now
 
 st.title("GPU spend overview")
 start, end = data.period_from_sidebar()
-rows = data.report(start, end, "team")
+rows = data.report(data.database_url(), start, end, "team")
 if not rows:
     st.info("No cost data in this period yet. Run the collectors and `gpu-finops rollup`, or `gpu-finops demo`.")
     st.stop()
@@ -28,7 +28,7 @@ st.caption(
 )
 
 st.subheader("Budgets this month")
-statuses = data.budgets(utc_now())
+statuses = data.budgets(data.database_url(), utc_now())
 if statuses:
     table = pd.DataFrame(
         [

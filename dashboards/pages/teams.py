@@ -11,7 +11,7 @@ from finops.report import report_dicts
 
 st.title("Cost by team")
 start, end = data.period_from_sidebar()
-rows = data.report(start, end, "team")
+rows = data.report(data.database_url(), start, end, "team")
 if not rows:
     st.info("No cost data in this period yet.")
     st.stop()

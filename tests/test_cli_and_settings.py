@@ -1,0 +1,93 @@
+"""The command line's help on every command, settings from the environment and secret files, the scheduler."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+from pydantic import ValidationError
+from sqlalchemy import func, select
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from collector.wire import IngestBatch, gpu_info_dict, reading_dict
+from finops.cli import app
+from finops.idle import IdlePolicy
+from finops.ingest import Ingestor
+from finops.ledger import Pricing
+from finops.models import LedgerEntry
+from finops.prices import PricingModel, load_catalog
+from finops.scheduler import BudgetGauges, start_scheduler
+from finops.settings import Settings
+from tests import scenario
+
+
+def _command_paths() -> list[list[str]]:
+    paths: list[list[str]] = []
+
+    def walk(command, prefix: list[str]) -> None:  # type: ignore[no-untyped-def]
+        paths.append(prefix)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*prefix, name])
+
+    walk(get_command(app), [])
+    return paths
+
+
+def test_every_command_has_help() -> None:
+    paths = _command_paths()
+    assert ["import", "sacct"] in paths and ["demo"] in paths and ["budget", "set"] in paths
+    runner = CliRunner()
+    for path in paths:
+        result = runner.invoke(app, [*path, "--help"])
+        assert result.exit_code == 0, (path, result.output)
+        assert "Usage" in result.output
+
+
+def test_token_from_file_and_not_both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = tmp_path / "token"
+    secret.write_text("from-file\n")
+    monkeypatch.setenv("FINOPS_INGEST_TOKEN_FILE", str(secret))
+    settings = Settings()
+    assert settings.ingest_token is not None and settings.ingest_token.get_secret_value() == "from-file"
+    assert "from-file" not in repr(settings)
+    monkeypatch.setenv("FINOPS_INGEST_TOKEN", "inline")
+    with pytest.raises(ValidationError, match="not both"):
+        Settings()
+
+
+def test_default_database_is_sqlite_in_the_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FINOPS_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("FINOPS_DATABASE_URL", raising=False)
+    assert Settings().effective_database_url == f"sqlite:///{tmp_path / 'gpu-finops.sqlite'}"
+
+
+def test_scheduler_rolls_up_the_ledger_in_the_background(sessions) -> None:  # type: ignore[no-untyped-def]
+    t0 = scenario.start_hour()
+    readings = scenario.samples(t0)
+    batch = IngestBatch.model_validate(
+        {"node": scenario.NODE, "gpus": [gpu_info_dict(s) for s in readings[:2]],
+         "samples": [reading_dict(s) for s in readings]}
+    )  # fmt: skip
+    with sessions.begin() as session:
+        Ingestor().store(session, batch)
+    pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
+    scheduler = start_scheduler(sessions, pricing, IdlePolicy(), BudgetGauges(CollectorRegistry()), 3600)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with sessions() as session:
+                hours = session.scalar(
+                    select(func.count(func.distinct(LedgerEntry.hour))).where(
+                        LedgerEntry.hour < t0 + timedelta(hours=2)
+                    )
+                )
+            if hours == 2:
+                break
+            assert time.monotonic() < deadline, "the scheduled rollup did not build the ledger"
+            time.sleep(0.2)
+    finally:
+        scheduler.shutdown()
