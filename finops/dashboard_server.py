@@ -16,7 +16,7 @@ def dashboard_command(host: str, port: int) -> list[str]:
     return [
         sys.executable, "-m", "streamlit", "run", str(app_path),
         "--server.address", host, "--server.port", str(port), "--server.headless", "true",
-        "--browser.gatherUsageStats", "false",
+        "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal",
     ]  # fmt: skip
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pandas as pd
 import streamlit as st
 
 from dashboards import data
+from dashboards.format import money
 
 st.title("Idle GPUs")
 start, end = data.period_from_sidebar()
@@ -14,7 +17,7 @@ if not found:
     st.success("No idle episodes in this period.")
     st.stop()
 currency = found[0].currency
-st.metric("Cost of idle episodes", f"{sum(e.cost for e in found):,.2f} {currency}")
+st.metric("Cost of idle episodes", money(sum((e.cost for e in found), Decimal(0)), currency))
 frame = pd.DataFrame(
     [
         {
@@ -26,10 +29,10 @@ frame = pd.DataFrame(
             "start (UTC)": e.start,
             "hours": round(e.hours, 2),
             "memory held": e.memory_held,
-            f"cost ({currency})": float(e.cost),
+            "cost": money(e.cost, currency),
         }
         for e in found
     ]
 )
-st.dataframe(frame, hide_index=True, use_container_width=True)
+st.dataframe(frame, hide_index=True, width="stretch")
 st.download_button("Download CSV", frame.to_csv(index=False), file_name="idle-episodes.csv", mime="text/csv")

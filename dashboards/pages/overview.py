@@ -32,16 +32,11 @@ statuses = data.budgets(data.database_url(), utc_now())
 if statuses:
     table = pd.DataFrame(
         [
-            {
-                "team": s.team,
-                f"budget ({s.currency})": float(s.budget),
-                f"spent ({s.currency})": float(s.spent),
-                "used %": float(s.used_percent),
-                f"forecast ({s.currency})": float(s.forecast),
-            }
+            {"team": s.team, "budget": money(s.budget, s.currency), "spent": money(s.spent, s.currency),
+             "used %": f"{s.used_percent}", "forecast month-end": money(s.forecast, s.currency)}
             for s in statuses
         ]
-    )
-    st.dataframe(table, hide_index=True, use_container_width=True)
+    )  # fmt: skip
+    st.dataframe(table, hide_index=True, width="stretch")
 else:
     st.write("No budgets set. `gpu-finops budget set TEAM AMOUNT` adds one.")

@@ -26,7 +26,7 @@ st.altair_chart(
     alt.Chart(chart_data)
     .mark_bar()
     .encode(x=alt.X("cost:Q", title=f"Cost ({currency})"), y=alt.Y("team:N", sort="-x", title="Team"), color="kind:N"),
-    use_container_width=True,
+    width="stretch",
 )
-st.dataframe(frame, hide_index=True, use_container_width=True)
+st.dataframe(frame, hide_index=True, width="stretch")
 st.download_button("Download CSV", frame.to_csv(index=False), file_name="cost-by-team.csv", mime="text/csv")
