@@ -72,21 +72,29 @@ def test_first_fit_placement_puts_jobs_on_their_derived_gpus(sessions, shared_da
     assert placed == {str(job.job_number): set(job.gpus) for job in jobs}
 
 
-def _demo(tmp_path: Path, *args: str, shared: str | None = None) -> subprocess.CompletedProcess[str]:
+def _demo(
+    tmp_path: Path, *args: str, shared: str | None = None, database_url: str | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "FINOPS_DATA_DIR": str(tmp_path / "data")}
     if shared is not None:
         env["FINOPS_SHARED_DATA"] = shared
+    database = ["--database-url", database_url] if database_url else []
     return subprocess.run(
-        [sys.executable, "-m", "finops.cli", "demo", "--headless", *args],
+        [sys.executable, "-m", "finops.cli", "demo", "--headless", *database, *args],
         capture_output=True, text=True, env=env, check=True, timeout=600,
     )  # fmt: skip
 
 
-def test_demo_on_a_helios_slice_keeps_allocation_and_conserves_cost(tmp_path: Path, shared_data: Path) -> None:
+def test_demo_on_a_helios_slice_keeps_allocation_and_conserves_cost(
+    tmp_path: Path, shared_data: Path, database_url: str
+) -> None:
     minutes = 150
     trace_dir = shared_data / "helios-earth-vc-allocation"
     out = tmp_path / "r.json"
-    run = _demo(tmp_path, "--trace", f"helios:{trace_dir}", "--minutes", str(minutes), "--report-json", str(out))
+    trace = f"helios:{trace_dir}"
+    run = _demo(
+        tmp_path, "--trace", trace, "--minutes", str(minutes), "--report-json", str(out), database_url=database_url
+    )
     assert "real Helios" in run.stdout and "DERIVED" in run.stdout
     rows = {row["team"]: row for row in orjson.loads(out.read_bytes())}
     held = {series.team: 60 * sum(series.running[:minutes]) for series in load_helios(trace_dir)}
