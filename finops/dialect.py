@@ -25,15 +25,30 @@ def insert_ignoring_conflicts(session: Session, table: Table, rows: list[dict[st
 def bulk_insert_ignoring_conflicts(
     session: Session, table: Table, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]
 ) -> None:
-    """The hot-path variant of :func:`insert_ignoring_conflicts`: plain tuples straight to the driver's
-    ``executemany`` (no per-value type processing), so values must already be in their stored form
-    (epoch seconds for instants). ``INSERT … ON CONFLICT DO NOTHING`` is the same on SQLite ≥ 3.24 and
-    PostgreSQL; only the placeholder differs (``?`` for sqlite3, ``%s`` for psycopg)."""
+    """The hot-path variant of :func:`insert_ignoring_conflicts` for plain tuples already in their stored
+    form (epoch seconds for instants; no per-value type processing).
+
+    PostgreSQL: ``COPY`` into a session-local staging table, then one ``INSERT … SELECT … ON CONFLICT DO
+    NOTHING``. SQLite: the driver's ``executemany`` of ``INSERT … ON CONFLICT DO NOTHING`` (SQLite ≥ 3.24).
+    """
     if not rows:
         return
     connection = session.connection()
-    placeholder = "?" if connection.dialect.paramstyle == "qmark" else "%s"
     names = ", ".join(f'"{name}"' for name in columns)
-    marks = ", ".join(placeholder for _ in columns)
+    if connection.dialect.name == "postgresql":
+        stage = f"stage_{table.name}"
+        with connection.connection.driver_connection.cursor() as cursor:  # type: ignore[union-attr]
+            cursor.execute(
+                f'CREATE TEMPORARY TABLE IF NOT EXISTS "{stage}" (LIKE "{table.name}") ON COMMIT DELETE ROWS'
+            )
+            cursor.execute(f'TRUNCATE "{stage}"')
+            with cursor.copy(f'COPY "{stage}" ({names}) FROM STDIN') as copy:
+                for row in rows:
+                    copy.write_row(row)
+            cursor.execute(
+                f'INSERT INTO "{table.name}" ({names}) SELECT {names} FROM "{stage}" ON CONFLICT DO NOTHING'  # noqa: S608
+            )
+        return
+    marks = ", ".join("?" for _ in columns)
     statement = f'INSERT INTO "{table.name}" ({names}) VALUES ({marks}) ON CONFLICT DO NOTHING'  # noqa: S608
     connection.exec_driver_sql(statement, list(rows))
