@@ -11,6 +11,7 @@ from collector.wire import GpuInfo, IngestBatch
 from finops.dialect import bulk_insert_ignoring_conflicts
 from finops.hours import mark_hours_dirty
 from finops.models import Gpu, GpuSample, Node
+from finops.rows import get_or_create
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
 SAMPLE_COLUMNS = (
@@ -84,7 +85,7 @@ class Ingestor:
         if gpu is None:
             if info is None:
                 raise KeyError(f"samples for GPU {uuid}, which is neither in the batch's gpus nor known")
-            node = node_by_hostname(session, hostname)
+            node = get_or_create(session, Node, hostname=hostname)
             gpu = session.scalars(select(Gpu).where(Gpu.node_id == node.id, Gpu.gpu_index == info.index)).one_or_none()
             if gpu is None:
                 gpu = Gpu(node_id=node.id, gpu_index=info.index, in_service_from=from_epoch(seen))
@@ -92,13 +93,3 @@ class Ingestor:
             gpu.uuid, gpu.model, gpu.memory_total_bytes = uuid, info.model, info.memory_total_bytes
             session.flush()
         return _KnownGpu(gpu.id, to_epoch(gpu.in_service_from))
-
-
-def node_by_hostname(session: Session, hostname: str) -> Node:
-    """The node named ``hostname``, created if new."""
-    node = session.scalars(select(Node).where(Node.hostname == hostname)).one_or_none()
-    if node is None:
-        node = Node(hostname=hostname)
-        session.add(node)
-        session.flush()
-    return node

@@ -19,8 +19,8 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from finops.hours import hours_between, mark_hours_dirty, mark_job_hours_dirty
-from finops.ingest import node_by_hostname
-from finops.models import Allocation, Gpu, Job
+from finops.models import Allocation, Gpu, Job, Node
+from finops.rows import get_or_create
 from finops.slurm import SacctJob, SacctLineError, parse_sacct
 from finops.teams import team_for_account
 from finops.timeutil import from_epoch, to_epoch
@@ -63,7 +63,7 @@ class _Placer:
     def __init__(self, session: Session, hostnames: Iterable[str], since: int) -> None:
         self.session = session
         self.nodes: dict[str, list[_GpuCalendar]] = {}
-        node_ids = {name: node_by_hostname(session, name).id for name in sorted(set(hostnames))}
+        node_ids = {name: get_or_create(session, Node, hostname=name).id for name in sorted(set(hostnames))}
         gpus = session.scalars(select(Gpu).where(Gpu.node_id.in_(node_ids.values())).order_by(Gpu.gpu_index)).all()
         by_gpu: dict[int, _GpuCalendar] = {}
         by_node: dict[int, list[_GpuCalendar]] = defaultdict(list)

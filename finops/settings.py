@@ -6,7 +6,6 @@ that file. Setting both the value and the ``_FILE`` variant is an error. Secrets
 
 from __future__ import annotations
 
-from decimal import Decimal
 from pathlib import Path
 
 from pydantic import Field, SecretStr, model_validator
@@ -58,8 +57,3 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'gpu-finops.sqlite').resolve()}"
-
-    @property
-    def idle_threshold(self) -> Decimal:
-        """The idle threshold as an exact decimal ratio."""
-        return Decimal(str(self.idle_threshold_ratio))

@@ -7,16 +7,12 @@ from sqlalchemy.orm import Session
 
 from finops.hours import mark_job_hours_dirty
 from finops.models import UNMAPPED_TEAM, AccountTeam, Job, Team
+from finops.rows import get_or_create
 
 
 def team_by_name(session: Session, name: str) -> Team:
     """The team called ``name``, created if new."""
-    team = session.scalars(select(Team).where(Team.name == name)).one_or_none()
-    if team is None:
-        team = Team(name=name)
-        session.add(team)
-        session.flush()
-    return team
+    return get_or_create(session, Team, name=name)
 
 
 def team_for_account(session: Session, account: str) -> Team:

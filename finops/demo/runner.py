@@ -187,7 +187,7 @@ def run_demo(options: DemoOptions) -> int:
     with sessions.begin() as session:
         hours = rollup(session, pricing, to_epoch(trace.end))
         episodes = detect_idle(session, trace.start, trace.end, IdlePolicy(), pricing)
-        _set_demo_budgets(session, series, pricing, trace.end)
+        _set_demo_budgets(session, series, pricing, profile.model, trace.end)
     ledger_seconds = time.perf_counter() - ledger_at
     print(f"ledger: {hours} hours built, {episodes} idle episodes, in {ledger_seconds:.1f} s")
 
@@ -214,10 +214,12 @@ def run_demo(options: DemoOptions) -> int:
     return serve_dashboard("127.0.0.1", options.dashboard_port, options.database_url)
 
 
-def _set_demo_budgets(session: Session, series: list[TeamSeries], pricing: Pricing, at: datetime) -> None:
+def _set_demo_budgets(
+    session: Session, series: list[TeamSeries], pricing: Pricing, gpu_model: str, at: datetime
+) -> None:
     """Give each team a month budget of 75 % of its quota's list-price cost (a demo figure, not data)."""
     hours_in_month = Decimal((next_month_start(at) - month_start(at)).total_seconds()) / HOUR
-    rate = pricing.catalog.rate("NVIDIA H100 80GB HBM3", pricing.model, at)
+    rate = pricing.catalog.rate(gpu_model, pricing.model, at)
     for team in series:
         amount = (team.quota * hours_in_month * rate * PLANNED_QUOTA_USE).quantize(Decimal("1"))
         set_budget(session, team.team, amount, at, pricing.catalog.currency)
