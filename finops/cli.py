@@ -186,12 +186,21 @@ def collector(
 def import_sacct_command(
     file: Annotated[str, typer.Argument(help="sacct --parsable2 --noheader output, or - for standard input.")],
     cluster: Annotated[str, typer.Option(help="Cluster name for lines whose Cluster field is empty.")] = "default",
+    timezone: Annotated[
+        str, typer.Option(help="IANA time zone sacct printed its times in (the sacct host's local time).")
+    ] = "UTC",
 ) -> None:
     """Import Slurm jobs from `sacct --parsable2 --noheader --format=JobID,JobIDRaw,Cluster,Partition,Account,
     User,Submit,Start,End,Elapsed,State,AllocTRES,NodeList,JobName` output."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     from finops.db import session_factory
     from finops.jobs import import_sacct
 
+    try:
+        tz = ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise typer.BadParameter(f"unknown time zone {timezone!r}", param_hint="--timezone") from exc
     engine = _engine(_settings())
     try:
         handle = sys.stdin if file == "-" else open(file, encoding="utf-8")  # noqa: SIM115
@@ -199,7 +208,7 @@ def import_sacct_command(
         typer.echo(f"error: {file}: {exc.strerror}", err=True)
         raise typer.Exit(2) from exc
     with handle, session_factory(engine).begin() as session:
-        result = import_sacct(session, handle, source="<stdin>" if file == "-" else file, cluster=cluster)
+        result = import_sacct(session, handle, source="<stdin>" if file == "-" else file, cluster=cluster, tz=tz)
     for error in result.errors:
         typer.echo(f"skipped {error.message}", err=True)
     typer.echo(f"imported {result.jobs} GPU jobs; {result.without_gpus} without GPUs; {len(result.errors)} bad lines")
@@ -280,11 +289,13 @@ def report(
     by: Annotated[str, typer.Option(help="team or job.")] = "team",
     output_format: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
 ) -> None:
-    """Cost per team or job over [start, end), from the hourly ledger."""
+    """Cost per team or job over [start, end), from the hourly ledger; the table adds this month's budgets."""
     import orjson
 
+    from finops.budgets import budget_status
     from finops.db import session_factory
     from finops.report import cost_report, report_csv, report_dicts, report_table
+    from finops.timeutil import utc_now
 
     if by not in ("team", "job"):
         raise typer.BadParameter("must be team or job", param_hint="--by")
@@ -293,12 +304,15 @@ def report(
     group: Literal["team", "job"] = "team" if by == "team" else "job"
     with session_factory(_engine(_settings()))() as session:
         rows = cost_report(session, _instant(start, "--start"), _instant(end, "--end"), group)
+        statuses = budget_status(session, utc_now()) if output_format == "table" else []
     if output_format == "json":
         typer.echo(orjson.dumps(report_dicts(rows, group), option=orjson.OPT_INDENT_2).decode())
     elif output_format == "csv":
         typer.echo(report_csv(rows, group), nl=False)
     else:
         typer.echo(report_table(rows, group))
+        if statuses:
+            typer.echo(f"\nBudgets, month to date:\n{_budget_table(statuses)}")
 
 
 @app.command()

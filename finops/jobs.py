@@ -5,7 +5,8 @@ Slurm's sacct names a job's nodes and GPU count, not its GPU indices. Placement 
 [Start, End). ``gres/gpu=N`` over k nodes is N/k per node (the remainder, if any, to the first nodes).
 A job already placed whose start, nodes and GPU count did not change keeps its GPUs and only has its
 end updated (a running job that finished). GPUs a node has not reported yet are created as placeholders
-(model from the TRES GPU type, or ``unknown``) and take their UUID when its collector first reports.
+(model: that of the node's other GPUs when they are all one model, else the TRES GPU type, else
+``unknown``) and take their UUID when its collector first reports.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import bisect
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, tzinfo
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -84,11 +86,13 @@ class _Placer:
     def place(self, hostname: str, count: int, start: int, end: int, gpu_type: str | None) -> list[Gpu]:
         calendars = self.nodes[hostname]
         chosen = [c for c in calendars if c.is_free(start, end)][:count]
+        known_models = {c.gpu.model for c in calendars}
+        model = known_models.pop() if len(known_models) == 1 else (gpu_type or "unknown")
         while len(chosen) < count:
             placeholder = Gpu(
                 node_id=self.node_ids[hostname],
                 gpu_index=len(calendars),
-                model=gpu_type or "unknown",
+                model=model,
                 in_service_from=from_epoch(start),
             )
             self.session.add(placeholder)
@@ -106,13 +110,16 @@ def per_node_counts(gpus: int, nodes: int) -> list[int]:
     return [share + (1 if i < extra else 0) for i in range(nodes)]
 
 
-def import_sacct(session: Session, lines: Iterable[str], *, source: str, cluster: str = "default") -> ImportResult:
+def import_sacct(
+    session: Session, lines: Iterable[str], *, source: str, cluster: str = "default", tz: tzinfo = UTC
+) -> ImportResult:
     """Parse sacct ``--parsable2`` output and store its GPU jobs in the caller's transaction.
 
     Bad lines are returned in ``errors`` (with line numbers) and the rest is imported. An empty
-    Cluster field takes ``cluster``. Re-importing the same lines changes nothing.
+    Cluster field takes ``cluster``. Times are read in ``tz``, the zone sacct printed them in (its host's
+    local time). Re-importing the same lines changes nothing.
     """
-    parsed = parse_sacct(lines, source=source)
+    parsed = parse_sacct(lines, source=source, tz=tz)
     result = ImportResult(errors=list(parsed.errors))
     jobs = sorted((j for j in parsed.jobs if j.start is not None), key=lambda j: (j.start, j.job_id_raw))
     result.without_gpus = sum(1 for j in parsed.jobs if j.gpus == 0 or not j.nodes)

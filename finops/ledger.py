@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 
-from sqlalchemy import bindparam, delete, select, text
+from sqlalchemy import bindparam, delete, func, select, text
 from sqlalchemy.orm import Session
 
 from finops import costmodel
@@ -67,13 +67,18 @@ class Pricing:
 
 
 def rollup(session: Session, pricing: Pricing, until: int) -> int:
-    """Rebuild every dirty hour before ``until`` (epoch seconds) and the hour holding ``until``.
+    """Bring the ledger up to ``until`` (epoch seconds): rebuild every dirty hour before it, and every hour
+    from the newest hour in the ledger (or, for an empty ledger, the first GPU's entry into service) to it.
 
-    Hours whose GPUs have no price stay dirty (logged) so they are retried after the catalog is fixed.
-    Returns the number of hours rebuilt.
+    The newest hour is always rebuilt because it was built only up to the previous ``until``, so hours
+    without samples or job changes (a silent collector, an idle cluster) still accrue capacity cost.
+    Hours missing a GPU that has no price stay dirty, so they are rebuilt after the catalog is fixed.
+    Returns the number of hours rebuilt completely.
     """
-    dirty = set(session.scalars(select(DirtyHour.hour).where(DirtyHour.hour < from_epoch(until))))
-    hours = sorted({to_epoch(h) for h in dirty} | {floor_hour(until - 1)})
+    dirty = {to_epoch(h) for h in session.scalars(select(DirtyHour.hour).where(DirtyHour.hour < from_epoch(until)))}
+    newest = session.scalar(select(func.max(LedgerEntry.hour))) or session.scalar(select(func.min(Gpu.in_service_from)))
+    since = floor_hour(to_epoch(newest)) if newest is not None else floor_hour(until - 1)
+    hours = sorted(dirty | set(range(min(since, floor_hour(until - 1)), until, HOUR)))
     rebuilt = 0
     for h0, h1 in _contiguous_chunks(hours):
         unpriced = rebuild(session, h0, h1, pricing, until)
@@ -99,7 +104,8 @@ def _contiguous_chunks(hours: list[int]) -> Iterator[tuple[int, int]]:
 def rebuild(session: Session, h0: int, h1: int, pricing: Pricing, until: int) -> set[int]:
     """Rewrite the ledger rows of hours [h0, h1) (epoch seconds, hour-aligned), clipped at ``until``.
 
-    Returns the hours left unbuilt because a GPU model has no price in the catalog.
+    A GPU whose model has no price in the catalog gets no rows (logged once per model); the other GPUs'
+    rows are written. Returns the hours that miss such GPUs, to be rebuilt once the catalog has the price.
     """
     end = min(h1, until)
     gpus = session.scalars(select(Gpu).where(Gpu.in_service_from < from_epoch(end))).all()
@@ -119,6 +125,7 @@ def rebuild(session: Session, h0: int, h1: int, pricing: Pricing, until: int) ->
     unallocated_team = team_by_name(session, UNALLOCATED_TEAM).id
     rows: list[dict[str, object]] = []
     unpriced: set[int] = set()
+    unpriced_models: set[str] = set()
     rates: dict[tuple[str, int], Decimal] = {}
     for gpu in gpus:
         in_service = max(h0, to_epoch(gpu.in_service_from))
@@ -129,14 +136,13 @@ def rebuild(session: Session, h0: int, h1: int, pricing: Pricing, until: int) ->
                 try:
                     rate = rates[gpu.model, hour] = pricing.catalog.rate(gpu.model, pricing.model, from_epoch(hour))
                 except PriceNotFound as exc:
-                    if hour not in unpriced:
-                        log.error("ledger hour %s not built: %s", from_epoch(hour).isoformat(), exc)
+                    if gpu.model not in unpriced_models:
+                        unpriced_models.add(gpu.model)
+                        log.error("GPU-hours of model %r left out of the ledger: %s", gpu.model, exc)
                     unpriced.add(hour)
                     continue
             rows.extend(_gpu_hour_rows(gpu.id, hour, lo, hi, rate, by_gpu[gpu.id], metering, unallocated_team, pricing))
-    built = [hour for hour in range(h0, h1, HOUR) if hour not in unpriced]
-    session.execute(delete(LedgerEntry).where(LedgerEntry.hour.in_([from_epoch(h) for h in built])))
-    rows = [row for row in rows if row["hour"] not in unpriced]
+    session.execute(delete(LedgerEntry).where(LedgerEntry.hour >= from_epoch(h0), LedgerEntry.hour < from_epoch(h1)))
     if rows:
         session.execute(LedgerEntry.__table__.insert(), rows)  # type: ignore[attr-defined]
     return unpriced

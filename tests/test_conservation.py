@@ -1,0 +1,82 @@
+"""Conservation through the whole ledger, property-tested: whatever the jobs, Σ teams + __unallocated__
+equals the GPUs' capacity cost, exactly in the ledger and to the cent in the rounded report."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import select
+
+from collector.wire import IngestBatch
+from finops.costmodel import capacity_cost
+from finops.db import make_engine, session_factory, upgrade
+from finops.ingest import Ingestor
+from finops.jobs import import_sacct
+from finops.ledger import Pricing, rollup
+from finops.models import Base, Gpu
+from finops.prices import PricingModel, load_catalog
+from finops.report import cost_report, report_dicts
+from finops.timeutil import HOUR, to_epoch
+
+T0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=4)
+HOURS = 3
+MODEL = "NVIDIA H100 80GB HBM3"
+
+job = st.tuples(
+    st.integers(min_value=0, max_value=HOURS * 60 - 1),  # start minute
+    st.integers(min_value=1, max_value=HOURS * 60),  # duration in minutes (may run past the window)
+    st.integers(min_value=1, max_value=3),  # GPUs
+    st.sampled_from(["acct-a", "acct-b", "acct-c"]),
+    st.booleans(),  # still running
+)
+
+
+def _line(number: int, start: int, minutes: int, gpus: int, account: str, running: bool) -> str:
+    begin = T0 + timedelta(minutes=start)
+    end = "Unknown" if running else (begin + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%S")
+    stamp = begin.strftime("%Y-%m-%dT%H:%M:%S")
+    state = "RUNNING" if running else "COMPLETED"
+    return f"{number}|{number}|c|gpu|{account}|u|{stamp}|{stamp}|{end}|00:01:00|{state}|gres/gpu={gpus}|n1|j"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(jobs=st.lists(job, max_size=8), pricing_model=st.sampled_from(list(PricingModel)))
+def test_ledger_conserves_capacity_cost(tmp_path: Path, jobs: list[tuple[int, int, int, str, bool]],
+                                        pricing_model: PricingModel) -> None:  # fmt: skip
+    engine = make_engine(f"sqlite:///{tmp_path / 'conservation.sqlite'}")
+    upgrade(engine)
+    sessions = session_factory(engine)
+    with sessions.begin() as session:
+        for table in reversed(Base.metadata.sorted_tables):
+            session.execute(table.delete())
+    pricing = Pricing(load_catalog(), pricing_model)
+    until = to_epoch(T0) + HOURS * HOUR
+    gpus = [{"uuid": f"GPU-{i}", "index": i, "model": MODEL} for i in range(2)]
+    batch = IngestBatch.model_validate(
+        {"node": "n1", "gpus": gpus, "samples": [{"uuid": g["uuid"], "ts": T0, "utilization_ratio": 0.5} for g in gpus]}
+    )
+    with sessions.begin() as session:
+        Ingestor().store(session, batch)
+        import_sacct(session, [_line(100 + i, *spec) for i, spec in enumerate(jobs)], source="generated")
+        rollup(session, pricing, until)
+        expected = Decimal(0)
+        expected_seconds = 0
+        for gpu in session.scalars(select(Gpu)):
+            rate = pricing.catalog.rate(MODEL, pricing_model, T0)
+            in_service = max(to_epoch(gpu.in_service_from), to_epoch(T0))
+            for hour in range(to_epoch(T0), until, HOUR):
+                seconds = max(0, min(hour + HOUR, until) - max(hour, in_service))
+                expected += capacity_cost(rate, seconds) if seconds else Decimal(0)
+                expected_seconds += seconds
+        rows = cost_report(session, T0, T0 + timedelta(hours=HOURS), "team")
+    assert sum(row.allocated_cost for row in rows) == expected
+    assert sum(row.allocated_gpu_seconds for row in rows) == expected_seconds
+    for row in rows:
+        assert row.used_cost + row.idle_cost <= row.allocated_cost
+    rounded = report_dicts(rows, "team")
+    assert sum(Decimal(str(r["allocated_cost"])) for r in rounded) == expected.quantize(Decimal("0.01"))
+    engine.dispose()
