@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 from collector import metric_names as m
 from collector.sample import Sample
+from collector.wire import IngestBatch, gpu_info_dict, reading_dict
 
 MODEL = "NVIDIA H100 80GB HBM3"
 NODE = "gpu-a-01"
@@ -62,3 +63,11 @@ def sacct_lines(t0: datetime) -> list[str]:
         f"502|502|orion|gpu|acct-b|bob|{stamp(25)}|{stamp(30)}|Unknown|02:30:00|RUNNING|"
         f"billing=8,cpu=8,gres/gpu=1,mem=64G,node=1|{NODE}|serve",
     ]
+
+
+def batch(t0: datetime) -> IngestBatch:
+    """All 240 readings of the slice as one validated ingest batch from ``NODE``."""
+    readings = samples(t0)
+    return IngestBatch.model_validate(
+        {"node": NODE, "gpus": [gpu_info_dict(s) for s in readings[:2]], "samples": [reading_dict(s) for s in readings]}
+    )

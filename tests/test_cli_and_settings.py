@@ -13,7 +13,6 @@ from sqlalchemy import func, select
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from collector.wire import IngestBatch, gpu_info_dict, reading_dict
 from finops.cli import app
 from finops.idle import IdlePolicy
 from finops.ingest import Ingestor
@@ -67,11 +66,7 @@ def test_default_database_is_sqlite_in_the_data_dir(tmp_path: Path, monkeypatch:
 
 def test_scheduler_rolls_up_the_ledger_in_the_background(sessions) -> None:  # type: ignore[no-untyped-def]
     t0 = scenario.start_hour()
-    readings = scenario.samples(t0)
-    batch = IngestBatch.model_validate(
-        {"node": scenario.NODE, "gpus": [gpu_info_dict(s) for s in readings[:2]],
-         "samples": [reading_dict(s) for s in readings]}
-    )  # fmt: skip
+    batch = scenario.batch(t0)
     with sessions.begin() as session:
         Ingestor().store(session, batch)
     pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collector.wire import IngestBatch, gpu_info_dict, reading_dict
 from finops.budgets import set_budget
 from finops.costmodel import CENT
 from finops.db import make_engine, session_factory, upgrade
@@ -37,12 +36,8 @@ def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 def _seed(url: str) -> None:
     t0 = scenario.start_hour()
-    readings = scenario.samples(t0)
     pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
-    batch = IngestBatch.model_validate(
-        {"node": scenario.NODE, "gpus": [gpu_info_dict(s) for s in readings[:2]],
-         "samples": [reading_dict(s) for s in readings]}
-    )  # fmt: skip
+    batch = scenario.batch(t0)
     with session_factory(make_engine(url)).begin() as session:
         map_account(session, "acct-a", "alpha")
         Ingestor().store(session, batch)

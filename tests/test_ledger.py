@@ -7,7 +7,6 @@ from decimal import Decimal
 
 import pytest
 
-from collector.wire import IngestBatch, gpu_info_dict, reading_dict
 from finops.costmodel import QUANTUM
 from finops.idle import IdlePolicy, detect_idle, list_episodes
 from finops.ingest import Ingestor
@@ -27,11 +26,7 @@ def loaded(sessions):  # type: ignore[no-untyped-def]
     t0 = scenario.start_hour()
     pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
     rate = pricing.catalog.rate(scenario.MODEL, PricingModel.ON_DEMAND, t0)
-    readings = scenario.samples(t0)
-    batch = IngestBatch.model_validate(
-        {"node": scenario.NODE, "gpus": [gpu_info_dict(s) for s in readings[:2]],
-         "samples": [reading_dict(s) for s in readings]}
-    )  # fmt: skip
+    batch = scenario.batch(t0)
     with sessions.begin() as session:
         map_account(session, "acct-a", "alpha")
         Ingestor().store(session, batch)
