@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from collector import metric_names as m
+from collector.counters import MonotonicTotals
 from collector.sample import Sample, utc_now
 
 log = logging.getLogger(__name__)
@@ -63,8 +64,7 @@ class DiskstatsSource:
         self.path = root / "diskstats"
         self.sys_block = sys_root / "block"
         self._clock = clock
-        self._raw: dict[tuple[str, str], int] = {}
-        self._totals: dict[tuple[str, str], int] = {}
+        self._totals = MonotonicTotals()
 
     def collect(self) -> list[Sample]:
         """One sample per whole disk in ``<root>/diskstats``; ``[]`` if that file does not exist."""
@@ -83,8 +83,8 @@ class DiskstatsSource:
             if VIRTUAL_DEVICE.match(device) or not is_whole_disk(device):
                 continue
             values = {
-                m.DISK_READ_BYTES: self._accumulate(device, m.DISK_READ_BYTES, sectors_read),
-                m.DISK_WRITTEN_BYTES: self._accumulate(device, m.DISK_WRITTEN_BYTES, sectors_written),
+                m.DISK_READ_BYTES: float(self._totals.add((device, "read"), sectors_read) * SECTOR_BYTES),
+                m.DISK_WRITTEN_BYTES: float(self._totals.add((device, "written"), sectors_written) * SECTOR_BYTES),
             }
             samples.append(Sample(entity="disk", labels={"device": device}, values=values, timestamp=timestamp))
         return samples
@@ -108,11 +108,3 @@ class DiskstatsSource:
             log.warning("%s:%d: non-numeric counter; line skipped", self.path, number)
             return None
         return fields[2], int(fields[SECTORS_READ_FIELD]), int(fields[SECTORS_WRITTEN_FIELD])
-
-    def _accumulate(self, device: str, metric: str, sectors: int) -> float:
-        """Adds the kernel counter's growth since the last reading (all of it after a reset); the total in bytes."""
-        key = (device, metric)
-        previous = self._raw.get(key, 0)
-        self._raw[key] = sectors
-        self._totals[key] = self._totals.get(key, 0) + (sectors - previous if sectors >= previous else sectors)
-        return float(self._totals[key] * SECTOR_BYTES)
