@@ -1,7 +1,9 @@
-"""The collector's main loop: every interval, run each source, publish to ``/metrics``, ship GPU readings.
+"""The collector's main loop: every interval, run each source, publish to ``/metrics``, hand readings on.
 
 One failing source never stops the others: its exception is logged and its success gauge set to 0.
-Sources are read on the agent's timer, never per scrape.
+Sources are read on the agent's timer, never per scrape. Each cycle's samples pass through the job mapper
+(``annotate``) and then to the sink: :meth:`collector.delivery.Delivery.enqueue` in the collector (spooled,
+sent by its own thread), :meth:`collector.shipper.Shipper.ship` where there is no spool (the demo).
 """
 
 from __future__ import annotations
@@ -9,29 +11,40 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from collector.exposition import LatestSamples
 from collector.sample import Sample, Source
-from collector.shipper import ShipError, Shipper
+from collector.shipper import ShipError
 
 log = logging.getLogger(__name__)
 
 
+Sink = Callable[[list[Sample]], int]
+"""Takes one cycle's samples; returns how many readings it took (spooled or accepted)."""
+Annotate = Callable[[list[Sample]], list[Sample]]
+"""Fills in :attr:`Sample.job_id` (:class:`collector.jobmap.JobMapper`)."""
+
+
 class Agent:
-    """Runs ``sources`` every ``interval_seconds``; publishes into ``latest``; ships through ``shipper``."""
+    """Runs ``sources`` every ``interval_seconds``; publishes into ``latest``; hands samples to ``sink``.
+
+    ``annotate``, when given, maps GPUs to jobs before publishing and sinking.
+    """
 
     def __init__(
         self,
         sources: Sequence[Source],
         latest: LatestSamples,
-        shipper: Shipper | None,
+        sink: Sink | None,
         interval_seconds: float = 10.0,
+        annotate: Annotate | None = None,
     ) -> None:
         self.sources = list(sources)
         self.latest = latest
-        self.shipper = shipper
+        self.sink = sink
         self.interval_seconds = interval_seconds
+        self.annotate = annotate
 
     def collect_once(self) -> list[Sample]:
         """Run every source once; returns all samples read. Failures are logged and recorded, not raised."""
@@ -40,6 +53,8 @@ class Agent:
             started = time.perf_counter()
             try:
                 samples = source.collect()
+                if self.annotate is not None:
+                    samples = self.annotate(samples)
             except Exception:
                 log.exception("source %s failed", source.name)
                 self.latest.update(source.name, [], False, time.perf_counter() - started)
@@ -49,12 +64,12 @@ class Agent:
         return collected
 
     def cycle(self) -> int:
-        """Collect once and ship; returns readings the service accepted (0 if shipping failed or is off)."""
+        """Collect once and hand the samples to the sink; returns what the sink took (0 on failure or no sink)."""
         samples = self.collect_once()
-        if self.shipper is None:
+        if self.sink is None:
             return 0
         try:
-            return self.shipper.ship(samples)
+            return self.sink(samples)
         except ShipError as exc:
             log.error("%s", exc)
             return 0

@@ -6,6 +6,7 @@ touch a device. Clocks-event bitmasks are also exposed decoded, one 0/1 series p
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 
@@ -13,7 +14,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from collector import metric_names as m
+from collector.delivery import Delivery
 from collector.sample import Sample
+
+log = logging.getLogger(__name__)
 
 # NVML nvmlClocksEventReason* bits (nvml.h), the same as DCGM_CLOCKS_EVENT_REASON_*.
 CLOCKS_EVENT_REASONS: dict[str, int] = {
@@ -28,6 +32,9 @@ CLOCKS_EVENT_REASONS: dict[str, int] = {
     "display_clock_setting": 0x100,
 }
 CLOCKS_EVENT_ACTIVE = "gpufinops_gpu_clocks_event_reason_active"
+CLOCKS_EVENT_HELP = "1 if the named clocks-event (throttle) reason is active (decoded NVML clocks_event_reasons)."
+GPU_JOB_INFO = "gpufinops_gpu_job_info"
+GPU_JOB_HELP = "1 for the job currently holding the GPU (Slurm job id, or namespace/pod), from the job map."
 
 
 class LatestSamples(Collector):
@@ -49,30 +56,22 @@ class LatestSamples(Collector):
         with self._lock:
             samples = [s for batch in self._samples.values() for s in batch]
             health = dict(self._health)
-        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
-        reasons = GaugeMetricFamily(
-            CLOCKS_EVENT_ACTIVE,
-            "1 if the named clocks-event (throttle) reason is active (decoded NVML clocks_event_reasons).",
-            labels=["gpu", "uuid", "model", "reason"],
-        )
+        families = _Families()
         for sample in samples:
             names = sorted(sample.labels)
             values = [sample.labels[n] for n in names]
             for metric, value in sample.values.items():
                 spec = m.SPECS[metric]
-                family = families.get(metric)
-                if family is None:
-                    family_type = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
-                    family = family_type(metric.removesuffix("_total"), spec.help, labels=names)
-                    families[metric] = family
-                family.add_metric(values, value)
+                families.add(metric, spec.kind, spec.help, names, values, value)
             bitmask = sample.values.get(m.GPU_CLOCKS_EVENT_REASONS)
             if bitmask is not None:
                 for reason, bit in CLOCKS_EVENT_REASONS.items():
-                    reasons.add_metric([*values, reason], 1.0 if int(bitmask) & bit else 0.0)
+                    active = 1.0 if int(bitmask) & bit else 0.0
+                    families.add(CLOCKS_EVENT_ACTIVE, "gauge", CLOCKS_EVENT_HELP, [*names, "reason"], [*values, reason],
+                                 active)  # fmt: skip
+            if sample.entity == "gpu" and sample.job_id is not None:
+                families.add(GPU_JOB_INFO, "gauge", GPU_JOB_HELP, [*names, "job_id"], [*values, sample.job_id], 1.0)
         yield from families.values()
-        if reasons.samples:
-            yield reasons
         success = GaugeMetricFamily(
             "gpufinops_collector_source_success", "1 if the source's last collection succeeded.", labels=["source"]
         )
@@ -86,3 +85,72 @@ class LatestSamples(Collector):
             duration.add_metric([source], seconds)
         yield success
         yield duration
+
+
+class _Families:
+    """Metric families under construction; a sample whose label names differ from its family's is dropped."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        self._labels: dict[str, list[str]] = {}
+        self._warned: set[str] = set()
+
+    def add(self, metric: str, kind: str, help_text: str, names: list[str], values: list[str], value: float) -> None:
+        family = self._families.get(metric)
+        if family is None:
+            family_type = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+            family = family_type(metric.removesuffix("_total"), help_text, labels=names)
+            self._families[metric] = family
+            self._labels[metric] = names
+        elif self._labels[metric] != names:
+            if metric not in self._warned:
+                log.error("%s: labels %s differ from %s; sample not exposed", metric, names, self._labels[metric])
+                self._warned.add(metric)
+            return
+        family.add_metric(values, value)
+
+    def values(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        return iter(self._families.values())
+
+
+class DeliveryStats(Collector):
+    """The spool and the sender's counters, read at scrape time from a :class:`~collector.delivery.Delivery`."""
+
+    def __init__(self, delivery: Delivery) -> None:
+        self._delivery = delivery
+
+    def collect(self) -> Iterator[Metric]:
+        delivery, spool = self._delivery, self._delivery.spool
+        yield GaugeMetricFamily(
+            "gpufinops_collector_spool_pending_samples",
+            "GPU readings in the spool, not yet acknowledged by the service.",
+            value=spool.pending_samples,
+        )
+        yield GaugeMetricFamily(
+            "gpufinops_collector_spool_size_bytes", "Size of the spool's segment files, bytes.", value=spool.size_bytes
+        )
+        yield CounterMetricFamily(
+            "gpufinops_collector_spool_dropped_samples",
+            "GPU readings dropped unsent because the spool reached its size bound (oldest first).",
+            value=spool.dropped_samples,
+        )
+        yield CounterMetricFamily(
+            "gpufinops_collector_spool_corrupt_records",
+            "Spool records found torn or corrupt (CRC) and skipped.",
+            value=spool.corrupt_records,
+        )
+        yield CounterMetricFamily(
+            "gpufinops_collector_shipped_samples",
+            "GPU readings the service acknowledged as stored.",
+            value=delivery.shipped_samples,
+        )
+        yield CounterMetricFamily(
+            "gpufinops_collector_rejected_samples",
+            "GPU readings the service refused (4xx other than 429) or rejected as malformed (422); not retried.",
+            value=delivery.rejected_samples,
+        )
+        yield CounterMetricFamily(
+            "gpufinops_collector_failed_sends",
+            "Ingest POSTs that failed with a network error, 5xx or 429 and will be retried.",
+            value=delivery.failed_sends,
+        )

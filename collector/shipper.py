@@ -1,17 +1,24 @@
-"""Ships GPU readings to the service: gzip JSON over HTTP with a bearer token, retried with backoff.
+"""Sends batches of GPU readings to the service: gzip JSON over HTTP with a bearer token.
 
-Network errors and 5xx are retried with capped exponential backoff (a durable spool comes with the
-collector issue; until then a batch that exhausts its retries is logged and dropped). A 422 means the
-service stored the valid readings and rejected the named ones: it is logged, not retried.
+One POST to ``/api/v1/ingest`` is one :meth:`Shipper.send`; its :class:`SendResult` says whether the service
+took the batch (200, or 422: valid readings stored, the named ones rejected), refused it for good (any other 4xx:
+retrying cannot help), or failed in a way worth retrying (network error, 5xx, 429). :class:`Backoff` gives the
+wait before a retry: capped exponential backoff with full jitter ("Exponential Backoff And Jitter", AWS
+Architecture Blog, 2015), or the server's ``Retry-After`` (RFC 9110 section 10.2.3: seconds or an HTTP-date)
+when it sent one. :class:`collector.delivery.Delivery` drives these from the spool; :meth:`Shipper.ship` is the
+spool-less path (demo, tests).
 """
 
 from __future__ import annotations
 
+import email.utils
 import gzip
 import logging
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import httpx
 import orjson
@@ -22,22 +29,74 @@ from collector.sample import Sample
 log = logging.getLogger(__name__)
 
 INGEST_PATH = "/api/v1/ingest"
+RETRIED_STATUS = 429
+MAX_RETRY_AFTER_SECONDS = 600.0
 
 
 class ShipError(RuntimeError):
     """A batch could not be delivered within the retry budget, or was refused (4xx other than 422)."""
 
 
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """The outcome of one POST.
+
+    Attributes:
+        outcome: ``"delivered"`` (200/422: the service stored ``accepted`` readings and rejected ``rejected``),
+            ``"refused"`` (another 4xx: the batch will never be taken) or ``"failed"`` (network error, 5xx or
+            429: worth retrying).
+        accepted: readings the service stored (or already had).
+        rejected: readings refused: the 422's rejected list, or the whole batch when refused.
+        retry_after: seconds the service asked to wait (``Retry-After``), if it said.
+        reason: why it was not delivered, for the log (never contains the token).
+    """
+
+    outcome: str
+    accepted: int = 0
+    rejected: int = 0
+    retry_after: float | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Delay before retry number ``attempt`` (1-based): uniform in [0, min(cap, base x 2^(attempt-1))] seconds."""
+
+    base_seconds: float = 0.5
+    cap_seconds: float = 60.0
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """The wait before the next try; the server's ``retry_after`` wins (capped at 10 min) when given."""
+        if retry_after is not None:
+            return min(retry_after, MAX_RETRY_AFTER_SECONDS)
+        return random.uniform(0, min(self.cap_seconds, self.base_seconds * 2 ** min(attempt - 1, 32)))
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delay-seconds or HTTP-date); None if absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
 class Shipper:
-    """POSTs batches to ``{service_url}/api/v1/ingest``.
+    """POSTs batches to ``{service_url}/api/v1/ingest`` for one node.
 
     Args:
         service_url: base URL of the gpu-finops service, e.g. ``http://127.0.0.1:8080``.
         token: the ingest bearer token (never logged).
         node: this host's name, as Slurm's NodeList spells it.
-        attempts: tries per batch; backoff doubles from ``backoff_seconds`` up to ``max_backoff_seconds``
-            with full jitter.
         client: an ``httpx.Client`` to use (tests pass one with a MockTransport).
+        timeout_seconds: per-request timeout when no client is given.
     """
 
     def __init__(
@@ -46,64 +105,67 @@ class Shipper:
         token: str,
         node: str,
         *,
-        attempts: int = 5,
-        backoff_seconds: float = 0.5,
-        max_backoff_seconds: float = 30.0,
         client: httpx.Client | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        timeout_seconds: float = 60.0,
     ) -> None:
         self.url = service_url.rstrip("/") + INGEST_PATH
         self.node = node
-        self.attempts = attempts
-        self.backoff_seconds = backoff_seconds
-        self.max_backoff_seconds = max_backoff_seconds
         self._headers = {
             "Authorization": f"Bearer {token}",
             "Content-Type": "application/json",
             "Content-Encoding": "gzip",
         }
-        self._client = client or httpx.Client(timeout=60)
-        self._sleep = sleep
+        self._client = client or httpx.Client(timeout=timeout_seconds)
 
-    def ship(self, samples: Sequence[Sample]) -> int:
-        """Send the GPU samples among ``samples``; returns how many the service accepted.
+    def send(self, batch: dict[str, list[dict[str, object]]]) -> SendResult:
+        """POST ``batch`` (:func:`collector.wire.batch_dict` form) once, with this node's name."""
+        body = gzip.compress(orjson.dumps({"node": self.node, **batch}), compresslevel=1)
+        count = len(batch["samples"])
+        try:
+            response = self._client.post(self.url, content=body, headers=self._headers)
+        except httpx.TransportError as exc:
+            return SendResult("failed", reason=f"network error: {exc.__class__.__name__}: {exc}")
+        status = response.status_code
+        if status in (200, 422):
+            result = response.json()
+            rejected = result.get("rejected", [])
+            if rejected:
+                log.warning("service rejected %d readings, e.g. %s", len(rejected), rejected[:3])
+            return SendResult("delivered", accepted=int(result["accepted"]), rejected=len(rejected))
+        reason = f"HTTP {status} {response.text[:200]}"
+        if status >= 500 or status == RETRIED_STATUS:
+            return SendResult(
+                "failed", retry_after=parse_retry_after(response.headers.get("Retry-After")), reason=reason
+            )
+        return SendResult("refused", rejected=count, reason=reason)
 
-        Raises ShipError when retries are exhausted or the service refuses the batch.
+    def ship(
+        self,
+        samples: Sequence[Sample],
+        attempts: int = 5,
+        backoff: Backoff = Backoff(),  # frozen dataclass: a safe default
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> int:
+        """Send the shippable samples now, retrying failures up to ``attempts`` tries; returns readings accepted.
+
+        Raises ShipError when the service refuses the batch or every try failed.
         """
-        gpu_samples = [s for s in samples if s.entity == "gpu"]
-        if not gpu_samples:
+        batch = wire.batch_dict(samples)
+        if not batch["samples"]:
             return 0
-        inventory = {s.labels["uuid"]: wire.gpu_info_dict(s) for s in gpu_samples}
-        body = {
-            "node": self.node,
-            "gpus": list(inventory.values()),
-            "samples": [wire.reading_dict(s) for s in gpu_samples],
-        }
-        return self.post(gzip.compress(orjson.dumps(body), compresslevel=1))
-
-    def post(self, payload: bytes) -> int:
-        """POST one gzip-compressed JSON batch with retries; returns the service's ``accepted`` count."""
-        for attempt in range(1, self.attempts + 1):
-            try:
-                response = self._client.post(self.url, content=payload, headers=self._headers)
-            except httpx.TransportError as exc:
-                reason = f"network error: {exc.__class__.__name__}"
-            else:
-                if response.status_code in (200, 422):
-                    result = response.json()
-                    if response.status_code == 422:
-                        log.warning("service rejected %d readings: %s", len(result["rejected"]), result["rejected"][:3])
-                    return int(result["accepted"])
-                if response.status_code < 500:
-                    raise ShipError(f"service refused the batch: HTTP {response.status_code} {response.text[:200]}")
-                reason = f"HTTP {response.status_code}"
-            if attempt < self.attempts:
-                delay = random.uniform(0, min(self.max_backoff_seconds, self.backoff_seconds * 2 ** (attempt - 1)))
+        for attempt in range(1, attempts + 1):
+            result = self.send(batch)
+            if result.outcome == "delivered":
+                return result.accepted
+            if result.outcome == "refused":
+                raise ShipError(f"service refused the batch: {result.reason}")
+            if attempt < attempts:
+                delay = backoff.delay(attempt, result.retry_after)
                 log.warning(
-                    "ingest attempt %d/%d failed (%s); retrying in %.1f s", attempt, self.attempts, reason, delay
+                    "ingest attempt %d/%d failed (%s); retrying in %.1f s", attempt, attempts, result.reason, delay
                 )
-                self._sleep(delay)
-        raise ShipError(f"batch not delivered after {self.attempts} attempts ({reason})")
+                sleep(delay)
+        raise ShipError(f"batch not delivered after {attempts} attempts ({result.reason})")
 
     def close(self) -> None:
         """Close the HTTP connection pool."""

@@ -13,6 +13,8 @@ offset. ``job_id`` is the Slurm ``JobIDRaw`` the collector's job map saw on the 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from collector import metric_names as m
@@ -88,3 +90,29 @@ def gpu_info_dict(sample: Sample) -> dict[str, object]:
         "model": sample.labels["model"],
         "memory_total_bytes": None if total is None else int(total),
     }
+
+
+def shippable(sample: Sample) -> bool:
+    """Whether the service stores this sample: a reading of a whole GPU that answered.
+
+    MIG instances (a non-empty ``mig_profile`` label) are left out: the ledger bills the physical GPU, and an
+    instance shipped beside it would bill its share twice. A lost GPU (``gpufinops_gpu_up`` = 0) has no reading.
+    """
+    return sample.entity == "gpu" and not sample.labels.get("mig_profile") and sample.values.get(m.GPU_UP, 1.0) != 0
+
+
+def batch_dict(samples: Iterable[Sample]) -> dict[str, list[dict[str, object]]]:
+    """``{"gpus": [...], "samples": [...]}`` for the :func:`shippable` samples (the batch without its node)."""
+    readings = [s for s in samples if shippable(s)]
+    inventory = {s.labels["uuid"]: gpu_info_dict(s) for s in readings}
+    return {"gpus": list(inventory.values()), "samples": [reading_dict(s) for s in readings]}
+
+
+def merge_batches(batches: Iterable[dict[str, list[dict[str, object]]]]) -> dict[str, list[dict[str, object]]]:
+    """Several :func:`batch_dict` results as one: inventories merged by UUID (the last wins), readings in order."""
+    inventory: dict[object, dict[str, object]] = {}
+    readings: list[dict[str, object]] = []
+    for batch in batches:
+        inventory.update((gpu["uuid"], gpu) for gpu in batch["gpus"])
+        readings.extend(batch["samples"])
+    return {"gpus": list(inventory.values()), "samples": readings}

@@ -54,7 +54,7 @@ def test_one_failing_source_never_stops_the_others(shared_data: Path) -> None:
     latest = LatestSamples()
     nvml = NvmlSource(nvml=FakeNvml([row, row_idle], clock), clock=clock)
     disks = DiskstatsSource(FIXTURES / "diskstats" / "first", sys_root=FIXTURES / "no-sysfs")
-    agent = Agent([BrokenSource(), nvml, disks], latest, shipper=None)
+    agent = Agent([BrokenSource(), nvml, disks], latest, sink=None)
     assert agent.cycle() == 0
     series = _scrape(latest)
     success = series["gpufinops_collector_source_success"]
@@ -88,10 +88,9 @@ def test_shipper_retries_5xx_and_sends_gzip_json_with_the_token() -> None:
 
     sleeps: list[float] = []
     shipper = Shipper(
-        "http://finops.test", "tok", "gpu-a-01", client=httpx.Client(transport=httpx.MockTransport(handler)),
-        sleep=sleeps.append,
-    )  # fmt: skip
-    assert shipper.ship([_gpu_sample()]) == 1
+        "http://finops.test", "tok", "gpu-a-01", client=httpx.Client(transport=httpx.MockTransport(handler))
+    )
+    assert shipper.ship([_gpu_sample()], sleep=sleeps.append) == 1
     assert len(seen) == 3 and len(sleeps) == 2
     assert seen[0].headers["authorization"] == "Bearer tok"
     body = orjson.loads(gzip.decompress(seen[0].content))
@@ -111,7 +110,7 @@ def test_shipper_does_not_retry_a_refused_batch() -> None:
 
     client = httpx.Client(transport=httpx.MockTransport(handler))
     with pytest.raises(ShipError, match="401"):
-        Shipper("http://finops.test", "bad", "n", client=client, sleep=lambda _: None).ship([_gpu_sample()])
+        Shipper("http://finops.test", "bad", "n", client=client).ship([_gpu_sample()], sleep=lambda _: None)
     assert len(calls) == 1
 
 
@@ -119,13 +118,13 @@ def test_collector_command_serves_metrics_on_this_machine(tmp_path: Path) -> Non
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "finops.cli", "collector", "--service-url", "http://127.0.0.1:9", "--source",
-         "diskstats", "--metrics-port", str(port), "--interval", "1"],
+         "diskstats", "--metrics-port", str(port), "--interval", "1", "--spool-dir", str(tmp_path / "spool")],
         env={**os.environ, "FINOPS_INGEST_TOKEN": "unused"},
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 30
         text = ""
-        while "gpufinops_collector_source_success" not in text:
+        while "gpufinops_collector_source_success{" not in text:
             assert time.monotonic() < deadline, "collector /metrics never reported its sources"
             with contextlib.suppress(httpx.TransportError):
                 text = httpx.get(f"http://127.0.0.1:{port}/metrics").text

@@ -62,7 +62,7 @@ def test_slice_through_collector_service_and_cli(service: tuple[str, dict[str, s
     readings = scenario.samples(t0)
     steps = [readings[i : i + 60] for i in range(0, len(readings), 60)]  # 30 minutes of 2 GPUs per POST
     source = ReplaySource(steps)
-    agent = Agent([source], LatestSamples(), Shipper(url, TOKEN, scenario.NODE))
+    agent = Agent([source], LatestSamples(), Shipper(url, TOKEN, scenario.NODE).ship)
     shipped = 0
     while not source.exhausted:
         shipped += agent.cycle()

@@ -139,7 +139,7 @@ def _ship_trace(trace: Trace, profile: GpuProfile, service_url: str, token: str)
     work = []
     for node in trace.nodes:
         source = ReplaySource(node_steps(trace, node, profile, idle))
-        work.append((Agent([source], LatestSamples(), Shipper(service_url, token, node)), source))
+        work.append((Agent([source], LatestSamples(), Shipper(service_url, token, node).ship), source))
     with ThreadPoolExecutor(COLLECTOR_THREADS) as pool:
         return sum(pool.map(lambda pair: _drain(*pair), work))
 

@@ -1,0 +1,99 @@
+"""At-least-once delivery: every cycle's readings go to the spool first, a sender thread drains it to the service.
+
+A batch leaves the spool only when the service has answered for it: delivered (200/422) or refused for good
+(other 4xx, counted as rejected). Failures that can pass (network, 5xx, 429) keep it spooled and are retried
+with :class:`collector.shipper.Backoff` (or the server's ``Retry-After``) for as long as it takes; the spool's
+size bound decides what is dropped if the outage outlasts the disk. The service's ingest is idempotent (one row
+per GPU and timestamp), so a batch sent twice after a crash is stored once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+
+import orjson
+
+from collector import wire
+from collector.sample import Sample
+from collector.shipper import Backoff, Shipper
+from collector.spool import Spool
+
+log = logging.getLogger(__name__)
+
+
+class Delivery:
+    """Spool in front of a :class:`Shipper`.
+
+    Args:
+        spool: the durable queue.
+        shipper: sends merged batches.
+        batch_samples: at most this many readings per POST when draining a backlog.
+        backoff: waits between failed tries.
+
+    Counters (read by :class:`collector.exposition.DeliveryStats`): ``shipped_samples`` (accepted by the
+    service), ``rejected_samples`` (refused or rejected by it), ``failed_sends`` (POSTs that will be retried).
+    """
+
+    def __init__(
+        self,
+        spool: Spool,
+        shipper: Shipper,
+        batch_samples: int = 10_000,
+        backoff: Backoff = Backoff(),  # noqa: B008  # frozen dataclass: a safe default
+    ) -> None:
+        self.spool = spool
+        self.shipper = shipper
+        self.batch_samples = batch_samples
+        self.backoff = backoff
+        self.shipped_samples = 0
+        self.rejected_samples = 0
+        self.failed_sends = 0
+        self._failures_in_a_row = 0
+        self._wake = threading.Event()
+
+    def enqueue(self, samples: Iterable[Sample]) -> int:
+        """Spool the shippable readings among ``samples`` durably; returns how many were spooled."""
+        batch = wire.batch_dict(samples)
+        count = len(batch["samples"])
+        if count:
+            self.spool.append(orjson.dumps(batch), count)
+            self._wake.set()
+        return count
+
+    def send_next(self) -> float | None:
+        """One POST of the oldest spooled readings. Returns None when the spool is empty, 0.0 after an answer
+        (delivered or refused: the batch leaves the spool), or the seconds to wait after a failure."""
+        records = self.spool.peek(self.batch_samples)
+        if not records:
+            return None
+        result = self.shipper.send(wire.merge_batches(orjson.loads(r.payload) for r in records))
+        if result.outcome == "failed":
+            self.failed_sends += 1
+            self._failures_in_a_row += 1
+            delay = self.backoff.delay(self._failures_in_a_row, result.retry_after)
+            log.warning("ingest failed (%s); %d readings kept in the spool, retry in %.1f s",
+                        result.reason, self.spool.pending_samples, delay)  # fmt: skip
+            return delay
+        if result.outcome == "refused":
+            log.error("service refused %d readings, dropped: %s", result.rejected, result.reason)
+        self._failures_in_a_row = 0
+        self.spool.ack(records)
+        self.shipped_samples += result.accepted
+        self.rejected_samples += result.rejected
+        return 0.0
+
+    def run(self, stop: threading.Event, idle_poll_seconds: float = 1.0) -> None:
+        """Drain the spool until ``stop`` is set: back to back while there is a backlog, waiting after failures."""
+        while not stop.is_set():
+            self._wake.clear()
+            try:
+                delay = self.send_next()
+            except Exception:  # a bug or a full disk must not end delivery for good
+                log.exception("delivery error")
+                delay = self.backoff.cap_seconds
+            if delay is None:
+                self._wake.wait(idle_poll_seconds)
+            elif delay > 0:
+                stop.wait(delay)

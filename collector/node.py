@@ -1,0 +1,101 @@
+"""The collector process on one node: sources, job map, ``/metrics``, spool and sender, wired together.
+
+``gpu-finops collector`` builds a :class:`NodeConfig` from its options and calls :func:`run`. Two threads: the
+agent reads the sources every interval and spools the readings; the sender drains the spool to the service.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+from collector.agent import Agent, Annotate
+from collector.delivery import Delivery
+from collector.exposition import DeliveryStats, LatestSamples
+from collector.sample import Source
+from collector.shipper import Shipper
+from collector.spool import Spool
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAMES = ("nvml", "nvidia_smi", "dcgm", "infiniband", "diskstats", "nfs", "lustre")
+"""Every source ``--source`` accepts, each a module of :mod:`collector.sources`."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Everything the collector process needs.
+
+    Attributes:
+        service_url: base URL of the gpu-finops service.
+        token: ingest bearer token.
+        node: this host's name as Slurm's NodeList spells it.
+        spool_dir: the durable queue's directory; ``spool_max_bytes`` bounds it.
+        interval_seconds: time between collections.
+        metrics_address / metrics_port: where ``/metrics`` listens; port None serves none.
+        proc_root / sys_root: procfs and sysfs mount points (``/proc``, ``/sys``; a container mounts the host's
+            elsewhere).
+        dcgm_url: the dcgm-exporter sidecar's ``/metrics``.
+        nvidia_smi: the ``nvidia-smi`` command for the fallback source.
+        job_mapping_dir: the Slurm prolog's GPU → job directory, None for none.
+    """
+
+    service_url: str
+    token: str
+    node: str
+    spool_dir: Path
+    spool_max_bytes: int = 256 * 2**20
+    interval_seconds: float = 10.0
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int | None = 9835
+    proc_root: Path = Path("/proc")
+    sys_root: Path = Path("/sys")
+    dcgm_url: str = "http://127.0.0.1:9400/metrics"
+    nvidia_smi: str = "nvidia-smi"
+    job_mapping_dir: Path | None = None
+
+
+def build_source(name: str, config: NodeConfig) -> Source:
+    """The source called ``name`` (one of :data:`SOURCE_NAMES`), rooted where ``config`` says.
+
+    Raises ValueError for an unknown name.
+    """
+    if name == "nvml":
+        from collector.sources.nvml import NvmlSource
+
+        return NvmlSource()
+    if name == "diskstats":
+        from collector.sources.diskstats import DiskstatsSource
+
+        return DiskstatsSource(config.proc_root, sys_root=config.sys_root)
+    raise ValueError(f"unknown source {name!r} (one of {', '.join(SOURCE_NAMES)})")
+
+
+def run(config: NodeConfig, sources: Sequence[Source], stop: threading.Event, annotate: Annotate | None = None) -> None:
+    """Serve ``/metrics``, start the sender thread and collect every interval until ``stop`` is set."""
+    latest = LatestSamples()
+    delivery = Delivery(
+        Spool(config.spool_dir, max_bytes=config.spool_max_bytes),
+        Shipper(config.service_url, config.token, config.node),
+    )
+    if config.metrics_port is not None:
+        registry = CollectorRegistry()
+        registry.register(latest)
+        registry.register(DeliveryStats(delivery))
+        start_http_server(config.metrics_port, addr=config.metrics_address, registry=registry)
+    sender = threading.Thread(target=delivery.run, args=(stop,), name="sender", daemon=True)
+    sender.start()
+    log.info(
+        "collecting %s every %.0f s; spool %s (%d readings pending)",
+        ", ".join(s.name for s in sources),
+        config.interval_seconds,
+        config.spool_dir,
+        delivery.spool.pending_samples,
+    )
+    Agent(sources, latest, delivery.enqueue, config.interval_seconds, annotate).run(stop)
+    sender.join(timeout=5)
