@@ -121,6 +121,8 @@ class Spool:
             still_spooled = [r for r in records if (r.segment, r.end) > self._cursor]
             self.pending_samples -= sum(r.samples for r in still_spooled)
             self._cursor = (last.segment, last.end)
+            for seq in [seq for seq in self._torn if seq < last.segment]:
+                self.pending_samples -= self._count_samples(seq, self._torn.pop(seq))
             self._write_cursor()
             self._discard_acknowledged(self._segments())
 

@@ -20,9 +20,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def running(app: FastAPI) -> Iterator[str]:
-    """Serve ``app`` on 127.0.0.1 until the block ends; yields its base URL."""
-    port = free_port()
+def running(app: FastAPI, port: int | None = None) -> Iterator[str]:
+    """Serve ``app`` on 127.0.0.1 (on ``port``, default a free one) until the block ends; yields its base URL."""
+    port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
