@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,14 @@ def sessions(engine):  # type: ignore[no-untyped-def]
     from finops.db import session_factory
 
     return session_factory(engine)
+
+
+def debian_binary(name: str) -> Path:
+    """Path of a program from a Debian package that ``.ci/run`` installs; skips without it, fails under CI=true."""
+    found = shutil.which(name)
+    if found is None:
+        message = f"{name} is not installed (Debian package installed by .ci/run)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return Path(found)
