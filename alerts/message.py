@@ -1,0 +1,32 @@
+"""What a notification says, independent of the channel that carries it (Slack, e-mail)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One notification.
+
+    Attributes:
+        title: one line, e.g. ``"[FIRING] Budget 80 % reached: team vision"``.
+        summary: a few plain-text sentences.
+        fields: ordered (name, value) facts: team, job, GPUs, cost so far, ...
+        link: (label, URL) of the dashboard page to act from, if any.
+        severity: ``"info"``, ``"warning"`` or ``"critical"``.
+    """
+
+    title: str
+    summary: str
+    fields: list[tuple[str, str]] = field(default_factory=list)
+    link: tuple[str, str] | None = None
+    severity: str = "warning"
+
+    def plain_text(self) -> str:
+        """The message as plain text: title, summary, one ``name: value`` line per field, the link."""
+        lines = [self.title, "", self.summary, ""]
+        lines += [f"{name}: {value}" for name, value in self.fields]
+        if self.link is not None:
+            lines += ["", f"{self.link[0]}: {self.link[1]}"]
+        return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,92 @@
+"""Slack incoming webhooks: a Block Kit payload within Slack's limits, and one POST with its outcome.
+
+Format: Slack "Sending messages using incoming webhooks" and the Block Kit reference
+(https://api.slack.com/reference/block-kit/blocks): a ``header`` block's plain text is at most 150 characters,
+a ``section`` text at most 3,000, a section has at most 10 ``fields`` of at most 2,000 characters each, a
+button's text at most 75 and its URL at most 3,000; a message has at most 50 blocks. ``text`` is the
+notification fallback, shown where blocks are not; mrkdwn text escapes ``&``, ``<`` and ``>``
+("Formatting text for app surfaces").
+
+Responses: 200 ``ok``; 4xx such as 400 ``invalid_payload``, 403 ``action_prohibited``, 404
+``channel_not_found``, 410 ``channel_is_archived`` are final; 429 carries ``Retry-After``; 5xx may pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from alerts.message import Message
+from alerts.webhooks import WebhookPolicy, WebhookRefused, redact
+from collector.shipper import parse_retry_after
+
+HEADER_LIMIT = 150
+SECTION_LIMIT = 3000
+FIELD_LIMIT = 2000
+FIELDS_PER_SECTION = 10
+BUTTON_TEXT_LIMIT = 75
+FALLBACK_LIMIT = 3000
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """The outcome of one delivery try: ``delivered``, ``failed`` (worth retrying) or ``refused`` (final).
+
+    ``retry_after`` is the seconds the server asked to wait; ``reason`` is safe to log (no secret in it).
+    """
+
+    outcome: str
+    reason: str = ""
+    retry_after: float | None = None
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _mrkdwn(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack_payload(message: Message) -> dict[str, Any]:
+    """The webhook JSON for ``message``: header, summary, fields (10 per section), a link button; text fallback."""
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": _clip(message.title, HEADER_LIMIT)}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": _clip(_mrkdwn(message.summary), SECTION_LIMIT)}},
+    ]
+    for start in range(0, len(message.fields), FIELDS_PER_SECTION):
+        chunk = message.fields[start : start + FIELDS_PER_SECTION]
+        fields = [
+            {"type": "mrkdwn", "text": _clip(f"*{_mrkdwn(name)}*\n{_mrkdwn(value)}", FIELD_LIMIT)}
+            for name, value in chunk
+        ]
+        blocks.append({"type": "section", "fields": fields})
+    if message.link is not None:
+        label, url = message.link
+        button = {"type": "button", "text": {"type": "plain_text", "text": _clip(label, BUTTON_TEXT_LIMIT)}, "url": url}
+        blocks.append({"type": "actions", "elements": [button]})
+    return {"text": _clip(message.plain_text(), FALLBACK_LIMIT), "blocks": blocks}
+
+
+def post_to_slack(client: httpx.Client, url: str, message: Message, policy: WebhookPolicy) -> Attempt:
+    """POST ``message`` to the webhook ``url`` once. A URL the policy refuses is a ``refused`` attempt.
+
+    The URL never appears in the returned reason (only :func:`alerts.webhooks.redact` of it).
+    """
+    try:
+        policy.check(url)
+    except WebhookRefused as exc:
+        return Attempt("refused", str(exc))
+    try:
+        response = client.post(url, json=slack_payload(message))
+    except httpx.TransportError as exc:
+        return Attempt("failed", f"{redact(url)}: network error {exc.__class__.__name__}")
+    status = response.status_code
+    if status == 200:
+        return Attempt("delivered")
+    reason = f"{redact(url)}: HTTP {status} {response.text[:200]}"
+    if status == 429 or status >= 500:
+        return Attempt("failed", reason, parse_retry_after(response.headers.get("Retry-After")))
+    return Attempt("refused", reason)
