@@ -69,6 +69,10 @@ def build_source(name: str, config: NodeConfig) -> Source:
         from collector.sources.nvml import NvmlSource
 
         return NvmlSource()
+    if name == "infiniband":
+        from collector.sources.infiniband import InfinibandSource
+
+        return InfinibandSource(config.sys_root)
     if name == "diskstats":
         from collector.sources.diskstats import DiskstatsSource
 
