@@ -77,6 +77,14 @@ def build_source(name: str, config: NodeConfig) -> Source:
         from collector.sources.diskstats import DiskstatsSource
 
         return DiskstatsSource(config.proc_root, sys_root=config.sys_root)
+    if name == "nfs":
+        from collector.sources.nfs import NfsSource
+
+        return NfsSource(config.proc_root / "self" / "mountstats")
+    if name == "lustre":
+        from collector.sources.lustre import LustreSource
+
+        return LustreSource(config.proc_root)
     raise ValueError(f"unknown source {name!r} (one of {', '.join(SOURCE_NAMES)})")
 
 
