@@ -56,16 +56,69 @@ NOT_SUPPORTED_CELLS = frozenset({"[N/A]", "[Not Supported]"})
 MIB = 2**20
 
 
-def query_gpu_rows(path: Path, state: str) -> list[dict[str, str]]:
-    """The ``<state> :: query-gpu`` CSV of a capture: per GPU, field name (unit dropped) -> cell as printed."""
+def capture_section(path: Path, title: str) -> str | None:
+    """The body of the capture section whose title line starts with ``# <title>``, or None."""
     chunks = BANNER.split(path.read_text())
     # chunks: text before the first banner, then (title lines, body) pairs
-    for title, body in zip(chunks[1::2], chunks[2::2], strict=False):
-        if title.startswith(f"# {state} :: query-gpu "):
-            rows = list(csv.reader(io.StringIO(body.strip()), skipinitialspace=True))
-            names = [cell.split(" [", 1)[0] for cell in rows[0]]
-            return [dict(zip(names, row, strict=True)) for row in rows[1:]]
-    raise ValueError(f"{path}: no '{state} :: query-gpu' section")
+    for heading, body in zip(chunks[1::2], chunks[2::2], strict=False):
+        if heading.startswith(f"# {title}"):
+            return body
+    return None
+
+
+def csv_rows(body: str) -> list[dict[str, str]]:
+    """nvidia-smi ``--format=csv`` output: per line, field name (unit dropped) -> cell as printed."""
+    rows = list(csv.reader(io.StringIO(body.strip()), skipinitialspace=True))
+    names = [cell.split(" [", 1)[0] for cell in rows[0]]
+    return [dict(zip(names, row, strict=True)) for row in rows[1:]]
+
+
+def query_gpu_rows(path: Path, state: str) -> list[dict[str, str]]:
+    """The ``<state> :: query-gpu`` CSV of a capture: per GPU, field name (unit dropped) -> cell as printed."""
+    body = capture_section(path, f"{state} :: query-gpu ")
+    if body is None:
+        raise ValueError(f"{path}: no '{state} :: query-gpu' section")
+    return csv_rows(body)
+
+
+MIG_LIST_LINE = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)]+)\)")
+MIG_TABLE_ROW = re.compile(r"^\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|\s+(\d+)MiB /\s*(\d+)MiB")
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG device of a capture: ``nvidia-smi -L`` gives profile and UUID, the default table its GPU
+    instance id and memory (``used MiB / total MiB``)."""
+
+    parent_index: int
+    position: int
+    profile: str
+    uuid: str
+    gpu_instance_id: int
+    used_mib: int
+    total_mib: int
+
+
+def mig_devices(path: Path, state: str) -> list[MigDevice]:
+    """The capture's MIG devices in ``state`` (none when it has no MIG)."""
+    listing = capture_section(path, "capabilities :: list (-L)") or ""
+    table = capture_section(path, f"{state} :: nvidia-smi (default table)") or ""
+    listed = [match.groups() for line in listing.splitlines() if (match := MIG_LIST_LINE.match(line))]
+    rows = {int(r.group(4)): r for line in table.splitlines() if (r := MIG_TABLE_ROW.match(line)) is not None}
+    devices = []
+    for profile, position, uuid in listed:
+        row = rows[int(position)]
+        parent, instance, used, total = (int(row.group(n)) for n in (1, 2, 5, 6))
+        devices.append(MigDevice(parent, int(position), profile, uuid, instance, used, total))
+    return devices
+
+
+def compute_apps(path: Path, state: str) -> list[dict[str, str]]:
+    """The ``<state> :: query-compute-apps`` CSV rows (gpu_uuid, pid, used_gpu_memory, ...); [] if none ran."""
+    body = capture_section(path, f"{state} :: query-compute-apps")
+    if body is None or not body.strip() or "\n" not in body.strip():
+        return []
+    return csv_rows(body)
 
 
 class ManualClock:
@@ -88,23 +141,36 @@ class FakeHandle:
     index: int
 
 
+@dataclass(frozen=True)
+class FakeMigHandle:
+    """What nvmlDeviceGetMigDeviceHandleByIndex returns: the MIG device; ``index`` is its parent's."""
+
+    index: int
+    device: MigDevice
+
+
 class FakeNvml:
     """The module-like fake: GPU ``i`` answers from ``gpus[i]`` (a :func:`query_gpu_rows` row)."""
 
     NVMLError = pynvml.NVMLError
-    NVML_ERROR_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
-    NVML_ERROR_FUNCTION_NOT_FOUND = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
-    NVML_ERROR_LIBRARY_NOT_FOUND = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
-    NVML_ERROR_DRIVER_NOT_LOADED = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
-    NVML_ERROR_GPU_IS_LOST = pynvml.NVML_ERROR_GPU_IS_LOST
-    NVML_ERROR_UNKNOWN = pynvml.NVML_ERROR_UNKNOWN
-    NVML_ERROR_TIMEOUT = pynvml.NVML_ERROR_TIMEOUT
-    NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
-    NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
     nvmlMemory_v2 = pynvml.nvmlMemory_v2
 
-    def __init__(self, gpus: list[dict[str, str]], clock: Callable[[], datetime]) -> None:
+    def __getattr__(self, name: str) -> int:
+        """The real ``NVML_*`` constants (error codes, clock types, policies, field ids)."""
+        if name.startswith("NVML_"):
+            return int(getattr(pynvml, name))
+        raise AttributeError(name)
+
+    def __init__(
+        self,
+        gpus: list[dict[str, str]],
+        clock: Callable[[], datetime],
+        mig: list[MigDevice] | None = None,
+        processes: list[dict[str, str]] | None = None,
+    ) -> None:
         self.gpus = gpus
+        self.mig = mig or []
+        self.processes = processes or []
         self.clock = clock
         self.loaded_at = clock()
         self.initialised = False
@@ -137,20 +203,31 @@ class FakeNvml:
 
     # --- device queries --------------------------------------------------------------------------------------
 
-    def nvmlDeviceGetName(self, handle: FakeHandle) -> str:
-        return self._cell(handle, "nvmlDeviceGetName", "name")
+    def nvmlDeviceGetName(self, handle: FakeHandle | FakeMigHandle) -> str:
+        name = self._cell(handle, "nvmlDeviceGetName", "name")
+        return f"{name} MIG {handle.device.profile}" if isinstance(handle, FakeMigHandle) else name
 
-    def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str:
+    def nvmlDeviceGetUUID(self, handle: FakeHandle | FakeMigHandle) -> str:
+        if isinstance(handle, FakeMigHandle):
+            return handle.device.uuid
         return self._cell(handle, "nvmlDeviceGetUUID", "uuid")
 
-    def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> SimpleNamespace:
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle | FakeMigHandle) -> SimpleNamespace:
         function = "nvmlDeviceGetUtilizationRates"
+        if isinstance(handle, FakeMigHandle):  # NVML has no utilisation per MIG device
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         gpu = self._number(handle, function, "utilization.gpu", "%")
         memory = self._number(handle, function, "utilization.memory", "%")
         return SimpleNamespace(gpu=int(gpu), memory=int(memory))
 
-    def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version: int | None = None) -> SimpleNamespace:
+    def nvmlDeviceGetMemoryInfo(
+        self, handle: FakeHandle | FakeMigHandle, version: int | None = None
+    ) -> SimpleNamespace:
         function = "nvmlDeviceGetMemoryInfo_v2" if version else "nvmlDeviceGetMemoryInfo"
+        if isinstance(handle, FakeMigHandle):
+            device = handle.device
+            used, total = device.used_mib * MIB, device.total_mib * MIB
+            return SimpleNamespace(version=version, total=total, reserved=0, used=used, free=total - used)
         total, reserved, used, free = (
             int(self._number(handle, function, f"memory.{part}", "MiB")) * MIB
             for part in ("total", "reserved", "used", "free")
@@ -172,9 +249,76 @@ class FakeNvml:
         return int(self._number(handle, "nvmlDeviceGetTemperature", "temperature.gpu", ""))
 
     def nvmlDeviceGetClockInfo(self, handle: FakeHandle, clock_type: int) -> int:
-        if clock_type != pynvml.NVML_CLOCK_SM:
+        field = {pynvml.NVML_CLOCK_SM: "clocks.current.sm", pynvml.NVML_CLOCK_MEM: "clocks.current.memory"}
+        if clock_type not in field:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        return int(self._number(handle, "nvmlDeviceGetClockInfo", "clocks.current.sm", "MHz"))
+        return int(self._number(handle, "nvmlDeviceGetClockInfo", field[clock_type], "MHz"))
+
+    def nvmlDeviceGetViolationStatus(self, handle: FakeHandle, policy: int) -> SimpleNamespace:
+        """DERIVED: power -> ``clocks_event_reasons_counters.sw_power_cap``; thermal -> the sum of
+        ``….sw_thermal_slowdown`` and ``….hw_thermal_slowdown`` (microseconds in the capture, ns here)."""
+        reasons = {
+            pynvml.NVML_PERF_POLICY_POWER: ("sw_power_cap",),
+            pynvml.NVML_PERF_POLICY_THERMAL: ("sw_thermal_slowdown", "hw_thermal_slowdown"),
+        }[policy]
+        fields = [f"clocks_event_reasons_counters.{reason}" for reason in reasons]
+        microseconds = sum(self._number(handle, "nvmlDeviceGetViolationStatus", f, "us") for f in fields)
+        return SimpleNamespace(referenceTime=0, violationTime=int(microseconds * 1000))
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: FakeHandle, error_type: int, counter_type: int) -> int:
+        if counter_type != pynvml.NVML_VOLATILE_ECC:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        kind = "corrected" if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else "uncorrected"
+        return int(self._number(handle, "nvmlDeviceGetTotalEccErrors", f"ecc.errors.{kind}.volatile.total", ""))
+
+    def nvmlDeviceGetRemappedRows(self, handle: FakeHandle) -> tuple[int, int, int, int]:
+        function = "nvmlDeviceGetRemappedRows"
+        correctable = int(self._number(handle, function, "remapped_rows.correctable", ""))
+        uncorrectable = int(self._number(handle, function, "remapped_rows.uncorrectable", ""))
+        pending, failure = (self._cell(handle, function, f"remapped_rows.{f}") for f in ("pending", "failure"))
+        return correctable, uncorrectable, int(pending == "Yes"), int(failure == "Yes")
+
+    def nvmlDeviceGetPcieThroughput(self, handle: FakeHandle, counter: int) -> int:
+        """The captures' query-gpu has no PCIe throughput field: not supported."""
+        self._cell(handle, "nvmlDeviceGetPcieThroughput", "pcie.throughput")
+        raise AssertionError("unreachable")
+
+    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, field_ids: list[int]) -> list[SimpleNamespace]:
+        """NVLink throughput is absent from the captures: every field answers NOT_SUPPORTED, as on a GPU without
+        NVLink."""
+        self._check_initialised()
+        self._check_injected(handle.index, "nvmlDeviceGetFieldValues")
+        unsupported = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return [SimpleNamespace(fieldId=f, nvmlReturn=unsupported, value=SimpleNamespace(ullVal=0)) for f in field_ids]
+
+    def nvmlDeviceGetMigMode(self, handle: FakeHandle) -> tuple[int, int]:
+        mode = self._cell(handle, "nvmlDeviceGetMigMode", "mig.mode.current")
+        enabled = int(mode == "Enabled")
+        return enabled, enabled
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeHandle) -> int:
+        self._check_injected(handle.index, "nvmlDeviceGetMaxMigDeviceCount")
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeHandle, position: int) -> FakeMigHandle:
+        self._check_injected(handle.index, "nvmlDeviceGetMigDeviceHandleByIndex")
+        for device in self.mig:
+            if device.parent_index == handle.index and device.position == position:
+                return FakeMigHandle(handle.index, device)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: FakeMigHandle) -> int:
+        return handle.device.gpu_instance_id
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list[SimpleNamespace]:
+        """The capture's compute apps on this GPU (by UUID); ``usedGpuMemory`` in bytes. The captures carry no
+        GPU instance id per process, so none is given."""
+        uuid = self._cell(handle, "nvmlDeviceGetComputeRunningProcesses", "uuid")
+        return [
+            SimpleNamespace(pid=int(p["pid"]), usedGpuMemory=int(p["used_gpu_memory"].split()[0]) * MIB)
+            for p in self.processes
+            if p["gpu_uuid"] == uuid
+        ]
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: FakeHandle) -> int:
         return int(self._cell(handle, "nvmlDeviceGetCurrentClocksEventReasons", "clocks_event_reasons.active"), 16)
@@ -195,16 +339,17 @@ class FakeNvml:
         if code is not None:
             raise pynvml.NVMLError(code)
 
-    def _cell(self, handle: FakeHandle, function: str, field: str) -> str:
-        """The capture's cell for ``field`` of this GPU, after the injected errors and NOT_SUPPORTED cells."""
+    def _cell(self, handle: FakeHandle | FakeMigHandle, function: str, field: str) -> str:
+        """The capture's cell for ``field`` of this GPU, after the injected errors; a field the capture does not
+        have, or shows as ``[N/A]``/``[Not Supported]``, raises NOT_SUPPORTED."""
         self._check_initialised()
         self._check_injected(handle.index, function)
-        cell = self.gpus[handle.index][field]
+        cell = self.gpus[handle.index].get(field, "[N/A]")
         if cell in NOT_SUPPORTED_CELLS:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return cell
 
-    def _number(self, handle: FakeHandle, function: str, field: str, unit: str) -> float:
+    def _number(self, handle: FakeHandle | FakeMigHandle, function: str, field: str, unit: str) -> float:
         """The cell as a number; the unit nvidia-smi prints after it must be ``unit`` ("" for none)."""
         number, _, printed_unit = self._cell(handle, function, field).partition(" ")
         if printed_unit != unit:
@@ -216,5 +361,6 @@ class FakeNvml:
 
 
 def fake_nvml_from_capture(path: Path, state: str, clock: Callable[[], datetime]) -> FakeNvml:
-    """A fake ``pynvml`` whose GPUs are the ``state`` (``idle`` or ``load``) query-gpu rows of capture ``path``."""
-    return FakeNvml(query_gpu_rows(path, state), clock)
+    """A fake ``pynvml`` whose GPUs are the ``state`` (``idle`` or ``load``) query-gpu rows of capture ``path``,
+    with its MIG devices and compute processes."""
+    return FakeNvml(query_gpu_rows(path, state), clock, mig_devices(path, state), compute_apps(path, state))

@@ -1,13 +1,19 @@
-"""Faults with real processes and sockets: a 2-hour outage, kill -9 during an outage; nothing lost, nothing doubled."""
+"""Faults with real processes and sockets: a 2-hour outage and kill -9 lose and double nothing; a broken source
+file fails only its source."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -24,6 +30,8 @@ from tests.node_fixture import GPUS, eight_h100_nvml
 from tests.servers import free_port, running
 
 TOKEN = "fault-token"
+FIXTURE_NODE = Path(__file__).parent / "fixtures" / "node"
+FILE_SOURCES = ("infiniband", "diskstats", "nfs", "lustre")
 INTERVAL_SECONDS = 10
 OUTAGE_CYCLES = 2 * 3600 // INTERVAL_SECONDS
 
@@ -94,3 +102,34 @@ def test_kill_9_during_an_outage_loses_at_most_the_last_interval(
     rows, distinct = _stored(sessions)
     assert rows == distinct
     assert (last + 1) * GPUS <= rows <= (last + 2) * GPUS, "every cycle reported spooled arrived; at most one more"
+
+
+def test_an_unreadable_source_file_fails_only_its_source(tmp_path: Path) -> None:
+    """The collector process over a copy of the fixture node whose mountstats cannot be read (a directory)."""
+    root = tmp_path / "node"
+    shutil.copytree(FIXTURE_NODE, root)
+    (root / "proc/self/mountstats").unlink()
+    (root / "proc/self/mountstats").mkdir()
+    port = free_port()
+    command = [sys.executable, "-m", "finops.cli", "collector", "--service-url", "http://127.0.0.1:9",
+               "--metrics-address", "127.0.0.1", "--metrics-port", str(port), "--spool-dir", str(tmp_path / "spool"),
+               "--proc-root", str(root / "proc"), "--sys-root", str(root / "sys"), "--interval", "1",
+               *[arg for name in FILE_SOURCES for arg in ("--source", name)]]  # fmt: skip
+    process = subprocess.Popen(command, env={**os.environ, "FINOPS_INGEST_TOKEN": "unused"})
+    try:
+        success: dict[str, float] = {}
+        deadline = time.monotonic() + 30
+        while len(success) < 4:
+            assert time.monotonic() < deadline, f"the collector reported only {success}"
+            with contextlib.suppress(httpx.TransportError):
+                text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+                for family in text_string_to_metric_families(text):
+                    if family.name == "gpufinops_collector_source_success":
+                        success = {s.labels["source"]: s.value for s in family.samples}
+            time.sleep(0.2)
+        assert success == {"infiniband": 1.0, "diskstats": 1.0, "nfs": 0.0, "lustre": 1.0}
+        assert "gpufinops_infiniband_received_bytes_total{" in text
+        assert "gpufinops_lustre_client_read_bytes_total{" in text
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

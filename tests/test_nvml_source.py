@@ -10,6 +10,7 @@ import pynvml
 import pytest
 
 from collector import metric_names as m
+from collector.sample import Sample
 from collector.sources.nvml import NvmlSource
 from tests.fake_pynvml import CAPTURES, FakeNvml, ManualClock, fake_nvml_from_capture, query_gpu_rows
 
@@ -69,7 +70,25 @@ def number(row: dict[str, str], field: str, unit: str) -> float:
 
 def expected_values(row: dict[str, str], seconds_since_load: float) -> dict[str, float]:
     """What NvmlSource must report for one query-gpu row, in base units."""
-    return {
+    extra: dict[str, float] = {}
+    for metric, field, unit, scale in (
+        (m.GPU_MEMORY_CLOCK, "clocks.current.memory", "MHz", 1e6),
+        (m.GPU_ECC_CORRECTED, "ecc.errors.corrected.volatile.total", "", 1),
+        (m.GPU_ECC_UNCORRECTED, "ecc.errors.uncorrected.volatile.total", "", 1),
+        (m.GPU_POWER_VIOLATION, "clocks_event_reasons_counters.sw_power_cap", "us", 1e-6),
+    ):
+        if not row[field].startswith("["):  # [N/A]: the series is absent
+            extra[metric] = number(row, field, unit) * scale
+    if not row["remapped_rows.correctable"].startswith("["):
+        extra[m.GPU_REMAPPED_CORRECTABLE] = number(row, "remapped_rows.correctable", "")
+        extra[m.GPU_REMAPPED_UNCORRECTABLE] = number(row, "remapped_rows.uncorrectable", "")
+        extra[m.GPU_REMAPPED_PENDING] = float(row["remapped_rows.pending"] == "Yes")
+        extra[m.GPU_REMAPPED_FAILURE] = float(row["remapped_rows.failure"] == "Yes")
+    thermal = [f"clocks_event_reasons_counters.{r}" for r in ("sw_thermal_slowdown", "hw_thermal_slowdown")]
+    if not any(row[f].startswith("[") for f in thermal):
+        extra[m.GPU_THERMAL_VIOLATION] = sum(number(row, f, "us") for f in thermal) * 1e-6
+    return extra | {
+        m.GPU_UP: 1.0,
         m.GPU_UTILIZATION: number(row, "utilization.gpu", "%") / 100,
         m.GPU_MEMORY_UTILIZATION: number(row, "utilization.memory", "%") / 100,
         m.GPU_MEMORY_USED: number(row, "memory.used", "MiB") * MIB,
@@ -80,6 +99,11 @@ def expected_values(row: dict[str, str], seconds_since_load: float) -> dict[str,
         m.GPU_SM_CLOCK: number(row, "clocks.current.sm", "MHz") * 1e6,
         m.GPU_CLOCKS_EVENT_REASONS: float(int(row["clocks_event_reasons.active"], 16)),
     }
+
+
+def whole_gpus(samples: list[Sample]) -> list[Sample]:
+    """The samples of whole GPUs (not MIG instances, not processes)."""
+    return [s for s in samples if s.entity == "gpu" and s.labels["mig_profile"] == ""]
 
 
 def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -100,12 +124,12 @@ def test_values_are_the_capture_in_base_units(captures: Path, capture: str, stat
     source = NvmlSource(nvml=fake, clock=clock)
     clock.advance(SECONDS_SINCE_LOAD)
 
-    [sample] = source.collect()
+    [sample] = whole_gpus(source.collect())
 
     [row] = query_gpu_rows(captures / capture, state)
     model, pinned = PINNED[(capture, state)]
     assert (sample.entity, sample.job_id) == ("gpu", None)
-    assert sample.labels == {"gpu": "0", "uuid": MASKED_UUID, "model": model}
+    assert sample.labels == {"gpu": "0", "uuid": MASKED_UUID, "model": model, "mig_profile": "", "parent_uuid": ""}
     assert sample.values == pytest.approx(expected_values(row, SECONDS_SINCE_LOAD), rel=1e-12)
     assert {key: sample.values[key] for key in pinned} == pytest.approx(pinned, rel=1e-12)
     assert sample.timestamp == clock.now and sample.timestamp.utcoffset() == timedelta(0)
@@ -128,7 +152,8 @@ def test_mig_capture_utilization_not_supported_is_absent(captures: Path, caplog:
     [row] = query_gpu_rows(captures / H100_MIG, "load")
     assert (row["utilization.gpu"], row["utilization.memory"]) == ("[N/A]", "[N/A]")
 
-    [sample] = NvmlSource(nvml=fake_nvml_from_capture(captures / H100_MIG, "load", clock), clock=clock).collect()
+    samples = NvmlSource(nvml=fake_nvml_from_capture(captures / H100_MIG, "load", clock), clock=clock).collect()
+    [sample] = whole_gpus(samples)
 
     assert m.GPU_UTILIZATION not in sample.values
     assert m.GPU_MEMORY_UTILIZATION not in sample.values
@@ -143,7 +168,7 @@ def test_one_not_supported_field_is_absent_and_the_others_are_read(captures: Pat
     fake = fake_nvml_from_capture(captures / L40S, "load", clock)
     fake.call_errors[(0, "nvmlDeviceGetPowerUsage")] = pynvml.NVML_ERROR_NOT_SUPPORTED
 
-    [sample] = NvmlSource(nvml=fake, clock=clock).collect()
+    [sample] = whole_gpus(NvmlSource(nvml=fake, clock=clock).collect())
 
     [row] = query_gpu_rows(captures / L40S, "load")
     expected = expected_values(row, 0.0)
@@ -158,7 +183,7 @@ def test_other_field_error_leaves_the_field_out_with_a_warning(
     fake = fake_nvml_from_capture(captures / H200, "load", clock)
     fake.call_errors[(0, "nvmlDeviceGetTotalEnergyConsumption")] = pynvml.NVML_ERROR_NO_PERMISSION
 
-    [sample] = NvmlSource(nvml=fake, clock=clock).collect()
+    [sample] = whole_gpus(NvmlSource(nvml=fake, clock=clock).collect())
 
     assert m.GPU_ENERGY not in sample.values
     assert sample.values[m.GPU_POWER] == pytest.approx(627.40)
@@ -172,7 +197,7 @@ def test_old_driver_fallbacks_for_clocks_reasons_and_memory(captures: Path) -> N
     fake = fake_nvml_from_capture(captures / H100, "idle", clock)
     fake.missing_functions = {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetMemoryInfo_v2"}
 
-    [sample] = NvmlSource(nvml=fake, clock=clock).collect()
+    [sample] = whole_gpus(NvmlSource(nvml=fake, clock=clock).collect())
 
     [row] = query_gpu_rows(captures / H100, "idle")
     assert sample.values[m.GPU_CLOCKS_EVENT_REASONS] == 1.0  # 0x...01, nvmlClocksEventReasonGpuIdle
@@ -198,7 +223,7 @@ def test_no_driver_gives_no_data_one_warning_and_init_is_retried(
     assert message.startswith(f"NVML unavailable ({pynvml.NVMLError(code)})")
 
     fake.init_error = None
-    [sample] = source.collect()
+    [sample] = whole_gpus(source.collect())
     assert sample.labels["model"] == "NVIDIA H100 80GB HBM3"
     assert len(warnings(caplog)) == 1
 
@@ -213,37 +238,103 @@ def test_other_init_error_is_raised(captures: Path) -> None:
 
 
 @pytest.mark.parametrize("code", [pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_UNKNOWN, pynvml.NVML_ERROR_TIMEOUT])
-def test_lost_gpu_is_skipped_and_the_others_reported(
+def test_lost_gpu_reports_gpu_up_0_the_others_are_read_and_nvml_is_reinitialised(
     captures: Path, caplog: pytest.LogCaptureFixture, code: int
 ) -> None:
     clock = ManualClock()
     fake = one_gpu_each(captures, clock)
+    source = NvmlSource(nvml=fake, clock=clock)
+    assert len(whole_gpus(source.collect())) == 3
     fake.gpu_errors[1] = code
 
-    samples = NvmlSource(nvml=fake, clock=clock).collect()
+    samples = whole_gpus(source.collect())
 
-    assert [(s.labels["gpu"], s.labels["model"]) for s in samples] == [
-        ("0", "NVIDIA H100 80GB HBM3"),
-        ("2", "NVIDIA L40S"),
+    assert [(s.labels["gpu"], s.labels["model"], s.values[m.GPU_UP]) for s in samples] == [
+        ("0", "NVIDIA H100 80GB HBM3", 1.0),
+        ("1", "NVIDIA H200", 0.0),  # labels as last seen at that index
+        ("2", "NVIDIA L40S", 1.0),
     ]
+    assert samples[1].values == {m.GPU_UP: 0.0}
     assert samples[0].values[m.GPU_POWER] == pytest.approx(631.95)
-    assert samples[1].values[m.GPU_POWER] == pytest.approx(110.23)
+    assert samples[2].values[m.GPU_POWER] == pytest.approx(110.23)
     [message] = warnings(caplog)
-    assert "GPU 1 skipped" in message and str(pynvml.NVMLError(code)) in message
+    assert "GPU 1 did not answer" in message and str(pynvml.NVMLError(code)) in message
+    del fake.gpu_errors[1]
+    shutdowns: list[bool] = []
+    shutdown = fake.nvmlShutdown
+    fake.nvmlShutdown = lambda: shutdowns.append(True) or shutdown()  # type: ignore[method-assign]
+    recovered = whole_gpus(source.collect())
+    assert shutdowns == [True], "the next cycle shuts NVML down and initialises it afresh"
+    assert fake.initialised and [s.values[m.GPU_UP] for s in recovered] == [1.0, 1.0, 1.0]
 
 
-def test_fatal_error_in_the_middle_of_a_gpu_drops_the_whole_gpu(
+def test_a_gpu_lost_before_it_was_ever_read_has_empty_identity_labels(captures: Path) -> None:
+    clock = ManualClock()
+    fake = one_gpu_each(captures, clock)
+    fake.gpu_errors[2] = pynvml.NVML_ERROR_GPU_IS_LOST
+    lost = whole_gpus(NvmlSource(nvml=fake, clock=clock).collect())[2]
+    assert (lost.labels, lost.values) == (
+        {"gpu": "2", "uuid": "", "model": "", "mig_profile": "", "parent_uuid": ""},
+        {m.GPU_UP: 0.0},
+    )
+
+
+def test_fatal_error_in_the_middle_of_a_gpu_marks_the_whole_gpu_down(
     captures: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = ManualClock()
     fake = one_gpu_each(captures, clock)
     fake.call_errors[(1, "nvmlDeviceGetTemperature")] = pynvml.NVML_ERROR_GPU_IS_LOST
 
-    samples = NvmlSource(nvml=fake, clock=clock).collect()
+    samples = whole_gpus(NvmlSource(nvml=fake, clock=clock).collect())
 
-    assert [s.labels["gpu"] for s in samples] == ["0", "2"]
+    assert [(s.labels["gpu"], s.values[m.GPU_UP]) for s in samples] == [("0", 1.0), ("1", 0.0), ("2", 1.0)]
+    assert samples[1].values == {m.GPU_UP: 0.0}, "no half-read GPU"
     [message] = warnings(caplog)
-    assert "GPU 1 skipped" in message and "GPU is lost" in message
+    assert "GPU 1 did not answer" in message and "GPU is lost" in message
+
+
+def test_mig_instances_are_gpus_with_profile_and_parent(captures: Path) -> None:
+    clock = ManualClock()
+    samples = NvmlSource(nvml=fake_nvml_from_capture(captures / H100_MIG, "load", clock), clock=clock).collect()
+    instances = [s for s in samples if s.entity == "gpu" and s.labels["mig_profile"]]
+    # nvidia-smi -L: 3g.40gb, 2g.20gb, 1g.10gb, 1g.10gb; default table "11091MiB / 40448MiB", "17MiB / 20096MiB"...
+    assert [(s.labels["mig_profile"], s.labels["uuid"]) for s in instances] == [
+        ("3g.40gb", "MIG-00000000-0000-0000-0000-000000000000"),
+        ("2g.20gb", "MIG-00000001-0000-0000-0000-000000000001"),
+        ("1g.10gb", "MIG-00000002-0000-0000-0000-000000000002"),
+        ("1g.10gb", "MIG-00000003-0000-0000-0000-000000000003"),
+    ]
+    assert all(s.labels["parent_uuid"] == MASKED_UUID and s.labels["gpu"] == "0" for s in instances)
+    assert instances[0].values == {m.GPU_UP: 1.0, m.GPU_MEMORY_USED: 11091 * MIB, m.GPU_MEMORY_TOTAL: 40448 * MIB}
+    assert instances[1].values[m.GPU_MEMORY_USED] == 17 * MIB
+    assert m.GPU_UTILIZATION not in instances[0].values, "NVML has no utilisation per MIG device"
+
+
+def test_running_compute_processes_with_their_memory(captures: Path) -> None:
+    clock = ManualClock()
+    samples = NvmlSource(nvml=fake_nvml_from_capture(captures / H100_MIG, "load", clock), clock=clock).collect()
+    processes = [s for s in samples if s.entity == "gpu_process"]
+    # query-compute-apps: 21180 2296 MiB, 21181 1272 MiB, 21198 7484 MiB, all on the parent GPU's UUID
+    assert [(s.labels, s.values) for s in processes] == [
+        ({"gpu": "0", "uuid": MASKED_UUID, "pid": "21180"}, {m.GPU_PROCESS_MEMORY_USED: 2296 * MIB}),
+        ({"gpu": "0", "uuid": MASKED_UUID, "pid": "21181"}, {m.GPU_PROCESS_MEMORY_USED: 1272 * MIB}),
+        ({"gpu": "0", "uuid": MASKED_UUID, "pid": "21198"}, {m.GPU_PROCESS_MEMORY_USED: 7484 * MIB}),
+    ]
+    idle = NvmlSource(nvml=fake_nvml_from_capture(captures / L40S, "idle", clock), clock=clock).collect()
+    assert [s for s in idle if s.entity == "gpu_process"] == [], "no compute apps ran in the idle capture"
+
+
+def test_l40s_power_cap_throttle_time_and_memory_clock(captures: Path) -> None:
+    clock = ManualClock()
+    [sample] = whole_gpus(
+        NvmlSource(nvml=fake_nvml_from_capture(captures / L40S, "load", clock), clock=clock).collect()
+    )
+    # clocks_event_reasons_counters.sw_power_cap "204642816 us"; clocks.current.memory "9001 MHz"
+    assert sample.values[m.GPU_POWER_VIOLATION] == pytest.approx(204.642816)
+    assert sample.values[m.GPU_MEMORY_CLOCK] == 9001e6
+    assert sample.values[m.GPU_REMAPPED_PENDING] == 0.0
+    assert m.GPU_PCIE_RX not in sample.values and m.GPU_NVLINK_RX not in sample.values, "not in the capture"
 
 
 def test_real_pynvml_on_a_host_without_nvidia_driver(caplog: pytest.LogCaptureFixture) -> None:

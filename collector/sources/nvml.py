@@ -80,6 +80,57 @@ def _clocks_event_reasons(nvml: Any, handle: Any) -> dict[str, float]:
     return {m.GPU_CLOCKS_EVENT_REASONS: float(reasons)}
 
 
+def _memory_clock(nvml: Any, handle: Any) -> dict[str, float]:
+    """nvmlDeviceGetClockInfo with clock type NVML_CLOCK_MEM: current memory clock in MHz -> hertz (x 10^6)."""
+    return {m.GPU_MEMORY_CLOCK: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM) * 1e6}
+
+
+def _violations(nvml: Any, handle: Any) -> dict[str, float]:
+    """nvmlDeviceGetViolationStatus for NVML_PERF_POLICY_POWER and _THERMAL: ``.violationTime``, nanoseconds the
+    clocks were held below the requested level, cumulative -> seconds (/ 10^9)."""
+    power = nvml.nvmlDeviceGetViolationStatus(handle, nvml.NVML_PERF_POLICY_POWER)
+    thermal = nvml.nvmlDeviceGetViolationStatus(handle, nvml.NVML_PERF_POLICY_THERMAL)
+    return {m.GPU_POWER_VIOLATION: power.violationTime / 1e9, m.GPU_THERMAL_VIOLATION: thermal.violationTime / 1e9}
+
+
+def _ecc(nvml: Any, handle: Any) -> dict[str, float]:
+    """nvmlDeviceGetTotalEccErrors, NVML_VOLATILE_ECC (since the driver was loaded): corrected and uncorrected."""
+    corrected = nvml.nvmlDeviceGetTotalEccErrors(handle, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC)
+    uncorrected = nvml.nvmlDeviceGetTotalEccErrors(
+        handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC
+    )
+    return {m.GPU_ECC_CORRECTED: float(corrected), m.GPU_ECC_UNCORRECTED: float(uncorrected)}
+
+
+def _pcie(nvml: Any, handle: Any) -> dict[str, float]:
+    """nvmlDeviceGetPcieThroughput NVML_PCIE_UTIL_RX_BYTES / _TX_BYTES: KB/s over a 20 ms sample -> bytes/s (x 1024)."""
+    received = nvml.nvmlDeviceGetPcieThroughput(handle, nvml.NVML_PCIE_UTIL_RX_BYTES)
+    transmitted = nvml.nvmlDeviceGetPcieThroughput(handle, nvml.NVML_PCIE_UTIL_TX_BYTES)
+    return {m.GPU_PCIE_RX: received * 1024.0, m.GPU_PCIE_TX: transmitted * 1024.0}
+
+
+def _nvlink(nvml: Any, handle: Any) -> dict[str, float]:
+    """nvmlDeviceGetFieldValues NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX/_TX: KiB over all links, cumulative ->
+    bytes (x 1024). A field whose own ``nvmlReturn`` is not NVML_SUCCESS (no NVLink) is left out."""
+    fields = {
+        nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: m.GPU_NVLINK_RX,
+        nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: m.GPU_NVLINK_TX,
+    }
+    values = nvml.nvmlDeviceGetFieldValues(handle, list(fields))
+    return {fields[v.fieldId]: v.value.ullVal * 1024.0 for v in values if v.nvmlReturn == nvml.NVML_SUCCESS}
+
+
+def _remapped_rows(nvml: Any, handle: Any) -> dict[str, float]:
+    """nvmlDeviceGetRemappedRows: (correctable rows, uncorrectable rows, remap pending 0/1, remap failed 0/1)."""
+    correctable, uncorrectable, pending, failure = nvml.nvmlDeviceGetRemappedRows(handle)
+    return {
+        m.GPU_REMAPPED_CORRECTABLE: float(correctable),
+        m.GPU_REMAPPED_UNCORRECTABLE: float(uncorrectable),
+        m.GPU_REMAPPED_PENDING: float(pending),
+        m.GPU_REMAPPED_FAILURE: float(failure),
+    }
+
+
 READERS: tuple[Callable[[Any, Any], dict[str, float]], ...] = (
     _utilization,
     _memory,
@@ -87,31 +138,44 @@ READERS: tuple[Callable[[Any, Any], dict[str, float]], ...] = (
     _energy,
     _temperature,
     _sm_clock,
+    _memory_clock,
     _clocks_event_reasons,
+    _violations,
+    _ecc,
+    _pcie,
+    _nvlink,
+    _remapped_rows,
 )
+"""Every per-GPU reading; each one's NVML_ERROR_NOT_SUPPORTED leaves only its own series out."""
+
+MIG_READERS: tuple[Callable[[Any, Any], dict[str, float]], ...] = (_utilization, _memory)
+"""What a MIG device handle answers (device-wide series such as power belong to the parent GPU)."""
 
 
 class NvmlSource:
-    """Reads every GPU NVML sees: one ``entity="gpu"`` :class:`Sample` per GPU per ``collect``.
+    """Reads every GPU NVML sees: per GPU one ``entity="gpu"`` :class:`Sample`, one per MIG instance, and one
+    ``entity="gpu_process"`` sample per running compute process.
 
-    Labels: ``gpu`` (NVML index, nvmlDeviceGetHandleByIndex), ``uuid`` (nvmlDeviceGetUUID), ``model``
-    (nvmlDeviceGetName). Values, with the NVML call and unit conversion (NVML API reference):
+    GPU labels: ``gpu`` (NVML index, nvmlDeviceGetHandleByIndex), ``uuid`` (nvmlDeviceGetUUID), ``model``
+    (nvmlDeviceGetName), ``mig_profile`` and ``parent_uuid`` (empty for a whole GPU). Values, with the NVML call
+    and unit conversion (NVML API reference), are listed on each reader in :data:`READERS`; every GPU that
+    answered carries ``gpufinops_gpu_up`` = 1.
 
-    - utilization ratios: nvmlDeviceGetUtilizationRates ``.gpu`` / ``.memory``, percent / 100;
-    - memory used and total: nvmlDeviceGetMemoryInfo (v2 struct), bytes, unconverted;
-    - power: nvmlDeviceGetPowerUsage returns milliwatts, / 1000 -> watts;
-    - energy counter: nvmlDeviceGetTotalEnergyConsumption returns millijoules since driver load, / 1000 -> joules;
-    - temperature: nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU), degrees Celsius, unconverted;
-    - SM clock: nvmlDeviceGetClockInfo(NVML_CLOCK_SM) returns MHz, x 10^6 -> hertz;
-    - clocks-event reasons: nvmlDeviceGetCurrentClocksEventReasons (before R535:
-      nvmlDeviceGetCurrentClocksThrottleReasons), bitmask as a float.
+    MIG: when nvmlDeviceGetMigMode is enabled, each nvmlDeviceGetMigDeviceHandleByIndex device is a GPU sample
+    with its own ``MIG-`` UUID, ``mig_profile`` from its name (``"NVIDIA H100 80GB HBM3 MIG 1g.10gb"`` ->
+    ``1g.10gb``), ``parent_uuid`` and the :data:`MIG_READERS` series.
 
-    Errors: a call answering NVML_ERROR_NOT_SUPPORTED leaves its keys out (never 0); any other error of one
-    call leaves its keys out with a warning. NVML_ERROR_GPU_IS_LOST, _UNKNOWN or _TIMEOUT, or any error
-    reading a GPU's handle, UUID or name, skips that GPU for the cycle with a warning; the other GPUs are
-    still read. If ``nvmlInit`` finds no NVIDIA library or driver, ``collect`` returns ``[]``, logs one
-    warning (repeats are DEBUG) and tries ``nvmlInit`` again on the next ``collect``; other ``nvmlInit``
-    errors are raised. NVML is initialised once and kept initialised.
+    Processes (nvmlDeviceGetComputeRunningProcesses): labels ``gpu``, ``uuid`` (the MIG instance's UUID when the
+    process's ``gpuInstanceId`` names one, else the GPU's) and ``pid``; value the process's device memory in
+    bytes, absent when NVML cannot tell (``usedGpuMemory`` None). The job mapper reads the PIDs.
+
+    Errors: a call answering NVML_ERROR_NOT_SUPPORTED leaves its keys out (never 0); any other error of one call
+    leaves its keys out with a warning. NVML_ERROR_GPU_IS_LOST, _UNKNOWN or _TIMEOUT, or an error reading a GPU's
+    handle, UUID or name, turns that GPU's sample into ``gpufinops_gpu_up`` = 0 alone (labels as last seen at its
+    index) with a warning; the other GPUs are still read, and the next ``collect`` re-initialises NVML
+    (nvmlShutdown, nvmlInit) first. If ``nvmlInit`` finds no NVIDIA library or driver, ``collect`` returns ``[]``,
+    logs one warning (repeats are DEBUG) and tries again on the next ``collect``; other ``nvmlInit`` errors are
+    raised.
 
     Args:
         nvml: the ``pynvml`` module, or a stand-in with the same names (tests); default: ``import pynvml``.
@@ -131,14 +195,20 @@ class NvmlSource:
         self._no_driver_errors = {getattr(nvml, name) for name in NO_DRIVER_ERRORS}
         self._initialised = False
         self._no_driver_logged = False
+        self._reinitialise = False
+        self._known: dict[int, dict[str, str]] = {}
 
     def collect(self) -> list[Sample]:
-        """One sample per readable GPU; ``[]`` when this host has no NVIDIA driver (see the class docstring)."""
+        """Samples of every GPU, MIG instance and compute process; ``[]`` when this host has no NVIDIA driver."""
+        if self._reinitialise:
+            self._shutdown()
         if not self._initialised and not self._initialise():
             return []
         timestamp = self._clock()
-        samples = (self._read_gpu(index, timestamp) for index in range(self._nvml.nvmlDeviceGetCount()))
-        return [sample for sample in samples if sample is not None]
+        samples: list[Sample] = []
+        for index in range(self._nvml.nvmlDeviceGetCount()):
+            samples.extend(self._read_gpu(index, timestamp))
+        return samples
 
     def _initialise(self) -> bool:
         nvml = self._nvml
@@ -154,19 +224,96 @@ class NvmlSource:
         self._initialised = True
         return True
 
-    def _read_gpu(self, index: int, timestamp: datetime) -> Sample | None:
+    def _shutdown(self) -> None:
+        """Before re-initialising after a lost GPU: nvmlShutdown (its own failure is only logged)."""
+        try:
+            self._nvml.nvmlShutdown()
+        except self._nvml.NVMLError as exc:
+            log.debug("nvmlShutdown: %s", exc)
+        self._initialised = False
+        self._reinitialise = False
+
+    def _read_gpu(self, index: int, timestamp: datetime) -> list[Sample]:
         nvml = self._nvml
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             uuid, model = nvml.nvmlDeviceGetUUID(handle), nvml.nvmlDeviceGetName(handle)
-            labels = {"gpu": str(index), "uuid": uuid, "model": model}
-            values: dict[str, float] = {}
+            labels = {"gpu": str(index), "uuid": uuid, "model": model, "mig_profile": "", "parent_uuid": ""}
+            self._known[index] = labels
+            values: dict[str, float] = {m.GPU_UP: 1.0}
             for read in READERS:
                 values.update(self._read_field(read, handle, index))
         except nvml.NVMLError as exc:
-            log.warning("NVML GPU %d skipped this cycle: %s (NVML error %d)", index, exc, exc.value)
+            log.warning("NVML GPU %d did not answer: %s (NVML error %d); gpu_up 0", index, exc, exc.value)
+            if exc.value in self._fatal_gpu_errors:
+                self._reinitialise = True
+            known = self._known.get(index, {"uuid": "", "model": ""})
+            labels = {**known, "gpu": str(index), "mig_profile": "", "parent_uuid": ""}
+            return [Sample(entity="gpu", labels=labels, values={m.GPU_UP: 0.0}, timestamp=timestamp)]
+        instances = self._mig_instances(handle, labels, timestamp)
+        samples = [Sample(entity="gpu", labels=labels, values=values, timestamp=timestamp)]
+        samples.extend(sample for sample, _ in instances)
+        by_instance = {instance: sample.labels["uuid"] for sample, instance in instances if instance is not None}
+        samples.extend(self._processes(handle, labels, by_instance, timestamp))
+        return samples
+
+    def _mig_instances(
+        self, handle: Any, parent: dict[str, str], timestamp: datetime
+    ) -> list[tuple[Sample, int | None]]:
+        """Each MIG device of the GPU as (sample, GPU instance id or None)."""
+        nvml = self._nvml
+        try:
+            current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+            if current != nvml.NVML_DEVICE_MIG_ENABLE:
+                return []
+            count = nvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+        except nvml.NVMLError as exc:
+            if exc.value != nvml.NVML_ERROR_NOT_SUPPORTED:
+                log.warning("NVML GPU %s: MIG mode unreadable: %s", parent["gpu"], exc)
+            return []
+        samples: list[tuple[Sample, int | None]] = []
+        for position in range(count):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, position)
+                uuid, name = nvml.nvmlDeviceGetUUID(mig), nvml.nvmlDeviceGetName(mig)
+            except nvml.NVMLError as exc:
+                if exc.value != nvml.NVML_ERROR_NOT_FOUND:
+                    log.warning("NVML GPU %s MIG device %d unreadable: %s", parent["gpu"], position, exc)
+                continue
+            profile = name.rpartition(" MIG ")[2] if " MIG " in name else ""
+            labels = {**parent, "uuid": uuid, "mig_profile": profile, "parent_uuid": parent["uuid"]}
+            values: dict[str, float] = {m.GPU_UP: 1.0}
+            for read in MIG_READERS:
+                values.update(self._read_field(read, mig, int(parent["gpu"])))
+            sample = Sample(entity="gpu", labels=labels, values=values, timestamp=timestamp)
+            samples.append((sample, self._gpu_instance_id(mig)))
+        return samples
+
+    def _gpu_instance_id(self, mig: Any) -> int | None:
+        try:
+            return int(self._nvml.nvmlDeviceGetGpuInstanceId(mig))
+        except self._nvml.NVMLError:
             return None
-        return Sample(entity="gpu", labels=labels, values=values, timestamp=timestamp)
+
+    def _processes(
+        self, handle: Any, parent: dict[str, str], by_instance: dict[int, str], timestamp: datetime
+    ) -> list[Sample]:
+        nvml = self._nvml
+        try:
+            processes = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        except nvml.NVMLError as exc:
+            if exc.value != nvml.NVML_ERROR_NOT_SUPPORTED:
+                log.warning("NVML GPU %s: processes unreadable: %s", parent["gpu"], exc)
+            return []
+        samples = []
+        for process in processes:
+            instance = getattr(process, "gpuInstanceId", None)
+            uuid = by_instance.get(instance, parent["uuid"]) if isinstance(instance, int) else parent["uuid"]
+            used = getattr(process, "usedGpuMemory", None)
+            values = {} if used is None else {m.GPU_PROCESS_MEMORY_USED: float(used)}
+            labels = {"gpu": parent["gpu"], "uuid": uuid, "pid": str(process.pid)}
+            samples.append(Sample(entity="gpu_process", labels=labels, values=values, timestamp=timestamp))
+        return samples
 
     def _read_field(self, read: Callable[[Any, Any], dict[str, float]], handle: Any, index: int) -> dict[str, float]:
         """``read``'s values; ``{}`` if NVML cannot give them; raises the errors that end the GPU's reading."""
