@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from collector.agent import Agent, Annotate
 from collector.delivery import Delivery
 from collector.exposition import DeliveryStats, LatestSamples
+from collector.jobmap.mapper import JobMapper
 from collector.sample import Source
 from collector.shipper import Shipper
 from collector.spool import Spool
@@ -89,7 +90,12 @@ def build_source(name: str, config: NodeConfig) -> Source:
 
 
 def run(config: NodeConfig, sources: Sequence[Source], stop: threading.Event, annotate: Annotate | None = None) -> None:
-    """Serve ``/metrics``, start the sender thread and collect every interval until ``stop`` is set."""
+    """Serve ``/metrics``, start the sender thread and collect every interval until ``stop`` is set.
+
+    ``annotate`` maps GPUs to jobs; default: :class:`JobMapper` over ``config.job_mapping_dir`` and the
+    processes' cgroups under ``config.proc_root``.
+    """
+    annotate = annotate or JobMapper(config.job_mapping_dir, config.proc_root).annotate
     latest = LatestSamples()
     delivery = Delivery(
         Spool(config.spool_dir, max_bytes=config.spool_max_bytes),
