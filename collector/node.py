@@ -70,6 +70,10 @@ def build_source(name: str, config: NodeConfig) -> Source:
         from collector.sources.nvml import NvmlSource
 
         return NvmlSource()
+    if name == "dcgm":
+        from collector.sources.dcgm import DcgmSource
+
+        return DcgmSource(config.dcgm_url)
     if name == "infiniband":
         from collector.sources.infiniband import InfinibandSource
 

@@ -1,0 +1,195 @@
+"""GPU readings scraped from a dcgm-exporter sidecar's ``/metrics`` (Prometheus text, parsed with prometheus_client).
+
+dcgm-exporter (NVIDIA/dcgm-exporter) names each series after its DCGM field (``DCGM_FI_DEV_POWER_USAGE``) in the
+field's own unit, as its counters CSV documents (``default-counters.csv``: W, MHz, °C, MiB, %, mJ, µs). The
+declarative :data:`FIELDS` table maps each field we use to our metric and scale; :data:`IGNORED` lists the
+default fields we deliberately do not map. Anything else is ignored too (logged once at DEBUG).
+
+GPU identity from dcgm-exporter's labels: ``gpu`` (index), ``UUID``, ``modelName``; for a MIG instance also
+``GPU_I_PROFILE`` and ``GPU_I_ID``. DCGM labels a MIG instance with its parent's UUID, so the instance's ``uuid``
+is ``<parent UUID>/<GPU_I_ID>``, its ``parent_uuid`` the parent's and its ``mig_profile`` ``GPU_I_PROFILE``.
+Job mapping: an ``hpc_job`` label (``--hpc-job-mapping-dir``) becomes :attr:`Sample.job_id`; without it, the
+Kubernetes ``namespace`` and ``pod`` labels (``--kubernetes``) give ``<namespace>/<pod>``. Neither is exposed as a
+label of ours.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+import httpx
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+from collector import metric_names as m
+from collector.sample import Sample, utc_now
+
+log = logging.getLogger(__name__)
+
+MIB = 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One DCGM field: our metric and the factor from the field's unit to our base unit."""
+
+    metric: str
+    scale: float
+
+
+FIELDS: dict[str, Field] = {
+    "DCGM_FI_DEV_GPU_UTIL": Field(m.GPU_UTILIZATION, 0.01),  # %
+    "DCGM_FI_DEV_MEM_COPY_UTIL": Field(m.GPU_MEMORY_UTILIZATION, 0.01),  # %
+    "DCGM_FI_DEV_FB_USED": Field(m.GPU_MEMORY_USED, MIB),  # MiB
+    "DCGM_FI_DEV_FB_TOTAL": Field(m.GPU_MEMORY_TOTAL, MIB),  # MiB
+    "DCGM_FI_DEV_POWER_USAGE": Field(m.GPU_POWER, 1.0),  # W
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": Field(m.GPU_ENERGY, 1e-3),  # mJ
+    "DCGM_FI_DEV_GPU_TEMP": Field(m.GPU_TEMPERATURE, 1.0),  # °C
+    "DCGM_FI_DEV_SM_CLOCK": Field(m.GPU_SM_CLOCK, 1e6),  # MHz
+    "DCGM_FI_DEV_MEM_CLOCK": Field(m.GPU_MEMORY_CLOCK, 1e6),  # MHz
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": Field(m.GPU_CLOCKS_EVENT_REASONS, 1.0),  # bitmask (name before DCGM 3.3)
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": Field(m.GPU_CLOCKS_EVENT_REASONS, 1.0),  # bitmask
+    "DCGM_FI_DEV_POWER_VIOLATION": Field(m.GPU_POWER_VIOLATION, 1e-6),  # µs
+    "DCGM_FI_DEV_THERMAL_VIOLATION": Field(m.GPU_THERMAL_VIOLATION, 1e-6),  # µs
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": Field(m.GPU_ECC_CORRECTED, 1.0),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": Field(m.GPU_ECC_UNCORRECTED, 1.0),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": Field(m.GPU_REMAPPED_CORRECTABLE, 1.0),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": Field(m.GPU_REMAPPED_UNCORRECTABLE, 1.0),
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": Field(m.GPU_REMAPPED_PENDING, 1.0),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": Field(m.GPU_REMAPPED_FAILURE, 1.0),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": Field(m.GPU_PCIE_RX, 1.0),  # bytes/s
+    "DCGM_FI_PROF_PCIE_TX_BYTES": Field(m.GPU_PCIE_TX, 1.0),  # bytes/s
+}
+"""DCGM field -> our metric and scale (field units: dcgm-exporter's counters CSV and the DCGM field reference)."""
+
+IGNORED = frozenset(
+    {
+        "DCGM_FI_DEV_MEMORY_TEMP",  # HBM temperature: not a metric of ours
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "DCGM_FI_DEV_ENC_UTIL",
+        "DCGM_FI_DEV_DEC_UTIL",
+        "DCGM_FI_DEV_XID_ERRORS",  # the last XID code, not a count
+        "DCGM_FI_DEV_FB_FREE",  # used only to derive the total when FB_TOTAL is absent
+        "DCGM_FI_DEV_FB_RESERVED",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",  # per-lane counter sum without a stated unit
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+        "DCGM_FI_DRIVER_VERSION",  # a label, not a value
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",  # profiling ratios: utilisation comes from DCGM_FI_DEV_GPU_UTIL
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+    }
+)
+"""dcgm-exporter's default fields we do not map, on purpose."""
+
+
+class DcgmSource:
+    """One ``entity="gpu"`` sample per GPU or MIG instance that dcgm-exporter reports.
+
+    Args:
+        url: dcgm-exporter's ``/metrics`` (default ``http://127.0.0.1:9400/metrics``).
+        client: the ``httpx.Client`` (tests inject a MockTransport); default one with ``timeout_seconds``.
+        clock: the time of a reading, timezone-aware UTC.
+
+    Errors: a transport error, a non-200 answer or a body with no DCGM series raises (the agent records the
+    source as failed). A malformed line is logged with its line number and skipped; the other lines are read.
+    """
+
+    name = "dcgm"
+
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:9400/metrics",
+        client: httpx.Client | None = None,
+        clock: Callable[[], datetime] = utc_now,
+        timeout_seconds: float = 5.0,
+    ) -> None:
+        self.url = url
+        self._client = client or httpx.Client(timeout=timeout_seconds)
+        self._clock = clock
+        self._unmapped_logged: set[str] = set()
+
+    def collect(self) -> list[Sample]:
+        """Samples of every GPU in the sidecar's current scrape."""
+        response = self._client.get(self.url)
+        if response.status_code != 200:
+            raise RuntimeError(f"{self.url}: HTTP {response.status_code}")
+        timestamp = self._clock()
+        gpus: dict[tuple[str, str, str], tuple[dict[str, str], dict[str, float], str | None]] = {}
+        free: dict[tuple[str, str, str], float] = {}
+        seen_dcgm = False
+        for name, labels, value in self._series(response.text):
+            if not name.startswith("DCGM_FI_"):
+                continue
+            seen_dcgm = True
+            if "UUID" not in labels or "gpu" not in labels:
+                continue
+            key = (labels["gpu"], labels["UUID"], labels.get("GPU_I_ID", ""))
+            if key not in gpus:
+                gpus[key] = (_gpu_labels(labels), {m.GPU_UP: 1.0}, _job(labels))
+            field = FIELDS.get(name)
+            if field is not None:
+                gpus[key][1][field.metric] = float(value) * field.scale
+            elif name == "DCGM_FI_DEV_FB_FREE":
+                free[key] = value
+            elif name not in IGNORED and name not in self._unmapped_logged:
+                log.debug("%s: DCGM field not mapped", name)
+                self._unmapped_logged.add(name)
+        if not seen_dcgm:
+            raise RuntimeError(f"{self.url}: no DCGM_FI_ series in the answer")
+        samples = []
+        for key, (labels, values, job) in gpus.items():
+            if m.GPU_MEMORY_TOTAL not in values and key in free and m.GPU_MEMORY_USED in values:
+                values[m.GPU_MEMORY_TOTAL] = values[m.GPU_MEMORY_USED] + free[key] * MIB  # FB_USED + FB_FREE
+            samples.append(Sample("gpu", labels, values, timestamp, job_id=job))
+        return samples
+
+    def _series(self, text: str) -> Iterator[tuple[str, dict[str, str], float]]:
+        """(name, labels, value) of every sample; on a parse error, line by line, skipping (and logging) bad ones."""
+        try:
+            families = list(text_string_to_metric_families(text))
+        except ValueError:
+            yield from self._series_by_line(text)
+            return
+        for family in families:
+            yield from _field_samples(family)
+
+    def _series_by_line(self, text: str) -> Iterator[tuple[str, dict[str, str], float]]:
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip() or line.startswith("#"):
+                continue
+            try:
+                for family in text_string_to_metric_families(line + "\n"):
+                    yield from _field_samples(family)
+            except ValueError as exc:
+                log.warning("%s line %d: unparsable, skipped: %s", self.url, number, exc)
+
+
+def _field_samples(family: Metric) -> Iterator[tuple[str, dict[str, str], float]]:
+    """(DCGM field, labels, value) of a family: the field is the family's name (the parser appends ``_total`` to
+    the samples of a family typed counter, such as DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION)."""
+    for sample in family.samples:
+        yield family.name, sample.labels, sample.value
+
+
+def _gpu_labels(labels: dict[str, str]) -> dict[str, str]:
+    profile = labels.get("GPU_I_PROFILE", "")
+    instance = labels.get("GPU_I_ID", "")
+    mig = bool(profile or instance)
+    return {
+        "gpu": labels["gpu"],
+        "uuid": f"{labels['UUID']}/{instance}" if mig else labels["UUID"],
+        "model": labels.get("modelName", ""),
+        "mig_profile": profile,
+        "parent_uuid": labels["UUID"] if mig else "",
+    }
+
+
+def _job(labels: dict[str, str]) -> str | None:
+    if labels.get("hpc_job"):
+        return labels["hpc_job"]
+    if labels.get("pod") and labels.get("namespace"):
+        return f"{labels['namespace']}/{labels['pod']}"
+    return None
