@@ -70,6 +70,10 @@ def build_source(name: str, config: NodeConfig) -> Source:
         from collector.sources.nvml import NvmlSource
 
         return NvmlSource()
+    if name == "nvidia_smi":
+        from collector.sources.nvidia_smi import NvidiaSmiSource
+
+        return NvidiaSmiSource(config.nvidia_smi, interval_seconds=config.interval_seconds)
     if name == "dcgm":
         from collector.sources.dcgm import DcgmSource
 

@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 
 UNAVAILABLE_PREFIX = "["
+UNITS = frozenset({"%", "MiB", "W", "MHz", "C", "us"})
+"""Units nvidia-smi prints after a number (``--format=csv`` without ``nounits``)."""
+
+log = logging.getLogger(__name__)
 
 
-def parse_query_gpu_csv(text: str) -> list[dict[str, str | None]]:
+def parse_query_gpu_csv(text: str, source: str = "nvidia-smi") -> list[dict[str, str | None]]:
     """One dict per GPU line: field name without its unit → value without its unit, or None if unavailable.
 
-    Raises ValueError naming the line when a line has a different number of fields than the header.
+    A line with a different number of fields than the header is logged (``source`` and line number) and
+    skipped; the other lines are returned.
     """
     rows = list(csv.reader(io.StringIO(text.strip()), skipinitialspace=True))
     if not rows:
@@ -27,7 +33,8 @@ def parse_query_gpu_csv(text: str) -> list[dict[str, str | None]]:
     parsed = []
     for number, row in enumerate(rows[1:], start=2):
         if len(row) != len(names):
-            raise ValueError(f"line {number}: {len(row)} fields, header has {len(names)}")
+            log.warning("%s line %d: %d fields, header has %d; line skipped", source, number, len(row), len(names))
+            continue
         parsed.append({name: _value(cell) for name, cell in zip(names, row, strict=True)})
     return parsed
 
@@ -37,4 +44,4 @@ def _value(cell: str) -> str | None:
     if cell.startswith(UNAVAILABLE_PREFIX):
         return None
     number, _, unit = cell.partition(" ")
-    return number if unit in ("%", "MiB", "W", "MHz", "C") else cell
+    return number if unit in UNITS else cell
