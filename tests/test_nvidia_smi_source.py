@@ -87,7 +87,7 @@ def test_a_timeout_fails_the_source_and_a_later_run_recovers(
     _configure(fake_env, shared_data, "H100", "load", FAKE_NVIDIA_SMI_SLEEP="3")
     source = NvidiaSmiSource(str(command), timeout_seconds=0.5)
     source.run_once()
-    with pytest.raises(RuntimeError, match="timed out after 0.5 s"):
+    with pytest.raises(RuntimeError, match=r"timed out after 0\.5 s"):
         source.collect()
     os.environ["FAKE_NVIDIA_SMI_SLEEP"] = "0"
     source.run_once()
