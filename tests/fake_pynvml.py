@@ -279,9 +279,10 @@ class FakeNvml:
         return correctable, uncorrectable, int(pending == "Yes"), int(failure == "Yes")
 
     def nvmlDeviceGetPcieThroughput(self, handle: FakeHandle, counter: int) -> int:
-        """The captures' query-gpu has no PCIe throughput field: not supported."""
-        self._cell(handle, "nvmlDeviceGetPcieThroughput", "pcie.throughput")
-        raise AssertionError("unreachable")
+        """KB/s from the row's ``pci.rx_util``/``pci.tx_util`` (XML captures); query-gpu captures have no such
+        field: not supported."""
+        field = "pci.rx_util" if counter == pynvml.NVML_PCIE_UTIL_RX_BYTES else "pci.tx_util"
+        return int(self._number(handle, "nvmlDeviceGetPcieThroughput", field, "KB/s"))
 
     def nvmlDeviceGetFieldValues(self, handle: FakeHandle, field_ids: list[int]) -> list[SimpleNamespace]:
         """NVLink throughput is absent from the captures: every field answers NOT_SUPPORTED, as on a GPU without
@@ -311,11 +312,15 @@ class FakeNvml:
         return handle.device.gpu_instance_id
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list[SimpleNamespace]:
-        """The capture's compute apps on this GPU (by UUID); ``usedGpuMemory`` in bytes. The captures carry no
-        GPU instance id per process, so none is given."""
+        """The capture's compute apps on this GPU (by UUID); ``usedGpuMemory`` in bytes; ``gpuInstanceId`` where
+        the capture gives one (XML), else None."""
         uuid = self._cell(handle, "nvmlDeviceGetComputeRunningProcesses", "uuid")
         return [
-            SimpleNamespace(pid=int(p["pid"]), usedGpuMemory=int(p["used_gpu_memory"].split()[0]) * MIB)
+            SimpleNamespace(
+                pid=int(p["pid"]),
+                usedGpuMemory=int(p["used_gpu_memory"].split()[0]) * MIB,
+                gpuInstanceId=int(p["gpu_instance_id"]) if p.get("gpu_instance_id", "").isdigit() else None,
+            )
             for p in self.processes
             if p["gpu_uuid"] == uuid
         ]

@@ -13,6 +13,7 @@ from collector import metric_names as m
 from collector.sample import Sample
 from collector.sources.nvml import NvmlSource
 from tests.fake_pynvml import CAPTURES, FakeNvml, ManualClock, fake_nvml_from_capture, query_gpu_rows
+from tests.fake_pynvml_xml import XML_CAPTURES, fake_nvml_from_xml
 
 H100 = "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
 H100_MIG = "linux-x86_64__nvidia-h100-mig__590.48.01.txt"
@@ -353,3 +354,41 @@ def test_real_pynvml_on_a_host_without_nvidia_driver(caplog: pytest.LogCaptureFi
     assert source.collect() == []
     [message] = warnings(caplog)
     assert message.startswith("NVML unavailable")
+
+
+def _xml_samples(shared_data: Path, name: str) -> list[Sample]:
+    clock = ManualClock()
+    return NvmlSource(fake_nvml_from_xml(shared_data / XML_CAPTURES / name, clock), clock).collect()
+
+
+def test_a100_mig_xml(shared_data: Path) -> None:
+    samples = _xml_samples(shared_data, "a100-sxm4-v12.xml")
+    (gpu,) = whole_gpus(samples)
+    parent = "GPU-513536b6-7d19-9063-b049-1e69664bb298"
+    assert gpu.labels["uuid"] == parent and gpu.labels["model"] == "NVIDIA A100-SXM4-80GB"
+    # <power_draw>67.03 W</power_draw>, <gpu_temp>27 C</gpu_temp>, <sm_clock>1275 MHz</sm_clock>,
+    # <tx_util>4000 KB/s</tx_util>, <rx_util>0 KB/s</rx_util>, <gpu_util>N/A</gpu_util> (MIG mode)
+    assert gpu.values[m.GPU_POWER] == pytest.approx(67.03)
+    assert gpu.values[m.GPU_TEMPERATURE] == 27.0
+    assert gpu.values[m.GPU_SM_CLOCK] == 1275e6
+    assert (gpu.values[m.GPU_PCIE_TX], gpu.values[m.GPU_PCIE_RX]) == (4000 * 1024, 0.0)
+    assert m.GPU_UTILIZATION not in gpu.values
+    instances = [s for s in samples if s.entity == "gpu" and s.labels["mig_profile"]]
+    assert len(instances) == 4 and {s.labels["parent_uuid"] for s in instances} == {parent}
+    # each <mig_device>: 14 SMs, <total>19968 MiB</total>, <used>12 MiB</used>
+    assert {s.labels["mig_profile"] for s in instances} == {"1g.20gb"}
+    assert instances[0].values == {m.GPU_UP: 1.0, m.GPU_MEMORY_USED: 12 * MIB, m.GPU_MEMORY_TOTAL: 19968 * MIB}
+
+
+def test_a10g_and_t4_xml(shared_data: Path) -> None:
+    (a10g,) = whole_gpus(_xml_samples(shared_data, "a10g.xml"))
+    assert a10g.labels["uuid"] == "GPU-9a9a6c50-2a47-2f51-a902-b82c3b127e94"
+    assert (a10g.values[m.GPU_POWER], a10g.values[m.GPU_TEMPERATURE]) == (pytest.approx(25.58), 17.0)
+    assert a10g.values[m.GPU_REMAPPED_PENDING] == 0.0  # <remapped_row_pending>No</remapped_row_pending>
+    t4_samples = _xml_samples(shared_data, "tesla-t4.xml")
+    (t4,) = whole_gpus(t4_samples)
+    assert (t4.values[m.GPU_POWER], t4.values[m.GPU_TEMPERATURE]) == (pytest.approx(26.78), 40.0)
+    # processes: Xorg (type G, left out: not a compute process) and pid 5762, type C, 1005 MiB
+    assert [(s.labels["pid"], s.values) for s in t4_samples if s.entity == "gpu_process"] == [
+        ("5762", {m.GPU_PROCESS_MEMORY_USED: 1005 * MIB})
+    ]
