@@ -398,6 +398,6 @@ def test_h200_mig_compute_instances_share_their_gpu_instance(captures: Path) -> 
     clock = ManualClock()
     fake = fake_nvml_from_capture(captures / "linux-x86_64__nvidia-h200-mig__590.48.01.txt", "load", clock)
     instances = [s for s in NvmlSource(fake, clock).collect() if s.entity == "gpu" and s.labels["mig_profile"]]
-    # nvidia-smi -L: two compute instances (1c.3g.71gb, 2c.3g.71gb) of one 3g.71gb GPU instance, then 2g.35gb, 1g.18gb x2
+    # nvidia-smi -L: compute instances 1c.3g.71gb and 2c.3g.71gb of one 3g.71gb GPU instance; 2g.35gb; 1g.18gb x2
     assert [s.labels["mig_profile"] for s in instances] == ["1c.3g.71gb", "2c.3g.71gb", "2g.35gb", "1g.18gb", "1g.18gb"]
     assert instances[0].values[m.GPU_MEMORY_TOTAL] == instances[1].values[m.GPU_MEMORY_TOTAL] == 71424 * MIB
