@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pynvml
 import pytest
@@ -401,3 +402,19 @@ def test_h200_mig_compute_instances_share_their_gpu_instance(captures: Path) -> 
     # nvidia-smi -L: compute instances 1c.3g.71gb and 2c.3g.71gb of one 3g.71gb GPU instance; 2g.35gb; 1g.18gb x2
     assert [s.labels["mig_profile"] for s in instances] == ["1c.3g.71gb", "2c.3g.71gb", "2g.35gb", "1g.18gb", "1g.18gb"]
     assert instances[0].values[m.GPU_MEMORY_TOTAL] == instances[1].values[m.GPU_MEMORY_TOTAL] == 71424 * MIB
+
+
+def test_nvlink_counters_are_summed_kib_in_bytes_and_absent_without_nvlink(captures: Path) -> None:
+    clock = ManualClock()
+    fake = fake_nvml_from_capture(captures / H100, "load", clock)
+    (without,) = whole_gpus(NvmlSource(fake, clock).collect())
+    assert m.GPU_NVLINK_RX not in without.values, "every field NOT_SUPPORTED: no NVLink series"
+
+    def field_values(handle: object, field_ids: list[int]) -> list[SimpleNamespace]:
+        kib = {pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: 1_500, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: 2_500}
+        return [SimpleNamespace(fieldId=f, nvmlReturn=pynvml.NVML_SUCCESS, value=SimpleNamespace(ullVal=kib[f]))
+                for f in field_ids]  # fmt: skip
+
+    fake.nvmlDeviceGetFieldValues = field_values  # type: ignore[method-assign]
+    (with_nvlink,) = whole_gpus(NvmlSource(fake, clock).collect())
+    assert (with_nvlink.values[m.GPU_NVLINK_RX], with_nvlink.values[m.GPU_NVLINK_TX]) == (1_500 * 1024, 2_500 * 1024)
