@@ -7,55 +7,18 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client import generate_latest, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector import metric_names as m
-from collector.agent import Agent
-from collector.delivery import Delivery
-from collector.exposition import CLOCKS_EVENT_ACTIVE, GPU_JOB_INFO, DeliveryStats, LatestSamples
-from collector.node import NodeConfig, build_source
-from collector.sample import Sample, Source
-from collector.shipper import Shipper
-from collector.sources.nvml import NvmlSource
-from collector.spool import Spool
+from collector.exposition import CLOCKS_EVENT_ACTIVE, GPU_JOB_INFO
 from tests.conftest import REPO_ROOT, debian_binary
-from tests.fake_pynvml import FakeNvml, ManualClock, query_gpu_rows
+from tests.node_fixture import fixture_node_registry
 from tests.prometheus_server import prometheus, wait_for
 from tests.servers import free_port
 
-NODE = Path(__file__).parent / "fixtures" / "node"
 GOLDEN = Path(__file__).parent / "golden" / "fixture_node.prom"
 DOCS = REPO_ROOT / "docs" / "metrics.md"
-FILE_SOURCES = ("infiniband", "diskstats", "nfs", "lustre")
-
-
-class JobOfGpuZero:
-    """Stands in for the job map: GPU 0 is held by Slurm job 4242."""
-
-    @staticmethod
-    def annotate(samples: list[Sample]) -> list[Sample]:
-        from dataclasses import replace
-
-        return [replace(s, job_id="4242") if s.entity == "gpu" and s.labels["gpu"] == "0" else s for s in samples]
-
-
-def _fixture_node(tmp_path: Path) -> CollectorRegistry:
-    """One collection of the fixture node (2 GPUs, IB, disks, NFS, Lustre) in a registry, as ``/metrics`` sees it."""
-    clock = ManualClock()
-    config = NodeConfig("http://127.0.0.1:9", "", "fixture", tmp_path / "spool", proc_root=NODE / "proc",
-                        sys_root=NODE / "sys")  # fmt: skip
-    sources: list[Source] = [NvmlSource(FakeNvml(query_gpu_rows(NODE / "nvidia-smi.txt", "load"), clock), clock)]
-    sources += [build_source(name, config) for name in FILE_SOURCES]
-    latest = LatestSamples()
-    delivery = Delivery(Spool(config.spool_dir), Shipper(config.service_url, "", config.node))
-    agent = Agent(sources, latest, delivery.enqueue, annotate=JobOfGpuZero.annotate)
-    agent.collect_once()
-    registry = CollectorRegistry()
-    registry.register(latest)
-    registry.register(DeliveryStats(delivery))
-    return registry
 
 
 def _normalised(text: str) -> str:
@@ -70,7 +33,7 @@ def _documented() -> dict[str, list[str]]:
 
 
 def test_whole_metrics_page_matches_the_golden_file(tmp_path: Path) -> None:
-    text = _normalised(generate_latest(_fixture_node(tmp_path)).decode())
+    text = _normalised(generate_latest(fixture_node_registry(tmp_path)).decode())
     if os.environ.get("FINOPS_UPDATE_GOLDEN") == "1":
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(text)
@@ -82,7 +45,7 @@ def test_every_metric_is_documented_with_its_labels(tmp_path: Path) -> None:
     exposed_names = {m.SPECS[name].name for name in m.SPECS}
     assert exposed_names <= set(documented), f"undocumented: {sorted(exposed_names - set(documented))}"
     seen = set()
-    for family in text_string_to_metric_families(generate_latest(_fixture_node(tmp_path)).decode()):
+    for family in text_string_to_metric_families(generate_latest(fixture_node_registry(tmp_path)).decode()):
         name = family.name + ("_total" if family.type == "counter" else "")
         assert name in documented, f"{name} is exposed but not in docs/metrics.md"
         for sample in family.samples:
@@ -94,16 +57,15 @@ def test_every_metric_is_documented_with_its_labels(tmp_path: Path) -> None:
 
 def test_promtool_check_metrics_is_clean(tmp_path: Path) -> None:
     promtool = debian_binary("promtool")
-    text = generate_latest(_fixture_node(tmp_path)).decode()
+    text = generate_latest(fixture_node_registry(tmp_path)).decode()
     result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout + result.stderr == "", result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("node_root", [NODE])
-def test_a_real_prometheus_scrapes_the_fixture_values(tmp_path: Path, node_root: Path) -> None:
+def test_a_real_prometheus_scrapes_the_fixture_values(tmp_path: Path) -> None:
     binary = debian_binary("prometheus")
     port = free_port()
-    server, thread = start_http_server(port, addr="127.0.0.1", registry=_fixture_node(tmp_path))
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=fixture_node_registry(tmp_path))
     try:
         with prometheus(binary, tmp_path, [f"127.0.0.1:{port}"]) as url:
             power = wait_for(url, 'gpufinops_gpu_power_watts{gpu="1"}')
