@@ -16,11 +16,17 @@ from tests.servers import free_port
 
 
 @contextmanager
-def prometheus(binary: Path, workdir: Path, targets: Sequence[str], interval: str = "1s") -> Iterator[str]:
-    """Run Prometheus scraping ``targets`` (``host:port``) every ``interval``; yields its base URL."""
+def prometheus(
+    binary: Path, workdir: Path, jobs: dict[str, list[str]], rule_files: Sequence[Path] = (), interval: str = "1s"
+) -> Iterator[str]:
+    """Run Prometheus scraping each job's targets (``host:port``) every ``interval`` and evaluating
+    ``rule_files``; yields its base URL."""
     config = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
-        "scrape_configs": [{"job_name": "fixture", "static_configs": [{"targets": list(targets)}]}],
+        "rule_files": [str(path) for path in rule_files],
+        "scrape_configs": [
+            {"job_name": job, "static_configs": [{"targets": targets}]} for job, targets in jobs.items()
+        ],
     }
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()

@@ -67,7 +67,7 @@ def test_a_real_prometheus_scrapes_the_fixture_values(tmp_path: Path) -> None:
     port = free_port()
     server, thread = start_http_server(port, addr="127.0.0.1", registry=fixture_node_registry(tmp_path))
     try:
-        with prometheus(binary, tmp_path, [f"127.0.0.1:{port}"]) as url:
+        with prometheus(binary, tmp_path, {"fixture": [f"127.0.0.1:{port}"]}) as url:
             power = wait_for(url, 'gpufinops_gpu_power_watts{gpu="1"}')
             assert float(power[0]["value"][1]) == 70.25
             received = wait_for(url, 'gpufinops_infiniband_received_bytes_total{device="mlx5_0",port="1"}')
