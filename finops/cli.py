@@ -134,6 +134,34 @@ def serve(
 
 
 @app.command()
+def scheduler(
+    metrics_port: Annotated[int, typer.Option(help="Port of this process's /metrics (budget gauges).")] = 8081,
+    metrics_address: Annotated[str, typer.Option(help="Address /metrics listens on.")] = "127.0.0.1",
+) -> None:
+    """Run only the scheduled jobs (ledger rollup, idle detection, budget gauges), apart from `serve --no-scheduler`."""
+    import threading
+
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from finops.db import session_factory
+    from finops.idle import IdlePolicy
+    from finops.scheduler import BudgetGauges, start_scheduler
+
+    settings = _settings()
+    sessions = session_factory(_engine(settings))
+    registry = CollectorRegistry()
+    policy = IdlePolicy(settings.idle_threshold_ratio, settings.idle_window_seconds, settings.idle_max_gap_seconds)
+    running = start_scheduler(
+        sessions, _pricing(settings), policy, BudgetGauges(registry), settings.rollup_interval_seconds
+    )
+    start_http_server(metrics_port, addr=metrics_address, registry=registry)
+    try:
+        threading.Event().wait()
+    finally:
+        running.shutdown(wait=False)
+
+
+@app.command()
 def collector(
     service_url: Annotated[str, typer.Option(envvar="FINOPS_SERVICE_URL", help="gpu-finops service base URL.")],
     source: Annotated[

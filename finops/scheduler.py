@@ -79,6 +79,7 @@ def start_scheduler(
         id="budgets",
         max_instances=1,
         coalesce=True,
+        next_run_time=utc_now(),
     )
     scheduler.start()
     return scheduler

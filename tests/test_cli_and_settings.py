@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
@@ -22,6 +27,7 @@ from finops.prices import PricingModel, load_catalog
 from finops.scheduler import BudgetGauges, start_scheduler
 from finops.settings import Settings
 from tests import scenario
+from tests.servers import free_port
 
 
 def _command_paths() -> list[list[str]]:
@@ -86,3 +92,23 @@ def test_scheduler_rolls_up_the_ledger_in_the_background(sessions) -> None:  # t
             time.sleep(0.2)
     finally:
         scheduler.shutdown()
+
+
+def test_scheduler_command_serves_budget_gauges(tmp_path: Path) -> None:
+    env = {**os.environ, "FINOPS_DATABASE_URL": f"sqlite:///{tmp_path / 'finops.sqlite'}"}
+    for args in (["db", "upgrade"], ["budget", "set", "vision", "1000"]):
+        subprocess.run([sys.executable, "-m", "finops.cli", *args], env=env, check=True, capture_output=True)
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "finops.cli", "scheduler", "--metrics-port", str(port)], env=env)
+    try:
+        deadline = time.monotonic() + 30
+        text = ""
+        while 'gpufinops_budget_used_ratio{team="vision"}' not in text:
+            assert time.monotonic() < deadline and process.poll() is None, "no budget gauge on the scheduler's /metrics"
+            with contextlib.suppress(httpx.TransportError):
+                text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+            time.sleep(0.2)
+        assert 'gpufinops_budget_used_ratio{team="vision"} 0.0' in text, "nothing spent yet"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
