@@ -7,9 +7,9 @@ import streamlit as st
 st.set_page_config(page_title="gpu-finops", layout="wide")
 navigation = st.navigation(
     [
-        st.Page("pages/overview.py", title="Overview", default=True),
-        st.Page("pages/teams.py", title="Teams"),
-        st.Page("pages/idle.py", title="Idle GPUs"),
+        st.Page("views/overview.py", title="Overview", default=True),
+        st.Page("views/teams.py", title="Teams"),
+        st.Page("views/idle.py", title="Idle GPUs"),
     ]
 )
 navigation.run()

@@ -71,3 +71,29 @@ def batch(t0: datetime) -> IngestBatch:
     return IngestBatch.model_validate(
         {"node": NODE, "gpus": [gpu_info_dict(s) for s in readings[:2]], "samples": [reading_dict(s) for s in readings]}
     )
+
+
+def seed_dashboard_database(url: str) -> None:
+    """The scenario in the migrated database at ``url``: readings, jobs, ledger, idle episodes, and a 1,000 USD
+    budget for team alpha this month."""
+    from decimal import Decimal
+
+    from finops.budgets import set_budget
+    from finops.db import make_engine, session_factory
+    from finops.idle import IdlePolicy, detect_idle
+    from finops.ingest import Ingestor
+    from finops.jobs import import_sacct
+    from finops.ledger import Pricing, rollup
+    from finops.prices import PricingModel, load_catalog
+    from finops.teams import map_account
+    from finops.timeutil import to_epoch, utc_now
+
+    t0 = start_hour()
+    pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
+    with session_factory(make_engine(url)).begin() as session:
+        map_account(session, "acct-a", "alpha")
+        Ingestor().store(session, batch(t0))
+        import_sacct(session, sacct_lines(t0), source="scenario")
+        rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
+        detect_idle(session, t0, t0 + timedelta(hours=2), IdlePolicy(), pricing)
+        set_budget(session, "alpha", Decimal("1000"), utc_now(), "USD")

@@ -3,27 +3,19 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from finops.budgets import set_budget
 from finops.costmodel import CENT
 from finops.db import make_engine, session_factory, upgrade
-from finops.idle import IdlePolicy, detect_idle
-from finops.ingest import Ingestor
-from finops.jobs import import_sacct
-from finops.ledger import Pricing, rollup
-from finops.prices import PricingModel, load_catalog
 from finops.report import cost_report, fleet_summary
-from finops.teams import map_account
-from finops.timeutil import to_epoch, utc_now
+from finops.timeutil import utc_now
 from tests import scenario
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboards" / "app.py")
-PAGES = ("pages/overview.py", "pages/teams.py", "pages/idle.py")
+PAGES = ("views/overview.py", "views/teams.py", "views/idle.py")
 
 
 @pytest.fixture
@@ -32,19 +24,6 @@ def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("FINOPS_DATABASE_URL", url)
     upgrade(make_engine(url))
     return url
-
-
-def _seed(url: str) -> None:
-    t0 = scenario.start_hour()
-    pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
-    batch = scenario.batch(t0)
-    with session_factory(make_engine(url)).begin() as session:
-        map_account(session, "acct-a", "alpha")
-        Ingestor().store(session, batch)
-        import_sacct(session, scenario.sacct_lines(t0), source="scenario")
-        rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
-        detect_idle(session, t0, t0 + timedelta(hours=2), IdlePolicy(), pricing)
-        set_budget(session, "alpha", Decimal("1000"), utc_now(), "USD")
 
 
 def _run(page: str) -> AppTest:
@@ -60,8 +39,8 @@ def test_pages_render_on_an_empty_database(database: str, page: str) -> None:
 
 
 def test_overview_shows_the_report_numbers(database: str) -> None:
-    _seed(database)
-    app = _run("pages/overview.py")
+    scenario.seed_dashboard_database(database)
+    app = _run("views/overview.py")
     assert not app.exception
     now = utc_now().replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     with session_factory(make_engine(database))() as session:
@@ -73,10 +52,10 @@ def test_overview_shows_the_report_numbers(database: str) -> None:
 
 
 def test_teams_and_idle_pages_list_the_seeded_rows(database: str) -> None:
-    _seed(database)
-    teams = _run("pages/teams.py")
+    scenario.seed_dashboard_database(database)
+    teams = _run("views/teams.py")
     assert not teams.exception
     assert set(teams.dataframe[0].value["team"]) == {"alpha", "__unmapped__", "__unallocated__"}
-    idle = _run("pages/idle.py")
+    idle = _run("views/idle.py")
     assert not idle.exception
     assert idle.dataframe[0].value["job"].tolist() == ["501"]
