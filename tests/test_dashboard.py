@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
+import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from finops.costmodel import CENT
@@ -15,7 +17,7 @@ from finops.timeutil import utc_now
 from tests import scenario
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboards" / "app.py")
-PAGES = ("views/overview.py", "views/teams.py", "views/idle.py")
+PAGES = ("views/overview.py", "views/teams.py", "views/idle.py", "views/planning.py")
 
 
 @pytest.fixture
@@ -59,3 +61,24 @@ def test_teams_and_idle_pages_list_the_seeded_rows(database: str) -> None:
     idle = _run("views/idle.py")
     assert not idle.exception
     assert idle.dataframe[0].value["job"].tolist() == ["501"]
+
+
+def _price_input(app: AppTest) -> float:
+    (price,) = [w for w in app.number_input if w.label.startswith("Price per GPU-hour")]
+    return float(price.value)
+
+
+def test_planning_offers_the_measured_price_per_gpu_hour(database: str) -> None:
+    assert _price_input(_run("views/planning.py")) == 2.50, "no ledger yet: the stated default"
+    scenario.seed_dashboard_database(database)
+    st.cache_data.clear()  # query results are cached for a minute; this test does not wait
+    app = _run("views/planning.py")
+    assert not app.exception
+    now = utc_now().replace(minute=0, second=0, microsecond=0)
+    with session_factory(make_engine(database))() as session:
+        rows = cost_report(session, now - timedelta(days=30), now, "team")
+    charged = sum((row.allocated_cost for row in rows), Decimal(0))
+    gpu_hours = Decimal(sum(row.allocated_gpu_seconds for row in rows)) / 3600
+    assert _price_input(app) == float((charged / gpu_hours).quantize(CENT))
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["Inference: weights + KV cache"] == "31.2 GB"  # 7B bf16 = 14 GB + 8 x 2 GiB KV cache
