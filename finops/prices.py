@@ -240,6 +240,10 @@ class PriceCatalog(BaseModel):
         """
         row = self._row(gpu_name, PricingModel.ON_PREM, at)
         assert isinstance(row, OnPremRow)  # _row_kind gives on-prem rows an OnPremRow
+        return self.parts_of(row)
+
+    def parts_of(self, row: OnPremRow) -> OnPremParts:
+        """The parts of on-prem ``row`` at this catalog's tariff and PUE (formula on :meth:`onprem_parts`)."""
         with localcontext(ARITHMETIC):
             return OnPremParts(
                 capex_per_hour=row.capex_usd / (row.amortisation_years * HOURS_PER_YEAR),

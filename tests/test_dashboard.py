@@ -12,12 +12,13 @@ from streamlit.testing.v1 import AppTest
 
 from finops.costmodel import CENT
 from finops.db import make_engine, session_factory, upgrade
+from finops.prices import load_catalog
 from finops.report import cost_report, fleet_summary
 from finops.timeutil import utc_now
 from tests import scenario
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboards" / "app.py")
-PAGES = ("views/overview.py", "views/teams.py", "views/idle.py", "views/planning.py")
+PAGES = ("views/overview.py", "views/teams.py", "views/idle.py", "views/prices.py", "views/planning.py")
 
 
 @pytest.fixture
@@ -82,3 +83,17 @@ def test_planning_offers_the_measured_price_per_gpu_hour(database: str) -> None:
     assert _price_input(app) == float((charged / gpu_hours).quantize(CENT))
     metrics = {m.label: m.value for m in app.metric}
     assert metrics["Inference: weights + KV cache"] == "31.2 GB"  # 7B bf16 = 14 GB + 8 x 2 GiB KV cache
+
+
+def test_prices_page_lists_every_catalog_row_with_on_prem_parts(database: str) -> None:
+    app = _run("views/prices.py")
+    assert not app.exception
+    frame = app.dataframe[0].value
+    catalog = load_catalog()
+    assert len(frame) == sum(len(model.prices) for model in catalog.models.values())
+    h100 = frame[(frame["model"] == "H100-SXM-80GB") & (frame["pricing model"] == "on-prem")]
+    current = h100[h100["from"] <= utc_now().date()].sort_values("from").iloc[-1]
+    parts = catalog.onprem_parts("NVIDIA H100 80GB HBM3", utc_now())
+    assert current["per GPU-hour"] == f"{parts.total.quantize(CENT):,} USD"
+    assert current["capex"] == f"{parts.capex_per_hour.quantize(CENT):,} USD"
+    assert current["energy"] == f"{parts.energy_per_hour.quantize(CENT):,} USD"
