@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 from finops.budgets import BudgetStatus, budget_status, month_start
 from finops.db import make_engine, require_migrated, session_factory
 from finops.idle import EpisodeView, list_episodes
+from finops.quality import NodeFreshness, node_freshness
 from finops.report import GroupBy, ReportRow, cost_report
 from finops.settings import Settings
 from finops.timeutil import utc_now
@@ -52,6 +53,13 @@ def episodes(url: str, start: datetime, end: datetime) -> list[EpisodeView]:
     """:func:`finops.idle.list_episodes` for the period."""
     with session_factory(engine(url))() as session:
         return list_episodes(session, start, end)
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def freshness(url: str, now: datetime) -> list[NodeFreshness]:
+    """:func:`finops.quality.node_freshness` at ``now`` (pass it rounded to the minute, so it caches)."""
+    with session_factory(engine(url))() as session:
+        return node_freshness(session, now)
 
 
 def period_from_sidebar() -> tuple[datetime, datetime]:

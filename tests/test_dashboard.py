@@ -18,7 +18,14 @@ from finops.timeutil import utc_now
 from tests import scenario
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboards" / "app.py")
-PAGES = ("views/overview.py", "views/teams.py", "views/idle.py", "views/prices.py", "views/planning.py")
+PAGES = (
+    "views/overview.py",
+    "views/teams.py",
+    "views/idle.py",
+    "views/quality.py",
+    "views/prices.py",
+    "views/planning.py",
+)
 
 
 @pytest.fixture
@@ -97,3 +104,13 @@ def test_prices_page_lists_every_catalog_row_with_on_prem_parts(database: str) -
     assert current["per GPU-hour"] == f"{parts.total.quantize(CENT):,} USD"
     assert current["capex"] == f"{parts.capex_per_hour.quantize(CENT):,} USD"
     assert current["energy"] == f"{parts.energy_per_hour.quantize(CENT):,} USD"
+
+
+def test_data_quality_page_shows_coverage_and_the_node(database: str) -> None:
+    scenario.seed_dashboard_database(database)
+    st.cache_data.clear()
+    app = _run("views/quality.py")
+    assert not app.exception
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["GPU-hours held by a job"] == "75.0%"  # 3 of the scenario's 4 GPU-hours
+    assert app.dataframe[0].value["node"].tolist() == [scenario.NODE]
