@@ -85,14 +85,8 @@ class InfinibandSource:
     @staticmethod
     def _integer(path: Path) -> int | None:
         """The counter in ``path``; None if absent, ``N/A (no PMA)``, unreadable or malformed (logged)."""
-        try:
-            text = path.read_text().strip()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            log.warning("%s: unreadable (%s); series left out", path, exc.strerror)
-            return None
-        if text == NO_PMA:
+        text = _read(path)
+        if text is None or text == NO_PMA:
             return None
         if not text.isdigit():
             log.warning("%s: %r is not a counter; series left out", path, text[:40])
@@ -102,15 +96,22 @@ class InfinibandSource:
     @staticmethod
     def _parsed(path: Path, pattern: re.Pattern[str]) -> float | None:
         """The number ``pattern`` captures at the start of ``path``; None if absent or malformed (logged)."""
-        try:
-            text = path.read_text().strip()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            log.warning("%s: unreadable (%s); series left out", path, exc.strerror)
+        text = _read(path)
+        if text is None:
             return None
         match = pattern.match(text)
         if match is None:
             log.warning("%s: unexpected content %r; series left out", path, text[:40])
             return None
         return float(match.group(1))
+
+
+def _read(path: Path) -> str | None:
+    """A sysfs file's stripped text; None if it does not exist or cannot be read (the latter logged)."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.warning("%s: unreadable (%s); series left out", path, exc.strerror)
+        return None
