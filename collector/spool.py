@@ -69,7 +69,7 @@ class Spool:
         directory.mkdir(parents=True, exist_ok=True)
         self._cursor = self._read_cursor()
         existing = self._segments()
-        self._active = (existing[-1] + 1) if existing else max(1, self._cursor[0])
+        self._active = max(existing[-1] + 1 if existing else 1, self._cursor[0] + 1)
         self._active_size = 0
         self._discard_acknowledged(existing)
         self.pending_samples = sum(self._count_samples(seq, self._start_offset(seq)) for seq in self._segments())

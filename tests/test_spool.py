@@ -50,6 +50,16 @@ def test_a_restart_redelivers_what_was_not_acknowledged_and_nothing_else(tmp_pat
     assert list(tmp_path.glob("*.seg")) == [], "fully acknowledged segments are deleted"
 
 
+def test_appends_after_restarts_that_found_everything_delivered_are_delivered(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    _fill(spool, 2)
+    spool.ack(spool.peek(10**9))
+    Spool(tmp_path)  # a restart deletes the delivered segment; the cursor stays at its end
+    again = Spool(tmp_path)
+    again.append(b"after-two-restarts", 8)
+    assert _payloads(Spool(tmp_path)) == [b"after-two-restarts"]
+
+
 def test_the_size_bound_drops_the_oldest_segments_and_counts_their_samples(tmp_path: Path) -> None:
     record_bytes = HEADER.size + len(b"batch-0")
     spool = Spool(tmp_path, max_bytes=10 * record_bytes, segment_bytes=2 * record_bytes)
