@@ -359,7 +359,7 @@ def dashboard(
     from finops.dashboard_server import serve_dashboard
 
     _engine(_settings())
-    raise typer.Exit(serve_dashboard(host, port))
+    serve_dashboard(host, port)
 
 
 @app.command()

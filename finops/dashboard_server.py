@@ -1,11 +1,11 @@
-"""Starting the Streamlit dashboard (``dashboards/app.py``) as a child process."""
+"""Starting the Streamlit dashboard (``dashboards/app.py``): this process becomes ``streamlit run``."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import dashboards
 
@@ -20,15 +20,12 @@ def dashboard_command(host: str, port: int) -> list[str]:
     ]  # fmt: skip
 
 
-def serve_dashboard(host: str, port: int, database_url: str | None = None) -> int:
-    """Run the dashboard until interrupted; returns Streamlit's exit code. ``database_url`` overrides the setting."""
+def serve_dashboard(host: str, port: int, database_url: str | None = None) -> NoReturn:
+    """Replace this process with Streamlit serving the dashboard (``os.execve``), so that a signal sent to it
+    (Ctrl-C, ``docker stop``, a supervisor's SIGTERM) reaches Streamlit and leaves no orphan behind.
+    ``database_url`` overrides the setting."""
     env = dict(os.environ)
     if database_url is not None:
         env["FINOPS_DATABASE_URL"] = database_url
     print(f"dashboard on http://{host}:{port} (Ctrl-C to stop)", flush=True)
-    process = subprocess.Popen(dashboard_command(host, port), env=env)
-    try:
-        return process.wait()
-    except KeyboardInterrupt:
-        process.terminate()
-        return process.wait()
+    os.execve(sys.executable, dashboard_command(host, port), env)
