@@ -9,6 +9,7 @@ navigation = st.navigation(
     [
         st.Page("views/overview.py", title="Overview", default=True),
         st.Page("views/teams.py", title="Teams"),
+        st.Page("views/jobs.py", title="Jobs"),
         st.Page("views/idle.py", title="Idle GPUs"),
         st.Page("views/quality.py", title="Data quality"),
         st.Page("views/prices.py", title="Prices"),

@@ -21,6 +21,7 @@ APP = str(Path(__file__).resolve().parents[1] / "dashboards" / "app.py")
 PAGES = (
     "views/overview.py",
     "views/teams.py",
+    "views/jobs.py",
     "views/idle.py",
     "views/quality.py",
     "views/prices.py",
@@ -114,3 +115,18 @@ def test_data_quality_page_shows_coverage_and_the_node(database: str) -> None:
     metrics = {m.label: m.value for m in app.metric}
     assert metrics["GPU-hours held by a job"] == "75.0%"  # 3 of the scenario's 4 GPU-hours
     assert app.dataframe[0].value["node"].tolist() == [scenario.NODE]
+
+
+def test_jobs_page_lists_the_report_by_job(database: str) -> None:
+    scenario.seed_dashboard_database(database)
+    st.cache_data.clear()
+    app = _run("views/jobs.py")
+    assert not app.exception
+    now = utc_now().replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    with session_factory(make_engine(database))() as session:
+        rows = [r for r in cost_report(session, now - timedelta(days=7), now, "job") if r.key != "__unallocated__"]
+    frame = app.dataframe[0].value
+    assert sorted(frame["job"]) == sorted(r.key for r in rows)
+    assert [Decimal(str(c)) for c in frame["cost (USD)"]] == sorted(
+        (r.allocated_cost.quantize(CENT) for r in rows), reverse=True
+    ), "most expensive first, to the cent"

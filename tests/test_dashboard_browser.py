@@ -23,6 +23,7 @@ from tests.servers import free_port
 PAGES = [
     ("", "GPU capacity cost"),  # Overview, the default page
     ("teams", "Cost by team"),
+    ("jobs", "Cost of jobs"),
     ("idle", "Cost of idle episodes"),  # shown only when the scenario's idle episode is found
     ("quality", "GPU-hours held by a job"),
     ("prices", "Per GPU-hour, in USD"),
@@ -76,6 +77,6 @@ def test_every_page_renders_in_a_real_browser(dashboard: str, page: Page, path: 
     page.get_by_text(key_text).first.wait_for(timeout=60_000)
     page.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=60_000)  # the page's table (a canvas grid)
     navigation = page.locator('[data-testid="stSidebarNav"]')
-    for title in ("Overview", "Teams", "Idle GPUs", "Data quality", "Prices", "Planning"):
+    for title in ("Overview", "Teams", "Jobs", "Idle GPUs", "Data quality", "Prices", "Planning"):
         expect(navigation).to_contain_text(title)
     assert page.locator('[data-testid="stException"]').count() == 0
