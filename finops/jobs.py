@@ -24,7 +24,7 @@ from finops.hours import hours_between, mark_hours_dirty, mark_job_hours_dirty
 from finops.models import Allocation, Gpu, Job, Node
 from finops.rows import get_or_create
 from finops.slurm import SacctJob, SacctLineError, parse_sacct
-from finops.teams import team_for_account
+from finops.teams import TeamRules
 from finops.timeutil import from_epoch, to_epoch
 
 OPEN_END = 2**62
@@ -132,28 +132,41 @@ def import_sacct(
         (job.cluster, job.job_id_raw): job
         for job in session.scalars(select(Job).where(Job.scheduler == "slurm", Job.start >= since))
     }
-    teams: dict[str, int] = {}
+    teams = TeamRules(session)
     new_allocations: list[dict[str, object]] = []
     for record in jobs:
         job_cluster = record.cluster or cluster
         job = existing.get((job_cluster, record.job_id_raw))
+        team_id = teams.team_id(record.account)
         if job is not None and _same_placement(job, record):
             _update_end(session, job, record)
+            if (job.account, job.team_id) != (record.account, team_id):
+                job.account, job.team_id = record.account, team_id
+                mark_job_hours_dirty(session, job)
         else:
             if job is not None:
                 mark_job_hours_dirty(session, job)
                 session.delete(job)
                 session.flush()
-            if record.account not in teams:
-                teams[record.account] = team_for_account(session, record.account).id
-            job = _new_job(session, record, job_cluster, teams[record.account])
+            job = _new_job(session, record, job_cluster, team_id)
             new_allocations.extend(_allocate(placer, job, record))
             mark_job_hours_dirty(session, job)
         result.jobs += 1
     if new_allocations:
         session.execute(Allocation.__table__.insert(), new_allocations)  # type: ignore[attr-defined]
+    _record_partitions(session, placer.node_ids, jobs)
     session.flush()
     return result
+
+
+def _record_partitions(session: Session, node_ids: dict[str, int], jobs: list[SacctJob]) -> None:
+    """Set each node's ``partition`` to that of the latest-starting job on it (pricing rules select by it)."""
+    latest: dict[str, str] = {}
+    for record in jobs:  # sorted by start
+        for hostname in record.nodes:
+            latest[hostname] = record.partition
+    for hostname, partition in latest.items():
+        session.execute(update(Node).where(Node.id == node_ids[hostname]).values(partition=partition))
 
 
 def _same_placement(job: Job, record: SacctJob) -> bool:

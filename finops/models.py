@@ -10,14 +10,17 @@ from datetime import datetime
 from decimal import Decimal
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     Boolean,
+    CheckConstraint,
     Float,
     ForeignKey,
     Index,
     Integer,
     MetaData,
     String,
+    Text,
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -43,11 +46,18 @@ class Base(DeclarativeBase):
 
 
 class Node(Base):
-    """A GPU host, by hostname as Slurm's NodeList and the collector name it."""
+    """A GPU host, by hostname as Slurm's NodeList and the collector name it.
+
+    ``partition``: the Slurm partition of the newest job placed on it (a node in several partitions takes the
+    latest); ``labels``: Kubernetes node labels (``{"node.kubernetes.io/instance-type": "p5.48xlarge"}``).
+    Both feed :class:`PricingRule` selection.
+    """
 
     __tablename__ = "nodes"
     id: Mapped[int] = mapped_column(primary_key=True)
     hostname: Mapped[str] = mapped_column(String(255), unique=True)
+    partition: Mapped[str | None] = mapped_column(String(128))
+    labels: Mapped[dict[str, str] | None] = mapped_column(JSON)
 
 
 class Gpu(Base):
@@ -93,16 +103,37 @@ class Team(Base):
     name: Mapped[str] = mapped_column(String(128), unique=True)
 
 
-class AccountTeam(Base):
-    """Slurm account → team."""
+TEAM_RULE_KINDS = ("label", "namespace", "account")
+"""Team rule kinds, most specific first: a Kubernetes label, a Kubernetes namespace, a Slurm account."""
 
-    __tablename__ = "account_teams"
-    account: Mapped[str] = mapped_column(String(128), primary_key=True)
+
+class TeamRule(Base):
+    """``kind`` value → team: Slurm ``account``, Kubernetes ``namespace``, or Kubernetes ``label`` ``key=value``.
+
+    ``key`` is the label name for ``label`` rules and empty otherwise. A job takes the team of its first
+    matching rule in :data:`TEAM_RULE_KINDS` order; with none it goes to ``__unmapped__``.
+    """
+
+    __tablename__ = "team_rules"
+    __table_args__ = (
+        UniqueConstraint("kind", "key", "value"),
+        CheckConstraint("kind IN ('label', 'namespace', 'account')", name="kind"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    key: Mapped[str] = mapped_column(String(253), default="")
+    value: Mapped[str] = mapped_column(String(255))
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
 
 
 class Job(Base):
-    """A scheduler job (Slurm terms). ``end`` is NULL while it runs."""
+    """A scheduler job: a Slurm job (``scheduler`` "slurm") or a Kubernetes pod ("kubernetes").
+
+    Slurm terms throughout: a pod's ``account`` is its namespace, ``user`` the ``user`` label if any,
+    ``partition`` its node pool label if any, ``job_id`` ``namespace/name`` and ``job_id_raw`` the pod UID.
+    ``namespace``, ``labels`` are Kubernetes only; ``project`` is optional (budgets per project).
+    ``end`` is NULL while it runs.
+    """
 
     __tablename__ = "jobs"
     __table_args__ = (UniqueConstraint("scheduler", "cluster", "job_id_raw"),)
@@ -123,18 +154,31 @@ class Job(Base):
     gpu_type: Mapped[str | None] = mapped_column(String(64))
     node_list: Mapped[str] = mapped_column(String(4096))
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
+    namespace: Mapped[str | None] = mapped_column(String(253))
+    labels: Mapped[dict[str, str] | None] = mapped_column(JSON)
+    project: Mapped[str | None] = mapped_column(String(128))
 
 
 class Allocation(Base):
-    """A job holding one GPU over [start, end); ``end`` NULL while the job runs."""
+    """A job holding one GPU, or a share of it, over [start, end); ``end`` NULL while the job runs.
+
+    ``share_num / share_den`` is the fraction of the physical GPU held: 1/1 for a whole GPU, a MIG profile's
+    compute slices over the parent's (``1g.10gb`` on an H100: 1/7). ``mig_profile`` names the slice.
+    """
 
     __tablename__ = "allocations"
-    __table_args__ = (Index("ix_allocations_gpu_start", "gpu_id", "start"),)
+    __table_args__ = (
+        Index("ix_allocations_gpu_start", "gpu_id", "start"),
+        CheckConstraint("share_num > 0 AND share_num <= share_den", name="share"),
+    )
     id: Mapped[int] = mapped_column(primary_key=True)
     job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
     start: Mapped[datetime] = mapped_column(EpochSeconds)
     end: Mapped[datetime | None] = mapped_column(EpochSeconds)
+    share_num: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    share_den: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    mig_profile: Mapped[str | None] = mapped_column(String(32))
 
 
 class LedgerEntry(Base):
@@ -185,10 +229,65 @@ class IdleEpisode(Base):
 
 
 class Budget(Base):
-    """A team's budget for one calendar month (``month`` = first instant of the month, UTC)."""
+    """A team's budget for one calendar month (``month`` = first instant of the month, UTC).
+
+    ``project`` empty: the whole team; otherwise only the team's jobs with that project.
+    """
 
     __tablename__ = "budgets"
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), primary_key=True)
     month: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True)
+    project: Mapped[str] = mapped_column(String(128), primary_key=True, default="", server_default="")
     amount: Mapped[Decimal] = mapped_column(Money)
     currency: Mapped[str] = mapped_column(String(3))
+
+
+class Event(Base):
+    """Something the alerts package must hear of once: a budget threshold crossed, a spend anomaly.
+
+    ``dedupe_key`` makes recording idempotent (``budget:alpha::2026-11:80``); ``payload`` holds the figures
+    (money as decimal strings). ``consumed_at`` is set when the alerts package has taken it.
+    """
+
+    __tablename__ = "events"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    dedupe_key: Mapped[str] = mapped_column(String(255), unique=True)
+    team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"))
+    occurred_at: Mapped[datetime] = mapped_column(EpochSeconds)
+    payload: Mapped[dict[str, object]] = mapped_column(JSON)
+    consumed_at: Mapped[datetime | None] = mapped_column(EpochSeconds, index=True)
+
+
+class PricingRule(Base):
+    """Which pricing model a node's GPUs are billed under: by ``node`` hostname, Kubernetes ``node_label``
+    ``key=value``, or Slurm ``partition``; the first match in that order wins, else the configured default."""
+
+    __tablename__ = "pricing_rules"
+    __table_args__ = (
+        UniqueConstraint("selector", "key", "value"),
+        CheckConstraint("selector IN ('node', 'node_label', 'partition')", name="selector"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    selector: Mapped[str] = mapped_column(String(16))
+    key: Mapped[str] = mapped_column(String(253), default="")
+    value: Mapped[str] = mapped_column(String(255))
+    pricing_model: Mapped[str] = mapped_column(String(16))
+
+
+class PriceCatalogVersion(Base):
+    """An imported price catalog (the YAML text, validated before it is stored); the newest is in force."""
+
+    __tablename__ = "price_catalogs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    imported_at: Mapped[datetime] = mapped_column(EpochSeconds)
+    source: Mapped[str] = mapped_column(String(1024))
+    body: Mapped[str] = mapped_column(Text)
+
+
+class Watermark(Base):
+    """How far a periodic import has read (e.g. ``sacct:cluster-a``): the instant to resume from."""
+
+    __tablename__ = "watermarks"
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    value: Mapped[datetime] = mapped_column(EpochSeconds)

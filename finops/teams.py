@@ -1,12 +1,20 @@
-"""Teams and the Slurm account → team mapping. Unmapped accounts land in ``__unmapped__``, never dropped."""
+"""Teams and the rules that give a job its team. Unmatched jobs land in ``__unmapped__``, never dropped.
+
+A rule maps a Slurm ``account``, a Kubernetes ``namespace`` or a Kubernetes ``label`` (``key=value``, e.g.
+``team=vision``) to a team. A job takes the team of its most specific matching rule: label, then namespace,
+then account (:data:`finops.models.TEAM_RULE_KINDS`), the same order Kubecost's team allocation uses for
+labels over namespaces. Changing a rule re-homes the jobs it decides and marks their ledger hours dirty.
+"""
 
 from __future__ import annotations
 
-from sqlalchemy import select, update
+from dataclasses import dataclass
+
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from finops.hours import mark_job_hours_dirty
-from finops.models import UNMAPPED_TEAM, AccountTeam, Job, Team
+from finops.models import TEAM_RULE_KINDS, UNMAPPED_TEAM, Job, Team, TeamRule
 from finops.rows import get_or_create
 
 
@@ -15,28 +23,106 @@ def team_by_name(session: Session, name: str) -> Team:
     return get_or_create(session, Team, name=name)
 
 
-def team_for_account(session: Session, account: str) -> Team:
-    """The team ``account`` maps to, or ``__unmapped__``."""
-    team = session.scalars(
-        select(Team).join(AccountTeam, AccountTeam.team_id == Team.id).where(AccountTeam.account == account)
+@dataclass(frozen=True, slots=True)
+class RuleView:
+    """A team rule as shown and edited: ``kind`` (label|namespace|account), ``key`` (label name or ""),
+    ``value`` and the team's name."""
+
+    kind: str
+    key: str
+    value: str
+    team: str
+
+
+class TeamRules:
+    """All team rules, loaded once, to resolve many jobs without a query each."""
+
+    def __init__(self, session: Session) -> None:
+        rows = session.execute(select(TeamRule.kind, TeamRule.key, TeamRule.value, TeamRule.team_id)).all()
+        self._rules = {(kind, key, value): team_id for kind, key, value, team_id in rows}
+        self._unmapped: int | None = None
+        self._session = session
+
+    def team_id(self, account: str, namespace: str | None = None, labels: dict[str, str] | None = None) -> int:
+        """The team id for a job with this Slurm ``account`` (for a pod: its namespace), Kubernetes
+        ``namespace`` and ``labels``: the first rule matching in label, namespace, account order, else
+        ``__unmapped__``'s id."""
+        for key, value in sorted((labels or {}).items()):
+            team = self._rules.get(("label", key, value))
+            if team is not None:
+                return team
+        if namespace is not None and ("namespace", "", namespace) in self._rules:
+            return self._rules["namespace", "", namespace]
+        if ("account", "", account) in self._rules:
+            return self._rules["account", "", account]
+        if self._unmapped is None:
+            self._unmapped = team_by_name(self._session, UNMAPPED_TEAM).id
+        return self._unmapped
+
+
+def team_for_job(session: Session, job: Job) -> int:
+    """The team id ``job`` belongs to under the current rules."""
+    return TeamRules(session).team_id(job.account, job.namespace, job.labels)
+
+
+def _check_rule(kind: str, key: str) -> None:
+    if kind not in TEAM_RULE_KINDS:
+        raise ValueError(f"rule kind must be one of {', '.join(TEAM_RULE_KINDS)}, not {kind!r}")
+    if (kind == "label") != bool(key):
+        raise ValueError("a label rule needs a label name (key=value); account and namespace rules have none")
+
+
+def set_rule(session: Session, kind: str, key: str, value: str, team_name: str) -> int:
+    """Map ``kind`` ``key=value`` (or ``value``) to ``team_name`` (created if new), replacing any rule for the
+    same selector, and re-home every job whose team changes. Returns how many jobs moved.
+
+    Raises ValueError for an unknown kind, a label rule without a key, or an account/namespace rule with one.
+    """
+    _check_rule(kind, key)
+    team = team_by_name(session, team_name)
+    rule = session.scalars(
+        select(TeamRule).where(TeamRule.kind == kind, TeamRule.key == key, TeamRule.value == value)
     ).one_or_none()
-    return team if team is not None else team_by_name(session, UNMAPPED_TEAM)
+    if rule is None:
+        session.add(TeamRule(kind=kind, key=key, value=value, team_id=team.id))
+    else:
+        rule.team_id = team.id
+    session.flush()
+    return rehome_jobs(session)
+
+
+def delete_rule(session: Session, kind: str, key: str, value: str) -> int:
+    """Remove a rule (no error if absent) and re-home the jobs it decided. Returns how many jobs moved."""
+    _check_rule(kind, key)
+    session.execute(delete(TeamRule).where(TeamRule.kind == kind, TeamRule.key == key, TeamRule.value == value))
+    session.flush()
+    return rehome_jobs(session)
+
+
+def list_rules(session: Session) -> list[RuleView]:
+    """Every rule, in resolution order (label, namespace, account) and then by key and value."""
+    rows = session.execute(
+        select(TeamRule.kind, TeamRule.key, TeamRule.value, Team.name).join(Team, Team.id == TeamRule.team_id)
+    ).all()
+    order = {kind: i for i, kind in enumerate(TEAM_RULE_KINDS)}
+    return sorted((RuleView(*row) for row in rows), key=lambda r: (order[r.kind], r.key, r.value))
+
+
+def rehome_jobs(session: Session) -> int:
+    """Give every job the team the rules now say, marking the ledger hours of moved jobs dirty.
+    Returns how many jobs moved."""
+    rules = TeamRules(session)
+    moved = 0
+    for job in session.scalars(select(Job)):
+        team_id = rules.team_id(job.account, job.namespace, job.labels)
+        if job.team_id != team_id:
+            job.team_id = team_id
+            mark_job_hours_dirty(session, job)
+            moved += 1
+    session.flush()
+    return moved
 
 
 def map_account(session: Session, account: str, team_name: str) -> int:
-    """Map Slurm ``account`` to ``team_name`` (created if new); re-home that account's jobs.
-
-    The ledger hours of re-homed jobs are marked for rebuild. Returns how many jobs moved.
-    """
-    team = team_by_name(session, team_name)
-    mapping = session.get(AccountTeam, account)
-    if mapping is None:
-        session.add(AccountTeam(account=account, team_id=team.id))
-    else:
-        mapping.team_id = team.id
-    moved = session.scalars(select(Job).where(Job.account == account, Job.team_id != team.id)).all()
-    for job in moved:
-        mark_job_hours_dirty(session, job)
-    session.execute(update(Job).where(Job.account == account).values(team_id=team.id))
-    session.flush()
-    return len(moved)
+    """Map Slurm ``account`` to ``team_name``: :func:`set_rule` with kind ``account``."""
+    return set_rule(session, "account", "", account, team_name)

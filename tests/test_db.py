@@ -48,3 +48,39 @@ def test_collector_imports_nothing_of_the_service() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_engine_schema_migration_keeps_data_both_ways(database_url: str) -> None:
+    """0001 → 0002 turns account → team rows into account rules and gives budgets a project; back to 0001
+    restores them."""
+    from sqlalchemy import inspect, text
+
+    from finops.db import downgrade
+
+    engine = make_engine(database_url)
+    upgrade(engine, "0001")
+    with engine.begin() as connection:
+        connection.execute(text("INSERT INTO teams (id, name) VALUES (1, 'vision')"))
+        connection.execute(text("INSERT INTO account_teams (account, team_id) VALUES ('cv-lab', 1)"))
+        connection.execute(text("INSERT INTO budgets (team_id, month, amount, currency) VALUES (1, 0, 5, 'USD')"))
+    upgrade(engine, "0002")
+    with engine.begin() as connection:
+        assert connection.execute(text("SELECT kind, key, value, team_id FROM team_rules")).all() == [
+            ("account", "", "cv-lab", 1)
+        ]
+        assert connection.execute(text("SELECT team_id, month, project FROM budgets")).all() == [(1, 0, "")]
+        assert inspect(connection).get_pk_constraint("budgets")["constrained_columns"] == [
+            "team_id",
+            "month",
+            "project",
+        ]
+        connection.execute(
+            text("INSERT INTO budgets (team_id, month, project, amount, currency) VALUES (1, 0, 'llm', 2, 'USD')")
+        )
+    downgrade(engine, "0001")
+    with engine.begin() as connection:
+        assert connection.execute(text("SELECT account, team_id FROM account_teams")).all() == [("cv-lab", 1)]
+        assert connection.execute(text("SELECT team_id, month FROM budgets")).all() == [(1, 0)]
+    upgrade(engine)
+    assert current_revision(engine) == head_revision()
+    engine.dispose()
