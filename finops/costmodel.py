@@ -4,9 +4,10 @@ Definitions (docs/cost-model.md has them in full, with a worked example):
 
 - capacity cost of a GPU in an hour = rate (currency per GPU-hour) × in-service seconds of that hour / 3600,
   rounded half-even to :data:`QUANTUM` (one millionth of the currency unit);
-- that amount is split among the hour's holders (each job holding the GPU, and ``__unallocated__`` for
-  the rest) in proportion to their seconds by the largest-remainder method, so the parts add up to the
-  capacity cost exactly: conservation holds by construction, per GPU-hour and so in every sum;
+- that amount is split among the hour's holders (each job holding the GPU or a share of it, and
+  ``__unallocated__`` for the rest) in proportion to seconds × share by the largest-remainder method, so the
+  parts add up to the capacity cost exactly: conservation holds by construction, per GPU-hour and so in
+  every sum;
 - of a job's allocated cost, used cost = allocated × mean utilisation (rounded to the quantum) and idle
   (waste) cost = allocated − used; an unmetered holding (no samples) has neither;
 - energy cost = joules ÷ 3.6e6 (kWh) × tariff × PUE, rounded to the quantum; it is reported beside the
@@ -17,9 +18,11 @@ Definitions (docs/cost-model.md has them in full, with a worked example):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, ROUND_HALF_EVEN, Decimal
+from fractions import Fraction
 
 QUANTUM = Decimal("0.000001")
 CENT = Decimal("0.01")
@@ -32,23 +35,26 @@ def quantize(amount: Decimal, quantum: Decimal = QUANTUM) -> Decimal:
     return amount.quantize(quantum, rounding=ROUND_HALF_EVEN)
 
 
-def split_exact(total: Decimal, weights: Sequence[int | float], quantum: Decimal = QUANTUM) -> list[Decimal]:
+def split_exact(total: Decimal, weights: Sequence[int | float | Fraction], quantum: Decimal = QUANTUM) -> list[Decimal]:
     """Split ``total`` in proportion to ``weights`` so the parts are multiples of ``quantum`` and add up exactly.
 
     Largest-remainder (Hamilton) method: each part gets the floor of its exact share, and the quanta left
-    over go one each to the largest remainders (ties to the earlier weight). ``total`` must be a multiple
-    of ``quantum``; weights must be >= 0 with a positive sum (else ValueError).
+    over go one each to the largest remainders (ties to the earlier weight). Shares are computed in exact
+    rational arithmetic. ``total`` must be a multiple of ``quantum``; weights must be >= 0 with a positive
+    sum (else ValueError).
     """
     if total != total.quantize(quantum):
         raise ValueError(f"total {total} is not a multiple of {quantum}")
-    weight_sum = sum(weights)
-    if weight_sum <= 0 or any(weight < 0 for weight in weights):
+    exact_weights = [Fraction(weight) for weight in weights]
+    if sum(exact_weights) <= 0 or any(weight < 0 for weight in exact_weights):
         raise ValueError(f"weights must be >= 0 with a positive sum, got {list(weights)}")
+    integers = _integer_weights(exact_weights)
+    weight_sum = sum(integers)
     units = int(total / quantum)
-    exact = [Decimal(units) * Decimal(weight) / Decimal(weight_sum) for weight in weights]
-    floors = [int(share.to_integral_value(rounding=ROUND_FLOOR)) for share in exact]
+    floors = [units * weight // weight_sum for weight in integers]
+    remainders = [units * weight % weight_sum for weight in integers]
     leftover = units - sum(floors)
-    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - floors[i]), i))
+    order = sorted(range(len(integers)), key=lambda i: (-remainders[i], i))
     for i in order[:leftover]:
         floors[i] += 1
     return [quantum * part for part in floors]
@@ -77,50 +83,91 @@ def capacity_cost(rate_per_hour: Decimal, seconds: int) -> Decimal:
 
 @dataclass(frozen=True, slots=True)
 class Holding:
-    """Who held a GPU for how long within one hour. ``job`` None is the unallocated remainder.
+    """A job holding a GPU, or a share of it, for ``seconds`` of one hour.
 
-    ``utilization`` is the mean utilisation ratio (0..1) of the samples in those seconds; None = unmetered.
+    ``share`` is the fraction of the physical GPU held: 1 for a whole GPU, a MIG profile's slices over the
+    parent's (``1g.10gb`` of an H100: 1/7). ``utilization`` is the mean utilisation ratio (0..1) of the samples
+    in those seconds; None = unmetered.
     """
 
-    job: int | None
+    job: int
     seconds: int
     utilization: float | None
+    share: Fraction = Fraction(1)
 
 
 @dataclass(frozen=True, slots=True)
 class HoldingCost:
-    """Money for one :class:`Holding`: ``allocated = used + idle`` for metered jobs; exact decimals."""
+    """Money and GPU time of one holding (``job`` None: the unallocated remainder of the GPU-hour).
 
-    holding: Holding
+    ``gpu_seconds``: whole-GPU-equivalent seconds (seconds × share, split so a GPU-hour's parts add up to its
+    in-service seconds exactly). ``allocated = used + idle`` for metered holdings; exact decimals.
+    """
+
+    job: int | None
+    gpu_seconds: int
+    utilization: float | None
     allocated: Decimal
     used: Decimal
     idle: Decimal
 
     @property
     def used_gpu_seconds(self) -> float:
-        """GPU-seconds of useful work: seconds × mean utilisation (0 when unmetered or unallocated)."""
-        h = self.holding
-        return 0.0 if h.job is None or h.utilization is None else h.seconds * h.utilization
+        """GPU-seconds of useful work: GPU-seconds × mean utilisation (0 when unmetered or unallocated)."""
+        return 0.0 if self.job is None or self.utilization is None else self.gpu_seconds * self.utilization
 
 
-def gpu_hour_costs(rate_per_hour: Decimal, holdings: Sequence[Holding]) -> list[HoldingCost]:
-    """Split one GPU-hour's capacity cost among its holdings (seconds add up to its in-service seconds).
+def _integer_weights(weights: Sequence[Fraction]) -> list[int]:
+    """Rational weights scaled by the least common multiple of their denominators: same proportions, integers."""
+    scale = math.lcm(*(weight.denominator for weight in weights))
+    return [int(weight * scale) for weight in weights]
 
-    Returns one :class:`HoldingCost` per holding, in order, whose ``allocated`` add up to
-    ``capacity_cost(rate, Σ seconds)`` exactly. Unallocated and unmetered holdings have used = idle = 0.
+
+def gpu_hour_costs(rate_per_hour: Decimal, capacity_seconds: int, held: Sequence[Holding]) -> list[HoldingCost]:
+    """Split one GPU-hour's capacity cost among its holdings and the unallocated remainder.
+
+    The capacity is ``capacity_cost(rate, capacity_seconds)`` (the GPU's in-service seconds of the hour). Each
+    holding weighs seconds × share; the unallocated remainder weighs ``capacity_seconds − Σ weights`` (none
+    when the holdings fill the GPU). Weights that add up to more than the capacity (time-sliced or overbooked
+    GPUs) split the capacity in proportion, so the GPU is never billed twice. Both money (at
+    :data:`QUANTUM`) and GPU-seconds (at 1 s) are split by :func:`split_exact`, so each adds up exactly.
+
+    Returns one :class:`HoldingCost` per holding with positive seconds, in order, then the unallocated one if
+    its weight is positive; ``[]`` when ``capacity_seconds`` is 0.
     """
-    positive = [h for h in holdings if h.seconds > 0]
-    if not positive:
+    if capacity_seconds <= 0:
         return []
-    total = capacity_cost(rate_per_hour, sum(h.seconds for h in positive))
-    shares = split_exact(total, [h.seconds for h in positive])
+    positive = [h for h in held if h.seconds > 0]
+    weights = [Fraction(h.seconds) * h.share for h in positive]
+    remainder = Fraction(capacity_seconds) - sum(weights, Fraction(0))
+    if remainder > 0:
+        weights.append(remainder)
+    if len(weights) == 1:  # one holder of the whole GPU-hour, or nobody: nothing to split
+        money = [capacity_cost(rate_per_hour, capacity_seconds)]
+        seconds = [Decimal(capacity_seconds)]
+    else:
+        money = split_exact(capacity_cost(rate_per_hour, capacity_seconds), weights)
+        seconds = split_exact(Decimal(capacity_seconds), weights, Decimal(1))
     costs = []
-    for holding, allocated in zip(positive, shares, strict=True):
-        if holding.job is None or holding.utilization is None:
-            costs.append(HoldingCost(holding, allocated, Decimal(0), Decimal(0)))
-            continue
-        used = quantize(allocated * Decimal(str(min(max(holding.utilization, 0.0), 1.0))))
-        costs.append(HoldingCost(holding, allocated, used, allocated - used))
+    for i, allocated in enumerate(money):
+        holding = positive[i] if i < len(positive) else None
+        utilization = holding.utilization if holding is not None else None
+        if holding is None or utilization is None:
+            used = Decimal(0)
+            idle = Decimal(0)
+        else:
+            used = quantize(allocated * Decimal(str(min(max(utilization, 0.0), 1.0))))
+            idle = allocated - used
+        costs.append(
+            HoldingCost(
+                job=holding.job if holding is not None else None,
+                gpu_seconds=int(seconds[i]),
+                utilization=utilization,
+                allocated=allocated,
+                used=used,
+                idle=idle,
+            )
+        )
     return costs
 
 

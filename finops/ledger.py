@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 
 from sqlalchemy import bindparam, delete, func, select, text
 from sqlalchemy.orm import Session
@@ -19,6 +20,7 @@ from sqlalchemy.orm import Session
 from finops import costmodel
 from finops.models import UNALLOCATED_TEAM, Allocation, DirtyHour, Gpu, Job, LedgerEntry
 from finops.prices import PriceCatalog, PriceNotFound, PricingModel
+from finops.pricing_rules import pricing_models_by_node
 from finops.teams import team_by_name
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
 
@@ -60,7 +62,8 @@ class _Metering:
 
 @dataclass(frozen=True, slots=True)
 class Pricing:
-    """What a rebuild prices with: the catalog, the pricing model of every GPU, the energy tariff and PUE."""
+    """What a rebuild prices with: the catalog (rates, energy tariff, PUE) and the default pricing model of a GPU
+    whose node no :class:`finops.models.PricingRule` selects."""
 
     catalog: PriceCatalog
     model: PricingModel
@@ -109,43 +112,80 @@ def rebuild(session: Session, h0: int, h1: int, pricing: Pricing, until: int) ->
     """
     end = min(h1, until)
     gpus = session.scalars(select(Gpu).where(Gpu.in_service_from < from_epoch(end))).all()
+    node_models = pricing_models_by_node(session, pricing.model)
     allocations = session.execute(
-        select(Allocation.id, Allocation.gpu_id, Allocation.start, Allocation.end, Job.id, Job.team_id)
+        select(
+            Allocation.id,
+            Allocation.gpu_id,
+            Allocation.start,
+            Allocation.end,
+            Allocation.share_num,
+            Allocation.share_den,
+            Job.id,
+            Job.team_id,
+        )
         .join(Job, Job.id == Allocation.job_pk)
         .where(Allocation.start < from_epoch(end), (Allocation.end.is_(None)) | (Allocation.end > from_epoch(h0)))
     ).all()
-    metering: dict[tuple[int, int, int | None], _Metering] = {
-        (row.gpu_id, row.hour, row.allocation_id): _Metering(row.samples, row.utilization_sum, row.energy)
-        for row in session.execute(_SAMPLE_AGGREGATE, {"lookback": h0 - ENERGY_LOOKBACK_SECONDS, "h0": h0, "h1": end})
-    }
-    by_gpu: dict[int, list[tuple[int, int, int, int, int]]] = defaultdict(list)
-    for allocation_id, gpu_id, start, stop, job_pk, team_id in allocations:
+    metering: dict[tuple[int, int], dict[int | None, _Metering]] = defaultdict(dict)
+    for row in session.execute(_SAMPLE_AGGREGATE, {"lookback": h0 - ENERGY_LOOKBACK_SECONDS, "h0": h0, "h1": end}):
+        metering[row.gpu_id, row.hour][row.allocation_id] = _Metering(row.samples, row.utilization_sum, row.energy)
+    by_gpu: dict[int, list[_Booking]] = defaultdict(list)
+    for allocation_id, gpu_id, start, stop, share_num, share_den, job_pk, team_id in allocations:
         stop_epoch = until if stop is None else min(to_epoch(stop), until)
-        by_gpu[gpu_id].append((allocation_id, to_epoch(start), stop_epoch, job_pk, team_id))
+        share = Fraction(share_num, share_den)
+        by_gpu[gpu_id].append(_Booking(allocation_id, to_epoch(start), stop_epoch, share, job_pk, team_id))
     unallocated_team = team_by_name(session, UNALLOCATED_TEAM).id
     rows: list[dict[str, object]] = []
     unpriced: set[int] = set()
-    unpriced_models: set[str] = set()
-    rates: dict[tuple[str, int], Decimal] = {}
+    unpriced_models: set[tuple[str, PricingModel]] = set()
+    rates: dict[tuple[str, PricingModel, int], Decimal] = {}
     for gpu in gpus:
         in_service = max(h0, to_epoch(gpu.in_service_from))
+        pricing_model = node_models.get(gpu.node_id, pricing.model)
         for hour in range(floor_hour(in_service), end, HOUR):
             lo, hi = max(hour, in_service), min(hour + HOUR, end)
-            rate = rates.get((gpu.model, hour))
+            rate = rates.get((gpu.model, pricing_model, hour))
             if rate is None:
                 try:
-                    rate = rates[gpu.model, hour] = pricing.catalog.rate(gpu.model, pricing.model, from_epoch(hour))
+                    rate = pricing.catalog.rate(gpu.model, pricing_model, from_epoch(hour))
                 except PriceNotFound as exc:
-                    if gpu.model not in unpriced_models:
-                        unpriced_models.add(gpu.model)
+                    if (gpu.model, pricing_model) not in unpriced_models:
+                        unpriced_models.add((gpu.model, pricing_model))
                         log.error("GPU-hours of model %r left out of the ledger: %s", gpu.model, exc)
                     unpriced.add(hour)
                     continue
-            rows.extend(_gpu_hour_rows(gpu.id, hour, lo, hi, rate, by_gpu[gpu.id], metering, unallocated_team, pricing))
+                rates[gpu.model, pricing_model, hour] = rate
+            rows.extend(
+                _gpu_hour_rows(
+                    gpu.id,
+                    hour,
+                    lo,
+                    hi,
+                    rate,
+                    by_gpu[gpu.id],
+                    metering.get((gpu.id, hour), {}),
+                    unallocated_team,
+                    pricing,
+                    pricing_model,
+                )
+            )
     session.execute(delete(LedgerEntry).where(LedgerEntry.hour >= from_epoch(h0), LedgerEntry.hour < from_epoch(h1)))
     if rows:
         session.execute(LedgerEntry.__table__.insert(), rows)  # type: ignore[attr-defined]
     return unpriced
+
+
+@dataclass(frozen=True, slots=True)
+class _Booking:
+    """An allocation as the rebuild sees it: epoch [start, end) clipped at the build time, share of the GPU."""
+
+    allocation_id: int
+    start: int
+    end: int
+    share: Fraction
+    job_pk: int
+    team_id: int
 
 
 def _gpu_hour_rows(
@@ -154,43 +194,48 @@ def _gpu_hour_rows(
     lo: int,
     hi: int,
     rate: Decimal,
-    allocations: list[tuple[int, int, int, int, int]],
-    metering: dict[tuple[int, int, int | None], _Metering],
+    allocations: list[_Booking],
+    by_allocation: dict[int | None, _Metering],
     unallocated_team: int,
     pricing: Pricing,
+    pricing_model: PricingModel,
 ) -> list[dict[str, object]]:
-    """Ledger rows of one GPU for the in-service part [lo, hi) of one hour."""
-    holdings: list[costmodel.Holding] = []
-    owners: list[tuple[int | None, int, _Metering | None]] = []
-    held = 0
-    for allocation_id, start, stop, job_pk, team_id in allocations:
-        seconds = min(stop, hi) - max(start, lo)
-        if seconds <= 0:
-            continue
-        metered = metering.get((gpu_id, hour, allocation_id))
-        utilization = metered.utilization_sum / metered.samples if metered and metered.samples else None
-        holdings.append(costmodel.Holding(job_pk, seconds, utilization))
-        owners.append((job_pk, team_id, metered))
-        held += seconds
-    if held > hi - lo:
-        log.warning("GPU %s hour %s: allocations overlap (%s s held in %s s)", gpu_id, hour, held, hi - lo)
-    holdings.append(costmodel.Holding(None, max(hi - lo - held, 0), None))
-    owners.append((None, unallocated_team, metering.get((gpu_id, hour, None))))
+    """Ledger rows of one GPU for the in-service part [lo, hi) of one hour.
+
+    A GPU-hour held by one whole-GPU allocation at a time is metered per allocation (the samples inside it).
+    A shared GPU-hour (a MIG share, or allocations that overlap: time-slicing) is metered as a whole: every
+    holder gets the GPU's mean utilisation, and the GPU-hour's energy is split in proportion to GPU-seconds.
+    """
+    held: list[tuple[_Booking, int]] = []
+    for booking in allocations:
+        seconds = min(booking.end, hi) - max(booking.start, lo)
+        if seconds > 0:
+            held.append((booking, seconds))
+    weight = sum(Fraction(seconds) * booking.share for booking, seconds in held)
+    shared = weight > hi - lo or any(booking.share != 1 for booking, _ in held)
+    whole = _whole_gpu_hour(by_allocation) if shared else None
+    holdings = []
+    for booking, seconds in held:
+        inside = whole if shared else by_allocation.get(booking.allocation_id)
+        utilization = inside.utilization_sum / inside.samples if inside and inside.samples else None
+        holdings.append(costmodel.Holding(booking.job_pk, seconds, utilization, booking.share))
+    costs = costmodel.gpu_hour_costs(rate, hi - lo, holdings)
     rows: list[dict[str, object]] = []
-    costs = costmodel.gpu_hour_costs(rate, holdings)
-    by_holding = {id(cost.holding): cost for cost in costs}
-    for holding, (holder_job, holder_team, metered) in zip(holdings, owners, strict=True):
-        cost = by_holding.get(id(holding))
-        if cost is None:
-            continue
-        joules = metered.energy_joules if metered else 0.0
+    for i, cost in enumerate(costs):
+        holder = held[i][0] if i < len(held) else None
+        if whole is not None:
+            metered: _Metering | None = whole
+            joules = whole.energy_joules * cost.gpu_seconds / (hi - lo)
+        else:
+            metered = by_allocation.get(holder.allocation_id if holder is not None else None)
+            joules = metered.energy_joules if metered else 0.0
         rows.append(
             {
                 "hour": hour,
                 "gpu_id": gpu_id,
-                "job_pk": holder_job,
-                "team_id": holder_team,
-                "seconds": holding.seconds,
+                "job_pk": cost.job,
+                "team_id": unallocated_team if holder is None else holder.team_id,
+                "seconds": cost.gpu_seconds,
                 "used_gpu_seconds": cost.used_gpu_seconds,
                 "sample_count": metered.samples if metered else 0,
                 "energy_joules": joules,
@@ -199,6 +244,17 @@ def _gpu_hour_rows(
                 "idle_cost": cost.idle,
                 "energy_cost": costmodel.energy_cost(joules, pricing.catalog.tariff_per_kwh, pricing.catalog.pue),
                 "currency": pricing.catalog.currency,
+                "pricing_model": str(pricing_model),
             }
         )
     return rows
+
+
+def _whole_gpu_hour(by_allocation: dict[int | None, _Metering]) -> _Metering | None:
+    """All samples of one GPU-hour, whichever allocation they fell in."""
+    if not by_allocation:
+        return None
+    parts = by_allocation.values()
+    return _Metering(
+        sum(m.samples for m in parts), sum(m.utilization_sum for m in parts), sum(m.energy_joules for m in parts)
+    )

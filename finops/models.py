@@ -186,6 +186,8 @@ class LedgerEntry(Base):
 
     ``seconds`` of the hour this row covers; ``used_gpu_seconds`` = seconds × mean utilisation of the
     samples in those seconds; ``sample_count`` 0 means unmetered. Money columns are exact decimals.
+    ``seconds`` are whole-GPU-equivalent: a MIG share of 1/7 held for an hour is 514 or 515 of them, split so
+    a GPU-hour's rows add up to its in-service seconds. ``pricing_model`` is the one its rate came from.
     """
 
     __tablename__ = "ledger"
@@ -204,6 +206,7 @@ class LedgerEntry(Base):
     idle_cost: Mapped[Decimal] = mapped_column(Money)
     energy_cost: Mapped[Decimal] = mapped_column(Money)
     currency: Mapped[str] = mapped_column(String(3))
+    pricing_model: Mapped[str | None] = mapped_column(String(16))
 
 
 class DirtyHour(Base):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 from hypothesis import given
@@ -27,6 +28,11 @@ def test_split_exact_hand_example() -> None:
     assert split_exact(Decimal("1"), [1, 1, 1]) == [Decimal("0.333334"), Decimal("0.333333"), Decimal("0.333333")]
 
 
+def test_split_exact_is_exact_for_rational_weights() -> None:
+    # 1/7 and 6/7 of 7.000000: exactly 1 and 6, no rounding drift.
+    assert split_exact(Decimal("7"), [Fraction(1, 7), Fraction(6, 7)]) == [Decimal("1"), Decimal("6")]
+
+
 def test_split_exact_rejects_bad_input() -> None:
     with pytest.raises(ValueError, match="multiple"):
         split_exact(Decimal("0.0000001"), [1])
@@ -36,28 +42,52 @@ def test_split_exact_rejects_bad_input() -> None:
 
 @given(rate=rates, seconds=st.lists(st.integers(min_value=0, max_value=3600), min_size=1, max_size=6))
 def test_gpu_hour_costs_conserve_capacity(rate: Decimal, seconds: list[int]) -> None:
-    total = sum(seconds)
-    holdings = [Holding(i if i else None, s, 0.5 if i else None) for i, s in enumerate(seconds)]
-    costs = gpu_hour_costs(rate, holdings)
-    if total == 0:
-        assert costs == []
-        return
-    assert sum(c.allocated for c in costs) == capacity_cost(rate, total)
+    """Whatever the holdings (overlapping ones too: time-slicing), the GPU-hour is billed exactly once."""
+    holdings = [Holding(i + 1, s, 0.5) for i, s in enumerate(seconds)]
+    costs = gpu_hour_costs(rate, 3600, holdings)
+    assert sum(c.allocated for c in costs) == capacity_cost(rate, 3600)
+    assert sum(c.gpu_seconds for c in costs) == 3600
     for cost in costs:
-        assert cost.used + cost.idle == (cost.allocated if cost.holding.job is not None else 0)
+        assert cost.used + cost.idle == (cost.allocated if cost.job is not None else 0)
         assert cost.allocated == cost.allocated.quantize(QUANTUM)
+
+
+@given(
+    rate=rates,
+    slices=st.lists(st.tuples(st.integers(1, 7), st.integers(1, 3600)), min_size=1, max_size=7),
+)
+def test_mig_shares_conserve_capacity(rate: Decimal, slices: list[tuple[int, int]]) -> None:
+    """MIG holdings of k/7 of a GPU: parts and the unallocated remainder add up to the GPU-hour exactly."""
+    holdings = [Holding(i + 1, seconds, 1.0, Fraction(k, 7)) for i, (k, seconds) in enumerate(slices)]
+    costs = gpu_hour_costs(rate, 3600, holdings)
+    assert sum(c.allocated for c in costs) == capacity_cost(rate, 3600)
+    assert sum(c.gpu_seconds for c in costs) == 3600
+
+
+def test_mig_slice_costs_its_profile_share() -> None:
+    # An H100 at 7.000000 per GPU-hour; a 1g.10gb slice (1/7) held all hour costs 1.000000, the rest is unallocated.
+    held, unallocated = gpu_hour_costs(Decimal("7"), 3600, [Holding(1, 3600, 0.25, Fraction(1, 7))])
+    assert (held.job, held.allocated, held.used, held.idle) == (1, Decimal("1"), Decimal("0.25"), Decimal("0.75"))
+    assert held.gpu_seconds in (514, 515)
+    assert (unallocated.job, unallocated.allocated, unallocated.gpu_seconds) == (None, 6, 3600 - held.gpu_seconds)
+
+
+def test_time_sliced_gpu_is_split_not_billed_twice() -> None:
+    # Two pods share one GPU all hour (time-slicing): each pays half, no unallocated remainder.
+    first, second = gpu_hour_costs(Decimal("4"), 3600, [Holding(1, 3600, 0.5), Holding(2, 3600, 0.5)])
+    assert (first.allocated, second.allocated, first.gpu_seconds, second.gpu_seconds) == (2, 2, 1800, 1800)
 
 
 @given(rate=rates, utilization=st.floats(min_value=0, max_value=1))
 def test_used_and_idle_split_allocated(rate: Decimal, utilization: float) -> None:
-    (cost,) = gpu_hour_costs(rate, [Holding(1, 3600, utilization)])
+    (cost,) = gpu_hour_costs(rate, 3600, [Holding(1, 3600, utilization)])
     assert cost.allocated == rate.quantize(QUANTUM)
     assert cost.used + cost.idle == cost.allocated
     assert abs(cost.used - rate * Decimal(str(utilization))) <= QUANTUM
 
 
 def test_unmetered_holding_is_neither_used_nor_idle() -> None:
-    (cost,) = gpu_hour_costs(Decimal("4"), [Holding(1, 1800, None)])
+    (cost,) = gpu_hour_costs(Decimal("4"), 1800, [Holding(1, 1800, None)])
     assert (cost.allocated, cost.used, cost.idle) == (Decimal("2.000000"), 0, 0)
 
 

@@ -6,13 +6,14 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from sqlalchemy import select
 
-from finops.costmodel import QUANTUM
+from finops.costmodel import QUANTUM, capacity_cost
 from finops.idle import IdlePolicy, detect_idle, list_episodes
 from finops.ingest import Ingestor
 from finops.jobs import import_sacct
 from finops.ledger import Pricing, rollup
-from finops.models import UNALLOCATED_TEAM, UNMAPPED_TEAM
+from finops.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, LedgerEntry
 from finops.prices import PricingModel, load_catalog
 from finops.report import cost_report
 from finops.teams import map_account
@@ -108,3 +109,47 @@ def test_idle_episode_found_on_the_sliding_window(loaded) -> None:  # type: igno
     assert (episode.start, episode.end) == (t0 + timedelta(minutes=60), t0 + timedelta(minutes=90))
     assert not episode.memory_held
     assert episode.cost == (r / 2).quantize(QUANTUM)
+
+
+def test_mig_share_bills_its_fraction_and_leaves_the_rest_unallocated(loaded) -> None:  # type: ignore[no-untyped-def]
+    """Job 502's allocation turned into a 1g.10gb MIG slice (1/7 of GPU 1): it pays 1/7 of the GPU-hours it
+    held, metered by the whole GPU's utilisation (50 %), and the other 6/7 are unallocated."""
+    from sqlalchemy import update
+
+    from finops.hours import mark_hours_dirty
+    from finops.models import Allocation, Job
+
+    sessions, t0, r, pricing = loaded
+    with sessions.begin() as session:
+        job_pk = session.scalars(select(Job.id).where(Job.job_id == "502")).one()
+        session.execute(
+            update(Allocation)
+            .where(Allocation.job_pk == job_pk)
+            .values(share_num=1, share_den=7, mig_profile="1g.10gb")
+        )
+        mark_hours_dirty(session, [to_epoch(t0), to_epoch(t0) + 3600])
+        rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
+    with sessions() as session:
+        rows = {row.key: row for row in cost_report(session, t0, t0 + timedelta(hours=2), "team")}
+    held = r * Decimal("1.5") / 7
+    assert abs(rows[UNMAPPED_TEAM].allocated_cost - held) <= 2 * QUANTUM
+    assert abs(rows[UNMAPPED_TEAM].used_cost - held / 2) <= 2 * QUANTUM
+    assert sum(row.allocated_cost for row in rows.values()) == (4 * r).quantize(QUANTUM)
+    assert sum(row.allocated_gpu_seconds for row in rows.values()) == 4 * 3600
+    assert rows[UNMAPPED_TEAM].allocated_gpu_seconds == pytest.approx(5400 / 7, abs=2)
+
+
+def test_pricing_rule_reprices_a_node(loaded) -> None:  # type: ignore[no-untyped-def]
+    """A node rule putting gpu-a-01 on on-prem pricing re-prices every one of its GPU-hours on the next rollup."""
+    from finops.pricing_rules import set_pricing_rule
+
+    sessions, t0, _, pricing = loaded
+    onprem = pricing.catalog.rate(scenario.MODEL, PricingModel.ON_PREM, t0)
+    with sessions.begin() as session:
+        set_pricing_rule(session, "node", "", scenario.NODE, PricingModel.ON_PREM)
+        rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
+    with sessions() as session:
+        rows = cost_report(session, t0, t0 + timedelta(hours=2), "team")
+        models = set(session.scalars(select(LedgerEntry.pricing_model).where(LedgerEntry.hour >= t0)))
+    assert sum(row.allocated_cost for row in rows) == 4 * capacity_cost(onprem, 3600)  # rounded per GPU-hour
+    assert models == {"on-prem"}

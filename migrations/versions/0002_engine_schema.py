@@ -1,5 +1,5 @@
 """engine schema: team rules, Kubernetes job fields, shared-GPU allocations, budget projects, events,
-pricing rules, imported price catalogs, import watermarks
+pricing rules and the ledger's pricing model, imported price catalogs, import watermarks
 
 Revision ID: 0002
 Revises: 0001
@@ -92,11 +92,15 @@ def upgrade() -> None:
     with op.batch_alter_table("nodes") as batch:
         batch.add_column(sa.Column("partition", sa.String(length=128), nullable=True))
         batch.add_column(sa.Column("labels", sa.JSON(), nullable=True))
+    with op.batch_alter_table("ledger") as batch:
+        batch.add_column(sa.Column("pricing_model", sa.String(length=16), nullable=True))
 
 
 def downgrade() -> None:
     """Back to 0001. Kubernetes label/namespace team rules, project budgets and shares are lost; account rules
     go back to ``account_teams``."""
+    with op.batch_alter_table("ledger") as batch:
+        batch.drop_column("pricing_model")
     with op.batch_alter_table("nodes") as batch:
         batch.drop_column("labels")
         batch.drop_column("partition")
