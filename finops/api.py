@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from collector.wire import IngestBatch
 from finops.ingest import Ingestor
+from finops.rest import create_router
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +49,19 @@ class ServiceMetrics:
         )
 
 
-def create_app(sessions: sessionmaker[Session], token: str | None, metrics: ServiceMetrics | None = None) -> FastAPI:
-    """The FastAPI application. ``token`` None disables authentication (refused by ``serve`` unless asked)."""
+def create_app(
+    sessions: sessionmaker[Session],
+    token: str | None,
+    metrics: ServiceMetrics | None = None,
+    api_token: str | None = None,
+) -> FastAPI:
+    """The FastAPI application: ingest, health, metrics and the REST API (:mod:`finops.rest`).
+
+    ``token`` guards ingest and, when ``api_token`` is None, the REST API too; None disables authentication
+    (refused by ``serve`` unless asked).
+    """
     app = FastAPI(title="gpu-finops", version="0.1.0")
+    app.include_router(create_router(sessions, api_token if api_token is not None else token))
     ingestor = Ingestor()
     metrics = metrics or ServiceMetrics()
     app.state.metrics = metrics

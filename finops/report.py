@@ -1,4 +1,4 @@
-"""Cost reports from the ledger: per team or per job over [start, end), hour resolution.
+"""Cost reports from the ledger: per team, job, user, node or GPU model over [start, end), hour resolution.
 
 Money is summed exactly in SQL (NUMERIC, or integer micro-units on SQLite) and rounded to cents by
 :func:`finops.costmodel.round_preserving_total`, column by column, so the rows add up to the total.
@@ -12,28 +12,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal, Unpack
 
-from sqlalchemy import case, func, null, select
+from sqlalchemy import Select, case, func, null, select
 from sqlalchemy.orm import Session
 
 from finops.costmodel import JOULES_PER_KWH, quantize, round_preserving_total
-from finops.models import UNALLOCATED_TEAM, Job, LedgerEntry, Team
+from finops.models import UNALLOCATED_TEAM, Gpu, Job, LedgerEntry, Node, Team
 
-GroupBy = Literal["team", "job"]
+GroupBy = Literal["team", "job", "user", "node", "gpu_model"]
+GROUP_BYS: tuple[GroupBy, ...] = ("team", "job", "user", "node", "gpu_model")
 MONEY_FIELDS = ("allocated_cost", "used_cost", "idle_cost", "energy_cost")
 
 
 @dataclass(frozen=True, slots=True)
 class ReportRow:
-    """One team's (or job's) totals. Seconds are GPU-seconds; money is exact (6 decimals) until rendered.
+    """One group's totals (a team, job, user, node or GPU model). Seconds are GPU-seconds; money is exact
+    (6 decimals) until rendered. ``team`` and ``user`` are set for job rows (``team`` for team rows too).
 
     For the ``__unallocated__`` row, ``allocated_gpu_seconds`` is capacity no job held and its cost.
     ``unmetered_gpu_seconds`` are allocated seconds with no sample: neither used nor idle.
     """
 
     key: str
-    team: str
+    team: str | None
     user: str | None
     allocated_gpu_seconds: int
     used_gpu_seconds: float
@@ -48,12 +50,14 @@ class ReportRow:
 
 
 def cost_report(session: Session, start: datetime, end: datetime, by: GroupBy = "team") -> list[ReportRow]:
-    """Ledger totals for hours starting in [start, end), one row per team (or job), by cost descending.
+    """Ledger totals for hours starting in [start, end), one row per group, by cost descending.
 
-    Rows with no job are grouped as ``__unallocated__``. Raises ValueError for an unknown ``by``.
+    ``by``: ``team``; ``job`` (capacity no job held is one ``__unallocated__`` row); ``user`` (the job's Slurm
+    user or pod ``user`` label; unheld capacity is ``__unallocated__``); ``node`` (hostname); ``gpu_model``
+    (NVML product name). Raises ValueError for an unknown ``by``.
     """
-    if by not in ("team", "job"):
-        raise ValueError(f"group by must be 'team' or 'job', not {by!r}")
+    if by not in GROUP_BYS:
+        raise ValueError(f"group by must be one of {', '.join(GROUP_BYS)}, not {by!r}")
     allocated = LedgerEntry.job_pk.is_not(None)
     metered_seconds = func.sum(case((allocated & (LedgerEntry.sample_count > 0), LedgerEntry.seconds), else_=0))
     columns = [
@@ -69,15 +73,15 @@ def cost_report(session: Session, start: datetime, end: datetime, by: GroupBy = 
         func.min(LedgerEntry.currency).label("currency"),
     ]
     window = (LedgerEntry.hour >= start) & (LedgerEntry.hour < end)
+    query: Select[Unpack[tuple[Any, ...]]]
     if by == "team":
-        result = session.execute(
+        query = (
             select(Team.name.label("key"), Team.name.label("team"), null().label("user"), *columns)
             .join(Team, Team.id == LedgerEntry.team_id)
-            .where(window)
             .group_by(Team.name)
         )
-    else:
-        result = session.execute(
+    elif by == "job":
+        query = (
             select(
                 func.coalesce(Job.job_id, UNALLOCATED_TEAM).label("key"),
                 Team.name.label("team"),
@@ -86,9 +90,24 @@ def cost_report(session: Session, start: datetime, end: datetime, by: GroupBy = 
             )
             .join(Team, Team.id == LedgerEntry.team_id)
             .outerjoin(Job, Job.id == LedgerEntry.job_pk)
-            .where(window)
             .group_by(Job.id, Job.job_id, Team.name, Job.user)
         )
+    elif by == "user":
+        user = func.coalesce(Job.user, UNALLOCATED_TEAM)
+        query = (
+            select(user.label("key"), null().label("team"), user.label("user"), *columns)
+            .outerjoin(Job, Job.id == LedgerEntry.job_pk)
+            .group_by(user)
+        )
+    else:
+        attribute = Node.hostname if by == "node" else Gpu.model
+        query = (
+            select(attribute.label("key"), null().label("team"), null().label("user"), *columns)
+            .join(Gpu, Gpu.id == LedgerEntry.gpu_id)
+            .join(Node, Node.id == Gpu.node_id)
+            .group_by(attribute)
+        )
+    result = session.execute(query.where(window))
     rows = [
         ReportRow(
             key=r.key,

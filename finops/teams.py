@@ -23,6 +23,11 @@ def team_by_name(session: Session, name: str) -> Team:
     return get_or_create(session, Team, name=name)
 
 
+def team_ids_by_name(session: Session) -> dict[str, int]:
+    """``{team name: id}`` of every team."""
+    return {name: team_id for name, team_id in session.execute(select(Team.name, Team.id))}
+
+
 @dataclass(frozen=True, slots=True)
 class RuleView:
     """A team rule as shown and edited: ``kind`` (label|namespace|account), ``key`` (label name or ""),
