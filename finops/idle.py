@@ -5,12 +5,18 @@ utilisation ≤ threshold, with no gap longer than ``max_gap`` between them, tha
 allocation. Each sample stands for the time until the next one (at most ``max_gap``), so a run covers
 [first idle sample, the sample after the last idle one). A run qualifies once it lasts the window; it is
 re-judged as data arrives, so an open episode grows until the GPU is busy again or the job ends.
+
+The first ``grace_seconds`` of an allocation (a job loading data, compiling, waiting on its peers) are not
+judged: an episode starts no earlier than allocation start + grace. A Slurm partition can have its own
+threshold (an interactive partition may call 1 % idle where a batch partition uses 5 %): runs are found once
+per distinct threshold and kept for the allocations whose job's partition uses it.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
@@ -49,11 +55,19 @@ HAVING MAX({_COVERED_UNTIL}) - MIN(ts) >= :window
 
 @dataclass(frozen=True, slots=True)
 class IdlePolicy:
-    """Utilisation ratio ≤ ``threshold`` for ≥ ``window_seconds``; samples > ``max_gap_seconds`` apart break a run."""
+    """Utilisation ratio ≤ ``threshold`` for ≥ ``window_seconds``; samples > ``max_gap_seconds`` apart break a run;
+    the first ``grace_seconds`` of an allocation are not judged; ``partition_thresholds`` override ``threshold``
+    for jobs of those Slurm partitions."""
 
     threshold: float = 0.05
     window_seconds: int = 1800
     max_gap_seconds: int = 150
+    grace_seconds: int = 600
+    partition_thresholds: Mapping[str, float] = field(default_factory=dict)
+
+    def threshold_for(self, partition: str) -> float:
+        """The idle threshold ratio of a job in ``partition``."""
+        return self.partition_thresholds.get(partition, self.threshold)
 
 
 def detect_idle(session: Session, start: datetime, end: datetime, policy: IdlePolicy, pricing: Pricing) -> int:
@@ -70,48 +84,54 @@ def detect_idle(session: Session, start: datetime, end: datetime, policy: IdlePo
     parameters = {
         "start": to_epoch(scan_from),
         "end": to_epoch(end),
-        "threshold": policy.threshold,
         "max_gap": policy.max_gap_seconds,
         "window": policy.window_seconds,
     }
-    runs = session.execute(_IDLE_RUNS, parameters).all()
-    if not runs:
+    thresholds = {policy.threshold, *policy.partition_thresholds.values()}
+    runs = {t: session.execute(_IDLE_RUNS, {**parameters, "threshold": t}).all() for t in sorted(thresholds)}
+    gpu_ids = {run.gpu_id for found in runs.values() for run in found}
+    if not gpu_ids:
         return 0
-    gpu_ids = {run.gpu_id for run in runs}
     allocations = defaultdict(list)
-    for gpu_id, holder, allocated_from, allocated_until in session.execute(
-        select(Allocation.gpu_id, Allocation.job_pk, Allocation.start, Allocation.end).where(
+    for gpu_id, holder, allocated_from, allocated_until, partition in session.execute(
+        select(Allocation.gpu_id, Allocation.job_pk, Allocation.start, Allocation.end, Job.partition)
+        .join(Job, Job.id == Allocation.job_pk)
+        .where(
             Allocation.gpu_id.in_(gpu_ids),
             Allocation.start < end,
             or_(Allocation.end.is_(None), Allocation.end > scan_from),
         )
     ):
         until = None if allocated_until is None else to_epoch(allocated_until)
-        allocations[gpu_id].append((holder, to_epoch(allocated_from), until))
+        allocations[gpu_id].append((holder, to_epoch(allocated_from), until, policy.threshold_for(partition)))
     models = {gpu_id: model for gpu_id, model in session.execute(select(Gpu.id, Gpu.model).where(Gpu.id.in_(gpu_ids)))}
     stored = 0
-    for run in runs:
-        for job_pk, a_start, a_end in allocations[run.gpu_id]:
-            lo = max(run.first_ts, a_start)
-            hi = run.covered_until if a_end is None else min(run.covered_until, a_end)
-            if hi - lo < policy.window_seconds:
-                continue
-            try:
-                cost = capacity_cost(pricing.catalog.rate(models[run.gpu_id], pricing.model, from_epoch(lo)), hi - lo)
-            except PriceNotFound:
-                cost = Decimal(0)
-            session.add(
-                IdleEpisode(
-                    gpu_id=run.gpu_id,
-                    job_pk=job_pk,
-                    start=from_epoch(lo),
-                    end=from_epoch(hi),
-                    memory_held=run.max_mem > MEMORY_HELD_BYTES,
-                    cost=cost,
-                    currency=pricing.catalog.currency,
+    for threshold, found in runs.items():
+        for run in found:
+            for job_pk, a_start, a_end, job_threshold in allocations[run.gpu_id]:
+                if job_threshold != threshold:
+                    continue
+                lo = max(run.first_ts, a_start + policy.grace_seconds)
+                hi = run.covered_until if a_end is None else min(run.covered_until, a_end)
+                if hi - lo < policy.window_seconds:
+                    continue
+                try:
+                    rate = pricing.catalog.rate(models[run.gpu_id], pricing.model, from_epoch(lo))
+                    cost = capacity_cost(rate, hi - lo)
+                except PriceNotFound:
+                    cost = Decimal(0)
+                session.add(
+                    IdleEpisode(
+                        gpu_id=run.gpu_id,
+                        job_pk=job_pk,
+                        start=from_epoch(lo),
+                        end=from_epoch(hi),
+                        memory_held=run.max_mem > MEMORY_HELD_BYTES,
+                        cost=cost,
+                        currency=pricing.catalog.currency,
+                    )
                 )
-            )
-            stored += 1
+                stored += 1
     session.flush()
     return stored
 

@@ -111,6 +111,22 @@ def test_idle_episode_found_on_the_sliding_window(loaded) -> None:  # type: igno
     assert episode.cost == (r / 2).quantize(QUANTUM)
 
 
+def test_idle_grace_and_partition_thresholds(loaded) -> None:  # type: ignore[no-untyped-def]
+    """Partition "gpu" calling ≤ 60 % idle makes job 502's 50 % GPU idle, from its start + grace to the last
+    reading; a grace longer than job 501's busy first hour + 6 min leaves its 30-minute episode too short."""
+    sessions, t0, _, pricing = loaded
+    lenient = IdlePolicy(grace_seconds=600, partition_thresholds={"gpu": 0.6})
+    with sessions.begin() as session:
+        detect_idle(session, t0, t0 + timedelta(hours=2), lenient, pricing)
+        episodes = {e.job_id: e for e in list_episodes(session, t0, t0 + timedelta(hours=2))}
+    assert set(episodes) == {"501", "502"}
+    assert (episodes["502"].start, episodes["502"].end) == (t0 + timedelta(minutes=40), t0 + timedelta(minutes=119))
+    assert episodes["502"].memory_held
+    with sessions.begin() as session:
+        detect_idle(session, t0, t0 + timedelta(hours=2), IdlePolicy(grace_seconds=4000), pricing)
+        assert list_episodes(session, t0, t0 + timedelta(hours=2)) == []
+
+
 def test_mig_share_bills_its_fraction_and_leaves_the_rest_unallocated(loaded) -> None:  # type: ignore[no-untyped-def]
     """Job 502's allocation turned into a 1g.10gb MIG slice (1/7 of GPU 1): it pays 1/7 of the GPU-hours it
     held, metered by the whole GPU's utilisation (50 %), and the other 6/7 are unallocated."""
