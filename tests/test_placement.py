@@ -1,0 +1,278 @@
+"""Placement of job allocations on physical GPUs: shares, first-fit, and the collectors' job map."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from fractions import Fraction
+
+import pytest
+from sqlalchemy import select
+
+from collector.wire import IngestBatch
+from finops.hours import mark_hours_dirty
+from finops.ingest import Ingestor
+from finops.jobs import import_sacct
+from finops.mig import gpu_slices, mig_share, parse_profile
+from finops.models import Allocation, DirtyHour, Gpu, Job, Node
+from finops.placement import (
+    OPEN_END,
+    GpuCalendar,
+    PlacementRequest,
+    Unit,
+    _Booking,
+    job_keys,
+    place_jobs,
+    reconcile_job_map,
+)
+from finops.timeutil import HOUR, to_epoch
+
+T0 = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _stamp(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _sacct(job: int, start: datetime, end: datetime | None, gpus: int, node: str = "n1", tres: str = "") -> str:
+    state = "RUNNING" if end is None else "COMPLETED"
+    alloc = tres or f"gres/gpu={gpus}"
+    stop = "Unknown" if end is None else _stamp(end)
+    return f"{job}|{job}|c|gpu|acct|ann|{_stamp(start)}|{_stamp(start)}|{stop}|01:00:00|{state}|{alloc}|{node}|x"
+
+
+def _ingest(session, node: str, readings: dict[int, str | None], start: datetime, minutes: int) -> None:  # type: ignore[no-untyped-def]
+    """Per-minute readings of GPUs 0..7 of ``node`` from ``start``; GPU i carries job id ``readings.get(i)``."""
+    gpus = [{"uuid": f"GPU-{node}-{i}", "index": i, "model": H100} for i in range(8)]
+    samples = [
+        {
+            "uuid": f"GPU-{node}-{i}",
+            "ts": start + timedelta(minutes=m),
+            "utilization_ratio": 0.5,
+            "job_id": readings.get(i),
+        }
+        for m in range(minutes)
+        for i in range(8)
+    ]
+    Ingestor().store(session, IngestBatch.model_validate({"node": node, "gpus": gpus, "samples": samples}))
+
+
+def _placed(session, job_id: str) -> list[int]:  # type: ignore[no-untyped-def]
+    return sorted(
+        session.scalars(
+            select(Gpu.gpu_index)
+            .join(Allocation, Allocation.gpu_id == Gpu.id)
+            .join(Job, Job.id == Allocation.job_pk)
+            .where(Job.job_id == job_id)
+        )
+    )
+
+
+# --- MIG shares --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("profile", "model", "share"),
+    [
+        ("1g.10gb", H100, Fraction(1, 7)),
+        ("3g.40gb", H100, Fraction(3, 7)),
+        ("7g.80gb", H100, Fraction(1)),
+        ("1g.20gb", H100, Fraction(1, 7)),  # compute slices, not memory
+        ("1g.10gb.me", H100, Fraction(1, 7)),  # the device plugin writes +me as .me
+        ("1g.18gb", "NVIDIA H200", Fraction(1, 7)),
+        ("1g.5gb", "NVIDIA A100-SXM4-40GB", Fraction(1, 7)),
+        ("1g.6gb", "NVIDIA A30", Fraction(1, 4)),
+        ("2g.12gb", "NVIDIA-A30", Fraction(1, 2)),  # GPU feature discovery's label spelling
+        ("1g.24gb", "NVIDIA RTX PRO 6000 Blackwell Server Edition", Fraction(1, 4)),
+        ("3g.40gb", None, Fraction(3, 7)),  # model unknown: the profile names an A100/H100 80GB slice
+        ("4g.24gb", None, Fraction(1)),  # A30
+    ],
+)
+def test_mig_share_is_compute_slices_over_the_gpus(profile: str, model: str | None, share: Fraction) -> None:
+    assert mig_share(profile, model) == share
+
+
+@pytest.mark.parametrize(
+    ("profile", "model", "message"),
+    [
+        ("1c.3g.40gb", H100, "is not a MIG profile"),
+        ("gpu", H100, "is not a MIG profile"),
+        ("7g.80gb", "NVIDIA A30", "has 7 compute slices; GPU model 'NVIDIA A30' has 4"),
+        ("1g.24gb", None, "number of compute slices is unknown"),  # H100 94GB (7) or RTX PRO 6000 (4)
+        ("1g.99gb", "NVIDIA B300", "on GPU model .NVIDIA B300.: the GPU.s number of compute slices is unknown"),
+    ],
+)
+def test_mig_share_errors(profile: str, model: str | None, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        mig_share(profile, model)
+
+
+def test_profile_and_slices() -> None:
+    assert parse_profile("1g.10gb+me") == (1, "1g.10gb")
+    assert gpu_slices("NVIDIA GH200 480GB") == 7
+    assert gpu_slices("NVIDIA L40S") is None
+
+
+# --- the calendar ------------------------------------------------------------------------------------------
+
+
+def _booking(start: int, end: int, share: Fraction = Fraction(1)) -> _Booking:
+    return _Booking(start, end, share, job_pk=1, keys=frozenset())
+
+
+def test_calendar_whole_gpu_needs_it_free_and_shares_add_up_to_one() -> None:
+    calendar = GpuCalendar(Gpu(id=1, node_id=1, gpu_index=0, model=H100))
+    for _ in range(3):
+        calendar.book(_booking(0, 100, Fraction(2, 7)))
+    assert calendar.held(0, 100) == Fraction(6, 7)
+    assert calendar.fits(0, 100, Fraction(1, 7))
+    assert not calendar.fits(50, 60, Fraction(2, 7))
+    assert not calendar.fits(99, 200, Fraction(1))
+    assert calendar.fits(100, 200, Fraction(1))  # half-open: free from 100
+    calendar.book(_booking(100, OPEN_END))
+    assert not calendar.fits(10**9, 10**9 + 1, Fraction(1, 7))
+    # Shares that never overlap in time do not add up.
+    other = GpuCalendar(Gpu(id=2, node_id=1, gpu_index=1, model=H100))
+    other.book(_booking(0, 10, Fraction(4, 7)))
+    other.book(_booking(10, 20, Fraction(4, 7)))
+    assert other.held(0, 20) == Fraction(4, 7)
+    assert other.fits(5, 15, Fraction(3, 7)) and not other.fits(5, 15, Fraction(4, 7))
+
+
+def test_calendar_remove_keeps_lookups_right() -> None:
+    calendar = GpuCalendar(Gpu(id=1, node_id=1, gpu_index=0, model=H100))
+    long = _booking(0, 1000)
+    calendar.book(long)
+    calendar.book(_booking(2000, 3000))
+    assert not calendar.fits(500, 600, Fraction(1))
+    calendar.remove(long)
+    assert calendar.fits(500, 600, Fraction(1))
+    assert not calendar.fits(2500, 2600, Fraction(1))
+
+
+# --- placing jobs ------------------------------------------------------------------------------------------
+
+
+def _pod_request(session, name: str, start: datetime, units: list[Unit], node: str = "m1") -> PlacementRequest:  # type: ignore[no-untyped-def]
+    job = Job(
+        scheduler="kubernetes", cluster="k", job_id=f"ns/{name}", job_id_raw=f"uid-{name}", user="", account="ns",
+        partition="", name=name, state="Running", start=start, gpus=len(units), node_list=node, team_id=_team(session),
+    )  # fmt: skip
+    session.add(job)
+    session.flush()
+    return PlacementRequest(
+        job.id, to_epoch(start), None, [(node, units)], H100, job_keys("kubernetes", job.job_id, job.job_id_raw)
+    )
+
+
+def _team(session) -> int:  # type: ignore[no-untyped-def]
+    from finops.teams import team_by_name
+
+    return team_by_name(session, "t").id
+
+
+def test_mig_instances_of_several_pods_share_one_gpu(sessions) -> None:  # type: ignore[no-untyped-def]
+    slice_ = Unit(Fraction(1, 7), "1g.10gb")
+    big = Unit(Fraction(3, 7), "3g.40gb")
+    with sessions.begin() as session:
+        requests = [_pod_request(session, f"p{i}", T0, [slice_]) for i in range(4)]
+        requests.append(_pod_request(session, "big", T0, [big]))
+        requests.append(_pod_request(session, "whole", T0, [Unit()]))
+        requests.append(_pod_request(session, "late", T0 + timedelta(hours=1), [big]))
+        result = place_jobs(session, requests)
+        rows = session.execute(
+            select(Job.name, Gpu.gpu_index, Allocation.share_num, Allocation.share_den, Allocation.mig_profile)
+            .join(Allocation, Allocation.job_pk == Job.id)
+            .join(Gpu, Gpu.id == Allocation.gpu_id)
+        ).all()
+    assert result.allocations == 7
+    placed = {name: (index, Fraction(num, den), profile) for name, index, num, den, profile in rows}
+    # Four 1/7 slices and a 3/7 slice fill GPU 0 to 7/7; the whole GPU and the later 3/7 need other GPUs.
+    assert {placed[f"p{i}"] for i in range(4)} == {(0, Fraction(1, 7), "1g.10gb")}
+    assert placed["big"] == (0, Fraction(3, 7), "3g.40gb")
+    assert placed["whole"] == (1, Fraction(1), None)
+    assert placed["late"] == (2, Fraction(3, 7), "3g.40gb")
+
+
+def test_slurm_mig_gres_type_allocates_a_share(sessions) -> None:  # type: ignore[no-untyped-def]
+    line = _sacct(70, T0, None, 2, tres="gres/gpu:3g.40gb=2,gres/gpu=2")
+    with sessions.begin() as session:
+        import_sacct(session, [line], source="s")
+        rows = session.execute(select(Allocation.share_num, Allocation.share_den, Allocation.mig_profile)).all()
+        indices = _placed(session, "70")
+    # Two 3/7 instances fit on one (placeholder) GPU.
+    assert sorted(rows) == [(3, 7, "3g.40gb"), (3, 7, "3g.40gb")]
+    assert indices == [0, 0]
+
+
+def test_samples_naming_gpus_4_to_7_place_the_job_there(sessions) -> None:  # type: ignore[no-untyped-def]
+    with sessions.begin() as session:
+        _ingest(session, "n1", {i: "501" for i in range(4, 8)}, T0, 30)
+        result = import_sacct(
+            session, [_sacct(501, T0, T0 + timedelta(minutes=30), 4), _sacct(502, T0, None, 4)], source="s"
+        )
+        assert result.errors == []
+        assert _placed(session, "501") == [4, 5, 6, 7]
+        assert _placed(session, "502") == [0, 1, 2, 3]  # first-fit around it
+
+
+def test_a_job_with_fewer_observed_gpus_gets_the_rest_first_fit(sessions) -> None:  # type: ignore[no-untyped-def]
+    # The cgroup job map only names GPUs running one of the job's processes: two of the job's four here.
+    with sessions.begin() as session:
+        _ingest(session, "n1", {6: "601", 7: "601"}, T0, 10)
+        import_sacct(session, [_sacct(601, T0, T0 + timedelta(minutes=10), 4)], source="s")
+        assert _placed(session, "601") == [0, 1, 6, 7]
+
+
+def test_samples_outside_the_jobs_interval_do_not_count(sessions) -> None:  # type: ignore[no-untyped-def]
+    with sessions.begin() as session:
+        _ingest(session, "n1", {5: "701"}, T0 + timedelta(hours=2), 10)  # job id reused later, not this run
+        import_sacct(session, [_sacct(701, T0, T0 + timedelta(hours=1), 1)], source="s")
+        assert _placed(session, "701") == [0]
+
+
+def test_late_samples_re_place_the_job_and_displace_the_first_fit_one(sessions) -> None:  # type: ignore[no-untyped-def]
+    end = T0 + timedelta(minutes=30)
+    with sessions.begin() as session:
+        # Imported before any sample arrived: first-fit puts 801 on 0-3 and 802 on 4-7.
+        import_sacct(session, [_sacct(801, T0, end, 4), _sacct(802, T0, end, 4)], source="s")
+        assert (_placed(session, "801"), _placed(session, "802")) == ([0, 1, 2, 3], [4, 5, 6, 7])
+        session.execute(DirtyHour.__table__.delete())
+        # Then the collector reports 801 on GPUs 4-7; 802's processes are not seen (idle).
+        _ingest(session, "n1", {i: "801" for i in range(4, 8)}, T0, 30)
+        moved = reconcile_job_map(session, to_epoch(T0) + 2 * HOUR)
+        assert moved == 1
+        assert _placed(session, "801") == [4, 5, 6, 7]
+        assert _placed(session, "802") == [0, 1, 2, 3]
+        dirty = {to_epoch(h) for h in session.scalars(select(DirtyHour.hour))}
+        assert to_epoch(T0) in dirty
+        # Agreeing now: nothing moves again.
+        assert reconcile_job_map(session, to_epoch(T0) + 2 * HOUR) == 0
+        # Both jobs still hold 4 GPUs each for their whole interval, nothing overlapping.
+        rows = session.execute(select(Allocation.gpu_id, Allocation.start, Allocation.end)).all()
+    assert len(rows) == 8 and len({gpu for gpu, _, _ in rows}) == 8
+    assert {(start, stop) for _, start, stop in rows} == {(T0, end)}
+
+
+def test_reconcile_reads_only_dirty_hours(sessions) -> None:  # type: ignore[no-untyped-def]
+    with sessions.begin() as session:
+        import_sacct(session, [_sacct(901, T0, T0 + timedelta(minutes=30), 1)], source="s")
+        _ingest(session, "n1", {3: "901"}, T0, 30)
+        session.execute(DirtyHour.__table__.delete())
+        assert reconcile_job_map(session, to_epoch(T0) + 2 * HOUR) == 0  # nothing dirty: samples not read
+        mark_hours_dirty(session, [to_epoch(T0)])
+        assert reconcile_job_map(session, to_epoch(T0) + 2 * HOUR) == 1
+        assert _placed(session, "901") == [3]
+
+
+def test_pods_are_matched_by_uid_and_by_namespace_name(sessions) -> None:  # type: ignore[no-untyped-def]
+    with sessions.begin() as session:
+        _ingest(session, "m1", {2: "pod/uid-a", 5: "ns/b"}, T0, 10)
+        a = _pod_request(session, "a", T0, [Unit()])
+        b = _pod_request(session, "b", T0, [Unit(Fraction(1, 7), "1g.10gb")])
+        result = place_jobs(session, [a, b])
+        assert result.observed == 2
+        assert _placed(session, "ns/a") == [2]
+        assert _placed(session, "ns/b") == [5]
+        node = session.scalars(select(Node).where(Node.hostname == "m1")).one()
+        assert node.hostname == "m1"
