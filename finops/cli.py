@@ -20,11 +20,12 @@ if TYPE_CHECKING:
 
     from finops.budgets import BudgetStatus
     from finops.ledger import Pricing
+    from finops.prometheus_pull import ScheduledPull
     from finops.settings import Settings
 
 app = typer.Typer(help="GPU cluster telemetry turned into cost per team and job.", no_args_is_help=True)
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
-import_app = typer.Typer(help="Import jobs from a scheduler.", no_args_is_help=True)
+import_app = typer.Typer(help="Import jobs from a scheduler, or GPU telemetry from Prometheus.", no_args_is_help=True)
 team_app = typer.Typer(help="Teams and the account → team mapping.", no_args_is_help=True)
 budget_app = typer.Typer(help="Monthly team budgets.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
@@ -57,6 +58,20 @@ def _pricing(settings: Settings) -> Pricing:
     from finops.prices import load_catalog
 
     return Pricing(load_catalog(settings.price_catalog), settings.pricing_model)
+
+
+def _prometheus_pull(settings: Settings) -> ScheduledPull | None:
+    """The scheduled Prometheus pull when ``FINOPS_PROMETHEUS_URL`` is set."""
+    if not settings.prometheus_url:
+        return None
+    from finops.prometheus_pull import PrometheusClient, PullOptions, ScheduledPull
+
+    try:
+        options = PullOptions(step_seconds=settings.prometheus_step_seconds, selector=settings.prometheus_selector)
+    except ValueError as exc:
+        typer.echo(f"error: FINOPS_PROMETHEUS_SELECTOR: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    return ScheduledPull(PrometheusClient(settings.prometheus_url), options, settings.rollup_interval_seconds)
 
 
 def _instant(text: str, option: str) -> datetime:
@@ -124,7 +139,12 @@ def serve(
     if scheduler:
         policy = IdlePolicy(settings.idle_threshold_ratio, settings.idle_window_seconds, settings.idle_max_gap_seconds)
         running = start_scheduler(
-            sessions, _pricing(settings), policy, BudgetGauges(metrics.registry), settings.rollup_interval_seconds
+            sessions,
+            _pricing(settings),
+            policy,
+            BudgetGauges(metrics.registry),
+            settings.rollup_interval_seconds,
+            prometheus=_prometheus_pull(settings),
         )
     try:
         uvicorn.run(create_app(sessions, token, metrics), host=host, port=port, log_level="warning")
@@ -152,7 +172,12 @@ def scheduler(
     registry = CollectorRegistry()
     policy = IdlePolicy(settings.idle_threshold_ratio, settings.idle_window_seconds, settings.idle_max_gap_seconds)
     running = start_scheduler(
-        sessions, _pricing(settings), policy, BudgetGauges(registry), settings.rollup_interval_seconds
+        sessions,
+        _pricing(settings),
+        policy,
+        BudgetGauges(registry),
+        settings.rollup_interval_seconds,
+        prometheus=_prometheus_pull(settings),
     )
     start_http_server(metrics_port, addr=metrics_address, registry=registry)
     try:
@@ -249,6 +274,73 @@ def import_sacct_command(
     typer.echo(f"imported {result.jobs} GPU jobs; {result.without_gpus} without GPUs; {len(result.errors)} bad lines")
     if result.errors:
         raise typer.Exit(1)
+
+
+@import_app.command("prometheus")
+def import_prometheus_command(
+    url: Annotated[str, typer.Option(help="Prometheus base URL, e.g. http://prometheus:9090.")],
+    start: Annotated[str, typer.Option(help="Range start, ISO 8601 (UTC if no offset).")],
+    end: Annotated[str, typer.Option(help="Range end (exclusive), ISO 8601.")],
+    step: Annotated[
+        str, typer.Option(help="Time between readings: a Prometheus duration (60s, 1m) or seconds.")
+    ] = "60s",
+    selector: Annotated[str, typer.Option(help='Label matchers added to every series, e.g. {cluster="a"}.')] = "",
+    label: Annotated[
+        list[str],
+        typer.Option(
+            help="The site's name for a label, KEY=NAME (repeatable); KEY is one of hostname, instance, gpu, uuid, "
+            "model, hpc_job, namespace, pod, mig_profile, mig_instance (default: dcgm-exporter's names)."
+        ),
+    ] = [],  # noqa: B006
+    utilization_field: Annotated[
+        list[str],
+        typer.Option(help="DCGM field(s) for utilisation, in order of preference (repeatable)."),
+    ] = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"],  # noqa: B006
+    max_points: Annotated[
+        int, typer.Option(min=1, max=11000, help="Readings per series per query (Prometheus allows 11,000).")
+    ] = 1440,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for each query.")] = 60.0,
+) -> None:
+    """Pull dcgm-exporter GPU telemetry over [start, end) from Prometheus (query_range) and store it like collector
+    readings; pulling a range again adds nothing."""
+    from finops.db import session_factory
+    from finops.prometheus_pull import (
+        LabelNames,
+        PrometheusClient,
+        PrometheusError,
+        PullOptions,
+        import_range,
+        parse_step,
+    )
+
+    try:
+        step_seconds = parse_step(step)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--step") from exc
+    try:
+        labels = LabelNames.parse(label)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--label") from exc
+    try:
+        options = PullOptions(step_seconds, selector, labels, tuple(utilization_field), max_points)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--selector/--utilization-field") from exc
+    begin, finish = _instant(start, "--start"), _instant(end, "--end")
+    if finish < begin:
+        raise typer.BadParameter("is before --start", param_hint="--end")
+    client = PrometheusClient(url, timeout_seconds=timeout)
+    try:
+        result = import_range(session_factory(_engine(_settings())), client, begin, finish, options)
+    except PrometheusError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        typer.echo("the query windows before it are stored; pulling the range again adds nothing twice", err=True)
+        raise typer.Exit(1) from exc
+    finally:
+        client.close()
+    typer.echo(
+        f"pulled {result.readings} readings of {len(result.gpus)} GPUs on {len(result.nodes)} nodes "
+        f"in {result.chunks} query windows; {result.mig_readings} MIG instance readings left out"
+    )
 
 
 @team_app.command("map")

@@ -1,4 +1,5 @@
-"""The service's periodic work on APScheduler 3.x: ledger rollup with idle detection, and budget status.
+"""The service's periodic work on APScheduler 3.x: ledger rollup with idle detection, budget status and, when a
+Prometheus URL is configured, the pull of dcgm-exporter telemetry (:class:`finops.prometheus_pull.ScheduledPull`).
 
 Runs in the ``serve`` process by default (``--no-scheduler`` leaves it to another process). Each job
 opens its own session and transaction; a failing run is logged by APScheduler and retried next interval.
@@ -8,15 +9,21 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.budgets import budget_status
+from finops.anomalies import record_anomaly_events
+from finops.budgets import budget_status, record_budget_events
+from finops.catalog_store import pricing_in_force
 from finops.idle import IdlePolicy, detect_idle
 from finops.ledger import Pricing, rollup
 from finops.timeutil import to_epoch, utc_now
+
+if TYPE_CHECKING:
+    from finops.prometheus_pull import ScheduledPull
 
 log = logging.getLogger(__name__)
 
@@ -24,14 +31,19 @@ IDLE_LOOKBACK = timedelta(hours=6)
 
 
 def run_rollup(sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePolicy) -> tuple[int, int]:
-    """Rebuild dirty ledger hours up to now, then re-judge idle episodes of the last 6 hours.
+    """With the price catalog in force (the newest imported, else ``pricing``'s): rebuild dirty ledger hours
+    up to now, re-judge idle episodes of the last 6 hours, and record budget
+    threshold and spend anomaly events (each once).
 
     Returns (hours rebuilt, idle episodes stored).
     """
     now = utc_now()
     with sessions.begin() as session:
+        pricing = pricing_in_force(session, pricing)
         hours = rollup(session, pricing, to_epoch(now))
         episodes = detect_idle(session, now - IDLE_LOOKBACK, now, policy, pricing)
+        record_budget_events(session, now)
+        record_anomaly_events(session, now)
     log.info("rollup: %d ledger hours rebuilt, %d idle episodes", hours, episodes)
     return hours, episodes
 
@@ -58,9 +70,22 @@ def start_scheduler(
     policy: IdlePolicy,
     budgets: BudgetGauges,
     rollup_interval_seconds: int,
+    prometheus: ScheduledPull | None = None,
 ) -> BackgroundScheduler:
-    """Start the background scheduler with the rollup and budget jobs; the caller shuts it down."""
+    """Start the background scheduler with the rollup and budget jobs (and the Prometheus pull, if given, at the
+    same interval); the caller shuts it down."""
     scheduler = BackgroundScheduler(timezone="UTC")
+    if prometheus is not None:
+        scheduler.add_job(
+            prometheus.run,
+            "interval",
+            seconds=rollup_interval_seconds,
+            args=[sessions],
+            id="prometheus_pull",
+            max_instances=1,
+            coalesce=True,
+            next_run_time=utc_now(),
+        )
     scheduler.add_job(
         run_rollup,
         "interval",

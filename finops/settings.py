@@ -38,6 +38,11 @@ class Settings(BaseSettings):
     )
     shared_data: Path = Field(Path("../shared/data"), description="Folder of real third-party traces.")
     rollup_interval_seconds: int = Field(300, gt=0, description="How often the scheduler rolls up the ledger.")
+    prometheus_url: str = Field(
+        "", description="Prometheus to pull dcgm-exporter telemetry from every rollup interval; empty: no pull."
+    )
+    prometheus_selector: str = Field("", description='Label matchers added to the pulled series, e.g. {cluster="a"}.')
+    prometheus_step_seconds: int = Field(60, gt=0, description="Seconds between readings pulled from Prometheus.")
 
     @model_validator(mode="after")
     def _token_from_file(self) -> Settings:

@@ -128,7 +128,7 @@ class DcgmSource:
                 continue
             key = (labels["gpu"], labels["UUID"], labels.get("GPU_I_ID", ""))
             if key not in gpus:
-                gpus[key] = (_gpu_labels(labels), {m.GPU_UP: 1.0}, _job(labels))
+                gpus[key] = (gpu_labels(labels), {m.GPU_UP: 1.0}, job_of(labels))
             field = FIELDS.get(name)
             if field is not None:
                 gpus[key][1][field.metric] = float(value) * field.scale
@@ -141,8 +141,7 @@ class DcgmSource:
             raise RuntimeError(f"{self.url}: no DCGM_FI_ series in the answer")
         samples = []
         for key, (labels, values, job) in gpus.items():
-            if m.GPU_MEMORY_TOTAL not in values and key in free and m.GPU_MEMORY_USED in values:
-                values[m.GPU_MEMORY_TOTAL] = values[m.GPU_MEMORY_USED] + free[key] * MIB  # FB_USED + FB_FREE
+            fill_memory_total(values, free.get(key))
             samples.append(Sample("gpu", labels, values, timestamp, job_id=job))
         return samples
 
@@ -174,7 +173,16 @@ def _field_samples(family: Metric) -> Iterator[tuple[str, dict[str, str], float]
         yield family.name, sample.labels, sample.value
 
 
-def _gpu_labels(labels: dict[str, str]) -> dict[str, str]:
+def fill_memory_total(values: dict[str, float], free_mib: float | None) -> None:
+    """Without DCGM_FI_DEV_FB_TOTAL, the installed memory is FB_USED + FB_FREE (``free_mib`` in MiB): set it in
+    ``values`` (our metrics, base units) when it is absent and both parts are known."""
+    if free_mib is not None and m.GPU_MEMORY_TOTAL not in values and m.GPU_MEMORY_USED in values:
+        values[m.GPU_MEMORY_TOTAL] = values[m.GPU_MEMORY_USED] + free_mib * MIB
+
+
+def gpu_labels(labels: dict[str, str]) -> dict[str, str]:
+    """Our GPU labels (``gpu``, ``uuid``, ``model``, ``mig_profile``, ``parent_uuid``) from a series' dcgm-exporter
+    labels, which must hold ``gpu`` and ``UUID``; a MIG instance's ``uuid`` is ``<parent UUID>/<GPU_I_ID>``."""
     profile = labels.get("GPU_I_PROFILE", "")
     instance = labels.get("GPU_I_ID", "")
     mig = bool(profile or instance)
@@ -187,7 +195,8 @@ def _gpu_labels(labels: dict[str, str]) -> dict[str, str]:
     }
 
 
-def _job(labels: dict[str, str]) -> str | None:
+def job_of(labels: dict[str, str]) -> str | None:
+    """The job of a series: its ``hpc_job`` label if non-empty, else ``<namespace>/<pod>``, else None."""
     if labels.get("hpc_job"):
         return labels["hpc_job"]
     if labels.get("pod") and labels.get("namespace"):
