@@ -11,7 +11,7 @@ import sys
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from finops.budgets import BudgetStatus
+    from finops.idle import IdlePolicy
     from finops.ledger import Pricing
     from finops.prometheus_pull import ScheduledPull
     from finops.settings import Settings
@@ -32,6 +33,10 @@ app.add_typer(db_app, name="db")
 app.add_typer(import_app, name="import")
 app.add_typer(team_app, name="team")
 app.add_typer(budget_app, name="budget")
+prices_app = typer.Typer(
+    help="The price catalog and which pricing model each node is billed under.", no_args_is_help=True
+)
+app.add_typer(prices_app, name="prices")
 
 
 def _settings() -> Settings:
@@ -72,6 +77,18 @@ def _prometheus_pull(settings: Settings) -> ScheduledPull | None:
         typer.echo(f"error: FINOPS_PROMETHEUS_SELECTOR: {exc}", err=True)
         raise typer.Exit(2) from exc
     return ScheduledPull(PrometheusClient(settings.prometheus_url), options, settings.rollup_interval_seconds)
+
+
+def _idle_policy(settings: Settings) -> IdlePolicy:
+    from finops.idle import IdlePolicy
+
+    return IdlePolicy(
+        settings.idle_threshold_ratio,
+        settings.idle_window_seconds,
+        settings.idle_max_gap_seconds,
+        settings.idle_grace_seconds,
+        settings.idle_partition_thresholds,
+    )
 
 
 def _instant(text: str, option: str) -> datetime:
@@ -124,7 +141,6 @@ def serve(
 
     from finops.api import ServiceMetrics, create_app
     from finops.db import session_factory
-    from finops.idle import IdlePolicy
     from finops.scheduler import BudgetGauges, start_scheduler
 
     settings = _settings()
@@ -137,7 +153,7 @@ def serve(
     metrics = ServiceMetrics()
     running = None
     if scheduler:
-        policy = IdlePolicy(settings.idle_threshold_ratio, settings.idle_window_seconds, settings.idle_max_gap_seconds)
+        policy = _idle_policy(settings)
         running = start_scheduler(
             sessions,
             _pricing(settings),
@@ -147,7 +163,8 @@ def serve(
             prometheus=_prometheus_pull(settings),
         )
     try:
-        uvicorn.run(create_app(sessions, token, metrics), host=host, port=port, log_level="warning")
+        api_token = settings.api_token.get_secret_value() if settings.api_token else None
+        uvicorn.run(create_app(sessions, token, metrics, api_token), host=host, port=port, log_level="warning")
     finally:
         if running is not None:
             running.shutdown(wait=False)
@@ -164,13 +181,12 @@ def scheduler(
     from prometheus_client import CollectorRegistry, start_http_server
 
     from finops.db import session_factory
-    from finops.idle import IdlePolicy
     from finops.scheduler import BudgetGauges, start_scheduler
 
     settings = _settings()
     sessions = session_factory(_engine(settings))
     registry = CollectorRegistry()
-    policy = IdlePolicy(settings.idle_threshold_ratio, settings.idle_window_seconds, settings.idle_max_gap_seconds)
+    policy = _idle_policy(settings)
     running = start_scheduler(
         sessions,
         _pricing(settings),
@@ -396,15 +412,123 @@ def _budget_table(statuses: list[BudgetStatus]) -> str:
     return "\n".join(lines)
 
 
+@prices_app.command("list")
+def prices_list() -> None:
+    """The catalog in force (newest import, else FINOPS_PRICE_CATALOG): one line per price row, currency per
+    GPU-hour, on-prem rows computed from their parts."""
+    from finops.catalog_store import catalog_in_force
+    from finops.db import session_factory
+    from finops.prices import OnPremRow
+
+    settings = _settings()
+    with session_factory(_engine(settings))() as session:
+        catalog = catalog_in_force(session, _pricing(settings).catalog)
+    typer.echo(f"{'model':<18} {'pricing model':<13} {'from':<10} {catalog.currency + '/GPU-h':>10}  source")
+    for key, model in sorted(catalog.models.items()):
+        for row in sorted(model.prices, key=lambda r: (r.pricing_model, r.effective_from)):
+            rate = catalog.parts_of(row).total if isinstance(row, OnPremRow) else row.rate
+            typer.echo(f"{key:<18} {row.pricing_model:<13} {row.effective_from} {rate:>10.4f}  {row.sources[0].url}")
+
+
+@prices_app.command("import")
+def prices_import(
+    file: Annotated[Path, typer.Argument(help="Price catalog YAML (format: finops/price_catalog.yaml).")],
+) -> None:
+    """Validate a catalog and put it in force; ledger hours it prices differently are rebuilt on the next rollup."""
+    from finops.catalog_store import import_catalog
+    from finops.db import session_factory
+    from finops.prices import CatalogError
+
+    settings = _settings()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        typer.echo(f"error: {file}: {exc.strerror}", err=True)
+        raise typer.Exit(2) from exc
+    try:
+        with session_factory(_engine(settings)).begin() as session:
+            changed_from = import_catalog(session, text, str(file), _pricing(settings).catalog)
+    except CatalogError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(f"imported {file}; " + (f"ledger re-priced from {changed_from}" if changed_from else "no price changed"))
+
+
+def _selector(node: str | None, partition: str | None, node_label: str | None) -> tuple[str, str, str]:
+    chosen = [
+        (name, value) for name, value in (("node", node), ("partition", partition), ("node_label", node_label)) if value
+    ]
+    if len(chosen) != 1:
+        raise typer.BadParameter("give exactly one of --node, --partition, --node-label")
+    selector, value = chosen[0]
+    if selector != "node_label":
+        return selector, "", value
+    key, sep, label_value = value.partition("=")
+    if not sep or not key:
+        raise typer.BadParameter(f"{value!r} is not KEY=VALUE", param_hint="--node-label")
+    return selector, key, label_value
+
+
+@prices_app.command("assign")
+def prices_assign(
+    pricing_model: Annotated[str, typer.Argument(help="on-demand, reserved, spot or on-prem.")],
+    node: Annotated[str | None, typer.Option(help="A hostname.")] = None,
+    partition: Annotated[str | None, typer.Option(help="A Slurm partition.")] = None,
+    node_label: Annotated[str | None, typer.Option(help="A Kubernetes node label KEY=VALUE.")] = None,
+) -> None:
+    """Bill the GPUs of a node, a partition's nodes or labelled nodes under PRICING_MODEL (the ledger is re-priced)."""
+    from finops.db import session_factory
+    from finops.prices import PricingModel
+    from finops.pricing_rules import set_pricing_rule
+
+    try:
+        model = PricingModel(pricing_model)
+    except ValueError as exc:
+        raise typer.BadParameter(f"must be one of {', '.join(PricingModel)}", param_hint="PRICING_MODEL") from exc
+    selector, key, value = _selector(node, partition, node_label)
+    with session_factory(_engine(_settings())).begin() as session:
+        set_pricing_rule(session, selector, key, value, model)
+    typer.echo(f"{selector} {key + '=' if key else ''}{value} → {model}")
+
+
+@prices_app.command("unassign")
+def prices_unassign(
+    node: Annotated[str | None, typer.Option(help="A hostname.")] = None,
+    partition: Annotated[str | None, typer.Option(help="A Slurm partition.")] = None,
+    node_label: Annotated[str | None, typer.Option(help="A Kubernetes node label KEY=VALUE.")] = None,
+) -> None:
+    """Remove a pricing rule: those nodes go back to FINOPS_PRICING_MODEL (the ledger is re-priced)."""
+    from finops.db import session_factory
+    from finops.pricing_rules import delete_pricing_rule
+
+    selector, key, value = _selector(node, partition, node_label)
+    with session_factory(_engine(_settings())).begin() as session:
+        delete_pricing_rule(session, selector, key, value)
+    typer.echo(f"{selector} {key + '=' if key else ''}{value} → default pricing model")
+
+
+@prices_app.command("rules")
+def prices_rules() -> None:
+    """The pricing rules in resolution order (node, node label, partition)."""
+    from finops.db import session_factory
+    from finops.pricing_rules import list_pricing_rules
+
+    settings = _settings()
+    with session_factory(_engine(settings))() as session:
+        rules = list_pricing_rules(session)
+    for rule in rules:
+        typer.echo(f"{rule.selector:<10} {rule.key + '=' if rule.key else ''}{rule.value:<30} {rule.pricing_model}")
+    typer.echo(f"(anything else: {settings.pricing_model})")
+
+
 @app.command()
 def rollup() -> None:
     """Run the scheduled work once: rebuild dirty ledger hours, re-judge recent idle episodes."""
     from finops.db import session_factory
-    from finops.idle import IdlePolicy
     from finops.scheduler import run_rollup
 
     settings = _settings()
-    policy = IdlePolicy(settings.idle_threshold_ratio, settings.idle_window_seconds, settings.idle_max_gap_seconds)
+    policy = _idle_policy(settings)
     hours, episodes = run_rollup(session_factory(_engine(settings)), _pricing(settings), policy)
     typer.echo(f"{hours} ledger hours rebuilt; {episodes} idle episodes")
 
@@ -413,22 +537,23 @@ def rollup() -> None:
 def report(
     start: Annotated[str, typer.Option(help="Period start, ISO 8601 (UTC if no offset).")],
     end: Annotated[str, typer.Option(help="Period end (exclusive), ISO 8601.")],
-    by: Annotated[str, typer.Option(help="team or job.")] = "team",
+    by: Annotated[str, typer.Option(help="team, job, user, node or gpu_model.")] = "team",
     output_format: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
 ) -> None:
-    """Cost per team or job over [start, end), from the hourly ledger; the table adds this month's budgets."""
+    """Cost per team, job, user, node or GPU model over [start, end), from the hourly ledger; the table adds
+    this month's budgets."""
     import orjson
 
     from finops.budgets import budget_status
     from finops.db import session_factory
-    from finops.report import cost_report, report_csv, report_dicts, report_table
+    from finops.report import GROUP_BYS, cost_report, report_csv, report_dicts, report_table
     from finops.timeutil import utc_now
 
-    if by not in ("team", "job"):
-        raise typer.BadParameter("must be team or job", param_hint="--by")
+    group = next((g for g in GROUP_BYS if g == by), None)
+    if group is None:
+        raise typer.BadParameter(f"must be one of {', '.join(GROUP_BYS)}", param_hint="--by")
     if output_format not in ("table", "json", "csv"):
         raise typer.BadParameter("must be table, json or csv", param_hint="--format")
-    group: Literal["team", "job"] = "team" if by == "team" else "job"
     with session_factory(_engine(_settings()))() as session:
         rows = cost_report(session, _instant(start, "--start"), _instant(end, "--end"), group)
         statuses = budget_status(session, utc_now()) if output_format == "table" else []

@@ -300,15 +300,20 @@ def load_catalog(path: Path | None = None) -> PriceCatalog:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise CatalogError(f"price catalog {path}: cannot read: {exc.strerror or exc}") from exc
+    return parse_catalog(text, str(path))
+
+
+def parse_catalog(text: str, source: str) -> PriceCatalog:
+    """Validate catalog YAML ``text``; ``source`` (a file name) is named in every CatalogError."""
     try:
         data = yaml.load(text, Loader=_CatalogLoader)  # _CatalogLoader is a SafeLoader: no arbitrary objects
     except yaml.YAMLError as exc:
-        raise CatalogError(f"price catalog {path}: invalid YAML: {exc}") from exc
+        raise CatalogError(f"price catalog {source}: invalid YAML: {exc}") from exc
     try:
         return PriceCatalog.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(_problem(error["loc"], error["msg"], error["input"]) for error in exc.errors())
-        raise CatalogError(f"price catalog {path}: {problems}") from exc
+        raise CatalogError(f"price catalog {source}: {problems}") from exc
 
 
 def _problem(loc: tuple[int | str, ...], message: str, given: object) -> str:

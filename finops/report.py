@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Literal, Unpack
+from typing import Any, Literal
 
 from sqlalchemy import Select, case, func, null, select
 from sqlalchemy.orm import Session
@@ -73,7 +73,7 @@ def cost_report(session: Session, start: datetime, end: datetime, by: GroupBy = 
         func.min(LedgerEntry.currency).label("currency"),
     ]
     window = (LedgerEntry.hour >= start) & (LedgerEntry.hour < end)
-    query: Select[Unpack[tuple[Any, ...]]]
+    query: Select[*tuple[Any, ...]]
     if by == "team":
         query = (
             select(Team.name.label("key"), Team.name.label("team"), null().label("user"), *columns)

@@ -29,6 +29,15 @@ class Settings(BaseSettings):
     )
     ingest_token: SecretStr | None = Field(None, description="Bearer token collectors must present.")
     ingest_token_file: Path | None = Field(None, description="File holding the ingest token.")
+    api_token: SecretStr | None = Field(None, description="Bearer token of the REST API; default: the ingest token.")
+    api_token_file: Path | None = Field(None, description="File holding the REST API token.")
+    idle_grace_seconds: int = Field(
+        600, ge=0, description="Seconds after a job starts during which a GPU is not judged idle (start-up)."
+    )
+    idle_partition_thresholds: dict[str, float] = Field(
+        default_factory=dict,
+        description='Idle threshold ratio per Slurm partition, JSON: {"interactive": 0.01}; others use the default.',
+    )
     pricing_model: PricingModel = Field(PricingModel.ON_DEMAND, description="Pricing model of every GPU.")
     price_catalog: Path | None = Field(None, description="Price catalog YAML; default: the packaged one.")
     idle_threshold_ratio: float = Field(0.05, ge=0, le=1, description="Utilisation at or below this is idle.")
@@ -45,15 +54,18 @@ class Settings(BaseSettings):
     prometheus_step_seconds: int = Field(60, gt=0, description="Seconds between readings pulled from Prometheus.")
 
     @model_validator(mode="after")
-    def _token_from_file(self) -> Settings:
-        if self.ingest_token is not None and self.ingest_token_file is not None:
-            raise ValueError("set FINOPS_INGEST_TOKEN or FINOPS_INGEST_TOKEN_FILE, not both")
-        if self.ingest_token_file is not None:
-            try:
-                token = self.ingest_token_file.read_text().strip()
-            except OSError as exc:
-                raise ValueError(f"FINOPS_INGEST_TOKEN_FILE {self.ingest_token_file}: {exc.strerror}") from exc
-            self.ingest_token = SecretStr(token)
+    def _secrets_from_files(self) -> Settings:
+        for name in ("ingest_token", "api_token"):
+            path: Path | None = getattr(self, f"{name}_file")
+            variable = f"FINOPS_{name.upper()}"
+            if getattr(self, name) is not None and path is not None:
+                raise ValueError(f"set {variable} or {variable}_FILE, not both")
+            if path is not None:
+                try:
+                    secret = path.read_text().strip()
+                except OSError as exc:
+                    raise ValueError(f"{variable}_FILE {path}: {exc.strerror}") from exc
+                setattr(self, name, SecretStr(secret))
         return self
 
     @property
