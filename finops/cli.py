@@ -140,8 +140,9 @@ def serve(
     import uvicorn
 
     from finops.api import ServiceMetrics, create_app
+    from finops.cost_metrics import CostMetrics
     from finops.db import session_factory
-    from finops.scheduler import BudgetGauges, start_scheduler
+    from finops.scheduler import start_scheduler
 
     settings = _settings()
     engine = _engine(settings)
@@ -158,7 +159,7 @@ def serve(
             sessions,
             _pricing(settings),
             policy,
-            BudgetGauges(metrics.registry),
+            CostMetrics(metrics.registry),
             settings.rollup_interval_seconds,
             prometheus=_prometheus_pull(settings),
         )
@@ -180,8 +181,9 @@ def scheduler(
 
     from prometheus_client import CollectorRegistry, start_http_server
 
+    from finops.cost_metrics import CostMetrics
     from finops.db import session_factory
-    from finops.scheduler import BudgetGauges, start_scheduler
+    from finops.scheduler import start_scheduler
 
     settings = _settings()
     sessions = session_factory(_engine(settings))
@@ -191,7 +193,7 @@ def scheduler(
         sessions,
         _pricing(settings),
         policy,
-        BudgetGauges(registry),
+        CostMetrics(registry),
         settings.rollup_interval_seconds,
         prometheus=_prometheus_pull(settings),
     )
@@ -357,6 +359,58 @@ def import_prometheus_command(
         f"pulled {result.readings} readings of {len(result.gpus)} GPUs on {len(result.nodes)} nodes "
         f"in {result.chunks} query windows; {result.mig_readings} MIG instance readings left out"
     )
+
+
+@import_app.command("pods")
+def import_pods_command(
+    file: Annotated[str, typer.Argument(help="kubectl get pods -A -o json output, or - for standard input.")],
+    cluster: Annotated[str, typer.Option(help="Name of the Kubernetes cluster the pods run on.")] = "default",
+    complete: Annotated[
+        bool,
+        typer.Option(help="The listing holds every pod of the cluster: end open pods it lacks at the listing time."),
+    ] = False,
+    nodes: Annotated[
+        Path | None, typer.Option(help="kubectl get nodes -o json output: node labels (node pools, GPU product).")
+    ] = None,
+    listed_at: Annotated[str | None, typer.Option(help="When the listing was taken, ISO 8601 (default: now).")] = None,
+) -> None:
+    """Import Kubernetes pods that hold NVIDIA GPUs (nvidia.com/gpu, nvidia.com/mig-<profile>) as jobs."""
+    from finops.db import session_factory
+    from finops.kubernetes import KubernetesFormatError, import_pods, load_document, parse_nodes
+    from finops.timeutil import utc_now
+
+    at = _instant(listed_at, "--listed-at") if listed_at else utc_now()
+    engine = _engine(_settings())
+    source = "<stdin>" if file == "-" else file
+    try:
+        text = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+        node_labels: dict[str, dict[str, str]] | None = None
+        node_errors: list[str] = []
+        if nodes is not None:
+            node_labels, node_errors = parse_nodes(
+                load_document(nodes.read_bytes(), source=str(nodes)), source=str(nodes)
+            )
+        document = load_document(text, source=source)
+        with session_factory(engine).begin() as session:
+            result = import_pods(
+                session, document, source=source, listed_at=at, cluster=cluster, complete=complete, nodes=node_labels
+            )
+    except OSError as exc:
+        typer.echo(f"error: {exc.filename}: {exc.strerror}", err=True)
+        raise typer.Exit(2) from exc
+    except KubernetesFormatError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    for message in node_errors:
+        typer.echo(f"skipped {message}", err=True)
+    for error in result.errors:
+        typer.echo(f"skipped {error.message}", err=True)
+    typer.echo(
+        f"imported {result.jobs} GPU pods; {result.without_gpus} without GPUs; {result.not_started} not started; "
+        f"{result.ended_missing} ended as gone; {result.nodes_labelled} node labels; {len(result.errors)} bad pods"
+    )
+    if result.errors or node_errors:
+        raise typer.Exit(1)
 
 
 @team_app.command("map")

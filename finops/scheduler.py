@@ -12,12 +12,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from apscheduler.schedulers.background import BackgroundScheduler
-from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy.orm import Session, sessionmaker
 
 from finops.anomalies import record_anomaly_events
-from finops.budgets import budget_status, record_budget_events
+from finops.budgets import record_budget_events
 from finops.catalog_store import pricing_in_force
+from finops.cost_metrics import CostMetrics
 from finops.idle import IdlePolicy, detect_idle
 from finops.ledger import Pricing, rollup
 from finops.timeutil import to_epoch, utc_now
@@ -48,31 +48,15 @@ def run_rollup(sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePo
     return hours, episodes
 
 
-class BudgetGauges:
-    """``gpufinops_budget_used_ratio{team}``: month-to-date spend ÷ budget, refreshed by the scheduler."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.used = Gauge(
-            "gpufinops_budget_used_ratio", "Month-to-date spend / monthly budget.", ["team"], registry=registry
-        )
-
-    def refresh(self, sessions: sessionmaker[Session]) -> None:
-        """Recompute every team's budget ratio for the current month."""
-        with sessions() as session:
-            for status in budget_status(session, utc_now()):
-                ratio = float(status.spent / status.budget) if status.budget else 0.0
-                self.used.labels(team=status.team).set(ratio)
-
-
 def start_scheduler(
     sessions: sessionmaker[Session],
     pricing: Pricing,
     policy: IdlePolicy,
-    budgets: BudgetGauges,
+    metrics: CostMetrics,
     rollup_interval_seconds: int,
     prometheus: ScheduledPull | None = None,
 ) -> BackgroundScheduler:
-    """Start the background scheduler with the rollup and budget jobs (and the Prometheus pull, if given, at the
+    """Start the background scheduler with the rollup and cost-metrics jobs (and the Prometheus pull, if given, at the
     same interval); the caller shuts it down."""
     scheduler = BackgroundScheduler(timezone="UTC")
     if prometheus is not None:
@@ -97,11 +81,11 @@ def start_scheduler(
         next_run_time=utc_now(),
     )
     scheduler.add_job(
-        budgets.refresh,
+        metrics.refresh,
         "interval",
         seconds=rollup_interval_seconds,
         args=[sessions],
-        id="budgets",
+        id="cost_metrics",
         max_instances=1,
         coalesce=True,
         next_run_time=utc_now(),

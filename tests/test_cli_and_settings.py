@@ -19,12 +19,13 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from finops.cli import app
+from finops.cost_metrics import CostMetrics
 from finops.idle import IdlePolicy
 from finops.ingest import Ingestor
 from finops.ledger import Pricing
 from finops.models import LedgerEntry
 from finops.prices import PricingModel, load_catalog
-from finops.scheduler import BudgetGauges, start_scheduler
+from finops.scheduler import start_scheduler
 from finops.settings import Settings
 from tests import scenario
 from tests.servers import free_port
@@ -76,7 +77,7 @@ def test_scheduler_rolls_up_the_ledger_in_the_background(sessions) -> None:  # t
     with sessions.begin() as session:
         Ingestor().store(session, batch)
     pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
-    scheduler = start_scheduler(sessions, pricing, IdlePolicy(), BudgetGauges(CollectorRegistry()), 3600)
+    scheduler = start_scheduler(sessions, pricing, IdlePolicy(), CostMetrics(CollectorRegistry()), 3600)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -103,12 +104,12 @@ def test_scheduler_command_serves_budget_gauges(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 30
         text = ""
-        while 'gpufinops_budget_used_ratio{team="vision"}' not in text:
+        while 'gpufinops_budget_used_ratio{project="",team="vision"}' not in text:
             assert time.monotonic() < deadline and process.poll() is None, "no budget gauge on the scheduler's /metrics"
             with contextlib.suppress(httpx.TransportError):
                 text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
             time.sleep(0.2)
-        assert 'gpufinops_budget_used_ratio{team="vision"} 0.0' in text, "nothing spent yet"
+        assert 'gpufinops_budget_used_ratio{project="",team="vision"} 0.0' in text, "nothing spent yet"
     finally:
         process.terminate()
         process.wait(timeout=30)

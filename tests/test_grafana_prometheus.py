@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from finops.api import ServiceMetrics, create_app
 from finops.budgets import set_budget
-from finops.scheduler import BudgetGauges
+from finops.cost_metrics import CostMetrics
 from finops.timeutil import utc_now
 from tests.conftest import REPO_ROOT, debian_binary
 from tests.node_fixture import fixture_node_registry
@@ -79,10 +79,10 @@ def test_every_expression_returns_data_from_a_real_prometheus(tmp_path: Path, se
     collector_port, dead_port = free_port(), free_port()
     server, thread = start_http_server(collector_port, addr="127.0.0.1", registry=fixture_node_registry(tmp_path))
     metrics = ServiceMetrics()
-    budgets = BudgetGauges(metrics.registry)
+    costs = CostMetrics(metrics.registry)
     with sessions.begin() as session:
         set_budget(session, "vision", Decimal("1000"), utc_now(), "USD")
-    budgets.refresh(sessions)
+    costs.refresh(sessions)
     try:
         with running(create_app(sessions, "token", metrics)) as service:
             assert httpx.post(f"{service}/api/v1/ingest", content=b"{}").status_code == 401  # counted by code

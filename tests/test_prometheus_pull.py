@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 from collector.sample import Sample
 from collector.wire import GpuReading, reading_dict
 from finops.cli import _prometheus_pull, app
+from finops.cost_metrics import CostMetrics
 from finops.models import Gpu, GpuSample, Node
 from finops.prometheus_pull import (
     MAX_POINTS_PER_SERIES,
@@ -40,7 +41,7 @@ from finops.prometheus_pull import (
     reading_values,
     step_chunks,
 )
-from finops.scheduler import BudgetGauges, start_scheduler
+from finops.scheduler import start_scheduler
 from finops.settings import Settings
 from finops.timeutil import from_epoch, to_epoch, utc_now
 from tests.conftest import debian_binary
@@ -346,7 +347,7 @@ def test_the_scheduler_pulls_when_a_url_is_configured(
     scheduled = _prometheus_pull(Settings(rollup_interval_seconds=3600))
     assert scheduled is not None and scheduled.lookback == timedelta(hours=2)
     pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
-    running = start_scheduler(sessions, pricing, IdlePolicy(), BudgetGauges(CollectorRegistry()), 3600, scheduled)
+    running = start_scheduler(sessions, pricing, IdlePolicy(), CostMetrics(CollectorRegistry()), 3600, scheduled)
     try:
         deadline = time.monotonic() + 30
         while not (rows := _stored(sessions)):
