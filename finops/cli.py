@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from finops.budgets import BudgetStatus
     from finops.idle import IdlePolicy
+    from finops.jobs import ScheduledSacct
     from finops.ledger import Pricing
     from finops.prometheus_pull import ScheduledPull
     from finops.settings import Settings
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 app = typer.Typer(help="GPU cluster telemetry turned into cost per team and job.", no_args_is_help=True)
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
 import_app = typer.Typer(help="Import jobs from a scheduler, or GPU telemetry from Prometheus.", no_args_is_help=True)
-team_app = typer.Typer(help="Teams and the account → team mapping.", no_args_is_help=True)
+team_app = typer.Typer(help="Teams and the rules that give jobs their team.", no_args_is_help=True)
 budget_app = typer.Typer(help="Monthly team budgets.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(import_app, name="import")
@@ -77,6 +78,22 @@ def _prometheus_pull(settings: Settings) -> ScheduledPull | None:
         typer.echo(f"error: FINOPS_PROMETHEUS_SELECTOR: {exc}", err=True)
         raise typer.Exit(2) from exc
     return ScheduledPull(PrometheusClient(settings.prometheus_url), options, settings.rollup_interval_seconds)
+
+
+def _scheduled_sacct(settings: Settings) -> ScheduledSacct | None:
+    """The scheduled sacct import when ``FINOPS_SACCT_SCHEDULE_SECONDS`` is set."""
+    if not settings.sacct_schedule_seconds:
+        return None
+    from finops.jobs import ScheduledSacct
+
+    return ScheduledSacct(
+        command=settings.sacct_command,
+        cluster=settings.sacct_cluster,
+        interval_seconds=settings.sacct_schedule_seconds,
+        overlap_seconds=settings.sacct_overlap_seconds,
+        lookback_seconds=settings.sacct_lookback_seconds,
+        timeout_seconds=settings.sacct_timeout_seconds,
+    )
 
 
 def _idle_policy(settings: Settings) -> IdlePolicy:
@@ -162,6 +179,7 @@ def serve(
             CostMetrics(metrics.registry),
             settings.rollup_interval_seconds,
             prometheus=_prometheus_pull(settings),
+            sacct=_scheduled_sacct(settings),
         )
     try:
         api_token = settings.api_token.get_secret_value() if settings.api_token else None
@@ -196,6 +214,7 @@ def scheduler(
         CostMetrics(registry),
         settings.rollup_interval_seconds,
         prometheus=_prometheus_pull(settings),
+        sacct=_scheduled_sacct(settings),
     )
     start_http_server(metrics_port, addr=metrics_address, registry=registry)
     try:
@@ -262,19 +281,36 @@ def collector(
 
 @import_app.command("sacct")
 def import_sacct_command(
-    file: Annotated[str, typer.Argument(help="sacct --parsable2 --noheader output, or - for standard input.")],
-    cluster: Annotated[str, typer.Option(help="Cluster name for lines whose Cluster field is empty.")] = "default",
+    file: Annotated[
+        str | None, typer.Argument(help="sacct --parsable2 --noheader output, or - for standard input.")
+    ] = None,
+    run: Annotated[
+        bool,
+        typer.Option(
+            "--run", help="Run sacct (FINOPS_SACCT_COMMAND) for the jobs since the last run and move the watermark."
+        ),
+    ] = False,
+    cluster: Annotated[
+        str, typer.Option(help="Cluster name for lines whose Cluster field is empty (and, with --run, sacct's).")
+    ] = "default",
     timezone: Annotated[
         str, typer.Option(help="IANA time zone sacct printed its times in (the sacct host's local time).")
     ] = "UTC",
 ) -> None:
     """Import Slurm jobs from `sacct --parsable2 --noheader --format=JobID,JobIDRaw,Cluster,Partition,Account,
-    User,Submit,Start,End,Elapsed,State,AllocTRES,NodeList,JobName` output."""
+    User,Submit,Start,End,Elapsed,State,AllocTRES,NodeList,JobName` output, or (--run) from sacct itself."""
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
     from finops.db import session_factory
     from finops.jobs import import_sacct
 
+    if run:
+        if file is not None:
+            raise typer.BadParameter("give FILE or --run, not both", param_hint="FILE")
+        _run_sacct(cluster)
+        return
+    if file is None:
+        raise typer.BadParameter("give FILE (or - for standard input), or --run", param_hint="FILE")
     try:
         tz = ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError) as exc:
@@ -290,6 +326,39 @@ def import_sacct_command(
     for error in result.errors:
         typer.echo(f"skipped {error.message}", err=True)
     typer.echo(f"imported {result.jobs} GPU jobs; {result.without_gpus} without GPUs; {len(result.errors)} bad lines")
+    if result.errors:
+        raise typer.Exit(1)
+
+
+def _run_sacct(cluster: str) -> None:
+    """``import sacct --run``: one :func:`finops.jobs.run_sacct` with the FINOPS_SACCT_* settings."""
+    from datetime import timedelta
+
+    from finops.db import session_factory
+    from finops.jobs import SacctError, run_sacct, watermark_name
+
+    settings = _settings()
+    try:
+        done = run_sacct(
+            session_factory(_engine(settings)),
+            command=settings.sacct_command,
+            cluster=cluster,
+            overlap=timedelta(seconds=settings.sacct_overlap_seconds),
+            lookback=timedelta(seconds=settings.sacct_lookback_seconds),
+            timeout_seconds=settings.sacct_timeout_seconds,
+        )
+    except SacctError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"watermark {watermark_name(cluster)} not moved", err=True)
+        raise typer.Exit(1) from exc
+    result = done.result
+    for error in result.errors:
+        typer.echo(f"skipped {error.message}", err=True)
+    window = f"{done.start:%Y-%m-%dT%H:%M:%S}Z to {done.end:%Y-%m-%dT%H:%M:%S}Z"
+    typer.echo(
+        f"sacct from {window}: imported {result.jobs} GPU jobs; {result.without_gpus} without GPUs; "
+        f"{len(result.errors)} bad lines; watermark {watermark_name(cluster)} at {done.end:%Y-%m-%dT%H:%M:%S}Z"
+    )
     if result.errors:
         raise typer.Exit(1)
 

@@ -5,26 +5,32 @@ remainder, if any, to the first nodes), placed on the GPUs the collectors' job m
 GRES type that is a MIG profile (``gres/gpu:3g.40gb``, ``gres/gpu:a100_1g.5gb``) allocates that profile's share
 of a GPU per device (:mod:`finops.mig`). A job already placed whose start, nodes and GPU count did not change
 keeps its GPUs and only has its end, state and team updated (a running job that finished).
+
+:func:`run_sacct` runs sacct itself over the window since the last run (the ``sacct:<cluster>`` watermark) and
+imports its output; :class:`ScheduledSacct` does so every few minutes in the scheduler.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
+import shlex
+import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from finops.hours import hours_between, mark_hours_dirty, mark_job_hours_dirty
 from finops.mig import mig_share
-from finops.models import Allocation, Job
+from finops.models import Allocation, Job, Watermark
 from finops.placement import PlacementRequest, Unit, ensure_nodes, job_keys, node_models, place_jobs
-from finops.slurm import SacctJob, SacctLineError, parse_sacct
+from finops.slurm import SACCT_FIELDS, SacctJob, SacctLineError, parse_sacct
 from finops.teams import TeamRules
-from finops.timeutil import to_epoch
+from finops.timeutil import to_epoch, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +69,12 @@ def import_sacct(
     if not jobs:
         return result
     since = min(to_epoch(j.start) for j in jobs if j.start is not None)
-    existing = {
-        (job.cluster, job.job_id_raw): job
-        for job in session.scalars(select(Job).where(Job.scheduler == "slurm", Job.start >= since))
-    }
+    raw_ids = sorted({j.job_id_raw for j in jobs})
+    existing: dict[tuple[str, str], Job] = {}
+    for i in range(0, len(raw_ids), 2000):
+        chunk = raw_ids[i : i + 2000]
+        query = select(Job).where(Job.scheduler == "slurm", Job.start >= since, Job.job_id_raw.in_(chunk))
+        existing.update(((job.cluster, job.job_id_raw), job) for job in session.scalars(query))
     teams = TeamRules(session)
     requests: list[PlacementRequest] = []
     mig_jobs = [record for record in jobs if _mig_profile(record.gpu_type)]
@@ -174,3 +182,146 @@ def _request(job: Job, record: SacctJob, models: dict[str, str | None]) -> Place
         gpu_type=None if profile else record.gpu_type,
         keys=job_keys("slurm", record.job_id, record.job_id_raw),
     )
+
+
+SACCT_STATES = ("RUNNING",)
+"""``--state`` of the scheduled sacct run. sacct(1): with ``--state``, jobs are selected by their state *during*
+[--starttime, --endtime], and "the RUNNING state will return any jobs completed (cancelled or otherwise) in the
+time period requested as the job was also RUNNING during that time": every job that held its nodes at any
+instant of the window, whatever its final state, and no job that never started."""
+
+
+class SacctError(RuntimeError):
+    """sacct could not be run, timed out or exited non-zero; the message holds its stderr."""
+
+
+@dataclass(frozen=True, slots=True)
+class SacctRun:
+    """One scheduled import: the window [start, end) asked of sacct, the command line, and the import result."""
+
+    start: datetime
+    end: datetime
+    argv: list[str]
+    result: ImportResult
+
+
+def watermark_name(cluster: str) -> str:
+    """The Watermark row of a cluster's sacct runs: ``sacct:<cluster>``."""
+    return f"sacct:{cluster}"
+
+
+def sacct_argv(command: str, start: datetime, end: datetime, cluster: str | None = None) -> list[str]:
+    """The sacct command line for jobs that ran in [start, end] (aware datetimes, written in UTC).
+
+    ``command`` is split like a shell word list (``sacct``, ``/opt/slurm/bin/sacct``, ``ssh head sacct``);
+    ``cluster`` adds ``--clusters``. Times are ``YYYY-MM-DDTHH:MM:SS``, which sacct reads in its local time:
+    :func:`run_sacct` runs it with ``TZ=UTC``.
+    """
+    argv = [
+        *shlex.split(command),
+        "--allusers",
+        "--allocations",
+        "--parsable2",
+        "--noheader",
+        f"--format={','.join(SACCT_FIELDS)}",
+        f"--starttime={_sacct_time(start)}",
+        f"--endtime={_sacct_time(end)}",
+        f"--state={','.join(SACCT_STATES)}",
+    ]
+    if cluster:
+        argv.append(f"--clusters={cluster}")
+    return argv
+
+
+def _sacct_time(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def run_sacct(
+    sessions: sessionmaker[Session],
+    *,
+    command: str = "sacct",
+    cluster: str = "default",
+    overlap: timedelta = timedelta(minutes=10),
+    lookback: timedelta = timedelta(days=1),
+    timeout_seconds: float = 300.0,
+    now: datetime | None = None,
+) -> SacctRun:
+    """Run sacct for the jobs that held GPUs since the last run, import them, move the watermark forward.
+
+    Window: from the ``sacct:<cluster>`` watermark minus ``overlap`` (the first time: ``now`` minus
+    ``lookback``) to ``now``. sacct is asked for jobs RUNNING at any instant of it (:data:`SACCT_STATES`), so a
+    job is read again on every run while it runs, and once more after it ended; the watermark itself moves to
+    ``now`` (the window's end). The overlap re-reads the last minutes for records slurmdbd stores late.
+    ``cluster`` names the watermark and the lines with an empty Cluster field, and other than ``default`` is
+    passed to sacct as ``--clusters``.
+
+    sacct runs with ``TZ=UTC`` and ``SLURM_TIME_FORMAT=standard`` so that its times read back as UTC. Bad lines
+    are logged and skipped; they do not hold the watermark back. Raises :class:`SacctError` (logged, nothing
+    imported, watermark unchanged) when sacct cannot be started, runs longer than ``timeout_seconds`` or
+    exits non-zero.
+    """
+    end = (now or utc_now()).astimezone(UTC).replace(microsecond=0)
+    name = watermark_name(cluster)
+    with sessions() as session:
+        mark = session.get(Watermark, name)
+        start = mark.value - overlap if mark is not None else end - lookback
+    argv = sacct_argv(command, start, end, None if cluster == "default" else cluster)
+    env = {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "standard"}
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_seconds, env=env, check=False)
+    except subprocess.TimeoutExpired as exc:
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        raise _failed(f"{shlex.join(argv)} timed out after {timeout_seconds:g} s", stderr) from None
+    except OSError as exc:
+        raise _failed(f"{shlex.join(argv)} could not be run: {exc.strerror}", "") from None
+    if done.returncode != 0:
+        raise _failed(f"{shlex.join(argv)} exited with status {done.returncode}", done.stderr)
+    source = f"sacct {_sacct_time(start)}..{_sacct_time(end)}"
+    with sessions.begin() as session:
+        result = import_sacct(session, done.stdout.splitlines(), source=source, cluster=cluster, tz=UTC)
+        mark = session.get(Watermark, name)
+        if mark is None:
+            session.add(Watermark(name=name, value=end))
+        elif mark.value < end:
+            mark.value = end
+    for error in result.errors:
+        log.warning("skipped %s", error.message)
+    log.info(
+        "%s: %d GPU jobs imported, %d without GPUs, %d bad lines; watermark %s at %s",
+        source, result.jobs, result.without_gpus, len(result.errors), name, end.isoformat(),
+    )  # fmt: skip
+    return SacctRun(start, end, argv, result)
+
+
+def _failed(what: str, stderr: str) -> SacctError:
+    message = f"{what}: {stderr.strip()}" if stderr.strip() else what
+    log.error("sacct import failed, watermark not moved: %s", message)
+    return SacctError(message)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledSacct:
+    """The scheduler's periodic :func:`run_sacct` (settings ``FINOPS_SACCT_*``); a failing run is logged and
+    retried at the next interval from the same watermark."""
+
+    command: str
+    cluster: str
+    interval_seconds: int
+    overlap_seconds: int
+    lookback_seconds: int
+    timeout_seconds: float
+
+    def run(self, sessions: sessionmaker[Session]) -> SacctRun | None:
+        """One run; None when sacct failed (already logged)."""
+        try:
+            return run_sacct(
+                sessions,
+                command=self.command,
+                cluster=self.cluster,
+                overlap=timedelta(seconds=self.overlap_seconds),
+                lookback=timedelta(seconds=self.lookback_seconds),
+                timeout_seconds=self.timeout_seconds,
+            )
+        except SacctError:
+            return None

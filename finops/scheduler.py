@@ -20,9 +20,11 @@ from finops.catalog_store import pricing_in_force
 from finops.cost_metrics import CostMetrics
 from finops.idle import IdlePolicy, detect_idle
 from finops.ledger import Pricing, rollup
+from finops.placement import reconcile_job_map
 from finops.timeutil import to_epoch, utc_now
 
 if TYPE_CHECKING:
+    from finops.jobs import ScheduledSacct
     from finops.prometheus_pull import ScheduledPull
 
 log = logging.getLogger(__name__)
@@ -31,15 +33,16 @@ IDLE_LOOKBACK = timedelta(hours=6)
 
 
 def run_rollup(sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePolicy) -> tuple[int, int]:
-    """With the price catalog in force (the newest imported, else ``pricing``'s): rebuild dirty ledger hours
-    up to now, re-judge idle episodes of the last 6 hours, and record budget
-    threshold and spend anomaly events (each once).
+    """With the price catalog in force (the newest imported, else ``pricing``'s): move jobs onto the GPUs newly
+    arrived samples name (:func:`finops.placement.reconcile_job_map`), rebuild dirty ledger hours up to now,
+    re-judge idle episodes of the last 6 hours, and record budget threshold and spend anomaly events (each once).
 
     Returns (hours rebuilt, idle episodes stored).
     """
     now = utc_now()
     with sessions.begin() as session:
         pricing = pricing_in_force(session, pricing)
+        reconcile_job_map(session, to_epoch(now))
         hours = rollup(session, pricing, to_epoch(now))
         episodes = detect_idle(session, now - IDLE_LOOKBACK, now, policy, pricing)
         record_budget_events(session, now)
@@ -55,10 +58,22 @@ def start_scheduler(
     metrics: CostMetrics,
     rollup_interval_seconds: int,
     prometheus: ScheduledPull | None = None,
+    sacct: ScheduledSacct | None = None,
 ) -> BackgroundScheduler:
     """Start the background scheduler with the rollup and cost-metrics jobs (and the Prometheus pull, if given, at the
-    same interval); the caller shuts it down."""
+    same interval; and the sacct import, if given, at its own); the caller shuts it down."""
     scheduler = BackgroundScheduler(timezone="UTC")
+    if sacct is not None:
+        scheduler.add_job(
+            sacct.run,
+            "interval",
+            seconds=sacct.interval_seconds,
+            args=[sessions],
+            id="sacct_import",
+            max_instances=1,
+            coalesce=True,
+            next_run_time=utc_now(),
+        )
     if prometheus is not None:
         scheduler.add_job(
             prometheus.run,

@@ -52,6 +52,16 @@ class Settings(BaseSettings):
     )
     prometheus_selector: str = Field("", description='Label matchers added to the pulled series, e.g. {cluster="a"}.')
     prometheus_step_seconds: int = Field(60, gt=0, description="Seconds between readings pulled from Prometheus.")
+    sacct_command: str = Field("sacct", description="sacct command (split like a shell command line), run with TZ=UTC.")
+    sacct_schedule_seconds: int = Field(
+        0, ge=0, description="How often the scheduler imports Slurm jobs with sacct; 0: not scheduled."
+    )
+    sacct_cluster: str = Field("default", description="Cluster of the scheduled sacct import (watermark sacct:<name>).")
+    sacct_overlap_seconds: int = Field(
+        600, ge=0, description="Each sacct run re-reads this much before the last run's end (late accounting records)."
+    )
+    sacct_lookback_seconds: int = Field(86400, gt=0, description="How far back the first sacct run reads.")
+    sacct_timeout_seconds: float = Field(300.0, gt=0, description="A sacct run taking longer fails.")
 
     @model_validator(mode="after")
     def _secrets_from_files(self) -> Settings:

@@ -1,0 +1,193 @@
+"""The scheduled sacct import: sacct's command line, the watermark, failures, and the command and settings."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from finops.jobs import SACCT_STATES, SacctError, ScheduledSacct, run_sacct, sacct_argv
+from finops.models import Job, Watermark
+from finops.settings import Settings
+from finops.slurm import SACCT_FIELDS
+
+NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+FORMAT = (
+    "--format=JobID,JobIDRaw,Cluster,Partition,Account,User,Submit,Start,End,Elapsed,State,AllocTRES,NodeList,JobName"
+)
+
+FAKE_SACCT = """\
+import json, os, sys, time
+with open(os.environ["FAKE_SACCT_LOG"], "a") as log:
+    log.write(json.dumps({"argv": sys.argv[1:], "tz": os.environ.get("TZ"),
+                          "time_format": os.environ.get("SLURM_TIME_FORMAT")}) + "\\n")
+time.sleep(float(os.environ.get("FAKE_SACCT_SLEEP", "0")))
+with open(os.environ["FAKE_SACCT_OUTPUT"]) as output:
+    sys.stdout.write(output.read())
+sys.stderr.write(os.environ.get("FAKE_SACCT_STDERR", ""))
+sys.exit(int(os.environ.get("FAKE_SACCT_EXIT", "0")))
+"""
+
+
+class FakeSacct:
+    """A ``sacct`` script that prints ``output`` lines, records its arguments, and exits as told."""
+
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.path = tmp_path / "sacct"
+        self.path.write_text(f"#!{sys.executable}\n{FAKE_SACCT}")
+        self.path.chmod(0o755)
+        self.log = tmp_path / "sacct-calls.jsonl"
+        self.output = tmp_path / "sacct-output.txt"
+        self.output.write_text("")
+        self.monkeypatch = monkeypatch
+        monkeypatch.setenv("FAKE_SACCT_LOG", str(self.log))
+        monkeypatch.setenv("FAKE_SACCT_OUTPUT", str(self.output))
+
+    def prints(self, *lines: str) -> None:
+        self.output.write_text("".join(f"{line}\n" for line in lines))
+
+    def fails(self, status: int, stderr: str) -> None:
+        self.monkeypatch.setenv("FAKE_SACCT_EXIT", str(status))
+        self.monkeypatch.setenv("FAKE_SACCT_STDERR", stderr)
+
+    def calls(self) -> list[dict[str, object]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+
+@pytest.fixture
+def fake_sacct(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSacct:
+    return FakeSacct(tmp_path, monkeypatch)
+
+
+def _line(job: int, start: str, end: str, state: str, node: str = "gpu-h-01") -> str:
+    return (
+        f"{job}|{job}|orion|gpu|nlp|bob|{start}|{start}|{end}|01:00:00|{state}|gres/gpu:h100=2,gres/gpu=2|{node}|train"
+    )
+
+
+def _watermark(sessions, name: str = "sacct:orion") -> datetime | None:  # type: ignore[no-untyped-def]
+    with sessions() as session:
+        mark = session.get(Watermark, name)
+        return None if mark is None else mark.value
+
+
+def test_the_sacct_command_line() -> None:
+    assert f"--format={','.join(SACCT_FIELDS)}" == FORMAT
+    assert SACCT_STATES == ("RUNNING",)
+    start, end = datetime(2026, 1, 5, 10, 50, tzinfo=UTC), NOW
+    assert sacct_argv("ssh slurm-head /usr/bin/sacct", start, end, "orion") == [
+        "ssh", "slurm-head", "/usr/bin/sacct", "--allusers", "--allocations", "--parsable2", "--noheader", FORMAT,
+        "--starttime=2026-01-05T10:50:00", "--endtime=2026-01-05T12:00:00", "--state=RUNNING", "--clusters=orion",
+    ]  # fmt: skip
+
+
+def test_runs_move_the_watermark_and_reread_running_jobs(sessions, fake_sacct: FakeSacct) -> None:  # type: ignore[no-untyped-def]
+    fake_sacct.prints(_line(41, "2026-01-05T09:00:00", "Unknown", "RUNNING"), "41|41|orion")
+    first = run_sacct(sessions, command=str(fake_sacct.path), cluster="orion", now=NOW + timedelta(microseconds=5))
+    assert first.result.jobs == 1 and first.result.errors[0].line_number == 2  # a bad line is skipped
+    fake_sacct.prints(_line(41, "2026-01-05T09:00:00", "2026-01-05T12:20:00", "COMPLETED"))
+    second = run_sacct(
+        sessions, command=str(fake_sacct.path), cluster="orion", now=NOW + timedelta(minutes=30),
+        overlap=timedelta(minutes=10),
+    )  # fmt: skip
+    calls = fake_sacct.calls()
+    assert [call["argv"] for call in calls] == [
+        ["--allusers", "--allocations", "--parsable2", "--noheader", FORMAT, "--starttime=2026-01-04T12:00:00",
+         "--endtime=2026-01-05T12:00:00", "--state=RUNNING", "--clusters=orion"],
+        ["--allusers", "--allocations", "--parsable2", "--noheader", FORMAT, "--starttime=2026-01-05T11:50:00",
+         "--endtime=2026-01-05T12:30:00", "--state=RUNNING", "--clusters=orion"],
+    ]  # fmt: skip
+    assert {(call["tz"], call["time_format"]) for call in calls} == {("UTC", "standard")}
+    assert (first.start, first.end) == (NOW - timedelta(days=1), NOW)
+    assert (second.start, second.end) == (NOW - timedelta(minutes=10), NOW + timedelta(minutes=30))
+    assert _watermark(sessions) == NOW + timedelta(minutes=30)
+    with sessions() as session:
+        job = session.scalars(select(Job)).one()
+    # The second run read the job again and found it ended; sacct's UTC times are read as UTC.
+    assert (job.state, job.start, job.end) == (
+        "COMPLETED",
+        datetime(2026, 1, 5, 9, tzinfo=UTC),
+        NOW + timedelta(minutes=20),
+    )
+
+
+def test_a_failing_sacct_is_logged_and_leaves_the_watermark(  # type: ignore[no-untyped-def]
+    sessions, fake_sacct: FakeSacct, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_sacct.prints(_line(42, "2026-01-05T09:00:00", "Unknown", "RUNNING"))
+    run_sacct(sessions, command=str(fake_sacct.path), cluster="orion", now=NOW)
+    fake_sacct.prints(_line(43, "2026-01-05T11:00:00", "Unknown", "RUNNING"))
+    fake_sacct.fails(1, "sacct: error: Problem talking to the database: Connection refused\n")
+    with caplog.at_level(logging.ERROR, logger="finops.jobs"), pytest.raises(SacctError) as raised:
+        run_sacct(sessions, command=str(fake_sacct.path), cluster="orion", now=NOW + timedelta(minutes=5))
+    assert "exited with status 1: sacct: error: Problem talking to the database: Connection refused" in str(
+        raised.value
+    )
+    assert "Problem talking to the database" in caplog.text and "watermark not moved" in caplog.text
+    assert _watermark(sessions) == NOW
+    with sessions() as session:
+        assert [job.job_id for job in session.scalars(select(Job))] == ["42"]  # nothing of the failed run
+
+
+def test_a_sacct_that_hangs_times_out_and_leaves_the_watermark(  # type: ignore[no-untyped-def]
+    sessions, fake_sacct: FakeSacct, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_SACCT_SLEEP", "30")
+    with pytest.raises(SacctError, match=r"timed out after 0\.5 s"):
+        run_sacct(sessions, command=str(fake_sacct.path), cluster="orion", now=NOW, timeout_seconds=0.5)
+    assert _watermark(sessions) is None
+
+
+def test_a_missing_sacct_is_an_error(sessions, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SacctError, match="could not be run"):
+        run_sacct(sessions, command=str(tmp_path / "no-sacct"), now=NOW)
+    assert _watermark(sessions, "sacct:default") is None
+
+
+def test_the_default_cluster_is_not_passed_to_sacct(sessions, fake_sacct: FakeSacct) -> None:  # type: ignore[no-untyped-def]
+    run_sacct(sessions, command=str(fake_sacct.path), now=NOW)
+    [call] = fake_sacct.calls()
+    assert not any(str(arg).startswith("--clusters") for arg in call["argv"])  # type: ignore[attr-defined]
+    assert _watermark(sessions, "sacct:default") == NOW
+
+
+def test_the_scheduled_run_swallows_failures(sessions, fake_sacct: FakeSacct) -> None:  # type: ignore[no-untyped-def]
+    scheduled = ScheduledSacct(str(fake_sacct.path), "orion", 300, 600, 3600, 30.0)
+    fake_sacct.prints(_line(44, "2026-01-05T09:00:00", "Unknown", "RUNNING"))
+    done = scheduled.run(sessions)
+    assert done is not None and done.result.jobs == 1
+    fake_sacct.fails(2, "boom")
+    assert scheduled.run(sessions) is None
+    assert _watermark(sessions) == done.end
+
+
+def test_settings_schedule_the_import() -> None:
+    from finops.cli import _scheduled_sacct
+
+    assert _scheduled_sacct(Settings()) is None
+    settings = Settings(sacct_schedule_seconds=120, sacct_command="/opt/slurm/bin/sacct", sacct_cluster="orion")
+    assert _scheduled_sacct(settings) == ScheduledSacct("/opt/slurm/bin/sacct", "orion", 120, 600, 86400, 300.0)
+
+
+def test_import_sacct_run_command(engine, database_url: str, fake_sacct: FakeSacct) -> None:  # type: ignore[no-untyped-def]
+    env = {**os.environ, "FINOPS_DATABASE_URL": database_url, "FINOPS_SACCT_COMMAND": str(fake_sacct.path)}
+    command = [sys.executable, "-m", "finops.cli", "import", "sacct", "--run", "--cluster", "orion"]
+    fake_sacct.prints(_line(45, "2026-01-05T09:00:00", "Unknown", "RUNNING"))
+    ok = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert "imported 1 GPU jobs; 0 without GPUs; 0 bad lines; watermark sacct:orion at " in ok.stdout
+    failing = subprocess.run(command, capture_output=True, text=True, env={**env, "FAKE_SACCT_EXIT": "1",
+                             "FAKE_SACCT_STDERR": "sacct: error: Invalid user for SlurmDBD"})  # fmt: skip
+    assert failing.returncode == 1
+    assert "Invalid user for SlurmDBD" in failing.stderr and "watermark sacct:orion not moved" in failing.stderr
+    neither = subprocess.run(command[:5], capture_output=True, text=True, env=env)
+    assert neither.returncode == 2 and "give FILE" in neither.stderr
