@@ -180,6 +180,7 @@ def serve(
             settings.rollup_interval_seconds,
             prometheus=_prometheus_pull(settings),
             sacct=_scheduled_sacct(settings),
+            sample_retention_days=settings.sample_retention_days,
         )
     try:
         api_token = settings.api_token.get_secret_value() if settings.api_token else None
@@ -491,6 +492,75 @@ def team_map(account: str, team: str) -> None:
     with session_factory(_engine(_settings())).begin() as session:
         moved = map_account(session, account, team)
     typer.echo(f"account {account} → team {team}; {moved} jobs moved")
+
+
+rule_app = typer.Typer(
+    help="Team rules: a Slurm account, Kubernetes namespace or Kubernetes label key=value → team; a job takes the "
+    "team of its first matching rule, label before namespace before account, else __unmapped__.",
+    no_args_is_help=True,
+)
+team_app.add_typer(rule_app, name="rule")
+
+_RULE_KIND = typer.Option("--kind", help="account, namespace or label.")
+_RULE_KEY = typer.Option("--key", help="The label name, for --kind label (e.g. team).")
+
+
+def _rule_text(kind: str, key: str, value: str) -> str:
+    return f"label {key}={value}" if kind == "label" else f"{kind} {value}"
+
+
+@rule_app.command("set")
+def team_rule_set(
+    value: Annotated[str, typer.Argument(help="Account name, namespace, or label value.")],
+    team: Annotated[str, typer.Argument(help="Team name (created if new).")],
+    kind: Annotated[str, _RULE_KIND],
+    key: Annotated[str, _RULE_KEY] = "",
+) -> None:
+    """Map VALUE (of the given kind) to TEAM, replacing the rule for the same selector; jobs already imported move."""
+    from finops.db import session_factory
+    from finops.teams import set_rule
+
+    with session_factory(_engine(_settings())).begin() as session:
+        try:
+            moved = set_rule(session, kind, key, value, team)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--kind/--key") from exc
+    typer.echo(f"{_rule_text(kind, key, value)} → team {team}; {moved} jobs moved")
+
+
+@rule_app.command("delete")
+def team_rule_delete(
+    value: Annotated[str, typer.Argument(help="Account name, namespace, or label value.")],
+    kind: Annotated[str, _RULE_KIND],
+    key: Annotated[str, _RULE_KEY] = "",
+) -> None:
+    """Delete the rule for VALUE (of the given kind); the jobs it decided take their next matching rule."""
+    from finops.db import session_factory
+    from finops.teams import delete_rule, find_rule
+
+    with session_factory(_engine(_settings())).begin() as session:
+        try:
+            rule = find_rule(session, kind, key, value)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--kind/--key") from exc
+        if rule is None:
+            typer.echo(f"error: no rule for {_rule_text(kind, key, value)}", err=True)
+            raise typer.Exit(1)
+        moved = delete_rule(session, kind, key, value)
+    typer.echo(f"deleted {_rule_text(kind, key, value)} → team {rule.team}; {moved} jobs moved")
+
+
+@rule_app.command("list")
+def team_rule_list() -> None:
+    """Every team rule, in the order they are tried (label, namespace, account)."""
+    from finops.db import session_factory
+    from finops.teams import list_rules
+
+    with session_factory(_engine(_settings()))() as session:
+        rules = list_rules(session)
+    lines = [f"{'kind':<10} {'key':<24} {'value':<32} team"]
+    lines += [f"{r.kind:<10} {r.key or '-':<24} {r.value:<32} {r.team}" for r in rules]
+    typer.echo("\n".join(lines))
 
 
 @budget_app.command("set")

@@ -113,6 +113,20 @@ def list_rules(session: Session) -> list[RuleView]:
     return sorted((RuleView(*row) for row in rows), key=lambda r: (order[r.kind], r.key, r.value))
 
 
+def find_rule(session: Session, kind: str, key: str, value: str) -> RuleView | None:
+    """The rule for ``kind`` ``key=value`` (or ``value``), if there is one.
+
+    Raises ValueError like :func:`set_rule` for an unknown kind or a key where none belongs (or is missing).
+    """
+    _check_rule(kind, key)
+    row = session.execute(
+        select(TeamRule.kind, TeamRule.key, TeamRule.value, Team.name)
+        .join(Team, Team.id == TeamRule.team_id)
+        .where(TeamRule.kind == kind, TeamRule.key == key, TeamRule.value == value)
+    ).one_or_none()
+    return None if row is None else RuleView(*row)
+
+
 def rehome_jobs(session: Session) -> int:
     """Give every job the team the rules now say, marking the ledger hours of moved jobs dirty.
     Returns how many jobs moved."""
