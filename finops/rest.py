@@ -1,4 +1,5 @@
-"""The REST API under ``/api/v1`` (FastAPI router): costs, budgets, idle episodes, events, team rules.
+"""The REST API under ``/api/v1`` (FastAPI router): costs, budgets, idle episodes, events, team rules, the
+price catalog and pricing rules.
 
 Every route needs ``Authorization: Bearer <token>`` when the app has a token (``FINOPS_API_TOKEN``, else the
 ingest token). Money is a decimal string (exact, 6 decimals in the ledger; cost reports round to cents so rows
@@ -6,21 +7,23 @@ add up to the total); times are ISO 8601 UTC; periods are [start, end). Errors a
 ``{"detail": "…"}`` naming the offending parameter, with 400/404/422 as FastAPI gives them.
 """
 
-
 import hmac
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Response
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session, sessionmaker
 
 from finops.budgets import budget_status, delete_budget, month_start, next_month_start, set_budget
+from finops.catalog_store import catalog_in_force, import_catalog
 from finops.events import EVENT_KINDS, list_events
 from finops.idle import list_episodes
 from finops.models import TEAM_RULE_KINDS
+from finops.prices import CatalogError, OnPremRow, PriceCatalog, PricingModel, load_catalog
+from finops.pricing_rules import delete_pricing_rule, list_pricing_rules, set_pricing_rule
 from finops.report import GroupBy, cost_report, report_csv, report_dicts
 from finops.teams import delete_rule, list_rules, set_rule
 from finops.timeutil import parse_utc, utc_now
@@ -48,6 +51,15 @@ class BudgetOut(BaseModel):
     currency: str
 
 
+class PricingRuleIn(BaseModel):
+    """A pricing rule: ``selector`` node|node_label|partition, ``key`` the label name (node_label only)."""
+
+    selector: Literal["node", "node_label", "partition"]
+    key: str = ""
+    value: str = Field(min_length=1)
+    pricing_model: PricingModel
+
+
 class TeamRuleIn(BaseModel):
     """A team rule: ``kind`` account|namespace|label, ``key`` the label name (label rules only), ``value``."""
 
@@ -71,8 +83,12 @@ def _month(text: str | None) -> datetime:
     return month_start(_instant(f"{text}-01T00:00:00+00:00", "month"))
 
 
-def create_router(sessions: sessionmaker[Session], token: str | None) -> APIRouter:
-    """The ``/api/v1`` routes on ``sessions``; ``token`` None leaves them open (refused by ``serve``)."""
+def create_router(
+    sessions: sessionmaker[Session], token: str | None, configured_catalog: PriceCatalog | None = None
+) -> APIRouter:
+    """The ``/api/v1`` routes on ``sessions``; ``token`` None leaves them open (refused by ``serve``);
+    ``configured_catalog`` (default: the packaged one) is in force until a catalog is imported."""
+    fallback_catalog = configured_catalog if configured_catalog is not None else load_catalog()
 
     def authorised(authorization: Annotated[str | None, Header()] = None) -> None:
         if token is not None and not hmac.compare_digest(authorization or "", f"Bearer {token}"):
@@ -205,5 +221,68 @@ def create_router(sessions: sessionmaker[Session], token: str | None) -> APIRout
             return {"jobs_moved": delete_rule(db, kind, key, value)}
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from exc
+
+    @router.get("/prices")
+    def prices(db: db) -> dict[str, Any]:
+        """The price catalog in force (newest import, else the configured file), with every row's rate per
+        GPU-hour (on-prem rows computed from their parts) and its sources."""
+        catalog = catalog_in_force(db, fallback_catalog)
+        rows = []
+        for key, model in sorted(catalog.models.items()):
+            for row in model.prices:
+                rate = catalog.parts_of(row).total if isinstance(row, OnPremRow) else row.rate
+                rows.append(
+                    {
+                        "model": key,
+                        "pricing_model": str(row.pricing_model),
+                        "effective_from": row.effective_from.isoformat(),
+                        "rate_per_gpu_hour": str(rate),
+                        "sources": [source.url for source in row.sources],
+                    }
+                )
+        return {
+            "currency": catalog.currency,
+            "tariff_per_kwh": str(catalog.tariff_per_kwh),
+            "pue": str(catalog.pue),
+            "rows": rows,
+        }
+
+    @router.put("/prices")
+    async def put_prices(request: Request) -> dict[str, str | None]:
+        """Import a catalog: the request body is its YAML (``finops/price_catalog.yaml`` format). 422 naming the
+        field if invalid; otherwise the date the ledger is re-priced from (null: nothing changed)."""
+        text = (await request.body()).decode("utf-8", errors="replace")
+        try:
+            with sessions.begin() as opened:
+                changed_from = import_catalog(opened, text, "PUT /api/v1/prices", fallback_catalog)
+        except CatalogError as exc:
+            raise HTTPException(422, str(exc)) from exc
+        return {"repriced_from": None if changed_from is None else changed_from.isoformat()}
+
+    @router.get("/pricing-rules")
+    def pricing_rules(db: db) -> list[PricingRuleIn]:
+        """Pricing rules in resolution order (node, node_label, partition)."""
+        return [
+            PricingRuleIn(selector=r.selector, key=r.key, value=r.value, pricing_model=r.pricing_model)
+            for r in list_pricing_rules(db)
+        ]
+
+    @router.put("/pricing-rules", status_code=204)
+    def put_pricing_rule(db: db, rule: PricingRuleIn) -> Response:
+        """Bill the selected nodes' GPUs under a pricing model (the ledger is re-priced on the next rollup)."""
+        try:
+            set_pricing_rule(db, rule.selector, rule.key, rule.value, rule.pricing_model)
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from exc
+        return Response(status_code=204)
+
+    @router.delete("/pricing-rules/{selector}", status_code=204)
+    def remove_pricing_rule(db: db, selector: str, value: str, key: str = "") -> Response:
+        """Remove a pricing rule."""
+        try:
+            delete_pricing_rule(db, selector, key, value)
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from exc
+        return Response(status_code=204)
 
     return router

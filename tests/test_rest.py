@@ -15,6 +15,7 @@ from finops.api import create_app
 from finops.budgets import record_budget_events
 from finops.idle import IdlePolicy, detect_idle
 from finops.models import UNALLOCATED_TEAM, UNMAPPED_TEAM
+from finops.prices import DEFAULT_CATALOG
 from finops.report import GROUP_BYS, cost_report, report_dicts
 from tests.servers import running
 from tests.test_ledger import loaded  # noqa: F401 - the ledger fixture on the hand-computed slice
@@ -117,8 +118,32 @@ def test_openapi_schema_lists_every_route(api) -> None:  # type: ignore[no-untyp
         "/api/v1/idle-episodes",
         "/api/v1/events",
         "/api/v1/team-rules",
+        "/api/v1/prices",
+        "/api/v1/pricing-rules",
     ):
         assert path in paths, path
     group_by = next(p for p in paths["/api/v1/costs"]["get"]["parameters"] if p["name"] == "group_by")
     assert group_by["schema"]["enum"] == list(GROUP_BYS)
     assert set(paths["/api/v1/budgets/{team}/{month}"]) == {"put", "delete"}
+
+
+def test_price_catalog_and_pricing_rules(api) -> None:  # type: ignore[no-untyped-def]
+    url, _, _, rate = api
+    catalog = httpx.get(f"{url}/api/v1/prices", headers=AUTH).json()
+    h100 = [r for r in catalog["rows"] if r["model"] == "H100-SXM-80GB" and r["pricing_model"] == "on-demand"]
+    assert (
+        catalog["currency"] == "USD"
+        and Decimal(max(h100, key=lambda r: r["effective_from"])["rate_per_gpu_hour"]) == rate
+    )
+    broken = httpx.put(f"{url}/api/v1/prices", content=b"currency: usd\n", headers=AUTH)
+    assert broken.status_code == 422 and "currency" in broken.json()["detail"]
+    same = httpx.put(f"{url}/api/v1/prices", content=DEFAULT_CATALOG.read_bytes(), headers=AUTH)
+    assert same.json() == {"repriced_from": None}
+    rule = {"selector": "node", "value": "gpu-a-01", "pricing_model": "spot"}
+    assert httpx.put(f"{url}/api/v1/pricing-rules", json=rule, headers=AUTH).status_code == 204
+    assert httpx.get(f"{url}/api/v1/pricing-rules", headers=AUTH).json() == [{**rule, "key": ""}]
+    bad = httpx.put(f"{url}/api/v1/pricing-rules", json={**rule, "selector": "node_label"}, headers=AUTH)
+    assert bad.status_code == 422 and "label name" in bad.json()["detail"]
+    removed = httpx.delete(f"{url}/api/v1/pricing-rules/node", params={"value": "gpu-a-01"}, headers=AUTH)
+    assert removed.status_code == 204
+    assert httpx.get(f"{url}/api/v1/pricing-rules", headers=AUTH).json() == []
