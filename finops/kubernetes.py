@@ -483,9 +483,11 @@ def import_pods(
         job = existing.get(pod.uid)
         if job is not None and (job.start, job.node_list, job.gpus) == (pod.start, pod.node, pod.devices):
             update_end(session, job, pod.end, pod.phase)
-            if (job.labels, job.team_id) != (pod.labels, team_id):
-                job.labels, job.team_id = pod.labels, team_id
+            if job.labels != pod.labels:
+                job.labels = pod.labels
                 job.user, job.project = pod.labels.get("user", ""), pod.labels.get("project")
+            if job.team_id != team_id:
+                job.team_id = team_id
                 mark_job_hours_dirty(session, job)
         else:
             if job is not None:
@@ -510,7 +512,8 @@ def _units(pod: Pod, model: str | None) -> list[Unit]:
         try:
             share = mig_share(profile, model)
         except ValueError as exc:
-            raise _FieldError(f"resources {MIG_RESOURCE_PREFIX}{profile.replace('+', '.')}", str(exc)) from None
+            resource = MIG_RESOURCE_PREFIX + profile.replace("+", ".")
+            raise _FieldError(f"spec.containers[].resources.limits.{resource}", str(exc)) from None
         units.extend([Unit(share, profile)] * count)
     return units
 

@@ -369,3 +369,26 @@ def test_import_pods_command(engine, sessions, database_url: str) -> None:  # ty
         assert session.scalar(select(func.count()).select_from(Job).where(Job.scheduler == "kubernetes")) == 5
     missing = _cli(database_url, "import", "pods", str(FIXTURES / "absent.json"))
     assert missing.returncode == 2 and "absent.json: No such file or directory" in missing.stderr
+
+
+def test_a_mig_profile_is_priced_by_the_nodes_gpu_or_refused(sessions) -> None:  # type: ignore[no-untyped-def]
+    document = _pods()
+    small = _item(document, "vllm-small-5d8b7c9f4-x2x4z")
+    for key in ("limits", "requests"):
+        resources = small["spec"]["containers"][0]["resources"][key]
+        resources["nvidia.com/mig-1g.24gb"] = resources.pop("nvidia.com/mig-1g.10gb")
+    rtx = {"gpu-node-m1": {"nvidia.com/gpu.product": "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"}}
+    with sessions.begin() as session:
+        # 1g.24gb is a seventh of an H100 94GB or a quarter of an RTX PRO 6000: the node's label decides.
+        unknown = _import(session, document, nodes={})
+        error = next(e for e in unknown.errors if e.pod.startswith("inference/vllm-small"))
+        assert error.field == "spec.containers[].resources.limits.nvidia.com/mig-1g.24gb"
+        assert "the GPU's number of compute slices is unknown" in error.message
+        assert unknown.jobs == 4
+        known = _import(session, document, nodes=rtx)
+        assert [e.pod for e in known.errors] == ["research/broken-job"]
+        job = _jobs(session)["inference/vllm-small-5d8b7c9f4-x2x4z"]
+        [(num, den)] = session.execute(
+            select(Allocation.share_num, Allocation.share_den).where(Allocation.job_pk == job.id)
+        ).all()
+    assert Fraction(num, den) == Fraction(1, 4)
