@@ -276,3 +276,18 @@ def test_pods_are_matched_by_uid_and_by_namespace_name(sessions) -> None:  # typ
         assert _placed(session, "ns/b") == [5]
         node = session.scalars(select(Node).where(Node.hostname == "m1")).one()
         assert node.hostname == "m1"
+
+
+def test_the_scheduled_rollup_moves_jobs_onto_the_gpus_their_samples_name(sessions) -> None:  # type: ignore[no-untyped-def]
+    from finops.idle import IdlePolicy
+    from finops.ledger import Pricing
+    from finops.prices import PricingModel, load_catalog
+    from finops.scheduler import run_rollup
+
+    start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
+    with sessions.begin() as session:
+        import_sacct(session, [_sacct(951, start, start + timedelta(minutes=30), 2)], source="s")
+        _ingest(session, "n1", {5: "951", 6: "951"}, start, 30)
+    run_rollup(sessions, Pricing(load_catalog(), PricingModel.ON_DEMAND), IdlePolicy())
+    with sessions() as session:
+        assert _placed(session, "951") == [5, 6]
