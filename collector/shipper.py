@@ -1,4 +1,5 @@
-"""Sends batches of GPU readings to the service: gzip JSON over HTTP with a bearer token.
+"""Sends batches of GPU readings to the service: gzip JSON (the columns of :mod:`collector.wire`) over HTTP with
+a bearer token.
 
 One POST to ``/api/v1/ingest`` is one :meth:`Shipper.send`; its :class:`SendResult` says whether the service
 took the batch (200, or 422: valid readings stored, the named ones rejected), refused it for good (any other 4xx:
@@ -117,9 +118,14 @@ class Shipper:
         }
         self._client = client or httpx.Client(timeout=timeout_seconds)
 
+    def body(self, batch: dict[str, list[dict[str, object]]]) -> bytes:
+        """The request body for ``batch`` (:func:`collector.wire.batch_dict` rows): this node's name and the
+        readings as columns (:func:`collector.wire.columnar`), JSON, gzip level 1."""
+        return gzip.compress(orjson.dumps({"node": self.node, **wire.columnar(batch)}), compresslevel=1)
+
     def send(self, batch: dict[str, list[dict[str, object]]]) -> SendResult:
         """POST ``batch`` (:func:`collector.wire.batch_dict` form) once, with this node's name."""
-        body = gzip.compress(orjson.dumps({"node": self.node, **batch}), compresslevel=1)
+        body = self.body(batch)
         count = len(batch["samples"])
         try:
             response = self._client.post(self.url, content=body, headers=self._headers)
@@ -129,9 +135,10 @@ class Shipper:
         if status in (200, 422):
             result = response.json()
             rejected = result.get("rejected", [])
+            count = sum(int(r.get("readings", 1)) for r in rejected)  # a rejected series names its reading count
             if rejected:
-                log.warning("service rejected %d readings, e.g. %s", len(rejected), rejected[:3])
-            return SendResult("delivered", accepted=int(result["accepted"]), rejected=len(rejected))
+                log.warning("service rejected %d readings, e.g. %s", count, rejected[:3])
+            return SendResult("delivered", accepted=int(result["accepted"]), rejected=count)
         reason = f"HTTP {status} {response.text[:200]}"
         if status >= 500 or status == RETRIED_STATUS:
             return SendResult(

@@ -1,24 +1,47 @@
-"""The ingest wire format, version 1: what a collector POSTs to ``/api/v1/ingest``.
+"""The ingest wire format: what a collector POSTs to ``/api/v1/ingest``.
 
 One JSON object per request (optionally gzip-encoded), shared by the collector that writes it and the
-service that validates it::
+service that validates it. A node's readings come in one of two shapes, or both in one batch:
+
+- ``series`` (columns, what the collector sends): per GPU, its timestamps as integer epoch seconds (UTC) and
+  one list per reading field, each as long as ``ts`` (a field absent from the series is null throughout)::
 
     {"node": "gpu-a-01",
      "gpus": [{"uuid": "GPU-…", "index": 0, "model": "NVIDIA H100 80GB HBM3", "memory_total_bytes": 85520809984}],
+     "series": [{"uuid": "GPU-…", "ts": [1795244400, 1795244410], "utilization_ratio": [1.0, 0.97],
+                 "power_watts": [655.1, null], "job_id": ["4000123", "4000123"]}]}
+
+- ``samples`` (rows, version 1 of the format, still accepted): one object per reading, ``ts`` an ISO 8601
+  time that must carry a UTC offset::
+
+    {"node": "gpu-a-01", "gpus": [...],
      "samples": [{"uuid": "GPU-…", "ts": "2026-11-22T07:00:00Z", "utilization_ratio": 1.0, …}]}
 
-Values are base units; a field the GPU does not support is absent (null), never 0. ``ts`` must carry a UTC
-offset. ``job_id`` is the Slurm ``JobIDRaw`` the collector's job map saw on the GPU, when known.
+Values are base units; a field the GPU does not support is absent (null), never 0. Instants are truncated to
+whole seconds. ``job_id`` is the Slurm ``JobIDRaw`` the collector's job map saw on the GPU, when known.
+Columns are about 2.5 times smaller than rows and the service validates them as arrays, which is what makes
+large backlogs cheap to ingest.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
+from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from collector import metric_names as m
 from collector.sample import Sample
+
+INT64_MAX = 2**63 - 1
+LAST_EPOCH_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z, the last instant a datetime can hold
+
+Ratio = Annotated[float, Field(ge=0, le=1)]
+NonNegative = Annotated[float, Field(ge=0)]
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+EpochSecond = Annotated[int, Field(ge=0, le=LAST_EPOCH_SECOND)]
+JobId = Annotated[str, Field(max_length=64)]
 
 
 class GpuInfo(BaseModel):
@@ -28,32 +51,79 @@ class GpuInfo(BaseModel):
     uuid: str = Field(min_length=1, max_length=64)
     index: int = Field(ge=0)
     model: str = Field(min_length=1, max_length=128)
-    memory_total_bytes: int | None = Field(None, ge=0)
+    memory_total_bytes: int | None = Field(None, ge=0, le=INT64_MAX)
 
 
 class GpuReading(BaseModel):
-    """One GPU at one instant. Ratios are 0..1; bytes, watts, joules, °C and Hz as named."""
+    """One GPU at one instant (a row). Ratios are 0..1; bytes, watts, joules, °C and Hz as named."""
 
     model_config = ConfigDict(extra="forbid")
     uuid: str = Field(min_length=1, max_length=64)
     ts: AwareDatetime
-    utilization_ratio: float | None = Field(None, ge=0, le=1)
-    memory_utilization_ratio: float | None = Field(None, ge=0, le=1)
-    memory_used_bytes: int | None = Field(None, ge=0)
-    power_watts: float | None = Field(None, ge=0)
-    energy_joules: float | None = Field(None, ge=0)
+    utilization_ratio: Ratio | None = None
+    memory_utilization_ratio: Ratio | None = None
+    memory_used_bytes: Count | None = None
+    power_watts: NonNegative | None = None
+    energy_joules: NonNegative | None = None
     temperature_celsius: float | None = None
-    sm_clock_hertz: float | None = Field(None, ge=0)
-    clocks_event_reasons: int | None = Field(None, ge=0)
-    job_id: str | None = Field(None, max_length=64)
+    sm_clock_hertz: NonNegative | None = None
+    clocks_event_reasons: Count | None = None
+    job_id: JobId | None = None
+
+
+READING_COLUMNS = (
+    "utilization_ratio", "memory_utilization_ratio", "memory_used_bytes", "power_watts", "energy_joules",
+    "temperature_celsius", "sm_clock_hertz", "clocks_event_reasons", "job_id",
+)  # fmt: skip
+"""The reading fields besides ``uuid`` and ``ts``, in storage order: the columns of a :class:`GpuSeries`."""
+
+
+class GpuSeries(BaseModel):
+    """One GPU's readings as columns: ``ts`` (epoch seconds, UTC) and, per reading field, a list as long as ``ts``
+    (its values in the same units and bounds as :class:`GpuReading`'s; null where not read). A field left out
+    is null for every reading. Infinities and NaN are refused (JSON has neither).
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    uuid: str = Field(min_length=1, max_length=64)
+    ts: list[EpochSecond]
+    utilization_ratio: list[Ratio | None] | None = None
+    memory_utilization_ratio: list[Ratio | None] | None = None
+    memory_used_bytes: list[Count | None] | None = None
+    power_watts: list[NonNegative | None] | None = None
+    energy_joules: list[NonNegative | None] | None = None
+    temperature_celsius: list[float | None] | None = None
+    sm_clock_hertz: list[NonNegative | None] | None = None
+    clocks_event_reasons: list[Count | None] | None = None
+    job_id: list[JobId | None] | None = None
+
+    @model_validator(mode="after")
+    def _columns_as_long_as_ts(self) -> GpuSeries:
+        for name in READING_COLUMNS:
+            column = getattr(self, name)
+            if column is not None and len(column) != len(self.ts):
+                raise ValueError(f"{name} has {len(column)} values for {len(self.ts)} timestamps")
+        return self
 
 
 class IngestBatch(BaseModel):
-    """A node's batch: its GPU inventory and readings."""
+    """A node's batch: its GPU inventory and readings, as rows (``samples``), columns (``series``) or both."""
 
     node: str = Field(min_length=1, max_length=255)
     gpus: list[GpuInfo] = Field(default_factory=list)
-    samples: list[GpuReading]
+    samples: list[GpuReading] = Field(default_factory=list)
+    series: list[GpuSeries] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _carries_readings(self) -> IngestBatch:
+        if not {"samples", "series"} & self.model_fields_set:
+            raise ValueError("a batch carries its readings in samples or series")
+        return self
+
+    @property
+    def reading_count(self) -> int:
+        """Readings in the batch: rows plus the length of every series."""
+        return len(self.samples) + sum(len(s.ts) for s in self.series)
 
 
 _READING_FIELDS: dict[str, str] = {
@@ -116,3 +186,50 @@ def merge_batches(batches: Iterable[dict[str, list[dict[str, object]]]]) -> dict
         inventory.update((gpu["uuid"], gpu) for gpu in batch["gpus"])
         readings.extend(batch["samples"])
     return {"gpus": list(inventory.values()), "samples": readings}
+
+
+def _epoch(value: object) -> int | None:
+    """Epoch seconds of an aware instant (a datetime, or ISO 8601 text as orjson writes it); None otherwise."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        return None
+    return int(value.timestamp())
+
+
+_ROW_KEYS = frozenset({"uuid", "ts", *READING_COLUMNS})
+
+
+def columnar(batch: dict[str, list[dict[str, object]]]) -> dict[str, list[dict[str, Any]]]:
+    """A :func:`batch_dict` (rows) batch as ``{"gpus": [...], "series": [...]}``: per GPU in order of first
+    appearance, its readings in their order, columns that are null throughout left out.
+
+    A reading the columns cannot carry as is (no aware ``ts``, no UUID, an unknown field) stays a row in
+    ``samples``, so that the service judges it and names it in its answer exactly as before.
+    """
+    series: dict[str, dict[str, list[Any]]] = {}
+    rows: list[dict[str, object]] = []
+    for reading in batch["samples"]:
+        uuid, epoch = reading.get("uuid"), _epoch(reading.get("ts"))
+        if not isinstance(uuid, str) or epoch is None or not _ROW_KEYS.issuperset(reading):
+            rows.append(reading)
+            continue
+        columns = series.get(uuid)
+        if columns is None:
+            columns = series[uuid] = {"ts": [], **{name: [] for name in READING_COLUMNS}}
+        columns["ts"].append(epoch)
+        for name in READING_COLUMNS:
+            columns[name].append(reading.get(name))
+    body: dict[str, list[dict[str, Any]]] = {
+        "gpus": batch["gpus"],
+        "series": [
+            {"uuid": uuid, **{name: values for name, values in columns.items() if any(v is not None for v in values)}}
+            for uuid, columns in series.items()
+        ],
+    }
+    if rows:
+        body["samples"] = rows
+    return body

@@ -1,8 +1,17 @@
 """The service's HTTP API (FastAPI): ingest, health and Prometheus metrics.
 
-Ingest policy for a batch with malformed readings: the valid readings are stored and the response is
-``422`` with ``{"accepted": n, "rejected": [{"index": i, "field": "samples[i].name", "error": "…"}]}``; a
-batch-level error (``node``, ``gpus``, not JSON) stores nothing. Collectors do not retry a 422.
+Ingest policy for a batch with malformed readings: the valid readings are stored and the response is ``422``
+with ``{"accepted": n, "rejected": [...]}`` naming each rejected reading:
+
+- a row: ``{"index": i, "field": "samples[i].name", "error": "…"}``;
+- a value in a series: ``{"series": s, "index": k, "field": "series[s].name[k]", "error": "…"}`` (reading k of
+  series s is left out);
+- a whole series (bad ``uuid``, columns of unequal length, …): ``{"series": s, "field": "series[s].uuid",
+  "error": "…", "readings": n}`` (its n readings are left out).
+
+A batch-level error (``node``, ``gpus``, not JSON) stores nothing. Collectors do not retry a 422.
+Decompression, validation and storage run in a worker thread, one database transaction per batch; a
+transaction PostgreSQL aborts to break a deadlock is run again (up to ``DEADLOCK_ATTEMPTS`` tries).
 """
 
 from __future__ import annotations
@@ -13,19 +22,24 @@ import logging
 from typing import Annotated, Any
 
 import orjson
+import psycopg
 from fastapi import FastAPI, Header, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from pydantic import ValidationError
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from collector.wire import IngestBatch
+from collector.wire import READING_COLUMNS, IngestBatch
 from finops.ingest import Ingestor
 from finops.rest import create_router
 
 log = logging.getLogger(__name__)
+
+DEADLOCK_ATTEMPTS = 3
+"""Tries of an ingest transaction that PostgreSQL aborts to break a deadlock (it is then run again whole)."""
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:
@@ -81,18 +95,11 @@ def create_app(
             metrics.requests.labels(code="401").inc()
             raise HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
         body = await request.body()
-        if content_encoding == "gzip":
-            try:
-                body = gzip.decompress(body)
-            except (OSError, EOFError) as exc:
-                return reply(400, {"detail": f"body is not valid gzip: {exc}"})
-        batch, rejected = _validate(body)
-        if batch is None:
-            return reply(422 if rejected else 400, {"accepted": 0, "rejected": rejected, "detail": "batch rejected"})
-        accepted = await run_in_threadpool(_store, sessions, ingestor, batch)
-        metrics.samples.inc(accepted)
-        metrics.rejected.inc(len(rejected))
-        return reply(422 if rejected else 200, {"accepted": accepted, "rejected": rejected})
+        code, answer = await run_in_threadpool(_ingest, sessions, ingestor, body, content_encoding == "gzip")
+        if "detail" not in answer:  # stored: count what was kept and what was left out
+            metrics.samples.inc(answer["accepted"])
+            metrics.rejected.inc(sum(r.get("readings", 1) for r in answer["rejected"]))
+        return reply(code, answer)
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:
@@ -109,9 +116,37 @@ def create_app(
     return app
 
 
-def _store(sessions: sessionmaker[Session], ingestor: Ingestor, batch: IngestBatch) -> int:
-    with sessions.begin() as session:
-        return ingestor.store(session, batch)
+def _ingest(
+    sessions: sessionmaker[Session], ingestor: Ingestor, body: bytes, gzipped: bool
+) -> tuple[int, dict[str, Any]]:
+    """Decompress, validate and store one request body; returns the HTTP status and the answer's JSON."""
+    if gzipped:
+        try:
+            body = gzip.decompress(body)
+        except (OSError, EOFError) as exc:
+            return 400, {"detail": f"body is not valid gzip: {exc}"}
+    batch, rejected = _validate(body)
+    if batch is None:
+        return (422 if rejected else 400), {"accepted": 0, "rejected": rejected, "detail": "batch rejected"}
+    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+        try:
+            with sessions.begin() as session:
+                accepted = ingestor.store(session, batch)
+            break
+        except (OperationalError, psycopg.errors.DeadlockDetected) as exc:
+            deadlock = isinstance(getattr(exc, "orig", exc), psycopg.errors.DeadlockDetected)
+            if not deadlock or attempt == DEADLOCK_ATTEMPTS:
+                raise
+            log.info("ingest transaction chosen as a deadlock victim (attempt %d); running it again", attempt)
+    return (422 if rejected else 200), {"accepted": accepted, "rejected": rejected}
+
+
+_SERIES_VALUES = frozenset({"ts", *READING_COLUMNS})
+
+
+def _series_length(item: object) -> int:
+    ts = item.get("ts") if isinstance(item, dict) else None
+    return len(ts) if isinstance(ts, list) else 0
 
 
 def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]]]:
@@ -120,14 +155,53 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]]]:
         return IngestBatch.model_validate_json(body), []
     except ValidationError as exc:
         errors = exc.errors()
-    rejected = [
-        {"index": e["loc"][1], "field": _field_path(e["loc"]), "error": e["msg"]}
-        for e in errors
-        if len(e["loc"]) >= 2 and e["loc"][0] == "samples" and isinstance(e["loc"][1], int)
-    ]
-    if len(rejected) != len(errors):
-        return None, [{"field": _field_path(e["loc"]), "error": e["msg"]} for e in errors]
+    rejected: list[dict[str, Any]] = []
+    bad_rows: set[int] = set()
+    bad_values: dict[int, set[int]] = {}
+    bad_series: dict[int, dict[str, Any]] = {}
+    for error in errors:
+        loc, entry = error["loc"], {"field": _field_path(error["loc"]), "error": error["msg"]}
+        if len(loc) >= 2 and loc[0] == "samples" and isinstance(loc[1], int):
+            rejected.append({"index": loc[1], **entry})
+            bad_rows.add(loc[1])
+        elif len(loc) == 4 and loc[0] == "series" and isinstance(loc[1], int) and loc[2] in _SERIES_VALUES \
+                and isinstance(loc[3], int):  # fmt: skip
+            rejected.append({"series": loc[1], "index": loc[3], **entry})
+            bad_values.setdefault(loc[1], set()).add(loc[3])
+        elif len(loc) >= 2 and loc[0] == "series" and isinstance(loc[1], int):
+            bad_series.setdefault(loc[1], {"series": loc[1], **entry})
+        else:
+            return None, [{"field": _field_path(e["loc"]) or "batch", "error": e["msg"]} for e in errors]
     data = orjson.loads(body)
-    bad = {r["index"] for r in rejected}
-    data["samples"] = [s for i, s in enumerate(data["samples"]) if i not in bad]
-    return IngestBatch.model_validate(data), rejected
+    series = data.get("series") or []
+    for index, item in enumerate(series):
+        # Unequal column lengths are judged only once every value passed: judge them here too.
+        length = _series_length(item)
+        for name in READING_COLUMNS:
+            column = item.get(name) if isinstance(item, dict) else None
+            if index not in bad_series and isinstance(column, list) and len(column) != length:
+                message = f"Value error, {name} has {len(column)} values for {length} timestamps"
+                bad_series[index] = {"series": index, "field": f"series[{index}]", "error": message}
+    for index, entry in sorted(bad_series.items()):
+        rejected.append({**entry, "readings": _series_length(series[index])})
+    if bad_rows:
+        data["samples"] = [s for i, s in enumerate(data["samples"]) if i not in bad_rows]
+    if series:
+        data["series"] = [
+            _without(item, bad_values.get(index, set())) for index, item in enumerate(series) if index not in bad_series
+        ]
+    try:
+        return IngestBatch.model_validate(data), rejected
+    except ValidationError as exc:  # not expected: whatever is left is refused as a whole
+        return None, [{"field": _field_path(e["loc"]) or "batch", "error": e["msg"]} for e in exc.errors()]
+
+
+def _without(item: dict[str, Any], positions: set[int]) -> dict[str, Any]:
+    """A series object without the readings at ``positions``."""
+    if not positions:
+        return item
+    return {
+        key: [v for k, v in enumerate(value) if k not in positions] if key in _SERIES_VALUES and isinstance(value, list)
+        else value
+        for key, value in item.items()
+    }  # fmt: skip

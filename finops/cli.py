@@ -137,6 +137,32 @@ def db_upgrade() -> None:
     typer.echo(f"database at migration {current_revision(engine)}")
 
 
+@db_app.command("prune-samples")
+def db_prune_samples(
+    retention_days: Annotated[
+        int | None, typer.Option(min=1, help="Days of samples to keep (default: FINOPS_SAMPLE_RETENTION_DAYS).")
+    ] = None,
+) -> None:
+    """Drop raw GPU samples older than the retention (whole days; hours awaiting a ledger rebuild keep theirs).
+
+    PostgreSQL drops whole day partitions of gpu_samples; SQLite deletes the rows. The ledger is kept.
+    """
+    from finops.db import session_factory
+    from finops.partitions import prune_samples
+    from finops.timeutil import utc_now
+
+    settings = _settings()
+    days = retention_days if retention_days is not None else settings.sample_retention_days
+    with session_factory(_engine(settings)).begin() as session:
+        pruned = prune_samples(session, days, utc_now())
+    if pruned.rows is None:
+        typer.echo(f"samples before {pruned.before.isoformat()} removed: {len(pruned.partitions)} day partitions")
+    else:
+        typer.echo(f"samples before {pruned.before.isoformat()} removed: {pruned.rows} rows")
+    for name in pruned.partitions:
+        typer.echo(f"  dropped {name}")
+
+
 @db_app.command("current")
 def db_current() -> None:
     """Print the migration the database is at."""
@@ -216,6 +242,7 @@ def scheduler(
         settings.rollup_interval_seconds,
         prometheus=_prometheus_pull(settings),
         sacct=_scheduled_sacct(settings),
+        sample_retention_days=settings.sample_retention_days,
     )
     start_http_server(metrics_port, addr=metrics_address, registry=registry)
     try:

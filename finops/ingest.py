@@ -1,33 +1,53 @@
-"""Storing collector batches: GPU inventory upsert, idempotent sample insert, dirty-hour marking."""
+"""Storing collector batches: GPU inventory upsert, idempotent sample insert, dirty-hour marking.
+
+A batch's readings, rows or columns (:mod:`collector.wire`), become ``gpu_samples`` rows without a Python
+object per reading for columns: each series is zipped straight into row tuples and written by one binary
+``COPY`` (:func:`finops.dialect.bulk_insert_ignoring_conflicts`). On PostgreSQL the day partitions the rows
+fall in are made first when missing (:class:`finops.partitions.PartitionCache`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain, repeat
+from typing import Any
 
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+import psycopg
+from sqlalchemy import event, select, update
+from sqlalchemy.orm import Session, SessionTransaction
 
-from collector.wire import GpuInfo, IngestBatch
-from finops.dialect import bulk_insert_ignoring_conflicts
+from collector.wire import READING_COLUMNS, GpuInfo, GpuSeries, IngestBatch
+from finops.dialect import bulk_insert_ignoring_conflicts, insert_ignoring_conflicts
 from finops.hours import mark_hours_dirty
 from finops.models import Gpu, GpuSample, Node
-from finops.rows import get_or_create
-from finops.timeutil import HOUR, from_epoch, to_epoch
+from finops.partitions import DAY, PartitionCache
+from finops.timeutil import HOUR, to_epoch
 
-SAMPLE_COLUMNS = (
-    "gpu_id", "ts", "utilization_ratio", "memory_utilization_ratio", "memory_used_bytes", "power_watts",
-    "energy_joules", "temperature_celsius", "sm_clock_hertz", "clocks_event_reasons", "job_id",
-)  # fmt: skip
+SAMPLE_COLUMNS = ("gpu_id", "ts", *READING_COLUMNS)
+"""``gpu_samples`` columns in the order of the row tuples ingest writes."""
+
+_HOUR_OF = HOUR.__rfloordiv__  # epoch seconds -> hour number, mapped over a series in C
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _KnownGpu:
     gpu_id: int
     in_service_from: int
 
 
+def _series_rows(series: GpuSeries, gpu_id: int) -> Iterator[tuple[Any, ...]]:
+    n = len(series.ts)
+    columns: list[Iterable[Any]] = [repeat(gpu_id, n), series.ts]
+    for name in READING_COLUMNS:
+        column = getattr(series, name)
+        columns.append(repeat(None, n) if column is None else column)
+    return zip(*columns, strict=False)
+
+
 class Ingestor:
-    """Stores batches; keeps a cache of known GPUs so a steady stream costs no inventory queries.
+    """Stores batches; keeps a cache of known GPUs and of existing day partitions so that a steady stream costs
+    no inventory or catalog queries.
 
     One instance per process. ``store`` is idempotent: a sample is unique on (GPU, timestamp) and a
     replayed batch adds no rows.
@@ -35,61 +55,144 @@ class Ingestor:
 
     def __init__(self) -> None:
         self._gpus: dict[str, _KnownGpu] = {}
+        self._partitions = PartitionCache()
 
     def store(self, session: Session, batch: IngestBatch) -> int:
-        """Store ``batch`` in the caller's transaction; returns how many readings it carried.
+        """Store ``batch`` in the caller's transaction; returns how many readings it carried (those already stored
+        included).
 
-        Readings of a GPU missing from both the batch's ``gpus`` and the database raise KeyError naming it.
+        Registers the batch's GPUs (nodes and GPUs by insert-or-ignore, so collectors registering the same new GPU
+        at once both succeed), moves a GPU's ``in_service_from`` back to its earliest reading, marks the UTC hours
+        the readings fall in dirty for the ledger. Readings of a GPU missing from both the batch's ``gpus`` and the
+        database raise KeyError naming it. What this instance caches about GPUs is updated only once the
+        transaction commits, so a rolled-back batch leaves no trace in it.
+
+        On PostgreSQL, locks are taken in one order, ``gpu_samples`` before ``gpus``, so that a transaction making
+        a day partition (which locks both) and one registering GPUs cannot deadlock: missing partitions are made
+        first, and a transaction about to write ``gpus`` takes ``gpu_samples`` in ROW EXCLUSIVE mode before.
         """
         first_seen: dict[str, int] = {}
-        hours: set[int] = set()
-        epochs = []
-        for reading in batch.samples:
-            ts = to_epoch(reading.ts)
-            epochs.append(ts)
-            hours.add(ts - ts % HOUR)
+        hour_numbers: set[int] = set()  # epoch // 3600
+        for series in batch.series:
+            if series.ts:
+                earliest = min(series.ts)
+                if earliest < first_seen.get(series.uuid, earliest + 1):
+                    first_seen[series.uuid] = earliest
+                hour_numbers.update(set(map(_HOUR_OF, series.ts)))
+        epochs = [to_epoch(reading.ts) for reading in batch.samples]
+        for reading, ts in zip(batch.samples, epochs, strict=True):
+            hour_numbers.add(ts // HOUR)
             if ts < first_seen.get(reading.uuid, ts + 1):
                 first_seen[reading.uuid] = ts
+        if not first_seen:
+            return 0
+        hours = {number * HOUR for number in hour_numbers}
+        days = {hour - hour % DAY for hour in hours}
+        self._partitions.ensure(session, days)
         gpu_ids = self._register(session, batch.node, batch.gpus, first_seen)
-        rows = [
-            (
-                gpu_ids[r.uuid], ts, r.utilization_ratio, r.memory_utilization_ratio, r.memory_used_bytes,
-                r.power_watts, r.energy_joules, r.temperature_celsius, r.sm_clock_hertz, r.clocks_event_reasons,
-                r.job_id,
+        rows = list(
+            chain(
+                chain.from_iterable(_series_rows(s, gpu_ids[s.uuid]) for s in batch.series),
+                (
+                    (
+                        gpu_ids[r.uuid], ts, r.utilization_ratio, r.memory_utilization_ratio, r.memory_used_bytes,
+                        r.power_watts, r.energy_joules, r.temperature_celsius, r.sm_clock_hertz,
+                        r.clocks_event_reasons, r.job_id,
+                    )
+                    for r, ts in zip(batch.samples, epochs, strict=True)
+                ),
             )
-            for r, ts in zip(batch.samples, epochs, strict=True)
-        ]  # fmt: skip
-        bulk_insert_ignoring_conflicts(session, GpuSample.__table__, SAMPLE_COLUMNS, rows)  # type: ignore[arg-type]
+        )  # fmt: skip
+        self._insert(session, rows, days)
         mark_hours_dirty(session, hours)
         return len(rows)
+
+    def _insert(self, session: Session, rows: list[tuple[Any, ...]], days: set[int]) -> None:
+        table: Any = GpuSample.__table__
+        try:
+            bulk_insert_ignoring_conflicts(session, table, SAMPLE_COLUMNS, rows)
+        except psycopg.errors.CheckViolation:
+            # "no partition of relation gpu_samples found for row": a cached partition is gone (dropped by the
+            # retention job, or its creating transaction rolled back). Ask the catalog again and retry once.
+            self._partitions.forget()
+            self._partitions.ensure(session, days)
+            bulk_insert_ignoring_conflicts(session, table, SAMPLE_COLUMNS, rows)
 
     def _register(
         self, session: Session, hostname: str, inventory: list[GpuInfo], first_seen: dict[str, int]
     ) -> dict[str, int]:
-        infos = {info.uuid: info for info in inventory}
+        uuids = sorted(first_seen)  # one order in every transaction: concurrent registrations cannot deadlock
+        unknown = [uuid for uuid in uuids if uuid not in self._gpus]
+        if unknown or any(first_seen[uuid] < self._gpus[uuid].in_service_from for uuid in uuids if uuid in self._gpus):
+            self._partitions.lock_parent(session)
+        changed: dict[str, _KnownGpu] = {}
+        if unknown:
+            infos = {info.uuid: info for info in inventory}
+            changed.update(self._load_or_create(session, hostname, unknown, infos, first_seen))
         ids: dict[str, int] = {}
-        for uuid, seen in first_seen.items():
-            known = self._gpus.get(uuid)
-            if known is None:
-                known = self._load_or_create(session, hostname, uuid, infos.get(uuid), seen)
-                self._gpus[uuid] = known
+        for uuid in uuids:
+            seen, known = first_seen[uuid], changed.get(uuid) or self._gpus[uuid]
             if seen < known.in_service_from:
                 session.execute(update(Gpu).where(Gpu.id == known.gpu_id).values(in_service_from=seen))
-                known.in_service_from = seen
+                known = changed[uuid] = _KnownGpu(known.gpu_id, seen)
             ids[uuid] = known.gpu_id
+        if changed:
+            self._remember_on_commit(session, changed)
         return ids
 
+    def _remember_on_commit(self, session: Session, changed: dict[str, _KnownGpu]) -> None:
+        """Cache ``changed`` once the session's transaction commits; forget it if the transaction ends otherwise."""
+        key = ("finops.ingest.pending", id(self))
+        pending: dict[str, _KnownGpu] | None = session.info.get(key)
+        if pending is None:
+            pending = session.info[key] = {}
+
+            def committed(_session: Session) -> None:
+                self._gpus.update(pending)
+
+            def ended(_session: Session, transaction: SessionTransaction) -> None:
+                if transaction.parent is None:
+                    pending.clear()
+
+            event.listen(session, "after_commit", committed)
+            event.listen(session, "after_transaction_end", ended)
+        pending.update(changed)
+
     @staticmethod
-    def _load_or_create(session: Session, hostname: str, uuid: str, info: GpuInfo | None, seen: int) -> _KnownGpu:
-        gpu = session.scalars(select(Gpu).where(Gpu.uuid == uuid)).one_or_none()
-        if gpu is None:
-            if info is None:
+    def _load_or_create(
+        session: Session, hostname: str, uuids: list[str], infos: dict[str, GpuInfo], first_seen: dict[str, int]
+    ) -> dict[str, _KnownGpu]:
+        """The GPUs of ``uuids`` (sorted): found, or registered on ``hostname`` at their ``infos`` index. A GPU
+        already known at that slot (from a job's placement, or a replaced board) takes the UUID, model and
+        memory; otherwise a new row enters service at its first reading. Insert-or-ignore, then read: safe
+        against a concurrent registration of the same GPUs."""
+
+        def load(wanted: list[str]) -> dict[str, _KnownGpu]:
+            query = select(Gpu.uuid, Gpu.id, Gpu.in_service_from).where(Gpu.uuid.in_(wanted))
+            return {row.uuid: _KnownGpu(row.id, to_epoch(row.in_service_from)) for row in session.execute(query)}
+
+        found = load(uuids)
+        missing = [uuid for uuid in uuids if uuid not in found]
+        if not missing:
+            return found
+        for uuid in missing:
+            if uuid not in infos:
                 raise KeyError(f"samples for GPU {uuid}, which is neither in the batch's gpus nor known")
-            node = get_or_create(session, Node, hostname=hostname)
-            gpu = session.scalars(select(Gpu).where(Gpu.node_id == node.id, Gpu.gpu_index == info.index)).one_or_none()
-            if gpu is None:
-                gpu = Gpu(node_id=node.id, gpu_index=info.index, in_service_from=from_epoch(seen))
-                session.add(gpu)
-            gpu.uuid, gpu.model, gpu.memory_total_bytes = uuid, info.model, info.memory_total_bytes
-            session.flush()
-        return _KnownGpu(gpu.id, to_epoch(gpu.in_service_from))
+        insert_ignoring_conflicts(session, Node.__table__, [{"hostname": hostname}])  # type: ignore[arg-type]
+        node_id = session.scalars(select(Node.id).where(Node.hostname == hostname)).one()
+        described = {
+            uuid: {"uuid": uuid, "model": infos[uuid].model, "memory_total_bytes": infos[uuid].memory_total_bytes}
+            for uuid in missing
+        }
+        rows = [
+            {"node_id": node_id, "gpu_index": infos[uuid].index, "in_service_from": first_seen[uuid], **described[uuid]}
+            for uuid in missing
+        ]
+        insert_ignoring_conflicts(session, Gpu.__table__, rows)  # type: ignore[arg-type]
+        found.update(load(missing))
+        for uuid in missing:
+            if uuid not in found:  # the slot was known without this UUID: it takes it
+                slot = (Gpu.node_id == node_id) & (Gpu.gpu_index == infos[uuid].index)
+                session.execute(update(Gpu).where(slot).values(**described[uuid]))
+                found.update(load([uuid]))
+        return found

@@ -79,9 +79,13 @@ class Gpu(Base):
 
 
 class GpuSample(Base):
-    """One GPU reading at one instant (base units). Unique on (GPU, timestamp): replays add nothing."""
+    """One GPU reading at one instant (base units). Unique on (GPU, timestamp): replays add nothing.
+
+    On PostgreSQL partitioned by day on ``ts`` (:mod:`finops.partitions`, migration 0003).
+    """
 
     __tablename__ = "gpu_samples"
+    __table_args__ = ({"postgresql_partition_by": "RANGE (ts)"},)
     gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"), primary_key=True)
     ts: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True)
     utilization_ratio: Mapped[float | None] = mapped_column(Float)

@@ -20,6 +20,7 @@ from finops.catalog_store import pricing_in_force
 from finops.cost_metrics import CostMetrics
 from finops.idle import IdlePolicy, detect_idle
 from finops.ledger import Pricing, rollup
+from finops.partitions import Pruned, create_upcoming_partitions, prune_samples
 from finops.placement import reconcile_job_map
 from finops.timeutil import to_epoch, utc_now
 
@@ -51,6 +52,21 @@ def run_rollup(sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePo
     return hours, episodes
 
 
+def run_sample_maintenance(sessions: sessionmaker[Session], retention_days: int) -> Pruned:
+    """Daily upkeep of raw samples: make today's and the next two days' partitions (PostgreSQL), then drop the
+    samples older than ``retention_days`` (:func:`finops.partitions.prune_samples`). One transaction each.
+
+    Returns what was pruned.
+    """
+    now = utc_now()
+    with sessions.begin() as session:
+        create_upcoming_partitions(session, now)
+    with sessions.begin() as session:
+        pruned = prune_samples(session, retention_days, now)
+    log.info("sample retention: samples before %s removed", pruned.before.isoformat())
+    return pruned
+
+
 def start_scheduler(
     sessions: sessionmaker[Session],
     pricing: Pricing,
@@ -59,10 +75,24 @@ def start_scheduler(
     rollup_interval_seconds: int,
     prometheus: ScheduledPull | None = None,
     sacct: ScheduledSacct | None = None,
+    sample_retention_days: int | None = None,
 ) -> BackgroundScheduler:
     """Start the background scheduler with the rollup and cost-metrics jobs (and the Prometheus pull, if given, at the
-    same interval; and the sacct import, if given, at its own); the caller shuts it down."""
+    same interval; and the sacct import, if given, at its own); the caller shuts it down.
+
+    With ``sample_retention_days``, also :func:`run_sample_maintenance` at start and then every 24 hours."""
     scheduler = BackgroundScheduler(timezone="UTC")
+    if sample_retention_days is not None:
+        scheduler.add_job(
+            run_sample_maintenance,
+            "interval",
+            hours=24,
+            args=[sessions, sample_retention_days],
+            id="sample_maintenance",
+            max_instances=1,
+            coalesce=True,
+            next_run_time=utc_now(),
+        )
     if sacct is not None:
         scheduler.add_job(
             sacct.run,

@@ -47,6 +47,12 @@ class Settings(BaseSettings):
     )
     shared_data: Path = Field(Path("../shared/data"), description="Folder of real third-party traces.")
     rollup_interval_seconds: int = Field(300, gt=0, description="How often the scheduler rolls up the ledger.")
+    sample_retention_days: int = Field(
+        35,
+        ge=1,
+        description="Days of raw GPU samples kept (whole UTC days before today); older ones are dropped daily. "
+        "Hours still waiting for a ledger rebuild keep theirs. The ledger is kept.",
+    )
     prometheus_url: str = Field(
         "", description="Prometheus to pull dcgm-exporter telemetry from every rollup interval; empty: no pull."
     )

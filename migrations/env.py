@@ -5,6 +5,7 @@ from __future__ import annotations
 from alembic import context
 
 from finops.models import Base
+from finops.partitions import include_name
 
 config = context.config
 engine = config.attributes["engine"]
@@ -14,6 +15,7 @@ with engine.begin() as connection:
         connection=connection,
         target_metadata=Base.metadata,
         render_as_batch=connection.dialect.name == "sqlite",
+        include_name=include_name,  # the day partitions of gpu_samples are made at run time, not by migrations
     )
     with context.begin_transaction():
         context.run_migrations()

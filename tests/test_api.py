@@ -9,8 +9,9 @@ import orjson
 import pytest
 from sqlalchemy import func, select
 
+from collector.shipper import Shipper
 from finops.api import create_app
-from finops.models import Gpu, GpuSample
+from finops.models import DirtyHour, Gpu, GpuSample
 from tests.servers import running
 
 TOKEN = "s3cret-token"
@@ -98,3 +99,96 @@ def test_metrics_count_stored_and_rejected_readings(service: str) -> None:
     assert "gpufinops_ingest_samples_total 1.0" in text
     assert "gpufinops_ingest_rejected_samples_total 1.0" in text
     assert httpx.get(f"{service}/healthz").json() == {"status": "ok"}
+
+
+def _series_batch() -> dict[str, object]:
+    """Two GPUs as columns, three readings each (2026-03-02T10:00Z and 10 s, 20 s later)."""
+    other = {**GPU, "uuid": "GPU-99999999-2222-3333-4444-555555555555", "index": 1}
+    t0 = 1772445600
+    return {
+        "node": "gpu-a-01",
+        "gpus": [GPU, other],
+        "series": [
+            {
+                "uuid": gpu["uuid"],
+                "ts": [t0, t0 + 10, t0 + 20],
+                "utilization_ratio": [0.5, 0.25, None],
+                "memory_used_bytes": [2**36, 2**36, 0],
+                "power_watts": [650.5, 640.0, 100.0],
+                "clocks_event_reasons": [0, 4, 4],
+                "job_id": ["4000123", "4000123", None],
+            }
+            for gpu in (GPU, other)
+        ],
+    }
+
+
+def test_columns_are_stored_as_rows(service: str, sessions) -> None:  # type: ignore[no-untyped-def]
+    response = _post(service, _series_batch())
+    assert response.status_code == 200 and response.json() == {"accepted": 6, "rejected": []}
+    assert _post(service, _series_batch()).json() == {"accepted": 6, "rejected": []}, "a replay is taken"
+    assert _count(sessions) == 6
+    with sessions() as session:
+        row = session.execute(
+            select(GpuSample).join(Gpu).where(Gpu.gpu_index == 1).order_by(GpuSample.ts.desc()).limit(1)
+        ).scalar_one()
+        dirty = session.scalars(select(DirtyHour.hour)).all()
+    assert row.ts.isoformat() == "2026-03-02T10:00:20+00:00"
+    assert (row.utilization_ratio, row.memory_used_bytes, row.power_watts, row.clocks_event_reasons, row.job_id) == (
+        None, 0, 100.0, 4, None,
+    )  # fmt: skip
+    assert (row.energy_joules, row.temperature_celsius) == (None, None), "a column left out is null"
+    assert [hour.isoformat() for hour in dirty] == ["2026-03-02T10:00:00+00:00"]
+
+
+def test_rows_and_columns_in_one_batch(service: str, sessions) -> None:  # type: ignore[no-untyped-def]
+    batch = {**_series_batch(), "samples": _batch(2)["samples"]}  # GPU 0 at 10:00:00 both as a row and in a column
+    assert _post(service, batch).json() == {"accepted": 8, "rejected": []}
+    assert _count(sessions) == 7, "the reading carried twice is stored once"
+
+
+def test_malformed_values_in_a_series_are_named_and_the_rest_stored(service: str, sessions) -> None:  # type: ignore[no-untyped-def]
+    batch = _series_batch()
+    first, second = batch["series"]  # type: ignore[misc]
+    first["utilization_ratio"][1] = 7.5
+    first["ts"][2] = "soon"
+    second["power_watts"] = [1.0, 2.0]  # two values for three timestamps: the whole series is refused
+    response = _post(service, batch)
+    assert response.status_code == 422
+    body = response.json()
+    assert body["accepted"] == 1
+    assert sorted((r["field"], r.get("index"), r.get("readings")) for r in body["rejected"]) == [
+        ("series[0].ts[2]", 2, None),
+        ("series[0].utilization_ratio[1]", 1, None),
+        ("series[1]", None, 3),
+    ]
+    assert "2 values for 3 timestamps" in next(r["error"] for r in body["rejected"] if r.get("readings"))
+    assert _count(sessions) == 1
+    metrics = httpx.get(f"{service}/metrics").text
+    assert "gpufinops_ingest_rejected_samples_total 5.0" in metrics
+
+
+def test_a_series_with_a_bad_uuid_is_refused_whole(service: str, sessions) -> None:  # type: ignore[no-untyped-def]
+    batch = _series_batch()
+    batch["series"][1]["uuid"] = ""  # type: ignore[index]
+    body = _post(service, batch).json()
+    assert body["accepted"] == 3
+    assert [(r["field"], r["readings"]) for r in body["rejected"]] == [("series[1].uuid", 3)]
+    assert _count(sessions) == 3
+
+
+def test_a_batch_without_readings_is_refused(service: str, sessions) -> None:  # type: ignore[no-untyped-def]
+    response = _post(service, {"node": "gpu-a-01", "gpus": [GPU]})
+    assert response.status_code == 422
+    assert response.json()["rejected"][0]["field"] == "batch"
+    assert _count(sessions) == 0
+
+
+def test_what_the_shipper_sends_is_stored_and_odd_readings_are_named(service: str, sessions) -> None:  # type: ignore[no-untyped-def]
+    rows = _batch(3)
+    rows["samples"][2]["ts"] = "2026-03-02T10:02:00"  # type: ignore[index]  # no UTC offset: stays a row
+    shipper = Shipper(service, TOKEN, "gpu-a-01")
+    result = shipper.send({"gpus": rows["gpus"], "samples": rows["samples"]})  # type: ignore[dict-item]
+    shipper.close()
+    assert (result.outcome, result.accepted, result.rejected) == ("delivered", 2, 1)
+    assert _count(sessions) == 2

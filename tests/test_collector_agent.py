@@ -96,9 +96,10 @@ def test_shipper_retries_5xx_and_sends_gzip_json_with_the_token() -> None:
     body = orjson.loads(gzip.decompress(seen[0].content))
     assert body["node"] == "gpu-a-01"
     assert body["gpus"] == [{"uuid": "GPU-1", "index": 0, "model": "NVIDIA H100 80GB HBM3", "memory_total_bytes": 8}]
-    assert body["samples"] == [
-        {"uuid": "GPU-1", "ts": "2026-03-01T00:00:00+00:00", "utilization_ratio": 0.5, "job_id": "77"}
+    assert body["series"] == [
+        {"uuid": "GPU-1", "ts": [1772323200], "utilization_ratio": [0.5], "job_id": ["77"]}  # 2026-03-01T00:00Z
     ]
+    assert "samples" not in body
 
 
 def test_shipper_does_not_retry_a_refused_batch() -> None:

@@ -11,6 +11,7 @@ from alembic.migration import MigrationContext
 
 from finops.db import NotMigratedError, current_revision, head_revision, make_engine, require_migrated, upgrade
 from finops.models import Base
+from finops.partitions import include_name
 
 
 def test_upgrade_is_idempotent_and_gate_opens(database_url: str) -> None:
@@ -26,7 +27,8 @@ def test_upgrade_is_idempotent_and_gate_opens(database_url: str) -> None:
 
 def test_models_and_migrations_agree(engine) -> None:  # type: ignore[no-untyped-def]
     with engine.connect() as connection:
-        differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+        context = MigrationContext.configure(connection, opts={"include_name": include_name})
+        differences = compare_metadata(context, Base.metadata)
     assert differences == []
 
 

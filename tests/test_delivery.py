@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -29,6 +30,11 @@ def _cycle(second: int, gpus: int = 8) -> list[Sample]:
     ]
 
 
+def _readings(batch: dict[str, Any]) -> int:
+    """Readings in a request body: the length of each series plus any rows."""
+    return sum(len(series["ts"]) for series in batch.get("series", [])) + len(batch.get("samples", []))
+
+
 class Service:
     """A MockTransport handler answering with the queued status codes (then 200), recording every batch."""
 
@@ -42,7 +48,7 @@ class Service:
         self.batches.append(batch)
         code = self.codes.pop(0) if self.codes else 200
         if code == 200:
-            return httpx.Response(200, json={"accepted": len(batch["samples"]), "rejected": []})
+            return httpx.Response(200, json={"accepted": _readings(batch), "rejected": []})
         return httpx.Response(code, json={"detail": "no"}, headers=self.headers if code == 429 else {})
 
 
@@ -85,12 +91,16 @@ def test_a_backlog_is_sent_in_merged_batches_in_order(tmp_path: Path) -> None:
         delivery.enqueue(_cycle(second))
     while delivery.send_next() is not None:
         pass
-    assert [len(batch["samples"]) for batch in service.batches] == [16, 8]  # type: ignore[arg-type]
+    assert [_readings(batch) for batch in service.batches] == [16, 8]
     first = service.batches[0]
     assert first["node"] == "gpu-a-01"
     assert len(first["gpus"]) == 8, "the inventory is merged by UUID"  # type: ignore[arg-type]
-    timestamps = [s["ts"] for b in service.batches for s in b["samples"]]  # type: ignore[attr-defined]
-    assert timestamps == sorted(timestamps)
+    assert "samples" not in first, "every reading travels in a series"
+    second = int(T0.timestamp())
+    assert [(s["uuid"], s["ts"]) for s in first["series"]] == [  # type: ignore[attr-defined]
+        (f"GPU-{i}", [second, second + 1]) for i in range(8)
+    ]
+    assert [s["ts"] for s in service.batches[1]["series"]] == [[second + 2]] * 8  # type: ignore[attr-defined]
 
 
 def test_mig_instances_and_lost_gpus_are_not_shipped(tmp_path: Path) -> None:
@@ -102,7 +112,7 @@ def test_mig_instances_and_lost_gpus_are_not_shipped(tmp_path: Path) -> None:
     lost = Sample("gpu", lost.labels, {"gpufinops_gpu_up": 0.0}, T0)
     assert delivery.enqueue([whole, mig, lost]) == 1
     delivery.send_next()
-    assert [s["uuid"] for s in service.batches[0]["samples"]] == ["GPU-0"]  # type: ignore[index]
+    assert [s["uuid"] for s in service.batches[0]["series"]] == ["GPU-0"]  # type: ignore[index]
 
 
 def test_retry_after_as_an_http_date() -> None:
