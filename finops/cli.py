@@ -844,5 +844,48 @@ def demo(
     raise typer.Exit(run_demo(options))
 
 
+export_app = typer.Typer(help="Export the ledger in standard cost formats.", no_args_is_help=True)
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("focus")
+def export_focus_command(
+    start: Annotated[str, typer.Option(help="First hour, ISO 8601 on a whole hour (UTC if no offset).")],
+    end: Annotated[str, typer.Option(help="End hour (exclusive), ISO 8601 on a whole hour.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="FILE.csv or FILE.parquet to write.")],
+    provider: Annotated[
+        str, typer.Option(help="ProviderName, PublisherName and InvoiceIssuerName: who runs the GPUs.")
+    ] = "GPU cluster",
+    billing_account: Annotated[str, typer.Option(help="BillingAccountId and BillingAccountName.")] = "gpu-cluster",
+    region: Annotated[str | None, typer.Option(help="RegionId and RegionName (default: null).")] = None,
+) -> None:
+    """FinOps FOCUS 1.2 cost and usage rows for ledger hours [start, end): one per GPU, hour and holder,
+    unallocated capacity included, so the BilledCost adds up to the ledger's allocated cost."""
+    from finops.catalog_store import pricing_in_force
+    from finops.db import session_factory
+    from finops.focus import FocusAccount, FocusExportError, check_period, export_focus, output_format
+
+    try:
+        output_format(output)
+    except FocusExportError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--output/-o") from exc
+    begin, finish = _instant(start, "--start"), _instant(end, "--end")
+    try:
+        check_period(begin, finish)
+    except FocusExportError as exc:
+        hint = "--start" if str(exc).startswith("start") else "--end"
+        raise typer.BadParameter(str(exc), param_hint=hint) from exc
+    settings = _settings()
+    account = FocusAccount(provider=provider, billing_account=billing_account, region=region)
+    with session_factory(_engine(settings))() as session:
+        try:
+            done = export_focus(session, begin, finish, pricing_in_force(session, _pricing(settings)), output, account)
+        except FocusExportError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from exc
+    total = f"{done.billed_cost:f} {done.currency}" if done.currency else "0"
+    typer.echo(f"{done.rows} FOCUS 1.2 rows written to {output}; BilledCost total {total}")
+
+
 if __name__ == "__main__":
     app()
