@@ -1,12 +1,16 @@
 """Service settings, read from the environment (prefix ``FINOPS_``) by pydantic-settings.
 
 Secrets can also come from a file: ``FINOPS_INGEST_TOKEN_FILE=/run/secrets/token`` reads the token from
-that file. Setting both the value and the ``_FILE`` variant is an error. Secrets are never logged.
+that file. Setting both the value and the ``_FILE`` variant is an error. Secrets are never logged: they are
+:class:`pydantic.SecretStr`, shown as ``**********``. The Slack webhooks are a JSON object of name → URL
+(``{"vision": "https://hooks.slack.com/services/…"}``), in the variable or in its file.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -19,7 +23,7 @@ DEFAULT_DATA_DIR = Path("data")
 class Settings(BaseSettings):
     """All service settings. Each field is ``FINOPS_<NAME>`` in the environment."""
 
-    model_config = SettingsConfigDict(env_prefix="FINOPS_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="FINOPS_", extra="ignore", hide_input_in_errors=True)
 
     data_dir: Path = Field(DEFAULT_DATA_DIR, description="Directory for the embedded SQLite database.")
     database_url: str = Field(
@@ -68,10 +72,47 @@ class Settings(BaseSettings):
     )
     sacct_lookback_seconds: int = Field(86400, gt=0, description="How far back the first sacct run reads.")
     sacct_timeout_seconds: float = Field(300.0, gt=0, description="A sacct run taking longer fails.")
+    collector_interval_seconds: float = Field(
+        10.0, gt=0, description="Seconds between a collector's readings (alerts: a node silent 3 intervals is silent)."
+    )
+    alert_rules: Path | None = Field(
+        None, description="YAML file of alert rules and routes (format: README, Alerts); default: the rules in code."
+    )
+    alert_slack_webhooks: dict[str, SecretStr] | None = Field(
+        None, description='Slack incoming webhooks by name, JSON: {"vision": "https://hooks.slack.com/services/…"}.'
+    )
+    alert_slack_webhooks_file: Path | None = Field(None, description="File holding the Slack webhooks JSON object.")
+    alert_webhook_hosts: list[str] = Field(
+        default_factory=lambda: ["hooks.slack.com"], description="Host names webhooks may point to (JSON list)."
+    )
+    alert_webhook_allow_private: bool = Field(
+        False, description="Allow webhooks on loopback, link-local or private addresses (and plain http there)."
+    )
+    alert_smtp_host: str = Field("", description="SMTP server for alert e-mail; empty: no e-mail.")
+    alert_smtp_port: int = Field(587, gt=0, lt=65536, description="SMTP port (587 STARTTLS, 465 implicit TLS).")
+    alert_smtp_tls: Literal["starttls", "implicit", "none"] = Field(
+        "starttls", description="starttls (required), implicit, or none (a local relay; no credentials sent)."
+    )
+    alert_smtp_sender: str = Field("gpu-finops@localhost", description="From address of alert e-mail.")
+    alert_smtp_username: str | None = Field(None, description="SMTP AUTH user name.")
+    alert_smtp_password: SecretStr | None = Field(None, description="SMTP AUTH password.")
+    alert_smtp_password_file: Path | None = Field(None, description="File holding the SMTP password.")
+    alert_smtp_ca_file: Path | None = Field(
+        None, description="PEM CA bundle the SMTP server's certificate is checked against; default: system store."
+    )
+    alert_dashboard_url: str = Field(
+        "http://127.0.0.1:8501", description="Base URL of the dashboard, for the links in alert messages."
+    )
+    alert_delivery_poll_seconds: float = Field(
+        5.0, gt=0, description="How often the delivery worker sends due messages (and dispatches due groups)."
+    )
+    alert_delivery_deadline_seconds: int = Field(
+        3600, gt=0, description="A message not delivered this long after it was queued is recorded as failed."
+    )
 
     @model_validator(mode="after")
     def _secrets_from_files(self) -> Settings:
-        for name in ("ingest_token", "api_token"):
+        for name in ("ingest_token", "api_token", "alert_smtp_password", "alert_slack_webhooks"):
             path: Path | None = getattr(self, f"{name}_file")
             variable = f"FINOPS_{name.upper()}"
             if getattr(self, name) is not None and path is not None:
@@ -81,8 +122,18 @@ class Settings(BaseSettings):
                     secret = path.read_text().strip()
                 except OSError as exc:
                     raise ValueError(f"{variable}_FILE {path}: {exc.strerror}") from exc
-                setattr(self, name, SecretStr(secret))
+                value: object = (
+                    _webhooks(secret, f"{variable}_FILE {path}")
+                    if name == "alert_slack_webhooks"
+                    else SecretStr(secret)
+                )
+                setattr(self, name, value)
         return self
+
+    @property
+    def slack_webhooks(self) -> dict[str, SecretStr]:
+        """The configured Slack webhooks by name (empty when none)."""
+        return dict(self.alert_slack_webhooks or {})
 
     @property
     def effective_database_url(self) -> str:
@@ -90,3 +141,14 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'gpu-finops.sqlite').resolve()}"
+
+
+def _webhooks(text: str, where: str) -> dict[str, SecretStr]:
+    """A JSON object of webhook name → URL, as secrets. ValueError naming ``where`` (never the content)."""
+    try:
+        found: Any = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{where}: not a JSON object of name → URL (line {getattr(exc, 'lineno', '?')})") from None
+    if not isinstance(found, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in found.items()):
+        raise ValueError(f"{where}: not a JSON object of name → URL")
+    return {name: SecretStr(url) for name, url in found.items()}

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import ssl
-import threading
 from collections.abc import Iterator
-from email import message_from_bytes
-from email.message import Message as EmailMessage
-from email.policy import default as default_policy
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import httpx
 import pytest
-import trustme
 from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import AuthResult, Envelope, LoginPassword, Session
 
 from alerts.mail import SmtpSettings, send_email
 from alerts.message import Message
 from alerts.slack import FIELDS_PER_SECTION, HEADER_LIMIT, post_to_slack, slack_payload
 from alerts.webhooks import WebhookPolicy, WebhookRefused, redact
+from tests.alert_servers import SECRET_PATH, Certificates, Mailbox, Webhook, starttls_smtp
 from tests.servers import free_port
 
 MESSAGE = Message(
@@ -31,38 +23,6 @@ MESSAGE = Message(
     link=("Open in gpu-finops", "http://dashboard.example/idle?job=4242"),
 )
 LOCAL = WebhookPolicy(allowed_hosts=frozenset({"127.0.0.1"}), allow_private_addresses=True)
-SECRET_PATH = "/services/T000/B000/s3cr3t-token"
-
-
-class Webhook:
-    """A Slack-like webhook on 127.0.0.1 answering with queued (status, headers) pairs, then 200 ``ok``."""
-
-    def __init__(self, *replies: tuple[int, dict[str, str]]) -> None:
-        self.replies = list(replies)
-        self.received: list[dict[str, Any]] = []
-        webhook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                webhook.received.append(json.loads(body))
-                status, headers = webhook.replies.pop(0) if webhook.replies else (200, {})
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(b"ok" if status == 200 else b"invalid_payload")
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}{SECRET_PATH}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
@@ -121,42 +81,15 @@ def test_webhook_policy_refuses_unlisted_private_and_plain_http_destinations() -
     assert redact("https://user:pw@hooks.slack.com/services/T/B/secret?x=1") == "https://hooks.slack.com/…"
 
 
-class Mailbox:
-    """aiosmtpd handler keeping every message and every AUTH attempt."""
-
-    def __init__(self) -> None:
-        self.messages: list[EmailMessage] = []
-        self.logins: list[tuple[bytes, bytes]] = []
-
-    async def handle_DATA(self, server: object, session: Session, envelope: Envelope) -> str:
-        assert isinstance(envelope.content, bytes)
-        self.messages.append(message_from_bytes(envelope.content, policy=default_policy))
-        return "250 OK"
-
-    def authenticate(self, server: object, session: Session, envelope: Envelope, mechanism: str, data: Any) -> Any:
-        assert isinstance(data, LoginPassword)
-        self.logins.append((data.login, data.password))
-        return AuthResult(success=data.password == b"mail-secret")
-
-
 @pytest.fixture(scope="module")
 def certificates() -> tuple[ssl.SSLContext, ssl.SSLContext]:
     """(server context, client context) from a throwaway CA made for this test run."""
-    ca = trustme.CA()
-    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server)
-    client = ssl.create_default_context()
-    ca.configure_trust(client)
-    return server, client
+    made = Certificates()
+    return made.server, made.client
 
 
 def _starttls_smtp(mailbox: Mailbox, tls_context: ssl.SSLContext) -> Controller:
-    controller = Controller(
-        mailbox, hostname="127.0.0.1", port=free_port(), tls_context=tls_context, require_starttls=True,
-        authenticator=mailbox.authenticate, auth_require_tls=True,
-    )  # fmt: skip
-    controller.start()
-    return controller
+    return starttls_smtp(mailbox, tls_context)
 
 
 def test_email_over_starttls_with_text_and_html(certificates: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:

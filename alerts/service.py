@@ -1,0 +1,124 @@
+"""The alerts package as the service runs it: configuration from settings, and the two scheduled jobs.
+
+:class:`AlertService` is built once from :class:`finops.settings.Settings` (rules file, webhooks, SMTP, timing);
+:class:`AlertRunner` binds it to a session factory and a delivery worker. The scheduler calls
+:meth:`AlertRunner.evaluate` right after each ledger rollup and :meth:`AlertRunner.deliver` every
+``FINOPS_ALERT_DELIVERY_POLL_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from alerts.config import AlertConfig, load_config
+from alerts.delivery import BATCH, Channels, DeliveryWorker, Outcome, smtp_context
+from alerts.engine import Dispatched, Evaluation, RuleInputs, dispatch, evaluate
+from alerts.mail import SmtpSettings
+from alerts.webhooks import WebhookPolicy
+from finops.timeutil import utc_now
+
+if TYPE_CHECKING:
+    from finops.settings import Settings
+
+log = logging.getLogger(__name__)
+
+MAX_BATCHES = 10
+"""Batches sent per delivery pass at most; a row that failed is tried again on a later pass, not this one."""
+
+
+@dataclass(frozen=True)
+class AlertService:
+    """Everything the alert jobs need: rules and routes, rule inputs, channels, dashboard URL, delivery deadline
+    and the delivery poll interval (seconds)."""
+
+    config: AlertConfig = field(default_factory=AlertConfig)
+    inputs: RuleInputs = field(default_factory=RuleInputs)
+    channels: Channels = field(default_factory=Channels)
+    dashboard_url: str = "http://127.0.0.1:8501"
+    deadline: timedelta = timedelta(hours=1)
+    poll_seconds: float = 5.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AlertService:
+        """Read the rules file and the channel settings; :class:`alerts.config.AlertConfigError` for a bad file."""
+        smtp = None
+        if settings.alert_smtp_host:
+            password = settings.alert_smtp_password
+            smtp = SmtpSettings(
+                host=settings.alert_smtp_host,
+                port=settings.alert_smtp_port,
+                sender=settings.alert_smtp_sender,
+                tls=settings.alert_smtp_tls,
+                username=settings.alert_smtp_username,
+                password=None if password is None else password.get_secret_value(),
+                ssl_context=smtp_context(settings.alert_smtp_ca_file),
+            )
+        policy = WebhookPolicy(
+            allowed_hosts=frozenset(settings.alert_webhook_hosts),
+            allow_private_addresses=settings.alert_webhook_allow_private,
+        )
+        return cls(
+            config=load_config(settings.alert_rules),
+            inputs=RuleInputs(
+                idle_window_seconds=settings.idle_window_seconds,
+                idle_max_gap_seconds=settings.idle_max_gap_seconds,
+                collector_interval_seconds=settings.collector_interval_seconds,
+            ),
+            channels=Channels(slack_webhooks=settings.slack_webhooks, policy=policy, smtp=smtp),
+            dashboard_url=settings.alert_dashboard_url,
+            deadline=timedelta(seconds=settings.alert_delivery_deadline_seconds),
+            poll_seconds=settings.alert_delivery_poll_seconds,
+        )
+
+
+class AlertRunner:
+    """The alert jobs on one database: evaluation and dispatch + delivery. ``clock`` is injectable for tests."""
+
+    def __init__(
+        self,
+        service: AlertService,
+        sessions: sessionmaker[Session],
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        worker: DeliveryWorker | None = None,
+    ) -> None:
+        self.service = service
+        self.sessions = sessions
+        self.clock = clock
+        self.worker = worker or DeliveryWorker(sessions, service.channels, clock=clock)
+
+    def evaluate(self) -> Evaluation:
+        """Run the rules now and store the alerts (one transaction)."""
+        with self.sessions.begin() as session:
+            return evaluate(session, self.service.config, self.service.inputs, self.clock())
+
+    def dispatch(self) -> Dispatched:
+        """Decide the groups due now; queue their messages."""
+        return dispatch(
+            self.sessions,
+            self.service.config,
+            self.clock(),
+            dashboard_url=self.service.dashboard_url,
+            deadline=self.service.deadline,
+        )
+
+    def deliver(self, ids: Sequence[int] | None = None) -> tuple[Dispatched, list[Outcome]]:
+        """Dispatch due groups, then send every due message (all batches); returns both results."""
+        dispatched = self.dispatch()
+        outcomes: list[Outcome] = []
+        for _ in range(MAX_BATCHES):
+            batch = self.worker.run_once(ids)
+            outcomes.extend(batch)
+            if len(batch) < BATCH or ids is not None:
+                break
+        return dispatched, outcomes
+
+    def close(self) -> None:
+        """Close the delivery worker's HTTP client."""
+        self.worker.close()

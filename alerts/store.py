@@ -1,0 +1,207 @@
+"""Reading and managing what the alerts package keeps: alerts, silences, deliveries (for the CLI and the API).
+
+Every function works in the caller's session and transaction; times are aware UTC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from alerts.engine import active_silences, is_muted
+from alerts.matchers import parse_matcher
+from finops.models import AlertDelivery, AlertInstance, AlertSilence
+
+RETRIABLE = ("failed", "refused")
+
+
+@dataclass(frozen=True, slots=True)
+class AlertView:
+    """An alert as listed: identity, state, [starts_at, ends_at), its title and summary, whether muted now."""
+
+    fingerprint: str
+    rule: str
+    severity: str
+    state: str
+    labels: dict[str, str]
+    starts_at: datetime
+    ends_at: datetime | None
+    title: str
+    summary: str
+    muted: bool
+
+
+def list_alerts(
+    session: Session, now: datetime, state: Literal["firing", "resolved", "all"] = "firing"
+) -> list[AlertView]:
+    """Alerts in ``state``, newest first; ``muted`` tells whether a silence or an inhibition holds one back."""
+    query = select(AlertInstance).order_by(AlertInstance.starts_at.desc(), AlertInstance.fingerprint)
+    if state != "all":
+        query = query.where(AlertInstance.state == state)
+    instances = session.scalars(query).all()
+    silences = active_silences(session, now)
+    firing = [dict(i.labels) for i in session.scalars(select(AlertInstance).where(AlertInstance.state == "firing"))]
+    return [
+        AlertView(
+            fingerprint=i.fingerprint,
+            rule=i.rule,
+            severity=i.severity,
+            state=i.state,
+            labels=dict(i.labels),
+            starts_at=i.starts_at,
+            ends_at=i.ends_at,
+            title=str(i.annotations.get("title", i.rule)),
+            summary=str(i.annotations.get("summary", "")),
+            muted=i.state == "firing" and is_muted(i, silences, firing, now),
+        )
+        for i in instances
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class SilenceView:
+    """A silence: matchers (Alertmanager syntax), [starts_at, ends_at), who made it and why."""
+
+    id: int
+    matchers: list[str]
+    starts_at: datetime
+    ends_at: datetime
+    created_by: str
+    comment: str
+    active: bool
+
+
+def create_silence(
+    session: Session,
+    matchers: Sequence[str],
+    ends_at: datetime,
+    now: datetime,
+    *,
+    starts_at: datetime | None = None,
+    created_by: str = "",
+    comment: str = "",
+) -> int:
+    """Store a silence from ``starts_at`` (default ``now``) until ``ends_at``; returns its id.
+
+    ValueError naming the problem: no matcher, a matcher that does not parse, an end not after the start or
+    already past."""
+    if not matchers:
+        raise ValueError('a silence needs at least one matcher, e.g. team="vision"')
+    for text in matchers:
+        parse_matcher(text)
+    start = starts_at or now
+    if ends_at <= start:
+        raise ValueError(f"the end {ends_at.isoformat()} is not after the start {start.isoformat()}")
+    if ends_at <= now:
+        raise ValueError(f"the end {ends_at.isoformat()} is already past")
+    row = AlertSilence(
+        matchers=[m.strip() for m in matchers],
+        starts_at=start,
+        ends_at=ends_at,
+        created_by=created_by[:128],
+        comment=comment,
+        created_at=now,
+    )
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def list_silences(session: Session, now: datetime, *, include_expired: bool = False) -> list[SilenceView]:
+    """Silences not yet ended at ``now`` (all of them with ``include_expired``), ending soonest first."""
+    query = select(AlertSilence).order_by(AlertSilence.ends_at, AlertSilence.id)
+    if not include_expired:
+        query = query.where(AlertSilence.ends_at > now)
+    return [
+        SilenceView(
+            s.id, list(s.matchers), s.starts_at, s.ends_at, s.created_by, s.comment, s.starts_at <= now < s.ends_at
+        )
+        for s in session.scalars(query)
+    ]
+
+
+def expire_silence(session: Session, silence_id: int, now: datetime) -> bool:
+    """End silence ``silence_id`` at ``now``; False if there is none or it has already ended."""
+    silence = session.get(AlertSilence, silence_id)
+    if silence is None or silence.ends_at <= now:
+        return False
+    silence.ends_at = max(now, silence.starts_at)
+    session.flush()
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryView:
+    """An outbox row as listed (no secret: the target is a webhook name or the recipients)."""
+
+    id: int
+    channel: str
+    target: str
+    title: str
+    status: str
+    attempts: int
+    created_at: datetime
+    next_attempt_at: datetime
+    deadline: datetime
+    last_attempt_at: datetime | None
+    delivered_at: datetime | None
+    last_error: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: times as ISO 8601."""
+        out: dict[str, Any] = {}
+        for name in self.__slots__:
+            value = getattr(self, name)
+            out[name] = value.isoformat() if isinstance(value, datetime) else value
+        return out
+
+
+def list_deliveries(session: Session, statuses: Sequence[str] = RETRIABLE, *, limit: int = 200) -> list[DeliveryView]:
+    """Outbox rows in ``statuses``, newest first (at most ``limit``)."""
+    query = (
+        select(AlertDelivery)
+        .where(AlertDelivery.status.in_(list(statuses)))
+        .order_by(AlertDelivery.id.desc())
+        .limit(limit)
+    )
+    return [
+        DeliveryView(
+            d.id,
+            d.channel,
+            d.target,
+            d.title,
+            d.status,
+            d.attempts,
+            d.created_at,
+            d.next_attempt_at,
+            d.deadline,
+            d.last_attempt_at,
+            d.delivered_at,
+            d.last_error,
+        )
+        for d in session.scalars(query)
+    ]
+
+
+def retry_deliveries(
+    session: Session, now: datetime, deadline: timedelta, ids: Sequence[int] | None = None
+) -> list[int]:
+    """Put failed or refused deliveries back in the queue (due now, a fresh ``deadline``): those in ``ids``, or
+    every one when ``ids`` is None. Returns the ids queued again; other ids (delivered, pending, unknown) are
+    left as they are."""
+    query = select(AlertDelivery.id).where(AlertDelivery.status.in_(RETRIABLE))
+    if ids is not None:
+        query = query.where(AlertDelivery.id.in_(list(ids)))
+    chosen = list(session.scalars(query))
+    if chosen:
+        session.execute(
+            update(AlertDelivery)
+            .where(AlertDelivery.id.in_(chosen), AlertDelivery.status.in_(RETRIABLE))
+            .values(status="pending", next_attempt_at=now, deadline=now + deadline)
+        )
+    return sorted(chosen)
