@@ -41,7 +41,10 @@ Ratio = Annotated[float, Field(ge=0, le=1)]
 NonNegative = Annotated[float, Field(ge=0)]
 Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
 EpochSecond = Annotated[int, Field(ge=0, le=LAST_EPOCH_SECOND)]
-JobId = Annotated[str, Field(max_length=64)]
+JOB_ID_MAX_LENGTH = 317
+"""Longest job id: a Kubernetes ``namespace/pod`` (namespace a DNS label of at most 63 characters, pod name a
+DNS subdomain of at most 253; Kubernetes "Object Names and IDs"); Slurm ids are far shorter."""
+JobId = Annotated[str, Field(max_length=JOB_ID_MAX_LENGTH)]
 
 
 class GpuInfo(BaseModel):

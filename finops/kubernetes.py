@@ -47,6 +47,7 @@ import orjson
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from collector.wire import JOB_ID_MAX_LENGTH
 from finops.hours import mark_job_hours_dirty
 from finops.jobs import update_end
 from finops.mig import mig_share
@@ -69,7 +70,6 @@ NODE_POOL_LABELS = (
 )
 """Node labels naming a node pool (GKE, EKS managed node groups, Karpenter, AKS), first present wins."""
 
-JOB_ID_LENGTH = 64  # Job.job_id holds namespace/name in 64 characters
 
 _COUNT_RE = re.compile(r"[0-9]+")
 _MIG_SUFFIX_RE = re.compile(r"([0-9]+g\.[0-9]+gb)\.(.+)")
@@ -239,8 +239,10 @@ def _read_pod(item: dict[str, Any]) -> Pod | None:
     mig = {_profile(resource): count for resource, count in counts.items() if count}
     if gpus == 0 and not mig:
         return None
-    if len(f"{namespace}/{name}") > JOB_ID_LENGTH:
-        raise _FieldError("metadata.name", f"namespace/name is longer than the {JOB_ID_LENGTH} characters job ids hold")
+    if len(f"{namespace}/{name}") > JOB_ID_MAX_LENGTH:
+        raise _FieldError(
+            "metadata.name", f"namespace/name is longer than the {JOB_ID_MAX_LENGTH} characters job ids hold"
+        )
     node = spec.get("nodeName") or ""
     if not isinstance(node, str):
         raise _FieldError("spec.nodeName", f"expected a string, found {_type(node)}")

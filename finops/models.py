@@ -25,6 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from collector.wire import JOB_ID_MAX_LENGTH
 from finops.sqltypes import EpochSeconds, Money
 
 NAMING_CONVENTION = {
@@ -96,7 +97,7 @@ class GpuSample(Base):
     temperature_celsius: Mapped[float | None] = mapped_column(Float)
     sm_clock_hertz: Mapped[float | None] = mapped_column(Float)
     clocks_event_reasons: Mapped[int | None] = mapped_column(BigInteger)
-    job_id: Mapped[str | None] = mapped_column(String(64))
+    job_id: Mapped[str | None] = mapped_column(String(JOB_ID_MAX_LENGTH))
 
 
 class Team(Base):
@@ -144,7 +145,7 @@ class Job(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     scheduler: Mapped[str] = mapped_column(String(16))
     cluster: Mapped[str] = mapped_column(String(128))
-    job_id: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[str] = mapped_column(String(JOB_ID_MAX_LENGTH))
     job_id_raw: Mapped[str] = mapped_column(String(64))
     user: Mapped[str] = mapped_column(String(128))
     account: Mapped[str] = mapped_column(String(128))

@@ -119,9 +119,9 @@ def test_a_malformed_pod_is_named_with_its_field_and_the_rest_read() -> None:
         ),
         (lambda p: p["spec"].update(containers={}), "spec.containers", "expected a list, found an object"),
         (
-            lambda p: p["metadata"].update(name="x" * 60),
+            lambda p: p["metadata"].update(name="x" * 320),
             "metadata.name",
-            "namespace/name is longer than the 64 characters",
+            "namespace/name is longer than the 317 characters",
         ),
     ],
 )

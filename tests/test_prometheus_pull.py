@@ -515,7 +515,7 @@ def test_malformed_series_are_skipped_and_named(caplog: pytest.LogCaptureFixture
 
 def test_label_names_and_node_from_instance(caplog: pytest.LogCaptureFixture) -> None:
     at = to_epoch(datetime(2026, 1, 1, tzinfo=UTC))
-    long_pod = "p" * 70
+    long_pod = "p" * 320
 
     def answer(request: httpx.Request) -> httpx.Response:
         if request.url.params["query"] != "DCGM_FI_DEV_FB_USED":
