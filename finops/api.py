@@ -32,6 +32,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
+from alerts.api import create_alerts_router
 from collector.wire import READING_COLUMNS, IngestBatch
 from finops.ingest import Ingestor
 from finops.rest import create_router
@@ -76,6 +77,7 @@ def create_app(
     """
     app = FastAPI(title="gpu-finops", version="0.1.0")
     app.include_router(create_router(sessions, api_token if api_token is not None else token))
+    app.include_router(create_alerts_router(sessions, api_token if api_token is not None else token))
     ingestor = Ingestor()
     metrics = metrics or ServiceMetrics()
     app.state.metrics = metrics

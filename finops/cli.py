@@ -15,9 +15,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from alerts.cli import alerts_app
+
 if TYPE_CHECKING:
     from sqlalchemy import Engine
+    from sqlalchemy.orm import Session, sessionmaker
 
+    from alerts.service import AlertRunner
     from finops.budgets import BudgetStatus
     from finops.idle import IdlePolicy
     from finops.jobs import ScheduledSacct
@@ -38,6 +42,7 @@ prices_app = typer.Typer(
     help="The price catalog and which pricing model each node is billed under.", no_args_is_help=True
 )
 app.add_typer(prices_app, name="prices")
+app.add_typer(alerts_app, name="alerts")
 
 
 def _settings() -> Settings:
@@ -94,6 +99,18 @@ def _scheduled_sacct(settings: Settings) -> ScheduledSacct | None:
         lookback_seconds=settings.sacct_lookback_seconds,
         timeout_seconds=settings.sacct_timeout_seconds,
     )
+
+
+def _alert_runner(settings: Settings, sessions: sessionmaker[Session]) -> AlertRunner:
+    """The alert jobs for the scheduler (rules file, webhooks and SMTP from the settings); exit 2 for a bad file."""
+    from alerts.config import AlertConfigError
+    from alerts.service import AlertRunner, AlertService
+
+    try:
+        return AlertRunner(AlertService.from_settings(settings), sessions)
+    except AlertConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
 
 
 def _idle_policy(settings: Settings) -> IdlePolicy:
@@ -207,6 +224,7 @@ def serve(
             prometheus=_prometheus_pull(settings),
             sacct=_scheduled_sacct(settings),
             sample_retention_days=settings.sample_retention_days,
+            alerts=_alert_runner(settings, sessions),
         )
     try:
         api_token = settings.api_token.get_secret_value() if settings.api_token else None
@@ -243,6 +261,7 @@ def scheduler(
         prometheus=_prometheus_pull(settings),
         sacct=_scheduled_sacct(settings),
         sample_retention_days=settings.sample_retention_days,
+        alerts=_alert_runner(settings, sessions),
     )
     start_http_server(metrics_port, addr=metrics_address, registry=registry)
     try:

@@ -1,5 +1,7 @@
 """The service's periodic work on APScheduler 3.x: ledger rollup with idle detection, budget status and, when a
 Prometheus URL is configured, the pull of dcgm-exporter telemetry (:class:`finops.prometheus_pull.ScheduledPull`).
+With alerts (:class:`alerts.service.AlertRunner`): rule evaluation right after each rollup, and dispatch plus
+delivery of alert messages every few seconds.
 
 Runs in the ``serve`` process by default (``--no-scheduler`` leaves it to another process). Each job
 opens its own session and transaction; a failing run is logged by APScheduler and retried next interval.
@@ -25,6 +27,7 @@ from finops.placement import reconcile_job_map
 from finops.timeutil import to_epoch, utc_now
 
 if TYPE_CHECKING:
+    from alerts.service import AlertRunner
     from finops.jobs import ScheduledSacct
     from finops.prometheus_pull import ScheduledPull
 
@@ -52,6 +55,19 @@ def run_rollup(sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePo
     return hours, episodes
 
 
+def run_rollup_and_alerts(
+    sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePolicy, alerts: AlertRunner
+) -> tuple[int, int]:
+    """:func:`run_rollup`, then the alert rules on what it built (in a transaction of their own: a failing
+    evaluation is logged and leaves the rollup done). Returns what :func:`run_rollup` returns."""
+    done = run_rollup(sessions, pricing, policy)
+    try:
+        alerts.evaluate()
+    except Exception:
+        log.exception("alert evaluation failed; it runs again after the next rollup")
+    return done
+
+
 def run_sample_maintenance(sessions: sessionmaker[Session], retention_days: int) -> Pruned:
     """Daily upkeep of raw samples: make today's and the next two days' partitions (PostgreSQL), then drop the
     samples older than ``retention_days`` (:func:`finops.partitions.prune_samples`). One transaction each.
@@ -76,12 +92,25 @@ def start_scheduler(
     prometheus: ScheduledPull | None = None,
     sacct: ScheduledSacct | None = None,
     sample_retention_days: int | None = None,
+    alerts: AlertRunner | None = None,
 ) -> BackgroundScheduler:
     """Start the background scheduler with the rollup and cost-metrics jobs (and the Prometheus pull, if given, at the
     same interval; and the sacct import, if given, at its own); the caller shuts it down.
 
-    With ``sample_retention_days``, also :func:`run_sample_maintenance` at start and then every 24 hours."""
+    With ``sample_retention_days``, also :func:`run_sample_maintenance` at start and then every 24 hours. With
+    ``alerts``, the rollup job evaluates the alert rules after each rollup (:func:`run_rollup_and_alerts`) and a
+    delivery job dispatches and sends alert messages every ``alerts.service.poll_seconds``."""
     scheduler = BackgroundScheduler(timezone="UTC")
+    if alerts is not None:
+        scheduler.add_job(
+            alerts.deliver,
+            "interval",
+            seconds=alerts.service.poll_seconds,
+            id="alert_delivery",
+            max_instances=1,
+            coalesce=True,
+            next_run_time=utc_now(),
+        )
     if sample_retention_days is not None:
         scheduler.add_job(
             run_sample_maintenance,
@@ -116,10 +145,10 @@ def start_scheduler(
             next_run_time=utc_now(),
         )
     scheduler.add_job(
-        run_rollup,
+        run_rollup if alerts is None else run_rollup_and_alerts,
         "interval",
         seconds=rollup_interval_seconds,
-        args=[sessions, pricing, policy],
+        args=[sessions, pricing, policy] if alerts is None else [sessions, pricing, policy, alerts],
         id="rollup",
         max_instances=1,
         coalesce=True,
