@@ -177,15 +177,16 @@ class DeliveryWorker:
     def claim(self, ids: Sequence[int] | None = None, limit: int = BATCH) -> list[dict[str, Any]]:
         """Lease up to ``limit`` due pending rows (only those in ``ids`` when given) and return them."""
         now = self.clock()
+        conditions = [AlertDelivery.status == "pending", AlertDelivery.next_attempt_at <= now]
+        if ids is not None:
+            conditions.append(AlertDelivery.id.in_(list(ids)))
         due = (
             select(AlertDelivery.id)
-            .where(AlertDelivery.status == "pending", AlertDelivery.next_attempt_at <= now)
+            .where(*conditions)
             .order_by(AlertDelivery.next_attempt_at, AlertDelivery.id)
             .limit(limit)
             .with_for_update(skip_locked=True)
         )
-        if ids is not None:
-            due = due.where(AlertDelivery.id.in_(list(ids)))
         statement = (
             update(AlertDelivery)
             .where(AlertDelivery.id.in_(due.scalar_subquery()), AlertDelivery.status == "pending")
@@ -201,6 +202,9 @@ class DeliveryWorker:
             .execution_options(synchronize_session=False)
         )
         with self.sessions.begin() as session:
+            # Look before writing: an idle pass takes no write lock (SQLite has one for the whole database).
+            if session.execute(select(AlertDelivery.id).where(*conditions).limit(1)).first() is None:
+                return []
             return [dict(row._mapping) for row in session.execute(statement)]
 
     def run_once(self, ids: Sequence[int] | None = None, limit: int = BATCH) -> list[Outcome]:
