@@ -7,11 +7,12 @@ the budget. Each is recorded once per team, project and month (:mod:`finops.even
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, case, func, literal, select
 from sqlalchemy.orm import Session
 
 from finops.costmodel import quantize
@@ -89,37 +90,93 @@ class BudgetStatus:
         return float(self.spent / self.budget) if self.budget else 0.0
 
 
-def _spend(session: Session, team_id: int, project: str, start: datetime, end: datetime) -> Decimal:
-    """The team's (or its project's jobs') allocated cost over ledger hours in [start, end)."""
-    query = select(func.sum(LedgerEntry.allocated_cost)).where(
-        LedgerEntry.team_id == team_id, LedgerEntry.hour >= start, LedgerEntry.hour < end
+@dataclass(frozen=True, slots=True)
+class MonthSpend:
+    """Allocated cost (exact, 6 decimals) of ledger hours in [month start, ``at``) and in the run-rate window
+    [``at`` − 7 days, ``at``)."""
+
+    spent: Decimal
+    recent: Decimal
+
+
+def month_spend(
+    session: Session,
+    at: datetime,
+    *,
+    by_project: bool = False,
+    conditions: Sequence[ColumnElement[bool]] = (),
+) -> dict[tuple[int, str], MonthSpend]:
+    """:class:`MonthSpend` of each team in the month holding ``at``, keyed by (team id, project): project ``''``
+    (the whole team), or with ``by_project`` the project of the team's jobs (jobs without one left out). One
+    query; ``conditions`` (on :class:`LedgerEntry`) narrow the rows. Teams without rows are absent."""
+    start, window = month_start(at), at - RUN_RATE_WINDOW
+    spent = func.sum(case((LedgerEntry.hour >= start, LedgerEntry.allocated_cost), else_=0))
+    recent = func.sum(case((LedgerEntry.hour >= window, LedgerEntry.allocated_cost), else_=0))
+    project = Job.project if by_project else literal("")
+    query = select(LedgerEntry.team_id, project, spent, recent).where(
+        LedgerEntry.hour >= min(start, window), LedgerEntry.hour < at, *conditions
     )
-    if project:
-        query = query.join(Job, Job.id == LedgerEntry.job_pk).where(Job.project == project)
-    total = session.scalar(query)
-    return Decimal(0) if total is None else Decimal(total)
+    if by_project:
+        query = query.join(Job, Job.id == LedgerEntry.job_pk).where(Job.project.is_not(None))
+    query = query.group_by(LedgerEntry.team_id, project) if by_project else query.group_by(LedgerEntry.team_id)
+    return {
+        (team_id, name or ""): MonthSpend(Decimal(s or 0), Decimal(r or 0))
+        for team_id, name, s, r in session.execute(query)
+    }
 
 
-def budget_status(session: Session, at: datetime) -> list[BudgetStatus]:
-    """Status of every budget set for the month holding ``at`` (UTC), by team name and project."""
+def run_rate_seconds(session: Session, at: datetime) -> float:
+    """Seconds of the run-rate window before ``at`` that the ledger covers: from its first hour within the last
+    7 days to ``at`` (0 when the ledger has no row in the window)."""
+    first = session.scalar(select(func.min(LedgerEntry.hour)).where(LedgerEntry.hour >= at - RUN_RATE_WINDOW))
+    return (at - first).total_seconds() if first is not None else 0
+
+
+def run_rate_forecast(spent: Decimal, recent: Decimal, covered_seconds: float, left_seconds: float) -> Decimal:
+    """Month-end spend forecast (6 decimals): ``spent`` + ``recent`` (the spend over the run-rate window) ÷
+    ``covered_seconds`` (:func:`run_rate_seconds`) × ``left_seconds`` of the month; ``spent`` when nothing is
+    covered."""
+    rate = recent / Decimal(covered_seconds) if covered_seconds > 0 else Decimal(0)
+    return quantize(spent + rate * Decimal(left_seconds))
+
+
+def budget_status(
+    session: Session,
+    at: datetime,
+    *,
+    team: str | None = None,
+    spend: Mapping[tuple[int, str], MonthSpend] | None = None,
+) -> list[BudgetStatus]:
+    """Status of every budget set for the month holding ``at`` (UTC), by team name and project; only ``team``'s
+    budgets when it is given. ``spend``: the whole-team :func:`month_spend` at ``at`` when the caller has it
+    already (it must cover the teams of the budgets), so the ledger is not read twice."""
     start, end = month_start(at), next_month_start(at)
-    budgets = session.execute(
+    query = (
         select(Budget, Team.name)
         .join(Team, Team.id == Budget.team_id)
         .where(Budget.month == start)
         .order_by(Team.name, Budget.project)
-    ).all()
-    first = session.scalar(select(func.min(LedgerEntry.hour)).where(LedgerEntry.hour >= at - RUN_RATE_WINDOW))
-    span = (at - first).total_seconds() if first is not None else 0
+    )
+    if team is not None:
+        query = query.where(Team.name == team)
+    budgets = session.execute(query).all()
+    if not budgets:
+        return []
+    span = run_rate_seconds(session, at)
+    ids = [budget.team_id for budget, _ in budgets]
+    if spend is None:
+        spend = month_spend(session, at, conditions=[LedgerEntry.team_id.in_(ids)])
+    if any(budget.project for budget, _ in budgets):
+        spend = {**spend, **month_spend(session, at, by_project=True, conditions=[LedgerEntry.team_id.in_(ids)])}
     statuses = []
-    for budget, team in budgets:
-        spent = _spend(session, budget.team_id, budget.project, start, at)
-        recent = _spend(session, budget.team_id, budget.project, at - RUN_RATE_WINDOW, at)
-        rate = recent / Decimal(span) if span > 0 else Decimal(0)
-        forecast = quantize(spent + rate * Decimal((end - at).total_seconds()))
+    nothing = MonthSpend(Decimal(0), Decimal(0))
+    for budget, team_name in budgets:
+        found = spend.get((budget.team_id, budget.project), nothing)
+        spent, recent = found.spent, found.recent
+        forecast = run_rate_forecast(spent, recent, span, (end - at).total_seconds())
         percent = quantize(spent * 100 / budget.amount, Decimal("0.1")) if budget.amount else Decimal(0)
         statuses.append(
-            BudgetStatus(team, budget.project, start, budget.amount, spent, percent, forecast, budget.currency)
+            BudgetStatus(team_name, budget.project, start, budget.amount, spent, percent, forecast, budget.currency)
         )
     return statuses
 

@@ -157,8 +157,17 @@ class EpisodeView:
         return (self.end - self.start).total_seconds() / 3600
 
 
-def list_episodes(session: Session, start: datetime, end: datetime) -> list[EpisodeView]:
-    """Idle episodes overlapping [start, end), costliest first."""
+def list_episodes(
+    session: Session,
+    start: datetime,
+    end: datetime,
+    *,
+    cluster: str | None = None,
+    team: str | None = None,
+    partition: str | None = None,
+) -> list[EpisodeView]:
+    """Idle episodes overlapping [start, end), costliest first; only those of jobs of ``cluster``, ``team`` and
+    ``partition`` when given."""
     query = (
         select(IdleEpisode, Node.hostname, Gpu.gpu_index, Job.job_id, Job.user, Team.name)
         .join(Gpu, Gpu.id == IdleEpisode.gpu_id)
@@ -168,6 +177,12 @@ def list_episodes(session: Session, start: datetime, end: datetime) -> list[Epis
         .where(IdleEpisode.start < end, IdleEpisode.end > start)
         .order_by(IdleEpisode.cost.desc(), IdleEpisode.start)
     )
+    if cluster is not None:
+        query = query.where(Job.cluster == cluster)
+    if team is not None:
+        query = query.where(Team.name == team)
+    if partition is not None:
+        query = query.where(Job.partition == partition)
     return [
         EpisodeView(host, index, job_id, user, team, ep.start, ep.end, ep.memory_held, ep.cost, ep.currency)
         for ep, host, index, job_id, user, team in session.execute(query)

@@ -18,6 +18,7 @@ from sqlalchemy import Select, case, func, null, select
 from sqlalchemy.orm import Session
 
 from finops.costmodel import JOULES_PER_KWH, quantize, round_preserving_total
+from finops.filters import Scope, ledger_conditions
 from finops.models import UNALLOCATED_TEAM, Gpu, Job, LedgerEntry, Node, Team
 
 GroupBy = Literal["team", "job", "user", "node", "gpu_model"]
@@ -49,12 +50,24 @@ class ReportRow:
     currency: str
 
 
-def cost_report(session: Session, start: datetime, end: datetime, by: GroupBy = "team") -> list[ReportRow]:
+def cost_report(
+    session: Session,
+    start: datetime,
+    end: datetime,
+    by: GroupBy = "team",
+    *,
+    cluster: str | None = None,
+    team: str | None = None,
+    partition: str | None = None,
+) -> list[ReportRow]:
     """Ledger totals for hours starting in [start, end), one row per group, by cost descending.
 
     ``by``: ``team``; ``job`` (capacity no job held is one ``__unallocated__`` row); ``user`` (the job's Slurm
     user or pod ``user`` label; unheld capacity is ``__unallocated__``); ``node`` (hostname); ``gpu_model``
     (NVML product name). Raises ValueError for an unknown ``by``.
+
+    ``cluster``, ``team``, ``partition``: only the ledger rows those filters select (:mod:`finops.filters`);
+    None (the default) for all rows.
     """
     if by not in GROUP_BYS:
         raise ValueError(f"group by must be one of {', '.join(GROUP_BYS)}, not {by!r}")
@@ -107,7 +120,8 @@ def cost_report(session: Session, start: datetime, end: datetime, by: GroupBy = 
             .join(Node, Node.id == Gpu.node_id)
             .group_by(attribute)
         )
-    result = session.execute(query.where(window))
+    scope = Scope(cluster=cluster, team=team, partition=partition)
+    result = session.execute(query.where(window, *ledger_conditions(scope)))
     rows = [
         ReportRow(
             key=r.key,
