@@ -7,12 +7,13 @@ from decimal import Decimal
 import pandas as pd
 import streamlit as st
 
-from dashboards import data
-from dashboards.format import money
+from dashboards import data, filters
+from dashboards.format import cents, money, table
 
 st.title("Idle GPUs")
-start, end = data.period_from_sidebar()
-found = data.episodes(data.database_url(), start, end)
+view = filters.sidebar()
+st.caption(view.describe())
+found = data.episodes(data.database_url(), view.start, view.end, **view.filters)
 if not found:
     st.success("No idle episodes in this period.")
     st.stop()
@@ -29,10 +30,9 @@ frame = pd.DataFrame(
             "start (UTC)": e.start,
             "hours": round(e.hours, 2),
             "memory held": e.memory_held,
-            "cost": money(e.cost, currency),
+            f"cost ({currency})": cents(e.cost),
         }
         for e in found
     ]
 )
-st.dataframe(frame, hide_index=True, width="stretch")
-st.download_button("Download CSV", frame.to_csv(index=False), file_name="idle-episodes.csv", mime="text/csv")
+table(frame, "idle-episodes.csv", currency=currency)

@@ -1,25 +1,31 @@
 """Jobs: cost, GPU-hours, utilisation and idle cost per job for the period (the numbers of
-``gpu-finops report --by job``), most expensive first."""
+``gpu-finops report --by job``), most expensive first; then one job's per-GPU utilisation and power over time."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 
+import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dashboards import data
-from dashboards.format import money
-from finops.costmodel import CENT
+from dashboards import charts, data, filters
+from dashboards.format import cents, duration, money, table
 from finops.models import UNALLOCATED_TEAM
+from finops.timeutil import utc_now
+
+MAX_GPU_LINES = 32  # a job on more GPUs is drawn as their mean, with the lowest and highest GPU around it
 
 st.title("Jobs")
-start, end = data.period_from_sidebar()
-rows = [row for row in data.report(data.database_url(), start, end, "job") if row.key != UNALLOCATED_TEAM]
+view = filters.sidebar()
+url = data.database_url()
+st.caption(view.describe())
+rows = [row for row in data.report(url, view.start, view.end, "job", **view.filters) if row.key != UNALLOCATED_TEAM]
 if not rows:
     st.info("No job held a GPU in this period.")
     st.stop()
 currency = rows[0].currency
+ordered = sorted(rows, key=lambda r: r.allocated_cost, reverse=True)
 frame = pd.DataFrame(
     [
         {
@@ -32,17 +38,63 @@ frame = pd.DataFrame(
                 if row.allocated_gpu_seconds > row.unmetered_gpu_seconds
                 else None
             ),
-            f"cost ({currency})": row.allocated_cost.quantize(CENT),
-            f"idle cost ({currency})": row.idle_cost.quantize(CENT),
+            f"cost ({currency})": cents(row.allocated_cost),
+            f"idle cost ({currency})": cents(row.idle_cost),
         }
-        for row in sorted(rows, key=lambda r: r.allocated_cost, reverse=True)
+        for row in ordered
     ]
 )
 st.metric("Cost of jobs", money(sum((row.allocated_cost for row in rows), Decimal(0)), currency))
-st.dataframe(
+table(
     frame,
-    hide_index=True,
-    width="stretch",
+    "cost-by-job.csv",
+    currency=currency,
     column_config={"utilisation": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="percent")},
 )
-st.download_button("Download CSV", frame.to_csv(index=False), file_name="cost-by-job.csv", mime="text/csv")
+
+st.subheader("A job's GPUs over time")
+job_ids = list(dict.fromkeys(row.key for row in ordered))
+job_id = filters.url_selectbox("job", "Job (most expensive first)", job_ids, container=st.container())
+series = data.job_series(url, job_id, utc_now().replace(second=0, microsecond=0), view.cluster)
+if not series.points:
+    st.info(f"No readings from the GPUs job {job_id} held.")
+    st.stop()
+if series.jobs > 1:
+    st.caption(f"{series.jobs} jobs carry the id {job_id} (one per cluster): their GPUs are shown together.")
+points = pd.DataFrame(
+    [
+        {
+            "time (UTC)": p.ts,
+            "GPU": f"{p.node}/gpu{p.gpu_index}",
+            "utilisation (%)": None if p.utilization is None else round(p.utilization * 100, 2),
+            "power (W)": None if p.power_watts is None else round(p.power_watts, 1),
+        }
+        for p in series.points
+    ]
+)
+st.caption(
+    f"{series.gpus} GPU{'s' if series.gpus != 1 else ''} from {series.start:%Y-%m-%d %H:%M} to "
+    f"{series.end:%Y-%m-%d %H:%M} UTC; each point is the mean of a GPU's readings over "
+    f"{duration(series.bucket_seconds)}."
+)
+time_axis = charts.time_x("time (UTC)")
+for column, title in (("utilisation (%)", "GPU utilisation (%)"), ("power (W)", "Board power (W)")):
+    if series.gpus <= MAX_GPU_LINES:
+        chart = (
+            alt.Chart(points)
+            .mark_line()
+            .encode(
+                x=time_axis,
+                y=alt.Y(f"{column}:Q", title=title),
+                color=alt.Color("GPU:N", legend=charts.legend(series.gpus)),
+                tooltip=["time (UTC):T", "GPU:N", f"{column}:Q"],
+            )
+        )
+    else:
+        spread = points.groupby("time (UTC)")[column].agg(["mean", "min", "max"]).reset_index()
+        band = alt.Chart(spread).mark_area(opacity=0.3).encode(x=time_axis, y=alt.Y("min:Q", title=title), y2="max:Q")
+        chart = band + alt.Chart(spread).mark_line().encode(x=time_axis, y=alt.Y("mean:Q", title=title))
+    st.altair_chart(chart, width="stretch")
+if series.gpus > MAX_GPU_LINES:
+    st.caption(f"{series.gpus} GPUs: the line is their mean, the band runs from the lowest to the highest GPU.")
+table(points, f"job-{job_id.replace('/', '_')}-gpus.csv")

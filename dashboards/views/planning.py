@@ -9,10 +9,11 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 
+import pandas as pd
 import streamlit as st
 
 from dashboards import data
-from dashboards.format import money
+from dashboards.format import money, table
 from finops import planning
 from finops.timeutil import utc_now
 
@@ -49,9 +50,9 @@ with memory:
     sharded = {
         stage: round(planning.training_state_bytes_per_gpu(parameters, gpus, stage) / GB, 1) for stage in (0, 1, 2, 3)
     }
-    st.dataframe(
-        [{"ZeRO stage": stage, "training state per GPU (GB)": size} for stage, size in sharded.items()],
-        hide_index=True,
+    table(
+        pd.DataFrame([{"ZeRO stage": stage, "training state per GPU (GB)": size} for stage, size in sharded.items()]),
+        "training-state-per-gpu.csv",
     )
 
 with training:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboards.format import money
+from dashboards.format import money, table
 from finops.prices import OnPremRow, RateRow, load_catalog
 from finops.settings import Settings
 
@@ -33,5 +33,4 @@ for name, model in catalog.models.items():
         entry["source"] = row.sources[0].url
         rows.append(entry)
 frame = pd.DataFrame(rows)
-st.dataframe(frame, hide_index=True, width="stretch", column_config={"source": st.column_config.LinkColumn()})
-st.download_button("Download CSV", frame.to_csv(index=False), file_name="prices.csv", mime="text/csv")
+table(frame, "prices.csv", column_config={"source": st.column_config.LinkColumn()})

@@ -5,20 +5,26 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboards import data
+from dashboards import data, filters
+from dashboards.format import table
 from finops.quality import coverage
 from finops.timeutil import utc_now
 
 st.title("Data quality")
-start, end = data.period_from_sidebar()
+view = filters.sidebar()
 url = data.database_url()
-quality = coverage(data.report(url, start, end, "team"))
+st.caption(view.describe())
+quality = coverage(data.report(url, view.start, view.end, "team", **view.filters))
 left, middle, right = st.columns(3)
 left.metric("GPU-hours held by a job", f"{quality.attributed_share:.1%}")
 middle.metric("Held GPU-hours with readings", f"{quality.metered_share:.1%}")
 right.metric("Held GPU-hours without readings", f"{quality.unmetered_gpu_seconds / 3600:,.1f}")
 st.subheader("Collectors: newest reading per node")
 nodes = data.freshness(url, utc_now().replace(second=0, microsecond=0))
+if view.cluster or view.partition:
+    wanted = set(data.nodes(url, view.cluster, view.partition))
+    nodes = [n for n in nodes if n.node in wanted]
+    st.caption("Nodes of the chosen cluster and partition; the team filter does not apply to collectors.")
 if not nodes:
     st.info("No node has reported yet.")
     st.stop()
@@ -33,5 +39,4 @@ frame = pd.DataFrame(
         for n in nodes
     ]
 )
-st.dataframe(frame, hide_index=True, width="stretch")
-st.download_button("Download CSV", frame.to_csv(index=False), file_name="collector-freshness.csv", mime="text/csv")
+table(frame, "collector-freshness.csv")
