@@ -10,8 +10,9 @@ with ``{"accepted": n, "rejected": [...]}`` naming each rejected reading:
   "error": "…", "readings": n}`` (its n readings are left out).
 
 A batch-level error (``node``, ``gpus``, not JSON) stores nothing. Collectors do not retry a 422.
-Decompression, validation and storage run in a worker thread, one database transaction per batch; a
-transaction PostgreSQL aborts to break a deadlock is run again (up to ``DEADLOCK_ATTEMPTS`` tries).
+Decompression, validation and storage run in a worker thread (``INGEST_CONCURRENCY`` at once), one database
+transaction per batch; a transaction PostgreSQL aborts to break a deadlock is run again (up to
+``DEADLOCK_ATTEMPTS`` tries).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import hmac
 import logging
 from typing import Annotated, Any
 
+import anyio
 import orjson
 import psycopg
 from fastapi import FastAPI, Header, HTTPException, Request, Response
@@ -30,7 +32,6 @@ from pydantic import ValidationError
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
-from starlette.concurrency import run_in_threadpool
 
 from alerts.api import create_alerts_router
 from collector.wire import READING_COLUMNS, IngestBatch
@@ -39,6 +40,10 @@ from finops.rest import create_router
 
 log = logging.getLogger(__name__)
 
+INGEST_CONCURRENCY = 4
+"""Ingest requests handled at once per process (each holds a pooled connection for its transaction); more
+wait their turn. Below SQLAlchemy's default pool of 5, so that connections are reused rather than opened and
+closed as overflow, and one is left for health checks and the REST API."""
 DEADLOCK_ATTEMPTS = 3
 """Tries of an ingest transaction that PostgreSQL aborts to break a deadlock (it is then run again whole)."""
 
@@ -79,6 +84,7 @@ def create_app(
     app.include_router(create_router(sessions, api_token if api_token is not None else token))
     app.include_router(create_alerts_router(sessions, api_token if api_token is not None else token))
     ingestor = Ingestor()
+    ingest_slots = anyio.CapacityLimiter(INGEST_CONCURRENCY)
     metrics = metrics or ServiceMetrics()
     app.state.metrics = metrics
 
@@ -97,7 +103,9 @@ def create_app(
             metrics.requests.labels(code="401").inc()
             raise HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
         body = await request.body()
-        code, answer = await run_in_threadpool(_ingest, sessions, ingestor, body, content_encoding == "gzip")
+        code, answer = await anyio.to_thread.run_sync(
+            _ingest, sessions, ingestor, body, content_encoding == "gzip", limiter=ingest_slots
+        )
         if "detail" not in answer:  # stored: count what was kept and what was left out
             metrics.samples.inc(answer["accepted"])
             metrics.rejected.inc(sum(r.get("readings", 1) for r in answer["rejected"]))

@@ -19,8 +19,7 @@ from sqlalchemy.orm import Session, SessionTransaction
 
 from collector.wire import READING_COLUMNS, GpuInfo, GpuSeries, IngestBatch
 from finops.dialect import bulk_insert_ignoring_conflicts, insert_ignoring_conflicts
-from finops.hours import mark_hours_dirty
-from finops.models import Gpu, GpuSample, Node
+from finops.models import DirtyHour, Gpu, GpuSample, Node
 from finops.partitions import DAY, PartitionCache
 from finops.timeutil import HOUR, to_epoch
 
@@ -34,6 +33,13 @@ _HOUR_OF = HOUR.__rfloordiv__  # epoch seconds -> hour number, mapped over a ser
 class _KnownGpu:
     gpu_id: int
     in_service_from: int
+
+
+def _mark_dirty(hours: set[int]) -> str:
+    """``INSERT … ON CONFLICT DO NOTHING`` of the hour starts into ``ledger_dirty_hours`` (what
+    :func:`finops.hours.mark_hours_dirty` does), as one statement that can travel with the sample insert."""
+    values = ", ".join(f"({int(hour)})" for hour in sorted(hours))
+    return f"INSERT INTO {DirtyHour.__tablename__} (hour) VALUES {values} ON CONFLICT DO NOTHING"  # noqa: S608
 
 
 def _series_rows(series: GpuSeries, gpu_id: int) -> Iterator[tuple[Any, ...]]:
@@ -67,9 +73,10 @@ class Ingestor:
         database raise KeyError naming it. What this instance caches about GPUs is updated only once the
         transaction commits, so a rolled-back batch leaves no trace in it.
 
-        On PostgreSQL, locks are taken in one order, ``gpu_samples`` before ``gpus``, so that a transaction making
-        a day partition (which locks both) and one registering GPUs cannot deadlock: missing partitions are made
-        first, and a transaction about to write ``gpus`` takes ``gpu_samples`` in ROW EXCLUSIVE mode before.
+        On PostgreSQL, locks are taken in one order, ``gpu_samples`` first, so that a transaction making a day
+        partition and one registering GPUs or marking hours cannot deadlock: missing partitions are made first,
+        and ``gpu_samples`` is taken in ROW EXCLUSIVE mode before ``gpus`` or ``ledger_dirty_hours`` is written.
+        The dirty hours, the lock and the savepoint of the sample insert travel in one round trip.
         """
         first_seen: dict[str, int] = {}
         hour_numbers: set[int] = set()  # epoch // 3600
@@ -103,14 +110,14 @@ class Ingestor:
                 ),
             )
         )  # fmt: skip
-        self._insert(session, rows, days)
-        mark_hours_dirty(session, hours)
+        first = "; ".join(filter(None, (self._partitions.lock_statement(), _mark_dirty(hours))))
+        self._insert(session, rows, days, first)
         return len(rows)
 
-    def _insert(self, session: Session, rows: list[tuple[Any, ...]], days: set[int]) -> None:
+    def _insert(self, session: Session, rows: list[tuple[Any, ...]], days: set[int], first: str) -> None:
         table: Any = GpuSample.__table__
         try:
-            bulk_insert_ignoring_conflicts(session, table, SAMPLE_COLUMNS, rows)
+            bulk_insert_ignoring_conflicts(session, table, SAMPLE_COLUMNS, rows, before=first)
         except psycopg.errors.CheckViolation:
             # "no partition of relation gpu_samples found for row": a cached partition is gone (dropped by the
             # retention job, or its creating transaction rolled back). Ask the catalog again and retry once.

@@ -141,12 +141,17 @@ class PartitionCache:
             create_partitions(connection, missing)
             self._days |= missing
 
+    def lock_statement(self) -> str:
+        """``LOCK TABLE gpu_samples IN ROW EXCLUSIVE MODE`` (what an insert takes anyway), or "" on SQLite or an
+        unpartitioned table. Partition DDL locks ``gpu_samples`` before anything else (``gpus``, through its
+        foreign key, and whatever the creating transaction writes next), so an ingest transaction takes it before
+        writing ``gpus`` or ``ledger_dirty_hours``: one lock order, no deadlock."""
+        return f'LOCK TABLE "{PARENT}" IN ROW EXCLUSIVE MODE' if self._partitioned else ""
+
     def lock_parent(self, session: Session) -> None:
-        """Take ``gpu_samples`` in ROW EXCLUSIVE mode (what an insert takes anyway) before the caller writes
-        ``gpus``: partition DDL locks ``gpu_samples`` and then ``gpus`` (its foreign key), so every ingest
-        transaction must lock them in that order too. No-op on SQLite or an unpartitioned table."""
-        if self._partitioned:
-            session.execute(text(f'LOCK TABLE "{PARENT}" IN ROW EXCLUSIVE MODE'))
+        """Run :meth:`lock_statement` now (before the caller writes ``gpus``)."""
+        if statement := self.lock_statement():
+            session.execute(text(statement))
 
     def forget(self) -> None:
         """Drop what is cached; the next ``ensure`` asks the catalog again."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import orjson
@@ -192,3 +194,23 @@ def test_what_the_shipper_sends_is_stored_and_odd_readings_are_named(service: st
     shipper.close()
     assert (result.outcome, result.accepted, result.rejected) == ("delivered", 2, 1)
     assert _count(sessions) == 2
+
+
+def test_many_collectors_at_once_with_new_gpus_and_new_days(service: str, sessions) -> None:  # type: ignore[no-untyped-def]
+    """Twelve nodes (more than are stored at once) POST their first batches together, each with new GPUs and
+    readings on three days that have no partition yet: every POST is taken whole."""
+    day = (int(time.time()) // 86400 + 20) * 86400
+    instants = [day + 10, day + 86400 + 10, day + 2 * 86400 + 10]
+
+    def node(n: int) -> list[int]:
+        gpus = [{**GPU, "uuid": f"GPU-{n:04d}-{i}", "index": i} for i in range(8)]
+        codes = []
+        for k in range(3):
+            series = [{"uuid": g["uuid"], "ts": [t + k for t in instants], "power_watts": [300.0] * 3} for g in gpus]
+            codes.append(_post(service, {"node": f"gpu-n-{n:02d}", "gpus": gpus, "series": series}).status_code)
+        return codes
+
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(node, range(12)))
+    assert answers == [[200, 200, 200]] * 12
+    assert _count(sessions) == 12 * 8 * 3 * 3
