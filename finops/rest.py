@@ -99,7 +99,9 @@ def create_router(
             yield opened
 
     router = APIRouter(prefix="/api/v1", dependencies=[Depends(authorised)])
-    db = Annotated[Session, Depends(session)]  # evaluated here: this module does not postpone annotations
+    # Evaluated here (this module does not postpone annotations). scope="function": the transaction commits
+    # before the response is sent, so a client reading right after a write sees it.
+    db = Annotated[Session, Depends(session, scope="function")]
 
     @router.get("/costs", response_model=None)
     def costs(
