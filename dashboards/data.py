@@ -12,6 +12,7 @@ from datetime import datetime
 import streamlit as st
 from sqlalchemy import Engine
 
+from finops.catalog_store import catalog_in_force
 from finops.dashboard_queries import (
     CubeBy,
     DailyCost,
@@ -32,6 +33,7 @@ from finops.dashboard_queries import (
 )
 from finops.db import make_engine, require_migrated, session_factory
 from finops.idle import EpisodeView, list_episodes
+from finops.prices import PriceCatalog, load_catalog
 from finops.prometheus_pull import PrometheusClient
 from finops.quality import NodeFreshness, node_freshness
 from finops.report import ReportRow
@@ -57,6 +59,14 @@ def engine(url: str) -> Engine:
     created = make_engine(url)
     require_migrated(created)
     return created
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def catalog(url: str) -> PriceCatalog:
+    """The price catalog in force (:func:`finops.catalog_store.catalog_in_force`): the newest imported one, else
+    the configured file (``FINOPS_PRICE_CATALOG``, default the packaged one)."""
+    with session_factory(engine(url))() as session:
+        return catalog_in_force(session, load_catalog(Settings().price_catalog))
 
 
 @st.cache_data(ttl=TTL_SECONDS)
@@ -109,8 +119,9 @@ def wasters(
     team: str | None = None,
     partition: str | None = None,
 ) -> list[ReportRow]:
-    """:func:`finops.dashboard_queries.top_idle` of the report by team or job: the five biggest idle costs."""
-    return top_idle(report(url, start, end, by, cluster, team, partition))
+    """:func:`finops.dashboard_queries.top_idle` of the report by team or job: the five biggest idle costs (only
+    these five are kept: a month's report by job has thousands of rows)."""
+    return top_idle(cube(url, start, end, cluster, team, partition).report(by))
 
 
 @st.cache_data(ttl=TTL_SECONDS)

@@ -54,7 +54,7 @@ class View:
         return {"cluster": self.cluster, "team": self.team, "partition": self.partition}
 
     def describe(self) -> str:
-        """``1 Nov 00:00 – 23 Nov 08:00 UTC · team alpha`` for captions."""
+        """``Last 7 days: 2026-11-16 08:00 – 2026-11-23 08:00 UTC · team alpha``, for captions."""
         text = f"{self.period_label}: {self.start:%Y-%m-%d %H:%M} – {self.end:%Y-%m-%d %H:%M} UTC"
         chosen = [f"{name} {value}" for name, value in self.filters.items() if value is not None]
         return " · ".join([text, *chosen])

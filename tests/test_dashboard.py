@@ -340,6 +340,6 @@ def test_prices_page_lists_every_catalog_row_with_on_prem_parts(database: str) -
     h100 = frame[(frame["model"] == "H100-SXM-80GB") & (frame["pricing model"] == "on-prem")]
     current = h100[h100["from"] <= utc_now().date()].sort_values("from").iloc[-1]
     parts = catalog.onprem_parts("NVIDIA H100 80GB HBM3", utc_now())
-    assert current["per GPU-hour"] == _usd(parts.total)
-    assert current["capex"] == _usd(parts.capex_per_hour)
-    assert current["energy"] == _usd(parts.energy_per_hour)
+    assert current["per GPU-hour (USD)"] == parts.total
+    assert current["capex (USD)"] == parts.capex_per_hour
+    assert current["energy (USD)"] == parts.energy_per_hour

@@ -1,16 +1,17 @@
-"""Prices: the effective-dated catalogue per GPU model and pricing model, on-prem rates shown with their parts."""
+"""Prices: the effective-dated catalogue in force (the newest imported, else the configured file) per GPU model
+and pricing model, on-prem rates shown with their parts."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
+from dashboards import data
 from dashboards.format import money, table
-from finops.prices import OnPremRow, RateRow, load_catalog
-from finops.settings import Settings
+from finops.prices import OnPremRow, RateRow
 
 st.title("Prices")
-catalog = load_catalog(Settings().price_catalog)
+catalog = data.catalog(data.database_url())
 currency = catalog.currency
 st.caption(
     f"Per GPU-hour, in {currency}. On-prem: capex over its amortisation, board power x tariff "
@@ -21,16 +22,16 @@ for name, model in catalog.models.items():
     for row in model.prices:
         entry = {"model": name, "pricing model": str(row.pricing_model), "from": row.effective_from}
         if isinstance(row, RateRow):
-            entry["per GPU-hour"] = money(row.rate, currency)
+            entry[f"per GPU-hour ({currency})"] = row.rate
         elif isinstance(row, OnPremRow):
             parts = catalog.parts_of(row)
             entry |= {
-                "per GPU-hour": money(parts.total, currency),
-                "capex": money(parts.capex_per_hour, currency),
-                "energy": money(parts.energy_per_hour, currency),
-                "support": money(parts.support_per_hour, currency),
+                f"per GPU-hour ({currency})": parts.total,
+                f"capex ({currency})": parts.capex_per_hour,
+                f"energy ({currency})": parts.energy_per_hour,
+                f"support ({currency})": parts.support_per_hour,
             }
         entry["source"] = row.sources[0].url
         rows.append(entry)
 frame = pd.DataFrame(rows)
-table(frame, "prices.csv", column_config={"source": st.column_config.LinkColumn()})
+table(frame, "prices.csv", currency=currency, column_config={"source": st.column_config.LinkColumn()})
