@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from alerts.api import create_alerts_router
 from collector.wire import READING_COLUMNS, IngestBatch
 from finops.ingest import Ingestor
+from finops.prices import PriceCatalog
 from finops.rest import create_router
 
 log = logging.getLogger(__name__)
@@ -74,14 +75,16 @@ def create_app(
     token: str | None,
     metrics: ServiceMetrics | None = None,
     api_token: str | None = None,
+    catalog: PriceCatalog | None = None,
 ) -> FastAPI:
     """The FastAPI application: ingest, health, metrics and the REST API (:mod:`finops.rest`).
 
     ``token`` guards ingest and, when ``api_token`` is None, the REST API too; None disables authentication
-    (refused by ``serve`` unless asked).
+    (refused by ``serve`` unless asked). ``catalog`` is the configured price catalog (default: the packaged one),
+    in force until one is imported.
     """
     app = FastAPI(title="gpu-finops", version="0.1.0")
-    app.include_router(create_router(sessions, api_token if api_token is not None else token))
+    app.include_router(create_router(sessions, api_token if api_token is not None else token, catalog))
     app.include_router(create_alerts_router(sessions, api_token if api_token is not None else token))
     ingestor = Ingestor()
     ingest_slots = anyio.CapacityLimiter(INGEST_CONCURRENCY)

@@ -228,7 +228,8 @@ def serve(
         )
     try:
         api_token = settings.api_token.get_secret_value() if settings.api_token else None
-        uvicorn.run(create_app(sessions, token, metrics, api_token), host=host, port=port, log_level="warning")
+        app = create_app(sessions, token, metrics, api_token, _pricing(settings).catalog)
+        uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
         if running is not None:
             running.shutdown(wait=False)
