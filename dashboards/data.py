@@ -29,7 +29,6 @@ from finops.dashboard_queries import (
     month_overview,
     node_buckets,
     node_names,
-    top_idle,
 )
 from finops.db import make_engine, require_migrated, session_factory
 from finops.idle import EpisodeView, list_episodes
@@ -121,7 +120,7 @@ def wasters(
 ) -> list[ReportRow]:
     """:func:`finops.dashboard_queries.top_idle` of the report by team or job: the five biggest idle costs (only
     these five are kept: a month's report by job has thousands of rows)."""
-    return top_idle(cube(url, start, end, cluster, team, partition).report(by))
+    return cube(url, start, end, cluster, team, partition).top_idle(by)
 
 
 @st.cache_data(ttl=TTL_SECONDS)

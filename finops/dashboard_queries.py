@@ -10,6 +10,7 @@ those of :mod:`finops.filters` (None selects everything).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -113,6 +114,24 @@ class CubeCell:
 CubeBy = Literal["team", "job", "user"]
 
 
+_GroupKey = tuple[str, str | None, str | None, int | None]
+"""(report key, team, user, job primary key) of a group of :meth:`LedgerCube.report`."""
+
+
+def _group_key(cell: CubeCell, by: CubeBy) -> _GroupKey:
+    if by == "team":
+        return (cell.team, cell.team, None, None)
+    if by == "job":
+        return (cell.job_id if cell.job_id is not None else UNALLOCATED_TEAM, cell.team, cell.user, cell.job_pk)
+    user = cell.user if cell.user is not None else UNALLOCATED_TEAM
+    return (user, None, user, None)
+
+
+def _check_by(by: str) -> None:
+    if by not in ("team", "job", "user"):
+        raise ValueError(f"group by must be one of team, job, user, not {by!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class LedgerCube:
     """A period's ledger summed per UTC day, team and job (:func:`ledger_cube`): one read of the ledger from which
@@ -127,17 +146,27 @@ class LedgerCube:
         job or user, in its order: money equal to the micro-unit, GPU-seconds equal (the float sums of used
         seconds and joules may differ in their last bits: they are added in another order). ValueError for
         another ``by``."""
-        if by not in ("team", "job", "user"):
-            raise ValueError(f"group by must be one of team, job, user, not {by!r}")
-        totals: dict[tuple[str, str | None, str | None, int | None], list[Any]] = {}
+        _check_by(by)
+        return self._report(by, None)
+
+    def top_idle(self, by: CubeBy = "job", count: int = 5) -> list[ReportRow]:
+        """:func:`top_idle` of :meth:`report`, building the report rows of those ``count`` groups only (a month's
+        report by job has thousands). ValueError for a ``by`` other than team, job or user."""
+        _check_by(by)
+        idle: dict[_GroupKey, Decimal] = {}
         for c in self.cells:
-            if by == "team":
-                key: tuple[str, str | None, str | None, int | None] = (c.team, c.team, None, None)
-            elif by == "job":
-                key = (c.job_id if c.job_id is not None else UNALLOCATED_TEAM, c.team, c.user, c.job_pk)
-            else:
-                user = c.user if c.user is not None else UNALLOCATED_TEAM
-                key = (user, None, user, None)
+            key = _group_key(c, by)
+            idle[key] = idle.get(key, Decimal(0)) + c.idle_cost
+        candidates = [key for key, amount in idle.items() if amount > 0 and key[0] != UNALLOCATED_TEAM]
+        chosen = set(heapq.nsmallest(count, candidates, key=lambda key: (-idle[key], key[0])))
+        return top_idle(self._report(by, chosen), count)
+
+    def _report(self, by: CubeBy, only: set[_GroupKey] | None) -> list[ReportRow]:
+        totals: dict[_GroupKey, list[Any]] = {}
+        for c in self.cells:
+            key = _group_key(c, by)
+            if only is not None and key not in only:
+                continue
             found = totals.get(key)
             if found is None:
                 totals[key] = [

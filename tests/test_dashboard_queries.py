@@ -128,6 +128,9 @@ def test_the_cube_gives_the_cost_report_for_every_grouping_and_filter(seeded) ->
                     assert mine.used_gpu_seconds == pytest.approx(theirs.used_gpu_seconds)
                     assert mine.idle_gpu_seconds == pytest.approx(theirs.idle_gpu_seconds)
                     assert mine.energy_joules == pytest.approx(theirs.energy_joules)
+                assert cube.top_idle(by, 2) == top_idle(got, 2)
+            with pytest.raises(ValueError, match="node"):
+                cube.report("node")  # type: ignore[arg-type]
             by_team = {row.key: row.allocated_cost for row in cube.report("team")}
             daily: dict[str, Decimal] = {}
             for day in cube.daily():
