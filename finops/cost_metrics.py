@@ -13,8 +13,9 @@ catalog currency, named by a ``currency`` label (Prometheus has no money unit, a
   and GPU-seconds × utilisation.
 - ``gpufinops_budget_used_ratio{team,project}``: month-to-date spend ÷ budget.
 - ``gpufinops_budget_forecast_ratio{team,project}``: forecast month-end spend ÷ budget.
-- ``gpufinops_newest_sample_timestamp_seconds``, ``gpufinops_ledger_newest_hour_timestamp_seconds``: data
-  freshness (a stalled collector fleet or rollup shows as a growing ``time() - …``);
+- ``gpufinops_newest_sample_timestamp_seconds`` (within the last day),
+  ``gpufinops_ledger_newest_hour_timestamp_seconds``: data freshness (a stalled collector fleet or rollup
+  shows as a growing ``time() - …``);
   ``gpufinops_ledger_pending_rebuilds``: hours waiting for a rebuild.
 """
 
@@ -31,7 +32,7 @@ from sqlalchemy import BigInteger, func, select, type_coerce
 from sqlalchemy.orm import Session, sessionmaker
 
 from finops.budgets import budget_status
-from finops.models import DirtyHour, GpuSample, LedgerEntry, Team
+from finops.models import DirtyHour, Gpu, GpuSample, LedgerEntry, Team
 from finops.timeutil import utc_now
 
 _MONEY = ("allocated", "used", "idle", "energy")
@@ -47,6 +48,19 @@ class _Snapshot:
     newest_sample: float | None = None
     newest_hour: float | None = None
     dirty_hours: int = 0
+
+
+FRESHNESS_LOOKBACK_SECONDS = 86400
+"""How far back the newest reading is looked for: older data reads as no reading at all (the series is absent)."""
+
+
+def _newest_sample(session: Session) -> int | None:
+    """Epoch seconds of the newest reading of the last day: one backward index seek per GPU on the (gpu_id, ts)
+    primary key, within at most two day partitions, instead of a scan of every reading."""
+    since = int(utc_now().timestamp()) - FRESHNESS_LOOKBACK_SECONDS
+    ts = type_coerce(GpuSample.ts, BigInteger)
+    per_gpu = select(func.max(ts)).where(GpuSample.gpu_id == Gpu.id, ts >= since).scalar_subquery()
+    return session.scalar(select(func.max(per_gpu)).select_from(Gpu))
 
 
 class CostMetrics(Collector):
@@ -84,7 +98,7 @@ class CostMetrics(Collector):
                 snapshot.budget_used[status.team, status.project] = status.used_ratio
                 forecast = float(status.forecast / status.budget) if status.budget else 0.0
                 snapshot.budget_forecast[status.team, status.project] = forecast
-            newest_sample = session.scalar(select(func.max(type_coerce(GpuSample.ts, BigInteger))))
+            newest_sample = _newest_sample(session)
             newest_hour = session.scalar(select(func.max(type_coerce(LedgerEntry.hour, BigInteger))))
             snapshot.newest_sample = None if newest_sample is None else float(newest_sample)
             snapshot.newest_hour = None if newest_hour is None else float(newest_hour)
