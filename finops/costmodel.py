@@ -12,6 +12,9 @@ Definitions (docs/cost-model.md has them in full, with a worked example):
   (waste) cost = allocated − used; an unmetered holding (no samples) has neither;
 - energy cost = joules ÷ 3.6e6 (kWh) × tariff × PUE, rounded to the quantum; it is reported beside the
   capacity cost, not added to it (cloud prices include power; the on-prem rate already has its share);
+- every product and quotient is exact (rational arithmetic) and rounded once, half-even; a float reading
+  (utilisation, joules) enters as the decimal of its shortest round-trip text (``repr``), the value
+  PostgreSQL's ``CAST(x AS text)`` gives too, so SQL can apply the same formulas to the same figures;
 - reports round each column's group totals to cents by the largest-remainder method against the rounded
   grand total (:func:`round_preserving_total`), so displayed cents add up too.
 """
@@ -24,7 +27,9 @@ from dataclasses import dataclass
 from decimal import ROUND_FLOOR, ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 
-QUANTUM = Decimal("0.000001")
+MONEY_DECIMALS = 6
+QUANTUM = Decimal(1).scaleb(-MONEY_DECIMALS)
+_QUANTA_PER_UNIT = 10**MONEY_DECIMALS
 CENT = Decimal("0.01")
 SECONDS_PER_HOUR = 3600
 JOULES_PER_KWH = Decimal(3_600_000)
@@ -33,6 +38,34 @@ JOULES_PER_KWH = Decimal(3_600_000)
 def quantize(amount: Decimal, quantum: Decimal = QUANTUM) -> Decimal:
     """``amount`` rounded half-even to ``quantum``."""
     return amount.quantize(quantum, rounding=ROUND_HALF_EVEN)
+
+
+def _half_even(numerator: int, denominator: int) -> int:
+    """``numerator ÷ denominator`` (``denominator`` > 0) rounded half-even to an integer, exactly."""
+    units, rest = divmod(numerator, denominator)
+    if 2 * rest > denominator or (2 * rest == denominator and units % 2 == 1):
+        units += 1
+    return units
+
+
+def _micro_units(numerator: int, denominator: int) -> Decimal:
+    """``numerator ÷ denominator`` currency units rounded half-even to :data:`QUANTUM`, exactly."""
+    return Decimal(_half_even(numerator * _QUANTA_PER_UNIT, denominator)).scaleb(-MONEY_DECIMALS)
+
+
+def round_exact(value: Fraction, quantum: Decimal = QUANTUM) -> Decimal:
+    """The exact rational ``value`` rounded half-even to a multiple of ``quantum``: one rounding, no
+    intermediate decimal context (``Decimal`` arithmetic would round products and quotients to 28 digits first)."""
+    quantum_numerator, quantum_denominator = quantum.as_integer_ratio()
+    units = _half_even(value.numerator * quantum_denominator, value.denominator * quantum_numerator)
+    return quantize(Decimal(units) * quantum, quantum)
+
+
+def float_decimal(value: float) -> Decimal:
+    """A float reading as the exact decimal of its shortest round-trip text (``repr``): 0.1 is 0.1, not the
+    binary fraction 0.1000000000000000055…. PostgreSQL's ``CAST(CAST(x AS text) AS numeric)`` gives the same
+    decimal (``extra_float_digits`` ≥ 1, the default: shortest-precise output)."""
+    return Decimal(repr(value))
 
 
 def split_exact(total: Decimal, weights: Sequence[int | float | Fraction], quantum: Decimal = QUANTUM) -> list[Decimal]:
@@ -45,10 +78,12 @@ def split_exact(total: Decimal, weights: Sequence[int | float | Fraction], quant
     """
     if total != total.quantize(quantum):
         raise ValueError(f"total {total} is not a multiple of {quantum}")
-    exact_weights = [Fraction(weight) for weight in weights]
-    if sum(exact_weights) <= 0 or any(weight < 0 for weight in exact_weights):
+    if all(isinstance(weight, int) for weight in weights):
+        integers = [int(weight) for weight in weights]
+    else:
+        integers = _integer_weights([Fraction(weight) for weight in weights])
+    if sum(integers) <= 0 or any(weight < 0 for weight in integers):
         raise ValueError(f"weights must be >= 0 with a positive sum, got {list(weights)}")
-    integers = _integer_weights(exact_weights)
     weight_sum = sum(integers)
     units = int(total / quantum)
     floors = [units * weight // weight_sum for weight in integers]
@@ -77,8 +112,18 @@ def round_preserving_total(amounts: Sequence[Decimal], quantum: Decimal = CENT) 
 
 
 def capacity_cost(rate_per_hour: Decimal, seconds: int) -> Decimal:
-    """Cost of holding one GPU for ``seconds`` at ``rate_per_hour`` (currency per GPU-hour), to the quantum."""
-    return quantize(rate_per_hour * seconds / SECONDS_PER_HOUR)
+    """Cost of holding one GPU for ``seconds`` at ``rate_per_hour`` (currency per GPU-hour): rate × seconds ÷ 3600,
+    exact, rounded half-even to the quantum."""
+    rate_numerator, rate_denominator = rate_per_hour.as_integer_ratio()
+    return _micro_units(rate_numerator * seconds, rate_denominator * SECONDS_PER_HOUR)
+
+
+def used_cost(allocated: Decimal, utilization: float) -> Decimal:
+    """The used part of ``allocated``: allocated × mean utilisation ratio (clamped to 0..1, as
+    :func:`float_decimal`), exact, rounded half-even to the quantum. Idle cost is ``allocated − used``."""
+    allocated_numerator, allocated_denominator = allocated.as_integer_ratio()
+    ratio_numerator, ratio_denominator = float_decimal(min(max(utilization, 0.0), 1.0)).as_integer_ratio()
+    return _micro_units(allocated_numerator * ratio_numerator, allocated_denominator * ratio_denominator)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,8 +183,9 @@ def gpu_hour_costs(rate_per_hour: Decimal, capacity_seconds: int, held: Sequence
     if capacity_seconds <= 0:
         return []
     positive = [h for h in held if h.seconds > 0]
-    weights = [Fraction(h.seconds) * h.share for h in positive]
-    remainder = Fraction(capacity_seconds) - sum(weights, Fraction(0))
+    scale = math.lcm(*(h.share.denominator for h in positive))  # seconds × share as integers in 1/scale seconds
+    weights = [h.seconds * h.share.numerator * (scale // h.share.denominator) for h in positive]
+    remainder = capacity_seconds * scale - sum(weights)
     if remainder > 0:
         weights.append(remainder)
     if len(weights) == 1:  # one holder of the whole GPU-hour, or nobody: nothing to split
@@ -156,7 +202,7 @@ def gpu_hour_costs(rate_per_hour: Decimal, capacity_seconds: int, held: Sequence
             used = Decimal(0)
             idle = Decimal(0)
         else:
-            used = quantize(allocated * Decimal(str(min(max(utilization, 0.0), 1.0))))
+            used = used_cost(allocated, utilization)
             idle = allocated - used
         costs.append(
             HoldingCost(
@@ -172,6 +218,12 @@ def gpu_hour_costs(rate_per_hour: Decimal, capacity_seconds: int, held: Sequence
 
 
 def energy_cost(joules: float, tariff_per_kwh: Decimal, pue: Decimal) -> Decimal:
-    """Cost of ``joules`` of GPU energy at the facility: kWh × tariff × PUE, to the quantum."""
-    kwh = Decimal(repr(joules)) / JOULES_PER_KWH
-    return quantize(kwh * tariff_per_kwh * pue)
+    """Cost of ``joules`` (as :func:`float_decimal`) of GPU energy at the facility: joules ÷ 3.6e6 (kWh) × tariff
+    (currency per kWh) × PUE, exact, rounded half-even to the quantum."""
+    joules_numerator, joules_denominator = float_decimal(joules).as_integer_ratio()
+    tariff_numerator, tariff_denominator = tariff_per_kwh.as_integer_ratio()
+    pue_numerator, pue_denominator = pue.as_integer_ratio()
+    return _micro_units(
+        joules_numerator * tariff_numerator * pue_numerator,
+        joules_denominator * tariff_denominator * pue_denominator * int(JOULES_PER_KWH),
+    )

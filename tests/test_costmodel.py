@@ -15,9 +15,12 @@ from finops.costmodel import (
     Holding,
     capacity_cost,
     energy_cost,
+    float_decimal,
     gpu_hour_costs,
+    round_exact,
     round_preserving_total,
     split_exact,
+    used_cost,
 )
 
 rates = st.decimals(min_value=Decimal("0.01"), max_value=Decimal("100"), places=4)
@@ -101,3 +104,27 @@ def test_round_preserving_total_adds_up(amounts: list[Decimal]) -> None:
 def test_energy_cost_hand_example() -> None:
     # 700 W for one hour = 2.52 MJ = 0.7 kWh; at 0.08/kWh and PUE 1.5: 0.7 * 0.08 * 1.5 = 0.084.
     assert energy_cost(2_520_000.0, Decimal("0.08"), Decimal("1.5")) == Decimal("0.084000")
+
+
+def test_amounts_are_rounded_once_half_even_from_their_exact_value() -> None:
+    # 645 J at 0.36 per kWh and PUE 1 cost exactly 0.0000645: a tie, to the even 0.000064. (Decimal arithmetic at
+    # 28 digits would round 645 / 3.6e6 up first and end at 0.000065.) 575 J: 0.0000575 to 0.000058.
+    assert energy_cost(645.0, Decimal("0.36"), Decimal("1")) == Decimal("0.000064")
+    assert energy_cost(575.0, Decimal("0.36"), Decimal("1")) == Decimal("0.000058")
+    # 1.000001 x 0.5 = 0.5000005 -> 0.500000; 1.000003 x 0.5 = 0.5000015 -> 0.500002.
+    assert used_cost(Decimal("1.000001"), 0.5) == Decimal("0.500000")
+    assert used_cost(Decimal("1.000003"), 0.5) == Decimal("0.500002")
+    # Half a micro-unit of capacity: 0.000001 per hour for 30 minutes -> 0; 0.000003 -> 0.000002.
+    assert capacity_cost(Decimal("0.000001"), 1800) == 0
+    assert capacity_cost(Decimal("0.000003"), 1800) == Decimal("0.000002")
+    assert round_exact(Fraction(-25, 10**7)) == Decimal("-0.000002")
+
+
+def test_float_readings_enter_as_their_shortest_decimal() -> None:
+    # The float 2.5e-06 is 0.0000025000000000000002045… in binary; as a reading it is 0.0000025, so a whole
+    # currency unit of allocated cost at that utilisation is a tie, rounded to the even 0.000002.
+    assert float_decimal(2.5e-06) == Decimal("0.0000025")
+    assert used_cost(Decimal("1"), 2.5e-06) == Decimal("0.000002")
+    assert float_decimal(0.1 + 0.2) == Decimal("0.30000000000000004")
+    # Utilisation is clamped to 0..1.
+    assert used_cost(Decimal("2"), 1.5) == Decimal("2")
