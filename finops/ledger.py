@@ -1,26 +1,44 @@
 """The hourly cost ledger: one row per GPU × UTC hour × holder, rebuilt for hours marked dirty.
 
-A rebuild of hours [h0, h1) is one SQL aggregation over the samples (utilisation and energy per GPU, hour
-and allocation) plus a Python pass over GPU-hours (not samples) that applies :mod:`finops.costmodel`.
-Rebuilding an hour deletes and rewrites its rows, so recomputing changes nothing.
+A rebuild of hours [h0, h1) runs in the database, in a few set-based statements over session-local temporary
+tables, and applies :mod:`finops.costmodel` in Python only where a GPU-hour has to be split:
+
+1. the in-service GPU-hours that have a price (rates from the Python price catalog, passed in as a small table);
+2. their holdings: every allocation clipped to every GPU-hour it overlaps;
+3. the GPU-hours to split: a partial in-service hour, a holding that covers only part of the hour, several
+   holdings, a MIG share; a MIG share or overlapping holdings (time-slicing) make a GPU-hour *shared*;
+4. the metering, one pass over the readings: utilisation and energy increments (a window function) summed per
+   GPU-hour and holding (per GPU-hour as a whole where it is shared);
+5. the common GPU-hour — in service all hour and held all hour by one whole-GPU allocation, or by none — costed
+   by one ``INSERT … SELECT`` with the cost model's formulas: exact ``NUMERIC`` with half-even rounding on
+   PostgreSQL, integer micro-units on SQLite (whose float-to-text conversion is not the shortest round-trip
+   one, so the two products with a float reading call :func:`finops.costmodel.used_cost` and
+   :func:`finops.costmodel.energy_cost` as registered SQL functions);
+6. the GPU-hours to split, by :func:`finops.costmodel.gpu_hour_costs` in Python.
+
+Both costing paths write identical rows: ``sql_costing=False`` sends every GPU-hour through Python, which the
+tests compare with. Rebuilding an hour deletes and rewrites its rows, so recomputing changes nothing.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
 
-from sqlalchemy import bindparam, delete, func, select, text
+from sqlalchemy import Connection, delete, func, select, text
 from sqlalchemy.orm import Session
 
 from finops import costmodel
-from finops.models import UNALLOCATED_TEAM, Allocation, DirtyHour, Gpu, Job, LedgerEntry
+from finops.models import UNALLOCATED_TEAM, DirtyHour, Gpu, LedgerEntry
 from finops.prices import PriceCatalog, PriceNotFound, PricingModel
 from finops.pricing_rules import pricing_models_by_node
+from finops.sqltypes import MONEY_SCALE
 from finops.teams import team_by_name
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
 
@@ -28,29 +46,202 @@ log = logging.getLogger(__name__)
 
 CHUNK_HOURS = 24
 ENERGY_LOOKBACK_SECONDS = HOUR
+"""An energy counter increment counts only if the previous reading is at most this much older: the energy
+over a longer gap (a collector down for hours) cannot be placed in an hour, so it is left out. The rule
+does not depend on how the hours are cut into rebuilds."""
 
-# Per GPU, hour and holding allocation (NULL: none): metered samples, Σ utilisation, Σ energy increments.
-# An energy counter that goes down was reset (driver reload): the new reading is the energy since then.
-# Bookings of one GPU never overlap, so the only allocation that can hold a sample is the latest one to
-# start at or before it: one index seek per sample on (gpu_id, start). ``gpu_id IN (…)`` lets both
-# databases range-scan the (gpu_id, ts) primary key per GPU instead of scanning the table.
-_SAMPLE_AGGREGATE = text("""
-WITH s AS (
-    SELECT gpu_id, ts, utilization_ratio AS u, energy_joules AS e,
-           energy_joules - LAG(energy_joules) OVER (PARTITION BY gpu_id ORDER BY ts) AS de
-    FROM gpu_samples
-    WHERE gpu_id IN (SELECT id FROM gpus) AND ts >= :lookback AND ts < :h1
-), t AS (
-    SELECT s.*, (SELECT a.id FROM allocations a WHERE a.gpu_id = s.gpu_id AND a.start <= s.ts
-                 ORDER BY a.start DESC LIMIT 1) AS candidate
-    FROM s WHERE s.ts >= :h0
+LEDGER_COLUMNS = (
+    "hour", "gpu_id", "job_pk", "team_id", "seconds", "used_gpu_seconds", "sample_count", "energy_joules",
+    "allocated_cost", "used_cost", "idle_cost", "energy_cost", "currency", "pricing_model",
+)  # fmt: skip
+
+# Session-local work tables of a rebuild (emptied at its start).
+_TEMP_TABLES = {
+    "tmp_ledger_rates": "model VARCHAR(128) NOT NULL, pricing_model VARCHAR(16) NOT NULL, hour BIGINT NOT NULL, "
+    "capacity {money} NOT NULL, PRIMARY KEY (model, pricing_model, hour)",
+    "tmp_ledger_node_models": "node_id INTEGER PRIMARY KEY, pricing_model VARCHAR(16) NOT NULL",
+    "tmp_ledger_gpu_hours": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, lo BIGINT NOT NULL, hi BIGINT NOT NULL, "
+    "model VARCHAR(128) NOT NULL, pricing_model VARCHAR(16) NOT NULL, PRIMARY KEY (gpu_id, hour)",
+    "tmp_ledger_holdings": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, allocation_id INTEGER NOT NULL, "
+    "job_pk INTEGER NOT NULL, team_id INTEGER NOT NULL, start BIGINT NOT NULL, stop BIGINT NOT NULL, "
+    "share_num INTEGER NOT NULL, share_den INTEGER NOT NULL, shared INTEGER NOT NULL",
+    "tmp_ledger_split": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, shared INTEGER NOT NULL, "
+    "PRIMARY KEY (gpu_id, hour)",
+    "tmp_ledger_metering": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, allocation_id INTEGER, "
+    "samples INTEGER NOT NULL, utilization_sum DOUBLE PRECISION NOT NULL, energy_joules DOUBLE PRECISION NOT NULL",
+}
+
+# 1. In-service GPU-hours [lo, hi) of the chunk that have a rate.
+_GPU_HOURS = text("""
+WITH RECURSIVE hours (hour) AS (
+    SELECT CAST(:h0 AS BIGINT) UNION ALL SELECT hour + 3600 FROM hours WHERE hour + 3600 < :end
 )
-SELECT t.gpu_id, t.ts - t.ts % 3600 AS hour, a.id AS allocation_id,
-       COUNT(t.u) AS samples, COALESCE(SUM(t.u), 0) AS utilization_sum,
-       COALESCE(SUM(CASE WHEN t.de IS NULL THEN 0 WHEN t.de < 0 THEN t.e ELSE t.de END), 0) AS energy
-FROM t LEFT JOIN allocations a ON a.id = t.candidate AND (a."end" IS NULL OR t.ts < a."end")
-GROUP BY t.gpu_id, t.ts - t.ts % 3600, a.id
-""").bindparams(bindparam("lookback"), bindparam("h0"), bindparam("h1"))
+INSERT INTO tmp_ledger_gpu_hours (gpu_id, hour, lo, hi, model, pricing_model)
+SELECT g.id, h.hour,
+       CASE WHEN g.in_service_from > h.hour THEN g.in_service_from ELSE h.hour END,
+       CASE WHEN h.hour + 3600 < :end THEN h.hour + 3600 ELSE :end END,
+       g.model, COALESCE(n.pricing_model, :default_model)
+FROM gpus g CROSS JOIN hours h LEFT JOIN tmp_ledger_node_models n ON n.node_id = g.node_id
+WHERE g.in_service_from < h.hour + 3600 AND g.in_service_from < :end
+  AND EXISTS (SELECT 1 FROM tmp_ledger_rates r WHERE r.model = g.model
+              AND r.pricing_model = COALESCE(n.pricing_model, :default_model) AND r.hour = h.hour)
+""")
+
+# 2. Holdings: allocations clipped to each GPU-hour [lo, hi) they overlap. ``shared`` = 1 for every holding of a
+# shared GPU-hour: one with a MIG share, or where a holding starts before an earlier one (by start, then
+# allocation id) has stopped (time-slicing).
+_HOLDINGS = text("""
+INSERT INTO tmp_ledger_holdings (gpu_id, hour, allocation_id, job_pk, team_id, start, stop, share_num, share_den,
+                                 shared)
+SELECT gpu_id, hour, allocation_id, job_pk, team_id, start, stop, share_num, share_den,
+       MAX(CASE WHEN share_num <> share_den OR overlapping = 1 THEN 1 ELSE 0 END) OVER (PARTITION BY gpu_id, hour)
+FROM (
+    SELECT clipped.*,
+           CASE WHEN MAX(stop) OVER (PARTITION BY gpu_id, hour ORDER BY start, allocation_id
+                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) > start THEN 1 ELSE 0 END
+               AS overlapping
+    FROM (
+        SELECT gh.gpu_id, gh.hour, a.id AS allocation_id, a.job_pk, j.team_id,
+               CASE WHEN a.start > gh.lo THEN a.start ELSE gh.lo END AS start,
+               CASE WHEN a."end" IS NULL OR a."end" > gh.hi THEN gh.hi ELSE a."end" END AS stop,
+               a.share_num, a.share_den
+        FROM allocations a
+        JOIN jobs j ON j.id = a.job_pk
+        JOIN tmp_ledger_gpu_hours gh
+          ON gh.gpu_id = a.gpu_id AND gh.hi > a.start AND (a."end" IS NULL OR a."end" > gh.lo)
+        WHERE a.start < :end AND (a."end" IS NULL OR a."end" > :h0)
+    ) clipped
+    WHERE stop > start
+) ordered
+""")
+
+# 3. GPU-hours the Python cost model splits (all of them when :everything = 1): a partial in-service hour, or
+# holdings other than one whole-GPU allocation all hour.
+_SPLIT = text("""
+INSERT INTO tmp_ledger_split (gpu_id, hour, shared)
+SELECT gh.gpu_id, gh.hour, COALESCE(MAX(h.shared), 0)
+FROM tmp_ledger_gpu_hours gh
+LEFT JOIN tmp_ledger_holdings h ON h.gpu_id = gh.gpu_id AND h.hour = gh.hour
+GROUP BY gh.gpu_id, gh.hour, gh.lo, gh.hi
+HAVING :everything = 1 OR gh.lo <> gh.hour OR gh.hi <> gh.hour + 3600 OR COUNT(h.allocation_id) > 1
+    OR (COUNT(h.allocation_id) = 1
+        AND (MIN(h.start) <> gh.lo OR MAX(h.stop) <> gh.hi OR MAX(h.share_num) <> MAX(h.share_den)))
+""")
+
+# 4. Metering per GPU, hour and holding: readings with utilisation, Σ utilisation, Σ energy increments. An
+# energy counter that goes down was reset (driver reload): the new reading is the energy since then. The first
+# reading of the chunk takes its increment from the GPU's last reading in the lookback before it (one key lookup
+# per GPU, not a scan of the day before). Readings are ordered by one 64-bit key, gpu_id × 2^32 + ts (ids below
+# 2^31, instants before 2106), which sorts faster than the pair; the key's step dk from the previous reading is
+# the time since it when that reading is the same GPU's, and more than 2^32 − the chunk's span (far more than the
+# gap) when it is another GPU's, so ``dk > gap`` also starts each GPU afresh. A reading is assigned to the
+# holding that contains it in a GPU-hour that is not shared (its holdings are disjoint), else to none
+# (allocation_id NULL: the unallocated rest, or a shared GPU-hour as a whole). The metering does not depend on
+# which GPU-hours are costed in SQL. On SQLite, ``gpu_id IN (…)`` makes it range-scan the (gpu_id, ts) key per
+# GPU; PostgreSQL reads the day partitions the chunk spans.
+_METERING_SQL = """
+WITH readings AS (
+    SELECT gpu_id, ts, utilization_ratio AS u, energy_joules AS e
+    FROM gpu_samples
+    WHERE {per_gpu}ts >= :h0 AND ts < :end
+    UNION ALL
+    SELECT x.gpu_id, x.ts, NULL, x.energy_joules
+    FROM gpu_samples x
+    JOIN (SELECT g.id, (SELECT MAX(ts) FROM gpu_samples WHERE gpu_id = g.id AND ts >= :lookback AND ts < :h0) AS ts
+          FROM gpus g) previous ON x.gpu_id = previous.id AND x.ts = previous.ts
+    WHERE x.ts >= :lookback AND x.ts < :h0
+), s AS (
+    SELECT gpu_id, ts, u, e, k - LAG(k) OVER w AS dk, LAG(e) OVER w AS pe
+    FROM (SELECT gpu_id, ts, u, e, gpu_id * 4294967296 + ts AS k FROM readings) keyed
+    WINDOW w AS (ORDER BY k ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
+), t AS (
+    SELECT gpu_id, ts, ts - ts % 3600 AS hour, u,
+           CASE WHEN e IS NULL OR pe IS NULL OR dk IS NULL OR dk > :gap THEN 0.0
+                WHEN e < pe THEN e ELSE e - pe END AS de
+    FROM s WHERE ts >= :h0
+), disjoint AS (
+    SELECT gpu_id, hour, allocation_id, start, stop FROM tmp_ledger_holdings WHERE shared = 0
+)
+INSERT INTO tmp_ledger_metering (gpu_id, hour, allocation_id, samples, utilization_sum, energy_joules)
+SELECT t.gpu_id, t.hour, d.allocation_id, COUNT(t.u), COALESCE(SUM(t.u), 0.0), COALESCE(SUM(t.de), 0.0)
+FROM t LEFT JOIN disjoint d ON d.gpu_id = t.gpu_id AND d.hour = t.hour AND t.ts >= d.start AND t.ts < d.stop
+GROUP BY t.gpu_id, t.hour, d.allocation_id
+"""
+_METERING = {
+    "sqlite": text(_METERING_SQL.replace("{per_gpu}", "gpu_id IN (SELECT id FROM gpus) AND ")),
+    "postgresql": text(_METERING_SQL.replace("{per_gpu}", "")),
+}
+
+# 5. The common GPU-hours, costed in SQL: their base columns, then (_costing_sql) the dialect's exact used and
+# energy cost, then the ledger row.
+_COMMON_BASE = """
+SELECT gh.hour, gh.gpu_id, h.job_pk, COALESCE(h.team_id, :unallocated) AS team_id, r.capacity,
+       COALESCE(m.samples, 0) AS sample_count, COALESCE(m.energy_joules, 0.0) AS energy_joules,
+       CASE WHEN h.job_pk IS NOT NULL AND m.samples > 0 THEN m.utilization_sum / m.samples END AS utilization,
+       gh.pricing_model
+FROM tmp_ledger_gpu_hours gh
+JOIN tmp_ledger_rates r ON r.model = gh.model AND r.pricing_model = gh.pricing_model AND r.hour = gh.hour
+LEFT JOIN tmp_ledger_holdings h ON h.gpu_id = gh.gpu_id AND h.hour = gh.hour
+LEFT JOIN tmp_ledger_metering m
+  ON m.gpu_id = gh.gpu_id AND m.hour = gh.hour AND COALESCE(m.allocation_id, 0) = COALESCE(h.allocation_id, 0)
+WHERE NOT EXISTS (SELECT 1 FROM tmp_ledger_split sp WHERE sp.gpu_id = gh.gpu_id AND sp.hour = gh.hour)
+"""
+_COMMON_INSERT = """
+INSERT INTO ledger ({columns})
+SELECT hour, gpu_id, job_pk, team_id, 3600,
+       CASE WHEN utilization IS NULL THEN 0.0 ELSE 3600 * utilization END, sample_count, energy_joules,
+       capacity, used, CASE WHEN utilization IS NULL THEN 0 ELSE capacity - used END, energy, :currency, pricing_model
+FROM ({costed}) costed
+"""
+
+
+def _pg_half_even(numerator: str, denominator: int) -> str:
+    """SQL for ``numerator ÷ denominator`` (a non-negative exact NUMERIC over a positive integer) rounded
+    half-even to an integer, as NUMERIC. PostgreSQL's ``round`` rounds halves away from zero; this does not."""
+    q = f"div({numerator}, {denominator})"
+    twice_rest = f"2 * ({numerator} - {denominator} * {q})"
+    up = f"{twice_rest} > {denominator} OR ({twice_rest} = {denominator} AND mod({q}, 2) = 1)"
+    return f"({q} + CASE WHEN {up} THEN 1 ELSE 0 END)"
+
+
+def _costing_sql(dialect: str) -> str:
+    """The SELECT of step 5 with used and energy cost columns for ``dialect``.
+
+    PostgreSQL: used = allocated × utilisation and energy = joules × tariff × PUE ÷ 3.6e6, with the float
+    readings as the decimals of their shortest text, exact NUMERIC products rounded half-even to micro-units.
+    SQLite: the registered functions of :func:`_register_sqlite_functions` on micro-units.
+    """
+    if dialect == "postgresql":
+        utilization = "CAST(CAST(LEAST(GREATEST(utilization, 0.0), 1.0) AS text) AS numeric)"
+        joules = "CAST(CAST(energy_joules AS text) AS numeric)"
+        used = _pg_half_even("used_units", 1)
+        energy = _pg_half_even("energy_tenths", 36)
+        return f"""
+            SELECT e.*, CASE WHEN utilization IS NULL THEN 0 ELSE {used} * 0.000001 END AS used,
+                   {energy} * 0.000001 AS energy
+            FROM (SELECT b.*, capacity * {utilization} * 1000000 AS used_units,
+                         {joules} * CAST(:energy_factor AS numeric) AS energy_tenths
+                  FROM ({_COMMON_BASE}) b) e"""  # noqa: S608 - only constant SQL is inlined
+    return f"""
+        SELECT b.*, CASE WHEN utilization IS NULL THEN 0 ELSE finops_used_cost(capacity, utilization) END AS used,
+               finops_energy_cost(energy_joules) AS energy
+        FROM ({_COMMON_BASE}) b"""  # noqa: S608 - only constant SQL is inlined
+
+
+def _register_sqlite_functions(connection: Connection, catalog: PriceCatalog) -> None:
+    """SQL functions on this SQLite connection, in micro-units: ``finops_used_cost(allocated, utilisation)`` and
+    ``finops_energy_cost(joules)`` at the catalog's tariff and PUE (:mod:`finops.costmodel` formulas)."""
+    scale = Decimal(1).scaleb(MONEY_SCALE)
+
+    def used(allocated: int, utilization: float) -> int:
+        return int(costmodel.used_cost(Decimal(allocated) / scale, utilization) * scale)
+
+    def energy(joules: float) -> int:
+        return int(costmodel.energy_cost(joules, catalog.tariff_per_kwh, catalog.pue) * scale)
+
+    dbapi = connection.connection.driver_connection
+    dbapi.create_function("finops_used_cost", 2, used, deterministic=True)  # type: ignore[union-attr]
+    dbapi.create_function("finops_energy_cost", 1, energy, deterministic=True)  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,14 +260,14 @@ class Pricing:
     model: PricingModel
 
 
-def rollup(session: Session, pricing: Pricing, until: int) -> int:
+def rollup(session: Session, pricing: Pricing, until: int, *, sql_costing: bool = True) -> int:
     """Bring the ledger up to ``until`` (epoch seconds): rebuild every dirty hour before it, and every hour
     from the newest hour in the ledger (or, for an empty ledger, the first GPU's entry into service) to it.
 
     The newest hour is always rebuilt because it was built only up to the previous ``until``, so hours
     without samples or job changes (a silent collector, an idle cluster) still accrue capacity cost.
     Hours missing a GPU that has no price stay dirty, so they are rebuilt after the catalog is fixed.
-    Returns the number of hours rebuilt completely.
+    ``sql_costing`` as in :func:`rebuild`. Returns the number of hours rebuilt completely.
     """
     dirty = {to_epoch(h) for h in session.scalars(select(DirtyHour.hour).where(DirtyHour.hour < from_epoch(until)))}
     newest = session.scalar(select(func.max(LedgerEntry.hour))) or session.scalar(select(func.min(Gpu.in_service_from)))
@@ -84,7 +275,7 @@ def rollup(session: Session, pricing: Pricing, until: int) -> int:
     hours = sorted(dirty | set(range(min(since, floor_hour(until - 1)), until, HOUR)))
     rebuilt = 0
     for h0, h1 in _contiguous_chunks(hours):
-        unpriced = rebuild(session, h0, h1, pricing, until)
+        unpriced = rebuild(session, h0, h1, pricing, until, sql_costing=sql_costing)
         done = [h for h in range(h0, h1, HOUR) if h not in unpriced]
         session.execute(delete(DirtyHour).where(DirtyHour.hour.in_([from_epoch(h) for h in done])))
         rebuilt += len(done)
@@ -104,135 +295,251 @@ def _contiguous_chunks(hours: list[int]) -> Iterator[tuple[int, int]]:
         yield start, previous + HOUR
 
 
-def rebuild(session: Session, h0: int, h1: int, pricing: Pricing, until: int) -> set[int]:
+def rebuild(session: Session, h0: int, h1: int, pricing: Pricing, until: int, *, sql_costing: bool = True) -> set[int]:
     """Rewrite the ledger rows of hours [h0, h1) (epoch seconds, hour-aligned), clipped at ``until``.
 
     A GPU whose model has no price in the catalog gets no rows (logged once per model); the other GPUs'
     rows are written. Returns the hours that miss such GPUs, to be rebuilt once the catalog has the price.
+    ``sql_costing`` False costs every GPU-hour with the Python cost model instead of only those to split (the
+    rows are the same; it is the reference the SQL costing is tested against).
     """
     end = min(h1, until)
-    gpus = session.scalars(select(Gpu).where(Gpu.in_service_from < from_epoch(end))).all()
+    connection = session.connection()
+    dialect = connection.dialect.name
+    _prepare_work_tables(connection, dialect)
+    with _statement_settings(connection, dialect):
+        return _rebuild(session, connection, dialect, h0, h1, end, pricing, sql_costing)
+
+
+def _rebuild(
+    session: Session,
+    connection: Connection,
+    dialect: str,
+    h0: int,
+    h1: int,
+    end: int,
+    pricing: Pricing,
+    sql_costing: bool,
+) -> set[int]:
+    """:func:`rebuild` once the work tables are ready (``end``: ``h1`` clipped at the build time)."""
     node_models = pricing_models_by_node(session, pricing.model)
-    allocations = session.execute(
-        select(
-            Allocation.id,
-            Allocation.gpu_id,
-            Allocation.start,
-            Allocation.end,
-            Allocation.share_num,
-            Allocation.share_den,
-            Job.id,
-            Job.team_id,
-        )
-        .join(Job, Job.id == Allocation.job_pk)
-        .where(Allocation.start < from_epoch(end), (Allocation.end.is_(None)) | (Allocation.end > from_epoch(h0)))
-    ).all()
-    metering: dict[tuple[int, int], dict[int | None, _Metering]] = defaultdict(dict)
-    for row in session.execute(_SAMPLE_AGGREGATE, {"lookback": h0 - ENERGY_LOOKBACK_SECONDS, "h0": h0, "h1": end}):
-        metering[row.gpu_id, row.hour][row.allocation_id] = _Metering(row.samples, row.utilization_sum, row.energy)
-    by_gpu: dict[int, list[_Booking]] = defaultdict(list)
-    for allocation_id, gpu_id, start, stop, share_num, share_den, job_pk, team_id in allocations:
-        stop_epoch = until if stop is None else min(to_epoch(stop), until)
-        share = Fraction(share_num, share_den)
-        by_gpu[gpu_id].append(_Booking(allocation_id, to_epoch(start), stop_epoch, share, job_pk, team_id))
-    unallocated_team = team_by_name(session, UNALLOCATED_TEAM).id
-    rows: list[dict[str, object]] = []
-    unpriced: set[int] = set()
-    unpriced_models: set[tuple[str, PricingModel]] = set()
-    rates: dict[tuple[str, PricingModel, int], Decimal] = {}
-    for gpu in gpus:
-        in_service = max(h0, to_epoch(gpu.in_service_from))
-        pricing_model = node_models.get(gpu.node_id, pricing.model)
-        for hour in range(floor_hour(in_service), end, HOUR):
-            lo, hi = max(hour, in_service), min(hour + HOUR, end)
-            rate = rates.get((gpu.model, pricing_model, hour))
-            if rate is None:
-                try:
-                    rate = pricing.catalog.rate(gpu.model, pricing_model, from_epoch(hour))
-                except PriceNotFound as exc:
-                    if (gpu.model, pricing_model) not in unpriced_models:
-                        unpriced_models.add((gpu.model, pricing_model))
-                        log.error("GPU-hours of model %r left out of the ledger: %s", gpu.model, exc)
-                    unpriced.add(hour)
-                    continue
-                rates[gpu.model, pricing_model, hour] = rate
-            rows.extend(
-                _gpu_hour_rows(
-                    gpu.id,
-                    hour,
-                    lo,
-                    hi,
-                    rate,
-                    by_gpu[gpu.id],
-                    metering.get((gpu.id, hour), {}),
-                    unallocated_team,
-                    pricing,
-                    pricing_model,
-                )
-            )
+    rates, unpriced = _rates(session, pricing, node_models, h0, end)
     session.execute(delete(LedgerEntry).where(LedgerEntry.hour >= from_epoch(h0), LedgerEntry.hour < from_epoch(h1)))
-    if rows:
-        session.execute(LedgerEntry.__table__.insert(), rows)  # type: ignore[attr-defined]
+    if rates:
+        money = (lambda amount: int(amount.scaleb(MONEY_SCALE))) if dialect == "sqlite" else (lambda amount: amount)
+        connection.execute(
+            text("INSERT INTO tmp_ledger_rates VALUES (:model, :pricing_model, :hour, :capacity)"),
+            [
+                {"model": m, "pricing_model": str(p), "hour": h, "capacity": money(costmodel.capacity_cost(r, HOUR))}
+                for (m, p, h), r in rates.items()
+            ],
+        )
+    if node_models:
+        connection.execute(
+            text("INSERT INTO tmp_ledger_node_models VALUES (:node, :model)"),
+            [{"node": node, "model": str(model)} for node, model in node_models.items()],
+        )
+    bounds = {"h0": h0, "end": end}
+    connection.execute(_GPU_HOURS, {**bounds, "default_model": str(pricing.model)})
+    connection.execute(_HOLDINGS, bounds)
+    connection.execute(_SPLIT, {"everything": 0 if sql_costing else 1})
+    _analyze(connection, dialect, "tmp_ledger_gpu_hours", "tmp_ledger_holdings", "tmp_ledger_split")
+    connection.execute(
+        _METERING[dialect], {**bounds, "lookback": h0 - ENERGY_LOOKBACK_SECONDS, "gap": ENERGY_LOOKBACK_SECONDS}
+    )
+    _analyze(connection, dialect, "tmp_ledger_metering")
+    unallocated_team = team_by_name(session, UNALLOCATED_TEAM).id
+    catalog = pricing.catalog
+    if dialect == "sqlite":
+        _register_sqlite_functions(connection, catalog)
+    common = text(_COMMON_INSERT.format(columns=", ".join(LEDGER_COLUMNS), costed=_costing_sql(dialect)))
+    parameters: dict[str, Any] = {"unallocated": unallocated_team, "currency": catalog.currency}
+    if dialect == "postgresql":
+        parameters["energy_factor"] = catalog.tariff_per_kwh * catalog.pue * 10  # ÷ 36 = × 10^6 ÷ 3.6e6
+    connection.execute(common, parameters)
+    rows = _split_rows(connection, rates, unallocated_team, catalog)
+    if log.isEnabledFor(logging.DEBUG):
+        gpu_hours = connection.scalar(text("SELECT COUNT(*) FROM tmp_ledger_gpu_hours")) or 0
+        split = connection.scalar(text("SELECT COUNT(*) FROM tmp_ledger_split")) or 0
+        log.debug("ledger hours [%d, %d): %d GPU-hours costed in SQL, %d split by the cost model",
+                  h0, h1, gpu_hours - split, split)  # fmt: skip
+    _insert_rows(session, connection, dialect, rows)
     return unpriced
 
 
+def _prepare_work_tables(connection: Connection, dialect: str) -> None:
+    """Create the session's temporary work tables if needed and empty them (PostgreSQL: one round trip)."""
+    money = "BIGINT" if dialect == "sqlite" else f"NUMERIC(20, {MONEY_SCALE})"
+    creates = [f"CREATE TEMPORARY TABLE IF NOT EXISTS {name} ({columns.format(money=money)})" for name, columns in
+               _TEMP_TABLES.items()]  # fmt: skip
+    if dialect == "postgresql":
+        connection.exec_driver_sql("; ".join([*creates, f"TRUNCATE {', '.join(_TEMP_TABLES)}"]))
+        return
+    for create, name in zip(creates, _TEMP_TABLES, strict=True):
+        connection.exec_driver_sql(create)
+        connection.exec_driver_sql(f"DELETE FROM {name}")  # noqa: S608 - constant table names
+
+
+# PostgreSQL settings for the rebuild's statements, restored afterwards: float output as the shortest round-trip
+# text (the costing reads float readings through it; > 0 selects it), the sort of a chunk's readings in memory
+# (a day of 1,024 GPUs read every minute takes ~150 MB; more spills to disk), and no JIT compilation (it costs
+# more than it saves on statements planned afresh for every chunk).
+_PG_SETTINGS = {"extra_float_digits": "1", "work_mem": "256MB", "jit": "off"}
+
+
+@contextmanager
+def _statement_settings(connection: Connection, dialect: str) -> Iterator[None]:
+    """Apply :data:`_PG_SETTINGS` for the transaction's next statements, then put the previous values back
+    (transaction-local settings: a rollback undoes them too)."""
+    if dialect != "postgresql":
+        yield
+        return
+    names = list(_PG_SETTINGS)
+    current = ", ".join(f"current_setting('{name}')" for name in names)
+    previous = dict(zip(names, connection.exec_driver_sql(f"SELECT {current}").one(), strict=True))
+
+    def apply(values: dict[str, str]) -> None:
+        changes = ", ".join(f"set_config('{name}', %({name})s, true)" for name in values)
+        connection.exec_driver_sql(f"SELECT {changes}", values)
+
+    apply(_PG_SETTINGS)
+    yield  # on an error the transaction is rolled back, and its settings with it
+    apply(previous)
+
+
+def _analyze(connection: Connection, dialect: str, *tables: str) -> None:
+    """Give PostgreSQL's planner statistics of freshly filled work tables (autovacuum never analyzes temporary
+    tables; without them it misjudges the joins by orders of magnitude)."""
+    if dialect == "postgresql":
+        connection.exec_driver_sql(f"ANALYZE {', '.join(tables)}")
+
+
+def _rates(
+    session: Session, pricing: Pricing, node_models: dict[int, PricingModel], h0: int, end: int
+) -> tuple[dict[tuple[str, PricingModel, int], Decimal], set[int]]:
+    """Rate per (GPU model, pricing model, hour) for the GPU-hours in service in [h0, end), and the hours that
+    miss a rate for some in-service GPU (logged once per GPU model and pricing model)."""
+    first_hour: dict[tuple[str, PricingModel], int] = {}
+    for model, node_id, entered in session.execute(
+        select(Gpu.model, Gpu.node_id, func.min(Gpu.in_service_from))
+        .where(Gpu.in_service_from < from_epoch(end))
+        .group_by(Gpu.model, Gpu.node_id)
+    ):
+        key = (model, node_models.get(node_id, pricing.model))
+        hour = floor_hour(max(h0, to_epoch(entered)))
+        first_hour[key] = min(first_hour.get(key, hour), hour)
+    rates: dict[tuple[str, PricingModel, int], Decimal] = {}
+    unpriced: set[int] = set()
+    for (model, pricing_model), first in sorted(first_hour.items()):
+        logged = False
+        for hour in range(first, end, HOUR):
+            try:
+                rates[model, pricing_model, hour] = pricing.catalog.rate(model, pricing_model, from_epoch(hour))
+            except PriceNotFound as exc:
+                unpriced.add(hour)
+                if not logged:
+                    log.error("GPU-hours of model %r left out of the ledger: %s", model, exc)
+                    logged = True
+    return rates, unpriced
+
+
+# The GPU-hours to split, their holdings in allocation id order, and their metering.
+_SPLIT_HOURS = text("""
+SELECT sp.gpu_id, sp.hour, sp.shared, gh.lo, gh.hi, gh.model, gh.pricing_model,
+       h.allocation_id, h.job_pk, h.team_id, h.start, h.stop, h.share_num, h.share_den
+FROM tmp_ledger_split sp
+JOIN tmp_ledger_gpu_hours gh ON gh.gpu_id = sp.gpu_id AND gh.hour = sp.hour
+LEFT JOIN tmp_ledger_holdings h ON h.gpu_id = sp.gpu_id AND h.hour = sp.hour
+ORDER BY sp.gpu_id, sp.hour, h.allocation_id
+""")
+_SPLIT_METERING = text("""
+SELECT m.gpu_id, m.hour, m.allocation_id, m.samples, m.utilization_sum, m.energy_joules
+FROM tmp_ledger_metering m JOIN tmp_ledger_split sp ON sp.gpu_id = m.gpu_id AND sp.hour = m.hour
+""")
+
+
 @dataclass(frozen=True, slots=True)
-class _Booking:
-    """An allocation as the rebuild sees it: epoch [start, end) clipped at the build time, share of the GPU."""
+class _Holding:
+    """An allocation holding a GPU for [start, stop) of one hour: its share of the GPU, job and team."""
 
     allocation_id: int
     start: int
-    end: int
+    stop: int
     share: Fraction
     job_pk: int
     team_id: int
 
 
-def _gpu_hour_rows(
-    gpu_id: int,
-    hour: int,
-    lo: int,
-    hi: int,
-    rate: Decimal,
-    allocations: list[_Booking],
-    by_allocation: dict[int | None, _Metering],
+@dataclass(slots=True)
+class _GpuHour:
+    gpu_id: int
+    hour: int
+    lo: int
+    hi: int
+    shared: bool
+    rate: Decimal
+    pricing_model: str
+    holdings: list[_Holding]
+
+
+def _split_rows(
+    connection: Connection,
+    rates: dict[tuple[str, PricingModel, int], Decimal],
     unallocated_team: int,
-    pricing: Pricing,
-    pricing_model: PricingModel,
+    catalog: PriceCatalog,
+) -> list[dict[str, object]]:
+    """Ledger rows of the GPU-hours in ``tmp_ledger_split``, by the Python cost model."""
+    gpu_hours: dict[tuple[int, int], _GpuHour] = {}
+    for r in connection.execute(_SPLIT_HOURS):
+        gpu_hour = gpu_hours.get((r.gpu_id, r.hour))
+        if gpu_hour is None:
+            rate = rates[r.model, PricingModel(r.pricing_model), r.hour]
+            gpu_hour = _GpuHour(r.gpu_id, r.hour, r.lo, r.hi, bool(r.shared), rate, r.pricing_model, [])
+            gpu_hours[r.gpu_id, r.hour] = gpu_hour
+        if r.allocation_id is not None:
+            share = Fraction(r.share_num, r.share_den)
+            gpu_hour.holdings.append(_Holding(r.allocation_id, r.start, r.stop, share, r.job_pk, r.team_id))
+    metering: dict[tuple[int, int], dict[int | None, _Metering]] = defaultdict(dict)
+    for m in connection.execute(_SPLIT_METERING):
+        metering[m.gpu_id, m.hour][m.allocation_id] = _Metering(m.samples, m.utilization_sum, m.energy_joules)
+    rows: list[dict[str, object]] = []
+    for key, gpu_hour in gpu_hours.items():
+        rows.extend(_gpu_hour_rows(gpu_hour, metering.get(key, {}), unallocated_team, catalog))
+    return rows
+
+
+def _gpu_hour_rows(
+    gpu_hour: _GpuHour, by_allocation: dict[int | None, _Metering], unallocated_team: int, catalog: PriceCatalog
 ) -> list[dict[str, object]]:
     """Ledger rows of one GPU for the in-service part [lo, hi) of one hour.
 
-    A GPU-hour held by one whole-GPU allocation at a time is metered per allocation (the samples inside it).
-    A shared GPU-hour (a MIG share, or allocations that overlap: time-slicing) is metered as a whole: every
-    holder gets the GPU's mean utilisation, and the GPU-hour's energy is split in proportion to GPU-seconds.
+    A GPU-hour held by disjoint whole-GPU holdings is metered per holding (the readings inside it; the rest
+    under None). A shared GPU-hour (a MIG share, or holdings that overlap: time-slicing) is metered as a whole
+    (under None): every holder gets the GPU's mean utilisation, and the hour's energy is split in proportion to
+    GPU-seconds.
     """
-    held: list[tuple[_Booking, int]] = []
-    for booking in allocations:
-        seconds = min(booking.end, hi) - max(booking.start, lo)
-        if seconds > 0:
-            held.append((booking, seconds))
-    weight = sum(Fraction(seconds) * booking.share for booking, seconds in held)
-    shared = weight > hi - lo or any(booking.share != 1 for booking, _ in held)
-    whole = _whole_gpu_hour(by_allocation) if shared else None
+    held = gpu_hour.holdings
+    whole = by_allocation.get(None) if gpu_hour.shared else None
     holdings = []
-    for booking, seconds in held:
-        inside = whole if shared else by_allocation.get(booking.allocation_id)
+    for holding in held:
+        inside = whole if gpu_hour.shared else by_allocation.get(holding.allocation_id)
         utilization = inside.utilization_sum / inside.samples if inside and inside.samples else None
-        holdings.append(costmodel.Holding(booking.job_pk, seconds, utilization, booking.share))
-    costs = costmodel.gpu_hour_costs(rate, hi - lo, holdings)
+        holdings.append(costmodel.Holding(holding.job_pk, holding.stop - holding.start, utilization, holding.share))
+    span = gpu_hour.hi - gpu_hour.lo
+    costs = costmodel.gpu_hour_costs(gpu_hour.rate, span, holdings)
     rows: list[dict[str, object]] = []
     for i, cost in enumerate(costs):
-        holder = held[i][0] if i < len(held) else None
+        holder = held[i] if i < len(held) else None
         if whole is not None:
             metered: _Metering | None = whole
-            joules = whole.energy_joules * cost.gpu_seconds / (hi - lo)
+            joules = whole.energy_joules * cost.gpu_seconds / span
         else:
             metered = by_allocation.get(holder.allocation_id if holder is not None else None)
             joules = metered.energy_joules if metered else 0.0
         rows.append(
             {
-                "hour": hour,
-                "gpu_id": gpu_id,
+                "hour": gpu_hour.hour,
+                "gpu_id": gpu_hour.gpu_id,
                 "job_pk": cost.job,
                 "team_id": unallocated_team if holder is None else holder.team_id,
                 "seconds": cost.gpu_seconds,
@@ -242,19 +549,23 @@ def _gpu_hour_rows(
                 "allocated_cost": cost.allocated,
                 "used_cost": cost.used,
                 "idle_cost": cost.idle,
-                "energy_cost": costmodel.energy_cost(joules, pricing.catalog.tariff_per_kwh, pricing.catalog.pue),
-                "currency": pricing.catalog.currency,
-                "pricing_model": str(pricing_model),
+                "energy_cost": costmodel.energy_cost(joules, catalog.tariff_per_kwh, catalog.pue),
+                "currency": catalog.currency,
+                "pricing_model": gpu_hour.pricing_model,
             }
         )
     return rows
 
 
-def _whole_gpu_hour(by_allocation: dict[int | None, _Metering]) -> _Metering | None:
-    """All samples of one GPU-hour, whichever allocation they fell in."""
-    if not by_allocation:
-        return None
-    parts = by_allocation.values()
-    return _Metering(
-        sum(m.samples for m in parts), sum(m.utilization_sum for m in parts), sum(m.energy_joules for m in parts)
-    )
+def _insert_rows(session: Session, connection: Connection, dialect: str, rows: Sequence[dict[str, object]]) -> None:
+    """Write ledger rows: ``COPY`` on PostgreSQL, an executemany of the table's INSERT elsewhere."""
+    if not rows:
+        return
+    if dialect != "postgresql":
+        session.execute(LedgerEntry.__table__.insert(), list(rows))  # type: ignore[attr-defined]
+        return
+    names = ", ".join(LEDGER_COLUMNS)
+    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    with cursor, cursor.copy(f"COPY ledger ({names}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row([row[name] for name in LEDGER_COLUMNS])

@@ -1,0 +1,263 @@
+"""The ledger's SQL costing against its Python cost model, row for row, on SQLite and PostgreSQL.
+
+A seeded random cluster slice is built directly in the tables and rolled up twice: with the common GPU-hours
+costed in SQL (the default) and with every GPU-hour costed by :func:`finops.costmodel.gpu_hour_costs`. The two
+ledgers must be identical, floats and micro-units included. The slice has in-service starts and a build time
+inside an hour, jobs starting and ending mid-hour and on the hour, MIG shares (1/7, 3/7), overlapping whole-GPU
+allocations (time-slicing), open allocations, holdings without readings, readings without utilisation,
+collector gaps longer than the energy lookback, counter resets, four pricing models chosen by pricing rules,
+a GPU model without a price, and rates, utilisations and energies that put many amounts exactly halfway
+between two micro-units (half-even rounding matters).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session, sessionmaker
+
+from finops.costmodel import float_decimal
+from finops.hours import mark_hours_dirty
+from finops.ledger import LEDGER_COLUMNS, Pricing, rollup
+from finops.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Node, PricingRule, Team
+from finops.partitions import create_partitions, is_partitioned
+from finops.prices import PriceCatalog, PricingModel
+from finops.timeutil import HOUR, from_epoch, to_epoch
+
+T0 = to_epoch(datetime(2026, 10, 5, tzinfo=UTC))
+HOURS = 7
+UNTIL = T0 + HOURS * HOUR + 23 * 60  # the build time falls inside the last hour
+H100 = "NVIDIA H100 80GB HBM3"
+A100 = "NVIDIA A100-SXM4-80GB"
+SOURCE = {"url": "https://example.org/prices", "note": "test figures"}
+
+
+def _catalog() -> PriceCatalog:
+    """H100 at 1.000001 on demand (× a mean utilisation of 0.5 = 0.5000005: a tie), odd reserved and spot rates,
+    on-prem from parts (a 28-digit rate); A100 only on demand. Energy at 0.36 per kWh and PUE 1 costs 1e-7 per
+    joule, so a GPU-hour of 5 J (mod 10) costs exactly half a micro-unit more than a whole number of them."""
+
+    def rate(model: str, value: str) -> dict[str, Any]:
+        return {"pricing_model": model, "effective_from": "2026-01-01", "rate": Decimal(value), "sources": [SOURCE]}
+
+    onprem = {
+        "pricing_model": "on-prem",
+        "effective_from": "2026-01-01",
+        "capex_usd": Decimal(27500),
+        "amortisation_years": Decimal(5),
+        "board_power_watts": Decimal(700),
+        "support_per_year_usd": Decimal(4500),
+        "sources": [SOURCE],
+    }
+    return PriceCatalog.model_validate(
+        {
+            "currency": "USD",
+            "tariff_per_kwh": Decimal("0.36"),
+            "tariff_source": SOURCE,
+            "pue": Decimal(1),
+            "pue_source": SOURCE,
+            "models": {
+                "H100": {
+                    "description": "H100",
+                    "match": [r"\bH100\b"],
+                    "prices": [
+                        rate("on-demand", "1.000001"),
+                        rate("reserved", "2.4637515"),
+                        rate("spot", "0.33333333"),
+                        onprem,
+                    ],
+                },
+                "A100": {"description": "A100", "match": [r"\bA100\b"], "prices": [rate("on-demand", "3.43088125")]},
+            },
+        }
+    )
+
+
+def _readings(rng: random.Random, gpu_id: int, start: int, kind: str) -> list[dict[str, Any]]:
+    """One reading a minute from ``start`` to the build time, shaped by ``kind``."""
+    rows = []
+    energy = rng.choice([0.0, 1e9 + 0.1, 123456.7])
+    for ts in range(start + rng.randrange(60), UNTIL, 60):
+        if kind == "gappy" and T0 + HOUR <= ts < T0 + 2 * HOUR + 1800:  # a 90-minute collector outage
+            continue
+        if kind == "holes" and T0 + 3 * HOUR <= ts < T0 + 3 * HOUR + 2400:  # jobs here hold the GPU unmetered
+            continue
+        if kind == "tie":
+            utilization: float | None = 0.5
+            energy += 5 * rng.randrange(1, 4)  # whole multiples of 5 J: half-micro-unit energy costs
+        else:
+            utilization = rng.choice([0.0, 0.5, rng.randrange(101) / 100, rng.random(), None])
+            energy += rng.choice([5 * rng.randrange(1000, 8000), rng.uniform(0, 40000), 0.1 * rng.randrange(10**6)])
+        if rng.random() < 0.01:
+            energy = rng.uniform(0, 1000)  # counter reset (driver reload)
+        rows.append(
+            {
+                "gpu_id": gpu_id,
+                "ts": ts,
+                "utilization_ratio": utilization,
+                "energy_joules": None if rng.random() < 0.02 else energy,
+            }
+        )
+    return rows
+
+
+def _build(session: Session, seed: int) -> None:
+    """The seeded slice (module docstring): 4 nodes, 14 GPUs, random jobs."""
+    rng = random.Random(seed)
+    teams = [Team(name=name) for name in ("alpha", "beta", "__unmapped__")]
+    session.add_all(teams)
+    nodes = [
+        Node(hostname="n-default"),
+        Node(hostname="n-reserved", partition="res"),
+        Node(hostname="n-onprem", labels={"site": "basement"}),
+        Node(hostname="n-spot"),
+    ]
+    session.add_all(nodes)
+    session.flush()
+    session.add_all(
+        [
+            PricingRule(selector="partition", key="", value="res", pricing_model="reserved"),
+            PricingRule(selector="node_label", key="site", value="basement", pricing_model="on-prem"),
+            PricingRule(selector="node", key="", value="n-spot", pricing_model="spot"),
+        ]
+    )
+    kinds = ["idle", "whole", "tie", "gappy", "holes", "random", "random", "random", "mig", "sliced", "random"]
+    placed: list[tuple[int, str, str, int, int]] = []  # (node, model, kind, GPU index, in service from)
+    for index, kind in enumerate(kinds):
+        late = kind == "random" and index % 2 == 0  # enters service mid-hour
+        node = nodes[index % 4].id if kind not in ("idle", "whole", "tie") else nodes[0].id
+        placed.append((node, H100, kind, index, T0 + HOUR + 17 * 60 + 11 if late else T0 - 3 * HOUR))
+    placed.append((nodes[2].id, A100, "random", 90, T0))  # on-prem pricing: no price
+    placed.append((nodes[0].id, A100, "random", 91, T0))
+    placed.append((nodes[0].id, H100, "idle", 92, UNTIL + 1))  # enters service after the build time
+    gpus = [
+        (Gpu(uuid=f"GPU-{i}", node_id=node, gpu_index=i, model=model, in_service_from=from_epoch(entered)), kind)
+        for node, model, kind, i, entered in placed
+    ]
+    session.add_all([gpu for gpu, _ in gpus])
+    session.flush()
+    jobs: list[Job] = []
+
+    def job(gpu: Gpu, start: int, end: int | None, share: tuple[int, int] = (1, 1)) -> None:
+        record = Job(
+            scheduler="slurm",
+            cluster="c",
+            job_id=str(len(jobs) + 100),
+            job_id_raw=str(len(jobs) + 100),
+            user="u",
+            account="a",
+            partition="p",
+            name="j",
+            state="RUNNING" if end is None else "COMPLETED",
+            start=from_epoch(start),
+            end=None if end is None else from_epoch(end),
+            gpus=1,
+            node_list="n",
+            team_id=rng.choice(teams).id,
+        )
+        jobs.append(record)
+        session.add(record)
+        session.flush()
+        profile = {1: "1g.10gb", 3: "3g.40gb"}.get(share[0]) if share != (1, 1) else None
+        session.add(
+            Allocation(
+                job_pk=record.id, gpu_id=gpu.id, start=from_epoch(start), end=None if end is None else from_epoch(end),
+                share_num=share[0], share_den=share[1], mig_profile=profile,
+            )
+        )  # fmt: skip
+
+    samples: list[dict[str, Any]] = []
+    for gpu, kind in gpus:
+        entered = to_epoch(gpu.in_service_from)
+        if entered < UNTIL:
+            samples += _readings(rng, gpu.id, max(entered, T0 - HOUR), kind)
+        if kind in ("whole", "tie"):
+            job(gpu, T0 - HOUR, None)  # held all along: common GPU-hours costed in SQL
+        elif kind == "mig":
+            for share in ((3, 7), (3, 7), (1, 7)):
+                at = T0 + rng.randrange(-2, 4) * HOUR + rng.choice([0, 600, 1337])
+                job(gpu, at, at + rng.randrange(1, 6) * HOUR + rng.choice([0, 907]), share)
+        elif kind == "sliced":
+            job(gpu, T0 - HOUR, T0 + HOUR + 1800)
+            job(gpu, T0 + HOUR + 1200, T0 + HOUR + 2400)  # overlaps the first, yet together they fill 50 minutes
+            job(gpu, T0 + 2 * HOUR, T0 + 5 * HOUR)
+            job(gpu, T0 + 3 * HOUR + 600, None)  # overlaps the third: more than the hour is held
+        elif kind != "idle":
+            at = max(entered, T0 - 2 * HOUR)
+            while at < UNTIL + HOUR:
+                length = rng.choice([HOUR, 2 * HOUR, rng.randrange(60, 3 * HOUR)])
+                end = at + length if rng.random() < 0.9 else None
+                job(gpu, at, end)
+                if end is None:
+                    break
+                at = end + rng.choice([0, 0, HOUR - end % HOUR, rng.randrange(1, 5000)])
+    if is_partitioned(session.connection()):
+        create_partitions(session.connection(), {sample["ts"] for sample in samples})
+    session.execute(GpuSample.__table__.insert(), samples)  # type: ignore[attr-defined]
+    mark_hours_dirty(session, range(T0 - 3 * HOUR, UNTIL, HOUR))
+
+
+def _ledger(session: Session) -> list[tuple[Any, ...]]:
+    """Every ledger row's columns (money as Decimal), by hour, GPU and job."""
+    table = LedgerEntry.__table__
+    rows = session.execute(select(*(table.c[name] for name in LEDGER_COLUMNS))).all()
+    return sorted((tuple(row) for row in rows), key=lambda row: (row[0], row[1], row[2] or 0))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_sql_costing_matches_the_python_cost_model(
+    sessions: sessionmaker[Session], seed: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    pricing = Pricing(_catalog(), PricingModel.ON_DEMAND)
+    with sessions.begin() as session:
+        _build(session, seed)
+    with sessions.begin() as session, caplog.at_level(logging.DEBUG, logger="finops.ledger"):
+        rollup(session, pricing, UNTIL)
+    counts = [record.args for record in caplog.records if str(record.msg).startswith("ledger hours")]
+    in_sql = sum(int(str(args[2])) for args in counts if isinstance(args, tuple))
+    split = sum(int(str(args[3])) for args in counts if isinstance(args, tuple))
+    assert in_sql >= 20 and split >= 20  # both paths did real work
+    with sessions() as session:
+        fast = _ledger(session)
+        dirty = sorted(session.scalars(text("SELECT hour FROM ledger_dirty_hours")))
+    with sessions.begin() as session:
+        session.execute(text("DELETE FROM ledger"))
+        mark_hours_dirty(session, range(T0 - 3 * HOUR, UNTIL, HOUR))  # as the slice started
+        rollup(session, pricing, UNTIL, sql_costing=False)
+    with sessions() as session:
+        reference = _ledger(session)
+        assert sorted(session.scalars(text("SELECT hour FROM ledger_dirty_hours"))) == dirty
+    assert dirty  # the A100 on on-prem pricing has no price: its hours stay dirty
+    assert len(fast) == len(reference) > 0
+    for fast_row, reference_row in zip(fast, reference, strict=True):
+        assert fast_row == reference_row
+    ties = [row for row in reference if row[LEDGER_COLUMNS.index("used_cost")] == Decimal("0.500000")]
+    assert ties  # 1.000001 × 0.5 = 0.5000005 rounded half-even, not up to 0.500001
+
+
+def test_postgresql_float_text_is_the_python_repr(sessions: sessionmaker[Session]) -> None:
+    """The SQL costing reads a float reading as ``CAST(CAST(x AS text) AS numeric)``; that must be the decimal of
+    Python's ``repr`` (shortest round-trip digits) that :func:`finops.costmodel.float_decimal` uses."""
+    with sessions() as session:
+        if session.get_bind().dialect.name != "postgresql":
+            pytest.skip("SQLite costs float readings through registered Python functions")
+        rng = random.Random(7)
+        values = [rng.random() for _ in range(3000)]
+        values += [rng.randrange(101) / 100 for _ in range(500)]
+        values += [rng.uniform(0, 5e9) for _ in range(3000)]
+        values += [sum(rng.random() for _ in range(rng.randrange(1, 60))) / rng.randrange(1, 60) for _ in range(3000)]
+        values += [rng.uniform(0, 1) * 10.0 ** rng.randrange(-320, 300) for _ in range(1000)]
+        values += [0.0, 1.0, 0.5, 1e-05, 5e-324, 1.7976931348623157e308, 0.1 + 0.2, 123456789012345680.0]
+        rows = session.execute(
+            text("SELECT x, CAST(CAST(x AS text) AS numeric) FROM unnest(CAST(:xs AS double precision[])) AS x"),
+            {"xs": values},
+        ).all()
+    assert len(rows) == len(values)
+    for value, decimal in rows:
+        assert decimal == float_decimal(value), value
