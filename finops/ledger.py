@@ -62,7 +62,8 @@ _TEMP_TABLES = {
     "tmp_ledger_node_models": "node_id INTEGER PRIMARY KEY, pricing_model VARCHAR(16) NOT NULL",
     "tmp_ledger_gpu_hours": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, lo BIGINT NOT NULL, hi BIGINT NOT NULL, "
     "model VARCHAR(128) NOT NULL, pricing_model VARCHAR(16) NOT NULL, PRIMARY KEY (gpu_id, hour)",
-    "tmp_ledger_holdings": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, allocation_id INTEGER NOT NULL, "
+    "tmp_ledger_holdings": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, gpu_hour BIGINT NOT NULL, "
+    "allocation_id INTEGER NOT NULL, "
     "job_pk INTEGER NOT NULL, team_id INTEGER NOT NULL, start BIGINT NOT NULL, stop BIGINT NOT NULL, "
     "share_num INTEGER NOT NULL, share_den INTEGER NOT NULL, shared INTEGER NOT NULL",
     "tmp_ledger_split": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, shared INTEGER NOT NULL, "
@@ -87,13 +88,15 @@ WHERE g.in_service_from < h.hour + 3600 AND g.in_service_from < :end
               AND r.pricing_model = COALESCE(n.pricing_model, :default_model) AND r.hour = h.hour)
 """)
 
-# 2. Holdings: allocations clipped to each GPU-hour [lo, hi) they overlap. ``shared`` = 1 for every holding of a
+# 2. Holdings: allocations clipped to each GPU-hour [lo, hi) they overlap, with the GPU-hour as one key (gpu_id ×
+# 2^32 + hour: one join column whose statistics make PostgreSQL hash the holdings, not the readings, when the
+# readings are assigned to them in step 4). ``shared`` = 1 for every holding of a
 # shared GPU-hour: one with a MIG share, or where a holding starts before an earlier one (by start, then
 # allocation id) has stopped (time-slicing).
 _HOLDINGS = text("""
-INSERT INTO tmp_ledger_holdings (gpu_id, hour, allocation_id, job_pk, team_id, start, stop, share_num, share_den,
-                                 shared)
-SELECT gpu_id, hour, allocation_id, job_pk, team_id, start, stop, share_num, share_den,
+INSERT INTO tmp_ledger_holdings (gpu_id, hour, gpu_hour, allocation_id, job_pk, team_id, start, stop, share_num,
+                                 share_den, shared)
+SELECT gpu_id, hour, gpu_id * 4294967296 + hour, allocation_id, job_pk, team_id, start, stop, share_num, share_den,
        MAX(CASE WHEN share_num <> share_den OR overlapping = 1 THEN 1 ELSE 0 END) OVER (PARTITION BY gpu_id, hour)
 FROM (
     SELECT clipped.*,
@@ -134,41 +137,42 @@ HAVING :everything = 1 OR gh.lo <> gh.hour OR gh.hi <> gh.hour + 3600 OR COUNT(h
 # per GPU, not a scan of the day before). Readings are ordered by one 64-bit key, gpu_id × 2^32 + ts (ids below
 # 2^31, instants before 2106), which sorts faster than the pair; the key's step dk from the previous reading is
 # the time since it when that reading is the same GPU's, and more than 2^32 − the chunk's span (far more than the
-# gap) when it is another GPU's, so ``dk > gap`` also starts each GPU afresh. A reading is assigned to the
-# holding that contains it in a GPU-hour that is not shared (its holdings are disjoint), else to none
-# (allocation_id NULL: the unallocated rest, or a shared GPU-hour as a whole). The metering does not depend on
-# which GPU-hours are costed in SQL. On SQLite, ``gpu_id IN (…)`` makes it range-scan the (gpu_id, ts) key per
-# GPU; PostgreSQL reads the day partitions the chunk spans.
+# gap) when it is another GPU's, so ``dk > gap`` also starts each GPU afresh. A reading is assigned (before the
+# sort, so that nothing sorts the readings again) to the holding that contains it in a GPU-hour that is not
+# shared (its holdings are disjoint), else to none (allocation_id NULL: the unallocated rest, or a shared
+# GPU-hour as a whole). The metering does not depend on which GPU-hours are costed in SQL. On SQLite,
+# ``gpu_id IN (…)`` makes it range-scan the (gpu_id, ts) key per GPU; PostgreSQL reads the day partitions the
+# chunk spans.
 _METERING_SQL = """
 WITH readings AS (
-    SELECT gpu_id, ts, utilization_ratio AS u, energy_joules AS e
-    FROM gpu_samples
-    WHERE {per_gpu}ts >= :h0 AND ts < :end
+    SELECT r.gpu_id, r.ts, r.utilization_ratio AS u, r.energy_joules AS e, d.allocation_id
+    FROM gpu_samples r
+    LEFT JOIN tmp_ledger_holdings d
+      ON d.gpu_hour = r.gpu_id * 4294967296 + r.ts - r.ts % 3600 AND r.ts >= d.start AND r.ts < d.stop AND d.shared = 0
+    WHERE {per_gpu}r.ts >= :h0 AND r.ts < :end
     UNION ALL
-    SELECT x.gpu_id, x.ts, NULL, x.energy_joules
+    SELECT x.gpu_id, x.ts, NULL, x.energy_joules, NULL
     FROM gpu_samples x
     JOIN (SELECT g.id, (SELECT MAX(ts) FROM gpu_samples WHERE gpu_id = g.id AND ts >= :lookback AND ts < :h0) AS ts
           FROM gpus g) previous ON x.gpu_id = previous.id AND x.ts = previous.ts
     WHERE x.ts >= :lookback AND x.ts < :h0
 ), s AS (
-    SELECT gpu_id, ts, u, e, k - LAG(k) OVER w AS dk, LAG(e) OVER w AS pe
-    FROM (SELECT gpu_id, ts, u, e, gpu_id * 4294967296 + ts AS k FROM readings) keyed
+    SELECT gpu_id, ts, u, allocation_id, e, k - LAG(k) OVER w AS dk, LAG(e) OVER w AS pe
+    FROM (SELECT readings.*, gpu_id * 4294967296 + ts AS k FROM readings) keyed
     WINDOW w AS (ORDER BY k ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
 ), t AS (
-    SELECT gpu_id, ts, ts - ts % 3600 AS hour, u,
+    SELECT gpu_id, ts - ts % 3600 AS hour, allocation_id, u,
            CASE WHEN e IS NULL OR pe IS NULL OR dk IS NULL OR dk > :gap THEN 0.0
                 WHEN e < pe THEN e ELSE e - pe END AS de
     FROM s WHERE ts >= :h0
-), disjoint AS (
-    SELECT gpu_id, hour, allocation_id, start, stop FROM tmp_ledger_holdings WHERE shared = 0
 )
 INSERT INTO tmp_ledger_metering (gpu_id, hour, allocation_id, samples, utilization_sum, energy_joules)
-SELECT t.gpu_id, t.hour, d.allocation_id, COUNT(t.u), COALESCE(SUM(t.u), 0.0), COALESCE(SUM(t.de), 0.0)
-FROM t LEFT JOIN disjoint d ON d.gpu_id = t.gpu_id AND d.hour = t.hour AND t.ts >= d.start AND t.ts < d.stop
-GROUP BY t.gpu_id, t.hour, d.allocation_id
+SELECT gpu_id, hour, allocation_id, COUNT(u), COALESCE(SUM(u), 0.0), COALESCE(SUM(de), 0.0)
+FROM t
+GROUP BY gpu_id, hour, allocation_id
 """
 _METERING = {
-    "sqlite": text(_METERING_SQL.replace("{per_gpu}", "gpu_id IN (SELECT id FROM gpus) AND ")),
+    "sqlite": text(_METERING_SQL.replace("{per_gpu}", "r.gpu_id IN (SELECT id FROM gpus) AND ")),
     "postgresql": text(_METERING_SQL.replace("{per_gpu}", "")),
 }
 
