@@ -20,11 +20,22 @@ from finops.models import Gpu, PriceCatalogVersion
 from finops.prices import GpuModel, PriceCatalog, parse_catalog
 from finops.timeutil import utc_now
 
+_PARSED: dict[tuple[str, str], PriceCatalog] = {}
+"""Imported catalogs already parsed, by (source, YAML text)."""
+
 
 def catalog_in_force(session: Session, fallback: PriceCatalog) -> PriceCatalog:
-    """The newest imported catalog, or ``fallback`` (the configured file) when none was imported."""
-    newest = session.scalars(select(PriceCatalogVersion).order_by(PriceCatalogVersion.id.desc()).limit(1)).first()
-    return fallback if newest is None else parse_catalog(newest.body, newest.source)
+    """The newest imported catalog, or ``fallback`` (the configured file) when none was imported. One indexed
+    lookup of the newest version per call; the same YAML text is validated once per process."""
+    newest = session.execute(
+        select(PriceCatalogVersion.source, PriceCatalogVersion.body).order_by(PriceCatalogVersion.id.desc()).limit(1)
+    ).first()
+    if newest is None:
+        return fallback
+    key = (newest.source, newest.body)
+    if key not in _PARSED:
+        _PARSED[key] = parse_catalog(newest.body, newest.source)
+    return _PARSED[key]
 
 
 def pricing_in_force(session: Session, configured: Pricing) -> Pricing:

@@ -27,6 +27,7 @@ from finops.costmodel import capacity_cost
 from finops.ledger import Pricing
 from finops.models import Allocation, Gpu, IdleEpisode, Job, Node, Team
 from finops.prices import PriceNotFound
+from finops.pricing_rules import pricing_models_by_node
 from finops.timeutil import from_epoch, to_epoch
 
 MEMORY_HELD_BYTES = 64 * 2**20
@@ -104,7 +105,11 @@ def detect_idle(session: Session, start: datetime, end: datetime, policy: IdlePo
     ):
         until = None if allocated_until is None else to_epoch(allocated_until)
         allocations[gpu_id].append((holder, to_epoch(allocated_from), until, policy.threshold_for(partition)))
-    models = {gpu_id: model for gpu_id, model in session.execute(select(Gpu.id, Gpu.model).where(Gpu.id.in_(gpu_ids)))}
+    node_models = pricing_models_by_node(session, pricing.model)
+    priced_as = {
+        gpu_id: (model, node_models.get(node_id, pricing.model))
+        for gpu_id, model, node_id in session.execute(select(Gpu.id, Gpu.model, Gpu.node_id).where(Gpu.id.in_(gpu_ids)))
+    }
     stored = 0
     for threshold, found in runs.items():
         for run in found:
@@ -116,7 +121,7 @@ def detect_idle(session: Session, start: datetime, end: datetime, policy: IdlePo
                 if hi - lo < policy.window_seconds:
                     continue
                 try:
-                    rate = pricing.catalog.rate(models[run.gpu_id], pricing.model, from_epoch(lo))
+                    rate = pricing.catalog.rate(*priced_as[run.gpu_id], from_epoch(lo))
                     cost = capacity_cost(rate, hi - lo)
                 except PriceNotFound:
                     cost = Decimal(0)

@@ -10,6 +10,7 @@ opens its own session and transaction; a failing run is logged by APScheduler an
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -101,68 +102,33 @@ def start_scheduler(
     ``alerts``, the rollup job evaluates the alert rules after each rollup (:func:`run_rollup_and_alerts`) and a
     delivery job dispatches and sends alert messages every ``alerts.service.poll_seconds``."""
     scheduler = BackgroundScheduler(timezone="UTC")
+
+    def every(job_id: str, function: Callable[..., object], args: list[object], **interval: float) -> None:
+        """Run ``function(*args)`` now and then at ``interval``; a run still going when the next is due is not
+        doubled, and missed runs coalesce into one."""
+        scheduler.add_job(
+            function,
+            "interval",
+            args=args,
+            id=job_id,
+            max_instances=1,
+            coalesce=True,
+            next_run_time=utc_now(),
+            **interval,
+        )
+
     if alerts is not None:
-        scheduler.add_job(
-            alerts.deliver,
-            "interval",
-            seconds=alerts.service.poll_seconds,
-            id="alert_delivery",
-            max_instances=1,
-            coalesce=True,
-            next_run_time=utc_now(),
-        )
+        every("alert_delivery", alerts.deliver, [], seconds=alerts.service.poll_seconds)
     if sample_retention_days is not None:
-        scheduler.add_job(
-            run_sample_maintenance,
-            "interval",
-            hours=24,
-            args=[sessions, sample_retention_days],
-            id="sample_maintenance",
-            max_instances=1,
-            coalesce=True,
-            next_run_time=utc_now(),
-        )
+        every("sample_maintenance", run_sample_maintenance, [sessions, sample_retention_days], hours=24)
     if sacct is not None:
-        scheduler.add_job(
-            sacct.run,
-            "interval",
-            seconds=sacct.interval_seconds,
-            args=[sessions],
-            id="sacct_import",
-            max_instances=1,
-            coalesce=True,
-            next_run_time=utc_now(),
-        )
+        every("sacct_import", sacct.run, [sessions], seconds=sacct.interval_seconds)
     if prometheus is not None:
-        scheduler.add_job(
-            prometheus.run,
-            "interval",
-            seconds=rollup_interval_seconds,
-            args=[sessions],
-            id="prometheus_pull",
-            max_instances=1,
-            coalesce=True,
-            next_run_time=utc_now(),
-        )
-    scheduler.add_job(
-        run_rollup if alerts is None else run_rollup_and_alerts,
-        "interval",
-        seconds=rollup_interval_seconds,
-        args=[sessions, pricing, policy] if alerts is None else [sessions, pricing, policy, alerts],
-        id="rollup",
-        max_instances=1,
-        coalesce=True,
-        next_run_time=utc_now(),
-    )
-    scheduler.add_job(
-        metrics.refresh,
-        "interval",
-        seconds=rollup_interval_seconds,
-        args=[sessions],
-        id="cost_metrics",
-        max_instances=1,
-        coalesce=True,
-        next_run_time=utc_now(),
-    )
+        every("prometheus_pull", prometheus.run, [sessions], seconds=rollup_interval_seconds)
+    if alerts is None:
+        every("rollup", run_rollup, [sessions, pricing, policy], seconds=rollup_interval_seconds)
+    else:
+        every("rollup", run_rollup_and_alerts, [sessions, pricing, policy, alerts], seconds=rollup_interval_seconds)
+    every("cost_metrics", metrics.refresh, [sessions], seconds=rollup_interval_seconds)
     scheduler.start()
     return scheduler

@@ -111,6 +111,22 @@ def test_idle_episode_found_on_the_sliding_window(loaded) -> None:  # type: igno
     assert episode.cost == (r / 2).quantize(QUANTUM)
 
 
+def test_idle_episode_is_costed_under_its_nodes_pricing_model(loaded) -> None:  # type: ignore[no-untyped-def]
+    """A pricing rule putting the slice's node on spot prices its idle episode at the spot rate."""
+    from finops.models import Node
+    from finops.pricing_rules import set_pricing_rule
+
+    sessions, t0, _, pricing = loaded
+    spot = pricing.catalog.rate(scenario.MODEL, PricingModel.SPOT, t0)
+    assert spot != pricing.catalog.rate(scenario.MODEL, PricingModel.ON_DEMAND, t0)
+    with sessions.begin() as session:
+        (hostname,) = session.scalars(select(Node.hostname)).all()
+        set_pricing_rule(session, "node", "", hostname, PricingModel.SPOT)
+        detect_idle(session, t0, t0 + timedelta(hours=2), IdlePolicy(), pricing)
+        (episode,) = list_episodes(session, t0, t0 + timedelta(hours=2))
+    assert episode.cost == (spot / 2).quantize(QUANTUM)
+
+
 def test_idle_grace_and_partition_thresholds(loaded) -> None:  # type: ignore[no-untyped-def]
     """Partition "gpu" calling ≤ 60 % idle makes job 502's 50 % GPU idle, from its start + grace to the last
     reading; a grace longer than job 501's busy first hour + 6 min leaves its 30-minute episode too short."""
