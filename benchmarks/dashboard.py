@@ -13,8 +13,8 @@ Workload, generated in SQL (``generate_series``), deterministic: ``--nodes`` nod
 GPUs in four Slurm partitions and two clusters; 12 teams with a budget each this month; on every node one
 whole-node job after another (4 to 12 hours, one slot in ten left empty: capacity no job held), each holding its
 8 GPUs (allocations); a ledger row per GPU and hour for ``--days`` days up to the current hour (1,024 × 720 ≈
-737k rows), priced at 2.50 USD per GPU-hour with utilisation varying by GPU and hour (some jobs idle); and raw
-readings, one a minute, for the last 6 hours only (for the GPUs & nodes page).
+737k rows; and their team-hours), priced at 2.50 USD per GPU-hour with utilisation varying by GPU and hour (some
+jobs idle); and raw readings, one a minute, for the last 6 hours only (for the GPUs & nodes page).
 
 Timed with the real server and a real browser: ``gpu-finops dashboard`` on 127.0.0.1 (one server per case, so
 that no case finds another's results cached) and Debian's headless Chromium (Playwright), until the page's script
@@ -65,6 +65,7 @@ os.environ.setdefault("STREAMLIT_LOGGER_LEVEL", "error")  # its caches warn when
 
 from dashboards.data import TTL_SECONDS  # noqa: E402
 from finops.db import make_engine, session_factory, upgrade  # noqa: E402
+from finops.team_hours import refresh_team_hours  # noqa: E402
 from finops.timeutil import to_epoch  # noqa: E402
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test_f"
@@ -151,6 +152,7 @@ def generate(engine: Engine, nodes: int, days: int, now: datetime) -> dict[str, 
     with engine.begin() as connection:
         for statement in statements:
             connection.execute(text(statement), parameters)
+        refresh_team_hours(connection, first_hour, last_hour + 3600)
         partitioned = connection.execute(
             text("SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass('gpu_samples')")
         ).scalar()
@@ -393,6 +395,8 @@ def main() -> None:
         with engine.connect() as connection:
             has = connection.execute(text("SELECT to_regclass('ledger') IS NOT NULL")).scalar()
             reuse = bool(has) and bool(connection.execute(text("SELECT EXISTS (SELECT 1 FROM ledger)")).scalar())
+        if reuse:
+            upgrade(engine)
     if not reuse:
         engine.dispose()
         engine = reset(args.url)

@@ -22,7 +22,7 @@ from sqlalchemy import BigInteger, func, select, type_coerce
 from sqlalchemy.orm import Session
 
 from finops.events import SPEND_ANOMALY, record_event
-from finops.models import LedgerEntry, Team
+from finops.models import LedgerTeamHour, Team
 from finops.teams import team_ids_by_name
 
 BASELINE_DAYS = 14
@@ -69,13 +69,13 @@ def is_anomalous(value: Decimal, baseline: list[Decimal]) -> bool:
 
 def _daily_spend(session: Session, start: date, end: date) -> tuple[dict[tuple[str, date], Decimal], set[date], str]:
     """({(team, day): spend}, days that have any ledger row, currency) over days [start, end)."""
-    epoch = type_coerce(LedgerEntry.hour, BigInteger)  # the stored epoch seconds, not a datetime
+    epoch = type_coerce(LedgerTeamHour.hour, BigInteger)  # the stored epoch seconds, not a datetime
     day = (epoch - epoch % 86400).label("day")
     lo, hi = datetime.combine(start, time(), UTC), datetime.combine(end, time(), UTC)
     rows = session.execute(
-        select(Team.name, day, func.sum(LedgerEntry.allocated_cost), func.min(LedgerEntry.currency))
-        .join(Team, Team.id == LedgerEntry.team_id)
-        .where(LedgerEntry.hour >= lo, LedgerEntry.hour < hi)
+        select(Team.name, day, func.sum(LedgerTeamHour.allocated_cost), func.min(LedgerTeamHour.currency))
+        .join(Team, Team.id == LedgerTeamHour.team_id)
+        .where(LedgerTeamHour.hour >= lo, LedgerTeamHour.hour < hi)
         .group_by(Team.name, day)
     ).all()
     spend: dict[tuple[str, date], Decimal] = {}

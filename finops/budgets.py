@@ -7,7 +7,7 @@ the budget. Each is recorded once per team, project and month (:mod:`finops.even
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session
 
 from finops.costmodel import quantize
 from finops.events import BUDGET_FORECAST, BUDGET_THRESHOLD, record_event
-from finops.models import Budget, Job, LedgerEntry, Team
+from finops.filters import Scope, ledger_conditions
+from finops.models import Budget, Job, LedgerEntry, LedgerTeamHour, Team
 from finops.teams import team_by_name, team_ids_by_name
 
 RUN_RATE_WINDOW = timedelta(days=7)
@@ -104,21 +105,35 @@ def month_spend(
     at: datetime,
     *,
     by_project: bool = False,
-    conditions: Sequence[ColumnElement[bool]] = (),
+    scope: Scope | None = None,
+    team_ids: Collection[int] | None = None,
 ) -> dict[tuple[int, str], MonthSpend]:
     """:class:`MonthSpend` of each team in the month holding ``at``, keyed by (team id, project): project ``''``
     (the whole team), or with ``by_project`` the project of the team's jobs (jobs without one left out). One
-    query; ``conditions`` (on :class:`LedgerEntry`) narrow the rows. Teams without rows are absent."""
+    query; ``scope`` (:mod:`finops.filters`) and ``team_ids`` narrow the rows. Teams without rows are absent.
+
+    Whole-team spend without a cluster or partition filter is read from the team-hours
+    (:mod:`finops.team_hours`), the rest from the ledger."""
+    scope = scope or Scope()
     start, window = month_start(at), at - RUN_RATE_WINDOW
-    spent = func.sum(case((LedgerEntry.hour >= start, LedgerEntry.allocated_cost), else_=0))
-    recent = func.sum(case((LedgerEntry.hour >= window, LedgerEntry.allocated_cost), else_=0))
+    source: type[LedgerTeamHour] | type[LedgerEntry]
+    conditions: list[ColumnElement[bool]]
+    if by_project or scope.cluster is not None or scope.partition is not None:
+        source, conditions = LedgerEntry, ledger_conditions(scope)
+    else:
+        source = LedgerTeamHour
+        conditions = [] if scope.team is None else [source.team_id.in_(select(Team.id).where(Team.name == scope.team))]
+    if team_ids is not None:
+        conditions.append(source.team_id.in_(team_ids))
+    spent = func.sum(case((source.hour >= start, source.allocated_cost), else_=0))
+    recent = func.sum(case((source.hour >= window, source.allocated_cost), else_=0))
     project = Job.project if by_project else literal("")
-    query = select(LedgerEntry.team_id, project, spent, recent).where(
-        LedgerEntry.hour >= min(start, window), LedgerEntry.hour < at, *conditions
+    query = select(source.team_id, project, spent, recent).where(
+        source.hour >= min(start, window), source.hour < at, *conditions
     )
     if by_project:
         query = query.join(Job, Job.id == LedgerEntry.job_pk).where(Job.project.is_not(None))
-    query = query.group_by(LedgerEntry.team_id, project) if by_project else query.group_by(LedgerEntry.team_id)
+    query = query.group_by(source.team_id, project) if by_project else query.group_by(source.team_id)
     return {
         (team_id, name or ""): MonthSpend(Decimal(s or 0), Decimal(r or 0))
         for team_id, name, s, r in session.execute(query)
@@ -165,9 +180,9 @@ def budget_status(
     span = run_rate_seconds(session, at)
     ids = [budget.team_id for budget, _ in budgets]
     if spend is None:
-        spend = month_spend(session, at, conditions=[LedgerEntry.team_id.in_(ids)])
+        spend = month_spend(session, at, team_ids=ids)
     if any(budget.project for budget, _ in budgets):
-        spend = {**spend, **month_spend(session, at, by_project=True, conditions=[LedgerEntry.team_id.in_(ids)])}
+        spend = {**spend, **month_spend(session, at, by_project=True, team_ids=ids)}
     statuses = []
     nothing = MonthSpend(Decimal(0), Decimal(0))
     for budget, team_name in budgets:

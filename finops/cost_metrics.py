@@ -1,6 +1,6 @@
 """The service's cost series for Prometheus and Grafana: low cardinality (team, project), no job ids.
 
-Refreshed by the scheduler after each rollup (one query each over the ledger, budgets and samples) and
+Refreshed by the scheduler after each rollup (one query each over the team-hours, budgets and samples) and
 served from that snapshot, so a scrape never queries the database. Names follow the Prometheus naming
 rules: base units (seconds), ``_total`` on counters, ``_ratio``, ``_timestamp_seconds``; money is in the
 catalog currency, named by a ``currency`` label (Prometheus has no money unit, as OpenCost's
@@ -32,7 +32,7 @@ from sqlalchemy import BigInteger, func, select, type_coerce
 from sqlalchemy.orm import Session, sessionmaker
 
 from finops.budgets import budget_status
-from finops.models import DirtyHour, Gpu, GpuSample, LedgerEntry, Team
+from finops.models import DirtyHour, Gpu, GpuSample, LedgerEntry, LedgerTeamHour, Team
 from finops.timeutil import utc_now
 
 _MONEY = ("allocated", "used", "idle", "energy")
@@ -78,15 +78,15 @@ class CostMetrics(Collector):
             sums = session.execute(
                 select(
                     Team.name,
-                    func.min(LedgerEntry.currency),
-                    func.sum(LedgerEntry.allocated_cost),
-                    func.sum(LedgerEntry.used_cost),
-                    func.sum(LedgerEntry.idle_cost),
-                    func.sum(LedgerEntry.energy_cost),
-                    func.sum(LedgerEntry.seconds),
-                    func.sum(LedgerEntry.used_gpu_seconds),
+                    func.min(LedgerTeamHour.currency),
+                    func.sum(LedgerTeamHour.allocated_cost),
+                    func.sum(LedgerTeamHour.used_cost),
+                    func.sum(LedgerTeamHour.idle_cost),
+                    func.sum(LedgerTeamHour.energy_cost),
+                    func.sum(LedgerTeamHour.seconds),
+                    func.sum(LedgerTeamHour.used_gpu_seconds),
                 )
-                .join(Team, Team.id == LedgerEntry.team_id)
+                .join(Team, Team.id == LedgerTeamHour.team_id)
                 .group_by(Team.name)
             ).all()
             for team, currency, *amounts, seconds, used_seconds in sums:

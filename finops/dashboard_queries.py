@@ -298,10 +298,10 @@ def month_overview(
     team: str | None = None,
     partition: str | None = None,
 ) -> MonthOverview:
-    """:class:`MonthOverview` at ``at``. Without cluster and partition filters the ledger is read once for the
-    month's spend and the budgets (:func:`finops.budgets.month_spend` per team), otherwise twice."""
-    conditions = ledger_conditions(Scope(cluster=cluster, team=team, partition=partition))
-    spend = month_spend(session, at, conditions=conditions)
+    """:class:`MonthOverview` at ``at``. Without cluster and partition filters the team-hours are read once for
+    the month's spend and the budgets (:func:`finops.budgets.month_spend` per team), otherwise the ledger's rows
+    for the spend and the team-hours for the budgets."""
+    spend = month_spend(session, at, scope=Scope(cluster=cluster, team=team, partition=partition))
     shared = cluster is None and partition is None
     statuses = budget_status(session, at, team=team, spend=spend if shared else None)
     spent = sum((s.spent for s in spend.values()), Decimal(0))

@@ -39,6 +39,7 @@ from finops.models import UNALLOCATED_TEAM, DirtyHour, Gpu, LedgerEntry
 from finops.prices import PriceCatalog, PriceNotFound, PricingModel
 from finops.pricing_rules import pricing_models_by_node
 from finops.sqltypes import MONEY_SCALE
+from finops.team_hours import refresh_team_hours
 from finops.teams import team_by_name
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
 
@@ -305,14 +306,17 @@ def rebuild(session: Session, h0: int, h1: int, pricing: Pricing, until: int, *,
     A GPU whose model has no price in the catalog gets no rows (logged once per model); the other GPUs'
     rows are written. Returns the hours that miss such GPUs, to be rebuilt once the catalog has the price.
     ``sql_costing`` False costs every GPU-hour with the Python cost model instead of only those to split (the
-    rows are the same; it is the reference the SQL costing is tested against).
+    rows are the same; it is the reference the SQL costing is tested against). The team-hours of [h0, h1) are
+    rewritten after the rows (:func:`finops.team_hours.refresh_team_hours`).
     """
     end = min(h1, until)
     connection = session.connection()
     dialect = connection.dialect.name
     _prepare_work_tables(connection, dialect)
     with _statement_settings(connection, dialect):
-        return _rebuild(session, connection, dialect, h0, h1, end, pricing, sql_costing)
+        unpriced = _rebuild(session, connection, dialect, h0, h1, end, pricing, sql_costing)
+    refresh_team_hours(session, h0, h1)
+    return unpriced
 
 
 def _rebuild(

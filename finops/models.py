@@ -214,6 +214,29 @@ class LedgerEntry(Base):
     pricing_model: Mapped[str | None] = mapped_column(String(16))
 
 
+class LedgerTeamHour(Base):
+    """The ledger summed per UTC hour and team (:mod:`finops.team_hours`), rewritten with the ledger's hours.
+
+    ``seconds``, ``used_gpu_seconds``, money and ``energy_joules`` are the sums of the team's ledger rows of the
+    hour; ``metered_gpu_seconds`` and ``unmetered_gpu_seconds`` those of its rows held by a job with and without
+    samples; ``currency`` the least of its rows' (one currency per ledger in practice).
+    """
+
+    __tablename__ = "ledger_team_hours"
+    hour: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), primary_key=True)
+    seconds: Mapped[int] = mapped_column(BigInteger)
+    used_gpu_seconds: Mapped[float] = mapped_column(Float)
+    metered_gpu_seconds: Mapped[int] = mapped_column(BigInteger)
+    unmetered_gpu_seconds: Mapped[int] = mapped_column(BigInteger)
+    energy_joules: Mapped[float] = mapped_column(Float)
+    allocated_cost: Mapped[Decimal] = mapped_column(Money)
+    used_cost: Mapped[Decimal] = mapped_column(Money)
+    idle_cost: Mapped[Decimal] = mapped_column(Money)
+    energy_cost: Mapped[Decimal] = mapped_column(Money)
+    currency: Mapped[str] = mapped_column(String(3))
+
+
 class DirtyHour(Base):
     """An hour whose ledger rows must be rebuilt (new samples or jobs touched it)."""
 

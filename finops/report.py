@@ -14,12 +14,13 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal
 
-from sqlalchemy import Select, case, func, null, select
+from sqlalchemy import Select, func, null, select
 from sqlalchemy.orm import Session
 
 from finops.costmodel import JOULES_PER_KWH, quantize, round_preserving_total
 from finops.filters import Scope, ledger_conditions
-from finops.models import UNALLOCATED_TEAM, Gpu, Job, LedgerEntry, Node, Team
+from finops.models import UNALLOCATED_TEAM, Gpu, Job, LedgerEntry, LedgerTeamHour, Node, Team
+from finops.team_hours import ledger_team_sums
 
 GroupBy = Literal["team", "job", "user", "node", "gpu_model"]
 GROUP_BYS: tuple[GroupBy, ...] = ("team", "job", "user", "node", "gpu_model")
@@ -67,25 +68,54 @@ def cost_report(
     (NVML product name). Raises ValueError for an unknown ``by``.
 
     ``cluster``, ``team``, ``partition``: only the ledger rows those filters select (:mod:`finops.filters`);
-    None (the default) for all rows.
+    None (the default) for all rows. By team without a cluster or partition filter, the totals are those of the
+    team-hours (:mod:`finops.team_hours`), equal to the ledger's and ~80 times fewer rows.
     """
     if by not in GROUP_BYS:
         raise ValueError(f"group by must be one of {', '.join(GROUP_BYS)}, not {by!r}")
-    allocated = LedgerEntry.job_pk.is_not(None)
-    metered_seconds = func.sum(case((allocated & (LedgerEntry.sample_count > 0), LedgerEntry.seconds), else_=0))
-    columns = [
-        func.sum(LedgerEntry.seconds).label("seconds"),
-        func.sum(LedgerEntry.used_gpu_seconds).label("used"),
-        metered_seconds.label("metered"),
-        func.sum(case((allocated & (LedgerEntry.sample_count == 0), LedgerEntry.seconds), else_=0)).label("unmetered"),
-        func.sum(LedgerEntry.allocated_cost).label("allocated_cost"),
-        func.sum(LedgerEntry.used_cost).label("used_cost"),
-        func.sum(LedgerEntry.idle_cost).label("idle_cost"),
-        func.sum(LedgerEntry.energy_joules).label("energy_joules"),
-        func.sum(LedgerEntry.energy_cost).label("energy_cost"),
-        func.min(LedgerEntry.currency).label("currency"),
+    if by == "team" and cluster is None and partition is None:
+        query = _team_hours_query(start, end, team)
+    else:
+        query = _ledger_query(start, end, by, Scope(cluster=cluster, team=team, partition=partition))
+    rows = [
+        ReportRow(
+            key=r.key,
+            team=r.team,
+            user=r.user,
+            allocated_gpu_seconds=int(r.seconds),
+            used_gpu_seconds=float(r.used_gpu_seconds),
+            idle_gpu_seconds=max(float(r.metered_gpu_seconds) - float(r.used_gpu_seconds), 0.0),
+            unmetered_gpu_seconds=int(r.unmetered_gpu_seconds),
+            allocated_cost=Decimal(r.allocated_cost),
+            used_cost=Decimal(r.used_cost),
+            idle_cost=Decimal(r.idle_cost),
+            energy_joules=float(r.energy_joules),
+            energy_cost=Decimal(r.energy_cost),
+            currency=r.currency,
+        )
+        for r in session.execute(query)
     ]
-    window = (LedgerEntry.hour >= start) & (LedgerEntry.hour < end)
+    return sorted(rows, key=lambda row: (row.key == UNALLOCATED_TEAM, -row.allocated_cost, row.key))
+
+
+def _team_hours_query(start: datetime, end: datetime, team: str | None) -> Select[*tuple[Any, ...]]:
+    """Team totals from the team-hours (:mod:`finops.team_hours`): ~720 rows per team and month."""
+    sums = [
+        (func.min if name == "currency" else func.sum)(getattr(LedgerTeamHour, name)).label(name)
+        for name in ledger_team_sums()
+    ]
+    query = (
+        select(Team.name.label("key"), Team.name.label("team"), null().label("user"), *sums)
+        .join(Team, Team.id == LedgerTeamHour.team_id)
+        .where(LedgerTeamHour.hour >= start, LedgerTeamHour.hour < end)
+        .group_by(Team.name)
+    )
+    return query if team is None else query.where(Team.name == team)
+
+
+def _ledger_query(start: datetime, end: datetime, by: GroupBy, scope: Scope) -> Select[*tuple[Any, ...]]:
+    """Group totals from the ledger rows the scope selects."""
+    columns = [column.label(name) for name, column in ledger_team_sums().items()]
     query: Select[*tuple[Any, ...]]
     if by == "team":
         query = (
@@ -120,27 +150,7 @@ def cost_report(
             .join(Node, Node.id == Gpu.node_id)
             .group_by(attribute)
         )
-    scope = Scope(cluster=cluster, team=team, partition=partition)
-    result = session.execute(query.where(window, *ledger_conditions(scope)))
-    rows = [
-        ReportRow(
-            key=r.key,
-            team=r.team,
-            user=r.user,
-            allocated_gpu_seconds=int(r.seconds),
-            used_gpu_seconds=float(r.used),
-            idle_gpu_seconds=max(float(r.metered) - float(r.used), 0.0),
-            unmetered_gpu_seconds=int(r.unmetered),
-            allocated_cost=Decimal(r.allocated_cost),
-            used_cost=Decimal(r.used_cost),
-            idle_cost=Decimal(r.idle_cost),
-            energy_joules=float(r.energy_joules),
-            energy_cost=Decimal(r.energy_cost),
-            currency=r.currency,
-        )
-        for r in result
-    ]
-    return sorted(rows, key=lambda row: (row.key == UNALLOCATED_TEAM, -row.allocated_cost, row.key))
+    return query.where(LedgerEntry.hour >= start, LedgerEntry.hour < end, *ledger_conditions(scope))
 
 
 def _hours(seconds: float) -> float:

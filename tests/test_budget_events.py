@@ -13,6 +13,7 @@ from finops.events import BUDGET_FORECAST, BUDGET_THRESHOLD, SPEND_ANOMALY, list
 from finops.ledger import Pricing
 from finops.models import Gpu, LedgerEntry, Node
 from finops.prices import PricingModel, load_catalog
+from finops.team_hours import refresh_team_hours
 from finops.teams import team_by_name
 from tests.test_ledger import loaded  # noqa: F401 - the ledger fixture on the hand-computed slice
 
@@ -77,7 +78,8 @@ def test_modified_z_hand_example() -> None:
 
 @pytest.fixture
 def spend_history(sessions):  # type: ignore[no-untyped-def]
-    """Team vision spends about 100 a day for 14 days, then 400 on the 15th; team nlp a steady 50."""
+    """Team vision spends about 100 a day for 14 days, then 400 on the 15th; team nlp a steady 50 (ledger rows
+    written directly, then their team-hours)."""
     day0 = date(2026, 10, 1)
     pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
     with sessions.begin() as session:
@@ -105,6 +107,8 @@ def spend_history(sessions):  # type: ignore[no-untyped-def]
                         currency=pricing.catalog.currency, pricing_model="on-demand",
                     )
                 )  # fmt: skip
+        session.flush()
+        refresh_team_hours(session, datetime.combine(day0, datetime.min.time(), UTC), hour + timedelta(hours=1))
     return sessions, day0 + timedelta(days=14)
 
 

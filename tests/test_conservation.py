@@ -1,6 +1,6 @@
 """The ledger's properties, tested with hypothesis: whatever the jobs, Σ teams + __unallocated__ equals the
 GPUs' capacity cost, exactly in the ledger and to the cent in the rounded report; a period split in two adds
-up to the whole; recomputing every hour changes nothing."""
+up to the whole; recomputing every hour changes nothing; the team-hours are the ledger's sums."""
 
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ from finops.hours import mark_hours_dirty
 from finops.ingest import Ingestor
 from finops.jobs import import_sacct
 from finops.ledger import Pricing, rollup
-from finops.models import Base, Gpu, LedgerEntry
+from finops.models import Base, Gpu, LedgerEntry, LedgerTeamHour
 from finops.prices import PricingModel, load_catalog
 from finops.report import cost_report, report_dicts
+from finops.team_hours import ledger_team_sums
 from finops.timeutil import HOUR, to_epoch
 
 T0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=4)
@@ -44,6 +45,15 @@ def _line(number: int, start: int, minutes: int, gpus: int, account: str, runnin
     stamp = begin.strftime("%Y-%m-%dT%H:%M:%S")
     state = "RUNNING" if running else "COMPLETED"
     return f"{number}|{number}|c|gpu|{account}|u|{stamp}|{stamp}|{end}|00:01:00|{state}|gres/gpu={gpus}|n1|j"
+
+
+def _assert_team_hours_sum_the_ledger(session: Session) -> None:
+    sums = ledger_team_sums()
+    from_ledger = select(LedgerEntry.hour, LedgerEntry.team_id, *sums.values()).group_by(
+        LedgerEntry.hour, LedgerEntry.team_id
+    )
+    kept = select(LedgerTeamHour.hour, LedgerTeamHour.team_id, *(getattr(LedgerTeamHour, name) for name in sums))
+    assert sorted(session.execute(kept).all()) == sorted(session.execute(from_ledger).all())
 
 
 def _ledger_rows(session: Session) -> list[tuple[object, ...]]:
@@ -86,9 +96,11 @@ def test_ledger_conserves_capacity_cost(tmp_path: Path, jobs: list[tuple[int, in
             cost_report(session, T0 + timedelta(hours=1), T0 + timedelta(hours=HOURS), "team"),
         ]
         ledger_before = _ledger_rows(session)
+        _assert_team_hours_sum_the_ledger(session)
         mark_hours_dirty(session, range(to_epoch(T0), until, HOUR))
         rollup(session, pricing, until)
         assert _ledger_rows(session) == ledger_before, "recomputing a window changed the ledger"
+        _assert_team_hours_sum_the_ledger(session)
     for team in {row.key for row in rows}:
         whole = next(row for row in rows if row.key == team)
         parts = [row for half in halves for row in half if row.key == team]

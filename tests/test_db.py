@@ -86,3 +86,40 @@ def test_engine_schema_migration_keeps_data_both_ways(database_url: str) -> None
     upgrade(engine)
     assert current_revision(engine) == head_revision()
     engine.dispose()
+
+
+def test_team_hours_migration_sums_the_existing_ledger(database_url: str) -> None:
+    """Down to 0006 and up again, the migration's backfill of ledger_team_hours from the ledger gives the same
+    rows the rollup kept (the scenario slice: held hours with samples, unallocated capacity)."""
+    from datetime import timedelta
+
+    from sqlalchemy import inspect, select
+
+    from finops.db import downgrade, session_factory
+    from finops.ingest import Ingestor
+    from finops.jobs import import_sacct
+    from finops.ledger import Pricing, rollup
+    from finops.models import LedgerTeamHour
+    from finops.prices import PricingModel, load_catalog
+    from finops.timeutil import to_epoch
+    from tests import scenario
+
+    engine = make_engine(database_url)
+    upgrade(engine)
+    sessions = session_factory(engine)
+    t0 = scenario.start_hour()
+    with sessions.begin() as session:
+        Ingestor().store(session, scenario.batch(t0))
+        import_sacct(session, scenario.sacct_lines(t0), source="scenario")
+        rollup(session, Pricing(load_catalog(), PricingModel.ON_DEMAND), to_epoch(t0 + timedelta(hours=2)))
+    columns = [c for c in LedgerTeamHour.__table__.columns]
+    with sessions() as session:
+        kept = session.execute(select(*columns).order_by(*columns[:2])).all()
+    assert len(kept) >= 3
+    downgrade(engine, "0006")
+    with engine.connect() as connection:
+        assert "ledger_team_hours" not in inspect(connection).get_table_names()
+    upgrade(engine)
+    with sessions() as session:
+        assert session.execute(select(*columns).order_by(*columns[:2])).all() == kept
+    engine.dispose()
