@@ -7,9 +7,12 @@ with ``{"accepted": n, "rejected": [...]}`` naming each rejected reading:
 - a value in a series: ``{"series": s, "index": k, "field": "series[s].name[k]", "error": "…"}`` (reading k of
   series s is left out);
 - a whole series (bad ``uuid``, columns of unequal length, …): ``{"series": s, "field": "series[s].uuid",
-  "error": "…", "readings": n}`` (its n readings are left out).
+  "error": "…", "readings": n}`` (its n readings are left out);
+- every reading of a GPU that the batch's ``gpus`` does not describe and the service does not know (so it
+  cannot be placed on a node): ``{"uuid": u, "field": "gpus", "error": "…", "readings": n}``.
 
-A batch-level error (``node``, ``gpus``, not JSON) stores nothing. Collectors do not retry a 422.
+A batch-level error (``node``, ``gpus``, not JSON) stores nothing. Collectors do not retry a 422. A body over
+``MAX_BODY_BYTES``, sent or once decompressed, is refused with ``413`` and nothing stored.
 Decompression, validation and storage run in a worker thread (``INGEST_CONCURRENCY`` at once), one database
 transaction per batch; a transaction PostgreSQL aborts to break a deadlock is run again (up to
 ``DEADLOCK_ATTEMPTS`` tries).
@@ -17,9 +20,9 @@ transaction per batch; a transaction PostgreSQL aborts to break a deadlock is ru
 
 from __future__ import annotations
 
-import gzip
 import hmac
 import logging
+import zlib
 from typing import Annotated, Any
 
 import anyio
@@ -46,6 +49,10 @@ INGEST_CONCURRENCY = 4
 wait their turn. Below SQLAlchemy's default pool of 5, so that connections are reused rather than opened and
 closed as overflow, and one is left for health checks and the REST API."""
 DEADLOCK_ATTEMPTS = 3
+MAX_BODY_BYTES = 64 * 2**20
+"""Largest ingest body, as sent and once decompressed (a collector posts at most 10,000 readings at a time,
+:class:`collector.delivery.Delivery`: a few MB); a larger one is answered 413 without being read or decompressed
+further."""
 """Tries of an ingest transaction that PostgreSQL aborts to break a deadlock (it is then run again whole)."""
 
 
@@ -105,9 +112,13 @@ def create_app(
         if token is not None and not hmac.compare_digest(authorization or "", f"Bearer {token}"):
             metrics.requests.labels(code="401").inc()
             raise HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
-        body = await request.body()
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                return reply(413, {"detail": f"body larger than {MAX_BODY_BYTES} bytes"})
         code, answer = await anyio.to_thread.run_sync(
-            _ingest, sessions, ingestor, body, content_encoding == "gzip", limiter=ingest_slots
+            _ingest, sessions, ingestor, bytes(body), content_encoding == "gzip", limiter=ingest_slots
         )
         if "detail" not in answer:  # stored: count what was kept and what was left out
             metrics.samples.inc(answer["accepted"])
@@ -135,16 +146,22 @@ def _ingest(
     """Decompress, validate and store one request body; returns the HTTP status and the answer's JSON."""
     if gzipped:
         try:
-            body = gzip.decompress(body)
-        except (OSError, EOFError) as exc:
+            body = _gunzip(body)
+        except (OSError, EOFError, zlib.error) as exc:
             return 400, {"detail": f"body is not valid gzip: {exc}"}
+        except _TooLarge:
+            return 413, {"detail": f"body larger than {MAX_BODY_BYTES} bytes once decompressed"}
     batch, rejected = _validate(body)
     if batch is None:
         return (422 if rejected else 400), {"accepted": 0, "rejected": rejected, "detail": "batch rejected"}
     for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
         try:
             with sessions.begin() as session:
-                accepted = ingestor.store(session, batch)
+                unknown = ingestor.unregistered(session, batch)
+                kept = _without_gpus(batch, unknown) if unknown else batch
+                accepted = ingestor.store(session, kept)
+            if unknown:
+                rejected = rejected + _unknown_gpu_errors(batch, unknown)
             break
         except (OperationalError, psycopg.errors.DeadlockDetected) as exc:
             deadlock = isinstance(getattr(exc, "orig", exc), psycopg.errors.DeadlockDetected)
@@ -152,6 +169,56 @@ def _ingest(
                 raise
             log.info("ingest transaction chosen as a deadlock victim (attempt %d); running it again", attempt)
     return (422 if rejected else 200), {"accepted": accepted, "rejected": rejected}
+
+
+class _TooLarge(Exception):
+    """A body over :data:`MAX_BODY_BYTES` once decompressed."""
+
+
+def _gunzip(body: bytes) -> bytes:
+    """``body`` gunzipped (one or more gzip members, RFC 1952); raises :class:`_TooLarge` as soon as the output
+    passes :data:`MAX_BODY_BYTES`, and ``zlib.error``/``EOFError`` for a corrupt or truncated stream."""
+    out = bytearray()
+    data = body
+    while data:
+        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        out += inflater.decompress(data, MAX_BODY_BYTES + 1 - len(out))
+        if len(out) > MAX_BODY_BYTES:
+            raise _TooLarge
+        if not inflater.eof:
+            raise EOFError("compressed body ended before the end-of-stream marker")
+        data = inflater.unused_data
+    return bytes(out)
+
+
+def _without_gpus(batch: IngestBatch, uuids: set[str]) -> IngestBatch:
+    """``batch`` without the readings of ``uuids``."""
+    return batch.model_copy(
+        update={
+            "series": [s for s in batch.series if s.uuid not in uuids],
+            "samples": [r for r in batch.samples if r.uuid not in uuids],
+        }
+    )
+
+
+def _unknown_gpu_errors(batch: IngestBatch, uuids: set[str]) -> list[dict[str, Any]]:
+    """One rejection per GPU of ``uuids``, with the number of its readings left out."""
+    readings = dict.fromkeys(uuids, 0)
+    for series in batch.series:
+        if series.uuid in uuids:
+            readings[series.uuid] += len(series.ts)
+    for reading in batch.samples:
+        if reading.uuid in uuids:
+            readings[reading.uuid] += 1
+    return [
+        {
+            "uuid": uuid,
+            "field": "gpus",
+            "error": f"readings of GPU {uuid}, which the batch's gpus do not describe and the service does not know",
+            "readings": count,
+        }
+        for uuid, count in sorted(readings.items())
+    ]
 
 
 _SERIES_VALUES = frozenset({"ts", *READING_COLUMNS})

@@ -114,6 +114,16 @@ class Ingestor:
         self._insert(session, rows, days, first)
         return len(rows)
 
+    def unregistered(self, session: Session, batch: IngestBatch) -> set[str]:
+        """UUIDs that ``batch`` has readings of but neither describes in its ``gpus`` nor the database knows (the
+        readings :meth:`store` would refuse with KeyError). No query when every such GPU is cached or described."""
+        described = {info.uuid for info in batch.gpus}
+        uuids = {series.uuid for series in batch.series} | {reading.uuid for reading in batch.samples}
+        candidates = sorted(uuids - described - set(self._gpus))
+        if not candidates:
+            return set()
+        return set(candidates) - set(session.scalars(select(Gpu.uuid).where(Gpu.uuid.in_(candidates))))
+
     def _insert(self, session: Session, rows: list[tuple[Any, ...]], days: set[int], first: str) -> None:
         table: Any = GpuSample.__table__
         try:

@@ -179,6 +179,49 @@ def test_a_series_with_a_bad_uuid_is_refused_whole(service: str, sessions) -> No
     assert _count(sessions) == 3
 
 
+def test_readings_of_an_undescribed_unknown_gpu_are_named_and_the_rest_stored(service: str, sessions) -> None:  # type: ignore[no-untyped-def]
+    """A GPU neither in the batch's gpus nor known cannot be placed: its readings are refused (422, not a 500 that
+    the collector would retry for ever), the others stored; once described, the same readings are taken."""
+    stranger = "GPU-77777777-2222-3333-4444-555555555555"
+    batch = _series_batch()
+    batch["series"][1]["uuid"] = stranger  # type: ignore[index]
+    batch["samples"] = [{"uuid": stranger, "ts": "2026-03-02T11:00:00Z", "utilization_ratio": 0.5}]
+    response = _post(service, batch)
+    assert response.status_code == 422
+    body = response.json()
+    assert body["accepted"] == 3
+    assert [(r["uuid"], r["field"], r["readings"]) for r in body["rejected"]] == [(stranger, "gpus", 4)]
+    assert _count(sessions) == 3
+    batch["gpus"] = [*batch["gpus"], {"uuid": stranger, "index": 7, "model": GPU["model"]}]  # type: ignore[list-item]
+    assert _post(service, batch).status_code == 200
+    assert _count(sessions) == 7
+
+
+def test_a_body_too_large_once_decompressed_is_refused(service: str, sessions, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A gzip body that inflates past MAX_BODY_BYTES (a decompression bomb) is answered 413 and nothing stored;
+    the same batch within the limit is stored."""
+    import finops.api
+
+    batch = _batch(3)
+    size = len(orjson.dumps(batch))
+    monkeypatch.setattr(finops.api, "MAX_BODY_BYTES", size - 1)
+    response = _post(service, batch)
+    assert response.status_code == 413 and "decompressed" in response.json()["detail"]
+    assert _post(service, batch, gzipped=False).status_code == 413
+    assert _count(sessions) == 0
+    monkeypatch.setattr(finops.api, "MAX_BODY_BYTES", size)
+    assert _post(service, batch).status_code == 200
+    assert _count(sessions) == 3
+
+
+def test_a_corrupt_or_truncated_gzip_body_is_a_400(service: str) -> None:
+    compressed = gzip.compress(orjson.dumps(_batch(3)))
+    headers = {"Content-Encoding": "gzip", "Authorization": f"Bearer {TOKEN}"}
+    for body in (compressed[:-12], b"not gzip at all"):
+        response = httpx.post(f"{service}/api/v1/ingest", content=body, headers=headers)
+        assert response.status_code == 400 and "gzip" in response.json()["detail"]
+
+
 def test_a_batch_without_readings_is_refused(service: str, sessions) -> None:  # type: ignore[no-untyped-def]
     response = _post(service, {"node": "gpu-a-01", "gpus": [GPU]})
     assert response.status_code == 422
