@@ -32,7 +32,8 @@ from sqlalchemy import BigInteger, func, select, type_coerce
 from sqlalchemy.orm import Session, sessionmaker
 
 from finops.budgets import budget_status
-from finops.models import DirtyHour, Gpu, GpuSample, LedgerEntry, LedgerTeamHour, Team
+from finops.models import DirtyHour, Gpu, LedgerEntry, LedgerTeamHour, Team
+from finops.quality import newest_reading
 from finops.timeutil import utc_now
 
 _MONEY = ("allocated", "used", "idle", "energy")
@@ -55,12 +56,9 @@ FRESHNESS_LOOKBACK_SECONDS = 86400
 
 
 def _newest_sample(session: Session) -> int | None:
-    """Epoch seconds of the newest reading of the last day: one backward index seek per GPU on the (gpu_id, ts)
-    primary key, within at most two day partitions, instead of a scan of every reading."""
+    """Epoch seconds of the newest reading of the last day, by :func:`finops.quality.newest_reading` per GPU."""
     since = int(utc_now().timestamp()) - FRESHNESS_LOOKBACK_SECONDS
-    ts = type_coerce(GpuSample.ts, BigInteger)
-    per_gpu = select(func.max(ts)).where(GpuSample.gpu_id == Gpu.id, ts >= since).scalar_subquery()
-    return session.scalar(select(func.max(per_gpu)).select_from(Gpu))
+    return session.scalar(select(func.max(newest_reading(since))).select_from(Gpu))
 
 
 class CostMetrics(Collector):

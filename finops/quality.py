@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import BigInteger, ScalarSelect, func, select, type_coerce
 from sqlalchemy.orm import Session
 
 from finops.models import Gpu, GpuSample, Node
 from finops.report import UNALLOCATED_TEAM, ReportRow
+from finops.timeutil import from_epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,20 +28,26 @@ class NodeFreshness:
     silent_seconds: float | None
 
 
+def newest_reading(since: int | None = None) -> ScalarSelect[int]:
+    """``(SELECT max(ts) FROM gpu_samples WHERE gpu_id = gpus.id [AND ts >= since])``, epoch seconds, correlated
+    to a query over :class:`Gpu`: a backward seek on the (gpu_id, ts) primary key per GPU, and on PostgreSQL
+    in the newest day partition that has one, not a scan of the readings."""
+    ts = type_coerce(GpuSample.ts, BigInteger)
+    query = select(func.max(ts)).where(GpuSample.gpu_id == Gpu.id)
+    return (query if since is None else query.where(ts >= since)).scalar_subquery()
+
+
 def node_freshness(session: Session, now: datetime) -> list[NodeFreshness]:
     """Every node, the most silent first (nodes that never reported first of all)."""
-    newest = (
-        select(Gpu.node_id, func.count(func.distinct(Gpu.id)).label("gpus"), func.max(GpuSample.ts).label("last"))
-        .select_from(Gpu)
-        .outerjoin(GpuSample, GpuSample.gpu_id == Gpu.id)
-        .group_by(Gpu.node_id)
-        .subquery()
-    )
+    per_gpu = select(Gpu.node_id, Gpu.id, newest_reading().label("last")).subquery()
     rows = session.execute(
-        select(Node.hostname, newest.c.gpus, newest.c.last).join(newest, newest.c.node_id == Node.id)
+        select(Node.hostname, func.count(per_gpu.c.id), func.max(per_gpu.c.last))
+        .join(per_gpu, per_gpu.c.node_id == Node.id)
+        .group_by(Node.id, Node.hostname)
     ).all()
     found = []
-    for hostname, gpus, last in rows:
+    for hostname, gpus, last_epoch in rows:
+        last = None if last_epoch is None else from_epoch(int(last_epoch))
         silent = (now - last).total_seconds() if last is not None else None
         found.append(NodeFreshness(hostname, int(gpus), last, silent))
     return sorted(found, key=lambda f: (f.silent_seconds is not None, -(f.silent_seconds or 0), f.node))
