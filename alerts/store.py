@@ -63,6 +63,31 @@ def list_alerts(
     ]
 
 
+def select_alerts(
+    session: Session,
+    now: datetime,
+    state: Literal["firing", "resolved", "all"] = "firing",
+    *,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    team: str | None = None,
+) -> list[AlertView]:
+    """:func:`list_alerts` narrowed to a period and a team, newest first (the dashboard's Alerts page).
+
+    ``start`` / ``end``: only alerts that held at some instant of [start, end): ``starts_at < end`` and ``ends_at``
+    None (still firing) or after ``start``; either bound None leaves that side open. ``team``: only alerts whose
+    ``team`` label is ``team``; alerts without a team label (collector-silent, gpu-lost, data-quality) are left
+    out. Resolved alerts are deleted :data:`alerts.engine.RESOLVED_RETENTION` after they end, so older history
+    is empty."""
+    return [
+        alert
+        for alert in list_alerts(session, now, state)
+        if (end is None or alert.starts_at < end)
+        and (start is None or alert.ends_at is None or alert.ends_at > start)
+        and (team is None or alert.labels.get("team") == team)
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class SilenceView:
     """A silence: matchers (Alertmanager syntax), [starts_at, ends_at), who made it and why."""

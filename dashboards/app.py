@@ -18,6 +18,7 @@ navigation = st.navigation(
         st.Page("views/jobs.py", title="Jobs"),
         st.Page("views/gpus.py", title="GPUs & nodes", url_path="gpus"),
         st.Page("views/idle.py", title="Idle GPUs"),
+        st.Page("views/alerts.py", title="Alerts"),
         st.Page("views/quality.py", title="Data quality"),
         st.Page("views/prices.py", title="Prices"),
         st.Page("views/planning.py", title="Planning"),

@@ -17,6 +17,7 @@ import streamlit as st
 from prometheus_client import start_http_server
 from streamlit.testing.v1 import AppTest
 
+from alerts.store import list_silences, select_alerts
 from dashboards import filters
 from dashboards.filters import period_bounds
 from finops import timeutil
@@ -41,6 +42,7 @@ PAGES = (
     "views/jobs.py",
     "views/gpus.py",
     "views/idle.py",
+    "views/alerts.py",
     "views/quality.py",
     "views/prices.py",
     "views/planning.py",
@@ -312,6 +314,71 @@ def test_idle_and_quality_pages_apply_the_filters(seeded: str) -> None:
     vega = _run("views/quality.py", period="7d", cluster="vega")
     assert _metrics(vega)["GPU-hours held by a job"] == "50.0%"
     assert vega.dataframe[0].value["node"].tolist() == [NODE_B]
+
+
+def test_alerts_page_shows_the_stores_firing_and_resolved_alerts_and_silences(seeded: str, now: datetime) -> None:
+    app = _run("views/alerts.py", period="7d")
+    at = now.replace(second=0, microsecond=0)
+    start, end = period_bounds("7d", now)
+    with session_factory(make_engine(seeded))() as session:
+        firing = select_alerts(session, at, "firing")
+        resolved = select_alerts(session, at, "resolved", start=start, end=end)
+        current = list_silences(session, at)
+        every = list_silences(session, at, include_expired=True)
+    metrics = _metrics(app)
+    assert metrics["Firing alerts"] == str(len(firing)) == "2"
+    assert metrics["Muted by a silence or an inhibition"] == str(sum(a.muted for a in firing)) == "1"
+    assert metrics["Resolved alerts"] == str(len(resolved)) == "1"
+    shown = _frame_with(app, "since (UTC)")
+    assert shown["rule"].tolist() == [a.rule for a in firing] == ["collector-silent", "throttling"]
+    assert shown["muted"].tolist() == [a.muted for a in firing] == [True, False], "the silence on the node mutes it"
+    assert shown["severity"].tolist() == ["critical", "warning"]
+    assert shown["labels"].tolist()[1] == f'gpu="0", job="601", node="{NODE_B}", team="gamma"'
+    assert shown["summary"].tolist() == [a.summary for a in firing]
+    history = _frame_with(app, "end (UTC)")
+    assert history["rule"].tolist() == [a.rule for a in resolved] == ["idle-gpu"]
+    assert history["hours"].tolist() == [0.5]
+    silences = _frame_with(app, "matchers")
+    assert silences["id"].tolist() == [s.id for s in current]
+    assert silences["comment"].tolist() == ["rack move"] and silences["state"].tolist() == ["active"]
+    app.selectbox(key="url_silences").select("all").run()
+    assert not app.exception
+    assert app.query_params["silences"] == "all", "the choice is kept in the URL"
+    silences = _frame_with(app, "matchers")
+    assert silences["id"].tolist() == [s.id for s in every]
+    assert silences["state"].tolist() == ["expired", "active"], "ending soonest first"
+
+
+def test_alerts_page_team_filter_keeps_the_alerts_labelled_with_the_team(seeded: str, now: datetime) -> None:
+    at = now.replace(second=0, microsecond=0)
+    start, end = period_bounds("7d", now)
+    gamma = _run("views/alerts.py", period="7d", team="gamma")
+    with session_factory(make_engine(seeded))() as session:
+        firing = select_alerts(session, at, "firing", team="gamma")
+        resolved = select_alerts(session, at, "resolved", start=start, end=end, team="alpha")
+    assert _metrics(gamma)["Firing alerts"] == str(len(firing)) == "1"
+    assert _frame_with(gamma, "since (UTC)")["rule"].tolist() == ["throttling"], "node alerts carry no team"
+    assert any(i.value.startswith("No alert that held in this period") for i in gamma.info)
+    assert _frame_with(gamma, "matchers")["comment"].tolist() == ["rack move"], "silences whatever the team"
+    assert {"url_cluster", "url_partition"}.isdisjoint(s.key for s in gamma.selectbox), "alerts carry neither"
+    alpha = _run("views/alerts.py", period="7d", team="alpha")
+    assert [s.value for s in alpha.success] == ["No alert is firing."]
+    assert _metrics(alpha)["Resolved alerts"] == str(len(resolved)) == "1"
+    assert _frame_with(alpha, "end (UTC)")["labels"].tolist() == ['job="501", team="alpha", user="alice"']
+
+
+def test_alerts_page_history_follows_the_period(seeded: str) -> None:
+    day = (scenario.start_hour() - timedelta(days=2)).date().isoformat()
+    app = _run("views/alerts.py", period="custom", **{"from": day, "to": day})
+    assert "Resolved alerts" not in _metrics(app), "the idle alert held after that day"
+    assert any(i.value.startswith("No alert that held in this period") for i in app.info)
+    assert _metrics(app)["Firing alerts"] == "2", "what fires now does not depend on the period"
+
+
+def test_alerts_page_on_an_empty_database_says_there_is_nothing(database: str) -> None:
+    app = _run("views/alerts.py")
+    assert [s.value for s in app.success] == ["No alert is firing."]
+    assert len(app.info) == 2 and not app.metric and not app.dataframe
 
 
 def _price_input(app: AppTest) -> float:

@@ -29,11 +29,12 @@ PAGES = [
     ("jobs", "Cost of jobs"),
     ("gpus", "Utilisation by node"),
     ("idle", "Cost of idle episodes"),  # shown only when the scenario's idle episode is found
+    ("alerts", "Firing alerts"),  # shown only when the seeded firing alerts are found
     ("quality", "GPU-hours held by a job"),
     ("prices", "Per GPU-hour, in USD"),
     ("planning", "Inference: weights + KV cache"),
 ]
-TITLES = ("Overview", "Teams", "Jobs", "GPUs & nodes", "Idle GPUs", "Data quality", "Prices", "Planning")
+TITLES = ("Overview", "Teams", "Jobs", "GPUs & nodes", "Idle GPUs", "Alerts", "Data quality", "Prices", "Planning")
 
 
 @pytest.fixture

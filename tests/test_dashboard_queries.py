@@ -11,6 +11,8 @@ from decimal import Decimal
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from alerts.engine import fingerprint
+from alerts.store import create_silence, expire_silence
 from collector import metric_names as m
 from collector.exposition import CLOCKS_EVENT_REASONS
 from collector.sample import Sample
@@ -31,7 +33,7 @@ from finops.db import make_engine, session_factory, upgrade
 from finops.ingest import Ingestor
 from finops.jobs import import_sacct
 from finops.ledger import Pricing, rollup
-from finops.models import UNALLOCATED_TEAM
+from finops.models import UNALLOCATED_TEAM, AlertInstance
 from finops.prices import PricingModel, load_catalog
 from finops.report import GROUP_BYS, ReportRow, cost_report
 from finops.teams import map_account
@@ -95,7 +97,53 @@ def seed_two_clusters(url: str) -> datetime:
         Ingestor().store(session, second_node_batch(t0))
         import_sacct(session, [job], source="second node")
         rollup(session, Pricing(load_catalog(), PricingModel.ON_DEMAND), to_epoch(t0 + timedelta(hours=2)))
+    seed_alerts(url, t0)
     return t0
+
+
+def _alert(
+    rule: str, severity: str, labels: dict[str, str], start: datetime, end: datetime | None, title: str
+) -> AlertInstance:
+    labels = {**labels, "rule": rule, "severity": severity}
+    return AlertInstance(
+        fingerprint=fingerprint(rule, labels),
+        rule=rule,
+        labels=labels,
+        annotations={"title": title, "summary": f"{title}."},
+        figures={},
+        severity=severity,
+        state="firing" if end is None else "resolved",
+        starts_at=start,
+        ends_at=end,
+        last_evaluated_at=end or start,
+        group_key="",
+    )
+
+
+def seed_alerts(url: str, t0: datetime) -> None:
+    """Alerts of the two clusters as the alert engine stores them: ``throttling`` of node B's GPU 0 (team gamma, job
+    601) firing since T+1h; ``collector-silent`` of the scenario's node (no team) firing since T+2h and muted by
+    a silence ``node="<scenario.NODE>"`` (comment "rack move") in force from an hour ago to a day from now;
+    ``idle-gpu`` of job 501 (team alpha) resolved, over [T+1h, T+90min); and a silence ``team="gamma"`` that
+    ended an hour ago."""
+    now = utc_now()
+    hour, ninety, two_hours = (t0 + timedelta(minutes=minutes) for minutes in (60, 90, 120))
+    with session_factory(make_engine(url)).begin() as session:
+        session.add_all(
+            [
+                _alert("throttling", "warning", {"team": "gamma", "node": NODE_B, "gpu": "0", "job": "601"},
+                       hour, None, f"GPU throttled: {NODE_B} GPU 0"),
+                _alert("collector-silent", "critical", {"node": scenario.NODE}, two_hours, None,
+                       f"Collector silent: {scenario.NODE}"),
+                _alert("idle-gpu", "warning", {"team": "alpha", "job": "501", "user": "alice"}, hour, ninety,
+                       "Idle GPUs: job 501"),
+            ]
+        )  # fmt: skip
+        create_silence(session, [f'node="{scenario.NODE}"'], now + timedelta(days=1), now,
+                       starts_at=now - timedelta(hours=1), created_by="ops", comment="rack move")  # fmt: skip
+        expired = create_silence(session, ['team="gamma"'], now + timedelta(hours=1), now,
+                                 starts_at=now - timedelta(hours=2), comment="eval runs")  # fmt: skip
+        expire_silence(session, expired, now - timedelta(hours=1))
 
 
 @pytest.fixture
