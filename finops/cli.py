@@ -779,9 +779,21 @@ def report(
     end: Annotated[str, typer.Option(help="Period end (exclusive), ISO 8601.")],
     by: Annotated[str, typer.Option(help="team, job, user, node or gpu_model.")] = "team",
     output_format: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
+    cluster: Annotated[
+        str | None, typer.Option(help="Only jobs of this cluster, and the capacity no job held on its nodes.")
+    ] = None,
+    team: Annotated[
+        str | None, typer.Option(help="Only the cost billed to this team (__unallocated__: capacity no job held).")
+    ] = None,
+    partition: Annotated[
+        str | None, typer.Option(help="Only jobs of this partition, and the capacity no job held on its nodes.")
+    ] = None,
 ) -> None:
     """Cost per team, job, user, node or GPU model over [start, end), from the hourly ledger; the table adds
-    this month's budgets."""
+    this month's budgets (only the team's with --team; a budget covers its team on every cluster and partition).
+
+    --cluster, --team and --partition select the ledger rows as the dashboard's filters do (finops/filters.py),
+    so the report equals the dashboard's for the same period and filters."""
     import orjson
 
     from finops.budgets import budget_status
@@ -795,8 +807,16 @@ def report(
     if output_format not in ("table", "json", "csv"):
         raise typer.BadParameter("must be table, json or csv", param_hint="--format")
     with session_factory(_engine(_settings()))() as session:
-        rows = cost_report(session, _instant(start, "--start"), _instant(end, "--end"), group)
-        statuses = budget_status(session, utc_now()) if output_format == "table" else []
+        rows = cost_report(
+            session,
+            _instant(start, "--start"),
+            _instant(end, "--end"),
+            group,
+            cluster=cluster,
+            team=team,
+            partition=partition,
+        )
+        statuses = budget_status(session, utc_now(), team=team) if output_format == "table" else []
     if output_format == "json":
         typer.echo(orjson.dumps(report_dicts(rows, group), option=orjson.OPT_INDENT_2).decode())
     elif output_format == "csv":
@@ -804,7 +824,8 @@ def report(
     else:
         typer.echo(report_table(rows, group))
         if statuses:
-            typer.echo(f"\nBudgets, month to date:\n{_budget_table(statuses)}")
+            scope = " (whole teams: all clusters and partitions)" if cluster or partition else ""
+            typer.echo(f"\nBudgets, month to date{scope}:\n{_budget_table(statuses)}")
 
 
 @app.command()

@@ -1,8 +1,10 @@
-"""The command line's help on every command, settings from the environment and secret files, the scheduler."""
+"""The command line's help on every command, settings from the environment and secret files, the scheduler, and
+``gpu-finops report``'s filters (those of the dashboard)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -20,15 +22,18 @@ from typer.testing import CliRunner
 
 from finops.cli import app
 from finops.cost_metrics import CostMetrics
+from finops.db import make_engine, session_factory, upgrade
 from finops.idle import IdlePolicy
 from finops.ingest import Ingestor
 from finops.ledger import Pricing
 from finops.models import LedgerEntry
 from finops.prices import PricingModel, load_catalog
+from finops.report import cost_report, report_dicts
 from finops.scheduler import start_scheduler
 from finops.settings import Settings
 from tests import scenario
 from tests.servers import free_port
+from tests.test_dashboard_queries import seed_two_clusters
 
 
 def _command_paths() -> list[list[str]]:
@@ -113,3 +118,38 @@ def test_scheduler_command_serves_budget_gauges(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+REPORT_FILTERS: list[dict[str, str]] = [
+    {"cluster": "vega"},
+    {"team": "alpha"},
+    {"partition": "gpu"},
+    {"cluster": "orion", "team": "alpha", "partition": "gpu"},
+]
+
+
+def test_report_filters_give_the_cost_report_of_the_same_filters(database_url: str) -> None:
+    upgrade(make_engine(database_url))
+    t0 = seed_two_clusters(database_url)
+    start, end = t0, t0 + timedelta(hours=2)
+    runner = CliRunner()
+    env = {"FINOPS_DATABASE_URL": database_url}
+    period = ["report", "--start", start.isoformat(), "--end", end.isoformat()]
+    with session_factory(make_engine(database_url))() as session:
+        for by in ("team", "job"):
+            everything = report_dicts(cost_report(session, start, end, by), by)
+            for filters in REPORT_FILTERS:
+                options = [part for name, value in filters.items() for part in (f"--{name}", value)]
+                result = runner.invoke(app, [*period, "--by", by, "--format", "json", *options], env=env)
+                assert result.exit_code == 0, result.output
+                expected = report_dicts(cost_report(session, start, end, by, **filters), by)  # type: ignore[arg-type]
+                assert json.loads(result.output) == expected, (by, filters)
+                assert expected and expected != everything, "the filter narrows the seeded report"
+    whole = runner.invoke(app, period, env=env).output
+    assert "Budgets, month to date:" in whole and "\nalpha " in whole
+    vega = runner.invoke(app, [*period, "--cluster", "vega"], env=env).output
+    assert "Budgets, month to date (whole teams: all clusters and partitions):\n" in vega and "\nalpha " in vega
+    assert "\ngamma " in vega and "\nalpha " not in vega.split("Budgets")[0], "the costs are those of vega"
+    assert "Budgets" not in runner.invoke(app, [*period, "--team", "gamma"], env=env).output, "gamma has none"
+    alpha = runner.invoke(app, [*period, "--team", "alpha", "--format", "csv"], env=env).output
+    assert alpha.splitlines()[1].startswith("alpha,") and len(alpha.splitlines()) == 2
