@@ -208,7 +208,7 @@ def report_table(rows: Sequence[ReportRow], by: GroupBy = "team") -> str:
         "energy_kwh",
         "energy_cost",
     ]
-    lines = [[_cell(d[k]) for k in keys] for d in dicts]
+    lines = [[str(d[by]), *(_cell(d[k]) for k in keys[1:])] for d in dicts]
     totals = ["TOTAL"] + [_cell(sum((Decimal(str(d[k])) for d in dicts), Decimal(0))) for k in keys[1:]]
     widths = [max(len(h), *(len(line[i]) for line in [*lines, totals])) for i, h in enumerate(headers)]
     currency = dicts[0]["currency"] if dicts else ""

@@ -71,6 +71,19 @@ def test_job_report_names_jobs_and_owners(loaded) -> None:  # type: ignore[no-un
     assert (rows["502"].team, rows["502"].user) == (UNMAPPED_TEAM, "bob")
 
 
+def test_report_table_keeps_job_ids_as_they_are_and_money_in_cents(loaded) -> None:  # type: ignore[no-untyped-def]
+    from finops.report import report_table
+
+    sessions, t0, r, _ = loaded
+    with sessions() as session:
+        rows = cost_report(session, t0, t0 + timedelta(hours=2), "job")
+    lines = report_table(rows, "job").splitlines()
+    first_cells = [line.split()[0] for line in lines[2:]]
+    assert {"501", "502", UNALLOCATED_TEAM, "TOTAL"} == set(first_cells)
+    total = lines[-1].split()
+    assert total[4] == f"{(4 * r).quantize(Decimal('0.01')):,.2f}"
+
+
 def test_rebuilding_changes_nothing(loaded) -> None:  # type: ignore[no-untyped-def]
     sessions, t0, _, pricing = loaded
     window = (t0, t0 + timedelta(hours=2))
