@@ -44,6 +44,7 @@ GPU_REMAPPED_PENDING = "gpufinops_gpu_remapped_rows_pending"
 GPU_REMAPPED_FAILURE = "gpufinops_gpu_remapped_rows_failure"
 GPU_UP = "gpufinops_gpu_up"
 GPU_PROCESS_MEMORY_USED = "gpufinops_gpu_process_memory_used_bytes"
+GPU_PROCESS_SM_UTILIZATION = "gpufinops_gpu_process_sm_utilization_ratio"
 DISK_READ_BYTES = "gpufinops_disk_read_bytes_total"
 DISK_WRITTEN_BYTES = "gpufinops_disk_written_bytes_total"
 INFINIBAND_RECEIVED_BYTES = "gpufinops_infiniband_received_bytes_total"
@@ -132,6 +133,12 @@ SPECS: dict[str, MetricSpec] = {
             GPU_PROCESS_MEMORY_USED,
             "gauge",
             "Device memory used by one running compute process, bytes (NVML compute running processes).",
+        ),
+        MetricSpec(
+            GPU_PROCESS_SM_UTILIZATION,
+            "gauge",
+            "Fraction of time a kernel of one compute process ran on the GPU since the last cycle "
+            "(NVML process utilization smUtil / 100, mean over its samples; 0 with no sample).",
         ),
         MetricSpec(DISK_READ_BYTES, "counter", "Bytes read from the block device (/proc/diskstats sectors x 512)."),
         MetricSpec(DISK_WRITTEN_BYTES, "counter", "Bytes written to the block device (/proc/diskstats sectors x 512)."),

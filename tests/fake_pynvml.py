@@ -28,6 +28,19 @@ The captures hold no energy counter, so the fake derives one: the captured ``pow
 since the fake was built (its "driver load"), and the energy is that power integrated over the fake's clock,
 ``power_mW x elapsed_seconds`` millijoules (``NOT_SUPPORTED`` where the power is).
 
+Per-process utilisation (nvmlDeviceGetProcessUtilization) comes from the ``<state> :: pmon`` section
+(``nvidia-smi pmon -c 5``: five rounds, one line per compute process, columns gpu index, pid, type, ``sm`` and
+``mem`` in %, ...; ``-`` where the process had no sample). In the H100 capture's ``load`` state that is pid 11345
+(``gpu_burn``) at sm 99 %, mem 10 % in every round, and the two ``memhog`` pids 11327 and 11328 with ``-``. A
+line with a number under ``sm`` becomes one ``nvmlProcessUtilizationSample_t``-like record (``pid``,
+``timeStamp``, ``smUtil``, ``memUtil``); a ``-`` line becomes none, as NVML records only processes with non-zero
+utilisation. DERIVED: the capture has no NVML timestamps, so the fake takes pmon's rounds as one per second
+(pmon's default interval) repeated since the fake was built: record ``k`` (k = 1, 2, ...) is stamped
+``loaded_at + k`` seconds (in microseconds) and has the values of round ``(k - 1) mod rounds``; a call returns
+the records stamped after ``lastSeenTimeStamp`` and up to the fake's clock, and NVML_ERROR_NOT_FOUND when there
+are none. A fake built without a pmon section answers NVML_ERROR_NOT_SUPPORTED. The records carry only the
+fields the source reads and the capture gives for such lines: no ``encUtil``/``decUtil``.
+
 Constants (``NVML_ERROR_*``, ``NVML_TEMPERATURE_GPU``, ``NVML_CLOCK_SM``, ``nvmlMemory_v2``) and the
 ``NVMLError`` class are the real ones from ``pynvml``, so ``NVMLError(code)`` is the same subclass real NVML
 raises. Errors can be injected: ``init_error`` (raised by ``nvmlInit``), ``gpu_errors`` (index -> code raised
@@ -121,6 +134,35 @@ def compute_apps(path: Path, state: str) -> list[dict[str, str]]:
     return csv_rows(body)
 
 
+@dataclass(frozen=True)
+class PmonLine:
+    """One line of ``nvidia-smi pmon``: GPU index, pid, and ``sm``/``mem`` in percent (None where ``-``)."""
+
+    gpu: int
+    pid: int
+    sm: int | None
+    mem: int | None
+
+
+def pmon_rounds(path: Path, state: str) -> list[list[PmonLine]] | None:
+    """The ``<state> :: pmon`` section as its rounds (a round ends where a (gpu, pid) comes again); None if the
+    capture has no such section."""
+    body = capture_section(path, f"{state} :: pmon")
+    if body is None:
+        return None
+    rounds: list[list[PmonLine]] = [[]]
+    for line in body.splitlines():
+        cells = line.split()
+        if not cells or line.startswith("#") or not cells[1].isdigit():
+            continue
+        sm, mem = (None if cell == "-" else int(cell) for cell in cells[3:5])
+        entry = PmonLine(int(cells[0]), int(cells[1]), sm, mem)
+        if any((seen.gpu, seen.pid) == (entry.gpu, entry.pid) for seen in rounds[-1]):
+            rounds.append([])
+        rounds[-1].append(entry)
+    return [r for r in rounds if r]
+
+
 class ManualClock:
     """A clock the test moves by hand: returns ``now``, timezone-aware UTC."""
 
@@ -167,10 +209,12 @@ class FakeNvml:
         clock: Callable[[], datetime],
         mig: list[MigDevice] | None = None,
         processes: list[dict[str, str]] | None = None,
+        pmon: list[list[PmonLine]] | None = None,
     ) -> None:
         self.gpus = gpus
         self.mig = mig or []
         self.processes = processes or []
+        self.pmon = pmon
         self.clock = clock
         self.loaded_at = clock()
         self.initialised = False
@@ -325,6 +369,25 @@ class FakeNvml:
             if p["gpu_uuid"] == uuid
         ]
 
+    def nvmlDeviceGetProcessUtilization(self, handle: FakeHandle, timeStamp: int) -> list[SimpleNamespace]:
+        """The pmon records of this GPU stamped after ``timeStamp`` (microseconds) and up to now (module docstring)."""
+        self._check_initialised()
+        self._check_injected(handle.index, "nvmlDeviceGetProcessUtilization")
+        if not self.pmon:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        start = round(self.loaded_at.timestamp() * 1_000_000)
+        newest = (round(self.clock().timestamp() * 1_000_000) - start) // 1_000_000
+        first = max(1, (timeStamp - start) // 1_000_000 + 1)
+        records = [
+            SimpleNamespace(pid=line.pid, timeStamp=start + k * 1_000_000, smUtil=line.sm, memUtil=line.mem or 0)
+            for k in range(first, newest + 1)
+            for line in self.pmon[(k - 1) % len(self.pmon)]
+            if line.gpu == handle.index and line.sm is not None
+        ]
+        if not records:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return records
+
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: FakeHandle) -> int:
         return int(self._cell(handle, "nvmlDeviceGetCurrentClocksEventReasons", "clocks_event_reasons.active"), 16)
 
@@ -367,5 +430,6 @@ class FakeNvml:
 
 def fake_nvml_from_capture(path: Path, state: str, clock: Callable[[], datetime]) -> FakeNvml:
     """A fake ``pynvml`` whose GPUs are the ``state`` (``idle`` or ``load``) query-gpu rows of capture ``path``,
-    with its MIG devices and compute processes."""
-    return FakeNvml(query_gpu_rows(path, state), clock, mig_devices(path, state), compute_apps(path, state))
+    with its MIG devices, compute processes and their pmon utilisation."""
+    rows, processes = query_gpu_rows(path, state), compute_apps(path, state)
+    return FakeNvml(rows, clock, mig_devices(path, state), processes, pmon_rounds(path, state))

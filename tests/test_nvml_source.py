@@ -418,3 +418,73 @@ def test_nvlink_counters_are_summed_kib_in_bytes_and_absent_without_nvlink(captu
     fake.nvmlDeviceGetFieldValues = field_values  # type: ignore[method-assign]
     (with_nvlink,) = whole_gpus(NvmlSource(fake, clock).collect())
     assert (with_nvlink.values[m.GPU_NVLINK_RX], with_nvlink.values[m.GPU_NVLINK_TX]) == (1_500 * 1024, 2_500 * 1024)
+
+
+def _process_sm(samples: list[Sample]) -> dict[str, float | None]:
+    """pid -> its SM utilisation ratio, None where the key is absent."""
+    return {s.labels["pid"]: s.values.get(m.GPU_PROCESS_SM_UTILIZATION) for s in samples if s.entity == "gpu_process"}
+
+
+def test_per_process_sm_utilisation_from_the_h100_pmon(captures: Path) -> None:
+    clock = ManualClock()
+    fake = fake_nvml_from_capture(captures / H100, "load", clock)
+    source = NvmlSource(fake, clock)
+    # no sample period has passed since the fake's "driver load": NOT_FOUND, which tells nothing
+    assert _process_sm(source.collect()) == {"11327": None, "11328": None, "11345": None}
+    clock.advance(10)
+    # load :: pmon: 11345 gpu_burn "99" under sm in every round; memhog 11327 and 11328 "-" (no sample: 0)
+    assert _process_sm(source.collect()) == {"11327": 0.0, "11328": 0.0, "11345": 0.99}
+    # read again at once: nothing since the last timestamp seen (NOT_FOUND), not the same samples twice
+    assert _process_sm(source.collect()) == {"11327": None, "11328": None, "11345": None}
+    clock.advance(3)
+    assert _process_sm(source.collect())["11345"] == 0.99
+
+
+def test_process_sm_utilisation_is_the_mean_of_the_new_samples(captures: Path) -> None:
+    clock = ManualClock()
+    fake = fake_nvml_from_capture(captures / H100, "load", clock)
+    asked: list[int] = []
+    answers = [
+        [SimpleNamespace(pid=11345, timeStamp=5_000_000, smUtil=90), SimpleNamespace(pid=11345, timeStamp=6_000_000,
+         smUtil=40), SimpleNamespace(pid=11327, timeStamp=6_000_000, smUtil=3)],
+        [SimpleNamespace(pid=11345, timeStamp=6_000_000, smUtil=100), SimpleNamespace(pid=11345, timeStamp=7_000_000,
+         smUtil=20)],
+    ]  # fmt: skip
+
+    def process_utilization(handle: object, last_seen: int) -> list[SimpleNamespace]:
+        asked.append(last_seen)
+        return answers[len(asked) - 1]
+
+    fake.nvmlDeviceGetProcessUtilization = process_utilization  # type: ignore[method-assign]
+    source = NvmlSource(fake, clock)
+    assert _process_sm(source.collect()) == {"11327": 0.03, "11328": 0.0, "11345": 0.65}
+    assert _process_sm(source.collect()) == {"11327": 0.0, "11328": 0.0, "11345": 0.2}, "the 6 s sample was seen"
+    assert asked == [0, 6_000_000]
+
+
+@pytest.mark.parametrize(
+    ("code", "warned"),
+    [(pynvml.NVML_ERROR_NOT_SUPPORTED, False), (pynvml.NVML_SUCCESS, False), (pynvml.NVML_ERROR_NO_PERMISSION, True)],
+)
+def test_process_sm_utilisation_left_out_when_nvml_cannot_tell(
+    captures: Path, caplog: pytest.LogCaptureFixture, code: int, warned: bool
+) -> None:
+    clock = ManualClock()
+    fake = fake_nvml_from_capture(captures / H100, "load", clock)
+    fake.call_errors[(0, "nvmlDeviceGetProcessUtilization")] = code
+    clock.advance(10)
+    samples = NvmlSource(fake, clock).collect()
+    processes = [s for s in samples if s.entity == "gpu_process"]
+    assert len(processes) == 3 and all(list(s.values) == [m.GPU_PROCESS_MEMORY_USED] for s in processes)
+    assert len(warnings(caplog)) == int(warned)
+
+
+def test_no_process_sm_utilisation_on_a_mig_gpu(captures: Path) -> None:
+    clock = ManualClock()
+    fake = fake_nvml_from_capture(captures / H100_MIG, "load", clock)
+    calls: list[int] = []
+    fake.nvmlDeviceGetProcessUtilization = lambda handle, last: calls.append(last) or []  # type: ignore[method-assign]
+    clock.advance(10)
+    samples = NvmlSource(fake, clock).collect()
+    assert _process_sm(samples) == {"21180": None, "21181": None, "21198": None}
+    assert calls == [], "records name no MIG instance: not asked"

@@ -166,8 +166,10 @@ class NvmlSource:
     ``1g.10gb``), ``parent_uuid`` and the :data:`MIG_READERS` series.
 
     Processes (nvmlDeviceGetComputeRunningProcesses): labels ``gpu``, ``uuid`` (the MIG instance's UUID when the
-    process's ``gpuInstanceId`` names one, else the GPU's) and ``pid``; value the process's device memory in
-    bytes, absent when NVML cannot tell (``usedGpuMemory`` None). The job mapper reads the PIDs.
+    process's ``gpuInstanceId`` names one, else the GPU's) and ``pid``; values the process's device memory in
+    bytes, absent when NVML cannot tell (``usedGpuMemory`` None), and its SM utilisation as a ratio
+    (``gpufinops_gpu_process_sm_utilization_ratio``, see :meth:`_process_sm_utilization`). The job mapper reads
+    the PIDs.
 
     Errors: a call answering NVML_ERROR_NOT_SUPPORTED leaves its keys out (never 0); any other error of one call
     leaves its keys out with a warning. NVML_ERROR_GPU_IS_LOST, _UNKNOWN or _TIMEOUT, or an error reading a GPU's
@@ -197,6 +199,7 @@ class NvmlSource:
         self._no_driver_logged = False
         self._reinitialise = False
         self._known: dict[int, dict[str, str]] = {}
+        self._last_seen: dict[str, int] = {}
 
     def collect(self) -> list[Sample]:
         """Samples of every GPU, MIG instance and compute process; ``[]`` when this host has no NVIDIA driver."""
@@ -254,7 +257,7 @@ class NvmlSource:
         samples = [Sample(entity="gpu", labels=labels, values=values, timestamp=timestamp)]
         samples.extend(sample for sample, _ in instances)
         by_instance = {instance: sample.labels["uuid"] for sample, instance in instances if instance is not None}
-        samples.extend(self._processes(handle, labels, by_instance, timestamp))
+        samples.extend(self._processes(handle, labels, by_instance, bool(instances), timestamp))
         return samples
 
     def _mig_instances(
@@ -296,7 +299,7 @@ class NvmlSource:
             return None
 
     def _processes(
-        self, handle: Any, parent: dict[str, str], by_instance: dict[int, str], timestamp: datetime
+        self, handle: Any, parent: dict[str, str], by_instance: dict[int, str], mig: bool, timestamp: datetime
     ) -> list[Sample]:
         nvml = self._nvml
         try:
@@ -305,15 +308,64 @@ class NvmlSource:
             if exc.value != nvml.NVML_ERROR_NOT_SUPPORTED:
                 log.warning("NVML GPU %s: processes unreadable: %s", parent["gpu"], exc)
             return []
+        sm_utilization = None if mig or not processes else self._process_sm_utilization(handle, parent)
         samples = []
         for process in processes:
             instance = getattr(process, "gpuInstanceId", None)
             uuid = by_instance.get(instance, parent["uuid"]) if isinstance(instance, int) else parent["uuid"]
             used = getattr(process, "usedGpuMemory", None)
             values = {} if used is None else {m.GPU_PROCESS_MEMORY_USED: float(used)}
+            if sm_utilization is not None:
+                values[m.GPU_PROCESS_SM_UTILIZATION] = sm_utilization.get(int(process.pid), 0.0)
             labels = {"gpu": parent["gpu"], "uuid": uuid, "pid": str(process.pid)}
             samples.append(Sample(entity="gpu_process", labels=labels, values=values, timestamp=timestamp))
         return samples
+
+    def _process_sm_utilization(self, handle: Any, gpu: dict[str, str]) -> dict[int, float] | None:
+        """PID -> the mean ``smUtil`` / 100 of its samples since the previous read of this GPU; None if NVML
+        cannot tell.
+
+        nvmlDeviceGetProcessUtilization(handle, lastSeenTimeStamp) returns ``nvmlProcessUtilizationSample_t``
+        records {``pid``, ``timeStamp`` (CPU time, microseconds since the epoch), ``smUtil``, ``memUtil``,
+        ``encUtil``, ``decUtil``}; ``smUtil`` is the percent of the sample period a kernel of the process ran
+        (NVML API reference, nvmlProcessUtilizationSample_t). NVML keeps one record per process that had non-zero
+        utilisation in a sample period, so a running process absent from an answer that holds samples ran no
+        kernel in those periods: the caller gives it 0 (nvidia-smi pmon prints ``-``). ``lastSeenTimeStamp`` is
+        the newest ``timeStamp`` of this GPU's previous answer (0 at first: every sample the driver still buffers).
+        NVML_ERROR_NOT_FOUND (no sample since then) gives None: it cannot tell an idle GPU from a read that came
+        before the driver's next sample period, and 0 for a busy process would be wrong; so does pynvml's
+        ``NVMLError(NVML_SUCCESS)``, which it raises when the driver answers the size query with no samples.
+        NVML_ERROR_NOT_SUPPORTED gives None quietly, any other error None with a warning.
+
+        The mean is over the process's own samples, so a process that ran in only some sample periods counts at
+        its level in those (the driver keeps no record of the others).
+
+        Not read on a MIG-enabled GPU: its records name no MIG instance, and the MIG capture's load shows no
+        per-process sample (``pmon``: ``-``) for a process running kernels.
+        """
+        nvml = self._nvml
+        uuid = gpu["uuid"]
+        last_seen = self._last_seen.get(uuid, 0)
+        try:
+            records = nvml.nvmlDeviceGetProcessUtilization(handle, last_seen)
+        except nvml.NVMLError as exc:
+            if exc.value not in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_NOT_FOUND, nvml.NVML_SUCCESS):
+                log.warning("NVML GPU %s: process utilisation left out: %s (NVML error %d)", gpu["gpu"], exc,
+                            exc.value)  # fmt: skip
+            return None
+        totals: dict[int, tuple[float, int]] = {}
+        newest = last_seen
+        for record in records:
+            stamp = int(record.timeStamp)
+            if stamp <= last_seen:
+                continue
+            newest = max(newest, stamp)
+            total, count = totals.get(int(record.pid), (0.0, 0))
+            totals[int(record.pid)] = (total + float(record.smUtil), count + 1)
+        self._last_seen[uuid] = newest
+        if not totals:  # only samples already seen: as NOT_FOUND
+            return None
+        return {pid: total / count / 100 for pid, (total, count) in totals.items()}
 
     def _read_field(self, read: Callable[[Any, Any], dict[str, float]], handle: Any, index: int) -> dict[str, float]:
         """``read``'s values; ``{}`` if NVML cannot give them; raises the errors that end the GPU's reading."""
