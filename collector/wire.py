@@ -21,17 +21,32 @@ Values are base units; a field the GPU does not support is absent (null), never 
 whole seconds. ``job_id`` is the Slurm ``JobIDRaw`` the collector's job map saw on the GPU, when known.
 Columns are about 2.5 times smaller than rows and the service validates them as arrays, which is what makes
 large backlogs cheap to ingest.
+
+A GPU that compute processes of more than one job use at once (time-slicing, MPS) has no single ``job_id``;
+for its readings the batch may also carry ``job_utilization``, one object per job and reading: the GPU's UUID,
+the reading's ``ts`` as integer epoch seconds (UTC, in both shapes), the job id (as ``job_id``) and the job's
+SM utilisation ratio (0..1: the sum of its processes' NVML ``smUtil`` / 100, :mod:`collector.sources.nvml`,
+:func:`collector.jobmap.mapper.shared_job_utilization`)::
+
+    {"node": "gpu-a-01", "gpus": [...], "series": [...],
+     "job_utilization": [{"uuid": "GPU-…", "ts": 1795244400, "job_id": "4000123", "utilization_ratio": 0.99},
+                         {"uuid": "GPU-…", "ts": 1795244400, "job_id": "4000124", "utilization_ratio": 0.0}]}
+
+The field is optional (absent: none), so batches of collectors that predate it are valid as they were; it is
+never a batch's only content. The service stores it beside the readings (``gpu_job_utilization``) and names a
+malformed entry in its answer without refusing the readings (:mod:`finops.api`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from collector import metric_names as m
+from collector.jobmap.mapper import shared_job_utilization
 from collector.sample import Sample
 
 INT64_MAX = 2**63 - 1
@@ -109,13 +124,31 @@ class GpuSeries(BaseModel):
         return self
 
 
+class JobUtilization(BaseModel):
+    """One job's SM utilisation of a GPU it shares with other jobs, at one reading.
+
+    ``uuid``: the GPU's NVML UUID; ``ts``: the reading's instant, epoch seconds (UTC); ``job_id``: as
+    :class:`GpuReading`'s (a Slurm ``JobIDRaw``, or ``pod/<uid>``); ``utilization_ratio``: 0..1, the fraction of the
+    period since the collector's previous cycle a kernel of the job's processes ran (sum over its processes of
+    NVML ``smUtil`` / 100, capped at 1). Infinities and NaN are refused.
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    uuid: str = Field(min_length=1, max_length=64)
+    ts: EpochSecond
+    job_id: str = Field(min_length=1, max_length=JOB_ID_MAX_LENGTH)
+    utilization_ratio: Ratio
+
+
 class IngestBatch(BaseModel):
-    """A node's batch: its GPU inventory and readings, as rows (``samples``), columns (``series``) or both."""
+    """A node's batch: its GPU inventory and readings, as rows (``samples``), columns (``series``) or both, and the
+    per-job utilisation of shared GPUs (``job_utilization``, optional)."""
 
     node: str = Field(min_length=1, max_length=255)
     gpus: list[GpuInfo] = Field(default_factory=list)
     samples: list[GpuReading] = Field(default_factory=list)
     series: list[GpuSeries] = Field(default_factory=list)
+    job_utilization: list[JobUtilization] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _carries_readings(self) -> IngestBatch:
@@ -174,21 +207,48 @@ def shippable(sample: Sample) -> bool:
     return sample.entity == "gpu" and not sample.labels.get("mig_profile") and sample.values.get(m.GPU_UP, 1.0) != 0
 
 
+def job_utilization_dicts(samples: Sequence[Sample], readings: Sequence[Sample]) -> list[dict[str, object]]:
+    """The ``job_utilization`` entries (:class:`JobUtilization` as plain dicts) of one cycle's ``samples``: per
+    reading of ``readings`` (shippable GPU samples) whose GPU processes of several jobs shared, one entry per job
+    (:func:`collector.jobmap.mapper.shared_job_utilization`), at the reading's instant. Shares of a MIG instance
+    are not shipped (its parent GPU is billed; NVML gives no per-process utilisation under MIG anyway)."""
+    shares = shared_job_utilization(list(samples))
+    return [
+        {"uuid": uuid, "ts": int(reading.timestamp.timestamp()), "job_id": job, "utilization_ratio": ratio}
+        for reading in readings
+        for uuid in (reading.labels["uuid"],)
+        for job, ratio in sorted(shares.get(uuid, {}).items())
+    ]
+
+
 def batch_dict(samples: Iterable[Sample]) -> dict[str, list[dict[str, object]]]:
-    """``{"gpus": [...], "samples": [...]}`` for the :func:`shippable` samples (the batch without its node)."""
-    readings = [s for s in samples if shippable(s)]
+    """``{"gpus": [...], "samples": [...]}`` for the :func:`shippable` samples (the batch without its node), with
+    ``"job_utilization": [...]`` (:func:`job_utilization_dicts`) when a GPU was shared by several jobs."""
+    collected = list(samples)
+    readings = [s for s in collected if shippable(s)]
     inventory = {s.labels["uuid"]: gpu_info_dict(s) for s in readings}
-    return {"gpus": list(inventory.values()), "samples": [reading_dict(s) for s in readings]}
+    batch = {"gpus": list(inventory.values()), "samples": [reading_dict(s) for s in readings]}
+    shared = job_utilization_dicts(collected, readings)
+    if shared:
+        batch["job_utilization"] = shared
+    return batch
 
 
 def merge_batches(batches: Iterable[dict[str, list[dict[str, object]]]]) -> dict[str, list[dict[str, object]]]:
-    """Several :func:`batch_dict` results as one: inventories merged by UUID (the last wins), readings in order."""
+    """Several :func:`batch_dict` results as one: inventories merged by UUID (the last wins), readings and
+    ``job_utilization`` entries in order (a batch without the latter, e.g. spooled by an older collector, adds
+    none)."""
     inventory: dict[object, dict[str, object]] = {}
     readings: list[dict[str, object]] = []
+    shared: list[dict[str, object]] = []
     for batch in batches:
         inventory.update((gpu["uuid"], gpu) for gpu in batch["gpus"])
         readings.extend(batch["samples"])
-    return {"gpus": list(inventory.values()), "samples": readings}
+        shared.extend(batch.get("job_utilization", []))
+    merged = {"gpus": list(inventory.values()), "samples": readings}
+    if shared:
+        merged["job_utilization"] = shared
+    return merged
 
 
 def _epoch(value: object) -> int | None:
@@ -211,7 +271,8 @@ def columnar(batch: dict[str, list[dict[str, object]]]) -> dict[str, list[dict[s
     appearance, its readings in their order, columns that are null throughout left out.
 
     A reading the columns cannot carry as is (no aware ``ts``, no UUID, an unknown field) stays a row in
-    ``samples``, so that the service judges it and names it in its answer exactly as before.
+    ``samples``, so that the service judges it and names it in its answer exactly as before. ``job_utilization``
+    entries pass through as they are.
     """
     series: dict[str, dict[str, list[Any]]] = {}
     rows: list[dict[str, object]] = []
@@ -235,4 +296,6 @@ def columnar(batch: dict[str, list[dict[str, object]]]) -> dict[str, list[dict[s
     }
     if rows:
         body["samples"] = rows
+    if batch.get("job_utilization"):
+        body["job_utilization"] = batch["job_utilization"]
     return body

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
+import orjson
+
+from collector import metric_names as m
+from collector import wire
 from collector.jobmap.cgroup import job_of_cgroup
-from collector.jobmap.mapper import JobMapper
+from collector.jobmap.mapper import JobMapper, shared_job_utilization
 from collector.jobmap.mapping_dir import read_mapping_dir
 from collector.sample import Sample
 from collector.sources.nvml import NvmlSource
@@ -102,3 +107,81 @@ def test_a_job_already_on_the_sample_is_kept_and_vanished_pids_map_to_nothing(
     empty_proc = tmp_path / "proc"
     empty_proc.mkdir()
     assert {s.job_id for s in JobMapper(None, empty_proc).annotate(samples) if s.entity == "gpu"} == {None}
+
+
+H100 = "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
+
+
+def _proc(tmp_path: Path, jobs: dict[int, str]) -> Path:
+    """A procfs with a cgroup v2 file per pid: Slurm job ``jobs[pid]`` (hand-written placement of the capture's
+    PIDs, in the form of fixtures/jobmap/proc/21181)."""
+    for pid, job in jobs.items():
+        (tmp_path / "proc" / str(pid)).mkdir(parents=True)
+        (tmp_path / "proc" / str(pid) / "cgroup").write_text(f"0::/system.slice/slurmstepd.scope/job_{job}/step_0\n")
+    return tmp_path / "proc"
+
+
+def _h100_cycles(shared_data: Path, proc: Path, cycles: int = 2) -> list[list[Sample]]:
+    """``cycles`` annotated collections of the H100 load capture, 10 s apart (the first at the fake's load)."""
+    clock = ManualClock()
+    source = NvmlSource(fake_nvml_from_capture(shared_data / CAPTURES / H100, "load", clock), clock)
+    mapper = JobMapper(None, proc)
+    collected = []
+    for _ in range(cycles):
+        collected.append(mapper.annotate(source.collect()))
+        clock.advance(10)
+    return collected
+
+
+def test_a_gpu_time_sliced_by_two_jobs_gives_each_job_its_sm_share(shared_data: Path, tmp_path: Path) -> None:
+    # the capture's two memhog processes in job 8101, gpu_burn in job 8102
+    first, second = _h100_cycles(shared_data, _proc(tmp_path, {11327: "8101", 11328: "8101", 11345: "8102"}))
+    assert {s.labels["pid"]: s.job_id for s in second if s.entity == "gpu_process"} == {
+        "11327": "8101", "11328": "8101", "11345": "8102"
+    }  # fmt: skip
+    assert [s.job_id for s in second if s.entity == "gpu"] == [None], "no single job"
+    # pmon: gpu_burn sm 99 %, memhog "-" (no sample: no kernel ran)
+    assert shared_job_utilization(second) == {MASKED_UUID: {"8101": 0.0, "8102": 0.99}}
+    assert shared_job_utilization(first) == {}, "no sample period had passed: utilisation unknown, no partial shares"
+
+    batch = wire.batch_dict(second)
+    (gpu,) = [s for s in second if s.entity == "gpu"]
+    ts = int(gpu.timestamp.timestamp())
+    assert batch["job_utilization"] == [
+        {"uuid": MASKED_UUID, "ts": ts, "job_id": "8101", "utilization_ratio": 0.0},
+        {"uuid": MASKED_UUID, "ts": ts, "job_id": "8102", "utilization_ratio": 0.99},
+    ]
+    body = {"node": "gpu-a-01", **wire.columnar(wire.merge_batches([wire.batch_dict(first), batch]))}
+    assert body["job_utilization"] == batch["job_utilization"]
+    parsed = wire.IngestBatch.model_validate_json(orjson.dumps(body))
+    assert [(j.job_id, j.utilization_ratio) for j in parsed.job_utilization] == [("8101", 0.0), ("8102", 0.99)]
+    assert parsed.series[0].ts == [ts - 10, ts]
+
+
+def test_a_gpu_of_one_job_ships_no_shares(shared_data: Path, tmp_path: Path) -> None:
+    _, second = _h100_cycles(shared_data, _proc(tmp_path, {11327: "8101", 11328: "8101", 11345: "8101"}))
+    assert [s.job_id for s in second if s.entity == "gpu"] == ["8101"]
+    assert shared_job_utilization(second) == {}
+    assert "job_utilization" not in wire.batch_dict(second)
+
+
+def test_shares_sum_a_jobs_processes_capped_at_one_and_need_every_mapped_process() -> None:
+    when = datetime(2026, 3, 1, tzinfo=UTC)
+
+    def process(pid: str, job: str | None, ratio: float | None, uuid: str = "GPU-1") -> Sample:
+        values = {} if ratio is None else {m.GPU_PROCESS_SM_UTILIZATION: ratio}
+        return Sample("gpu_process", {"gpu": "0", "uuid": uuid, "pid": pid}, values, when, job)
+
+    mps = [process("1", "10", 0.7), process("2", "10", 0.6), process("3", "11", 0.25), process("4", None, 0.5)]
+    assert shared_job_utilization(mps) == {"GPU-1": {"10": 1.0, "11": 0.25}}, "MPS clients of job 10: capped"
+    assert shared_job_utilization([*mps, process("5", "12", None)]) == {}, "job 12's share unknown"
+    elsewhere = [process("6", "13", 0.5, "GPU-2"), process("7", "14", None, "GPU-2")]
+    assert shared_job_utilization([*mps, *elsewhere]) == {"GPU-1": {"10": 1.0, "11": 0.25}}
+
+
+def test_older_batches_without_job_utilization_still_merge_and_validate() -> None:
+    old = {"gpus": [], "samples": [{"uuid": "GPU-1", "ts": "2026-03-01T00:00:00Z", "utilization_ratio": 0.5}]}
+    merged = wire.merge_batches([old, old])
+    assert "job_utilization" not in merged and len(merged["samples"]) == 2
+    parsed = wire.IngestBatch.model_validate({"node": "n", **wire.columnar(merged)})
+    assert parsed.job_utilization == [] and parsed.reading_count == 2

@@ -1,4 +1,5 @@
-"""Puts the job holding each GPU on the GPU's samples."""
+"""Puts the job holding each GPU on the GPU's samples, and each compute process's job on its sample; gives the
+jobs' shares of a GPU that processes of several jobs use at once (time-slicing, MPS)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
+from collector import metric_names as m
 from collector.jobmap.cgroup import job_of_process
 from collector.jobmap.mapping_dir import read_mapping_dir
 from collector.sample import Sample
@@ -13,8 +15,39 @@ from collector.sample import Sample
 log = logging.getLogger(__name__)
 
 
+def shared_job_utilization(samples: list[Sample]) -> dict[str, dict[str, float]]:
+    """Device UUID -> {job id: the job's SM utilisation ratio} for each device whose compute processes belong to
+    more than one job in this cycle (a time-sliced or MPS GPU; a device held by one job has its own utilisation).
+
+    Reads the ``entity="gpu_process"`` samples of one cycle after :meth:`JobMapper.annotate`: their ``uuid`` label
+    (the GPU's, or the MIG instance's), :attr:`Sample.job_id` and ``gpufinops_gpu_process_sm_utilization_ratio``
+    (:mod:`collector.sources.nvml`: mean ``smUtil`` / 100 since the last cycle). A job's ratio is the sum of its
+    processes' ratios, capped at 1 (MPS clients of one job can each report a share of the same period). Processes
+    without a job are left out of the sums; a device with a job-mapped process lacking the utilisation (NVML could
+    not tell) gets no entry, since its shares would be partial.
+    """
+    jobs: dict[str, dict[str, float]] = {}
+    unknown: set[str] = set()
+    for sample in samples:
+        if sample.entity != "gpu_process" or sample.job_id is None:
+            continue
+        uuid = sample.labels["uuid"]
+        ratio = sample.values.get(m.GPU_PROCESS_SM_UTILIZATION)
+        if ratio is None:
+            unknown.add(uuid)
+            continue
+        shares = jobs.setdefault(uuid, {})
+        shares[sample.job_id] = shares.get(sample.job_id, 0.0) + ratio
+    return {
+        uuid: {job: min(1.0, ratio) for job, ratio in shares.items()}
+        for uuid, shares in jobs.items()
+        if uuid not in unknown and len(shares) > 1
+    }
+
+
 class JobMapper:
-    """Fills :attr:`Sample.job_id` of ``entity="gpu"`` samples that have none (a source such as dcgm may have set it).
+    """Fills :attr:`Sample.job_id` of ``entity="gpu"`` samples that have none (a source such as dcgm may have set it),
+    and of ``entity="gpu_process"`` samples, by the process's cgroup.
 
     Order: the mapping directory by UUID, then (whole GPUs only) by index; else the jobs of the GPU's compute
     processes (``entity="gpu_process"`` samples with the same ``uuid``; a whole GPU also counts its MIG
@@ -33,18 +66,23 @@ class JobMapper:
         self._ambiguous_logged: set[str] = set()
 
     def annotate(self, samples: list[Sample]) -> list[Sample]:
-        """``samples`` with the GPU samples' job ids filled in where known; other samples unchanged."""
-        if not any(s.entity == "gpu" and s.job_id is None for s in samples):
+        """``samples`` with the GPU and process samples' job ids filled in where known; other samples unchanged."""
+        if not any(s.entity in ("gpu", "gpu_process") and s.job_id is None for s in samples):
             return samples
         mapping = read_mapping_dir(self.mapping_dir) if self.mapping_dir is not None else {}
         process_jobs = self._process_jobs(samples)
         parents = {s.labels["uuid"]: s.labels.get("parent_uuid", "") for s in samples if s.entity == "gpu"}
         annotated = []
         for sample in samples:
-            if sample.entity == "gpu" and sample.job_id is None:
+            job = None
+            if sample.job_id is not None:
+                pass
+            elif sample.entity == "gpu":
                 job = self._job(sample, mapping, process_jobs, parents)
-                if job is not None:
-                    sample = dataclasses.replace(sample, job_id=job)
+            elif sample.entity == "gpu_process":
+                job = self._pid_jobs.get(sample.labels["pid"])
+            if job is not None:
+                sample = dataclasses.replace(sample, job_id=job)
             annotated.append(sample)
         return annotated
 
