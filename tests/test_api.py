@@ -214,6 +214,16 @@ def test_a_body_too_large_once_decompressed_is_refused(service: str, sessions, m
     assert _count(sessions) == 3
 
 
+def test_many_gzip_members_and_zero_padding_are_one_body(service: str, sessions) -> None:  # type: ignore[no-untyped-def]
+    """A body of many gzip members (RFC 1952 allows a concatenation; here 20,000 empty ones ahead of the batch)
+    followed by zero padding is the batch: decompressed in one linear pass."""
+    body = gzip.compress(b"") * 20_000 + gzip.compress(orjson.dumps(_batch(3))) + bytes(64)
+    headers = {"Content-Encoding": "gzip", "Authorization": f"Bearer {TOKEN}"}
+    response = httpx.post(f"{service}/api/v1/ingest", content=body, headers=headers)
+    assert response.status_code == 200 and response.json()["accepted"] == 3
+    assert _count(sessions) == 3
+
+
 def test_a_corrupt_or_truncated_gzip_body_is_a_400(service: str) -> None:
     compressed = gzip.compress(orjson.dumps(_batch(3)))
     headers = {"Content-Encoding": "gzip", "Authorization": f"Bearer {TOKEN}"}
