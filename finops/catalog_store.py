@@ -21,7 +21,7 @@ from finops.prices import GpuModel, PriceCatalog, parse_catalog
 from finops.timeutil import utc_now
 
 _PARSED: dict[tuple[str, str], PriceCatalog] = {}
-"""Imported catalogs already parsed, by (source, YAML text)."""
+"""The newest imported catalog parsed, by (source, YAML text): one entry, replaced when another is in force."""
 
 
 def catalog_in_force(session: Session, fallback: PriceCatalog) -> PriceCatalog:
@@ -33,9 +33,12 @@ def catalog_in_force(session: Session, fallback: PriceCatalog) -> PriceCatalog:
     if newest is None:
         return fallback
     key = (newest.source, newest.body)
-    if key not in _PARSED:
-        _PARSED[key] = parse_catalog(newest.body, newest.source)
-    return _PARSED[key]
+    parsed = _PARSED.get(key)
+    if parsed is None:
+        parsed = parse_catalog(newest.body, newest.source)
+        _PARSED.clear()
+        _PARSED[key] = parsed
+    return parsed
 
 
 def pricing_in_force(session: Session, configured: Pricing) -> Pricing:

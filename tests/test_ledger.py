@@ -62,6 +62,24 @@ def test_team_costs_match_the_hand_computation(loaded) -> None:  # type: ignore[
     assert total_joules == pytest.approx(2 * 119 * 36_000)
 
 
+def test_team_report_from_team_hours_equals_the_ledgers_for_every_team_filter(loaded) -> None:  # type: ignore[no-untyped-def]
+    """By team, the report reads the team-hours; with a cluster filter naming the slice's only cluster (every held
+    row) it reads the ledger's rows: both give the same held rows, unfiltered and for each team's filter."""
+    from finops.models import Job
+
+    sessions, t0, _, _ = loaded
+    window = (t0, t0 + timedelta(hours=2))
+    with sessions() as session:
+        (cluster,) = set(session.scalars(select(Job.cluster)))
+        whole = cost_report(session, *window, "team")
+        for team in [None, *(row.key for row in whole)]:
+            from_team_hours = cost_report(session, *window, "team", team=team)
+            from_ledger = cost_report(session, *window, "team", team=team, cluster=cluster)
+            held = [row for row in from_team_hours if row.key != UNALLOCATED_TEAM]
+            assert held == [row for row in from_ledger if row.key != UNALLOCATED_TEAM]
+            assert from_team_hours == (whole if team is None else [row for row in whole if row.key == team])
+
+
 def test_job_report_names_jobs_and_owners(loaded) -> None:  # type: ignore[no-untyped-def]
     sessions, t0, _, _ = loaded
     with sessions() as session:

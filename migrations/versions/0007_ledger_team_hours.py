@@ -52,4 +52,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    """Drop the table (the ledger keeps every figure it held)."""
     op.drop_table("ledger_team_hours")
