@@ -9,7 +9,12 @@ with ``{"accepted": n, "rejected": [...]}`` naming each rejected reading:
 - a whole series (bad ``uuid``, columns of unequal length, …): ``{"series": s, "field": "series[s].uuid",
   "error": "…", "readings": n}`` (its n readings are left out);
 - every reading of a GPU that the batch's ``gpus`` does not describe and the service does not know (so it
-  cannot be placed on a node): ``{"uuid": u, "field": "gpus", "error": "…", "readings": n}``.
+  cannot be placed on a node): ``{"uuid": u, "field": "gpus", "error": "…", "readings": n}`` (its
+  ``job_utilization`` entries are left out too);
+- a ``job_utilization`` entry (per-job utilisation of a shared GPU, :class:`collector.wire.JobUtilization`):
+  ``{"job_utilization": j, "field": "job_utilization[j].name", "error": "…", "readings": 0}`` (entry j is left
+  out; the readings are stored: it is not one of them), or ``{"field": "job_utilization", "error": "…",
+  "readings": 0}`` when the field is not a list (every entry left out).
 
 A batch-level error (``node``, ``gpus``, not JSON) stores nothing. Collectors do not retry a 422. A body over
 ``MAX_BODY_BYTES``, sent or once decompressed, is refused with ``413`` and nothing stored.
@@ -196,11 +201,12 @@ def _gunzip(body: bytes) -> bytes:
 
 
 def _without_gpus(batch: IngestBatch, uuids: set[str]) -> IngestBatch:
-    """``batch`` without the readings of ``uuids``."""
+    """``batch`` without the readings and ``job_utilization`` entries of ``uuids``."""
     return batch.model_copy(
         update={
             "series": [s for s in batch.series if s.uuid not in uuids],
             "samples": [r for r in batch.samples if r.uuid not in uuids],
+            "job_utilization": [j for j in batch.job_utilization if j.uuid not in uuids],
         }
     )
 
@@ -243,9 +249,18 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]]]:
     bad_rows: set[int] = set()
     bad_values: dict[int, set[int]] = {}
     bad_series: dict[int, dict[str, Any]] = {}
+    bad_shares: set[int] = set()
+    every_share_bad = False
     for error in errors:
         loc, entry = error["loc"], {"field": _field_path(error["loc"]), "error": error["msg"]}
-        if len(loc) >= 2 and loc[0] == "samples" and isinstance(loc[1], int):
+        if loc and loc[0] == "job_utilization":  # not a reading: reject the entry, keep the readings
+            if len(loc) >= 2 and isinstance(loc[1], int):
+                rejected.append({"job_utilization": loc[1], **entry, "readings": 0})
+                bad_shares.add(loc[1])
+            else:
+                rejected.append({**entry, "readings": 0})
+                every_share_bad = True
+        elif len(loc) >= 2 and loc[0] == "samples" and isinstance(loc[1], int):
             rejected.append({"index": loc[1], **entry})
             bad_rows.add(loc[1])
         elif len(loc) == 4 and loc[0] == "series" and isinstance(loc[1], int) and loc[2] in _SERIES_VALUES \
@@ -270,6 +285,10 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]]]:
         rejected.append({**entry, "readings": _series_length(series[index])})
     if bad_rows:
         data["samples"] = [s for i, s in enumerate(data["samples"]) if i not in bad_rows]
+    if every_share_bad:
+        del data["job_utilization"]
+    elif bad_shares:
+        data["job_utilization"] = [j for i, j in enumerate(data["job_utilization"]) if i not in bad_shares]
     if series:
         data["series"] = [
             _without(item, bad_values.get(index, set())) for index, item in enumerate(series) if index not in bad_series

@@ -1,4 +1,5 @@
-"""Storing collector batches: GPU inventory upsert, idempotent sample insert, dirty-hour marking.
+"""Storing collector batches: GPU inventory upsert, idempotent sample insert, per-job utilisation of shared GPUs,
+dirty-hour marking.
 
 A batch's readings, rows or columns (:mod:`collector.wire`), become ``gpu_samples`` rows without a Python
 object per reading for columns: each series is zipped straight into row tuples and written by one binary
@@ -19,12 +20,14 @@ from sqlalchemy.orm import Session, SessionTransaction
 
 from collector.wire import READING_COLUMNS, GpuInfo, GpuSeries, IngestBatch
 from finops.dialect import bulk_insert_ignoring_conflicts, insert_ignoring_conflicts
-from finops.models import DirtyHour, Gpu, GpuSample, Node
+from finops.models import DirtyHour, Gpu, GpuJobUtilization, GpuSample, Node
 from finops.partitions import DAY, PartitionCache
 from finops.timeutil import HOUR, to_epoch
 
 SAMPLE_COLUMNS = ("gpu_id", "ts", *READING_COLUMNS)
 """``gpu_samples`` columns in the order of the row tuples ingest writes."""
+JOB_UTILIZATION_COLUMNS = ("gpu_id", "ts", "job_id", "utilization_ratio")
+"""``gpu_job_utilization`` columns in the order of the row tuples ingest writes."""
 
 _HOUR_OF = HOUR.__rfloordiv__  # epoch seconds -> hour number, mapped over a series in C
 
@@ -69,9 +72,12 @@ class Ingestor:
 
         Registers the batch's GPUs (nodes and GPUs by insert-or-ignore, so collectors registering the same new GPU
         at once both succeed), moves a GPU's ``in_service_from`` back to its earliest reading, marks the UTC hours
-        the readings fall in dirty for the ledger. Readings of a GPU missing from both the batch's ``gpus`` and the
-        database raise KeyError naming it. What this instance caches about GPUs is updated only once the
-        transaction commits, so a rolled-back batch leaves no trace in it.
+        the readings fall in dirty for the ledger. The batch's ``job_utilization`` entries go to
+        ``gpu_job_utilization`` by insert-or-ignore (unique on GPU, instant and job), their instants counting as
+        readings' for the GPU's registration and the dirty hours; they are not counted in the return value.
+        Readings of a GPU missing from both the batch's ``gpus`` and the database raise KeyError naming it. What
+        this instance caches about GPUs is updated only once the transaction commits, so a rolled-back batch leaves
+        no trace in it.
 
         On PostgreSQL, locks are taken in one order, ``gpu_samples`` first, so that a transaction making a day
         partition and one registering GPUs or marking hours cannot deadlock: missing partitions are made first,
@@ -91,6 +97,10 @@ class Ingestor:
             hour_numbers.add(ts // HOUR)
             if ts < first_seen.get(reading.uuid, ts + 1):
                 first_seen[reading.uuid] = ts
+        for share in batch.job_utilization:
+            hour_numbers.add(share.ts // HOUR)
+            if share.ts < first_seen.get(share.uuid, share.ts + 1):
+                first_seen[share.uuid] = share.ts
         if not first_seen:
             return 0
         hours = {number * HOUR for number in hour_numbers}
@@ -112,14 +122,20 @@ class Ingestor:
         )  # fmt: skip
         first = "; ".join(filter(None, (self._partitions.lock_statement(), _mark_dirty(hours))))
         self._insert(session, rows, days, first)
+        if batch.job_utilization:
+            shares = [(gpu_ids[j.uuid], j.ts, j.job_id, j.utilization_ratio) for j in batch.job_utilization]
+            table: Any = GpuJobUtilization.__table__
+            bulk_insert_ignoring_conflicts(session, table, JOB_UTILIZATION_COLUMNS, shares)
         return len(rows)
 
     def unregistered(self, session: Session, batch: IngestBatch) -> set[str]:
-        """UUIDs that ``batch`` has readings of but neither describes in its ``gpus`` nor the database knows (the
-        readings :meth:`store` would refuse with KeyError). No query when every such GPU is cached or described."""
+        """UUIDs that ``batch`` has readings (or ``job_utilization`` entries) of but neither describes in its ``gpus``
+        nor the database knows (what :meth:`store` would refuse with KeyError). No query when every such GPU is
+        cached or described."""
         described = {info.uuid for info in batch.gpus}
         uuids = {series.uuid for series in batch.series} | {reading.uuid for reading in batch.samples}
-        candidates = sorted(uuids - described - set(self._gpus))
+        uuids |= {share.uuid for share in batch.job_utilization}
+        candidates = sorted(uuid for uuid in uuids - described if uuid not in self._gpus)
         if not candidates:
             return set()
         return set(candidates) - set(session.scalars(select(Gpu.uuid).where(Gpu.uuid.in_(candidates))))

@@ -416,3 +416,21 @@ class AlertDelivery(Base):
     last_attempt_at: Mapped[datetime | None] = mapped_column(EpochSeconds)
     delivered_at: Mapped[datetime | None] = mapped_column(EpochSeconds)
     last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class GpuJobUtilization(Base):
+    """One job's SM utilisation of a GPU that processes of several jobs used at once (time-slicing, MPS), at one
+    reading: what a collector's ``job_utilization`` entry carries (:class:`collector.wire.JobUtilization`).
+
+    ``ts``: the reading's instant (epoch seconds); ``job_id``: as :attr:`GpuSample.job_id` (Slurm ``JobIDRaw`` or
+    ``pod/<uid>``); ``utilization_ratio``: 0..1, the fraction of the collector's cycle a kernel of the job's
+    processes ran (sum of their NVML ``smUtil`` / 100, capped at 1). Unique on (GPU, instant, job): replays add
+    nothing. Expires with the raw samples (:func:`finops.partitions.prune_samples`); read per GPU-hour by
+    :func:`finops.job_utilization.job_utilization_by_gpu_hour`.
+    """
+
+    __tablename__ = "gpu_job_utilization"
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"), primary_key=True)
+    ts: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True, index=True)
+    job_id: Mapped[str] = mapped_column(String(JOB_ID_MAX_LENGTH), primary_key=True)
+    utilization_ratio: Mapped[float] = mapped_column(Float)

@@ -19,7 +19,9 @@ transaction (a few milliseconds): ingest waits that long. The maintenance job gi
 
 Retention (:func:`prune_samples`) drops whole days older than the retention on PostgreSQL and deletes the same
 rows on SQLite (one plain table there), never touching the ledger, and never a day holding or preceding
-(within the ledger's energy lookback) an hour still waiting for a ledger rebuild.
+(within the ledger's energy lookback) an hour still waiting for a ledger rebuild. The per-job utilisation of
+shared GPUs (``gpu_job_utilization``, a small unpartitioned table) goes with the samples of the same instants,
+by ``DELETE``.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from sqlalchemy import Connection, delete, func, select, text
 from sqlalchemy.orm import Session
 
 from finops.ledger import ENERGY_LOOKBACK_SECONDS
-from finops.models import DirtyHour, GpuSample
+from finops.models import DirtyHour, GpuJobUtilization, GpuSample
 from finops.timeutil import from_epoch, to_epoch
 
 log = logging.getLogger(__name__)
@@ -164,12 +166,14 @@ class Pruned:
     """What :func:`prune_samples` removed: samples before ``before`` (a UTC midnight) are gone.
 
     ``partitions`` are the dropped day partitions (PostgreSQL); ``rows`` the deleted rows (SQLite; None when whole
-    partitions were dropped, whose rows are not counted).
+    partitions were dropped, whose rows are not counted); ``job_utilization_rows`` the deleted
+    ``gpu_job_utilization`` rows (both databases).
     """
 
     before: datetime
     partitions: tuple[str, ...] = ()
     rows: int | None = None
+    job_utilization_rows: int = 0
 
 
 def retention_cutoff(session: Session, retention_days: int, now: datetime) -> int:
@@ -191,7 +195,8 @@ def prune_samples(session: Session, retention_days: int, now: datetime) -> Prune
 
     PostgreSQL: ``DROP TABLE`` of every day partition that ends at or before the cutoff (waiting at most
     ``MAINTENANCE_LOCK_TIMEOUT`` for its lock; psycopg's LockNotAvailable otherwise). SQLite: ``DELETE`` of the
-    rows before the cutoff. The ledger and every other table are left alone.
+    rows before the cutoff. Both: ``DELETE`` of the ``gpu_job_utilization`` rows before the cutoff. The ledger and
+    every other table are left alone.
     """
     cutoff = retention_cutoff(session, retention_days, now)
     connection = session.connection()
@@ -205,12 +210,23 @@ def prune_samples(session: Session, retention_days: int, now: datetime) -> Prune
                 dropped.append(name)
         if dropped:
             log.info("retention: dropped gpu_samples partitions %s", ", ".join(dropped))
-        return Pruned(from_epoch(cutoff), partitions=tuple(dropped))
+        # after gpu_samples' lock, as ingest takes them: one lock order
+        shares = _prune_job_utilization(session, cutoff)
+        return Pruned(from_epoch(cutoff), partitions=tuple(dropped), job_utilization_rows=shares)
     result = session.execute(delete(GpuSample).where(GpuSample.ts < from_epoch(cutoff)))
     rows = int(getattr(result, "rowcount", 0) or 0)
     if rows:
         log.info("retention: deleted %d samples before %s", rows, from_epoch(cutoff).isoformat())
-    return Pruned(from_epoch(cutoff), rows=rows)
+    return Pruned(from_epoch(cutoff), rows=rows, job_utilization_rows=_prune_job_utilization(session, cutoff))
+
+
+def _prune_job_utilization(session: Session, cutoff: int) -> int:
+    """Delete the ``gpu_job_utilization`` rows before ``cutoff`` (epoch seconds); returns how many went."""
+    result = session.execute(delete(GpuJobUtilization).where(GpuJobUtilization.ts < from_epoch(cutoff)))
+    rows = int(getattr(result, "rowcount", 0) or 0)
+    if rows:
+        log.info("retention: deleted %d per-job utilisation rows before %s", rows, from_epoch(cutoff).isoformat())
+    return rows
 
 
 def create_upcoming_partitions(session: Session, now: datetime, days_ahead: int = DAYS_AHEAD) -> list[str]:

@@ -267,3 +267,90 @@ def test_many_collectors_at_once_with_new_gpus_and_new_days(service: str, sessio
         answers = list(pool.map(node, range(12)))
     assert answers == [[200, 200, 200]] * 12
     assert _count(sessions) == 12 * 8 * 3 * 3
+
+
+def _shares(sessions) -> list[tuple[str, int, str, float]]:  # type: ignore[no-untyped-def]
+    """The stored per-job utilisation: (GPU UUID, epoch second, job, ratio), in order."""
+    from finops.models import GpuJobUtilization
+
+    with sessions() as session:
+        rows = session.execute(
+            select(Gpu.uuid, GpuJobUtilization.ts, GpuJobUtilization.job_id, GpuJobUtilization.utilization_ratio)
+            .join(Gpu)
+            .order_by(GpuJobUtilization.ts, GpuJobUtilization.job_id)
+        ).all()
+    return [(uuid, int(ts.timestamp()), job, ratio) for uuid, ts, job, ratio in rows]
+
+
+T0 = 1772445600  # the series batch's first instant
+
+
+def _shared_batch() -> dict[str, object]:
+    """The series batch with GPU 0 shared by jobs 501 and 502 at its first two readings."""
+    return {
+        **_series_batch(),
+        "job_utilization": [
+            {"uuid": GPU["uuid"], "ts": T0, "job_id": "501", "utilization_ratio": 0.99},
+            {"uuid": GPU["uuid"], "ts": T0, "job_id": "502", "utilization_ratio": 0.0},
+            {"uuid": GPU["uuid"], "ts": T0 + 10, "job_id": "501", "utilization_ratio": 0.5},
+            {"uuid": GPU["uuid"], "ts": T0 + 10, "job_id": "502", "utilization_ratio": 0.25},
+        ],
+    }
+
+
+def test_per_job_utilization_is_stored_beside_the_readings_once(service: str, sessions) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(2):
+        assert _post(service, _shared_batch()).json() == {"accepted": 6, "rejected": []}
+    uuid = GPU["uuid"]
+    assert _shares(sessions) == [
+        (uuid, T0, "501", 0.99), (uuid, T0, "502", 0.0), (uuid, T0 + 10, "501", 0.5), (uuid, T0 + 10, "502", 0.25)
+    ]  # fmt: skip
+    assert _count(sessions) == 6
+
+
+def test_malformed_per_job_values_are_named_and_every_reading_stored(service: str, sessions) -> None:  # type: ignore[no-untyped-def]
+    batch = _shared_batch()
+    shares = batch["job_utilization"]
+    shares[1]["utilization_ratio"] = 1.5  # type: ignore[index]
+    shares[2]["job_id"] = ""  # type: ignore[index]
+    shares[3]["ts"] = "2026-03-02T10:00:10Z"  # type: ignore[index]  # epoch seconds only
+    response = _post(service, batch)
+    assert response.status_code == 422
+    body = response.json()
+    assert body["accepted"] == 6, "the readings are not refused for a per-job value"
+    assert sorted((r["job_utilization"], r["field"], r["readings"]) for r in body["rejected"]) == [
+        (1, "job_utilization[1].utilization_ratio", 0),
+        (2, "job_utilization[2].job_id", 0),
+        (3, "job_utilization[3].ts", 0),
+    ]
+    assert _shares(sessions) == [(GPU["uuid"], T0, "501", 0.99)]
+    assert _count(sessions) == 6
+    metrics = httpx.get(f"{service}/metrics").text
+    assert "gpufinops_ingest_rejected_samples_total 0.0" in metrics, "no reading was rejected"
+
+    batch["job_utilization"] = "all busy"
+    body = _post(service, batch).json()
+    assert (body["accepted"], [(r["field"], r["readings"]) for r in body["rejected"]]) == (6, [("job_utilization", 0)])
+
+
+def test_per_job_values_of_an_unknown_gpu_go_with_its_readings(service: str, sessions) -> None:  # type: ignore[no-untyped-def]
+    stranger = "GPU-77777777-2222-3333-4444-555555555555"
+    batch = _shared_batch()
+    batch["job_utilization"].append(  # type: ignore[attr-defined]
+        {"uuid": stranger, "ts": T0, "job_id": "503", "utilization_ratio": 0.5}
+    )
+    body = _post(service, batch).json()
+    assert body["accepted"] == 6
+    assert [(r["uuid"], r["field"], r["readings"]) for r in body["rejected"]] == [(stranger, "gpus", 0)]
+    assert {job for _, _, job, _ in _shares(sessions)} == {"501", "502"}
+
+
+def test_the_shipper_sends_per_job_utilization(service: str, sessions) -> None:  # type: ignore[no-untyped-def]
+    rows = _batch(1)
+    pod = "pod/6f1c2a9e-3b4d-4e5f-8a7b-0c1d2e3f4a5b"
+    share = {"uuid": GPU["uuid"], "ts": T0, "job_id": pod, "utilization_ratio": 0.5}
+    shipper = Shipper(service, TOKEN, "gpu-a-01")
+    result = shipper.send({"gpus": rows["gpus"], "samples": rows["samples"], "job_utilization": [share]})  # type: ignore[dict-item]
+    shipper.close()
+    assert (result.outcome, result.accepted, result.rejected) == ("delivered", 1, 0)
+    assert _shares(sessions) == [(GPU["uuid"], T0, share["job_id"], 0.5)]

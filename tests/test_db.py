@@ -123,3 +123,39 @@ def test_team_hours_migration_sums_the_existing_ledger(database_url: str) -> Non
     with sessions() as session:
         assert session.execute(select(*columns).order_by(*columns[:2])).all() == kept
     engine.dispose()
+
+
+def test_job_utilization_migration_up_down_and_up(database_url: str) -> None:
+    """0009 makes gpu_job_utilization (primary key GPU, instant, job; index on the instant); downgrading below it
+    drops the table, upgrading again makes it anew."""
+    from alembic.script import ScriptDirectory
+    from sqlalchemy import inspect, text
+
+    from finops.db import downgrade, migrations_dir
+
+    below = ScriptDirectory(str(migrations_dir())).get_revision("0009").down_revision
+    assert isinstance(below, str)
+    engine = make_engine(database_url)
+    upgrade(engine)
+    with engine.begin() as connection:
+        connection.execute(text("INSERT INTO nodes (hostname) VALUES ('gpu-a-01')"))
+        connection.execute(
+            text("INSERT INTO gpus (uuid, node_id, gpu_index, model, in_service_from) "
+                 "SELECT 'GPU-1', id, 0, 'NVIDIA H100 80GB HBM3', 0 FROM nodes")
+        )  # fmt: skip
+        connection.execute(
+            text("INSERT INTO gpu_job_utilization (gpu_id, ts, job_id, utilization_ratio) "
+                 "SELECT id, 1772445600, :job, 0.5 FROM gpus"),
+            {"job": "ns/" + "p" * 313},  # a namespace/pod id of the longest length, 317
+        )  # fmt: skip
+        table = inspect(connection)
+        assert table.get_pk_constraint("gpu_job_utilization")["constrained_columns"] == ["gpu_id", "ts", "job_id"]
+        assert [i["column_names"] for i in table.get_indexes("gpu_job_utilization")] == [["ts"]]
+    downgrade(engine, below)
+    with engine.connect() as connection:
+        assert "gpu_job_utilization" not in inspect(connection).get_table_names()
+    upgrade(engine)
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM gpu_job_utilization")).scalar_one() == 0
+    assert current_revision(engine) == head_revision()
+    engine.dispose()

@@ -338,3 +338,25 @@ def test_concurrent_ingest_of_new_gpus_on_new_days(sessions: sessionmaker[Sessio
 
     assert _run_concurrently([node(n) for n in range(8)]) == []
     assert _samples(sessions) == 8 * 8 * len(instants)
+
+
+def test_retention_expires_per_job_utilization_with_the_samples(sessions: sessionmaker[Session]) -> None:
+    from finops.models import GpuJobUtilization
+
+    old, recent = TODAY - 40 * DAY, TODAY - DAY
+    for day in (old, recent):
+        batch = _batch("gpu-a-01", [day + 600]).model_dump()
+        batch["job_utilization"] = [
+            {"uuid": _uuid("gpu-a-01", 0), "ts": day + 600, "job_id": job, "utilization_ratio": 0.5}
+            for job in ("501", "502")
+        ]
+        _store(sessions, IngestBatch.model_validate(batch))
+    with sessions.begin() as session:
+        session.execute(delete(DirtyHour))
+    with sessions.begin() as session:
+        pruned = prune_samples(session, 35, datetime.fromtimestamp(TODAY + 3600, UTC))
+    assert pruned.job_utilization_rows == 2
+    with sessions() as session:
+        left = session.execute(select(GpuJobUtilization.ts, GpuJobUtilization.job_id).order_by("job_id")).all()
+    assert [(to_epoch(ts), job) for ts, job in left] == [(recent + 600, "501"), (recent + 600, "502")]
+    assert _samples(sessions) == 1
