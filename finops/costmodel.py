@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
+from itertools import pairwise
 
 MONEY_DECIMALS = 6
 QUANTUM = Decimal(1).scaleb(-MONEY_DECIMALS)
@@ -132,13 +133,18 @@ class Holding:
 
     ``share`` is the fraction of the physical GPU held: 1 for a whole GPU, a MIG profile's slices over the
     parent's (``1g.10gb`` of an H100: 1/7). ``utilization`` is the mean utilisation ratio (0..1) of the samples
-    in those seconds; None = unmetered.
+    in those seconds; None = unmetered. ``offset``: where in the GPU-hour's in-service span the holding starts,
+    in seconds from its start (it ends ``seconds`` later); None when not known. ``usage``: on a GPU time-sliced
+    between jobs (or shared through MPS), the job's own part of the GPU's utilisation (its processes' SM
+    utilisation, ratio 0..1), when known. :func:`gpu_hour_costs` says how both are used.
     """
 
     job: int
     seconds: int
     utilization: float | None
     share: Fraction = Fraction(1)
+    offset: int | None = None
+    usage: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,14 +174,63 @@ def _integer_weights(weights: Sequence[Fraction]) -> list[int]:
     return [int(weight * scale) for weight in weights]
 
 
+def _share_weights(positive: Sequence[Holding], capacity_seconds: int) -> list[Fraction]:
+    """Seconds × share per holding, then the unallocated remainder when positive (rules in
+    :func:`gpu_hour_costs`)."""
+    weights = [h.seconds * h.share for h in positive]
+    remainder = capacity_seconds - sum(weights, Fraction(0))
+    return [*weights, remainder] if remainder > 0 else weights
+
+
+def _ratio(value: float) -> Fraction:
+    """A ratio reading clamped to 0..1, exactly as the decimal of its shortest text (:func:`float_decimal`)."""
+    return Fraction(float_decimal(min(max(value, 0.0), 1.0)))
+
+
+def _timeline_weights(positive: Sequence[Holding], capacity_seconds: int) -> list[Fraction]:
+    """GPU-seconds per holding, then the unallocated remainder when positive, from where each holding lies in the
+    hour: a sweep over the stretches between holdings' starts and ends (rules in :func:`gpu_hour_costs`)."""
+    spans = [(h.offset or 0, (h.offset or 0) + h.seconds) for h in positive]
+    bounds = sorted({0, capacity_seconds, *(t for span in spans for t in span if 0 < t < capacity_seconds)})
+    weights = [Fraction(0)] * len(positive)
+    unallocated = Fraction(0)
+    for a, b in pairwise(bounds):
+        active = [i for i, (start, stop) in enumerate(spans) if start <= a and b <= stop]
+        shares = sum((positive[i].share for i in active), Fraction(0))
+        if shares <= 1:
+            for i in active:
+                weights[i] += (b - a) * positive[i].share
+            unallocated += (b - a) * (1 - shares)
+            continue
+        parts = [positive[i].share for i in active]
+        usage = [positive[i].usage for i in active]
+        if all(u is not None for u in usage):
+            busy = [share * _ratio(u or 0.0) for share, u in zip(parts, usage, strict=True)]
+            parts = busy if sum(busy) > 0 else parts
+        total = sum(parts, Fraction(0))
+        for i, part in zip(active, parts, strict=True):
+            weights[i] += (b - a) * part / total
+    return [*weights, unallocated] if unallocated > 0 else weights
+
+
 def gpu_hour_costs(rate_per_hour: Decimal, capacity_seconds: int, held: Sequence[Holding]) -> list[HoldingCost]:
     """Split one GPU-hour's capacity cost among its holdings and the unallocated remainder.
 
-    The capacity is ``capacity_cost(rate, capacity_seconds)`` (the GPU's in-service seconds of the hour). Each
-    holding weighs seconds × share; the unallocated remainder weighs ``capacity_seconds − Σ weights`` (none
-    when the holdings fill the GPU). Weights that add up to more than the capacity (time-sliced or overbooked
-    GPUs) split the capacity in proportion, so the GPU is never billed twice. Both money (at
-    :data:`QUANTUM`) and GPU-seconds (at 1 s) are split by :func:`split_exact`, so each adds up exactly.
+    The capacity is ``capacity_cost(rate, capacity_seconds)`` (the GPU's in-service seconds of the hour). It is
+    split among the holdings and the unallocated remainder by weights, money (at :data:`QUANTUM`) and GPU-seconds
+    (at 1 s) alike, by :func:`split_exact`, so each adds up exactly and the GPU is never billed twice.
+
+    Weights when every holding has an ``offset`` (the ledger's case): the hour is swept stretch by stretch
+    (between any holding's start or end). In a stretch whose holdings' shares add up to at most 1 (one job,
+    jobs one after another, MIG slices), each holding weighs length × share and the rest of the GPU is
+    unallocated. An overbooked stretch (time-slicing or MPS: shares above 1) is split whole among its holdings,
+    in proportion to share × ``usage`` when every one of them has a usage and they add up to more than 0 (the
+    job that kept the GPU busy pays for it), else in proportion to share (equally between whole-GPU holdings).
+    Time nobody held stays unallocated, however the holdings overlap.
+
+    Without offsets: each holding weighs seconds × share and the remainder ``capacity_seconds − Σ weights``;
+    weights above the capacity split it in proportion. A holding's ``utilization`` says how busy the GPU was
+    while it held it, whichever the weights.
 
     Returns one :class:`HoldingCost` per holding with positive seconds, in order, then the unallocated one if
     its weight is positive; ``[]`` when ``capacity_seconds`` is 0.
@@ -183,11 +238,9 @@ def gpu_hour_costs(rate_per_hour: Decimal, capacity_seconds: int, held: Sequence
     if capacity_seconds <= 0:
         return []
     positive = [h for h in held if h.seconds > 0]
-    scale = math.lcm(*(h.share.denominator for h in positive))  # seconds × share as integers in 1/scale seconds
-    weights = [h.seconds * h.share.numerator * (scale // h.share.denominator) for h in positive]
-    remainder = capacity_seconds * scale - sum(weights)
-    if remainder > 0:
-        weights.append(remainder)
+    timed = bool(positive) and all(h.offset is not None for h in positive)
+    exact = _timeline_weights(positive, capacity_seconds) if timed else _share_weights(positive, capacity_seconds)
+    weights = _integer_weights(exact)
     if len(weights) == 1:  # one holder of the whole GPU-hour, or nobody: nothing to split
         money = [capacity_cost(rate_per_hour, capacity_seconds)]
         seconds = [Decimal(capacity_seconds)]
