@@ -1,15 +1,25 @@
-"""Altair charts shared by the pages; every axis title names its unit."""
+"""Altair charts shared by the pages; every axis title names its unit.
+
+The charts of the Overview and Teams pages are made once per query result and cached as Vega-Lite specs
+(:func:`vega_lite`), which ``st.vega_lite_chart`` renders as ``st.altair_chart`` would have rendered the chart:
+Altair validates a chart against the Vega-Lite schema whenever it is turned into a spec, which ``st.altair_chart``
+does on every run.
+"""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 import altair as alt
 import pandas as pd
+import streamlit as st
 
 from finops.costmodel import CENT
 from finops.dashboard_queries import DailyCost
+from finops.models import UNALLOCATED_TEAM
 
 LEGEND_LIMIT = 20
 """More series than this and the colour legend is left out (the table under the chart names them)."""
@@ -24,6 +34,31 @@ def time_x(field: str, title: str = "Time (UTC)", start: datetime | None = None,
 def legend(series: int) -> alt.Legend | None:
     """A colour legend, or none beyond :data:`LEGEND_LIMIT` series."""
     return alt.Legend() if series <= LEGEND_LIMIT else None
+
+
+def dataset(name: str, frame: pd.DataFrame) -> tuple[alt.NamedData, dict[str, pd.DataFrame]]:
+    """``frame`` as a named dataset of a chart: the chart's data (``alt.Chart(data)``) and its entry for
+    :func:`vega_lite`. The name ends with a digest of the rows, so that the spec changes with them (as the
+    datasets ``st.altair_chart`` names after their content)."""
+    digest = hashlib.sha256(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes())
+    full = f"{name}-{digest.hexdigest()[:16]}"
+    return alt.NamedData(name=full), {full: frame}
+
+
+def vega_lite(chart: alt.TopLevelMixin, datasets: dict[str, pd.DataFrame]) -> dict[str, Any]:
+    """The Vega-Lite spec of ``chart`` (validated by Altair) whose data are the named ``datasets``
+    (:func:`dataset`), for ``st.vega_lite_chart``: what ``st.altair_chart`` sends for the same chart, the
+    datasets as Arrow tables and without the view size of Altair's default theme (Streamlit sizes the chart)."""
+    spec = chart.to_dict()
+    if getattr(chart, "config", alt.Undefined) is alt.Undefined:
+        spec.pop("config", None)  # the theme's, not the chart's
+    spec["datasets"] = dict(datasets)
+    return spec
+
+
+def render(spec: dict[str, Any]) -> None:
+    """Draw a spec of :func:`vega_lite` across the page's width."""
+    st.vega_lite_chart(spec=spec, width="stretch")
 
 
 def daily_frame(days: Sequence[DailyCost], currency: str) -> pd.DataFrame:
@@ -45,8 +80,9 @@ def daily_frame(days: Sequence[DailyCost], currency: str) -> pd.DataFrame:
     )
 
 
-def daily_spend_chart(days: Sequence[DailyCost], currency: str, start: datetime, end: datetime) -> alt.Chart:
-    """Stacked bars: spend per UTC day over the days of the period [start, end), one colour per team."""
+def daily_spend_spec(days: Sequence[DailyCost], currency: str, start: datetime, end: datetime) -> dict[str, Any]:
+    """Stacked bars: spend per UTC day over the days of the period [start, end), one colour per team (a
+    :func:`vega_lite` spec)."""
     frame = pd.DataFrame(
         [
             {"day": d.day, "end": d.day + timedelta(days=1), "team": d.team, "cost": float(d.allocated_cost)}
@@ -56,8 +92,9 @@ def daily_spend_chart(days: Sequence[DailyCost], currency: str, start: datetime,
     )
     first = start.replace(hour=0, minute=0, second=0, microsecond=0)
     last = (end - timedelta(seconds=1)).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
-    return (
-        alt.Chart(frame)
+    data, datasets = dataset("days", frame)
+    chart = (
+        alt.Chart(data)
         .mark_bar()
         .encode(
             x=time_x("day", "Day (UTC)", first, last),
@@ -71,3 +108,65 @@ def daily_spend_chart(days: Sequence[DailyCost], currency: str, start: datetime,
             ],
         )
     )
+    return vega_lite(chart, datasets)
+
+
+def team_cost_spec(frame: pd.DataFrame, currency: str) -> dict[str, Any]:
+    """Stacked bars per team of a cost report by team (:func:`finops.report.report_dicts`): used, idle and (for
+    capacity no job held) unallocated cost, most expensive team on top (a :func:`vega_lite` spec)."""
+    costs = frame.assign(
+        used=frame["used_cost"].astype(float),
+        idle=frame["idle_cost"].astype(float),
+        unallocated=frame["allocated_cost"].astype(float).where(frame["team"] == UNALLOCATED_TEAM, 0.0),
+    ).melt(id_vars="team", value_vars=["used", "idle", "unallocated"], var_name="kind", value_name="cost")
+    data, datasets = dataset("teams", costs)
+    chart = (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            x=alt.X("cost:Q", title=f"Cost ({currency})"),
+            y=alt.Y("team:N", sort="-x", title="Team"),
+            color=alt.Color("kind:N", title="Cost"),
+        )
+    )
+    return vega_lite(chart, datasets)
+
+
+BURN_DOWN_LINES = ["spent", "forecast", "even pace to the budget"]
+
+
+def burn_down_spec(
+    points: Sequence[tuple[datetime, float, str]],
+    first: datetime,
+    following: datetime,
+    budget: float | None,
+    currency: str,
+) -> dict[str, Any]:
+    """A team's cumulative spend over its month [first, following): lines through ``points`` (time, cumulative
+    spend, line: one of :data:`BURN_DOWN_LINES`), solid for what was spent, dashed for the forecast and
+    dotted for an even pace to the budget, and a red rule at ``budget`` when there is one (a :func:`vega_lite`
+    spec)."""
+    title = f"Cumulative spend ({currency})"
+    data, datasets = dataset("spend", pd.DataFrame(list(points), columns=["time", "spend", "line"]))
+    lines = (
+        alt.Chart(data)
+        .mark_line(point=True)
+        .encode(
+            x=time_x("time", "Time (UTC)", first, following),
+            y=alt.Y("spend:Q", title=title),
+            color=alt.Color(
+                "line:N",
+                scale=alt.Scale(domain=BURN_DOWN_LINES, range=["#1f77b4", "#1f77b4", "#7f7f7f"]),
+                legend=alt.Legend(title=None, orient="bottom"),
+            ),
+            strokeDash=alt.StrokeDash(
+                "line:N", legend=None, scale=alt.Scale(domain=BURN_DOWN_LINES, range=[[1, 0], [6, 4], [2, 2]])
+            ),
+        )
+    )
+    layers: list[alt.Chart] = [lines]
+    if budget is not None:
+        rule, rule_datasets = dataset("budget", pd.DataFrame([{"budget": budget}]))
+        datasets |= rule_datasets
+        layers.append(alt.Chart(rule).mark_rule(color="#d62728").encode(y=alt.Y("budget:Q", title=title)))
+    return vega_lite(alt.layer(*layers), datasets)

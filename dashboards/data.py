@@ -1,17 +1,27 @@
 """Cached access to the database for the pages: the engine once per process, query results for a minute.
 
-Every filter is an argument of the cached function, so one viewer never sees another's filtered data. Pass
-instants rounded (whole hours for periods, minutes for "now"), so that repeated views hit the cache. The ledger
-is read once per period and filters (:func:`cube`); the reports and the spend by day are taken from that read.
+Every filter is part of the key of every cached function (a :class:`~finops.filters.Scope`: cluster, team and
+partition, hashed field by field), so one viewer never sees another's filtered data. Pass instants rounded (whole
+hours for periods, minutes for "now"), so that repeated views hit the cache. The ledger is read once per period
+and filters (:func:`cube`); the reports and the spend by day are taken from that read, and what the pages draw
+from them (tables, chart specs) is cached beside them, so that a rerun within the minute only renders.
 """
 
 from __future__ import annotations
 
+import functools
+import gc
+import os
 from datetime import datetime
+from decimal import Decimal
+from typing import Any
 
+import pandas as pd
 import streamlit as st
 from sqlalchemy import Engine
 
+from dashboards import charts
+from dashboards.format import cents
 from finops.catalog_store import catalog_in_force
 from finops.dashboard_queries import (
     CubeBy,
@@ -31,25 +41,61 @@ from finops.dashboard_queries import (
     node_names,
 )
 from finops.db import make_engine, require_migrated, session_factory
+from finops.filters import Scope
 from finops.idle import EpisodeView, list_episodes
+from finops.models import UNALLOCATED_TEAM
 from finops.prices import PriceCatalog, load_catalog
 from finops.prometheus_pull import PrometheusClient
 from finops.quality import NodeFreshness, node_freshness
-from finops.report import ReportRow
+from finops.report import MONEY_FIELDS, ReportRow, report_dicts
 from finops.settings import Settings
 
 TTL_SECONDS = 60
 NO_CHOICES = FilterChoices([], [], [])
+EVERYTHING = Scope()
+"""No filter: every cluster, team and partition."""
+
+
+def _exclude_loaded_objects_from_collections() -> None:
+    """Move every object alive now (the modules the pages use: Streamlit, pandas, Altair and its Vega-Lite
+    schema, SQLAlchemy, …) out of reach of the garbage collector's full collections.
+
+    Streamlit runs a full collection after every script run (``runner.postScriptGC``), on the script's thread
+    and holding the interpreter lock while the last messages of the run wait to be sent, so every rerun paid
+    for traversing these ~230,000 long-lived objects (100-200 ms on two shared cores) before the browser heard
+    that the script had finished. Objects made later, such as cached query results, are still collected."""
+    gc.collect()
+    gc.freeze()
+
+
+_exclude_loaded_objects_from_collections()
+
+
+def settings() -> Settings:
+    """The service settings (:class:`finops.settings.Settings`), made once per state of the ``FINOPS_``
+    variables of the environment (which is all they are read from, bar the files of secrets the pages do not
+    use) rather than on every run."""
+    return _settings(tuple(sorted((k, v) for k, v in os.environ.items() if k.upper().startswith("FINOPS_"))))
+
+
+@functools.lru_cache(maxsize=4)
+def _settings(environment: tuple[tuple[str, str], ...]) -> Settings:
+    return Settings()
 
 
 def database_url() -> str:
     """The configured database (``FINOPS_DATABASE_URL``); part of every cache key below."""
-    return Settings().effective_database_url
+    return settings().effective_database_url
 
 
 def prometheus_url() -> str:
     """The configured Prometheus (``FINOPS_PROMETHEUS_URL``), '' when none."""
-    return Settings().prometheus_url
+    return settings().prometheus_url
+
+
+def _filters(scope: Scope) -> dict[str, str | None]:
+    """The scope as the ``cluster``, ``team`` and ``partition`` keyword arguments of the query functions."""
+    return {"cluster": scope.cluster, "team": scope.team, "partition": scope.partition}
 
 
 @st.cache_resource
@@ -65,7 +111,7 @@ def catalog(url: str) -> PriceCatalog:
     """The price catalog in force (:func:`finops.catalog_store.catalog_in_force`): the newest imported one, else
     the configured file (``FINOPS_PRICE_CATALOG``, default the packaged one)."""
     with session_factory(engine(url))() as session:
-        return catalog_in_force(session, load_catalog(Settings().price_catalog))
+        return catalog_in_force(session, load_catalog(settings().price_catalog))
 
 
 @st.cache_data(ttl=TTL_SECONDS)
@@ -76,14 +122,7 @@ def choices(url: str) -> FilterChoices:
 
 
 @st.cache_resource(ttl=TTL_SECONDS, max_entries=16)
-def cube(
-    url: str,
-    start: datetime,
-    end: datetime,
-    cluster: str | None = None,
-    team: str | None = None,
-    partition: str | None = None,
-) -> LedgerCube:
+def cube(url: str, start: datetime, end: datetime, scope: Scope = EVERYTHING) -> LedgerCube:
     """:func:`finops.dashboard_queries.ledger_cube` for the period and filters: the one read of the ledger that
     the reports and the spend by day below are taken from, shared by the pages for a minute.
 
@@ -91,72 +130,106 @@ def cube(
     copy would cost more than the pages' own work), so it is never changed: the functions below read it and
     return their own results, which are cached per argument like every query result."""
     with session_factory(engine(url))() as session:
-        return ledger_cube(session, start, end, cluster=cluster, team=team, partition=partition)
+        return ledger_cube(session, start, end, **_filters(scope))
 
 
 @st.cache_data(ttl=TTL_SECONDS)
-def report(
-    url: str,
-    start: datetime,
-    end: datetime,
-    by: CubeBy,
-    cluster: str | None = None,
-    team: str | None = None,
-    partition: str | None = None,
-) -> list[ReportRow]:
+def report(url: str, start: datetime, end: datetime, by: CubeBy, scope: Scope = EVERYTHING) -> list[ReportRow]:
     """The rows of :func:`finops.report.cost_report` for the period and filters, by team, job or user."""
-    return cube(url, start, end, cluster, team, partition).report(by)
+    return cube(url, start, end, scope).report(by)
 
 
 @st.cache_data(ttl=TTL_SECONDS)
-def wasters(
-    url: str,
-    start: datetime,
-    end: datetime,
-    by: CubeBy,
-    cluster: str | None = None,
-    team: str | None = None,
-    partition: str | None = None,
-) -> list[ReportRow]:
+def wasters(url: str, start: datetime, end: datetime, by: CubeBy, scope: Scope = EVERYTHING) -> list[ReportRow]:
     """:func:`finops.dashboard_queries.top_idle` of the report by team or job: the five biggest idle costs (only
     these five are kept: a month's report by job has thousands of rows)."""
-    return cube(url, start, end, cluster, team, partition).top_idle(by)
+    return cube(url, start, end, scope).top_idle(by)
 
 
 @st.cache_data(ttl=TTL_SECONDS)
-def daily(
-    url: str,
-    start: datetime,
-    end: datetime,
-    cluster: str | None = None,
-    team: str | None = None,
-    partition: str | None = None,
-) -> list[DailyCost]:
+def daily(url: str, start: datetime, end: datetime, scope: Scope = EVERYTHING) -> list[DailyCost]:
     """Spend per UTC day and team for the period and filters (:meth:`LedgerCube.daily`)."""
-    return cube(url, start, end, cluster, team, partition).daily()
+    return cube(url, start, end, scope).daily()
 
 
 @st.cache_data(ttl=TTL_SECONDS)
-def month(
-    url: str, at: datetime, cluster: str | None = None, team: str | None = None, partition: str | None = None
-) -> MonthOverview:
+def spend_by_day(
+    url: str, start: datetime, end: datetime, currency: str, scope: Scope = EVERYTHING
+) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The spend by day for the period and filters, as the pages show it: the stacked bars' Vega-Lite spec
+    (:func:`dashboards.charts.daily_spend_spec`, for ``st.vega_lite_chart``) and the table under them
+    (:func:`dashboards.charts.daily_frame`), money labelled in ``currency``."""
+    days = daily(url, start, end, scope)
+    return charts.daily_spend_spec(days, currency, start, end), charts.daily_frame(days, currency)
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def team_costs(
+    url: str, start: datetime, end: datetime, scope: Scope = EVERYTHING
+) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The cost report by team for the period and filters, as the Teams page shows it: the bars of used, idle and
+    unallocated cost per team (:func:`dashboards.charts.team_cost_spec`) and the report's rows as ``gpu-finops
+    report --by team --format csv`` writes them (:func:`finops.report.report_dicts`, money as exact decimals)."""
+    rows = report(url, start, end, "team", scope)
+    frame = pd.DataFrame(report_dicts(rows, "team"))
+    if not rows:
+        return {}, frame
+    spec = charts.team_cost_spec(frame, rows[0].currency)
+    for field in MONEY_FIELDS:
+        frame[field] = frame[field].map(Decimal)
+    return spec, frame
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def breakdown(
+    url: str, start: datetime, end: datetime, by: CubeBy, currency: str, scope: Scope = EVERYTHING
+) -> pd.DataFrame:
+    """The cost report by job or by user for the period and filters as a table (capacity no job held left out):
+    the job or user, for a job its team and user, GPU-hours, and cost, used and idle cost in cents labelled in
+    ``currency``; in the report's order (most expensive first)."""
+    columns = [by, *(["team", "user"] if by == "job" else []), "GPU-hours"]
+    columns += [f"cost ({currency})", f"used ({currency})", f"idle ({currency})"]
+    return pd.DataFrame(
+        [
+            [
+                r.key,
+                *([r.team, r.user] if by == "job" else []),
+                round(r.allocated_gpu_seconds / 3600, 2),
+                cents(r.allocated_cost),
+                cents(r.used_cost),
+                cents(r.idle_cost),
+            ]
+            for r in report(url, start, end, by, scope)
+            if r.key != UNALLOCATED_TEAM
+        ],
+        columns=columns,
+    )
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def burn_down_spec(
+    points: tuple[tuple[datetime, float, str], ...],
+    first: datetime,
+    following: datetime,
+    budget: float | None,
+    currency: str,
+) -> dict[str, Any]:
+    """:func:`dashboards.charts.burn_down_spec`, cached by its arguments (a few dozen points)."""
+    return charts.burn_down_spec(points, first, following, budget, currency)
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def month(url: str, at: datetime, scope: Scope = EVERYTHING) -> MonthOverview:
     """:func:`finops.dashboard_queries.month_overview` at ``at`` (rounded to the minute) for the filters."""
     with session_factory(engine(url))() as session:
-        return month_overview(session, at, cluster=cluster, team=team, partition=partition)
+        return month_overview(session, at, **_filters(scope))
 
 
 @st.cache_data(ttl=TTL_SECONDS)
-def episodes(
-    url: str,
-    start: datetime,
-    end: datetime,
-    cluster: str | None = None,
-    team: str | None = None,
-    partition: str | None = None,
-) -> list[EpisodeView]:
+def episodes(url: str, start: datetime, end: datetime, scope: Scope = EVERYTHING) -> list[EpisodeView]:
     """:func:`finops.idle.list_episodes` for the period and filters."""
     with session_factory(engine(url))() as session:
-        return list_episodes(session, start, end, cluster=cluster, team=team, partition=partition)
+        return list_episodes(session, start, end, **_filters(scope))
 
 
 @st.cache_data(ttl=TTL_SECONDS)
@@ -167,10 +240,10 @@ def freshness(url: str, now: datetime) -> list[NodeFreshness]:
 
 
 @st.cache_data(ttl=TTL_SECONDS)
-def nodes(url: str, cluster: str | None = None, partition: str | None = None) -> list[str]:
-    """:func:`finops.dashboard_queries.node_names` of the filters."""
+def nodes(url: str, scope: Scope = EVERYTHING) -> list[str]:
+    """:func:`finops.dashboard_queries.node_names` of the scope's cluster and partition (nodes have no team)."""
     with session_factory(engine(url))() as session:
-        return node_names(session, cluster, partition)
+        return node_names(session, scope.cluster, scope.partition)
 
 
 @st.cache_data(ttl=TTL_SECONDS)
@@ -182,16 +255,12 @@ def job_series(url: str, job_id: str, until: datetime, cluster: str | None = Non
 
 @st.cache_data(ttl=TTL_SECONDS)
 def node_telemetry(
-    url: str,
-    start: datetime,
-    end: datetime,
-    width_seconds: int,
-    cluster: str | None = None,
-    partition: str | None = None,
+    url: str, start: datetime, end: datetime, width_seconds: int, scope: Scope = EVERYTHING
 ) -> list[NodeBucket]:
-    """:func:`finops.dashboard_queries.node_buckets` for the period, bucket width and filters."""
+    """:func:`finops.dashboard_queries.node_buckets` for the period, bucket width and the scope's cluster and
+    partition (readings have no team)."""
     with session_factory(engine(url))() as session:
-        return node_buckets(session, start, end, width_seconds, cluster=cluster, partition=partition)
+        return node_buckets(session, start, end, width_seconds, cluster=scope.cluster, partition=scope.partition)
 
 
 @st.cache_data(ttl=TTL_SECONDS)

@@ -21,6 +21,7 @@ from streamlit.delta_generator import DeltaGenerator
 
 from dashboards import data
 from finops.budgets import month_start
+from finops.filters import Scope
 from finops.timeutil import utc_now
 
 PERIODS: dict[str, str] = {
@@ -49,8 +50,14 @@ class View:
     partition: str | None = None
 
     @property
+    def scope(self) -> Scope:
+        """The filters as a :class:`~finops.filters.Scope`, the argument of the cached queries in
+        :mod:`dashboards.data`."""
+        return Scope(cluster=self.cluster, team=self.team, partition=self.partition)
+
+    @property
     def filters(self) -> dict[str, str | None]:
-        """``cluster``, ``team`` and ``partition`` as keyword arguments of the query functions."""
+        """``cluster``, ``team`` and ``partition`` by name."""
         return {"cluster": self.cluster, "team": self.team, "partition": self.partition}
 
     def describe(self) -> str:

@@ -24,7 +24,7 @@ url = data.database_url()
 st.caption(view.describe())
 end = min(view.end, utc_now().replace(second=0, microsecond=0) + timedelta(minutes=1))
 width = bucket_seconds(view.start, view.end, MAX_COLUMNS, minimum=3600)
-buckets = data.node_telemetry(url, view.start, view.end, width, view.cluster, view.partition)
+buckets = data.node_telemetry(url, view.start, view.end, width, view.scope)
 node_count = len({b.node for b in buckets})
 
 st.subheader("Utilisation by node")
@@ -150,7 +150,7 @@ if not prometheus:
     )
     st.stop()
 step = bucket_seconds(view.start, end, MAX_COLUMNS, minimum=60)
-wanted = tuple(data.nodes(url, view.cluster, view.partition)) if view.cluster or view.partition else None
+wanted = tuple(data.nodes(url, view.scope)) if view.cluster or view.partition else None
 try:
     flows = data.fabric(prometheus, view.start, end, step, wanted)
 except PrometheusError as exc:

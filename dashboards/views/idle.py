@@ -13,7 +13,7 @@ from dashboards.format import cents, money, table
 st.title("Idle GPUs")
 view = filters.sidebar()
 st.caption(view.describe())
-found = data.episodes(data.database_url(), view.start, view.end, **view.filters)
+found = data.episodes(data.database_url(), view.start, view.end, view.scope)
 if not found:
     st.success("No idle episodes in this period.")
     st.stop()

@@ -20,7 +20,7 @@ st.title("Jobs")
 view = filters.sidebar()
 url = data.database_url()
 st.caption(view.describe())
-rows = [row for row in data.report(url, view.start, view.end, "job", **view.filters) if row.key != UNALLOCATED_TEAM]
+rows = [row for row in data.report(url, view.start, view.end, "job", view.scope) if row.key != UNALLOCATED_TEAM]
 if not rows:
     st.info("No job held a GPU in this period.")
     st.stop()

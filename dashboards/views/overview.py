@@ -17,7 +17,7 @@ st.title("GPU spend overview")
 view = filters.sidebar()
 url = data.database_url()
 st.caption(view.describe())
-rows = data.report(url, view.start, view.end, "team", **view.filters)
+rows = data.report(url, view.start, view.end, "team", view.scope)
 if not rows:
     st.info("No cost data in this period yet. Run the collectors and `gpu-finops rollup`, or `gpu-finops demo`.")
     st.stop()
@@ -31,7 +31,7 @@ utilization.metric("Utilisation of allocated GPUs", f"{summary.utilization:.1%}"
 st.caption(f"{summary.allocated_share:.1%} of GPU-hours were held by a job.")
 
 now = utc_now().replace(second=0, microsecond=0)
-month = data.month(url, now, **view.filters)
+month = data.month(url, now, view.scope)
 statuses = month.budgets
 st.subheader(f"This month ({month.month:%B %Y}, to {now:%d %b %H:%M} UTC)")
 team_budgets = [s for s in statuses if not s.project]
@@ -75,7 +75,7 @@ else:
 st.subheader("Top five wasters: idle cost in the period")
 by_job, by_team = st.tabs(["Jobs", "Teams"])
 with by_job:
-    job_rows = data.wasters(url, view.start, view.end, "job", **view.filters)
+    job_rows = data.wasters(url, view.start, view.end, "job", view.scope)
     if job_rows:
         wasters = pd.DataFrame(
             [
@@ -94,7 +94,7 @@ with by_job:
     else:
         st.write("No job sat idle in this period.")
 with by_team:
-    team_rows = data.wasters(url, view.start, view.end, "team", **view.filters)
+    team_rows = data.wasters(url, view.start, view.end, "team", view.scope)
     if team_rows:
         team_wasters = pd.DataFrame(
             [
@@ -112,6 +112,6 @@ with by_team:
         st.write("No team sat idle in this period.")
 
 st.subheader("Spend by day")
-days = data.daily(url, view.start, view.end, **view.filters)
-st.altair_chart(charts.daily_spend_chart(days, currency, view.start, view.end), width="stretch")
-table(charts.daily_frame(days, currency), "spend-by-day.csv", currency=currency)
+spend_chart, spend_table = data.spend_by_day(url, view.start, view.end, currency, view.scope)
+charts.render(spend_chart)
+table(spend_table, "spend-by-day.csv", currency=currency)

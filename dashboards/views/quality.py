@@ -14,7 +14,7 @@ st.title("Data quality")
 view = filters.sidebar()
 url = data.database_url()
 st.caption(view.describe())
-quality = coverage(data.report(url, view.start, view.end, "team", **view.filters))
+quality = coverage(data.report(url, view.start, view.end, "team", view.scope))
 left, middle, right = st.columns(3)
 left.metric("GPU-hours held by a job", f"{quality.attributed_share:.1%}")
 middle.metric("Held GPU-hours with readings", f"{quality.metered_share:.1%}")
@@ -22,7 +22,7 @@ right.metric("Held GPU-hours without readings", f"{quality.unmetered_gpu_seconds
 st.subheader("Collectors: newest reading per node")
 nodes = data.freshness(url, utc_now().replace(second=0, microsecond=0))
 if view.cluster or view.partition:
-    wanted = set(data.nodes(url, view.cluster, view.partition))
+    wanted = set(data.nodes(url, view.scope))
     nodes = [n for n in nodes if n.node in wanted]
     st.caption("Nodes of the chosen cluster and partition; the team filter does not apply to collectors.")
 if not nodes:
