@@ -7,8 +7,10 @@ tables, and applies :mod:`finops.costmodel` in Python only where a GPU-hour has 
 2. their holdings: every allocation clipped to every GPU-hour it overlaps;
 3. the GPU-hours to split: a partial in-service hour, a holding that covers only part of the hour, several
    holdings, a MIG share; a MIG share or overlapping holdings (time-slicing) make a GPU-hour *shared*;
-4. the metering, one pass over the readings: utilisation and energy increments (a window function) summed per
-   GPU-hour and holding (per GPU-hour as a whole where it is shared);
+4. the metering, one pass over the readings: utilisation and energy increments (a window function over the
+   chunk's readings sorted by GPU and time) summed per GPU-hour and holding (per GPU-hour as a whole where it is
+   shared), written by ``CREATE TEMPORARY TABLE … AS`` so that PostgreSQL's parallel workers can share the scan
+   and the sort (the SELECT of an ``INSERT`` runs in one process);
 5. the common GPU-hour — in service all hour and held all hour by one whole-GPU allocation, or by none — costed
    by one ``INSERT … SELECT`` with the cost model's formulas: exact ``NUMERIC`` with half-even rounding on
    PostgreSQL, integer micro-units on SQLite (whose float-to-text conversion is not the shortest round-trip
@@ -69,9 +71,10 @@ _TEMP_TABLES = {
     "share_num INTEGER NOT NULL, share_den INTEGER NOT NULL, shared INTEGER NOT NULL",
     "tmp_ledger_split": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, shared INTEGER NOT NULL, "
     "PRIMARY KEY (gpu_id, hour)",
-    "tmp_ledger_metering": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, allocation_id INTEGER, "
-    "samples INTEGER NOT NULL, utilization_sum DOUBLE PRECISION NOT NULL, energy_joules DOUBLE PRECISION NOT NULL",
 }
+# Created by the metering statement itself (CREATE … AS, which PostgreSQL can run with parallel workers; the
+# SELECT of an INSERT it cannot): gpu_id, hour, allocation_id, samples, utilization_sum, energy_joules.
+_METERING_TABLE = "tmp_ledger_metering"
 
 # 1. In-service GPU-hours [lo, hi) of the chunk that have a rate.
 _GPU_HOURS = text("""
@@ -133,44 +136,57 @@ HAVING :everything = 1 OR gh.lo <> gh.hour OR gh.hi <> gh.hour + 3600 OR COUNT(h
 """)
 
 # 4. Metering per GPU, hour and holding: readings with utilisation, Σ utilisation, Σ energy increments. An
-# energy counter that goes down was reset (driver reload): the new reading is the energy since then. The first
-# reading of the chunk takes its increment from the GPU's last reading in the lookback before it (one key lookup
-# per GPU, not a scan of the day before). Readings are ordered by one 64-bit key, gpu_id × 2^32 + ts (ids below
-# 2^31, instants before 2106), which sorts faster than the pair; the key's step dk from the previous reading is
-# the time since it when that reading is the same GPU's, and more than 2^32 − the chunk's span (far more than the
-# gap) when it is another GPU's, so ``dk > gap`` also starts each GPU afresh. A reading is assigned (before the
-# sort, so that nothing sorts the readings again) to the holding that contains it in a GPU-hour that is not
-# shared (its holdings are disjoint), else to none (allocation_id NULL: the unallocated rest, or a shared
-# GPU-hour as a whole). The metering does not depend on which GPU-hours are costed in SQL. On SQLite,
-# ``gpu_id IN (…)`` makes it range-scan the (gpu_id, ts) key per GPU; PostgreSQL reads the day partitions the
-# chunk spans.
+# energy counter that goes down was reset (driver reload): the new reading is the energy since then. Readings are
+# ordered by one 64-bit key, gpu_id × 2^32 + ts (ids below 2^31, instants before 2106), which sorts faster than
+# the pair; the key's step dk from the previous reading is the time since it when that reading is the same GPU's,
+# and more than 2^32 − the chunk's span (far more than the gap) when it is another GPU's, so ``dk > gap`` also
+# starts each GPU afresh. The window runs over the chunk's readings alone (nothing else in the sort, and
+# PostgreSQL can sort them in parallel workers); the increment of each GPU's first reading of the chunk, from the
+# GPU's last reading in the lookback before it (two key lookups per GPU, not a scan of the day before), is a row
+# of its own placed before the windowed ones, so every sum adds the same terms in the same order as one window
+# over both. Each reading is assigned to the holding that contains it in a GPU-hour that is not shared (its
+# holdings are disjoint), else to none (allocation_id NULL: the unallocated rest, or a shared GPU-hour as a
+# whole), and summed per GPU-hour key and holding. The metering does not depend on which GPU-hours are costed in
+# SQL. On SQLite, ``gpu_id IN (…)`` makes it range-scan the (gpu_id, ts) key per GPU; PostgreSQL reads the day
+# partitions the chunk spans.
 _METERING_SQL = """
-WITH readings AS (
-    SELECT r.gpu_id, r.ts, r.utilization_ratio AS u, r.energy_joules AS e, d.allocation_id
-    FROM gpu_samples r
-    LEFT JOIN tmp_ledger_holdings d
-      ON d.gpu_hour = r.gpu_id * 4294967296 + r.ts - r.ts % 3600 AND r.ts >= d.start AND r.ts < d.stop AND d.shared = 0
-    WHERE {per_gpu}r.ts >= :h0 AND r.ts < :end
+CREATE TEMPORARY TABLE tmp_ledger_metering AS
+WITH windowed AS (
+    SELECT k, k % 4294967296 AS ts, u,
+           CASE WHEN e IS NULL OR pe IS NULL OR dk IS NULL OR dk > :gap THEN 0.0 WHEN e < pe THEN e ELSE e - pe END
+               AS de
+    FROM (
+        SELECT k, u, e, k - LAG(k) OVER w AS dk, LAG(e) OVER w AS pe
+        FROM (SELECT r.gpu_id * 4294967296 + r.ts AS k, r.utilization_ratio AS u, r.energy_joules AS e
+              FROM gpu_samples r WHERE {per_gpu}r.ts >= :h0 AND r.ts < :end) keyed
+        WINDOW w AS (ORDER BY k ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
+    ) lagged
+), firsts AS (
+    SELECT f.gpu_id * 4294967296 + f.ts AS k, f.ts, CAST(NULL AS DOUBLE PRECISION) AS u,
+           CASE WHEN f.energy_joules IS NULL OR p.energy_joules IS NULL OR f.ts - p.ts > :gap THEN 0.0
+                WHEN f.energy_joules < p.energy_joules THEN f.energy_joules
+                ELSE f.energy_joules - p.energy_joules END AS de
+    FROM (SELECT g.id,
+                 (SELECT MIN(ts) FROM gpu_samples WHERE gpu_id = g.id AND ts >= :h0 AND ts < :end) AS first_ts,
+                 (SELECT MAX(ts) FROM gpu_samples WHERE gpu_id = g.id AND ts >= :lookback AND ts < :h0) AS previous_ts
+          FROM gpus g) b
+    JOIN gpu_samples f ON f.gpu_id = b.id AND f.ts = b.first_ts AND f.ts >= :h0 AND f.ts < :end
+    JOIN gpu_samples p ON p.gpu_id = b.id AND p.ts = b.previous_ts AND p.ts >= :lookback AND p.ts < :h0
+), readings AS (
+    SELECT k, ts, u, de FROM firsts
     UNION ALL
-    SELECT x.gpu_id, x.ts, NULL, x.energy_joules, NULL
-    FROM gpu_samples x
-    JOIN (SELECT g.id, (SELECT MAX(ts) FROM gpu_samples WHERE gpu_id = g.id AND ts >= :lookback AND ts < :h0) AS ts
-          FROM gpus g) previous ON x.gpu_id = previous.id AND x.ts = previous.ts
-    WHERE x.ts >= :lookback AND x.ts < :h0
-), s AS (
-    SELECT gpu_id, ts, u, allocation_id, e, k - LAG(k) OVER w AS dk, LAG(e) OVER w AS pe
-    FROM (SELECT readings.*, gpu_id * 4294967296 + ts AS k FROM readings) keyed
-    WINDOW w AS (ORDER BY k ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
-), t AS (
-    SELECT gpu_id, ts - ts % 3600 AS hour, allocation_id, u,
-           CASE WHEN e IS NULL OR pe IS NULL OR dk IS NULL OR dk > :gap THEN 0.0
-                WHEN e < pe THEN e ELSE e - pe END AS de
-    FROM s WHERE ts >= :h0
+    SELECT k, ts, u, de FROM windowed
 )
-INSERT INTO tmp_ledger_metering (gpu_id, hour, allocation_id, samples, utilization_sum, energy_joules)
-SELECT gpu_id, hour, allocation_id, COUNT(u), COALESCE(SUM(u), 0.0), COALESCE(SUM(de), 0.0)
-FROM t
-GROUP BY gpu_id, hour, allocation_id
+SELECT CAST(gpu_hour / 4294967296 AS INTEGER) AS gpu_id, gpu_hour % 4294967296 AS hour, allocation_id,
+       CAST(samples AS INTEGER) AS samples, utilization_sum, energy_joules
+FROM (
+    SELECT s.k - s.ts % 3600 AS gpu_hour, d.allocation_id, COUNT(s.u) AS samples,
+           COALESCE(SUM(s.u), 0.0) AS utilization_sum, COALESCE(SUM(s.de), 0.0) AS energy_joules
+    FROM readings s
+    LEFT JOIN tmp_ledger_holdings d
+      ON d.gpu_hour = s.k - s.ts % 3600 AND s.ts >= d.start AND s.ts < d.stop AND d.shared = 0
+    GROUP BY s.k - s.ts % 3600, d.allocation_id
+) metered
 """
 _METERING = {
     "sqlite": text(_METERING_SQL.replace("{per_gpu}", "r.gpu_id IN (SELECT id FROM gpus) AND ")),
@@ -376,13 +392,16 @@ def _rebuild(
 
 
 def _prepare_work_tables(connection: Connection, dialect: str) -> None:
-    """Create the session's temporary work tables if needed and empty them (PostgreSQL: one round trip)."""
+    """Create the session's temporary work tables if needed and empty them, and drop the previous metering table
+    (PostgreSQL: one round trip)."""
     money = "BIGINT" if dialect == "sqlite" else f"NUMERIC(20, {MONEY_SCALE})"
     creates = [f"CREATE TEMPORARY TABLE IF NOT EXISTS {name} ({columns.format(money=money)})" for name, columns in
                _TEMP_TABLES.items()]  # fmt: skip
+    drop = f"DROP TABLE IF EXISTS {_METERING_TABLE}"
     if dialect == "postgresql":
-        connection.exec_driver_sql("; ".join([*creates, f"TRUNCATE {', '.join(_TEMP_TABLES)}"]))
+        connection.exec_driver_sql("; ".join([*creates, f"TRUNCATE {', '.join(_TEMP_TABLES)}", drop]))
         return
+    connection.exec_driver_sql(drop)
     for create, name in zip(creates, _TEMP_TABLES, strict=True):
         connection.exec_driver_sql(create)
         connection.exec_driver_sql(f"DELETE FROM {name}")  # noqa: S608 - constant table names
@@ -390,9 +409,18 @@ def _prepare_work_tables(connection: Connection, dialect: str) -> None:
 
 # PostgreSQL settings for the rebuild's statements, restored afterwards: float output as the shortest round-trip
 # text (the costing reads float readings through it; > 0 selects it), the sort of a chunk's readings in memory
-# (a day of 1,024 GPUs read every minute takes ~150 MB; more spills to disk), and no JIT compilation (it costs
-# more than it saves on statements planned afresh for every chunk).
-_PG_SETTINGS = {"extra_float_digits": "1", "work_mem": "256MB", "jit": "off"}
+# (a day of 1,024 GPUs read every minute takes ~150 MB; more spills to disk), no JIT compilation (it costs
+# more than it saves on statements planned afresh for every chunk), and parallel workers priced so that the
+# metering's scan and sort of the readings are shared with them (the workers' tuples arrive sorted; the default
+# costs keep the whole sort in the session's own process). The other statements read temporary tables, which
+# workers cannot.
+_PG_SETTINGS = {
+    "extra_float_digits": "1",
+    "work_mem": "256MB",
+    "jit": "off",
+    "parallel_setup_cost": "0",
+    "parallel_tuple_cost": "0",
+}
 
 
 @contextmanager

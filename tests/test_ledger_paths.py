@@ -22,9 +22,10 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from finops import ledger
 from finops.costmodel import float_decimal
 from finops.hours import mark_hours_dirty
-from finops.ledger import LEDGER_COLUMNS, Pricing, rollup
+from finops.ledger import ENERGY_LOOKBACK_SECONDS, LEDGER_COLUMNS, Pricing, rollup
 from finops.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Node, PricingRule, Team
 from finops.partitions import create_partitions, is_partitioned
 from finops.prices import PriceCatalog, PricingModel
@@ -261,3 +262,76 @@ def test_postgresql_float_text_is_the_python_repr(sessions: sessionmaker[Session
     assert len(rows) == len(values)
     for value, decimal in rows:
         assert decimal == float_decimal(value), value
+
+
+def _reference_metering(session: Session, h0: int, end: int) -> dict[tuple[int, int, int | None], tuple[Any, ...]]:
+    """The metering of [h0, end) computed from the readings in Python: per GPU in time order, each reading's energy
+    increment from the one before it (none over more than the lookback, the new reading after a reset), summed in
+    that order per GPU, hour and the non-shared holding that contains the reading (else None)."""
+    holdings: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+    for gpu_id, hour, allocation_id, start, stop in session.execute(
+        text("SELECT gpu_id, hour, allocation_id, start, stop FROM tmp_ledger_holdings WHERE shared = 0")
+    ):
+        holdings.setdefault((gpu_id, hour), []).append((allocation_id, start, stop))
+    readings = session.execute(
+        select(GpuSample.gpu_id, GpuSample.ts, GpuSample.utilization_ratio, GpuSample.energy_joules)
+        .where(GpuSample.ts >= from_epoch(h0 - ENERGY_LOOKBACK_SECONDS), GpuSample.ts < from_epoch(end))
+        .order_by(GpuSample.gpu_id, GpuSample.ts)
+    ).all()
+    sums: dict[tuple[int, int, int | None], list[Any]] = {}
+    previous: tuple[int, int, float | None] | None = None
+    for gpu_id, at, utilization, energy in readings:
+        ts = to_epoch(at)
+        before = previous if previous is not None and previous[0] == gpu_id else None
+        previous = (gpu_id, ts, energy)
+        if ts < h0:
+            continue
+        if energy is None or before is None or before[2] is None or ts - before[1] > ENERGY_LOOKBACK_SECONDS:
+            increment = 0.0
+        else:
+            increment = energy if energy < before[2] else energy - before[2]
+        hour = ts - ts % HOUR
+        holder = next((a for a, start, stop in holdings.get((gpu_id, hour), []) if start <= ts < stop), None)
+        group = sums.setdefault((gpu_id, hour, holder), [0, 0.0, 0.0])
+        if utilization is not None:
+            group[0] += 1
+            group[1] += utilization
+        group[2] += increment
+    return {key: tuple(value) for key, value in sums.items()}
+
+
+@pytest.mark.parametrize("seed", [1, 4])
+def test_metering_matches_the_readings(
+    sessions: sessionmaker[Session], seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every chunk's metering (3-hour chunks here, so that chunks start with readings before them) equals the
+    readings summed in Python, up to the order in which the database adds the floats (a plan detail)."""
+    pricing = Pricing(_catalog(), PricingModel.ON_DEMAND)
+    with sessions.begin() as session:
+        _build(session, seed)
+    checked: list[int] = []
+    real_rebuild = ledger.rebuild
+
+    def rebuild_and_check(session: Session, h0: int, h1: int, *args: Any, **kwargs: Any) -> set[int]:
+        unpriced = real_rebuild(session, h0, h1, *args, **kwargs)
+        end = min(h1, UNTIL)
+        metered = {
+            (gpu_id, hour, allocation_id): (samples, utilization, energy)
+            for gpu_id, hour, allocation_id, samples, utilization, energy in session.execute(
+                text("SELECT gpu_id, hour, allocation_id, samples, utilization_sum, energy_joules "
+                     "FROM tmp_ledger_metering")
+            )
+        }  # fmt: skip
+        reference = _reference_metering(session, h0, end)
+        assert metered.keys() == reference.keys()
+        for key, (samples, utilization, energy) in reference.items():
+            assert metered[key][0] == samples
+            assert metered[key][1:] == pytest.approx((utilization, energy), rel=1e-12, abs=1e-6)
+        checked.append(len(reference))
+        return unpriced
+
+    monkeypatch.setattr(ledger, "CHUNK_HOURS", 3)
+    monkeypatch.setattr(ledger, "rebuild", rebuild_and_check)
+    with sessions.begin() as session:
+        rollup(session, pricing, UNTIL)
+    assert len(checked) >= 3 and min(checked) > 0
