@@ -182,6 +182,19 @@ def _share_weights(positive: Sequence[Holding], capacity_seconds: int) -> list[F
     return [*weights, remainder] if remainder > 0 else weights
 
 
+def _overlapping(positive: Sequence[Holding]) -> bool:
+    """Whether every holding has an offset and some two of them overlap in time (where they do not, the sweep
+    and seconds × share give the same weights, and the latter is cheaper)."""
+    if len(positive) < 2 or any(h.offset is None for h in positive):
+        return False
+    ends = 0
+    for start, stop in sorted((h.offset or 0, (h.offset or 0) + h.seconds) for h in positive):
+        if start < ends:
+            return True
+        ends = max(ends, stop)
+    return False
+
+
 def _ratio(value: float) -> Fraction:
     """A ratio reading clamped to 0..1, exactly as the decimal of its shortest text (:func:`float_decimal`)."""
     return Fraction(float_decimal(min(max(value, 0.0), 1.0)))
@@ -238,8 +251,8 @@ def gpu_hour_costs(rate_per_hour: Decimal, capacity_seconds: int, held: Sequence
     if capacity_seconds <= 0:
         return []
     positive = [h for h in held if h.seconds > 0]
-    timed = bool(positive) and all(h.offset is not None for h in positive)
-    exact = _timeline_weights(positive, capacity_seconds) if timed else _share_weights(positive, capacity_seconds)
+    swept = _overlapping(positive)
+    exact = _timeline_weights(positive, capacity_seconds) if swept else _share_weights(positive, capacity_seconds)
     weights = _integer_weights(exact)
     if len(weights) == 1:  # one holder of the whole GPU-hour, or nobody: nothing to split
         money = [capacity_cost(rate_per_hour, capacity_seconds)]
