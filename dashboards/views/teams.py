@@ -52,7 +52,10 @@ else:
     team_only = Scope(team=view.team)
     statuses = data.month(url, at - timedelta(seconds=1) if at == following else at, team_only).budgets
     budget = next((s for s in statuses if not s.project), None)
-    month_days = data.daily(url, first, at, team_only)
+    # The ledger hours that start before `at` are those before the next whole hour: read up to that hour, the
+    # month to date is the cube of the period when the period is the month to date.
+    whole_hour = at.replace(minute=0, second=0, microsecond=0)
+    month_days = data.daily(url, first, whole_hour + timedelta(hours=1) if at > whole_hour else at, team_only)
     spent = sum((d.allocated_cost for d in month_days), Decimal(0))
     points = [(first, 0.0, "spent")]
     running = Decimal(0)
