@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 
 from dashboards import charts
 from dashboards.format import cents
+from dashboards.node_views import NodeViews, node_views
 from finops.catalog_store import catalog_in_force
 from finops.dashboard_queries import (
     CubeBy,
@@ -261,6 +262,13 @@ def node_telemetry(
     partition (readings have no team)."""
     with session_factory(engine(url))() as session:
         return node_buckets(session, start, end, width_seconds, cluster=scope.cluster, partition=scope.partition)
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def nodes_page(url: str, start: datetime, end: datetime, width_seconds: int, scope: Scope = EVERYTHING) -> NodeViews:
+    """The charts and tables of the GPUs & nodes page (:func:`dashboards.node_views.node_views`) of
+    :func:`node_telemetry` for the period, bucket width and the scope's cluster and partition."""
+    return node_views(node_telemetry(url, start, end, width_seconds, scope), width_seconds, start, end)
 
 
 @st.cache_data(ttl=TTL_SECONDS)
