@@ -143,12 +143,12 @@ HAVING :everything = 1 OR gh.lo <> gh.hour OR gh.hi <> gh.hour + 3600 OR COUNT(h
 # starts each GPU afresh. The window runs over the chunk's readings alone (nothing else in the sort, and
 # PostgreSQL can sort them in parallel workers); the increment of each GPU's first reading of the chunk, from the
 # GPU's last reading in the lookback before it (two key lookups per GPU, not a scan of the day before), is a row
-# of its own placed before the windowed ones, so every sum adds the same terms in the same order as one window
-# over both. Each reading is assigned to the holding that contains it in a GPU-hour that is not shared (its
-# holdings are disjoint), else to none (allocation_id NULL: the unallocated rest, or a shared GPU-hour as a
-# whole), and summed per GPU-hour key and holding. The metering does not depend on which GPU-hours are costed in
-# SQL. On SQLite, ``gpu_id IN (…)`` makes it range-scan the (gpu_id, ts) key per GPU; PostgreSQL reads the day
-# partitions the chunk spans.
+# of its own (the first reading's windowed increment is 0: its predecessor in the key order is another GPU's), so
+# every sum adds the same terms as one window over both (in an order the plan decides). Each reading is assigned
+# to the holding that contains it in a GPU-hour that is not shared (its holdings are disjoint), else to none
+# (allocation_id NULL: the unallocated rest, or a shared GPU-hour as a whole), and summed per GPU-hour key and
+# holding. The metering does not depend on which GPU-hours are costed in SQL. On SQLite, ``gpu_id IN (…)`` makes
+# it range-scan the (gpu_id, ts) key per GPU; PostgreSQL reads the day partitions the chunk spans.
 _METERING_SQL = """
 CREATE TEMPORARY TABLE tmp_ledger_metering AS
 WITH windowed AS (
