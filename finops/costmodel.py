@@ -5,9 +5,10 @@ Definitions (docs/cost-model.md has them in full, with a worked example):
 - capacity cost of a GPU in an hour = rate (currency per GPU-hour) × in-service seconds of that hour / 3600,
   rounded half-even to :data:`QUANTUM` (one millionth of the currency unit);
 - that amount is split among the hour's holders (each job holding the GPU or a share of it, and
-  ``__unallocated__`` for the rest) in proportion to seconds × share by the largest-remainder method, so the
-  parts add up to the capacity cost exactly: conservation holds by construction, per GPU-hour and so in
-  every sum;
+  ``__unallocated__`` for the rest) in proportion to seconds × share — where holdings overlap (time-slicing,
+  MPS), stretch by stretch, by the jobs' own utilisation when measured (:func:`gpu_hour_costs`) — by the
+  largest-remainder method, so the parts add up to the capacity cost exactly: conservation holds by
+  construction, per GPU-hour and so in every sum;
 - of a job's allocated cost, used cost = allocated × mean utilisation (rounded to the quantum) and idle
   (waste) cost = allocated − used; an unmetered holding (no samples) has neither;
 - energy cost = joules ÷ 3.6e6 (kWh) × tariff × PUE, rounded to the quantum; it is reported beside the

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
@@ -37,7 +37,9 @@ from sqlalchemy import Connection, delete, func, select, text
 from sqlalchemy.orm import Session
 
 from finops import costmodel
-from finops.models import UNALLOCATED_TEAM, DirtyHour, Gpu, LedgerEntry
+from finops.job_utilization import job_utilization_by_gpu_hour
+from finops.models import UNALLOCATED_TEAM, DirtyHour, Gpu, Job, LedgerEntry
+from finops.placement import job_keys
 from finops.prices import PriceCatalog, PriceNotFound, PricingModel
 from finops.pricing_rules import pricing_models_by_node
 from finops.sqltypes import MONEY_SCALE
@@ -381,7 +383,7 @@ def _rebuild(
     if dialect == "postgresql":
         parameters["energy_factor"] = catalog.tariff_per_kwh * catalog.pue * 10  # ÷ 36 = × 10^6 ÷ 3.6e6
     connection.execute(common, parameters)
-    rows = _split_rows(connection, rates, unallocated_team, catalog)
+    rows = _split_rows(connection, rates, unallocated_team, catalog, h0, h1)
     if log.isEnabledFor(logging.DEBUG):
         gpu_hours = connection.scalar(text("SELECT COUNT(*) FROM tmp_ledger_gpu_hours")) or 0
         split = connection.scalar(text("SELECT COUNT(*) FROM tmp_ledger_split")) or 0
@@ -523,8 +525,10 @@ def _split_rows(
     rates: dict[tuple[str, PricingModel, int], Decimal],
     unallocated_team: int,
     catalog: PriceCatalog,
+    h0: int,
+    h1: int,
 ) -> list[dict[str, object]]:
-    """Ledger rows of the GPU-hours in ``tmp_ledger_split``, by the Python cost model."""
+    """Ledger rows of the GPU-hours in ``tmp_ledger_split`` (of the chunk [h0, h1)), by the Python cost model."""
     gpu_hours: dict[tuple[int, int], _GpuHour] = {}
     for r in connection.execute(_SPLIT_HOURS):
         gpu_hour = gpu_hours.get((r.gpu_id, r.hour))
@@ -538,21 +542,56 @@ def _split_rows(
     metering: dict[tuple[int, int], dict[int | None, _Metering]] = defaultdict(dict)
     for m in connection.execute(_SPLIT_METERING):
         metering[m.gpu_id, m.hour][m.allocation_id] = _Metering(m.samples, m.utilization_sum, m.energy_joules)
+    usage = _job_usage(connection, gpu_hours, h0, h1)
     rows: list[dict[str, object]] = []
     for key, gpu_hour in gpu_hours.items():
-        rows.extend(_gpu_hour_rows(gpu_hour, metering.get(key, {}), unallocated_team, catalog))
+        rows.extend(_gpu_hour_rows(gpu_hour, metering.get(key, {}), unallocated_team, catalog, usage.get(key, {})))
     return rows
 
 
+def _job_usage(
+    connection: Connection, gpu_hours: dict[tuple[int, int], _GpuHour], h0: int, h1: int
+) -> dict[tuple[int, int], dict[int, float]]:
+    """``{(gpu_id, hour): {job_pk: usage}}`` for the shared GPU-hours with several holdings whose jobs' own
+    utilisation the collectors measured (:func:`finops.job_utilization.job_utilization_by_gpu_hour`, matched to
+    jobs by :func:`finops.placement.job_keys`); none read when no such GPU-hour is in the chunk."""
+    shared = [key for key, gpu_hour in gpu_hours.items() if gpu_hour.shared and len(gpu_hour.holdings) > 1]
+    if not shared:
+        return {}
+    measured = job_utilization_by_gpu_hour(connection, h0, h1)
+    wanted = {key: measured[key] for key in shared if key in measured}
+    if not wanted:
+        return {}
+    job_pks = {holding.job_pk for key in wanted for holding in gpu_hours[key].holdings}
+    keys = {
+        row.id: job_keys(row.scheduler, row.job_id, row.job_id_raw)
+        for row in connection.execute(
+            select(Job.id, Job.scheduler, Job.job_id, Job.job_id_raw).where(Job.id.in_(job_pks))
+        )
+    }
+    usage: dict[tuple[int, int], dict[int, float]] = {}
+    for key, ratios in wanted.items():
+        for job_pk in {holding.job_pk for holding in gpu_hours[key].holdings}:
+            found = [ratios[k] for k in sorted(keys.get(job_pk, ())) if k in ratios]
+            if found:
+                usage.setdefault(key, {})[job_pk] = found[0]
+    return usage
+
+
 def _gpu_hour_rows(
-    gpu_hour: _GpuHour, by_allocation: dict[int | None, _Metering], unallocated_team: int, catalog: PriceCatalog
+    gpu_hour: _GpuHour,
+    by_allocation: dict[int | None, _Metering],
+    unallocated_team: int,
+    catalog: PriceCatalog,
+    usage: Mapping[int, float],
 ) -> list[dict[str, object]]:
     """Ledger rows of one GPU for the in-service part [lo, hi) of one hour.
 
     A GPU-hour held by disjoint whole-GPU holdings is metered per holding (the readings inside it; the rest
     under None). A shared GPU-hour (a MIG share, or holdings that overlap: time-slicing) is metered as a whole
     (under None): every holder gets the GPU's mean utilisation, and the hour's energy is split in proportion to
-    GPU-seconds.
+    GPU-seconds. Holdings go to the cost model with their place in the hour and, by job, the ``usage`` measured
+    for the job on this GPU-hour (:func:`_job_usage`), which split overlapping holdings.
     """
     held = gpu_hour.holdings
     whole = by_allocation.get(None) if gpu_hour.shared else None
@@ -560,7 +599,16 @@ def _gpu_hour_rows(
     for holding in held:
         inside = whole if gpu_hour.shared else by_allocation.get(holding.allocation_id)
         utilization = inside.utilization_sum / inside.samples if inside and inside.samples else None
-        holdings.append(costmodel.Holding(holding.job_pk, holding.stop - holding.start, utilization, holding.share))
+        holdings.append(
+            costmodel.Holding(
+                holding.job_pk,
+                holding.stop - holding.start,
+                utilization,
+                holding.share,
+                offset=holding.start - gpu_hour.lo,
+                usage=usage.get(holding.job_pk),
+            )
+        )
     span = gpu_hour.hi - gpu_hour.lo
     costs = costmodel.gpu_hour_costs(gpu_hour.rate, span, holdings)
     rows: list[dict[str, object]] = []

@@ -202,6 +202,52 @@ def test_mig_share_bills_its_fraction_and_leaves_the_rest_unallocated(loaded) ->
     assert rows[UNMAPPED_TEAM].allocated_gpu_seconds == pytest.approx(5400 / 7, abs=2)
 
 
+def test_time_sliced_hour_is_split_by_the_jobs_measured_utilisation(loaded) -> None:  # type: ignore[no-untyped-def]
+    """Job 502 time-slices GPU 0 with job 501 over [T, T+30 min). Per-job SM utilisation measured 0.6 for 501
+    and 0.2 for 502 splits that half hour 3 : 1 (501 alone holds the rest of the hour): 3,150 and 450
+    GPU-seconds. Without the measurements the half hour is split equally: 2,700 and 900."""
+    from sqlalchemy import delete, update
+
+    from finops.hours import mark_hours_dirty
+    from finops.models import Allocation, Gpu, GpuJobUtilization, Job
+
+    sessions, t0, r, pricing = loaded
+    hour = to_epoch(t0)
+    with sessions.begin() as session:
+        gpu0 = session.scalars(select(Gpu.id).where(Gpu.uuid == scenario.UUIDS[0])).one()
+        job_pk = session.scalars(select(Job.id).where(Job.job_id == "502")).one()
+        session.execute(
+            update(Allocation)
+            .where(Allocation.job_pk == job_pk)
+            .values(gpu_id=gpu0, start=t0, end=t0 + timedelta(minutes=30))
+        )
+        session.add_all(
+            GpuJobUtilization(gpu_id=gpu0, ts=t0 + timedelta(minutes=minute), job_id=job, utilization_ratio=ratio)
+            for minute in range(30)
+            for job, ratio in (("501", 0.6), ("502", 0.2))
+        )
+        mark_hours_dirty(session, [hour, hour + 3600])
+        rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
+
+    def gpu0_first_hour() -> dict[str, tuple[int, Decimal]]:
+        with sessions() as session:
+            rows = session.execute(
+                select(Job.job_id, LedgerEntry.seconds, LedgerEntry.allocated_cost)
+                .outerjoin(Job, Job.id == LedgerEntry.job_pk)
+                .where(LedgerEntry.gpu_id == gpu0, LedgerEntry.hour == t0)
+            ).all()
+        return {job or UNALLOCATED_TEAM: (seconds, cost) for job, seconds, cost in rows}
+
+    measured = gpu0_first_hour()
+    assert {job: seconds for job, (seconds, _) in measured.items()} == {"501": 3150, "502": 450}
+    assert measured["501"][1] == capacity_cost(r, 3150) and measured["502"][1] == capacity_cost(r, 450)
+    with sessions.begin() as session:
+        session.execute(delete(GpuJobUtilization))
+        mark_hours_dirty(session, [hour])
+        rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
+    assert {job: seconds for job, (seconds, _) in gpu0_first_hour().items()} == {"501": 2700, "502": 900}
+
+
 def test_pricing_rule_reprices_a_node(loaded) -> None:  # type: ignore[no-untyped-def]
     """A node rule putting gpu-a-01 on on-prem pricing re-prices every one of its GPU-hours on the next rollup."""
     from finops.pricing_rules import set_pricing_rule
