@@ -318,7 +318,9 @@ def main() -> None:
     try:
         if args.reuse and _data_present(engine, args.nodes, args.days):
             print("reusing the data of an earlier --keep run; ledger emptied")
+            upgrade(engine)
             with engine.begin() as c:
+                _exec(c, "DELETE FROM ledger_team_hours")
                 _exec(c, "DELETE FROM ledger")
                 _exec(c, "DELETE FROM ledger_dirty_hours")
             with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:

@@ -33,7 +33,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select, text
+from sqlalchemy import Connection, delete, false, func, select, text
 from sqlalchemy.orm import Session
 
 from finops import costmodel
@@ -50,6 +50,7 @@ from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
 log = logging.getLogger(__name__)
 
 CHUNK_HOURS = 24
+ROLLUP_LOCK_KEY = 0x6770_7566_5F6C_6467  # pg_advisory_xact_lock key serialising rollups ("gpuf_ldg")
 ENERGY_LOOKBACK_SECONDS = HOUR
 """An energy counter increment counts only if the previous reading is at most this much older: the energy
 over a longer gap (a collector down for hours) cannot be placed in an hour, so it is left out. The rule
@@ -291,7 +292,18 @@ def rollup(session: Session, pricing: Pricing, until: int, *, sql_costing: bool 
     without samples or job changes (a silent collector, an idle cluster) still accrue capacity cost.
     Hours missing a GPU that has no price stay dirty, so they are rebuilt after the catalog is fixed.
     ``sql_costing`` as in :func:`rebuild`. Returns the number of hours rebuilt completely.
+
+    Rollups are serialised: two at once (the scheduler and ``gpu-finops rollup``, or two schedulers) would each
+    delete the hours' rows before the other's were committed and write them twice. On PostgreSQL by a
+    transaction-scoped advisory lock (:data:`ROLLUP_LOCK_KEY`); on SQLite by taking the database's write lock
+    first (a write that changes nothing), as a transaction that read before writing cannot wait for the lock
+    and fails "database is locked". The second waits, then finds the hours done.
     """
+    dialect = session.connection().dialect.name
+    if dialect == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ROLLUP_LOCK_KEY})
+    elif dialect == "sqlite":
+        session.execute(delete(DirtyHour).where(false()))
     dirty = {to_epoch(h) for h in session.scalars(select(DirtyHour.hour).where(DirtyHour.hour < from_epoch(until)))}
     newest = session.scalar(select(func.max(LedgerEntry.hour))) or session.scalar(select(func.min(Gpu.in_service_from)))
     since = floor_hour(to_epoch(newest)) if newest is not None else floor_hour(until - 1)

@@ -198,7 +198,7 @@ class LedgerEntry(Base):
     __tablename__ = "ledger"
     __table_args__ = (Index("ix_ledger_hour_team", "hour", "team_id"),)
     id: Mapped[int] = mapped_column(primary_key=True)
-    hour: Mapped[datetime] = mapped_column(EpochSeconds, index=True)
+    hour: Mapped[datetime] = mapped_column(EpochSeconds)
     gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
     job_pk: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"), index=True)
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))

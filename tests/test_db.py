@@ -126,14 +126,14 @@ def test_team_hours_migration_sums_the_existing_ledger(database_url: str) -> Non
 
 
 def test_job_utilization_migration_up_down_and_up(database_url: str) -> None:
-    """0009 makes gpu_job_utilization (primary key GPU, instant, job; index on the instant); downgrading below it
+    """0008 makes gpu_job_utilization (primary key GPU, instant, job; index on the instant); downgrading below it
     drops the table, upgrading again makes it anew."""
     from alembic.script import ScriptDirectory
     from sqlalchemy import inspect, text
 
     from finops.db import downgrade, migrations_dir
 
-    below = ScriptDirectory(str(migrations_dir())).get_revision("0009").down_revision
+    below = ScriptDirectory(str(migrations_dir())).get_revision("0008").down_revision
     assert isinstance(below, str)
     engine = make_engine(database_url)
     upgrade(engine)

@@ -116,6 +116,42 @@ def test_rebuilding_changes_nothing(loaded) -> None:  # type: ignore[no-untyped-
         assert cost_report(session, *window, "team") == before
 
 
+def test_two_rollups_at_once_write_each_row_once(loaded) -> None:  # type: ignore[no-untyped-def]
+    """Two rollups of the same dirty hours started together (two processes' schedulers) leave the ledger as one
+    rollup does: the second waits for the first (PostgreSQL: advisory lock; SQLite: the write lock)."""
+    import threading
+
+    from finops.hours import mark_hours_dirty
+
+    sessions, t0, _, pricing = loaded
+    with sessions() as session:
+        before = sorted(session.execute(select(LedgerEntry.hour, LedgerEntry.gpu_id, LedgerEntry.team_id,
+                                               LedgerEntry.allocated_cost)).all())  # fmt: skip
+    with sessions.begin() as session:
+        mark_hours_dirty(session, [to_epoch(t0), to_epoch(t0) + 3600])
+    start = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            start.wait()
+            with sessions.begin() as session:
+                rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == []
+    with sessions() as session:
+        after = sorted(session.execute(select(LedgerEntry.hour, LedgerEntry.gpu_id, LedgerEntry.team_id,
+                                              LedgerEntry.allocated_cost)).all())  # fmt: skip
+    assert after == before
+
+
 def test_remapping_an_account_moves_its_cost(loaded) -> None:  # type: ignore[no-untyped-def]
     sessions, t0, r, pricing = loaded
     with sessions.begin() as session:

@@ -1,8 +1,8 @@
 """gpu_job_utilization: per-job SM utilisation of GPUs shared by several jobs at once
 
-Revision ID: 0009
+Revision ID: 0008
 Revises: 0007
-Create Date: 2026-11-24 10:00:00.000000
+Create Date: 2026-11-23 11:30:00.000000
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009"
+revision = "0008"
 down_revision = "0007"
 branch_labels = None
 depends_on = None
