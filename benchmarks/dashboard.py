@@ -6,8 +6,8 @@ Usage::
         [--explain]
 
 ``DATABASE_URL`` defaults to ``postgresql+psycopg://postgres@127.0.0.1:5432/test_f``; its ``public`` schema is
-dropped, migrated afresh and filled (unless ``--reuse`` finds the data of an earlier run). Prints figures; asserts
-nothing about time.
+dropped, migrated afresh and filled (unless ``--reuse`` finds the data of an earlier run). Prints figures, with
+the load average of the machine around the browser timings; asserts nothing about time.
 
 Workload, generated in SQL (``generate_series``), deterministic: ``--nodes`` nodes × 8 "NVIDIA H100 80GB HBM3"
 GPUs in four Slurm partitions and two clusters; 12 teams with a budget each this month; on every node one
@@ -192,7 +192,9 @@ def reset(url: str) -> Engine:
     return engine
 
 
-# Records every change of Streamlit's script state (running / notRunning) with its time since navigation start.
+# Records every change of Streamlit's script state (rerunRequested / running / notRunning) with its time since
+# navigation start. A run short enough to end before the frontend renders goes from rerunRequested straight to
+# notRunning: "running" never reaches the page, so either state marks a run that has begun.
 _STATE_RECORDER = """
 window.__scriptStates = [];
 new MutationObserver(records => {
@@ -214,7 +216,8 @@ new MutationObserver(records => {
 """
 _FINISHED_SINCE = """since => {
     const states = window.__scriptStates.filter(s => s[0] >= since);
-    return states.some(s => s[1] === "running") && states[states.length - 1][1] === "notRunning"
+    return states.some(s => s[1] === "running" || s[1] === "rerunRequested")
+        && states[states.length - 1][1] === "notRunning"
         && document.querySelector('[data-testid="stDataFrame"]') !== null;
 }"""
 
@@ -236,7 +239,8 @@ def _load(context: BrowserContext, url: str) -> tuple[Page, float]:
     return tab, _finished(tab, 0.0) / 1000
 
 
-_STARTED_SINCE = """since => window.__scriptStates.some(s => s[0] >= since && s[1] === "running")"""
+_STARTED_SINCE = """since => window.__scriptStates.some(
+    s => s[0] >= since && (s[1] === "running" || s[1] === "rerunRequested"))"""
 
 
 def _rerun(tab: Page) -> float:
@@ -411,12 +415,18 @@ def main() -> None:
     print("query functions:")
     time_queries(args.url, now)
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    before = os.getloadavg()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         try:
             timings = time_pages(args.url, browser, args.runs)
         finally:
             browser.close()
+    after = os.getloadavg()
+    print(
+        f"load average (1, 5, 15 min) before the browser timings {', '.join(f'{x:.2f}' for x in before)}, "
+        f"after {', '.join(f'{x:.2f}' for x in after)} ({os.cpu_count()} CPUs)"
+    )
     print(f"browser, medians of {args.runs} warm runs; a load includes the frontend's own (the Prices page's):")
     print(
         f"{'page':<13} {'URL':<15} {'cold: rerun':>11} {'load':>8} {'warm: rerun':>12} {'load':>8}"
