@@ -37,6 +37,7 @@ from finops.models import UNALLOCATED_TEAM, Allocation, Gpu, GpuSample, Job, Led
 from finops.prometheus_pull import LabelNames, PrometheusClient
 from finops.report import ReportRow
 from finops.sqltypes import EpochSeconds
+from finops.team_hours import ledger_team_sums
 from finops.timeutil import from_epoch
 
 DAY_SECONDS = 86_400
@@ -222,25 +223,13 @@ def ledger_cube(
     team and job in one query: the ledger is aggregated on its own columns first, and team names and job ids
     joined to the (few) groups after."""
     hour = type_coerce(LedgerEntry.hour, BigInteger)
-    allocated = LedgerEntry.job_pk.is_not(None)
     day = (hour - hour % DAY_SECONDS).label("day")
     sums = (
         select(
             day,
             LedgerEntry.team_id,
             LedgerEntry.job_pk,
-            func.sum(LedgerEntry.seconds).label("seconds"),
-            func.sum(LedgerEntry.used_gpu_seconds).label("used"),
-            func.sum(case((allocated & (LedgerEntry.sample_count > 0), LedgerEntry.seconds), else_=0)).label("metered"),
-            func.sum(case((allocated & (LedgerEntry.sample_count == 0), LedgerEntry.seconds), else_=0)).label(
-                "unmetered"
-            ),
-            func.sum(LedgerEntry.allocated_cost).label("allocated_cost"),
-            func.sum(LedgerEntry.used_cost).label("used_cost"),
-            func.sum(LedgerEntry.idle_cost).label("idle_cost"),
-            func.sum(LedgerEntry.energy_joules).label("energy_joules"),
-            func.sum(LedgerEntry.energy_cost).label("energy_cost"),
-            func.min(LedgerEntry.currency).label("currency"),
+            *(column.label(name) for name, column in ledger_team_sums().items()),
         )
         .where(
             LedgerEntry.hour >= start,
@@ -250,14 +239,15 @@ def ledger_cube(
         .group_by(day, LedgerEntry.team_id, LedgerEntry.job_pk)
         .subquery()
     )
+    c = sums.c
     query = (
         select(
-            sums.c.day, Team.name, sums.c.job_pk, Job.job_id, Job.user, sums.c.seconds, sums.c.used, sums.c.metered,
-            sums.c.unmetered, sums.c.allocated_cost, sums.c.used_cost, sums.c.idle_cost, sums.c.energy_joules,
-            sums.c.energy_cost, sums.c.currency,
+            c.day, Team.name, c.job_pk, Job.job_id, Job.user, c.seconds, c.used_gpu_seconds, c.metered_gpu_seconds,
+            c.unmetered_gpu_seconds, c.allocated_cost, c.used_cost, c.idle_cost, c.energy_joules, c.energy_cost,
+            c.currency,
         )
-        .join(Team, Team.id == sums.c.team_id)
-        .outerjoin(Job, Job.id == sums.c.job_pk)
+        .join(Team, Team.id == c.team_id)
+        .outerjoin(Job, Job.id == c.job_pk)
     )  # fmt: skip
     # Core rows in CubeCell's field order (~10,000 for a month of 1,000 GPUs: the ORM's row handling would cost
     # more than the conversion below).
