@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, date, datetime, time
+from functools import lru_cache
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -20,8 +21,8 @@ from finops.models import Gpu, PriceCatalogVersion
 from finops.prices import GpuModel, PriceCatalog, parse_catalog
 from finops.timeutil import utc_now
 
-_PARSED: dict[tuple[str, str], PriceCatalog] = {}
-"""The newest imported catalog parsed, by (source, YAML text): one entry, replaced when another is in force."""
+_parsed = lru_cache(maxsize=1)(parse_catalog)
+""":func:`finops.prices.parse_catalog` remembering the catalog in force: its YAML is validated once per process."""
 
 
 def catalog_in_force(session: Session, fallback: PriceCatalog) -> PriceCatalog:
@@ -30,15 +31,7 @@ def catalog_in_force(session: Session, fallback: PriceCatalog) -> PriceCatalog:
     newest = session.execute(
         select(PriceCatalogVersion.source, PriceCatalogVersion.body).order_by(PriceCatalogVersion.id.desc()).limit(1)
     ).first()
-    if newest is None:
-        return fallback
-    key = (newest.source, newest.body)
-    parsed = _PARSED.get(key)
-    if parsed is None:
-        parsed = parse_catalog(newest.body, newest.source)
-        _PARSED.clear()
-        _PARSED[key] = parsed
-    return parsed
+    return fallback if newest is None else _parsed(newest.body, newest.source)
 
 
 def pricing_in_force(session: Session, configured: Pricing) -> Pricing:
