@@ -25,12 +25,16 @@ tests compare with. Rebuilding an hour deletes and rewrites its rows, so recompu
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+import os
+import queue
+from collections import defaultdict, deque
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
+from itertools import islice
 from typing import Any
 
 from sqlalchemy import Connection, delete, false, func, select, text
@@ -50,6 +54,8 @@ from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
 log = logging.getLogger(__name__)
 
 CHUNK_HOURS = 24
+ROLLUP_CONNECTIONS = os.cpu_count() or 1
+"""Connections that compute chunks of a rollup at once on PostgreSQL (:func:`rollup`): one per CPU of this host."""
 ROLLUP_LOCK_KEY = 0x6770_7566_5F6C_6467  # pg_advisory_xact_lock key serialising rollups ("gpuf_ldg")
 ENERGY_LOOKBACK_SECONDS = HOUR
 """An energy counter increment counts only if the previous reading is at most this much older: the energy
@@ -74,6 +80,12 @@ _TEMP_TABLES = {
     "share_num INTEGER NOT NULL, share_den INTEGER NOT NULL, shared INTEGER NOT NULL",
     "tmp_ledger_split": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, shared INTEGER NOT NULL, "
     "PRIMARY KEY (gpu_id, hour)",
+    # The chunk's ledger rows, typed as the ledger's columns (a binary COPY moves them between connections).
+    "tmp_ledger_rows": "hour BIGINT NOT NULL, gpu_id INTEGER NOT NULL, job_pk INTEGER, team_id INTEGER NOT NULL, "
+    "seconds INTEGER NOT NULL, used_gpu_seconds DOUBLE PRECISION NOT NULL, sample_count INTEGER NOT NULL, "
+    "energy_joules DOUBLE PRECISION NOT NULL, allocated_cost {money} NOT NULL, used_cost {money} NOT NULL, "
+    "idle_cost {money} NOT NULL, energy_cost {money} NOT NULL, currency VARCHAR(3) NOT NULL, "
+    "pricing_model VARCHAR(16)",
 }
 # Created by the metering statement itself (CREATE … AS, which PostgreSQL can run with parallel workers; the
 # SELECT of an INSERT it cannot): gpu_id, hour, allocation_id, samples, utilization_sum, energy_joules.
@@ -211,7 +223,7 @@ LEFT JOIN tmp_ledger_metering m
 WHERE NOT EXISTS (SELECT 1 FROM tmp_ledger_split sp WHERE sp.gpu_id = gh.gpu_id AND sp.hour = gh.hour)
 """
 _COMMON_INSERT = """
-INSERT INTO ledger ({columns})
+INSERT INTO tmp_ledger_rows ({columns})
 SELECT hour, gpu_id, job_pk, team_id, 3600,
        CASE WHEN utilization IS NULL THEN 0.0 ELSE 3600 * utilization END, sample_count, energy_joules,
        capacity, used, CASE WHEN utilization IS NULL THEN 0 ELSE capacity - used END, energy, :currency, pricing_model
@@ -284,7 +296,14 @@ class Pricing:
     model: PricingModel
 
 
-def rollup(session: Session, pricing: Pricing, until: int, *, sql_costing: bool = True) -> int:
+def rollup(
+    session: Session,
+    pricing: Pricing,
+    until: int,
+    *,
+    sql_costing: bool = True,
+    connections: int = ROLLUP_CONNECTIONS,
+) -> int:
     """Bring the ledger up to ``until`` (epoch seconds): rebuild every dirty hour before it, and every hour
     from the newest hour in the ledger (or, for an empty ledger, the first GPU's entry into service) to it.
 
@@ -292,6 +311,10 @@ def rollup(session: Session, pricing: Pricing, until: int, *, sql_costing: bool 
     without samples or job changes (a silent collector, an idle cluster) still accrue capacity cost.
     Hours missing a GPU that has no price stay dirty, so they are rebuilt after the catalog is fixed.
     ``sql_costing`` as in :func:`rebuild`. Returns the number of hours rebuilt completely.
+
+    On PostgreSQL, several chunks of hours are computed at once on up to ``connections`` extra connections
+    (:func:`_chunks_built_elsewhere`) when this transaction has written nothing yet; everything is still written
+    in this session's transaction. Otherwise, and on SQLite, chunk after chunk by :func:`rebuild`.
 
     Rollups are serialised: two at once (the scheduler and ``gpu-finops rollup``, or two schedulers) would each
     delete the hours' rows before the other's were committed and write them twice. On PostgreSQL by a
@@ -308,9 +331,14 @@ def rollup(session: Session, pricing: Pricing, until: int, *, sql_costing: bool 
     newest = session.scalar(select(func.max(LedgerEntry.hour))) or session.scalar(select(func.min(Gpu.in_service_from)))
     since = floor_hour(to_epoch(newest)) if newest is not None else floor_hour(until - 1)
     hours = sorted(dirty | set(range(min(since, floor_hour(until - 1)), until, HOUR)))
+    chunks = list(_contiguous_chunks(hours))
+    built: Iterator[tuple[int, int, set[int]]]
+    if dialect == "postgresql" and connections > 1 and len(chunks) > 1 and _nothing_written(session):
+        built = _chunks_built_elsewhere(session, chunks, pricing, until, sql_costing, connections)
+    else:
+        built = ((h0, h1, rebuild(session, h0, h1, pricing, until, sql_costing=sql_costing)) for h0, h1 in chunks)
     rebuilt = 0
-    for h0, h1 in _contiguous_chunks(hours):
-        unpriced = rebuild(session, h0, h1, pricing, until, sql_costing=sql_costing)
+    for h0, h1, unpriced in built:
         done = [h for h in range(h0, h1, HOUR) if h not in unpriced]
         session.execute(delete(DirtyHour).where(DirtyHour.hour.in_([from_epoch(h) for h in done])))
         rebuilt += len(done)
@@ -339,30 +367,93 @@ def rebuild(session: Session, h0: int, h1: int, pricing: Pricing, until: int, *,
     rows are the same; it is the reference the SQL costing is tested against). The team-hours of [h0, h1) are
     rewritten after the rows (:func:`finops.team_hours.refresh_team_hours`).
     """
-    end = min(h1, until)
-    connection = session.connection()
-    dialect = connection.dialect.name
-    _prepare_work_tables(connection, dialect)
-    with _statement_settings(connection, dialect):
-        unpriced = _rebuild(session, connection, dialect, h0, h1, end, pricing, sql_costing)
-    refresh_team_hours(session, h0, h1)
+    unpriced = _compute(session, h0, h1, pricing, until, team_by_name(session, UNALLOCATED_TEAM).id, sql_costing)
+    _store(session, h0, h1, None)
     return unpriced
 
 
-def _rebuild(
+def _store(session: Session, h0: int, h1: int, copied: bytes | None) -> None:
+    """Replace the ledger rows of hours [h0, h1) by the chunk's computed rows, and rewrite its team-hours.
+
+    ``copied`` None: the rows are in this connection's ``tmp_ledger_rows``; else they are that table's binary
+    ``COPY`` output from another connection (PostgreSQL's binary COPY format), written by ``COPY … FROM STDIN``.
+    """
+    session.execute(delete(LedgerEntry).where(LedgerEntry.hour >= from_epoch(h0), LedgerEntry.hour < from_epoch(h1)))
+    names = ", ".join(LEDGER_COLUMNS)
+    if copied is None:
+        session.execute(text(f"INSERT INTO ledger ({names}) SELECT {names} FROM tmp_ledger_rows"))  # noqa: S608
+    else:
+        cursor = session.connection().connection.driver_connection.cursor()  # type: ignore[union-attr]
+        with cursor, cursor.copy(f"COPY ledger ({names}) FROM STDIN (FORMAT binary)") as copy:
+            copy.write(copied)
+    refresh_team_hours(session, h0, h1)
+
+
+def _nothing_written(session: Session) -> bool:
+    """Whether this PostgreSQL transaction has written nothing yet (no transaction id assigned): then another
+    connection sees the same data as it does."""
+    return bool(session.scalar(text("SELECT txid_current_if_assigned() IS NULL")))
+
+
+def _chunks_built_elsewhere(
     session: Session,
+    chunks: Sequence[tuple[int, int]],
+    pricing: Pricing,
+    until: int,
+    sql_costing: bool,
+    connections: int,
+) -> Iterator[tuple[int, int, set[int]]]:
+    """``(h0, h1, unpriced hours)`` per chunk, in order, once :func:`_store` has written its rows in ``session``.
+
+    The rows are computed (:func:`_compute`) on up to ``connections`` other connections of the session's
+    engine, a chunk each at a time and a few chunks ahead, so that PostgreSQL computes several chunks on
+    several cores while this session writes the one before: on 2 cores about 1.7 times as many chunks per
+    second. Each helper connection reads in a transaction of its own, which it rolls back; the rollup's inputs
+    (readings, jobs, allocations, GPUs, prices) are what is committed, which is what ``session`` sees too as long
+    as it has not written them (:func:`_nothing_written`). PostgreSQL only.
+    """
+    bind = session.get_bind()
+    engine = bind.engine if isinstance(bind, Connection) else bind
+    unallocated_team = team_by_name(session, UNALLOCATED_TEAM).id
+    idle: queue.SimpleQueue[Connection] = queue.SimpleQueue()
+
+    def compute(h0: int, h1: int) -> tuple[set[int], bytes]:
+        connection = idle.get()
+        try:
+            with Session(bind=connection) as helper:
+                unpriced = _compute(helper, h0, h1, pricing, until, unallocated_team, sql_costing)
+            return unpriced, _copy_out(connection)
+        finally:
+            idle.put(connection)
+
+    with ExitStack() as stack:
+        for _ in range(min(connections, len(chunks))):
+            connection = stack.enter_context(engine.connect())
+            stack.enter_context(connection.begin())  # rolled back: helpers write only temporary tables
+            idle.put(connection)
+        pool = stack.enter_context(ThreadPoolExecutor(max_workers=connections, thread_name_prefix="ledger-chunk"))
+        stack.callback(pool.shutdown, cancel_futures=True)
+        pending: deque[tuple[int, int, Future[tuple[set[int], bytes]]]] = deque()
+        queued = iter(chunks)
+        for h0, h1 in islice(queued, connections + 1):
+            pending.append((h0, h1, pool.submit(compute, h0, h1)))
+        while pending:
+            h0, h1, future = pending.popleft()
+            unpriced, copied = future.result()
+            for n0, n1 in islice(queued, 1):
+                pending.append((n0, n1, pool.submit(compute, n0, n1)))
+            _store(session, h0, h1, copied)
+            yield h0, h1, unpriced
+
+
+def _load_prices(
     connection: Connection,
     dialect: str,
-    h0: int,
-    h1: int,
-    end: int,
-    pricing: Pricing,
-    sql_costing: bool,
-) -> set[int]:
-    """:func:`rebuild` once the work tables are ready (``end``: ``h1`` clipped at the build time)."""
-    node_models = pricing_models_by_node(session, pricing.model)
-    rates, unpriced = _rates(session, pricing, node_models, h0, end)
-    session.execute(delete(LedgerEntry).where(LedgerEntry.hour >= from_epoch(h0), LedgerEntry.hour < from_epoch(h1)))
+    rates: dict[tuple[str, PricingModel, int], Decimal],
+    node_models: dict[int, PricingModel],
+) -> None:
+    """Fill ``tmp_ledger_rates`` with each rate's capacity cost of a whole hour (integer micro-units on SQLite) and
+    ``tmp_ledger_node_models`` with the nodes' pricing models."""
     if rates:
         money = (lambda amount: int(amount.scaleb(MONEY_SCALE))) if dialect == "sqlite" else (lambda amount: amount)
         connection.execute(
@@ -377,31 +468,53 @@ def _rebuild(
             text("INSERT INTO tmp_ledger_node_models VALUES (:node, :model)"),
             [{"node": node, "model": str(model)} for node, model in node_models.items()],
         )
-    bounds = {"h0": h0, "end": end}
-    connection.execute(_GPU_HOURS, {**bounds, "default_model": str(pricing.model)})
-    connection.execute(_HOLDINGS, bounds)
-    connection.execute(_SPLIT, {"everything": 0 if sql_costing else 1})
-    _analyze(connection, dialect, "tmp_ledger_gpu_hours", "tmp_ledger_holdings", "tmp_ledger_split")
-    connection.execute(
-        _METERING[dialect], {**bounds, "lookback": h0 - ENERGY_LOOKBACK_SECONDS, "gap": ENERGY_LOOKBACK_SECONDS}
-    )
-    _analyze(connection, dialect, "tmp_ledger_metering")
-    unallocated_team = team_by_name(session, UNALLOCATED_TEAM).id
-    catalog = pricing.catalog
-    if dialect == "sqlite":
-        _register_sqlite_functions(connection, catalog)
-    common = text(_COMMON_INSERT.format(columns=", ".join(LEDGER_COLUMNS), costed=_costing_sql(dialect)))
-    parameters: dict[str, Any] = {"unallocated": unallocated_team, "currency": catalog.currency}
-    if dialect == "postgresql":
-        parameters["energy_factor"] = catalog.tariff_per_kwh * catalog.pue * 10  # ÷ 36 = × 10^6 ÷ 3.6e6
-    connection.execute(common, parameters)
-    rows = _split_rows(connection, rates, unallocated_team, catalog, h0, h1)
-    if log.isEnabledFor(logging.DEBUG):
-        gpu_hours = connection.scalar(text("SELECT COUNT(*) FROM tmp_ledger_gpu_hours")) or 0
-        split = connection.scalar(text("SELECT COUNT(*) FROM tmp_ledger_split")) or 0
-        log.debug("ledger hours [%d, %d): %d GPU-hours costed in SQL, %d split by the cost model",
-                  h0, h1, gpu_hours - split, split)  # fmt: skip
-    _insert_rows(session, connection, dialect, rows)
+
+
+def _copy_out(connection: Connection) -> bytes:
+    """This connection's ``tmp_ledger_rows`` in PostgreSQL's binary COPY format (:data:`LEDGER_COLUMNS`)."""
+    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    with cursor, cursor.copy(f"COPY tmp_ledger_rows ({', '.join(LEDGER_COLUMNS)}) TO STDOUT (FORMAT binary)") as copy:
+        return b"".join(bytes(data) for data in copy)
+
+
+def _compute(
+    session: Session, h0: int, h1: int, pricing: Pricing, until: int, unallocated_team: int, sql_costing: bool
+) -> set[int]:
+    """Fill the work table ``tmp_ledger_rows`` of the session's connection with the ledger rows of hours [h0, h1)
+    clipped at ``until``, as :func:`rebuild` describes; the ledger itself is not touched. Returns the hours that
+    miss a price."""
+    connection = session.connection()
+    dialect = connection.dialect.name
+    end = min(h1, until)
+    _prepare_work_tables(connection, dialect)
+    with _statement_settings(connection, dialect):
+        node_models = pricing_models_by_node(session, pricing.model)
+        rates, unpriced = _rates(session, pricing, node_models, h0, end)
+        _load_prices(connection, dialect, rates, node_models)
+        bounds = {"h0": h0, "end": end}
+        connection.execute(_GPU_HOURS, {**bounds, "default_model": str(pricing.model)})
+        connection.execute(_HOLDINGS, bounds)
+        connection.execute(_SPLIT, {"everything": 0 if sql_costing else 1})
+        _analyze(connection, dialect, "tmp_ledger_gpu_hours", "tmp_ledger_holdings", "tmp_ledger_split")
+        connection.execute(
+            _METERING[dialect], {**bounds, "lookback": h0 - ENERGY_LOOKBACK_SECONDS, "gap": ENERGY_LOOKBACK_SECONDS}
+        )
+        _analyze(connection, dialect, "tmp_ledger_metering")
+        catalog = pricing.catalog
+        if dialect == "sqlite":
+            _register_sqlite_functions(connection, catalog)
+        common = text(_COMMON_INSERT.format(columns=", ".join(LEDGER_COLUMNS), costed=_costing_sql(dialect)))
+        parameters: dict[str, Any] = {"unallocated": unallocated_team, "currency": catalog.currency}
+        if dialect == "postgresql":
+            parameters["energy_factor"] = catalog.tariff_per_kwh * catalog.pue * 10  # ÷ 36 = × 10^6 ÷ 3.6e6
+        connection.execute(common, parameters)
+        rows = _split_rows(connection, rates, unallocated_team, catalog, h0, h1)
+        if log.isEnabledFor(logging.DEBUG):
+            gpu_hours = connection.scalar(text("SELECT COUNT(*) FROM tmp_ledger_gpu_hours")) or 0
+            split = connection.scalar(text("SELECT COUNT(*) FROM tmp_ledger_split")) or 0
+            log.debug("ledger hours [%d, %d): %d GPU-hours costed in SQL, %d split by the cost model",
+                      h0, h1, gpu_hours - split, split)  # fmt: skip
+        _insert_rows(connection, dialect, rows)
     return unpriced
 
 
@@ -653,15 +766,21 @@ def _gpu_hour_rows(
     return rows
 
 
-def _insert_rows(session: Session, connection: Connection, dialect: str, rows: Sequence[dict[str, object]]) -> None:
-    """Write ledger rows: ``COPY`` on PostgreSQL, an executemany of the table's INSERT elsewhere."""
+def _insert_rows(connection: Connection, dialect: str, rows: Sequence[dict[str, object]]) -> None:
+    """Add ledger rows to ``tmp_ledger_rows``: ``COPY`` on PostgreSQL, an executemany elsewhere (money in integer
+    micro-units, as :class:`finops.sqltypes.Money` stores it on SQLite)."""
     if not rows:
         return
-    if dialect != "postgresql":
-        session.execute(LedgerEntry.__table__.insert(), list(rows))  # type: ignore[attr-defined]
-        return
     names = ", ".join(LEDGER_COLUMNS)
+    if dialect != "postgresql":
+        money = {"allocated_cost", "used_cost", "idle_cost", "energy_cost"}
+        values = ", ".join(f":{name}" for name in LEDGER_COLUMNS)
+        connection.execute(
+            text(f"INSERT INTO tmp_ledger_rows ({names}) VALUES ({values})"),  # noqa: S608 - constant names
+            [{k: int(v.scaleb(MONEY_SCALE)) if k in money else v for k, v in row.items()} for row in rows],  # type: ignore[attr-defined]
+        )
+        return
     cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    with cursor, cursor.copy(f"COPY ledger ({names}) FROM STDIN") as copy:
+    with cursor, cursor.copy(f"COPY tmp_ledger_rows ({names}) FROM STDIN") as copy:
         for row in rows:
             copy.write_row([row[name] for name in LEDGER_COLUMNS])
