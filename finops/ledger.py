@@ -430,6 +430,8 @@ def _chunks_built_elsewhere(
         for _ in range(min(connections, len(chunks))):
             connection = stack.enter_context(engine.connect())
             stack.enter_context(connection.begin())  # rolled back: helpers write only temporary tables
+            # The helpers keep the cores busy between them: parallel workers would only add their own overhead.
+            connection.exec_driver_sql("SET LOCAL max_parallel_workers_per_gather = 0")
             idle.put(connection)
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=connections, thread_name_prefix="ledger-chunk"))
         stack.callback(pool.shutdown, cancel_futures=True)
