@@ -18,8 +18,12 @@ tables, and applies :mod:`finops.costmodel` in Python only where a GPU-hour has 
    :func:`finops.costmodel.energy_cost` as registered SQL functions);
 6. the GPU-hours to split, by :func:`finops.costmodel.gpu_hour_costs` in Python.
 
-Both costing paths write identical rows: ``sql_costing=False`` sends every GPU-hour through Python, which the
-tests compare with. Rebuilding an hour deletes and rewrites its rows, so recomputing changes nothing.
+Steps 5 and 6 write the chunk's rows to a work table; the ledger's rows of the chunk are then replaced by them
+in one statement. On PostgreSQL a rollup of several chunks computes them on other connections, one per CPU,
+while its own session writes the chunk before (binary ``COPY`` from the helper's work table into the ledger):
+the ledger is still written in the rollup's one transaction. Both costing paths write identical rows:
+``sql_costing=False`` sends every GPU-hour through Python, which the tests compare with. Rebuilding an hour
+deletes and rewrites its rows, so recomputing changes nothing.
 """
 
 from __future__ import annotations

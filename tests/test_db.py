@@ -159,3 +159,37 @@ def test_job_utilization_migration_up_down_and_up(database_url: str) -> None:
         assert connection.execute(text("SELECT count(*) FROM gpu_job_utilization")).scalar_one() == 0
     assert current_revision(engine) == head_revision()
     engine.dispose()
+
+
+def test_ledger_foreign_key_migration_down_and_up(database_url: str) -> None:
+    """0010 leaves the ledger only its foreign key to jobs; downgrading below it restores those to gpus and teams,
+    keeping the rows; upgrading again drops them."""
+    from sqlalchemy import inspect, text
+
+    from finops.db import downgrade
+
+    def shape() -> tuple[list[str], int]:
+        with engine.connect() as connection:
+            referred = sorted(fk["referred_table"] for fk in inspect(connection).get_foreign_keys("ledger"))
+            return referred, connection.execute(text("SELECT count(*) FROM ledger")).scalar_one()
+
+    engine = make_engine(database_url)
+    upgrade(engine)
+    with engine.begin() as connection:
+        connection.execute(text("INSERT INTO nodes (hostname) VALUES ('gpu-a-01')"))
+        connection.execute(text("INSERT INTO teams (name) VALUES ('alpha')"))
+        connection.execute(
+            text("INSERT INTO gpus (uuid, node_id, gpu_index, model, in_service_from) "
+                 "SELECT 'GPU-1', id, 0, 'NVIDIA H100 80GB HBM3', 0 FROM nodes")
+        )  # fmt: skip
+        connection.execute(
+            text("INSERT INTO ledger (hour, gpu_id, team_id, seconds, used_gpu_seconds, sample_count, energy_joules, "
+                 "allocated_cost, used_cost, idle_cost, energy_cost, currency) "
+                 "SELECT 1772445600, gpus.id, teams.id, 3600, 0, 0, 0, 2, 0, 0, 0, 'USD' FROM gpus, teams")
+        )  # fmt: skip
+    assert shape() == (["jobs"], 1)
+    downgrade(engine, "0009")
+    assert shape() == (["gpus", "jobs", "teams"], 1)
+    upgrade(engine)
+    assert shape() == (["jobs"], 1)
+    engine.dispose()
