@@ -45,6 +45,7 @@ from sqlalchemy import Connection, delete, false, func, select, text
 from sqlalchemy.orm import Session
 
 from finops import costmodel
+from finops.hours import mark_hours_dirty
 from finops.job_utilization import job_utilization_by_gpu_hour
 from finops.models import UNALLOCATED_TEAM, DirtyHour, Gpu, Job, LedgerEntry
 from finops.placement import job_keys
@@ -58,8 +59,10 @@ from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
 log = logging.getLogger(__name__)
 
 CHUNK_HOURS = 24
-ROLLUP_CONNECTIONS = os.cpu_count() or 1
-"""Connections that compute chunks of a rollup at once on PostgreSQL (:func:`rollup`): one per CPU of this host."""
+ROLLUP_CONNECTIONS = min(os.cpu_count() or 1, 4)
+"""Connections that compute chunks of a rollup at once on PostgreSQL (:func:`rollup`): one per CPU of the host
+running the rollup, at most 4, which keeps them well within the engine's pool (5 + 10 connections, shared with
+the API)."""
 ROLLUP_LOCK_KEY = 0x6770_7566_5F6C_6467  # pg_advisory_xact_lock key serialising rollups ("gpuf_ldg")
 ENERGY_LOOKBACK_SECONDS = HOUR
 """An energy counter increment counts only if the previous reading is at most this much older: the energy
@@ -313,7 +316,9 @@ def rollup(
 
     The newest hour is always rebuilt because it was built only up to the previous ``until``, so hours
     without samples or job changes (a silent collector, an idle cluster) still accrue capacity cost.
-    Hours missing a GPU that has no price stay dirty, so they are rebuilt after the catalog is fixed.
+    Hours missing a GPU that has no price stay dirty, so they are rebuilt after the catalog is fixed. A chunk's
+    dirty marks are removed before its data is read (:func:`_unmark`), so that data committed while it is rebuilt
+    is rebuilt by the next rollup.
     ``sql_costing`` as in :func:`rebuild`. Returns the number of hours rebuilt completely.
 
     On PostgreSQL, several chunks of hours are computed at once on up to ``connections`` extra connections
@@ -340,13 +345,12 @@ def rollup(
     if dialect == "postgresql" and connections > 1 and len(chunks) > 1 and _nothing_written(session):
         built = _chunks_built_elsewhere(session, chunks, pricing, until, sql_costing, connections)
     else:
-        built = ((h0, h1, rebuild(session, h0, h1, pricing, until, sql_costing=sql_costing)) for h0, h1 in chunks)
-    rebuilt = 0
-    for h0, h1, unpriced in built:
-        done = [h for h in range(h0, h1, HOUR) if h not in unpriced]
-        session.execute(delete(DirtyHour).where(DirtyHour.hour.in_([from_epoch(h) for h in done])))
-        rebuilt += len(done)
-    return rebuilt
+        built = _chunks_built_here(session, chunks, pricing, until, sql_costing)
+    unpriced: set[int] = set()
+    for _, _, missing in built:
+        unpriced |= missing
+    mark_hours_dirty(session, unpriced)
+    return len(hours) - len(unpriced)
 
 
 def _contiguous_chunks(hours: list[int]) -> Iterator[tuple[int, int]]:
@@ -393,6 +397,22 @@ def _store(session: Session, h0: int, h1: int, copied: bytes | None) -> None:
     refresh_team_hours(session, h0, h1)
 
 
+def _chunks_built_here(
+    session: Session, chunks: Sequence[tuple[int, int]], pricing: Pricing, until: int, sql_costing: bool
+) -> Iterator[tuple[int, int, set[int]]]:
+    """``(h0, h1, unpriced hours)`` per chunk, each rebuilt by :func:`rebuild` in the session's own connection."""
+    for h0, h1 in chunks:
+        _unmark(session, h0, h1)
+        yield h0, h1, rebuild(session, h0, h1, pricing, until, sql_costing=sql_costing)
+
+
+def _unmark(session: Session, h0: int, h1: int) -> None:
+    """Remove the dirty marks of hours [h0, h1), before their data is read. Data committed after that marks its
+    hours again (on PostgreSQL its insert of a mark waits for this transaction, which deleted the mark, to end),
+    so it is rebuilt next time; removing the marks after the rebuild would remove those too."""
+    session.execute(delete(DirtyHour).where(DirtyHour.hour >= from_epoch(h0), DirtyHour.hour < from_epoch(h1)))
+
+
 def _nothing_written(session: Session) -> bool:
     """Whether this PostgreSQL transaction has written nothing yet (no transaction id assigned): then another
     connection sees the same data as it does."""
@@ -411,10 +431,11 @@ def _chunks_built_elsewhere(
 
     The rows are computed (:func:`_compute`) on up to ``connections`` other connections of the session's
     engine, a chunk each at a time and a few chunks ahead, so that PostgreSQL computes several chunks on
-    several cores while this session writes the one before: on 2 cores about 1.7 times as many chunks per
-    second. Each helper connection reads in a transaction of its own, which it rolls back; the rollup's inputs
-    (readings, jobs, allocations, GPUs, prices) are what is committed, which is what ``session`` sees too as long
-    as it has not written them (:func:`_nothing_written`). PostgreSQL only.
+    several cores while this session writes the one before (``benchmarks/ledger.py`` has figures). Each helper
+    connection reads in a transaction of its own, which it rolls back; the rollup's inputs (readings, jobs,
+    allocations, GPUs, prices) are what is committed, which is what ``session`` sees too as long as it has not
+    written them (:func:`_nothing_written`). A helper's error is raised here, and the rollup's transaction with
+    it is rolled back by its owner. PostgreSQL only.
     """
     bind = session.get_bind()
     engine = bind.engine if isinstance(bind, Connection) else bind
@@ -442,11 +463,13 @@ def _chunks_built_elsewhere(
         pending: deque[tuple[int, int, Future[tuple[set[int], bytes]]]] = deque()
         queued = iter(chunks)
         for h0, h1 in islice(queued, connections + 1):
+            _unmark(session, h0, h1)
             pending.append((h0, h1, pool.submit(compute, h0, h1)))
         while pending:
             h0, h1, future = pending.popleft()
             unpriced, copied = future.result()
             for n0, n1 in islice(queued, 1):
+                _unmark(session, n0, n1)
                 pending.append((n0, n1, pool.submit(compute, n0, n1)))
             _store(session, h0, h1, copied)
             yield h0, h1, unpriced

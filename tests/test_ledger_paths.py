@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -401,3 +402,72 @@ def _assert_same(built: tuple[Any, ...], reference: tuple[Any, ...]) -> None:
 
 def _team_hours(session: Session) -> list[tuple[Any, ...]]:
     return sorted(tuple(row) for row in session.execute(text("SELECT * FROM ledger_team_hours")))
+
+
+def test_a_failing_chunk_fails_the_rollup_and_returns_the_connections(
+    sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error while a helper connection computes a chunk is raised by the rollup, whose transaction then writes
+    nothing; the helpers' connections go back to the pool."""
+    pricing = Pricing(_catalog(), PricingModel.ON_DEMAND)
+    monkeypatch.setattr(ledger, "CHUNK_HOURS", 3)
+    with sessions.begin() as session:
+        _build(session, 2)
+        if session.get_bind().dialect.name != "postgresql":
+            pytest.skip("SQLite computes every chunk in the rollup's own session")
+    real_compute = ledger._compute
+
+    def compute(session: Session, h0: int, *args: Any) -> set[int]:
+        if h0 == T0 + 3 * HOUR:
+            raise RuntimeError("chunk failed")
+        return real_compute(session, h0, *args)
+
+    monkeypatch.setattr(ledger, "_compute", compute)
+    engine = sessions.kw["bind"]
+    with pytest.raises(RuntimeError, match="chunk failed"), sessions.begin() as session:
+        rollup(session, pricing, UNTIL, connections=2)
+    assert engine.pool.checkedout() == 0
+    with sessions() as session:
+        assert session.scalar(text("SELECT count(*) FROM ledger")) == 0
+        assert session.scalar(text("SELECT count(*) FROM ledger_dirty_hours")) == len(range(T0 - 3 * HOUR, UNTIL, HOUR))
+
+
+@pytest.mark.parametrize("connections", [1, 3])
+def test_an_hour_marked_during_its_rebuild_stays_dirty(
+    sessions: sessionmaker[Session], connections: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Data committed while its hour is being rebuilt (here a mark from another transaction, as an ingest or a job
+    import makes) leaves the hour dirty after the rollup, so the next rollup reads that data. On PostgreSQL the
+    other transaction's mark waits for the rollup's transaction, which removed the mark before reading the hour."""
+    pricing = Pricing(_catalog(), PricingModel.ON_DEMAND)
+    monkeypatch.setattr(ledger, "CHUNK_HOURS", 3)
+    with sessions.begin() as session:
+        _build(session, 3)
+        if session.get_bind().dialect.name != "postgresql":
+            pytest.skip("SQLite's rollup holds the database's write lock: nothing commits during it")
+    hour = T0 + 4 * HOUR
+    marked = threading.Event()
+
+    def mark_elsewhere() -> None:
+        with sessions.begin() as other:
+            mark_hours_dirty(other, [hour])
+        marked.set()
+
+    writer = threading.Thread(target=mark_elsewhere)
+    real_compute = ledger._compute
+
+    def compute(session: Session, h0: int, *args: Any) -> set[int]:
+        if h0 <= hour < h0 + 3 * HOUR:
+            writer.start()
+            writer.join(timeout=2)  # the mark waits for the rollup's transaction
+        return real_compute(session, h0, *args)
+
+    monkeypatch.setattr(ledger, "_compute", compute)
+    with sessions.begin() as session:
+        rollup(session, pricing, UNTIL, connections=connections)
+        assert not marked.is_set()
+    writer.join(timeout=30)
+    assert marked.is_set()
+    with sessions() as session:
+        dirty = set(session.scalars(text("SELECT hour FROM ledger_dirty_hours")))
+    assert hour in dirty
