@@ -321,9 +321,12 @@ def rollup(
     is rebuilt by the next rollup.
     ``sql_costing`` as in :func:`rebuild`. Returns the number of hours rebuilt completely.
 
-    On PostgreSQL, several chunks of hours are computed at once on up to ``connections`` extra connections
+    The hours are rebuilt in chunks of at most :data:`CHUNK_HOURS` consecutive hours (a day partition of readings
+    each). On PostgreSQL, several chunks are computed at once on up to ``connections`` extra connections
     (:func:`_chunks_built_elsewhere`) when this transaction has written nothing yet; everything is still written
-    in this session's transaction. Otherwise, and on SQLite, chunk after chunk by :func:`rebuild`.
+    in this session's transaction. Half a day of hours or more is then cut into at least ``connections``
+    chunks, so that a single dirty day is shared by the helpers too. Otherwise, and on SQLite, chunk after chunk
+    by :func:`rebuild`.
 
     Rollups are serialised: two at once (the scheduler and ``gpu-finops rollup``, or two schedulers) would each
     delete the hours' rows before the other's were committed and write them twice. On PostgreSQL by a
@@ -340,7 +343,10 @@ def rollup(
     newest = session.scalar(select(func.max(LedgerEntry.hour))) or session.scalar(select(func.min(Gpu.in_service_from)))
     since = floor_hour(to_epoch(newest)) if newest is not None else floor_hour(until - 1)
     hours = sorted(dirty | set(range(min(since, floor_hour(until - 1)), until, HOUR)))
-    chunks = list(_contiguous_chunks(hours))
+    longest = CHUNK_HOURS
+    if dialect == "postgresql" and connections > 1 and len(hours) >= CHUNK_HOURS // 2:
+        longest = min(CHUNK_HOURS, -(-len(hours) // connections))  # a chunk for each helper at least
+    chunks = list(_contiguous_chunks(hours, longest))
     built: Iterator[tuple[int, int, set[int]]]
     if dialect == "postgresql" and connections > 1 and len(chunks) > 1 and _nothing_written(session):
         built = _chunks_built_elsewhere(session, chunks, pricing, until, sql_costing, connections)
@@ -353,11 +359,11 @@ def rollup(
     return len(hours) - len(unpriced)
 
 
-def _contiguous_chunks(hours: list[int]) -> Iterator[tuple[int, int]]:
-    """[h0, h1) runs of consecutive hours, at most CHUNK_HOURS long."""
+def _contiguous_chunks(hours: list[int], longest: int) -> Iterator[tuple[int, int]]:
+    """[h0, h1) runs of consecutive hours, at most ``longest`` hours long."""
     start = previous = None
     for hour in hours:
-        if start is None or previous is None or hour != previous + HOUR or hour - start >= CHUNK_HOURS * HOUR:
+        if start is None or previous is None or hour != previous + HOUR or hour - start >= longest * HOUR:
             if start is not None and previous is not None:
                 yield start, previous + HOUR
             start = hour
