@@ -404,17 +404,24 @@ def _team_hours(session: Session) -> list[tuple[Any, ...]]:
     return sorted(tuple(row) for row in session.execute(text("SELECT * FROM ledger_team_hours")))
 
 
+def _slice_in_3_hour_chunks(
+    sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch, seed: int, why_not_sqlite: str
+) -> Pricing:
+    """The seeded slice, rolled up in 3-hour chunks, on PostgreSQL only (else skipped ``why_not_sqlite``)."""
+    monkeypatch.setattr(ledger, "CHUNK_HOURS", 3)
+    with sessions.begin() as session:
+        if session.get_bind().dialect.name != "postgresql":
+            pytest.skip(why_not_sqlite)
+        _build(session, seed)
+    return Pricing(_catalog(), PricingModel.ON_DEMAND)
+
+
 def test_a_failing_chunk_fails_the_rollup_and_returns_the_connections(
     sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An error while a helper connection computes a chunk is raised by the rollup, whose transaction then writes
     nothing; the helpers' connections go back to the pool."""
-    pricing = Pricing(_catalog(), PricingModel.ON_DEMAND)
-    monkeypatch.setattr(ledger, "CHUNK_HOURS", 3)
-    with sessions.begin() as session:
-        _build(session, 2)
-        if session.get_bind().dialect.name != "postgresql":
-            pytest.skip("SQLite computes every chunk in the rollup's own session")
+    pricing = _slice_in_3_hour_chunks(sessions, monkeypatch, 2, "SQLite computes every chunk in the rollup's session")
     real_compute = ledger._compute
 
     def compute(session: Session, h0: int, *args: Any) -> set[int]:
@@ -439,12 +446,9 @@ def test_an_hour_marked_during_its_rebuild_stays_dirty(
     """Data committed while its hour is being rebuilt (here a mark from another transaction, as an ingest or a job
     import makes) leaves the hour dirty after the rollup, so the next rollup reads that data. On PostgreSQL the
     other transaction's mark waits for the rollup's transaction, which removed the mark before reading the hour."""
-    pricing = Pricing(_catalog(), PricingModel.ON_DEMAND)
-    monkeypatch.setattr(ledger, "CHUNK_HOURS", 3)
-    with sessions.begin() as session:
-        _build(session, 3)
-        if session.get_bind().dialect.name != "postgresql":
-            pytest.skip("SQLite's rollup holds the database's write lock: nothing commits during it")
+    pricing = _slice_in_3_hour_chunks(
+        sessions, monkeypatch, 3, "SQLite's rollup holds the database's write lock: nothing commits during it"
+    )
     hour = T0 + 4 * HOUR
     marked = threading.Event()
 
