@@ -460,7 +460,7 @@ def _chunks_built_elsewhere(
     with ExitStack() as stack:
         for _ in range(min(connections, len(chunks))):
             connection = stack.enter_context(engine.connect())
-            stack.enter_context(connection.begin())  # rolled back: helpers write only temporary tables
+            stack.callback(connection.begin().rollback)  # helpers write only temporary tables: nothing to keep
             # The helpers keep the cores busy between them: parallel workers would only add their own overhead.
             connection.exec_driver_sql("SET LOCAL max_parallel_workers_per_gather = 0")
             idle.put(connection)
