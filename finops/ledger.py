@@ -19,8 +19,8 @@ tables, and applies :mod:`finops.costmodel` in Python only where a GPU-hour has 
 6. the GPU-hours to split, by :func:`finops.costmodel.gpu_hour_costs` in Python.
 
 Steps 5 and 6 write the chunk's rows to a work table; the ledger's rows of the chunk are then replaced by them
-in one statement. On PostgreSQL a rollup of several chunks computes them on other connections, one per CPU,
-while its own session writes the chunk before (binary ``COPY`` from the helper's work table into the ledger):
+in one statement. On PostgreSQL a rollup of several chunks computes them on other connections, one per CPU up to
+4, while its own session writes the chunk before (binary ``COPY`` from the helper's work table into the ledger):
 the ledger is still written in the rollup's one transaction. Both costing paths write identical rows:
 ``sql_costing=False`` sends every GPU-hour through Python, which the tests compare with. Rebuilding an hour
 deletes and rewrites its rows, so recomputing changes nothing.
@@ -41,7 +41,7 @@ from fractions import Fraction
 from itertools import islice
 from typing import Any
 
-from sqlalchemy import Connection, delete, false, func, select, text
+from sqlalchemy import Connection, column, delete, false, func, insert, select, table, text
 from sqlalchemy.orm import Session
 
 from finops import costmodel
@@ -343,18 +343,17 @@ def rollup(
     newest = session.scalar(select(func.max(LedgerEntry.hour))) or session.scalar(select(func.min(Gpu.in_service_from)))
     since = floor_hour(to_epoch(newest)) if newest is not None else floor_hour(until - 1)
     hours = sorted(dirty | set(range(min(since, floor_hour(until - 1)), until, HOUR)))
+    helpers = dialect == "postgresql" and connections > 1
     longest = CHUNK_HOURS
-    if dialect == "postgresql" and connections > 1 and len(hours) >= CHUNK_HOURS // 2:
+    if helpers and len(hours) >= CHUNK_HOURS // 2:
         longest = min(CHUNK_HOURS, -(-len(hours) // connections))  # a chunk for each helper at least
     chunks = list(_contiguous_chunks(hours, longest))
-    built: Iterator[tuple[int, int, set[int]]]
-    if dialect == "postgresql" and connections > 1 and len(chunks) > 1 and _nothing_written(session):
+    built: Iterator[set[int]]
+    if helpers and len(chunks) > 1 and _nothing_written(session):
         built = _chunks_built_elsewhere(session, chunks, pricing, until, sql_costing, connections)
     else:
         built = _chunks_built_here(session, chunks, pricing, until, sql_costing)
-    unpriced: set[int] = set()
-    for _, _, missing in built:
-        unpriced |= missing
+    unpriced: set[int] = set().union(*built)
     mark_hours_dirty(session, unpriced)
     return len(hours) - len(unpriced)
 
@@ -405,11 +404,11 @@ def _store(session: Session, h0: int, h1: int, copied: bytes | None) -> None:
 
 def _chunks_built_here(
     session: Session, chunks: Sequence[tuple[int, int]], pricing: Pricing, until: int, sql_costing: bool
-) -> Iterator[tuple[int, int, set[int]]]:
-    """``(h0, h1, unpriced hours)`` per chunk, each rebuilt by :func:`rebuild` in the session's own connection."""
+) -> Iterator[set[int]]:
+    """The unpriced hours of each chunk [h0, h1), rebuilt by :func:`rebuild` in the session's own connection."""
     for h0, h1 in chunks:
         _unmark(session, h0, h1)
-        yield h0, h1, rebuild(session, h0, h1, pricing, until, sql_costing=sql_costing)
+        yield rebuild(session, h0, h1, pricing, until, sql_costing=sql_costing)
 
 
 def _unmark(session: Session, h0: int, h1: int) -> None:
@@ -432,8 +431,9 @@ def _chunks_built_elsewhere(
     until: int,
     sql_costing: bool,
     connections: int,
-) -> Iterator[tuple[int, int, set[int]]]:
-    """``(h0, h1, unpriced hours)`` per chunk, in order, once :func:`_store` has written its rows in ``session``.
+) -> Iterator[set[int]]:
+    """The unpriced hours of each chunk [h0, h1), in order, once :func:`_store` has written its rows in
+    ``session``.
 
     The rows are computed (:func:`_compute`) on up to ``connections`` other connections of the session's
     engine, a chunk each at a time and a few chunks ahead, so that PostgreSQL computes several chunks on
@@ -478,7 +478,7 @@ def _chunks_built_elsewhere(
                 _unmark(session, n0, n1)
                 pending.append((n0, n1, pool.submit(compute, n0, n1)))
             _store(session, h0, h1, copied)
-            yield h0, h1, unpriced
+            yield unpriced
 
 
 def _load_prices(
@@ -801,19 +801,18 @@ def _gpu_hour_rows(
     return rows
 
 
+# tmp_ledger_rows with the ledger's column types, so that binds are stored as the ledger stores them (money in
+# integer micro-units on SQLite: :class:`finops.sqltypes.Money`).
+_WORK_ROWS = table("tmp_ledger_rows", *(column(name, LedgerEntry.__table__.c[name].type) for name in LEDGER_COLUMNS))
+
+
 def _insert_rows(connection: Connection, dialect: str, rows: Sequence[dict[str, object]]) -> None:
-    """Add ledger rows to ``tmp_ledger_rows``: ``COPY`` on PostgreSQL, an executemany elsewhere (money in integer
-    micro-units, as :class:`finops.sqltypes.Money` stores it on SQLite)."""
+    """Add ledger rows to ``tmp_ledger_rows``: ``COPY`` on PostgreSQL, an executemany elsewhere."""
     if not rows:
         return
     names = ", ".join(LEDGER_COLUMNS)
     if dialect != "postgresql":
-        money = {"allocated_cost", "used_cost", "idle_cost", "energy_cost"}
-        values = ", ".join(f":{name}" for name in LEDGER_COLUMNS)
-        connection.execute(
-            text(f"INSERT INTO tmp_ledger_rows ({names}) VALUES ({values})"),  # noqa: S608 - constant names
-            [{k: int(v.scaleb(MONEY_SCALE)) if k in money else v for k, v in row.items()} for row in rows],  # type: ignore[attr-defined]
-        )
+        connection.execute(insert(_WORK_ROWS), list(rows))
         return
     cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
     with cursor, cursor.copy(f"COPY tmp_ledger_rows ({names}) FROM STDIN") as copy:
