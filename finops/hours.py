@@ -23,7 +23,24 @@ def mark_hours_dirty(session: Session, hours: Iterable[int]) -> None:
     insert_ignoring_conflicts(session, DirtyHour.__table__, [{"hour": h} for h in sorted(set(hours))])  # type: ignore[arg-type]
 
 
-def mark_job_hours_dirty(session: Session, job: Job) -> None:
-    """Queue every hour ``job`` ran in for a ledger rebuild."""
-    if job.start is not None:
-        mark_hours_dirty(session, hours_between(job.start, job.end))
+class HourMarks:
+    """Ledger hours to mark dirty, gathered over a batch of changes (an import of thousands of jobs) and marked by
+    one insert (:meth:`mark`) instead of one per job."""
+
+    def __init__(self) -> None:
+        self._hours: set[int] = set()
+
+    def add(self, hours: Iterable[int]) -> None:
+        """Gather hour starts (epoch seconds)."""
+        self._hours.update(hours)
+
+    def add_job(self, job: Job) -> None:
+        """Gather every hour ``job`` ran in (none before it starts)."""
+        if job.start is not None:
+            self._hours.update(hours_between(job.start, job.end))
+
+    def mark(self, session: Session) -> None:
+        """Mark the gathered hours dirty (:func:`mark_hours_dirty`) and forget them."""
+        if self._hours:
+            mark_hours_dirty(session, self._hours)
+            self._hours.clear()

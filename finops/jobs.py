@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.hours import hours_between, mark_hours_dirty, mark_job_hours_dirty
+from finops.hours import HourMarks, hours_between
 from finops.mig import mig_share
 from finops.models import Allocation, Job, Watermark
 from finops.placement import PlacementRequest, Unit, ensure_nodes, job_keys, node_models, place_jobs
@@ -76,7 +76,8 @@ def import_sacct(
         query = select(Job).where(Job.scheduler == "slurm", Job.start >= since, Job.job_id_raw.in_(chunk))
         existing.update(((job.cluster, job.job_id_raw), job) for job in session.scalars(query))
     teams = TeamRules(session)
-    requests: list[PlacementRequest] = []
+    marks = HourMarks()
+    added: list[tuple[Job, SacctJob]] = []
     mig_jobs = [record for record in jobs if _mig_profile(record.gpu_type)]
     models = node_models(session, (n for record in mig_jobs for n in record.nodes)) if mig_jobs else {}
     for record in jobs:
@@ -84,20 +85,23 @@ def import_sacct(
         job = existing.get((job_cluster, record.job_id_raw))
         team_id = teams.team_id(record.account)
         if job is not None and _same_placement(job, record):
-            update_end(session, job, record.end, record.state)
+            update_end(session, job, record.end, record.state, marks)
             if (job.account, job.team_id) != (record.account, team_id):
                 job.account, job.team_id = record.account, team_id
-                mark_job_hours_dirty(session, job)
+                marks.add_job(job)
         else:
             if job is not None:
-                mark_job_hours_dirty(session, job)
+                marks.add_job(job)
                 session.delete(job)
-                session.flush()
-            job = _new_job(session, record, job_cluster, team_id)
-            requests.append(_request(job, record, models))
-            mark_job_hours_dirty(session, job)
+                session.flush()  # the replacement takes the same unique key
+            job = _new_job(record, job_cluster, team_id)
+            session.add(job)
+            added.append((job, record))
+            marks.add_job(job)
         result.jobs += 1
-    place_jobs(session, requests)
+    session.flush()  # the new jobs' ids, in batched inserts
+    place_jobs(session, [_request(job, record, models) for job, record in added])
+    marks.mark(session)
     _record_partitions(session, jobs)
     session.flush()
     return result
@@ -119,20 +123,21 @@ def _same_placement(job: Job, record: SacctJob) -> bool:
     return (job.start, job.gpus, job.node_list) == (record.start, record.gpus, ",".join(record.nodes))
 
 
-def update_end(session: Session, job: Job, end: datetime | None, state: str) -> None:
+def update_end(session: Session, job: Job, end: datetime | None, state: str, marks: HourMarks) -> None:
     """Give an imported job its new ``end`` (None: still running) and ``state``, cutting its allocations at the
-    new end and marking the ledger hours from the earlier of the two ends onward dirty."""
+    new end and gathering in ``marks`` the ledger hours from the earlier of the two ends onward."""
     if job.end == end and job.state == state:
         return
     ends = [value for value in (job.end, end) if value is not None]
     if ends:
-        mark_hours_dirty(session, hours_between(min(ends), None))
+        marks.add(hours_between(min(ends), None))
     job.end, job.state = end, state
     session.execute(update(Allocation).where(Allocation.job_pk == job.id).values(end=end))
 
 
-def _new_job(session: Session, record: SacctJob, cluster: str, team_id: int) -> Job:
-    job = Job(
+def _new_job(record: SacctJob, cluster: str, team_id: int) -> Job:
+    """The new (not yet added) job of ``record``."""
+    return Job(
         scheduler="slurm",
         cluster=cluster,
         job_id=record.job_id,
@@ -150,9 +155,6 @@ def _new_job(session: Session, record: SacctJob, cluster: str, team_id: int) -> 
         node_list=",".join(record.nodes),
         team_id=team_id,
     )
-    session.add(job)
-    session.flush()
-    return job
 
 
 def _mig_profile(gpu_type: str | None) -> str | None:

@@ -48,7 +48,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from collector.wire import JOB_ID_MAX_LENGTH
-from finops.hours import mark_job_hours_dirty
+from finops.hours import HourMarks
 from finops.jobs import update_end
 from finops.mig import mig_share
 from finops.models import Job
@@ -471,7 +471,8 @@ def import_pods(
     existing = _known_pods(session, cluster, [p.uid for p in listing.pods])
     models = node_models(session, {p.node for p in running})
     teams = TeamRules(session)
-    requests: list[PlacementRequest] = []
+    marks = HourMarks()
+    added: list[tuple[Job, Pod, list[Unit], str | None]] = []
     for pod in running:
         labels = node_labels.get(pod.node, {})
         model = models.get(pod.node) or product_model(labels)
@@ -484,25 +485,28 @@ def import_pods(
         team_id = teams.team_id(pod.namespace, pod.namespace, pod.labels)
         job = existing.get(pod.uid)
         if job is not None and (job.start, job.node_list, job.gpus) == (pod.start, pod.node, pod.devices):
-            update_end(session, job, pod.end, pod.phase)
+            update_end(session, job, pod.end, pod.phase, marks)
             if job.labels != pod.labels:
                 job.labels = pod.labels
                 job.user, job.project = pod.labels.get("user", ""), pod.labels.get("project")
             if job.team_id != team_id:
                 job.team_id = team_id
-                mark_job_hours_dirty(session, job)
+                marks.add_job(job)
         else:
             if job is not None:
-                mark_job_hours_dirty(session, job)
+                marks.add_job(job)
                 session.delete(job)
-                session.flush()
-            job = _new_job(session, pod, cluster, team_id, node_pool(labels) or node_pool(pod.node_selector), model)
-            requests.append(_request(job, pod, units, model))
-            mark_job_hours_dirty(session, job)
+                session.flush()  # the replacement takes the same unique key
+            job = _new_job(pod, cluster, team_id, node_pool(labels) or node_pool(pod.node_selector), model)
+            session.add(job)
+            added.append((job, pod, units, model))
+            marks.add_job(job)
         result.jobs += 1
-    place_jobs(session, requests)
+    session.flush()  # the new jobs' ids, in batched inserts
+    place_jobs(session, [_request(job, pod, units, model) for job, pod, units, model in added])
     if complete:
-        result.ended_missing = _end_missing(session, existing.values(), listing, listed_at)
+        result.ended_missing = _end_missing(session, existing.values(), listing, listed_at, marks)
+    marks.mark(session)
     session.flush()
     return result
 
@@ -520,10 +524,11 @@ def _units(pod: Pod, model: str | None) -> list[Unit]:
     return units
 
 
-def _new_job(session: Session, pod: Pod, cluster: str, team_id: int, partition: str, model: str | None) -> Job:
+def _new_job(pod: Pod, cluster: str, team_id: int, partition: str, model: str | None) -> Job:
+    """The new (not yet added) job of ``pod``."""
     profiles = set(pod.mig)
     gpu_type = profiles.pop() if pod.gpus == 0 and len(profiles) == 1 else model
-    job = Job(
+    return Job(
         scheduler="kubernetes",
         cluster=cluster,
         job_id=pod.job_id,
@@ -544,9 +549,6 @@ def _new_job(session: Session, pod: Pod, cluster: str, team_id: int, partition: 
         labels=pod.labels,
         project=pod.labels.get("project"),
     )
-    session.add(job)
-    session.flush()
-    return job
 
 
 def _request(job: Job, pod: Pod, units: Sequence[Unit], model: str | None) -> PlacementRequest:
@@ -572,14 +574,16 @@ def _known_pods(session: Session, cluster: str, uids: Sequence[str]) -> dict[str
     return known
 
 
-def _end_missing(session: Session, jobs: Iterable[Job], listing: PodListing, listed_at: datetime) -> int:
-    """End the open pods of a complete listing that it no longer holds, at ``listed_at``. A pod the listing
-    holds but could not read (an error) is not missing."""
+def _end_missing(
+    session: Session, jobs: Iterable[Job], listing: PodListing, listed_at: datetime, marks: HourMarks
+) -> int:
+    """End the open pods of a complete listing that it no longer holds, at ``listed_at`` (their hours gathered in
+    ``marks``). A pod the listing holds but could not read (an error) is not missing."""
     uids = {p.uid for p in listing.pods}
     names = {p.job_id for p in listing.pods} | {e.pod for e in listing.errors}
     ended = 0
     for job in jobs:
         if job.end is None and job.job_id_raw not in uids and job.job_id not in names:
-            update_end(session, job, max(listed_at, job.start or listed_at), "Deleted")
+            update_end(session, job, max(listed_at, job.start or listed_at), "Deleted", marks)
             ended += 1
     return ended

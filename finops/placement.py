@@ -38,7 +38,7 @@ from typing import TypeVar
 from sqlalchemy import ColumnElement, and_, delete, func, or_, select
 from sqlalchemy.orm import Session
 
-from finops.hours import hours_between, mark_hours_dirty, mark_job_hours_dirty
+from finops.hours import HourMarks, hours_between, mark_hours_dirty
 from finops.models import Allocation, DirtyHour, Gpu, GpuSample, Job, Node
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
@@ -507,6 +507,7 @@ def reconcile_job_map(session: Session, until: int) -> int:
             held[job_pk].append((allocation_id, gpu_id, hostname, Unit(Fraction(num, den), profile)))
     requests: list[PlacementRequest] = []
     stale: list[int] = []
+    marks = HourMarks()
     for job in sorted(jobs.values(), key=lambda j: (j.start or from_epoch(0), j.id)):
         if job.start is None:
             continue
@@ -527,9 +528,10 @@ def reconcile_job_map(session: Session, until: int) -> int:
             requests.append(
                 PlacementRequest(job.id, start, None if job.end is None else end, moved, job.gpu_type, keys)
             )
-            mark_job_hours_dirty(session, job)
+            marks.add_job(job)
     if not requests:
         return 0
+    marks.mark(session)
     for chunk in _chunks(stale):
         session.execute(delete(Allocation).where(Allocation.id.in_(chunk)))
     place_jobs(session, requests)
