@@ -40,9 +40,35 @@ def list_alerts(
     session: Session, now: datetime, state: Literal["firing", "resolved", "all"] = "firing"
 ) -> list[AlertView]:
     """Alerts in ``state``, newest first; ``muted`` tells whether a silence or an inhibition holds one back."""
+    return select_alerts(session, now, state)
+
+
+def select_alerts(
+    session: Session,
+    now: datetime,
+    state: Literal["firing", "resolved", "all"] = "firing",
+    *,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    team: str | None = None,
+) -> list[AlertView]:
+    """:func:`list_alerts` narrowed to a period and a team, newest first (the dashboard's Alerts page), filtered
+    in the query.
+
+    ``start`` / ``end``: only alerts that held at some instant of [start, end): ``starts_at < end`` and ``ends_at``
+    None (still firing) or after ``start``; either bound None leaves that side open. ``team``: only alerts whose
+    ``team`` label is ``team``; alerts without a team label (collector-silent, gpu-lost, data-quality) are left
+    out. Resolved alerts are deleted :data:`alerts.engine.RESOLVED_RETENTION` after they end, so older history
+    is empty."""
     query = select(AlertInstance).order_by(AlertInstance.starts_at.desc(), AlertInstance.fingerprint)
     if state != "all":
         query = query.where(AlertInstance.state == state)
+    if end is not None:
+        query = query.where(AlertInstance.starts_at < end)
+    if start is not None:
+        query = query.where(AlertInstance.ends_at.is_(None) | (AlertInstance.ends_at > start))
+    if team is not None:
+        query = query.where(AlertInstance.labels["team"].as_string() == team)
     instances = session.scalars(query).all()
     silences = active_silences(session, now)
     firing = [dict(i.labels) for i in session.scalars(select(AlertInstance).where(AlertInstance.state == "firing"))]
@@ -60,31 +86,6 @@ def list_alerts(
             muted=i.state == "firing" and is_muted(i, silences, firing, now),
         )
         for i in instances
-    ]
-
-
-def select_alerts(
-    session: Session,
-    now: datetime,
-    state: Literal["firing", "resolved", "all"] = "firing",
-    *,
-    start: datetime | None = None,
-    end: datetime | None = None,
-    team: str | None = None,
-) -> list[AlertView]:
-    """:func:`list_alerts` narrowed to a period and a team, newest first (the dashboard's Alerts page).
-
-    ``start`` / ``end``: only alerts that held at some instant of [start, end): ``starts_at < end`` and ``ends_at``
-    None (still firing) or after ``start``; either bound None leaves that side open. ``team``: only alerts whose
-    ``team`` label is ``team``; alerts without a team label (collector-silent, gpu-lost, data-quality) are left
-    out. Resolved alerts are deleted :data:`alerts.engine.RESOLVED_RETENTION` after they end, so older history
-    is empty."""
-    return [
-        alert
-        for alert in list_alerts(session, now, state)
-        if (end is None or alert.starts_at < end)
-        and (start is None or alert.ends_at is None or alert.ends_at > start)
-        and (team is None or alert.labels.get("team") == team)
     ]
 
 

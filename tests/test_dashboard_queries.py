@@ -101,7 +101,7 @@ def seed_two_clusters(url: str) -> datetime:
     return t0
 
 
-def _alert(
+def alert_row(
     rule: str, severity: str, labels: dict[str, str], start: datetime, end: datetime | None, title: str
 ) -> AlertInstance:
     labels = {**labels, "rule": rule, "severity": severity}
@@ -131,11 +131,11 @@ def seed_alerts(url: str, t0: datetime) -> None:
     with session_factory(make_engine(url)).begin() as session:
         session.add_all(
             [
-                _alert("throttling", "warning", {"team": "gamma", "node": NODE_B, "gpu": "0", "job": "601"},
+                alert_row("throttling", "warning", {"team": "gamma", "node": NODE_B, "gpu": "0", "job": "601"},
                        hour, None, f"GPU throttled: {NODE_B} GPU 0"),
-                _alert("collector-silent", "critical", {"node": scenario.NODE}, two_hours, None,
+                alert_row("collector-silent", "critical", {"node": scenario.NODE}, two_hours, None,
                        f"Collector silent: {scenario.NODE}"),
-                _alert("idle-gpu", "warning", {"team": "alpha", "job": "501", "user": "alice"}, hour, ninety,
+                alert_row("idle-gpu", "warning", {"team": "alpha", "job": "501", "user": "alice"}, hour, ninety,
                        "Idle GPUs: job 501"),
             ]
         )  # fmt: skip
