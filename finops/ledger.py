@@ -51,7 +51,7 @@ from finops.models import UNALLOCATED_TEAM, DirtyHour, Gpu, Job, LedgerEntry
 from finops.placement import job_keys
 from finops.prices import PriceCatalog, PriceNotFound, PricingModel
 from finops.pricing_rules import pricing_models_by_node
-from finops.sqltypes import MONEY_SCALE
+from finops.sqltypes import MONEY_SCALE, Money
 from finops.team_hours import refresh_team_hours
 from finops.teams import team_by_name
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
@@ -483,18 +483,16 @@ def _chunks_built_elsewhere(
 
 def _load_prices(
     connection: Connection,
-    dialect: str,
     rates: dict[tuple[str, PricingModel, int], Decimal],
     node_models: dict[int, PricingModel],
 ) -> None:
-    """Fill ``tmp_ledger_rates`` with each rate's capacity cost of a whole hour (integer micro-units on SQLite) and
-    ``tmp_ledger_node_models`` with the nodes' pricing models."""
+    """Fill ``tmp_ledger_rates`` with each rate's capacity cost of a whole hour (bound as :class:`Money`: integer
+    micro-units on SQLite) and ``tmp_ledger_node_models`` with the nodes' pricing models."""
     if rates:
-        money = (lambda amount: int(amount.scaleb(MONEY_SCALE))) if dialect == "sqlite" else (lambda amount: amount)
         connection.execute(
-            text("INSERT INTO tmp_ledger_rates VALUES (:model, :pricing_model, :hour, :capacity)"),
+            insert(_RATES),
             [
-                {"model": m, "pricing_model": str(p), "hour": h, "capacity": money(costmodel.capacity_cost(r, HOUR))}
+                {"model": m, "pricing_model": str(p), "hour": h, "capacity": costmodel.capacity_cost(r, HOUR)}
                 for (m, p, h), r in rates.items()
             ],
         )
@@ -525,7 +523,7 @@ def _compute(
     with _statement_settings(connection, dialect):
         node_models = pricing_models_by_node(session, pricing.model)
         rates, unpriced = _rates(session, pricing, node_models, h0, end)
-        _load_prices(connection, dialect, rates, node_models)
+        _load_prices(connection, rates, node_models)
         bounds = {"h0": h0, "end": end}
         connection.execute(_GPU_HOURS, {**bounds, "default_model": str(pricing.model)})
         connection.execute(_HOLDINGS, bounds)
@@ -801,8 +799,9 @@ def _gpu_hour_rows(
     return rows
 
 
-# tmp_ledger_rows with the ledger's column types, so that binds are stored as the ledger stores them (money in
-# integer micro-units on SQLite: :class:`finops.sqltypes.Money`).
+# tmp_ledger_rows with the ledger's column types and tmp_ledger_rates with its capacity as money, so that binds are
+# stored as the ledger stores them (money in integer micro-units on SQLite: :class:`finops.sqltypes.Money`).
+_RATES = table("tmp_ledger_rates", *map(column, ("model", "pricing_model", "hour")), column("capacity", Money()))
 _WORK_ROWS = table("tmp_ledger_rows", *(column(name, LedgerEntry.__table__.c[name].type) for name in LEDGER_COLUMNS))
 
 
