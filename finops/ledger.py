@@ -318,7 +318,9 @@ def rollup(
     without samples or job changes (a silent collector, an idle cluster) still accrue capacity cost.
     Hours missing a GPU that has no price stay dirty, so they are rebuilt after the catalog is fixed. A chunk's
     dirty marks are removed before its data is read (:func:`_unmark`), so that data committed while it is rebuilt
-    is rebuilt by the next rollup.
+    is rebuilt by the next rollup. The newest hour built (the one ``until - 1`` falls in) keeps its mark: the next
+    rollup rebuilds it anyway, from the ledger's newest hour, and an ingest marking that hour (every POST of the
+    current hour does) would otherwise wait for this rollup's transaction, which removed the mark, to end.
     ``sql_costing`` as in :func:`rebuild`. Returns the number of hours rebuilt completely.
 
     The hours are rebuilt in chunks of at most :data:`CHUNK_HOURS` consecutive hours (a day partition of readings
@@ -407,15 +409,17 @@ def _chunks_built_here(
 ) -> Iterator[set[int]]:
     """The unpriced hours of each chunk [h0, h1), rebuilt by :func:`rebuild` in the session's own connection."""
     for h0, h1 in chunks:
-        _unmark(session, h0, h1)
+        _unmark(session, h0, h1, until)
         yield rebuild(session, h0, h1, pricing, until, sql_costing=sql_costing)
 
 
-def _unmark(session: Session, h0: int, h1: int) -> None:
-    """Remove the dirty marks of hours [h0, h1), before their data is read. Data committed after that marks its
-    hours again (on PostgreSQL its insert of a mark waits for this transaction, which deleted the mark, to end),
-    so it is rebuilt next time; removing the marks after the rebuild would remove those too."""
-    session.execute(delete(DirtyHour).where(DirtyHour.hour >= from_epoch(h0), DirtyHour.hour < from_epoch(h1)))
+def _unmark(session: Session, h0: int, h1: int, until: int) -> None:
+    """Remove the dirty marks of hours [h0, h1), before their data is read, but not that of the newest hour
+    built up to ``until`` (:func:`rollup` says why). Data committed after that marks its hours again (on
+    PostgreSQL its insert of a mark waits for this transaction, which deleted the mark, to end), so it is rebuilt
+    next time; removing the marks after the rebuild would remove those too."""
+    stop = min(h1, floor_hour(until - 1))
+    session.execute(delete(DirtyHour).where(DirtyHour.hour >= from_epoch(h0), DirtyHour.hour < from_epoch(stop)))
 
 
 def _nothing_written(session: Session) -> bool:
@@ -469,13 +473,13 @@ def _chunks_built_elsewhere(
         pending: deque[tuple[int, int, Future[tuple[set[int], bytes]]]] = deque()
         queued = iter(chunks)
         for h0, h1 in islice(queued, connections + 1):
-            _unmark(session, h0, h1)
+            _unmark(session, h0, h1, until)
             pending.append((h0, h1, pool.submit(compute, h0, h1)))
         while pending:
             h0, h1, future = pending.popleft()
             unpriced, copied = future.result()
             for n0, n1 in islice(queued, 1):
-                _unmark(session, n0, n1)
+                _unmark(session, n0, n1, until)
                 pending.append((n0, n1, pool.submit(compute, n0, n1)))
             _store(session, h0, h1, copied)
             yield unpriced

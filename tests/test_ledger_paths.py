@@ -30,7 +30,7 @@ from finops.ledger import ENERGY_LOOKBACK_SECONDS, LEDGER_COLUMNS, Pricing, roll
 from finops.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Node, PricingRule, Team
 from finops.partitions import create_partitions, is_partitioned
 from finops.prices import PriceCatalog, PricingModel
-from finops.timeutil import HOUR, from_epoch, to_epoch
+from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
 
 T0 = to_epoch(datetime(2026, 10, 5, tzinfo=UTC))
 HOURS = 7
@@ -475,3 +475,38 @@ def test_an_hour_marked_during_its_rebuild_stays_dirty(
     with sessions() as session:
         dirty = set(session.scalars(text("SELECT hour FROM ledger_dirty_hours")))
     assert hour in dirty
+
+
+@pytest.mark.parametrize("connections", [1, 3])
+def test_marking_the_newest_hour_does_not_wait_for_the_rollup(
+    sessions: sessionmaker[Session], connections: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The newest hour built keeps its dirty mark through the rollup, so another transaction marking it (every
+    ingest of the current hour does) commits at once instead of waiting for the rollup's transaction to end; the
+    hour is still dirty afterwards, for the next rollup."""
+    pricing = _slice_in_3_hour_chunks(
+        sessions, monkeypatch, 3, "SQLite's rollup holds the database's write lock: nothing commits during it"
+    )
+    newest = floor_hour(UNTIL - 1)
+    marked = threading.Event()
+
+    def mark_elsewhere() -> None:
+        with sessions.begin() as other:
+            mark_hours_dirty(other, [newest])
+        marked.set()
+
+    real_compute = ledger._compute
+
+    def compute(session: Session, h0: int, *args: Any) -> set[int]:
+        if h0 <= newest < h0 + 3 * HOUR:
+            writer = threading.Thread(target=mark_elsewhere)
+            writer.start()
+            writer.join(timeout=5)  # a mark removed by the rollup would wait for its transaction
+        return real_compute(session, h0, *args)
+
+    monkeypatch.setattr(ledger, "_compute", compute)
+    with sessions.begin() as session:
+        rollup(session, pricing, UNTIL, connections=connections)
+        assert marked.is_set(), "the mark committed while the rollup's transaction was open"
+    with sessions() as session:
+        assert newest in set(session.scalars(text("SELECT hour FROM ledger_dirty_hours")))
