@@ -158,7 +158,10 @@ HAVING :everything = 1 OR gh.lo <> gh.hour OR gh.hi <> gh.hour + 3600 OR COUNT(h
 """)
 
 # 4. Metering per GPU, hour and holding: readings with utilisation, Σ utilisation, Σ energy increments. An
-# energy counter that goes down was reset (driver reload): the new reading is the energy since then. Readings are
+# energy counter that goes down was reset (driver reload): the new reading is the energy since then. Increments run
+# between consecutive readings that carry a counter value: the window and the lookback read only those, and the
+# readings without one (a failed read, a GPU without a counter) are rows of their own without an increment, so a
+# missing value does not lose the energy across it. Readings are
 # ordered by one 64-bit key, gpu_id × 2^32 + ts (ids below 2^31, instants before 2106), which sorts faster than
 # the pair; the key's step dk from the previous reading is the time since it when that reading is the same GPU's,
 # and more than 2^32 − the chunk's span (far more than the gap) when it is another GPU's, so ``dk > gap`` also
@@ -175,22 +178,26 @@ _METERING_SQL = """
 CREATE TEMPORARY TABLE tmp_ledger_metering AS
 WITH windowed AS (
     SELECT k, k % 4294967296 AS ts, u,
-           CASE WHEN e IS NULL OR pe IS NULL OR dk IS NULL OR dk > :gap THEN 0.0 WHEN e < pe THEN e ELSE e - pe END
-               AS de
+           CASE WHEN pe IS NULL OR dk IS NULL OR dk > :gap THEN 0.0 WHEN e < pe THEN e ELSE e - pe END AS de
     FROM (
         SELECT k, u, e, k - LAG(k) OVER w AS dk, LAG(e) OVER w AS pe
         FROM (SELECT r.gpu_id * 4294967296 + r.ts AS k, r.utilization_ratio AS u, r.energy_joules AS e
-              FROM gpu_samples r WHERE {per_gpu}r.ts >= :h0 AND r.ts < :end) keyed
+              FROM gpu_samples r
+              WHERE {per_gpu}r.ts >= :h0 AND r.ts < :end AND r.energy_joules IS NOT NULL) keyed
         WINDOW w AS (ORDER BY k ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
     ) lagged
+), uncounted AS (
+    SELECT r.gpu_id * 4294967296 + r.ts AS k, r.ts, r.utilization_ratio AS u, CAST(0.0 AS DOUBLE PRECISION) AS de
+    FROM gpu_samples r WHERE {per_gpu}r.ts >= :h0 AND r.ts < :end AND r.energy_joules IS NULL
 ), firsts AS (
     SELECT f.gpu_id * 4294967296 + f.ts AS k, f.ts, CAST(NULL AS DOUBLE PRECISION) AS u,
-           CASE WHEN f.energy_joules IS NULL OR p.energy_joules IS NULL OR f.ts - p.ts > :gap THEN 0.0
-                WHEN f.energy_joules < p.energy_joules THEN f.energy_joules
+           CASE WHEN f.ts - p.ts > :gap THEN 0.0 WHEN f.energy_joules < p.energy_joules THEN f.energy_joules
                 ELSE f.energy_joules - p.energy_joules END AS de
     FROM (SELECT g.id,
-                 (SELECT MIN(ts) FROM gpu_samples WHERE gpu_id = g.id AND ts >= :h0 AND ts < :end) AS first_ts,
-                 (SELECT MAX(ts) FROM gpu_samples WHERE gpu_id = g.id AND ts >= :lookback AND ts < :h0) AS previous_ts
+                 (SELECT MIN(ts) FROM gpu_samples WHERE gpu_id = g.id AND ts >= :h0 AND ts < :end
+                    AND energy_joules IS NOT NULL) AS first_ts,
+                 (SELECT MAX(ts) FROM gpu_samples WHERE gpu_id = g.id AND ts >= :lookback AND ts < :h0
+                    AND energy_joules IS NOT NULL) AS previous_ts
           FROM gpus g) b
     JOIN gpu_samples f ON f.gpu_id = b.id AND f.ts = b.first_ts AND f.ts >= :h0 AND f.ts < :end
     JOIN gpu_samples p ON p.gpu_id = b.id AND p.ts = b.previous_ts AND p.ts >= :lookback AND p.ts < :h0
@@ -198,6 +205,8 @@ WITH windowed AS (
     SELECT k, ts, u, de FROM firsts
     UNION ALL
     SELECT k, ts, u, de FROM windowed
+    UNION ALL
+    SELECT k, ts, u, de FROM uncounted
 )
 SELECT CAST(gpu_hour / 4294967296 AS INTEGER) AS gpu_id, gpu_hour % 4294967296 AS hour, allocation_id,
        CAST(samples AS INTEGER) AS samples, utilization_sum, energy_joules

@@ -267,8 +267,9 @@ def test_postgresql_float_text_is_the_python_repr(sessions: sessionmaker[Session
 
 def _reference_metering(session: Session, h0: int, end: int) -> dict[tuple[int, int, int | None], tuple[Any, ...]]:
     """The metering of [h0, end) computed from the readings in Python: per GPU in time order, each reading's energy
-    increment from the one before it (none over more than the lookback, the new reading after a reset), summed in
-    that order per GPU, hour and the non-shared holding that contains the reading (else None)."""
+    increment from the last one before it that has a counter value (none over more than the lookback, the new
+    reading after a reset), summed in that order per GPU, hour and the non-shared holding that contains the
+    reading (else None)."""
     holdings: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
     for gpu_id, hour, allocation_id, start, stop in session.execute(
         text("SELECT gpu_id, hour, allocation_id, start, stop FROM tmp_ledger_holdings WHERE shared = 0")
@@ -280,14 +281,15 @@ def _reference_metering(session: Session, h0: int, end: int) -> dict[tuple[int, 
         .order_by(GpuSample.gpu_id, GpuSample.ts)
     ).all()
     sums: dict[tuple[int, int, int | None], list[Any]] = {}
-    previous: tuple[int, int, float | None] | None = None
+    previous: tuple[int, int, float] | None = None  # the last reading with a counter value
     for gpu_id, at, utilization, energy in readings:
         ts = to_epoch(at)
         before = previous if previous is not None and previous[0] == gpu_id else None
-        previous = (gpu_id, ts, energy)
+        if energy is not None:
+            previous = (gpu_id, ts, energy)
         if ts < h0:
             continue
-        if energy is None or before is None or before[2] is None or ts - before[1] > ENERGY_LOOKBACK_SECONDS:
+        if energy is None or before is None or ts - before[1] > ENERGY_LOOKBACK_SECONDS:
             increment = 0.0
         else:
             increment = energy if energy < before[2] else energy - before[2]
