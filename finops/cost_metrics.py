@@ -142,6 +142,6 @@ class CostMetrics(Collector):
                 yield GaugeMetricFamily(name, text, value=instant)
         yield GaugeMetricFamily(
             "gpufinops_ledger_pending_rebuilds",
-            "Ledger hours waiting for a rebuild (a count of hours).",
+            "Ledger hours marked for a rebuild (a count; the current hour, marked by ingest, is one of them).",
             value=snapshot.dirty_hours,
         )

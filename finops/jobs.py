@@ -68,37 +68,40 @@ def import_sacct(
     jobs = [j for j in jobs if j.gpus > 0 and j.nodes]
     if not jobs:
         return result
-    since = min(to_epoch(j.start) for j in jobs if j.start is not None)
+    # Stored jobs by their unique key, whatever their start: a requeued job comes back with a later one.
+    clusters = sorted({j.cluster or cluster for j in jobs})
     raw_ids = sorted({j.job_id_raw for j in jobs})
     existing: dict[tuple[str, str], Job] = {}
     for i in range(0, len(raw_ids), 2000):
         chunk = raw_ids[i : i + 2000]
-        query = select(Job).where(Job.scheduler == "slurm", Job.start >= since, Job.job_id_raw.in_(chunk))
+        query = select(Job).where(Job.scheduler == "slurm", Job.cluster.in_(clusters), Job.job_id_raw.in_(chunk))
         existing.update(((job.cluster, job.job_id_raw), job) for job in session.scalars(query))
     teams = TeamRules(session)
     marks = HourMarks()
     added: list[tuple[Job, SacctJob]] = []
     mig_jobs = [record for record in jobs if _mig_profile(record.gpu_type)]
     models = node_models(session, (n for record in mig_jobs for n in record.nodes)) if mig_jobs else {}
-    for record in jobs:
-        job_cluster = record.cluster or cluster
-        job = existing.get((job_cluster, record.job_id_raw))
-        team_id = teams.team_id(record.account)
-        if job is not None and _same_placement(job, record):
-            update_end(session, job, record.end, record.state, marks)
-            if (job.account, job.team_id) != (record.account, team_id):
-                job.account, job.team_id = record.account, team_id
+    # No flush until all are added (update_end's UPDATE would flush): the new jobs go in batched inserts.
+    with session.no_autoflush:
+        for record in jobs:
+            job_cluster = record.cluster or cluster
+            job = existing.get((job_cluster, record.job_id_raw))
+            team_id = teams.team_id(record.account)
+            if job is not None and _same_placement(job, record):
+                update_end(session, job, record.end, record.state, marks)
+                if (job.account, job.team_id) != (record.account, team_id):
+                    job.account, job.team_id = record.account, team_id
+                    marks.add_job(job)
+            else:
+                if job is not None:
+                    marks.add_job(job)
+                    session.delete(job)
+                    session.flush()  # the replacement takes the same unique key
+                job = _new_job(record, job_cluster, team_id)
+                session.add(job)
+                added.append((job, record))
                 marks.add_job(job)
-        else:
-            if job is not None:
-                marks.add_job(job)
-                session.delete(job)
-                session.flush()  # the replacement takes the same unique key
-            job = _new_job(record, job_cluster, team_id)
-            session.add(job)
-            added.append((job, record))
-            marks.add_job(job)
-        result.jobs += 1
+            result.jobs += 1
     session.flush()  # the new jobs' ids, in batched inserts
     place_jobs(session, [_request(job, record, models) for job, record in added])
     marks.mark(session)

@@ -473,35 +473,37 @@ def import_pods(
     teams = TeamRules(session)
     marks = HourMarks()
     added: list[tuple[Job, Pod, list[Unit], str | None]] = []
-    for pod in running:
-        labels = node_labels.get(pod.node, {})
-        model = models.get(pod.node) or product_model(labels)
-        try:
-            units = _units(pod, model)
-        except _FieldError as exc:
-            message = f"{source}: pod {pod.job_id}: field {exc.path}: {exc}"
-            result.errors.append(PodError(pod.job_id, exc.path, message))
-            continue
-        team_id = teams.team_id(pod.namespace, pod.namespace, pod.labels)
-        job = existing.get(pod.uid)
-        if job is not None and (job.start, job.node_list, job.gpus) == (pod.start, pod.node, pod.devices):
-            update_end(session, job, pod.end, pod.phase, marks)
-            if job.labels != pod.labels:
-                job.labels = pod.labels
-                job.user, job.project = pod.labels.get("user", ""), pod.labels.get("project")
-            if job.team_id != team_id:
-                job.team_id = team_id
+    # No flush until all are added (update_end's UPDATE would flush): the new jobs go in batched inserts.
+    with session.no_autoflush:
+        for pod in running:
+            labels = node_labels.get(pod.node, {})
+            model = models.get(pod.node) or product_model(labels)
+            try:
+                units = _units(pod, model)
+            except _FieldError as exc:
+                message = f"{source}: pod {pod.job_id}: field {exc.path}: {exc}"
+                result.errors.append(PodError(pod.job_id, exc.path, message))
+                continue
+            team_id = teams.team_id(pod.namespace, pod.namespace, pod.labels)
+            job = existing.get(pod.uid)
+            if job is not None and (job.start, job.node_list, job.gpus) == (pod.start, pod.node, pod.devices):
+                update_end(session, job, pod.end, pod.phase, marks)
+                if job.labels != pod.labels:
+                    job.labels = pod.labels
+                    job.user, job.project = pod.labels.get("user", ""), pod.labels.get("project")
+                if job.team_id != team_id:
+                    job.team_id = team_id
+                    marks.add_job(job)
+            else:
+                if job is not None:
+                    marks.add_job(job)
+                    session.delete(job)
+                    session.flush()  # the replacement takes the same unique key
+                job = _new_job(pod, cluster, team_id, node_pool(labels) or node_pool(pod.node_selector), model)
+                session.add(job)
+                added.append((job, pod, units, model))
                 marks.add_job(job)
-        else:
-            if job is not None:
-                marks.add_job(job)
-                session.delete(job)
-                session.flush()  # the replacement takes the same unique key
-            job = _new_job(pod, cluster, team_id, node_pool(labels) or node_pool(pod.node_selector), model)
-            session.add(job)
-            added.append((job, pod, units, model))
-            marks.add_job(job)
-        result.jobs += 1
+            result.jobs += 1
     session.flush()  # the new jobs' ids, in batched inserts
     place_jobs(session, [_request(job, pod, units, model) for job, pod, units, model in added])
     if complete:

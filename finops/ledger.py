@@ -327,9 +327,10 @@ def rollup(
     without samples or job changes (a silent collector, an idle cluster) still accrue capacity cost.
     Hours missing a GPU that has no price stay dirty, so they are rebuilt after the catalog is fixed. A chunk's
     dirty marks are removed before its data is read (:func:`_unmark`), so that data committed while it is rebuilt
-    is rebuilt by the next rollup. The newest hour built (the one ``until - 1`` falls in) keeps its mark: the next
-    rollup rebuilds it anyway, from the ledger's newest hour, and an ingest marking that hour (every POST of the
-    current hour does) would otherwise wait for this rollup's transaction, which removed the mark, to end.
+    is rebuilt by the next rollup. The newest hour built (the one ``until - 1`` falls in, usually the current one)
+    keeps its mark, so that an ingest marking it (every POST of the current hour does) does not wait for this
+    rollup's transaction, which would have removed the mark, to end; the next rollup reads the mark and rebuilds
+    the hour (which it would anyway when it is the ledger's newest), and the first rollup past it removes it.
     ``sql_costing`` as in :func:`rebuild`. Returns the number of hours rebuilt completely.
 
     The hours are rebuilt in chunks of at most :data:`CHUNK_HOURS` consecutive hours (a day partition of readings

@@ -137,8 +137,8 @@ def rehome_jobs(session: Session) -> int:
 
     Reads only the columns the rules and the hours need, in batches of :data:`REHOME_BATCH` rows, then updates
     the moved jobs in one executemany and marks the union of their hours in one insert: no ORM object per job,
-    so a site with millions of jobs re-homes in memory proportional to the moved jobs. Jobs loaded in the session
-    have their ``team_id`` expired, so they read the new team.
+    so a site with millions of jobs re-homes in memory proportional to the moved jobs. Moved jobs loaded in the
+    session have their ``team_id`` expired, so they read the new team.
     """
     session.flush()
     rules = TeamRules(session)
@@ -156,8 +156,9 @@ def rehome_jobs(session: Session) -> int:
     if moved:
         session.execute(update(jobs).where(jobs.c.id == bindparam("job")).values(team_id=bindparam("team")), moved)
         mark_hours_dirty(session, hours)
+        ids = {row["job"] for row in moved}
         for loaded in list(session.identity_map.values()):
-            if isinstance(loaded, Job):
+            if isinstance(loaded, Job) and loaded.id in ids:
                 session.expire(loaded, ["team_id"])
     return len(moved)
 

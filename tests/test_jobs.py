@@ -75,3 +75,31 @@ def test_a_running_job_that_ends_is_cut_and_its_hours_rebuilt(sessions) -> None:
     assert len(ends) == 1 and next(iter(ends)).isoformat() == "2026-01-05T12:30:00+00:00"
     assert job.state == "COMPLETED"
     assert dirty == ["2026-01-05T12:00:00+00:00"]
+
+
+def test_a_requeued_job_replaces_its_earlier_run(sessions) -> None:  # type: ignore[no-untyped-def]
+    """Slurm requeues a job (after a node failure) under the same JobIDRaw with a later start. The import that
+    carries only the new run finds the stored one whatever its start, and replaces it; the earlier run's hours
+    and the new run's are marked for rebuild."""
+    head = "77|77|c|gpu|acct|ann|2026-01-05T09:00:00"
+    first = f"{head}|2026-01-05T09:10:00|2026-01-05T10:20:00|01:10:00|NODE_FAIL|gres/gpu=2|n1|x"
+    again = f"{head}|2026-01-05T13:00:00|2026-01-05T14:30:00|01:30:00|COMPLETED|gres/gpu=2|n2|x"
+    with sessions.begin() as session:
+        import_sacct(session, [first], source="a")
+        session.execute(DirtyHour.__table__.delete())
+    with sessions.begin() as session:
+        assert import_sacct(session, [again], source="b").jobs == 1
+    with sessions() as session:
+        job = session.scalars(select(Job)).one()
+        hosts = set(
+            session.scalars(
+                select(Node.hostname)
+                .join(Gpu, Gpu.node_id == Node.id)
+                .join(Allocation)
+                .where(Allocation.job_pk == job.id)
+            )
+        )
+        dirty = sorted(h.hour for h in session.scalars(select(DirtyHour.hour)))
+    assert (job.node_list, job.state, job.start.hour) == ("n2", "COMPLETED", 13)
+    assert hosts == {"n2"}
+    assert dirty == [9, 10, 13, 14]
