@@ -93,14 +93,9 @@ def import_sacct(
                     job.account, job.team_id = record.account, team_id
                     marks.add_job(job)
             else:
-                if job is not None:
-                    marks.add_job(job)
-                    session.delete(job)
-                    session.flush()  # the replacement takes the same unique key
-                job = _new_job(record, job_cluster, team_id)
-                session.add(job)
-                added.append((job, record))
-                marks.add_job(job)
+                new = _new_job(record, job_cluster, team_id)
+                replace_job(session, job, new, marks)
+                added.append((new, record))
             result.jobs += 1
     session.flush()  # the new jobs' ids, in batched inserts
     place_jobs(session, [_request(job, record, models) for job, record in added])
@@ -124,6 +119,18 @@ def _record_partitions(session: Session, jobs: list[SacctJob]) -> None:
 
 def _same_placement(job: Job, record: SacctJob) -> bool:
     return (job.start, job.gpus, job.node_list) == (record.start, record.gpus, ",".join(record.nodes))
+
+
+def replace_job(session: Session, stored: Job | None, new: Job, marks: HourMarks) -> None:
+    """Add ``new`` in place of ``stored`` (the stored job with the same unique key whose placement changed, or
+    None), gathering the hours of both in ``marks``. ``stored`` is deleted and flushed first: ``new`` takes its
+    (scheduler, cluster, job_id_raw); its allocations go with it."""
+    if stored is not None:
+        marks.add_job(stored)
+        session.delete(stored)
+        session.flush()
+    session.add(new)
+    marks.add_job(new)
 
 
 def update_end(session: Session, job: Job, end: datetime | None, state: str, marks: HourMarks) -> None:

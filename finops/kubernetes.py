@@ -49,7 +49,7 @@ from sqlalchemy.orm import Session
 
 from collector.wire import JOB_ID_MAX_LENGTH
 from finops.hours import HourMarks
-from finops.jobs import update_end
+from finops.jobs import replace_job, update_end
 from finops.mig import mig_share
 from finops.models import Job
 from finops.placement import PlacementRequest, Unit, ensure_nodes, job_keys, node_models, place_jobs
@@ -495,14 +495,9 @@ def import_pods(
                     job.team_id = team_id
                     marks.add_job(job)
             else:
-                if job is not None:
-                    marks.add_job(job)
-                    session.delete(job)
-                    session.flush()  # the replacement takes the same unique key
-                job = _new_job(pod, cluster, team_id, node_pool(labels) or node_pool(pod.node_selector), model)
-                session.add(job)
-                added.append((job, pod, units, model))
-                marks.add_job(job)
+                new = _new_job(pod, cluster, team_id, node_pool(labels) or node_pool(pod.node_selector), model)
+                replace_job(session, job, new, marks)
+                added.append((new, pod, units, model))
             result.jobs += 1
     session.flush()  # the new jobs' ids, in batched inserts
     place_jobs(session, [_request(job, pod, units, model) for job, pod, units, model in added])

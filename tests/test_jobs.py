@@ -8,9 +8,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
 
-from finops.jobs import import_sacct, per_node_counts
+from finops.jobs import ImportResult, import_sacct, per_node_counts
 from finops.models import Allocation, DirtyHour, Gpu, Job, Node
 
 SACCT = Path(__file__).parent / "fixtures" / "sacct"
@@ -61,14 +62,19 @@ def test_bad_lines_are_named_and_the_rest_imported(engine, database_url: str) ->
     assert "imported" in result.stdout and "0 GPU jobs" not in result.stdout
 
 
+def _reimported(session: Session, before: str, after: str) -> ImportResult:
+    """Import the sacct line ``before``, forget the hours it marked dirty, then import ``after``."""
+    import_sacct(session, [before], source="a")
+    session.execute(delete(DirtyHour))
+    return import_sacct(session, [after], source="b")
+
+
 def test_a_running_job_that_ends_is_cut_and_its_hours_rebuilt(sessions) -> None:  # type: ignore[no-untyped-def]
     head = "9|9|c|gpu|acct|ann|2026-01-05T10:00:00|2026-01-05T10:00:00"
     running = f"{head}|Unknown|01:00:00|RUNNING|gres/gpu=2|n1|x"
     ended = f"{head}|2026-01-05T12:30:00|02:30:00|COMPLETED|gres/gpu=2|n1|x"
     with sessions.begin() as session:
-        import_sacct(session, [running], source="a")
-        session.execute(DirtyHour.__table__.delete())
-        import_sacct(session, [ended], source="b")
+        _reimported(session, running, ended)
         ends = set(session.scalars(select(Allocation.end)))
         dirty = sorted(h.isoformat() for h in session.scalars(select(DirtyHour.hour)))[:1]
         job = session.scalars(select(Job)).one()
@@ -85,10 +91,7 @@ def test_a_requeued_job_replaces_its_earlier_run(sessions) -> None:  # type: ign
     first = f"{head}|2026-01-05T09:10:00|2026-01-05T10:20:00|01:10:00|NODE_FAIL|gres/gpu=2|n1|x"
     again = f"{head}|2026-01-05T13:00:00|2026-01-05T14:30:00|01:30:00|COMPLETED|gres/gpu=2|n2|x"
     with sessions.begin() as session:
-        import_sacct(session, [first], source="a")
-        session.execute(DirtyHour.__table__.delete())
-    with sessions.begin() as session:
-        assert import_sacct(session, [again], source="b").jobs == 1
+        assert _reimported(session, first, again).jobs == 1
     with sessions() as session:
         job = session.scalars(select(Job)).one()
         hosts = set(
