@@ -59,13 +59,17 @@ def import_sacct(
 
     Bad lines are returned in ``errors`` (with line numbers) and the rest is imported. An empty
     Cluster field takes ``cluster``. Times are read in ``tz``, the zone sacct printed them in (its host's
-    local time). Re-importing the same lines changes nothing.
+    local time). Re-importing the same lines changes nothing. Of several records of one job (the runs of a
+    requeued job), the one that started last is kept.
     """
     parsed = parse_sacct(lines, source=source, tz=tz)
     result = ImportResult(errors=list(parsed.errors))
     jobs = sorted((j for j in parsed.jobs if j.start is not None), key=lambda j: (j.start, j.job_id_raw))
     result.without_gpus = sum(1 for j in parsed.jobs if j.gpus == 0 or not j.nodes)
     jobs = [j for j in jobs if j.gpus > 0 and j.nodes]
+    # One record per job: of the runs of a requeued job (sacct --duplicates lists each), the last to start.
+    last_runs = {(j.cluster or cluster, j.job_id_raw): j for j in jobs}
+    jobs = sorted(last_runs.values(), key=lambda j: (j.start, j.job_id_raw))
     if not jobs:
         return result
     # Stored jobs by their unique key, whatever their start: a requeued job comes back with a later one.

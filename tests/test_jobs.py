@@ -106,3 +106,18 @@ def test_a_requeued_job_replaces_its_earlier_run(sessions) -> None:  # type: ign
     assert (job.node_list, job.state, job.start.hour) == ("n2", "COMPLETED", 13)
     assert hosts == {"n2"}
     assert dirty == [9, 10, 13, 14]
+
+
+def test_the_runs_of_a_requeued_job_in_one_listing_keep_the_last(sessions) -> None:  # type: ignore[no-untyped-def]
+    """``sacct --duplicates`` lists every run of a requeued job under its JobIDRaw: the import keeps the last."""
+    head = "78|78|c|gpu|acct|ann|2026-01-05T09:00:00"
+    runs = [
+        f"{head}|2026-01-05T13:00:00|2026-01-05T14:30:00|01:30:00|COMPLETED|gres/gpu=2|n2|x",
+        f"{head}|2026-01-05T09:10:00|2026-01-05T10:20:00|01:10:00|NODE_FAIL|gres/gpu=2|n1|x",
+    ]
+    with sessions.begin() as session:
+        assert import_sacct(session, runs, source="a").jobs == 1
+    with sessions() as session:
+        job = session.scalars(select(Job)).one()
+        assert (job.node_list, job.state) == ("n2", "COMPLETED")
+        assert session.scalar(select(func.count()).select_from(Allocation)) == 2
