@@ -87,12 +87,8 @@ _TEMP_TABLES = {
     "share_num INTEGER NOT NULL, share_den INTEGER NOT NULL, shared INTEGER NOT NULL",
     "tmp_ledger_split": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, shared INTEGER NOT NULL, "
     "PRIMARY KEY (gpu_id, hour)",
-    # The chunk's ledger rows, typed as the ledger's columns (a binary COPY moves them between connections).
-    "tmp_ledger_rows": "hour BIGINT NOT NULL, gpu_id INTEGER NOT NULL, job_pk INTEGER, team_id INTEGER NOT NULL, "
-    "seconds INTEGER NOT NULL, used_gpu_seconds DOUBLE PRECISION NOT NULL, sample_count INTEGER NOT NULL, "
-    "energy_joules DOUBLE PRECISION NOT NULL, allocated_cost {money} NOT NULL, used_cost {money} NOT NULL, "
-    "idle_cost {money} NOT NULL, energy_cost {money} NOT NULL, currency VARCHAR(3) NOT NULL, "
-    "pricing_model VARCHAR(16)",
+    # The chunk's ledger rows: the ledger's own columns (a binary COPY moves them between connections).
+    "tmp_ledger_rows": "{ledger_columns}",
 }
 # Created by the metering statement itself (CREATE … AS, which PostgreSQL can run with parallel workers; the
 # SELECT of an INSERT it cannot): gpu_id, hour, allocation_id, samples, utilization_sum, energy_joules.
@@ -568,9 +564,16 @@ def _compute(
 def _prepare_work_tables(connection: Connection, dialect: str) -> None:
     """Create the session's temporary work tables if needed and empty them, and drop the previous metering table
     (PostgreSQL: one round trip)."""
-    money = "BIGINT" if dialect == "sqlite" else f"NUMERIC(20, {MONEY_SCALE})"
-    creates = [f"CREATE TEMPORARY TABLE IF NOT EXISTS {name} ({columns.format(money=money)})" for name, columns in
-               _TEMP_TABLES.items()]  # fmt: skip
+    money = Money().compile(dialect=connection.dialect)
+    ledger = LedgerEntry.__table__.c
+    ledger_columns = ", ".join(
+        f"{name} {ledger[name].type.compile(dialect=connection.dialect)}{'' if ledger[name].nullable else ' NOT NULL'}"
+        for name in LEDGER_COLUMNS
+    )
+    creates = [
+        f"CREATE TEMPORARY TABLE IF NOT EXISTS {name} ({columns.format(money=money, ledger_columns=ledger_columns)})"
+        for name, columns in _TEMP_TABLES.items()
+    ]
     drop = f"DROP TABLE IF EXISTS {_METERING_TABLE}"
     if dialect == "postgresql":
         connection.exec_driver_sql("; ".join([*creates, f"TRUNCATE {', '.join(_TEMP_TABLES)}", drop]))
