@@ -34,10 +34,15 @@ class HourMarks:
         """Gather hour starts (epoch seconds)."""
         self._hours.update(hours)
 
+    def add_run(self, start: datetime | None, end: datetime | None) -> None:
+        """Gather every hour of a job run [start, end) (aware UTC; ``end`` None: still running; none when it has
+        not started)."""
+        if start is not None:
+            self._hours.update(hours_between(start, end))
+
     def add_job(self, job: Job) -> None:
-        """Gather every hour ``job`` ran in (none before it starts)."""
-        if job.start is not None:
-            self._hours.update(hours_between(job.start, job.end))
+        """Gather every hour ``job`` ran in (:meth:`add_run`)."""
+        self.add_run(job.start, job.end)
 
     def mark(self, session: Session) -> None:
         """Mark the gathered hours dirty (:func:`mark_hours_dirty`) and forget them."""

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
-from finops.hours import hours_between, mark_hours_dirty
+from finops.hours import HourMarks
 from finops.models import TEAM_RULE_KINDS, UNMAPPED_TEAM, Job, Team, TeamRule
 from finops.rows import get_or_create
 
@@ -146,16 +146,15 @@ def rehome_jobs(session: Session) -> int:
     query = select(jobs.c.id, jobs.c.account, jobs.c.namespace, jobs.c.labels, jobs.c.team_id, jobs.c.start,
                    jobs.c.end).execution_options(yield_per=REHOME_BATCH)  # fmt: skip
     moved: list[dict[str, int]] = []
-    hours: set[int] = set()
+    marks = HourMarks()
     for job in session.execute(query):
         team_id = rules.team_id(job.account, job.namespace, job.labels)
         if job.team_id != team_id:
             moved.append({"job": job.id, "team": team_id})
-            if job.start is not None:
-                hours.update(hours_between(job.start, job.end))
+            marks.add_run(job.start, job.end)
     if moved:
         session.execute(update(jobs).where(jobs.c.id == bindparam("job")).values(team_id=bindparam("team")), moved)
-        mark_hours_dirty(session, hours)
+        marks.mark(session)
         ids = {row["job"] for row in moved}
         for loaded in list(session.identity_map.values()):
             if isinstance(loaded, Job) and loaded.id in ids:
