@@ -153,38 +153,37 @@ HAVING :everything = 1 OR gh.lo <> gh.hour OR gh.hi <> gh.hour + 3600 OR COUNT(h
         AND (MIN(h.start) <> gh.lo OR MAX(h.stop) <> gh.hi OR MAX(h.share_num) <> MAX(h.share_den)))
 """)
 
-# 4. Metering per GPU, hour and holding: readings with utilisation, Σ utilisation, Σ energy increments. An
-# energy counter that goes down was reset (driver reload): the new reading is the energy since then. Increments run
-# between consecutive readings that carry a counter value: the window and the lookback read only those, and the
-# readings without one (a failed read, a GPU without a counter) are rows of their own without an increment, so a
-# missing value does not lose the energy across it. Readings are
-# ordered by one 64-bit key, gpu_id × 2^32 + ts (ids below 2^31, instants before 2106), which sorts faster than
-# the pair; the key's step dk from the previous reading is the time since it when that reading is the same GPU's,
-# and more than 2^32 − the chunk's span (far more than the gap) when it is another GPU's, so ``dk > gap`` also
-# starts each GPU afresh. The window runs over the chunk's readings alone (nothing else in the sort, and
-# PostgreSQL can sort them in parallel workers); the increment of each GPU's first reading of the chunk, from the
-# GPU's last reading in the lookback before it (two key lookups per GPU, not a scan of the day before), is a row
-# of its own (the first reading's windowed increment is 0: its predecessor in the key order is another GPU's), so
-# every sum adds the same terms as one window over both (in an order the plan decides). Each reading is assigned
-# to the holding that contains it in a GPU-hour that is not shared (its holdings are disjoint), else to none
-# (allocation_id NULL: the unallocated rest, or a shared GPU-hour as a whole), and summed per GPU-hour key and
-# holding. The metering does not depend on which GPU-hours are costed in SQL. On SQLite, ``gpu_id IN (…)`` makes
-# it range-scan the (gpu_id, ts) key per GPU; PostgreSQL reads the day partitions the chunk spans.
+# 4. Metering per GPU, hour and holding: readings with utilisation, Σ utilisation, Σ energy increments. An energy
+# counter that goes down was reset (driver reload): the new reading is the energy since then. Increments run between
+# consecutive readings that carry a counter value, so a missing value (a failed read, a GPU without a counter) does
+# not lose the energy across it: readings are ordered by one 64-bit key o, gpu_id × 2^32 + ts (ids below 2^31,
+# instants before 2106), which sorts faster than the pair, negated for a reading without a value, so that those come
+# first, all together, and each reading with a value follows the previous one with a value (one scan and one sort, in
+# an order the plan cannot change, so the float sums come out the same every time). For the readings with a value, the
+# step dk of k from the previous reading is the time since it when that reading is the same GPU's, and more than 2^32
+# − the chunk's span (far more than the gap) when it is another GPU's, so ``dk > gap`` also starts each GPU afresh.
+# The window runs over the chunk's readings alone (nothing else in the sort, and PostgreSQL can sort them in parallel
+# workers); the increment of each GPU's first reading of the chunk, from the GPU's last reading in the lookback before
+# it (two key lookups per GPU, not a scan of the day before), is a row of its own (the first reading's windowed
+# increment is 0: its predecessor in the key order is another GPU's), so every sum adds the same terms as one window
+# over both. Each reading is assigned to the holding that contains it in a GPU-hour
+# that is not shared (its holdings are disjoint), else to none (allocation_id NULL: the unallocated rest, or a shared
+# GPU-hour as a whole), and summed per GPU-hour key and holding. The metering does not depend on which GPU-hours are
+# costed in SQL. On SQLite, ``gpu_id IN (…)`` makes it range-scan the (gpu_id, ts) key per GPU; PostgreSQL reads the
+# day partitions the chunk spans.
 _METERING_SQL = """
 CREATE TEMPORARY TABLE tmp_ledger_metering AS
 WITH windowed AS (
     SELECT k, k % 4294967296 AS ts, u,
-           CASE WHEN pe IS NULL OR dk IS NULL OR dk > :gap THEN 0.0 WHEN e < pe THEN e ELSE e - pe END AS de
+           CASE WHEN e IS NULL OR pe IS NULL OR dk IS NULL OR dk > :gap THEN 0.0 WHEN e < pe THEN e ELSE e - pe END
+               AS de
     FROM (
         SELECT k, u, e, k - LAG(k) OVER w AS dk, LAG(e) OVER w AS pe
-        FROM (SELECT r.gpu_id * 4294967296 + r.ts AS k, r.utilization_ratio AS u, r.energy_joules AS e
-              FROM gpu_samples r
-              WHERE {per_gpu}r.ts >= :h0 AND r.ts < :end AND r.energy_joules IS NOT NULL) keyed
-        WINDOW w AS (ORDER BY k ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
+        FROM (SELECT k, u, e, CASE WHEN e IS NULL THEN -k ELSE k END AS o
+              FROM (SELECT r.gpu_id * 4294967296 + r.ts AS k, r.utilization_ratio AS u, r.energy_joules AS e
+                    FROM gpu_samples r WHERE {per_gpu}r.ts >= :h0 AND r.ts < :end) scanned) keyed
+        WINDOW w AS (ORDER BY o ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
     ) lagged
-), uncounted AS (
-    SELECT r.gpu_id * 4294967296 + r.ts AS k, r.ts, r.utilization_ratio AS u, CAST(0.0 AS DOUBLE PRECISION) AS de
-    FROM gpu_samples r WHERE {per_gpu}r.ts >= :h0 AND r.ts < :end AND r.energy_joules IS NULL
 ), firsts AS (
     SELECT f.gpu_id * 4294967296 + f.ts AS k, f.ts, CAST(NULL AS DOUBLE PRECISION) AS u,
            CASE WHEN f.ts - p.ts > :gap THEN 0.0 WHEN f.energy_joules < p.energy_joules THEN f.energy_joules
@@ -201,8 +200,6 @@ WITH windowed AS (
     SELECT k, ts, u, de FROM firsts
     UNION ALL
     SELECT k, ts, u, de FROM windowed
-    UNION ALL
-    SELECT k, ts, u, de FROM uncounted
 )
 SELECT CAST(gpu_hour / 4294967296 AS INTEGER) AS gpu_id, gpu_hour % 4294967296 AS hour, allocation_id,
        CAST(samples AS INTEGER) AS samples, utilization_sum, energy_joules
