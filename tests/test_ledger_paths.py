@@ -441,6 +441,33 @@ def test_a_failing_chunk_fails_the_rollup_and_returns_the_connections(
         assert session.scalar(text("SELECT count(*) FROM ledger_dirty_hours")) == len(range(T0 - 3 * HOUR, UNTIL, HOUR))
 
 
+def _mark_while_rebuilding(
+    sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch, hour: int, wait: float
+) -> tuple[threading.Event, list[threading.Thread]]:
+    """Make the computation of the (3-hour) chunk holding ``hour`` first start another transaction that marks
+    ``hour`` dirty and commits, as an ingest or a job import does, and wait at most ``wait`` seconds for it.
+    Returns the event set once that mark committed, and the writer thread once started."""
+    marked = threading.Event()
+    writers: list[threading.Thread] = []
+
+    def mark_elsewhere() -> None:
+        with sessions.begin() as other:
+            mark_hours_dirty(other, [hour])
+        marked.set()
+
+    real_compute = ledger._compute
+
+    def compute(session: Session, h0: int, *args: Any) -> set[int]:
+        if h0 <= hour < h0 + 3 * HOUR:
+            writers.append(threading.Thread(target=mark_elsewhere))
+            writers[-1].start()
+            writers[-1].join(timeout=wait)
+        return real_compute(session, h0, *args)
+
+    monkeypatch.setattr(ledger, "_compute", compute)
+    return marked, writers
+
+
 @pytest.mark.parametrize("connections", [1, 3])
 def test_an_hour_marked_during_its_rebuild_stays_dirty(
     sessions: sessionmaker[Session], connections: int, monkeypatch: pytest.MonkeyPatch
@@ -452,27 +479,12 @@ def test_an_hour_marked_during_its_rebuild_stays_dirty(
         sessions, monkeypatch, 3, "SQLite's rollup holds the database's write lock: nothing commits during it"
     )
     hour = T0 + 4 * HOUR
-    marked = threading.Event()
-
-    def mark_elsewhere() -> None:
-        with sessions.begin() as other:
-            mark_hours_dirty(other, [hour])
-        marked.set()
-
-    writer = threading.Thread(target=mark_elsewhere)
-    real_compute = ledger._compute
-
-    def compute(session: Session, h0: int, *args: Any) -> set[int]:
-        if h0 <= hour < h0 + 3 * HOUR:
-            writer.start()
-            writer.join(timeout=2)  # the mark waits for the rollup's transaction
-        return real_compute(session, h0, *args)
-
-    monkeypatch.setattr(ledger, "_compute", compute)
+    marked, writers = _mark_while_rebuilding(sessions, monkeypatch, hour, wait=2)  # the mark waits for the rollup
     with sessions.begin() as session:
         rollup(session, pricing, UNTIL, connections=connections)
         assert not marked.is_set()
-    writer.join(timeout=30)
+    for writer in writers:
+        writer.join(timeout=30)
     assert marked.is_set()
     with sessions() as session:
         dirty = set(session.scalars(text("SELECT hour FROM ledger_dirty_hours")))
@@ -490,23 +502,7 @@ def test_marking_the_newest_hour_does_not_wait_for_the_rollup(
         sessions, monkeypatch, 3, "SQLite's rollup holds the database's write lock: nothing commits during it"
     )
     newest = floor_hour(UNTIL - 1)
-    marked = threading.Event()
-
-    def mark_elsewhere() -> None:
-        with sessions.begin() as other:
-            mark_hours_dirty(other, [newest])
-        marked.set()
-
-    real_compute = ledger._compute
-
-    def compute(session: Session, h0: int, *args: Any) -> set[int]:
-        if h0 <= newest < h0 + 3 * HOUR:
-            writer = threading.Thread(target=mark_elsewhere)
-            writer.start()
-            writer.join(timeout=5)  # a mark removed by the rollup would wait for its transaction
-        return real_compute(session, h0, *args)
-
-    monkeypatch.setattr(ledger, "_compute", compute)
+    marked, _ = _mark_while_rebuilding(sessions, monkeypatch, newest, wait=5)  # a removed mark would wait
     with sessions.begin() as session:
         rollup(session, pricing, UNTIL, connections=connections)
         assert marked.is_set(), "the mark committed while the rollup's transaction was open"
