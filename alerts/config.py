@@ -149,7 +149,7 @@ class RuleConfig(_Strict):
 
 
 class EventRuleConfig(RuleConfig):
-    """A rule fed by :mod:`finops.events`: a fact, sent once and ended silently by default."""
+    """A rule fed by :mod:`finops.analysis.events`: a fact, sent once and ended silently by default."""
 
     send_resolved: bool = False
     repeat_interval: Duration | Literal["never"] | None = "never"

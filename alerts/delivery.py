@@ -1,4 +1,4 @@
-"""The delivery worker: sends due outbox rows (:class:`finops.models.AlertDelivery`) to Slack and SMTP.
+"""The delivery worker: sends due outbox rows (:class:`finops.db.models.AlertDelivery`) to Slack and SMTP.
 
 One pass (:meth:`DeliveryWorker.run_once`):
 
@@ -37,10 +37,10 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from alerts.mail import SmtpSettings, send_email
+from alerts.models import AlertDelivery
 from alerts.render import payload_to_message
 from alerts.slack import Attempt, post_to_slack
 from alerts.webhooks import WebhookPolicy
-from finops.models import AlertDelivery
 from finops.timeutil import utc_now
 
 log = logging.getLogger(__name__)

@@ -3,8 +3,8 @@
 Two steps, each a function of the database and the time, so that a restart loses nothing and sends nothing
 twice:
 
-- :func:`evaluate` (after each ledger rollup), one transaction: take the unconsumed :mod:`finops.events`
-  (:func:`finops.events.take_events`), run the rules (:mod:`alerts.rules`), store each alert under its
+- :func:`evaluate` (after each ledger rollup), one transaction: take the unconsumed :mod:`finops.analysis.events`
+  (:func:`finops.analysis.events.take_events`), run the rules (:mod:`alerts.rules`), store each alert under its
   fingerprint (rule + sorted labels): new ones fire, ones a rule no longer returns resolve, event alerts resolve
   when their period ends; route each firing alert to its group (first matching route, ``group_by`` labels) and
   ask for the group to be looked at now.
@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from alerts.config import RULE_NAMES, AlertConfig, RouteConfig
 from alerts.dispatch import Alert, LogEntry, decide
 from alerts.matchers import DEFAULT_INHIBITIONS, InhibitRule, Matcher, Silence, inhibited, parse_matcher, silenced
+from alerts.models import AlertDelivery, AlertGroup, AlertInstance, AlertSilence
 from alerts.render import Shown, message_to_payload, render_group
 from alerts.rules import (
     Candidate,
@@ -43,9 +44,8 @@ from alerts.rules import (
     silence_candidates,
     throttling_candidates,
 )
-from finops.dialect import insert_ignoring_conflicts
-from finops.events import take_events
-from finops.models import AlertDelivery, AlertGroup, AlertInstance, AlertSilence
+from finops.analysis.events import take_events
+from finops.db.dialect import insert_ignoring_conflicts
 
 log = logging.getLogger(__name__)
 

@@ -1,22 +1,22 @@
 """The alert rules: what is true in the data right now, as candidate alerts.
 
-Each rule function reads the database (or the events taken from :mod:`finops.events`) and returns the alerts
+Each rule function reads the database (or the events taken from :mod:`finops.analysis.events`) and returns the alerts
 whose condition holds at ``now``; :func:`alerts.engine.evaluate` turns them into stored alert instances (new,
 still firing, or resolved when a rule stops returning them).
 
 - ``budget-50`` / ``budget-80`` / ``budget-100`` / ``budget-forecast`` / ``spend-anomaly``: one alert per event;
   a budget alert lasts until its month ends, an anomaly until the end of the day after the anomalous day.
-- ``idle-gpu``: idle episodes (:mod:`finops.idle`, already at least the idle window long) still open at ``now``
+- ``idle-gpu``: idle episodes (:mod:`finops.analysis.idle`, already at least the idle window long) still open at ``now``
   (their end within the idle max gap of ``now``), one alert per job with its GPUs, cost so far and owner.
 - ``throttling``: an allocated GPU whose readings show a thermal (``sw_thermal``, ``hw_thermal``,
   ``hw_slowdown``) or power (``sw_power_cap``, ``hw_power_brake``) clocks-event reason on every reading from
   the first throttled reading after its newest unthrottled one to its newest reading, at least ``for`` apart,
   the newest reading younger than the collector-silent threshold (NVML ``nvmlClocksEventReason*`` bits,
-  :data:`collector.exposition.CLOCKS_EVENT_REASONS`).
+  :data:`collector.contract.clocks_events.CLOCKS_EVENT_REASONS`).
 - ``collector-silent``: a node that has reported (its GPUs have UUIDs) with no reading for ``intervals`` ×
   the collector interval; ``gpu-lost``: a GPU with no reading for as long while its node still reports.
 - ``data-quality``: over the last ``period``, the share of GPU time no job held (``__unallocated__``,
-  :func:`finops.quality.coverage`) above ``max_unattributed_share``.
+  :func:`finops.analysis.quality.coverage`) above ``max_unattributed_share``.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from sqlalchemy import or_, select, text
 from sqlalchemy.orm import Session
 
 from alerts.config import DataQualityConfig, SilenceConfig, ThrottlingConfig
-from collector.exposition import CLOCKS_EVENT_REASONS
-from finops.budgets import next_month_start
-from finops.events import BUDGET_FORECAST, BUDGET_THRESHOLD, SPEND_ANOMALY, EventView
-from finops.idle import list_episodes
-from finops.models import Allocation, Gpu, Job, Node, Team
-from finops.quality import coverage
-from finops.report import cost_report
+from collector.contract.clocks_events import CLOCKS_EVENT_REASONS
+from finops.analysis.budgets import next_month_start
+from finops.analysis.events import BUDGET_FORECAST, BUDGET_THRESHOLD, SPEND_ANOMALY, EventView
+from finops.analysis.idle import list_episodes
+from finops.analysis.quality import coverage
+from finops.analysis.report import cost_report
+from finops.db.models import Allocation, Gpu, Job, Node, Team
 from finops.timeutil import from_epoch, to_epoch
 
 THERMAL_REASONS = ("sw_thermal", "hw_thermal", "hw_slowdown")

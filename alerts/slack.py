@@ -20,7 +20,7 @@ import httpx
 
 from alerts.message import Message
 from alerts.webhooks import WebhookPolicy, WebhookRefused, redact
-from collector.shipper import parse_retry_after
+from collector.contract.retry_after import parse_retry_after
 
 HEADER_LIMIT = 150
 SECTION_LIMIT = 3000

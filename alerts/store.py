@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from alerts.engine import active_silences, is_muted
 from alerts.matchers import parse_matcher
-from finops.models import AlertDelivery, AlertInstance, AlertSilence
+from alerts.models import AlertDelivery, AlertInstance, AlertSilence
 
 RETRIABLE = ("failed", "refused")
 

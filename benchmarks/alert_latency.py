@@ -16,7 +16,7 @@ default settings (``FINOPS_ROLLUP_INTERVAL_SECONDS`` 300, ``group_wait`` 30 s, `
 5) and for the shortened intervals measured here. An alert joining a group that was already notified waits for
 the group's next ``group_interval`` tick instead of ``group_wait`` (up to 5 minutes more by default).
 
-**Measurement.** The real scheduler (:func:`finops.scheduler.start_scheduler` with an
+**Measurement.** The real scheduler (:func:`finops.service.scheduler.start_scheduler` with an
 :class:`alerts.service.AlertRunner`) on a fresh database with shortened intervals; a local HTTP server as the
 Slack webhook. One team per trial, each with a job on its own GPU (2 hours of readings, in the ledger) and a
 budget far above its spend; a trial starts at a random moment, commits a budget of spent ÷ 0.85 (the condition
@@ -45,17 +45,21 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from pydantic import SecretStr  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
-import finops.scheduler as scheduler_module  # noqa: E402
+import finops.service.scheduler as scheduler_module  # noqa: E402
 from alerts.config import AlertConfig, parse_config  # noqa: E402
 from alerts.delivery import Channels  # noqa: E402
 from alerts.service import AlertRunner, AlertService  # noqa: E402
 from alerts.webhooks import WebhookPolicy  # noqa: E402
-from finops.budgets import budget_status, set_budget  # noqa: E402
-from finops.cost_metrics import CostMetrics  # noqa: E402
-from finops.db import make_engine, session_factory, upgrade  # noqa: E402
-from finops.idle import IdlePolicy  # noqa: E402
-from finops.ledger import Pricing, rollup  # noqa: E402
-from finops.prices import PricingModel, load_catalog  # noqa: E402
+from finops.analysis.budgets import budget_status, set_budget  # noqa: E402
+from finops.analysis.idle import IdlePolicy  # noqa: E402
+from finops.db.engine import make_engine, session_factory, upgrade  # noqa: E402
+from finops.ledger.rollup import rollup  # noqa: E402
+from finops.pricing.catalog import (  # noqa: E402
+    Pricing,
+    PricingModel,
+    load_catalog,
+)
+from finops.service.cost_metrics import CostMetrics  # noqa: E402
 from finops.settings import Settings  # noqa: E402
 from finops.timeutil import to_epoch, utc_now  # noqa: E402
 from tests.alert_cluster import Cluster, minute_floor  # noqa: E402

@@ -34,10 +34,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from collector.agent import Agent  # noqa: E402
+from collector.contract.sample import Source  # noqa: E402
 from collector.delivery import Delivery  # noqa: E402
 from collector.exposition import LatestSamples  # noqa: E402
 from collector.jobmap.mapper import JobMapper  # noqa: E402
-from collector.sample import Source  # noqa: E402
 from collector.shipper import Shipper  # noqa: E402
 from collector.sources.diskstats import DiskstatsSource  # noqa: E402
 from collector.sources.infiniband import InfinibandSource  # noqa: E402

@@ -64,8 +64,8 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("STREAMLIT_LOGGER_LEVEL", "error")  # its caches warn when imported outside a server
 
 from dashboards.data import TTL_SECONDS  # noqa: E402
-from finops.db import make_engine, session_factory, upgrade  # noqa: E402
-from finops.team_hours import refresh_team_hours  # noqa: E402
+from finops.db.engine import make_engine, session_factory, upgrade  # noqa: E402
+from finops.ledger.team_hours import refresh_team_hours  # noqa: E402
 from finops.timeutil import to_epoch  # noqa: E402
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test_f"
@@ -327,9 +327,9 @@ def time_pages(database: str, browser: Browser, runs: int) -> list[Timing]:
 
 def time_queries(url: str, now: datetime) -> None:
     """The query functions behind Overview and Teams, each timed once on a new engine (no Streamlit)."""
-    from finops.budgets import month_start
-    from finops.dashboard_queries import ledger_cube, month_overview
-    from finops.report import cost_report
+    from finops.analysis.budgets import month_start
+    from finops.analysis.dashboard_queries import ledger_cube, month_overview
+    from finops.analysis.report import cost_report
 
     engine = make_engine(url)
     start = month_start(now)
@@ -356,8 +356,8 @@ def explain(engine: Engine, now: datetime) -> None:
     """EXPLAIN ANALYZE of the ledger queries the Overview runs (month to date, no filter)."""
     from sqlalchemy import event
 
-    from finops.budgets import month_start
-    from finops.dashboard_queries import ledger_cube, month_overview
+    from finops.analysis.budgets import month_start
+    from finops.analysis.dashboard_queries import ledger_cube, month_overview
 
     start = month_start(now)
     end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)

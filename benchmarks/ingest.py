@@ -56,13 +56,13 @@ from sqlalchemy import make_url
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from collector import metric_names as m  # noqa: E402
-from collector import wire  # noqa: E402
-from collector.sample import Sample  # noqa: E402
+from collector.contract import metric_names as m  # noqa: E402
+from collector.contract import wire  # noqa: E402
+from collector.contract.sample import Sample  # noqa: E402
 from collector.shipper import INGEST_PATH, Shipper  # noqa: E402
-from finops.db import downgrade, make_engine, upgrade  # noqa: E402
-from finops.ingest import SAMPLE_COLUMNS  # noqa: E402
-from finops.partitions import create_partitions  # noqa: E402
+from finops.db.engine import downgrade, make_engine, upgrade  # noqa: E402
+from finops.ingest.partitions import create_partitions  # noqa: E402
+from finops.ingest.readings import SAMPLE_COLUMNS  # noqa: E402
 from finops.timeutil import to_epoch  # noqa: E402
 from tests.servers import free_port  # noqa: E402
 

@@ -6,7 +6,7 @@ Usage::
         [--keep | --reuse]
 
 ``DATABASE_URL`` defaults to ``postgresql+psycopg://postgres@127.0.0.1:5432/test_e``. Its schema is dropped and
-migrated afresh (``finops.db.downgrade(engine, "base")`` then ``upgrade``) unless ``--reuse`` finds the data of
+migrated afresh (``finops.db.engine.downgrade(engine, "base")`` then ``upgrade``) unless ``--reuse`` finds the data of
 an earlier ``--keep`` run. The schema is dropped again at the end unless ``--keep``: the full month is ~44 M
 readings, several GB on disk. Prints figures; asserts nothing about time.
 
@@ -23,10 +23,10 @@ Workload, generated in SQL (``generate_series``, ``INSERT … SELECT``), determi
   counter that grows by 14-34 kJ a minute and is reset once on one GPU in 128, and a 3-hour collector outage
   on some nodes.
 
-Timed, each printed beside its goal: the data generation; ``finops.ledger.rollup`` of the whole month into an
-empty ledger (cold); a re-rollup after one day is marked dirty (incremental); ``finops.report.cost_report``
+Timed, each printed beside its goal: the data generation; ``finops.ledger.rollup.rollup`` of the whole month into an
+empty ledger (cold); a re-rollup after one day is marked dirty (incremental); ``finops.analysis.report.cost_report``
 of the month by team (median of ``--report-runs`` warm runs, after ``VACUUM ANALYZE ledger`` as autovacuum
-would run it after the bulk load); ``finops.budgets.budget_status``. The machine's load average is printed
+would run it after the bulk load); ``finops.analysis.budgets.budget_status``. The machine's load average is printed
 with the figures: they are wall-clock times.
 """
 
@@ -45,11 +45,15 @@ from sqlalchemy import Connection, Engine, make_url, text
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from finops.budgets import budget_status  # noqa: E402
-from finops.db import downgrade, make_engine, session_factory, upgrade  # noqa: E402
-from finops.ledger import Pricing, rollup  # noqa: E402
-from finops.prices import PricingModel, load_catalog  # noqa: E402
-from finops.report import cost_report  # noqa: E402
+from finops.analysis.budgets import budget_status  # noqa: E402
+from finops.analysis.report import cost_report  # noqa: E402
+from finops.db.engine import downgrade, make_engine, session_factory, upgrade  # noqa: E402
+from finops.ledger.rollup import rollup  # noqa: E402
+from finops.pricing.catalog import (  # noqa: E402
+    Pricing,
+    PricingModel,
+    load_catalog,
+)
 from finops.timeutil import HOUR, to_epoch  # noqa: E402
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test_e"
@@ -106,7 +110,7 @@ def _exec(connection: Connection, sql: str, **params: object) -> int:
 def _ensure_sample_partitions(connection: Connection, start: int, end: int) -> None:
     """Create the day partitions of [start, end) when ``gpu_samples`` is partitioned by day (migration 0003)."""
     try:
-        from finops.partitions import create_partitions, is_partitioned
+        from finops.ingest.partitions import create_partitions, is_partitioned
     except ImportError:  # a tree without day partitions: one plain table
         return
     if is_partitioned(connection):

@@ -13,8 +13,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from collector.contract.sample import Sample, Source
 from collector.exposition import LatestSamples
-from collector.sample import Sample, Source
 from collector.shipper import ShipError
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 
 import orjson
 
-from collector import wire
-from collector.sample import Sample
+from collector.contract import wire
+from collector.contract.sample import Sample
 from collector.shipper import Backoff, Shipper
 from collector.spool import Spool
 

@@ -13,24 +13,13 @@ from collections.abc import Iterator, Sequence
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from collector import metric_names as m
+from collector.contract import metric_names as m
+from collector.contract.clocks_events import CLOCKS_EVENT_REASONS
+from collector.contract.sample import Sample
 from collector.delivery import Delivery
-from collector.sample import Sample
 
 log = logging.getLogger(__name__)
 
-# NVML nvmlClocksEventReason* bits (nvml.h), the same as DCGM_CLOCKS_EVENT_REASON_*.
-CLOCKS_EVENT_REASONS: dict[str, int] = {
-    "gpu_idle": 0x1,
-    "applications_clocks_setting": 0x2,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal": 0x20,
-    "hw_thermal": 0x40,
-    "hw_power_brake": 0x80,
-    "display_clock_setting": 0x100,
-}
 CLOCKS_EVENT_ACTIVE = "gpufinops_gpu_clocks_event_reason_active"
 CLOCKS_EVENT_HELP = "1 if the named clocks-event (throttle) reason is active (decoded NVML clocks_event_reasons)."
 GPU_JOB_INFO = "gpufinops_gpu_job_info"

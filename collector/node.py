@@ -15,10 +15,10 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, start_http_server
 
 from collector.agent import Agent, Annotate
+from collector.contract.sample import Source
 from collector.delivery import Delivery
 from collector.exposition import DeliveryStats, LatestSamples
 from collector.jobmap.mapper import JobMapper
-from collector.sample import Source
 from collector.shipper import Shipper
 from collector.spool import Spool
 

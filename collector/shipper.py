@@ -1,4 +1,4 @@
-"""Sends batches of GPU readings to the service: gzip JSON (the columns of :mod:`collector.wire`) over HTTP with
+"""Sends batches of GPU readings to the service: gzip JSON (the columns of :mod:`collector.contract.wire`) over HTTP with
 a bearer token.
 
 One POST to ``/api/v1/ingest`` is one :meth:`Shipper.send`; its :class:`SendResult` says whether the service
@@ -12,20 +12,19 @@ spool-less path (demo, tests).
 
 from __future__ import annotations
 
-import email.utils
 import gzip
 import logging
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import httpx
 import orjson
 
-from collector import wire
-from collector.sample import Sample
+from collector.contract import wire
+from collector.contract.retry_after import parse_retry_after
+from collector.contract.sample import Sample
 
 log = logging.getLogger(__name__)
 
@@ -73,22 +72,6 @@ class Backoff:
         return random.uniform(0, min(self.cap_seconds, self.base_seconds * 2 ** min(attempt - 1, 32)))
 
 
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delay-seconds or HTTP-date); None if absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
-
-
 class Shipper:
     """POSTs batches to ``{service_url}/api/v1/ingest`` for one node.
 
@@ -119,12 +102,12 @@ class Shipper:
         self._client = client or httpx.Client(timeout=timeout_seconds)
 
     def body(self, batch: dict[str, list[dict[str, object]]]) -> bytes:
-        """The request body for ``batch`` (:func:`collector.wire.batch_dict` rows): this node's name and the
-        readings as columns (:func:`collector.wire.columnar`), JSON, gzip level 1."""
+        """The request body for ``batch`` (:func:`collector.contract.wire.batch_dict` rows): this node's name and the
+        readings as columns (:func:`collector.contract.wire.columnar`), JSON, gzip level 1."""
         return gzip.compress(orjson.dumps({"node": self.node, **wire.columnar(batch)}), compresslevel=1)
 
     def send(self, batch: dict[str, list[dict[str, object]]]) -> SendResult:
-        """POST ``batch`` (:func:`collector.wire.batch_dict` form) once, with this node's name."""
+        """POST ``batch`` (:func:`collector.contract.wire.batch_dict` form) once, with this node's name."""
         body = self.body(batch)
         count = len(batch["samples"])
         try:

@@ -13,7 +13,7 @@ import streamlit as st
 
 from alerts.store import AlertView, SilenceView, list_silences, select_alerts
 from dashboards.data import TTL_SECONDS, engine
-from finops.db import session_factory
+from finops.db.engine import session_factory
 
 
 @st.cache_data(ttl=TTL_SECONDS)

@@ -17,9 +17,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from finops.costmodel import CENT
-from finops.dashboard_queries import DailyCost
-from finops.models import UNALLOCATED_TEAM
+from finops.analysis.dashboard_queries import DailyCost
+from finops.db.models import UNALLOCATED_TEAM
+from finops.ledger.costmodel import CENT
 
 LEGEND_LIMIT = 20
 """More series than this and the colour legend is left out (the table under the chart names them)."""
@@ -112,7 +112,7 @@ def daily_spend_spec(days: Sequence[DailyCost], currency: str, start: datetime, 
 
 
 def team_cost_spec(frame: pd.DataFrame, currency: str) -> dict[str, Any]:
-    """Stacked bars per team of a cost report by team (:func:`finops.report.report_dicts`): used, idle and (for
+    """Stacked bars per team of a cost report by team (:func:`finops.analysis.report.report_dicts`): used, idle and (for
     capacity no job held) unallocated cost, most expensive team on top (a :func:`vega_lite` spec)."""
     costs = frame.assign(
         used=frame["used_cost"].astype(float),

@@ -1,6 +1,6 @@
 """Cached access to the database for the pages: the engine once per process, query results for a minute.
 
-Every filter is part of the key of every cached function (a :class:`~finops.filters.Scope`: cluster, team and
+Every filter is part of the key of every cached function (a :class:`~finops.analysis.filters.Scope`: cluster, team and
 partition, hashed field by field), so one viewer never sees another's filtered data. Pass instants rounded (whole
 hours for periods, minutes for "now"), so that repeated views hit the cache. The ledger is read once per period
 and filters (:func:`cube`); the reports and the spend by day are taken from that read, and what the pages draw
@@ -23,8 +23,7 @@ from sqlalchemy import Engine
 from dashboards import charts
 from dashboards.format import cents
 from dashboards.node_views import NodeViews, node_views
-from finops.catalog_store import catalog_in_force
-from finops.dashboard_queries import (
+from finops.analysis.dashboard_queries import (
     CubeBy,
     DailyCost,
     FilterChoices,
@@ -41,14 +40,15 @@ from finops.dashboard_queries import (
     node_buckets,
     node_names,
 )
-from finops.db import make_engine, require_migrated, session_factory
-from finops.filters import Scope
-from finops.idle import EpisodeView, list_episodes
-from finops.models import UNALLOCATED_TEAM
-from finops.prices import PriceCatalog, load_catalog
-from finops.prometheus_pull import PrometheusClient
-from finops.quality import NodeFreshness, node_freshness
-from finops.report import MONEY_FIELDS, ReportRow, report_dicts
+from finops.analysis.filters import Scope
+from finops.analysis.idle import EpisodeView, list_episodes
+from finops.analysis.quality import NodeFreshness, node_freshness
+from finops.analysis.report import MONEY_FIELDS, ReportRow, report_dicts
+from finops.db.engine import make_engine, require_migrated, session_factory
+from finops.db.models import UNALLOCATED_TEAM
+from finops.ingest.prometheus import PrometheusClient
+from finops.pricing.catalog import PriceCatalog, load_catalog
+from finops.pricing.store import catalog_in_force
 from finops.settings import Settings
 
 TTL_SECONDS = 60
@@ -109,7 +109,7 @@ def engine(url: str) -> Engine:
 
 @st.cache_data(ttl=TTL_SECONDS)
 def catalog(url: str) -> PriceCatalog:
-    """The price catalog in force (:func:`finops.catalog_store.catalog_in_force`): the newest imported one, else
+    """The price catalog in force (:func:`finops.pricing.store.catalog_in_force`): the newest imported one, else
     the configured file (``FINOPS_PRICE_CATALOG``, default the packaged one)."""
     with session_factory(engine(url))() as session:
         return catalog_in_force(session, load_catalog(settings().price_catalog))
@@ -117,14 +117,14 @@ def catalog(url: str) -> PriceCatalog:
 
 @st.cache_data(ttl=TTL_SECONDS)
 def choices(url: str) -> FilterChoices:
-    """:func:`finops.dashboard_queries.filter_choices`."""
+    """:func:`finops.analysis.dashboard_queries.filter_choices`."""
     with session_factory(engine(url))() as session:
         return filter_choices(session)
 
 
 @st.cache_resource(ttl=TTL_SECONDS, max_entries=16)
 def cube(url: str, start: datetime, end: datetime, scope: Scope = EVERYTHING) -> LedgerCube:
-    """:func:`finops.dashboard_queries.ledger_cube` for the period and filters: the one read of the ledger that
+    """:func:`finops.analysis.dashboard_queries.ledger_cube` for the period and filters: the one read of the ledger that
     the reports and the spend by day below are taken from, shared by the pages for a minute.
 
     Kept as a resource (the object itself, not a pickled copy: a month of a large cluster is ~10,000 cells, whose
@@ -136,13 +136,13 @@ def cube(url: str, start: datetime, end: datetime, scope: Scope = EVERYTHING) ->
 
 @st.cache_data(ttl=TTL_SECONDS)
 def report(url: str, start: datetime, end: datetime, by: CubeBy, scope: Scope = EVERYTHING) -> list[ReportRow]:
-    """The rows of :func:`finops.report.cost_report` for the period and filters, by team, job or user."""
+    """The rows of :func:`finops.analysis.report.cost_report` for the period and filters, by team, job or user."""
     return cube(url, start, end, scope).report(by)
 
 
 @st.cache_data(ttl=TTL_SECONDS)
 def wasters(url: str, start: datetime, end: datetime, by: CubeBy, scope: Scope = EVERYTHING) -> list[ReportRow]:
-    """:func:`finops.dashboard_queries.top_idle` of the report by team or job: the five biggest idle costs (only
+    """:func:`finops.analysis.dashboard_queries.top_idle` of the report by team or job: the five biggest idle costs (only
     these five are kept: a month's report by job has thousands of rows)."""
     return cube(url, start, end, scope).top_idle(by)
 
@@ -170,7 +170,7 @@ def team_costs(
 ) -> tuple[dict[str, Any], pd.DataFrame]:
     """The cost report by team for the period and filters, as the Teams page shows it: the bars of used, idle and
     unallocated cost per team (:func:`dashboards.charts.team_cost_spec`) and the report's rows as ``gpu-finops
-    report --by team --format csv`` writes them (:func:`finops.report.report_dicts`, money as exact decimals)."""
+    report --by team --format csv`` writes them (:func:`finops.analysis.report.report_dicts`, money as exact decimals)."""
     rows = report(url, start, end, "team", scope)
     frame = pd.DataFrame(report_dicts(rows, "team"))
     if not rows:
@@ -221,35 +221,35 @@ def burn_down_spec(
 
 @st.cache_data(ttl=TTL_SECONDS)
 def month(url: str, at: datetime, scope: Scope = EVERYTHING) -> MonthOverview:
-    """:func:`finops.dashboard_queries.month_overview` at ``at`` (rounded to the minute) for the filters."""
+    """:func:`finops.analysis.dashboard_queries.month_overview` at ``at`` (rounded to the minute) for the filters."""
     with session_factory(engine(url))() as session:
         return month_overview(session, at, **_filters(scope))
 
 
 @st.cache_data(ttl=TTL_SECONDS)
 def episodes(url: str, start: datetime, end: datetime, scope: Scope = EVERYTHING) -> list[EpisodeView]:
-    """:func:`finops.idle.list_episodes` for the period and filters."""
+    """:func:`finops.analysis.idle.list_episodes` for the period and filters."""
     with session_factory(engine(url))() as session:
         return list_episodes(session, start, end, **_filters(scope))
 
 
 @st.cache_data(ttl=TTL_SECONDS)
 def freshness(url: str, now: datetime) -> list[NodeFreshness]:
-    """:func:`finops.quality.node_freshness` at ``now`` (pass it rounded to the minute, so it caches)."""
+    """:func:`finops.analysis.quality.node_freshness` at ``now`` (pass it rounded to the minute, so it caches)."""
     with session_factory(engine(url))() as session:
         return node_freshness(session, now)
 
 
 @st.cache_data(ttl=TTL_SECONDS)
 def nodes(url: str, scope: Scope = EVERYTHING) -> list[str]:
-    """:func:`finops.dashboard_queries.node_names` of the scope's cluster and partition (nodes have no team)."""
+    """:func:`finops.analysis.dashboard_queries.node_names` of the scope's cluster and partition (nodes have no team)."""
     with session_factory(engine(url))() as session:
         return node_names(session, scope.cluster, scope.partition)
 
 
 @st.cache_data(ttl=TTL_SECONDS)
 def job_series(url: str, job_id: str, until: datetime, cluster: str | None = None) -> JobTelemetry:
-    """:func:`finops.dashboard_queries.job_telemetry` of ``job_id`` up to ``until`` (rounded to the minute)."""
+    """:func:`finops.analysis.dashboard_queries.job_telemetry` of ``job_id`` up to ``until`` (rounded to the minute)."""
     with session_factory(engine(url))() as session:
         return job_telemetry(session, job_id, until, cluster=cluster)
 
@@ -258,7 +258,7 @@ def job_series(url: str, job_id: str, until: datetime, cluster: str | None = Non
 def node_telemetry(
     url: str, start: datetime, end: datetime, width_seconds: int, scope: Scope = EVERYTHING
 ) -> list[NodeBucket]:
-    """:func:`finops.dashboard_queries.node_buckets` for the period, bucket width and the scope's cluster and
+    """:func:`finops.analysis.dashboard_queries.node_buckets` for the period, bucket width and the scope's cluster and
     partition (readings have no team)."""
     with session_factory(engine(url))() as session:
         return node_buckets(session, start, end, width_seconds, cluster=scope.cluster, partition=scope.partition)
@@ -275,8 +275,8 @@ def nodes_page(url: str, start: datetime, end: datetime, width_seconds: int, sco
 def fabric(
     prometheus: str, start: datetime, end: datetime, step_seconds: int, nodes: tuple[str, ...] | None
 ) -> list[Throughput]:
-    """:func:`finops.dashboard_queries.fabric_throughput` from the Prometheus at ``prometheus`` (only ``nodes``
-    when given). Raises :class:`finops.prometheus_pull.PrometheusError` when it does not answer."""
+    """:func:`finops.analysis.dashboard_queries.fabric_throughput` from the Prometheus at ``prometheus`` (only ``nodes``
+    when given). Raises :class:`finops.ingest.prometheus.PrometheusError` when it does not answer."""
     client = PrometheusClient(prometheus, timeout_seconds=30.0)
     try:
         return fabric_throughput(client, start, end, step_seconds, nodes=nodes)

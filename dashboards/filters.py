@@ -20,8 +20,8 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from dashboards import data
-from finops.budgets import month_start
-from finops.filters import Scope
+from finops.analysis.budgets import month_start
+from finops.analysis.filters import Scope
 from finops.timeutil import utc_now
 
 PERIODS: dict[str, str] = {
@@ -51,7 +51,7 @@ class View:
 
     @property
     def scope(self) -> Scope:
-        """The filters as a :class:`~finops.filters.Scope`, the argument of the cached queries in
+        """The filters as a :class:`~finops.analysis.filters.Scope`, the argument of the cached queries in
         :mod:`dashboards.data`."""
         return Scope(cluster=self.cluster, team=self.team, partition=self.partition)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from finops.costmodel import CENT
+from finops.ledger.costmodel import CENT
 
 PERCENT = st.column_config.NumberColumn(format="%.1f %%")
 """Column configuration for a column of percentages (``12.5`` shown as ``12.5 %``)."""

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from finops.prices import PricingModel
+from finops.pricing.catalog import PricingModel
 
 DEFAULT_DATA_DIR = Path("data")
 

@@ -1,11 +1,12 @@
-"""Alembic environment: runs migrations on the engine passed in by :func:`finops.db.upgrade`."""
+"""Alembic environment: runs migrations on the engine passed in by :func:`finops.db.engine.upgrade`."""
 
 from __future__ import annotations
 
 from alembic import context
 
-from finops.models import Base
-from finops.partitions import include_name
+import alerts.models  # noqa: F401  (its tables belong to the same metadata)
+from finops.db.models import Base
+from finops.ingest.partitions import include_name
 
 config = context.config
 engine = config.attributes["engine"]

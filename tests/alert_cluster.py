@@ -1,7 +1,7 @@
 """A small cluster built through the real ingest and sacct import paths, for the alert tests.
 
-:class:`Cluster` stores GPU readings (:class:`finops.ingest.Ingestor`) and Slurm jobs
-(:func:`finops.jobs.import_sacct`) into a migrated database; readings name the job holding the GPU, so jobs land
+:class:`Cluster` stores GPU readings (:class:`finops.ingest.readings.Ingestor`) and Slurm jobs
+(:func:`finops.jobs.slurm_import.import_sacct`) into a migrated database; readings name the job holding the GPU, so jobs land
 on exactly the GPUs a test says.
 """
 
@@ -13,13 +13,13 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from collector import metric_names as m
-from collector.sample import Sample
-from collector.wire import IngestBatch, gpu_info_dict, reading_dict
-from finops.ingest import Ingestor
-from finops.jobs import import_sacct
-from finops.slurm import SacctJob, format_sacct_line
-from finops.teams import map_account
+from collector.contract import metric_names as m
+from collector.contract.sample import Sample
+from collector.contract.wire import IngestBatch, gpu_info_dict, reading_dict
+from finops.ingest.readings import Ingestor
+from finops.jobs.slurm import SacctJob, format_sacct_line
+from finops.jobs.slurm_import import import_sacct
+from finops.jobs.teams import map_account
 
 MODEL = "NVIDIA H100 80GB HBM3"
 _NAMESPACE = uuid.UUID("0d3c1f7e-2b5a-4e8c-9f10-a1b2c3d4e5f6")

@@ -61,7 +61,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture
 def engine(database_url: str):  # type: ignore[no-untyped-def]
     """A migrated engine on each backend."""
-    from finops.db import make_engine, upgrade
+    from finops.db.engine import make_engine, upgrade
 
     created = make_engine(database_url)
     upgrade(created)
@@ -72,7 +72,7 @@ def engine(database_url: str):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def sessions(engine):  # type: ignore[no-untyped-def]
     """A session factory on the migrated database."""
-    from finops.db import session_factory
+    from finops.db.engine import session_factory
 
     return session_factory(engine)
 

@@ -17,10 +17,10 @@ import pynvml
 from prometheus_client import CollectorRegistry
 
 from collector.agent import Agent
+from collector.contract.sample import Sample, Source
 from collector.delivery import Delivery
 from collector.exposition import DeliveryStats, LatestSamples
 from collector.node import NodeConfig, build_source
-from collector.sample import Sample, Source
 from collector.shipper import Shipper
 from collector.sources.nvml import NvmlSource
 from collector.spool import Spool

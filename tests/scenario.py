@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from collector import metric_names as m
-from collector.sample import Sample
-from collector.wire import IngestBatch, gpu_info_dict, reading_dict
+from collector.contract import metric_names as m
+from collector.contract.sample import Sample
+from collector.contract.wire import IngestBatch, gpu_info_dict, reading_dict
 
 MODEL = "NVIDIA H100 80GB HBM3"
 NODE = "gpu-a-01"
@@ -78,14 +78,14 @@ def seed_dashboard_database(url: str) -> None:
     budget for team alpha this month."""
     from decimal import Decimal
 
-    from finops.budgets import set_budget
-    from finops.db import make_engine, session_factory
-    from finops.idle import IdlePolicy, detect_idle
-    from finops.ingest import Ingestor
-    from finops.jobs import import_sacct
-    from finops.ledger import Pricing, rollup
-    from finops.prices import PricingModel, load_catalog
-    from finops.teams import map_account
+    from finops.analysis.budgets import set_budget
+    from finops.analysis.idle import IdlePolicy, detect_idle
+    from finops.db.engine import make_engine, session_factory
+    from finops.ingest.readings import Ingestor
+    from finops.jobs.slurm_import import import_sacct
+    from finops.jobs.teams import map_account
+    from finops.ledger.rollup import rollup
+    from finops.pricing.catalog import Pricing, PricingModel, load_catalog
     from finops.timeutil import to_epoch, utc_now
 
     t0 = start_hour()

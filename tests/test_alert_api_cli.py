@@ -14,11 +14,11 @@ from typer.testing import CliRunner, Result
 from alerts.config import AlertConfig, RouteConfig
 from alerts.engine import RuleInputs, enqueue, evaluate
 from alerts.message import Message
+from alerts.models import AlertDelivery, AlertSilence
 from alerts.render import message_to_payload
-from finops.api import create_app
 from finops.cli import app
-from finops.models import AlertDelivery, AlertSilence
 from finops.timeutil import utc_now
+from finops.web.app import create_app
 from tests.alert_cluster import Cluster, minute_floor
 from tests.alert_servers import SECRET_PATH, Certificates, Mailbox, Webhook, starttls_smtp
 from tests.servers import running

@@ -19,11 +19,11 @@ from alerts.delivery import Backoff, Channels, DeliveryWorker
 from alerts.engine import enqueue
 from alerts.mail import SmtpSettings
 from alerts.message import Message
+from alerts.models import AlertDelivery
 from alerts.render import message_to_payload
 from alerts.slack import slack_payload
 from alerts.store import list_deliveries, retry_deliveries
 from alerts.webhooks import WebhookPolicy
-from finops.models import AlertDelivery
 from finops.timeutil import utc_now
 from tests.alert_servers import SECRET_PATH, Certificates, Mailbox, Webhook, starttls_smtp
 from tests.servers import free_port

@@ -22,25 +22,24 @@ from alerts.config import parse_config
 from alerts.delivery import Channels
 from alerts.engine import RuleInputs
 from alerts.mail import SmtpSettings
+from alerts.models import AlertDelivery, AlertInstance
 from alerts.rules import money
 from alerts.service import AlertRunner, AlertService
 from alerts.webhooks import WebhookPolicy
-from collector.wire import IngestBatch, gpu_info_dict, reading_dict
-from finops.budgets import budget_status, set_budget
-from finops.cost_metrics import CostMetrics
+from collector.contract.wire import IngestBatch, gpu_info_dict, reading_dict
+from finops.analysis.budgets import budget_status, set_budget
+from finops.analysis.idle import IdlePolicy, list_episodes
 from finops.demo.activity import profile_from_capture
 from finops.demo.allocation import TeamSeries, derive_jobs, node_names
 from finops.demo.helios import load_helios
 from finops.demo.runner import H100_CAPTURE
 from finops.demo.workload import Trace, idle_jobs, node_steps, sacct_lines
-from finops.idle import IdlePolicy, list_episodes
-from finops.ingest import Ingestor
-from finops.jobs import import_sacct
-from finops.ledger import Pricing
-from finops.models import AlertDelivery, AlertInstance
-from finops.prices import PricingModel, load_catalog
-from finops.scheduler import run_rollup_and_alerts, start_scheduler
-from finops.teams import map_account
+from finops.ingest.readings import Ingestor
+from finops.jobs.slurm_import import import_sacct
+from finops.jobs.teams import map_account
+from finops.pricing.catalog import Pricing, PricingModel, load_catalog
+from finops.service.cost_metrics import CostMetrics
+from finops.service.scheduler import run_rollup_and_alerts, start_scheduler
 from finops.timeutil import utc_now
 from tests.alert_cluster import Cluster, minute_floor
 from tests.alert_servers import SECRET_PATH, Certificates, Mailbox, Webhook, starttls_smtp

@@ -13,11 +13,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from alerts.config import AlertConfig, parse_config
 from alerts.engine import Dispatched, RuleInputs, dispatch, evaluate
 from alerts.message import Message
+from alerts.models import AlertDelivery, AlertGroup
 from alerts.render import Shown, render_group
 from alerts.store import create_silence, expire_silence
-from finops.db import make_engine, session_factory
-from finops.events import BUDGET_THRESHOLD, record_event
-from finops.models import AlertDelivery, AlertGroup
+from finops.analysis.events import BUDGET_THRESHOLD, record_event
+from finops.db.engine import make_engine, session_factory
 from finops.timeutil import utc_now
 from tests.alert_cluster import Cluster, minute_floor
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import inspect, text
 
-from finops.db import current_revision, downgrade, head_revision, make_engine, upgrade
+from finops.db.engine import current_revision, downgrade, head_revision, make_engine, upgrade
 
 ALERT_TABLES = {"alert_instances", "alert_groups", "alert_silences", "alert_deliveries"}
 

@@ -12,16 +12,16 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from alerts.config import AlertConfig, parse_config
 from alerts.engine import RuleInputs, evaluate, fingerprint
+from alerts.models import AlertInstance
 from alerts.rules import money
 from alerts.store import list_alerts
-from collector import metric_names as m
-from collector.exposition import CLOCKS_EVENT_REASONS
-from finops.budgets import budget_status, month_start, next_month_start, record_budget_events, set_budget
-from finops.events import SPEND_ANOMALY, list_events, record_event
-from finops.idle import IdlePolicy, detect_idle, list_episodes
-from finops.ledger import Pricing, rollup
-from finops.models import AlertInstance
-from finops.prices import PricingModel, load_catalog
+from collector.contract import metric_names as m
+from collector.contract.clocks_events import CLOCKS_EVENT_REASONS
+from finops.analysis.budgets import budget_status, month_start, next_month_start, record_budget_events, set_budget
+from finops.analysis.events import SPEND_ANOMALY, list_events, record_event
+from finops.analysis.idle import IdlePolicy, detect_idle, list_episodes
+from finops.ledger.rollup import rollup
+from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.timeutil import to_epoch, utc_now
 from tests.alert_cluster import Cluster, busy, idle, minute_floor
 from tests.scenario import seed_dashboard_database

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import func, select
 
 from collector.shipper import Shipper
-from finops.api import create_app
-from finops.models import DirtyHour, Gpu, GpuSample
+from finops.db.models import DirtyHour, Gpu, GpuSample
+from finops.web.app import create_app
 from tests.servers import running
 
 TOKEN = "s3cret-token"
@@ -200,16 +200,16 @@ def test_readings_of_an_undescribed_unknown_gpu_are_named_and_the_rest_stored(se
 def test_a_body_too_large_once_decompressed_is_refused(service: str, sessions, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A gzip body that inflates past MAX_BODY_BYTES (a decompression bomb) is answered 413 and nothing stored;
     the same batch within the limit is stored."""
-    import finops.api
+    import finops.web.app
 
     batch = _batch(3)
     size = len(orjson.dumps(batch))
-    monkeypatch.setattr(finops.api, "MAX_BODY_BYTES", size - 1)
+    monkeypatch.setattr(finops.web.app, "MAX_BODY_BYTES", size - 1)
     response = _post(service, batch)
     assert response.status_code == 413 and "decompressed" in response.json()["detail"]
     assert _post(service, batch, gzipped=False).status_code == 413
     assert _count(sessions) == 0
-    monkeypatch.setattr(finops.api, "MAX_BODY_BYTES", size)
+    monkeypatch.setattr(finops.web.app, "MAX_BODY_BYTES", size)
     assert _post(service, batch).status_code == 200
     assert _count(sessions) == 3
 
@@ -271,7 +271,7 @@ def test_many_collectors_at_once_with_new_gpus_and_new_days(service: str, sessio
 
 def _shares(sessions) -> list[tuple[str, int, str, float]]:  # type: ignore[no-untyped-def]
     """The stored per-job utilisation: (GPU UUID, epoch second, job, ratio), in order."""
-    from finops.models import GpuJobUtilization
+    from finops.db.models import GpuJobUtilization
 
     with sessions() as session:
         rows = session.execute(

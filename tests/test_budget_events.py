@@ -7,14 +7,13 @@ from decimal import Decimal
 
 import pytest
 
-from finops.anomalies import find_anomalies, is_anomalous, modified_z, record_anomaly_events
-from finops.budgets import budget_status, record_budget_events, set_budget
-from finops.events import BUDGET_FORECAST, BUDGET_THRESHOLD, SPEND_ANOMALY, list_events, take_events
-from finops.ledger import Pricing
-from finops.models import Gpu, LedgerEntry, Node
-from finops.prices import PricingModel, load_catalog
-from finops.team_hours import refresh_team_hours
-from finops.teams import team_by_name
+from finops.analysis.anomalies import find_anomalies, is_anomalous, modified_z, record_anomaly_events
+from finops.analysis.budgets import budget_status, record_budget_events, set_budget
+from finops.analysis.events import BUDGET_FORECAST, BUDGET_THRESHOLD, SPEND_ANOMALY, list_events, take_events
+from finops.db.models import Gpu, LedgerEntry, Node
+from finops.jobs.teams import team_by_name
+from finops.ledger.team_hours import refresh_team_hours
+from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from tests.test_ledger import loaded  # noqa: F401 - the ledger fixture on the hand-computed slice
 
 

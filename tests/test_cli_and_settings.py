@@ -20,16 +20,15 @@ from sqlalchemy import func, select
 from typer.main import get_command
 from typer.testing import CliRunner
 
+from finops.analysis.idle import IdlePolicy
+from finops.analysis.report import cost_report, report_dicts
 from finops.cli import app
-from finops.cost_metrics import CostMetrics
-from finops.db import make_engine, session_factory, upgrade
-from finops.idle import IdlePolicy
-from finops.ingest import Ingestor
-from finops.ledger import Pricing
-from finops.models import LedgerEntry
-from finops.prices import PricingModel, load_catalog
-from finops.report import cost_report, report_dicts
-from finops.scheduler import start_scheduler
+from finops.db.engine import make_engine, session_factory, upgrade
+from finops.db.models import LedgerEntry
+from finops.ingest.readings import Ingestor
+from finops.pricing.catalog import Pricing, PricingModel, load_catalog
+from finops.service.cost_metrics import CostMetrics
+from finops.service.scheduler import start_scheduler
 from finops.settings import Settings
 from tests import scenario
 from tests.servers import free_port

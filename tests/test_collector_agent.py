@@ -18,8 +18,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.agent import Agent
+from collector.contract.sample import Sample
 from collector.exposition import LatestSamples
-from collector.sample import Sample
 from collector.shipper import ShipError, Shipper
 from collector.sources.diskstats import DiskstatsSource
 from collector.sources.nvml import NvmlSource

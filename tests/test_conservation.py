@@ -13,17 +13,17 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from collector.wire import IngestBatch
-from finops.costmodel import capacity_cost
-from finops.db import make_engine, session_factory, upgrade
-from finops.hours import mark_hours_dirty
-from finops.ingest import Ingestor
-from finops.jobs import import_sacct
-from finops.ledger import Pricing, rollup
-from finops.models import Base, Gpu, LedgerEntry, LedgerTeamHour
-from finops.prices import PricingModel, load_catalog
-from finops.report import cost_report, report_dicts
-from finops.team_hours import ledger_team_sums
+from collector.contract.wire import IngestBatch
+from finops.analysis.report import cost_report, report_dicts
+from finops.db.engine import make_engine, session_factory, upgrade
+from finops.db.hours import mark_hours_dirty
+from finops.db.models import Base, Gpu, LedgerEntry, LedgerTeamHour
+from finops.ingest.readings import Ingestor
+from finops.jobs.slurm_import import import_sacct
+from finops.ledger.costmodel import capacity_cost
+from finops.ledger.rollup import rollup
+from finops.ledger.team_hours import ledger_team_sums
+from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.timeutil import HOUR, to_epoch
 
 T0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=4)

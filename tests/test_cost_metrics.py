@@ -10,9 +10,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from finops.budgets import set_budget
-from finops.cost_metrics import CostMetrics
-from finops.report import cost_report
+from finops.analysis.budgets import set_budget
+from finops.analysis.report import cost_report
+from finops.service.cost_metrics import CostMetrics
 from finops.timeutil import to_epoch, utc_now
 from tests.conftest import debian_binary
 from tests.test_ledger import loaded  # noqa: F401 - the ledger fixture on the hand-computed slice

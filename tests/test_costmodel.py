@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from finops.costmodel import (
+from finops.ledger.costmodel import (
     CENT,
     QUANTUM,
     Holding,

@@ -1,5 +1,5 @@
 """Every dashboard page renders with Streamlit's AppTest, on seeded data and on an empty database; the numbers it
-shows are those of ``finops.report.cost_report`` and ``finops.budgets.budget_status`` for the same period and
+shows are those of ``finops.analysis.report.cost_report`` and ``finops.analysis.budgets.budget_status`` for the same period and
 filters, which come from the URL's query string and stay in it."""
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from alerts.store import list_silences, select_alerts
 from dashboards import filters
 from dashboards.filters import period_bounds
 from finops import timeutil
-from finops.budgets import budget_status, month_start
-from finops.costmodel import CENT
-from finops.dashboard_queries import top_idle
-from finops.db import make_engine, session_factory, upgrade
-from finops.prices import load_catalog
-from finops.report import cost_report, fleet_summary
+from finops.analysis.budgets import budget_status, month_start
+from finops.analysis.dashboard_queries import top_idle
+from finops.analysis.report import cost_report, fleet_summary
+from finops.db.engine import make_engine, session_factory, upgrade
+from finops.ledger.costmodel import CENT
+from finops.pricing.catalog import load_catalog
 from finops.timeutil import utc_now
 from tests import scenario
 from tests.conftest import debian_binary

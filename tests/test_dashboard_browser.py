@@ -18,7 +18,7 @@ import httpx
 import pytest
 from playwright.sync_api import Locator, Page, expect, sync_playwright
 
-from finops.db import make_engine, upgrade
+from finops.db.engine import make_engine, upgrade
 from tests.conftest import debian_binary
 from tests.servers import free_port
 from tests.test_dashboard_queries import seed_two_clusters

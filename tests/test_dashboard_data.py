@@ -13,9 +13,9 @@ import streamlit as st
 from sqlalchemy.orm import Session
 
 from dashboards import data
-from finops.dashboard_queries import LedgerCube, MonthOverview
-from finops.db import make_engine, upgrade
-from finops.filters import Scope
+from finops.analysis.dashboard_queries import LedgerCube, MonthOverview
+from finops.analysis.filters import Scope
+from finops.db.engine import make_engine, upgrade
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 END = datetime(2026, 11, 8, tzinfo=UTC)

@@ -1,7 +1,7 @@
-"""The dashboard's query functions (finops/dashboard_queries.py, finops/filters.py) on two clusters: the scenario's
+"""The dashboard's query functions (finops/analysis/dashboard_queries.py, finops/analysis/filters.py) on two clusters: the scenario's
 node in cluster ``orion`` (partition ``gpu``) and a second node in cluster ``vega`` (partition ``debug``), on SQLite
-and PostgreSQL. The numbers the pages show are compared with ``finops.report.cost_report`` and
-``finops.budgets.budget_status`` for the same filters."""
+and PostgreSQL. The numbers the pages show are compared with ``finops.analysis.report.cost_report`` and
+``finops.analysis.budgets.budget_status`` for the same filters."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from alerts.engine import fingerprint
+from alerts.models import AlertInstance
 from alerts.store import create_silence, expire_silence
-from collector import metric_names as m
-from collector.exposition import CLOCKS_EVENT_REASONS
-from collector.sample import Sample
-from collector.wire import IngestBatch, gpu_info_dict, reading_dict
-from finops.budgets import budget_status, month_start
-from finops.costmodel import quantize
-from finops.dashboard_queries import (
+from collector.contract import metric_names as m
+from collector.contract.clocks_events import CLOCKS_EVENT_REASONS
+from collector.contract.sample import Sample
+from collector.contract.wire import IngestBatch, gpu_info_dict, reading_dict
+from finops.analysis.budgets import budget_status, month_start
+from finops.analysis.dashboard_queries import (
     bucket_seconds,
     filter_choices,
     job_telemetry,
@@ -29,14 +29,15 @@ from finops.dashboard_queries import (
     node_names,
     top_idle,
 )
-from finops.db import make_engine, session_factory, upgrade
-from finops.ingest import Ingestor
-from finops.jobs import import_sacct
-from finops.ledger import Pricing, rollup
-from finops.models import UNALLOCATED_TEAM, AlertInstance
-from finops.prices import PricingModel, load_catalog
-from finops.report import GROUP_BYS, ReportRow, cost_report
-from finops.teams import map_account
+from finops.analysis.report import GROUP_BYS, ReportRow, cost_report
+from finops.db.engine import make_engine, session_factory, upgrade
+from finops.db.models import UNALLOCATED_TEAM
+from finops.ingest.readings import Ingestor
+from finops.jobs.slurm_import import import_sacct
+from finops.jobs.teams import map_account
+from finops.ledger.costmodel import quantize
+from finops.ledger.rollup import rollup
+from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.timeutil import to_epoch, utc_now
 from tests import scenario
 

@@ -9,9 +9,9 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from finops.db import NotMigratedError, current_revision, head_revision, make_engine, require_migrated, upgrade
-from finops.models import Base
-from finops.partitions import include_name
+from finops.db.engine import NotMigratedError, current_revision, head_revision, make_engine, require_migrated, upgrade
+from finops.db.models import Base
+from finops.ingest.partitions import include_name
 
 
 def test_upgrade_is_idempotent_and_gate_opens(database_url: str) -> None:
@@ -44,7 +44,7 @@ def test_commands_refuse_an_unmigrated_database(tmp_path) -> None:  # type: igno
 
 def test_collector_imports_nothing_of_the_service() -> None:
     code = (
-        "import sys, collector.agent, collector.shipper, collector.exposition, collector.wire, "
+        "import sys, collector.agent, collector.shipper, collector.exposition, collector.contract.wire, "
         "collector.sources.replay\n"
         "print(sorted(m for m in ('sqlalchemy', 'fastapi', 'streamlit') if m in sys.modules))"
     )
@@ -57,7 +57,7 @@ def test_engine_schema_migration_keeps_data_both_ways(database_url: str) -> None
     restores them."""
     from sqlalchemy import inspect, text
 
-    from finops.db import downgrade
+    from finops.db.engine import downgrade
 
     engine = make_engine(database_url)
     upgrade(engine, "0001")
@@ -95,12 +95,12 @@ def test_team_hours_migration_sums_the_existing_ledger(database_url: str) -> Non
 
     from sqlalchemy import inspect, select
 
-    from finops.db import downgrade, session_factory
-    from finops.ingest import Ingestor
-    from finops.jobs import import_sacct
-    from finops.ledger import Pricing, rollup
-    from finops.models import LedgerTeamHour
-    from finops.prices import PricingModel, load_catalog
+    from finops.db.engine import downgrade, session_factory
+    from finops.db.models import LedgerTeamHour
+    from finops.ingest.readings import Ingestor
+    from finops.jobs.slurm_import import import_sacct
+    from finops.ledger.rollup import rollup
+    from finops.pricing.catalog import Pricing, PricingModel, load_catalog
     from finops.timeutil import to_epoch
     from tests import scenario
 
@@ -131,7 +131,7 @@ def test_job_utilization_migration_up_down_and_up(database_url: str) -> None:
     from alembic.script import ScriptDirectory
     from sqlalchemy import inspect, text
 
-    from finops.db import downgrade, migrations_dir
+    from finops.db.engine import downgrade, migrations_dir
 
     below = ScriptDirectory(str(migrations_dir())).get_revision("0008").down_revision
     assert isinstance(below, str)
@@ -166,7 +166,7 @@ def test_ledger_foreign_key_migration_down_and_up(database_url: str) -> None:
     keeping the rows; upgrading again drops them."""
     from sqlalchemy import inspect, text
 
-    from finops.db import downgrade
+    from finops.db.engine import downgrade
 
     def shape() -> tuple[list[str], int]:
         with engine.connect() as connection:

@@ -9,9 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from collector import metric_names as m
-from collector.sample import Sample
-from collector.sources.dcgm import FIELDS, IGNORED, DcgmSource
+from collector.contract import metric_names as m
+from collector.contract.dcgm_fields import FIELDS, IGNORED
+from collector.contract.sample import Sample
+from collector.sources.dcgm import DcgmSource
 
 MIB = 2**20
 T4_460 = "GPU-20c56d28-0da5-6d26-a36a-e7af1ce2586e"

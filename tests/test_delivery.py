@@ -10,9 +10,10 @@ from typing import Any
 import httpx
 import orjson
 
+from collector.contract.retry_after import parse_retry_after
+from collector.contract.sample import Sample
 from collector.delivery import Delivery
-from collector.sample import Sample
-from collector.shipper import Backoff, Shipper, parse_retry_after
+from collector.shipper import Backoff, Shipper
 from collector.spool import Spool
 
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)

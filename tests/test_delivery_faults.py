@@ -23,8 +23,8 @@ from collector.exposition import LatestSamples
 from collector.shipper import Backoff, Shipper
 from collector.sources.nvml import NvmlSource
 from collector.spool import Spool
-from finops.api import create_app
-from finops.models import GpuSample
+from finops.db.models import GpuSample
+from finops.web.app import create_app
 from tests.fake_pynvml import ManualClock
 from tests.node_fixture import GPUS, eight_h100_nvml
 from tests.servers import free_port, running

@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
+from finops.db.models import Allocation, Gpu, Job, Node
 from finops.demo.allocation import GPUS_PER_NODE, TeamSeries, derive_jobs, node_segments
 from finops.demo.helios import HELIOS_TEAMS, load_helios
 from finops.demo.workload import Trace, sacct_lines
-from finops.jobs import import_sacct
-from finops.models import Allocation, Gpu, Job, Node
-from finops.prices import PricingModel, load_catalog
+from finops.jobs.slurm_import import import_sacct
+from finops.pricing.catalog import PricingModel, load_catalog
 from finops.timeutil import utc_now
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.metric_names import DISK_READ_BYTES, DISK_WRITTEN_BYTES
-from collector.sample import Sample
+from collector.contract.metric_names import DISK_READ_BYTES, DISK_WRITTEN_BYTES
+from collector.contract.sample import Sample
 from collector.sources.diskstats import DiskstatsSource
 
 FIXTURES = Path(__file__).parent / "fixtures" / "diskstats"

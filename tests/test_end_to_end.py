@@ -19,7 +19,7 @@ from collector.agent import Agent
 from collector.exposition import LatestSamples
 from collector.shipper import Shipper
 from collector.sources.replay import ReplaySource
-from finops.prices import PricingModel, load_catalog
+from finops.pricing.catalog import PricingModel, load_catalog
 from tests import scenario
 from tests.servers import free_port
 

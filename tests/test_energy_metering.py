@@ -10,11 +10,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.hours import mark_hours_dirty
-from finops.ledger import Pricing, rollup
-from finops.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Node, Team
-from finops.partitions import create_partitions, is_partitioned
-from finops.prices import PricingModel, load_catalog
+from finops.db.hours import mark_hours_dirty
+from finops.db.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Node, Team
+from finops.ingest.partitions import create_partitions, is_partitioned
+from finops.ledger.rollup import rollup
+from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
 H100 = "NVIDIA H100 80GB HBM3"

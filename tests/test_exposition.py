@@ -10,7 +10,7 @@ from pathlib import Path
 from prometheus_client import generate_latest, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector import metric_names as m
+from collector.contract import metric_names as m
 from collector.exposition import CLOCKS_EVENT_ACTIVE, GPU_JOB_INFO
 from tests.conftest import REPO_ROOT, debian_binary
 from tests.node_fixture import fixture_node_registry

@@ -19,11 +19,11 @@ import pytest
 from sqlalchemy import func, select, update
 from typer.testing import CliRunner
 
-from finops.catalog_store import pricing_in_force
 from finops.cli import app
-from finops.costmodel import QUANTUM
-from finops.db import make_engine, session_factory
-from finops.focus import (
+from finops.db.engine import make_engine, session_factory
+from finops.db.hours import mark_hours_dirty
+from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Allocation, Job, LedgerEntry
+from finops.export.focus import (
     COLUMN_NAMES,
     CUSTOM_COLUMNS,
     FINE,
@@ -34,13 +34,13 @@ from finops.focus import (
     focus_rows,
     parquet_schema,
 )
-from finops.hours import mark_hours_dirty
-from finops.ingest import Ingestor
-from finops.jobs import import_sacct
-from finops.ledger import Pricing, rollup
-from finops.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Allocation, Job, LedgerEntry
-from finops.prices import PricingModel, load_catalog
-from finops.teams import map_account
+from finops.ingest.readings import Ingestor
+from finops.jobs.slurm_import import import_sacct
+from finops.jobs.teams import map_account
+from finops.ledger.costmodel import QUANTUM
+from finops.ledger.rollup import rollup
+from finops.pricing.catalog import Pricing, PricingModel, load_catalog
+from finops.pricing.store import pricing_in_force
 from finops.timeutil import to_epoch
 from tests import scenario
 from tests.conftest import REPO_ROOT
@@ -170,7 +170,7 @@ def test_list_cost_is_on_demand_and_contracted_cost_the_ledger(sessions, model: 
 def test_each_row_keeps_the_pricing_model_it_was_built_with(sessions) -> None:  # type: ignore[no-untyped-def]
     """A node rule billing gpu-a-01 as spot is recorded per ledger row; the export prices those rows as spot even
     when the configured default is on-demand."""
-    from finops.pricing_rules import set_pricing_rule
+    from finops.pricing.rules import set_pricing_rule
 
     catalog = load_catalog()
     pricing = Pricing(catalog, PricingModel.ON_DEMAND)

@@ -15,10 +15,10 @@ import yaml
 from prometheus_client import start_http_server
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.api import ServiceMetrics, create_app
-from finops.budgets import set_budget
-from finops.cost_metrics import CostMetrics
+from finops.analysis.budgets import set_budget
+from finops.service.cost_metrics import CostMetrics
 from finops.timeutil import utc_now
+from finops.web.app import ServiceMetrics, create_app
 from tests.conftest import REPO_ROOT, debian_binary
 from tests.node_fixture import fixture_node_registry
 from tests.prometheus_server import prometheus, wait_for

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collector import metric_names as m
+from collector.contract import metric_names as m
 from collector.sources.infiniband import InfinibandSource
 
 NODE = Path(__file__).parent / "fixtures" / "node"

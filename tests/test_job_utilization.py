@@ -6,10 +6,10 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from collector.wire import IngestBatch
-from finops.ingest import Ingestor
-from finops.job_utilization import job_utilization_by_gpu_hour
-from finops.models import DirtyHour, Gpu, GpuJobUtilization
+from collector.contract.wire import IngestBatch
+from finops.db.models import DirtyHour, Gpu, GpuJobUtilization
+from finops.ingest.readings import Ingestor
+from finops.ledger.job_utilization import job_utilization_by_gpu_hour
 from finops.timeutil import to_epoch
 
 H = 1_772_445_600  # 2026-03-02T10:00Z

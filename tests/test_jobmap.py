@@ -9,12 +9,12 @@ from pathlib import Path
 
 import orjson
 
-from collector import metric_names as m
-from collector import wire
+from collector.contract import metric_names as m
+from collector.contract import wire
+from collector.contract.sample import Sample
 from collector.jobmap.cgroup import job_of_cgroup
 from collector.jobmap.mapper import JobMapper, shared_job_utilization
 from collector.jobmap.mapping_dir import read_mapping_dir
-from collector.sample import Sample
 from collector.sources.nvml import NvmlSource
 from tests.fake_pynvml import CAPTURES, ManualClock, fake_nvml_from_capture
 

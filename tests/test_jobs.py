@@ -11,8 +11,8 @@ from pathlib import Path
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from finops.jobs import ImportResult, import_sacct, per_node_counts
-from finops.models import Allocation, DirtyHour, Gpu, Job, Node
+from finops.db.models import Allocation, DirtyHour, Gpu, Job, Node
+from finops.jobs.slurm_import import ImportResult, import_sacct, per_node_counts
 
 SACCT = Path(__file__).parent / "fixtures" / "sacct"
 

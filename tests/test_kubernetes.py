@@ -15,8 +15,8 @@ import orjson
 import pytest
 from sqlalchemy import func, select
 
-from finops.costmodel import capacity_cost
-from finops.kubernetes import (
+from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Allocation, DirtyHour, Gpu, Job, LedgerEntry, Node, Team
+from finops.jobs.kubernetes import (
     KubernetesFormatError,
     _device_counts,
     import_pods,
@@ -25,10 +25,10 @@ from finops.kubernetes import (
     parse_pods,
     product_model,
 )
-from finops.ledger import Pricing, rollup
-from finops.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Allocation, DirtyHour, Gpu, Job, LedgerEntry, Node, Team
-from finops.prices import PricingModel, load_catalog
-from finops.teams import set_rule
+from finops.jobs.teams import set_rule
+from finops.ledger.costmodel import capacity_cost
+from finops.ledger.rollup import rollup
+from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.timeutil import to_epoch
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kubernetes"

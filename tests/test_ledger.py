@@ -8,15 +8,15 @@ from decimal import Decimal
 import pytest
 from sqlalchemy import select
 
-from finops.costmodel import QUANTUM, capacity_cost
-from finops.idle import IdlePolicy, detect_idle, list_episodes
-from finops.ingest import Ingestor
-from finops.jobs import import_sacct
-from finops.ledger import Pricing, rollup
-from finops.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, LedgerEntry
-from finops.prices import PricingModel, load_catalog
-from finops.report import cost_report
-from finops.teams import map_account
+from finops.analysis.idle import IdlePolicy, detect_idle, list_episodes
+from finops.analysis.report import cost_report
+from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, LedgerEntry
+from finops.ingest.readings import Ingestor
+from finops.jobs.slurm_import import import_sacct
+from finops.jobs.teams import map_account
+from finops.ledger.costmodel import QUANTUM, capacity_cost
+from finops.ledger.rollup import rollup
+from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.timeutil import to_epoch
 from tests import scenario
 
@@ -65,7 +65,7 @@ def test_team_costs_match_the_hand_computation(loaded) -> None:  # type: ignore[
 def test_team_report_from_team_hours_equals_the_ledgers_for_every_team_filter(loaded) -> None:  # type: ignore[no-untyped-def]
     """By team, the report reads the team-hours; with a cluster filter naming the slice's only cluster (every held
     row) it reads the ledger's rows: both give the same held rows, unfiltered and for each team's filter."""
-    from finops.models import Job
+    from finops.db.models import Job
 
     sessions, t0, _, _ = loaded
     window = (t0, t0 + timedelta(hours=2))
@@ -90,7 +90,7 @@ def test_job_report_names_jobs_and_owners(loaded) -> None:  # type: ignore[no-un
 
 
 def test_report_table_keeps_job_ids_as_they_are_and_money_in_cents(loaded) -> None:  # type: ignore[no-untyped-def]
-    from finops.report import report_table
+    from finops.analysis.report import report_table
 
     sessions, t0, r, _ = loaded
     with sessions() as session:
@@ -108,7 +108,7 @@ def test_rebuilding_changes_nothing(loaded) -> None:  # type: ignore[no-untyped-
     with sessions() as session:
         before = cost_report(session, *window, "team")
     with sessions.begin() as session:
-        from finops.hours import mark_hours_dirty
+        from finops.db.hours import mark_hours_dirty
 
         mark_hours_dirty(session, [to_epoch(t0), to_epoch(t0) + 3600])
         rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
@@ -121,7 +121,7 @@ def test_two_rollups_at_once_write_each_row_once(loaded) -> None:  # type: ignor
     rollup does: the second waits for the first (PostgreSQL: advisory lock; SQLite: the write lock)."""
     import threading
 
-    from finops.hours import mark_hours_dirty
+    from finops.db.hours import mark_hours_dirty
 
     sessions, t0, _, pricing = loaded
     with sessions() as session:
@@ -180,8 +180,8 @@ def test_idle_episode_found_on_the_sliding_window(loaded) -> None:  # type: igno
 
 def test_idle_episode_is_costed_under_its_nodes_pricing_model(loaded) -> None:  # type: ignore[no-untyped-def]
     """A pricing rule putting the slice's node on spot prices its idle episode at the spot rate."""
-    from finops.models import Node
-    from finops.pricing_rules import set_pricing_rule
+    from finops.db.models import Node
+    from finops.pricing.rules import set_pricing_rule
 
     sessions, t0, _, pricing = loaded
     spot = pricing.catalog.rate(scenario.MODEL, PricingModel.SPOT, t0)
@@ -215,8 +215,8 @@ def test_mig_share_bills_its_fraction_and_leaves_the_rest_unallocated(loaded) ->
     held, metered by the whole GPU's utilisation (50 %), and the other 6/7 are unallocated."""
     from sqlalchemy import update
 
-    from finops.hours import mark_hours_dirty
-    from finops.models import Allocation, Job
+    from finops.db.hours import mark_hours_dirty
+    from finops.db.models import Allocation, Job
 
     sessions, t0, r, pricing = loaded
     with sessions.begin() as session:
@@ -244,8 +244,8 @@ def test_time_sliced_hour_is_split_by_the_jobs_measured_utilisation(loaded) -> N
     GPU-seconds. Without the measurements the half hour is split equally: 2,700 and 900."""
     from sqlalchemy import delete, update
 
-    from finops.hours import mark_hours_dirty
-    from finops.models import Allocation, Gpu, GpuJobUtilization, Job
+    from finops.db.hours import mark_hours_dirty
+    from finops.db.models import Allocation, Gpu, GpuJobUtilization, Job
 
     sessions, t0, r, pricing = loaded
     hour = to_epoch(t0)
@@ -286,7 +286,7 @@ def test_time_sliced_hour_is_split_by_the_jobs_measured_utilisation(loaded) -> N
 
 def test_pricing_rule_reprices_a_node(loaded) -> None:  # type: ignore[no-untyped-def]
     """A node rule putting gpu-a-01 on on-prem pricing re-prices every one of its GPU-hours on the next rollup."""
-    from finops.pricing_rules import set_pricing_rule
+    from finops.pricing.rules import set_pricing_rule
 
     sessions, t0, _, pricing = loaded
     onprem = pricing.catalog.rate(scenario.MODEL, PricingModel.ON_PREM, t0)

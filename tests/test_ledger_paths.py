@@ -1,7 +1,7 @@
 """The ledger's SQL costing against its Python cost model, row for row, on SQLite and PostgreSQL.
 
 A seeded random cluster slice is built directly in the tables and rolled up twice: with the common GPU-hours
-costed in SQL (the default) and with every GPU-hour costed by :func:`finops.costmodel.gpu_hour_costs`. The two
+costed in SQL (the default) and with every GPU-hour costed by :func:`finops.ledger.costmodel.gpu_hour_costs`. The two
 ledgers must be identical, floats and micro-units included. The slice has in-service starts and a build time
 inside an hour, jobs starting and ending mid-hour and on the hour, MIG shares (1/7, 3/7), overlapping whole-GPU
 allocations (time-slicing), open allocations, holdings without readings, readings without utilisation,
@@ -23,13 +23,13 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops import ledger
-from finops.costmodel import float_decimal
-from finops.hours import mark_hours_dirty
-from finops.ledger import ENERGY_LOOKBACK_SECONDS, LEDGER_COLUMNS, Pricing, rollup
-from finops.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Node, PricingRule, Team
-from finops.partitions import create_partitions, is_partitioned
-from finops.prices import PriceCatalog, PricingModel
+from finops.db.hours import mark_hours_dirty
+from finops.db.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Node, PricingRule, Team
+from finops.ingest.partitions import create_partitions, is_partitioned
+from finops.ledger import rollup as ledger
+from finops.ledger.costmodel import float_decimal
+from finops.ledger.rollup import ENERGY_LOOKBACK_SECONDS, LEDGER_COLUMNS, rollup
+from finops.pricing.catalog import PriceCatalog, Pricing, PricingModel
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
 
 T0 = to_epoch(datetime(2026, 10, 5, tzinfo=UTC))
@@ -219,7 +219,7 @@ def test_sql_costing_matches_the_python_cost_model(
     pricing = Pricing(_catalog(), PricingModel.ON_DEMAND)
     with sessions.begin() as session:
         _build(session, seed)
-    with sessions.begin() as session, caplog.at_level(logging.DEBUG, logger="finops.ledger"):
+    with sessions.begin() as session, caplog.at_level(logging.DEBUG, logger="finops.ledger.rollup"):
         rollup(session, pricing, UNTIL)
     counts = [record.args for record in caplog.records if str(record.msg).startswith("ledger hours")]
     in_sql = sum(int(str(args[2])) for args in counts if isinstance(args, tuple))
@@ -245,7 +245,7 @@ def test_sql_costing_matches_the_python_cost_model(
 
 def test_postgresql_float_text_is_the_python_repr(sessions: sessionmaker[Session]) -> None:
     """The SQL costing reads a float reading as ``CAST(CAST(x AS text) AS numeric)``; that must be the decimal of
-    Python's ``repr`` (shortest round-trip digits) that :func:`finops.costmodel.float_decimal` uses."""
+    Python's ``repr`` (shortest round-trip digits) that :func:`finops.ledger.costmodel.float_decimal` uses."""
     with sessions() as session:
         if session.get_bind().dialect.name != "postgresql":
             pytest.skip("SQLite costs float readings through registered Python functions")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from collector import metric_names as m
+from collector.contract import metric_names as m
 from collector.sources.nvidia_smi import NvidiaSmiSource
 from collector.sources.nvml import NvmlSource
 from tests.fake_pynvml import CAPTURES, ManualClock, fake_nvml_from_capture

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from collector import metric_names as m
-from collector.sample import Sample
+from collector.contract import metric_names as m
+from collector.contract.sample import Sample
 from collector.sources.nvml import NvmlSource
 from tests.fake_pynvml import CAPTURES, FakeNvml, ManualClock, fake_nvml_from_capture, query_gpu_rows
 from tests.fake_pynvml_xml import XML_CAPTURES, fake_nvml_from_xml

@@ -17,13 +17,13 @@ from sqlalchemy import Engine, delete, func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from collector.wire import IngestBatch
+from collector.contract.wire import IngestBatch
 from finops.cli import app
-from finops.db import downgrade, make_engine, session_factory, upgrade
-from finops.ingest import Ingestor
-from finops.models import Base, DirtyHour, Gpu, GpuSample, LedgerEntry, Node, Team
-from finops.partitions import DAY, include_name, partition_name, prune_samples
-from finops.scheduler import run_sample_maintenance
+from finops.db.engine import downgrade, make_engine, session_factory, upgrade
+from finops.db.models import Base, DirtyHour, Gpu, GpuSample, LedgerEntry, Node, Team
+from finops.ingest.partitions import DAY, include_name, partition_name, prune_samples
+from finops.ingest.readings import Ingestor
+from finops.service.scheduler import run_sample_maintenance
 from finops.timeutil import to_epoch
 
 MODEL = "NVIDIA H100 80GB HBM3"
@@ -341,7 +341,7 @@ def test_concurrent_ingest_of_new_gpus_on_new_days(sessions: sessionmaker[Sessio
 
 
 def test_retention_expires_per_job_utilization_with_the_samples(sessions: sessionmaker[Session]) -> None:
-    from finops.models import GpuJobUtilization
+    from finops.db.models import GpuJobUtilization
 
     old, recent = TODAY - 40 * DAY, TODAY - DAY
     for day in (old, recent):

@@ -8,13 +8,12 @@ from fractions import Fraction
 import pytest
 from sqlalchemy import select
 
-from collector.wire import IngestBatch
-from finops.hours import mark_hours_dirty
-from finops.ingest import Ingestor
-from finops.jobs import import_sacct
-from finops.mig import gpu_slices, mig_share, parse_profile
-from finops.models import Allocation, DirtyHour, Gpu, Job, Node
-from finops.placement import (
+from collector.contract.wire import IngestBatch
+from finops.db.hours import mark_hours_dirty
+from finops.db.models import Allocation, DirtyHour, Gpu, Job, Node
+from finops.ingest.readings import Ingestor
+from finops.jobs.mig import gpu_slices, mig_share, parse_profile
+from finops.jobs.placement import (
     OPEN_END,
     GpuCalendar,
     PlacementRequest,
@@ -24,6 +23,7 @@ from finops.placement import (
     place_jobs,
     reconcile_job_map,
 )
+from finops.jobs.slurm_import import import_sacct
 from finops.timeutil import HOUR, to_epoch
 
 T0 = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
@@ -166,7 +166,7 @@ def _pod_request(session, name: str, start: datetime, units: list[Unit], node: s
 
 
 def _team(session) -> int:  # type: ignore[no-untyped-def]
-    from finops.teams import team_by_name
+    from finops.jobs.teams import team_by_name
 
     return team_by_name(session, "t").id
 
@@ -279,10 +279,9 @@ def test_pods_are_matched_by_uid_and_by_namespace_name(sessions) -> None:  # typ
 
 
 def test_the_scheduled_rollup_moves_jobs_onto_the_gpus_their_samples_name(sessions) -> None:  # type: ignore[no-untyped-def]
-    from finops.idle import IdlePolicy
-    from finops.ledger import Pricing
-    from finops.prices import PricingModel, load_catalog
-    from finops.scheduler import run_rollup
+    from finops.analysis.idle import IdlePolicy
+    from finops.pricing.catalog import Pricing, PricingModel, load_catalog
+    from finops.service.scheduler import run_rollup
 
     start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
     with sessions.begin() as session:

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from finops import planning
+from finops.analysis import planning
 
 GB = 1e9
 GIB = 2**30

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from finops.prices import CatalogError, PriceCatalog, PriceNotFound, PricingModel, RateRow, load_catalog
+from finops.pricing.catalog import CatalogError, PriceCatalog, PriceNotFound, PricingModel, RateRow, load_catalog
 
 H100 = "NVIDIA H100 80GB HBM3"
 

@@ -11,14 +11,13 @@ import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from finops.catalog_store import catalog_in_force, earliest_change
+from finops.analysis.idle import IdlePolicy
+from finops.analysis.report import cost_report
 from finops.cli import app
-from finops.idle import IdlePolicy
-from finops.ledger import Pricing
-from finops.models import DirtyHour, PricingRule
-from finops.prices import DEFAULT_CATALOG, PricingModel, load_catalog, parse_catalog
-from finops.report import cost_report
-from finops.scheduler import run_rollup
+from finops.db.models import DirtyHour, PricingRule
+from finops.pricing.catalog import DEFAULT_CATALOG, Pricing, PricingModel, load_catalog, parse_catalog
+from finops.pricing.store import catalog_in_force, earliest_change
+from finops.service.scheduler import run_rollup
 from finops.timeutil import utc_now
 from tests import scenario
 from tests.test_ledger import loaded  # noqa: F401 - the ledger fixture on the hand-computed slice

@@ -1,4 +1,4 @@
-"""finops/prometheus_pull.py: a real Prometheus (Debian's package) scraping fixture dcgm-exporter and vLLM endpoints
+"""finops/ingest/prometheus.py: a real Prometheus (Debian's package) scraping fixture dcgm-exporter and vLLM endpoints
 on 127.0.0.1, pulled into both databases; chunking, errors and malformed series against httpx.MockTransport."""
 
 from __future__ import annotations
@@ -21,12 +21,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from collector.sample import Sample
-from collector.wire import GpuReading, reading_dict
+from collector.contract.sample import Sample
+from collector.contract.wire import GpuReading, reading_dict
 from finops.cli import _prometheus_pull, app
-from finops.cost_metrics import CostMetrics
-from finops.models import Gpu, GpuSample, Node
-from finops.prometheus_pull import (
+from finops.db.models import Gpu, GpuSample, Node
+from finops.ingest.prometheus import (
     MAX_POINTS_PER_SERIES,
     LabelNames,
     PrometheusClient,
@@ -41,7 +40,8 @@ from finops.prometheus_pull import (
     reading_values,
     step_chunks,
 )
-from finops.scheduler import start_scheduler
+from finops.service.cost_metrics import CostMetrics
+from finops.service.scheduler import start_scheduler
 from finops.settings import Settings
 from finops.timeutil import from_epoch, to_epoch, utc_now
 from tests.conftest import debian_binary
@@ -254,7 +254,7 @@ def test_pull_stores_dcgm_series_with_units_jobs_and_no_mig(
     end = utc_now().replace(microsecond=0)
     start = end - timedelta(minutes=10)  # mostly before Prometheus started: no data there, which is not an error
     client = PrometheusClient(telemetry.url)
-    with caplog.at_level(logging.WARNING, logger="finops.prometheus_pull"):
+    with caplog.at_level(logging.WARNING, logger="finops.ingest.prometheus"):
         result = import_range(sessions, client, start, end, PullOptions(step_seconds=1))
 
     assert 'DCGM_FI_DEV_GPU_UTIL{Hostname="gpu-a-01",' in caplog.text and 'gpu="9"' in caplog.text
@@ -336,9 +336,8 @@ def test_the_scheduler_pulls_when_a_url_is_configured(
 ) -> None:
     from prometheus_client import CollectorRegistry
 
-    from finops.idle import IdlePolicy
-    from finops.ledger import Pricing
-    from finops.prices import PricingModel, load_catalog
+    from finops.analysis.idle import IdlePolicy
+    from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 
     assert _prometheus_pull(Settings()) is None
     monkeypatch.setenv("FINOPS_PROMETHEUS_URL", telemetry.url)
@@ -501,7 +500,7 @@ def test_malformed_series_are_skipped_and_named(caplog: pytest.LogCaptureFixture
             return httpx.Response(200, json=_matrix({"metric": _labels(), "values": [[at, "123.5"]]}))
         return httpx.Response(200, json=_matrix())
 
-    with caplog.at_level(logging.WARNING, logger="finops.prometheus_pull"):
+    with caplog.at_level(logging.WARNING, logger="finops.ingest.prometheus"):
         (chunk,) = pull(_client(answer), from_epoch(at), from_epoch(at + 1), PullOptions())
     (batch,) = chunk.batches
     assert batch.node == "n1" and [(r.uuid, r.utilization_ratio, r.power_watts) for r in batch.samples] == [
@@ -530,7 +529,7 @@ def test_label_names_and_node_from_instance(caplog: pytest.LogCaptureFixture) ->
         ))  # fmt: skip
 
     names = LabelNames.parse(["hostname=node", "gpu=device_index", "uuid=gpu_uuid", "model=model", "hpc_job=slurm_job"])
-    with caplog.at_level(logging.WARNING, logger="finops.prometheus_pull"):
+    with caplog.at_level(logging.WARNING, logger="finops.ingest.prometheus"):
         (chunk,) = pull(_client(answer), from_epoch(at), from_epoch(at + 1), PullOptions(labels=names))
     found = {(b.node, r.uuid, r.memory_used_bytes, r.job_id) for b in chunk.batches for r in b.samples}
     assert found == {("n7", "GPU-a", 10 * MIB, "77"), ("10.0.0.5", "GPU-b", 20 * MIB, None),

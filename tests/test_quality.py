@@ -6,8 +6,8 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.quality import coverage, node_freshness
-from finops.report import cost_report
+from finops.analysis.quality import coverage, node_freshness
+from finops.analysis.report import cost_report
 from tests import scenario
 
 

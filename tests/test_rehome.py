@@ -8,9 +8,9 @@ import pytest
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops import teams
-from finops.models import UNMAPPED_TEAM, DirtyHour, Job, Team
-from finops.teams import delete_rule, set_rule, team_by_name
+from finops.db.models import UNMAPPED_TEAM, DirtyHour, Job, Team
+from finops.jobs import teams
+from finops.jobs.teams import delete_rule, set_rule, team_by_name
 from finops.timeutil import HOUR, to_epoch
 
 T0 = datetime(2026, 10, 5, 8, 0, tzinfo=UTC)

@@ -11,12 +11,12 @@ from decimal import Decimal
 import httpx
 import pytest
 
-from finops.api import create_app
-from finops.budgets import record_budget_events
-from finops.idle import IdlePolicy, detect_idle
-from finops.models import UNALLOCATED_TEAM, UNMAPPED_TEAM
-from finops.prices import DEFAULT_CATALOG
-from finops.report import GROUP_BYS, cost_report, report_dicts
+from finops.analysis.budgets import record_budget_events
+from finops.analysis.idle import IdlePolicy, detect_idle
+from finops.analysis.report import GROUP_BYS, cost_report, report_dicts
+from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM
+from finops.pricing.catalog import DEFAULT_CATALOG
+from finops.web.app import create_app
 from tests.servers import running
 from tests.test_ledger import loaded  # noqa: F401 - the ledger fixture on the hand-computed slice
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from finops.jobs import SACCT_STATES, SacctError, ScheduledSacct, run_sacct, sacct_argv
-from finops.models import Job, Watermark
+from finops.db.models import Job, Watermark
+from finops.jobs.slurm import SACCT_FIELDS
+from finops.jobs.slurm_import import SACCT_STATES, SacctError, ScheduledSacct, run_sacct, sacct_argv
 from finops.settings import Settings
-from finops.slurm import SACCT_FIELDS
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 FORMAT = (
@@ -127,7 +127,7 @@ def test_a_failing_sacct_is_logged_and_leaves_the_watermark(  # type: ignore[no-
     run_sacct(sessions, command=str(fake_sacct.path), cluster="orion", now=NOW)
     fake_sacct.prints(_line(43, "2026-01-05T11:00:00", "Unknown", "RUNNING"))
     fake_sacct.fails(1, "sacct: error: Problem talking to the database: Connection refused\n")
-    with caplog.at_level(logging.ERROR, logger="finops.jobs"), pytest.raises(SacctError) as raised:
+    with caplog.at_level(logging.ERROR, logger="finops.jobs.slurm_import"), pytest.raises(SacctError) as raised:
         run_sacct(sessions, command=str(fake_sacct.path), cluster="orion", now=NOW + timedelta(minutes=5))
     assert "exited with status 1: sacct: error: Problem talking to the database: Connection refused" in str(
         raised.value

@@ -1,4 +1,4 @@
-"""Tests for finops.slurm: sacct --parsable2 parsing, Slurm hostlists, and the format/parse round trip."""
+"""Tests for finops.jobs.slurm: sacct --parsable2 parsing, Slurm hostlists, and the format/parse round trip."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from finops.slurm import (
+from finops.jobs.slurm import (
     SACCT_FIELDS,
     SacctJob,
     SacctLineError,

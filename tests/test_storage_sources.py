@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from collector import metric_names as m
-from collector.sample import Sample
+from collector.contract import metric_names as m
+from collector.contract.sample import Sample
 from collector.sources.lustre import LustreSource
 from collector.sources.nfs import NfsSource
 

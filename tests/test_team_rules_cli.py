@@ -9,8 +9,8 @@ from sqlalchemy import select
 from typer.testing import CliRunner, Result
 
 from finops.cli import app
-from finops.kubernetes import import_pods
-from finops.models import UNMAPPED_TEAM, Job, Team
+from finops.db.models import UNMAPPED_TEAM, Job, Team
+from finops.jobs.kubernetes import import_pods
 from finops.timeutil import utc_now
 
 PODS = Path(__file__).parent / "fixtures" / "kubernetes" / "pods.json"

@@ -7,10 +7,10 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from collector import metric_names as m
+from collector.contract import metric_names as m
+from collector.contract.sample import Sample
 from collector.jobmap.cgroup import job_of_process
 from collector.jobmap.mapping_dir import read_mapping_dir
-from collector.sample import Sample
 
 log = logging.getLogger(__name__)
 

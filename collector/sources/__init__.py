@@ -1,1 +1,1 @@
-"""Telemetry sources: one module per source, each a :class:`collector.sample.Source`."""
+"""Telemetry sources: one module per source, each a :class:`collector.contract.sample.Source`."""

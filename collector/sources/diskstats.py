@@ -14,9 +14,9 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from collector import metric_names as m
+from collector.contract import metric_names as m
+from collector.contract.sample import Sample, utc_now
 from collector.counters import MonotonicTotals
-from collector.sample import Sample, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ and are kept.
 
 class DiskstatsSource:
     """One ``entity="disk"`` sample per whole disk, labels ``{"device": name}``, values
-    :data:`~collector.metric_names.DISK_READ_BYTES` and :data:`~collector.metric_names.DISK_WRITTEN_BYTES`
+    :data:`~collector.contract.metric_names.DISK_READ_BYTES` and :data:`~collector.contract.metric_names.DISK_WRITTEN_BYTES`
     (sectors read/written x 512 bytes).
 
     Whole disks: if ``<sys_root>/block`` exists, exactly the devices listed there (a partition lives under

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from collector import metric_names as m
+from collector.contract import metric_names as m
+from collector.contract.sample import Sample, utc_now
 from collector.counters import MonotonicTotals
-from collector.sample import Sample, utc_now
 
 log = logging.getLogger(__name__)
 

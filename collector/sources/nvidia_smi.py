@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from collector import metric_names as m
+from collector.contract import metric_names as m
+from collector.contract.sample import Sample, utc_now
 from collector.nvidia_smi_csv import parse_query_gpu_csv
-from collector.sample import Sample, utc_now
 
 log = logging.getLogger(__name__)
 

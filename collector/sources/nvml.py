@@ -12,8 +12,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from collector import metric_names as m
-from collector.sample import Sample, utc_now
+from collector.contract import metric_names as m
+from collector.contract.sample import Sample, utc_now
 
 log = logging.getLogger(__name__)
 

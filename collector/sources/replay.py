@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from collector.sample import Sample
+from collector.contract.sample import Sample
 
 
 class ReplaySource:

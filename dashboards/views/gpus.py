@@ -11,8 +11,8 @@ import streamlit as st
 
 from dashboards import charts, data, filters
 from dashboards.format import duration, table
-from finops.dashboard_queries import bucket_seconds
-from finops.prometheus_pull import PrometheusError
+from finops.analysis.dashboard_queries import bucket_seconds
+from finops.ingest.prometheus import PrometheusError
 from finops.timeutil import utc_now
 
 MAX_COLUMNS = 240  # time buckets across the heatmap at most: hourly up to 10 days, wider beyond

@@ -11,7 +11,7 @@ import streamlit as st
 
 from dashboards import charts, data, filters
 from dashboards.format import cents, duration, money, table
-from finops.models import UNALLOCATED_TEAM
+from finops.db.models import UNALLOCATED_TEAM
 from finops.timeutil import utc_now
 
 MAX_GPU_LINES = 32  # a job on more GPUs is drawn as their mean, with the lowest and highest GPU around it

@@ -10,7 +10,7 @@ import streamlit as st
 
 from dashboards import charts, data, filters
 from dashboards.format import PERCENT, cents, money, table
-from finops.report import fleet_summary
+from finops.analysis.report import fleet_summary
 from finops.timeutil import utc_now
 
 st.title("GPU spend overview")

@@ -1,6 +1,6 @@
 """Planning: GPU memory for an LLM, training time and cost, inference sizing, all-reduce time, storage bandwidth.
 
-The formulas and their sources are in :mod:`finops.planning`. Where the cluster has measured data, it is the
+The formulas and their sources are in :mod:`finops.analysis.planning`. Where the cluster has measured data, it is the
 default: the price per GPU-hour the ledger charged over the last 30 days.
 """
 
@@ -14,7 +14,7 @@ import streamlit as st
 
 from dashboards import data
 from dashboards.format import money, table
-from finops import planning
+from finops.analysis import planning
 from finops.timeutil import utc_now
 
 GB = 1e9

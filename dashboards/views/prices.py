@@ -8,7 +8,7 @@ import streamlit as st
 
 from dashboards import data
 from dashboards.format import money, table
-from finops.prices import OnPremRow, RateRow
+from finops.pricing.catalog import OnPremRow, RateRow
 
 st.title("Prices")
 catalog = data.catalog(data.database_url())

@@ -7,7 +7,7 @@ import streamlit as st
 
 from dashboards import data, filters
 from dashboards.format import table
-from finops.quality import coverage
+from finops.analysis.quality import coverage
 from finops.timeutil import utc_now
 
 st.title("Data quality")

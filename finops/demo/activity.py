@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
-from collector import metric_names as m
+from collector.contract import metric_names as m
 from collector.nvidia_smi_csv import parse_query_gpu_csv
 
 MIB = 2**20

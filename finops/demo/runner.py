@@ -28,20 +28,20 @@ from collector.agent import Agent
 from collector.exposition import LatestSamples
 from collector.shipper import Shipper
 from collector.sources.replay import ReplaySource
-from finops.budgets import budget_status, month_start, next_month_start, set_budget
-from finops.dashboard_server import serve_dashboard
-from finops.db import downgrade, make_engine, session_factory, upgrade
+from finops.analysis.budgets import budget_status, month_start, next_month_start, set_budget
+from finops.analysis.idle import IdlePolicy, detect_idle
+from finops.analysis.report import cost_report, report_dicts, report_table
+from finops.db.engine import downgrade, make_engine, session_factory, upgrade
 from finops.demo.activity import GpuProfile, nominal_h100_profile, profile_from_capture
 from finops.demo.allocation import TeamSeries, derive_jobs, node_names
 from finops.demo.helios import load_helios
 from finops.demo.synthetic import synthetic_week
 from finops.demo.workload import Trace, idle_jobs, node_steps, sacct_lines
-from finops.idle import IdlePolicy, detect_idle
-from finops.jobs import import_sacct
-from finops.ledger import Pricing, rollup
-from finops.prices import PricingModel, load_catalog
-from finops.report import cost_report, report_dicts, report_table
-from finops.teams import map_account
+from finops.jobs.slurm_import import import_sacct
+from finops.jobs.teams import map_account
+from finops.ledger.rollup import rollup
+from finops.pricing.catalog import Pricing, PricingModel, load_catalog
+from finops.service.dashboard_server import serve_dashboard
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch, utc_now
 
 H100_CAPTURE = "nvidia-smi-captures/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"

@@ -15,11 +15,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from collector import metric_names as m
-from collector.sample import Sample
+from collector.contract import metric_names as m
+from collector.contract.sample import Sample
 from finops.demo.activity import GpuProfile
 from finops.demo.allocation import GPUS_PER_NODE, DerivedJob
-from finops.slurm import SacctJob, format_sacct_line
+from finops.jobs.slurm import SacctJob, format_sacct_line
 
 IDLE_JOB_SHARE = 0.1
 CLUSTER = "earth"

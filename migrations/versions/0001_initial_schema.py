@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-# NUMERIC on PostgreSQL; integer micro-units on SQLite, which has no exact decimal type (finops.sqltypes.Money).
+# NUMERIC on PostgreSQL; integer micro-units on SQLite, which has no exact decimal type (finops.db.sqltypes.Money).
 MONEY = sa.Numeric(precision=20, scale=6).with_variant(sa.BigInteger(), "sqlite")
 
 revision = "0001"

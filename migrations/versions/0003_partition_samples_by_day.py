@@ -3,7 +3,7 @@
 ``gpu_samples`` becomes ``PARTITION BY RANGE (ts)`` with one partition per UTC day, ``gpu_samples_pYYYYMMDD``
 holding ts in [that midnight, the next midnight) (epoch seconds); existing rows move into the partitions of
 their days. Primary key (gpu_id, ts) and the foreign key to ``gpus`` stay, with their names; each partition
-carries them. Later partitions are made by ingest and the daily maintenance job (``finops.partitions``).
+carries them. Later partitions are made by ingest and the daily maintenance job (``finops.ingest.partitions``).
 SQLite keeps one plain table: this migration does nothing there.
 
 Downgrade puts every row back into one plain table.

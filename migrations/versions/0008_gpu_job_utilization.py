@@ -15,7 +15,7 @@ down_revision = "0007"
 branch_labels = None
 depends_on = None
 
-JOB_ID_MAX_LENGTH = 317  # collector.wire.JOB_ID_MAX_LENGTH when this migration was written
+JOB_ID_MAX_LENGTH = 317  # collector.contract.wire.JOB_ID_MAX_LENGTH when this migration was written
 
 
 def upgrade() -> None:

@@ -1,0 +1,103 @@
+"""The DCGM field table and label rules that the collector's dcgm source and the service's Prometheus pull share.
+
+dcgm-exporter (NVIDIA/dcgm-exporter) names each series after its DCGM field (``DCGM_FI_DEV_POWER_USAGE``) in the
+field's own unit, as its counters CSV documents (``default-counters.csv``: W, MHz, °C, MiB, %, mJ, µs). The
+declarative :data:`FIELDS` table maps each field we use to our metric and scale; :data:`IGNORED` lists the
+default fields we deliberately do not map.
+
+GPU identity from dcgm-exporter's labels: ``gpu`` (index), ``UUID``, ``modelName``; for a MIG instance also
+``GPU_I_PROFILE`` and ``GPU_I_ID`` (:func:`gpu_labels`). Job mapping: ``hpc_job``, else Kubernetes
+``namespace``/``pod`` (:func:`job_of`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collector.contract import metric_names as m
+
+MIB = 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One DCGM field: our metric and the factor from the field's unit to our base unit."""
+
+    metric: str
+    scale: float
+
+
+FIELDS: dict[str, Field] = {
+    "DCGM_FI_DEV_GPU_UTIL": Field(m.GPU_UTILIZATION, 0.01),  # %
+    "DCGM_FI_DEV_MEM_COPY_UTIL": Field(m.GPU_MEMORY_UTILIZATION, 0.01),  # %
+    "DCGM_FI_DEV_FB_USED": Field(m.GPU_MEMORY_USED, MIB),  # MiB
+    "DCGM_FI_DEV_FB_TOTAL": Field(m.GPU_MEMORY_TOTAL, MIB),  # MiB
+    "DCGM_FI_DEV_POWER_USAGE": Field(m.GPU_POWER, 1.0),  # W
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": Field(m.GPU_ENERGY, 1e-3),  # mJ
+    "DCGM_FI_DEV_GPU_TEMP": Field(m.GPU_TEMPERATURE, 1.0),  # °C
+    "DCGM_FI_DEV_SM_CLOCK": Field(m.GPU_SM_CLOCK, 1e6),  # MHz
+    "DCGM_FI_DEV_MEM_CLOCK": Field(m.GPU_MEMORY_CLOCK, 1e6),  # MHz
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": Field(m.GPU_CLOCKS_EVENT_REASONS, 1.0),  # bitmask (name before DCGM 3.3)
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": Field(m.GPU_CLOCKS_EVENT_REASONS, 1.0),  # bitmask
+    "DCGM_FI_DEV_POWER_VIOLATION": Field(m.GPU_POWER_VIOLATION, 1e-6),  # µs
+    "DCGM_FI_DEV_THERMAL_VIOLATION": Field(m.GPU_THERMAL_VIOLATION, 1e-6),  # µs
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": Field(m.GPU_ECC_CORRECTED, 1.0),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": Field(m.GPU_ECC_UNCORRECTED, 1.0),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": Field(m.GPU_REMAPPED_CORRECTABLE, 1.0),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": Field(m.GPU_REMAPPED_UNCORRECTABLE, 1.0),
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": Field(m.GPU_REMAPPED_PENDING, 1.0),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": Field(m.GPU_REMAPPED_FAILURE, 1.0),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": Field(m.GPU_PCIE_RX, 1.0),  # bytes/s
+    "DCGM_FI_PROF_PCIE_TX_BYTES": Field(m.GPU_PCIE_TX, 1.0),  # bytes/s
+}
+"""DCGM field -> our metric and scale (field units: dcgm-exporter's counters CSV and the DCGM field reference)."""
+
+IGNORED = frozenset(
+    {
+        "DCGM_FI_DEV_MEMORY_TEMP",  # HBM temperature: not a metric of ours
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "DCGM_FI_DEV_ENC_UTIL",
+        "DCGM_FI_DEV_DEC_UTIL",
+        "DCGM_FI_DEV_XID_ERRORS",  # the last XID code, not a count
+        "DCGM_FI_DEV_FB_FREE",  # used only to derive the total when FB_TOTAL is absent
+        "DCGM_FI_DEV_FB_RESERVED",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",  # per-lane counter sum without a stated unit
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+        "DCGM_FI_DRIVER_VERSION",  # a label, not a value
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",  # profiling ratios: utilisation comes from DCGM_FI_DEV_GPU_UTIL
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+    }
+)
+"""dcgm-exporter's default fields we do not map, on purpose."""
+
+
+def fill_memory_total(values: dict[str, float], free_mib: float | None) -> None:
+    """Without DCGM_FI_DEV_FB_TOTAL, the installed memory is FB_USED + FB_FREE (``free_mib`` in MiB): set it in
+    ``values`` (our metrics, base units) when it is absent and both parts are known."""
+    if free_mib is not None and m.GPU_MEMORY_TOTAL not in values and m.GPU_MEMORY_USED in values:
+        values[m.GPU_MEMORY_TOTAL] = values[m.GPU_MEMORY_USED] + free_mib * MIB
+
+
+def gpu_labels(labels: dict[str, str]) -> dict[str, str]:
+    """Our GPU labels (``gpu``, ``uuid``, ``model``, ``mig_profile``, ``parent_uuid``) from a series' dcgm-exporter
+    labels, which must hold ``gpu`` and ``UUID``; a MIG instance's ``uuid`` is ``<parent UUID>/<GPU_I_ID>``."""
+    profile = labels.get("GPU_I_PROFILE", "")
+    instance = labels.get("GPU_I_ID", "")
+    mig = bool(profile or instance)
+    return {
+        "gpu": labels["gpu"],
+        "uuid": f"{labels['UUID']}/{instance}" if mig else labels["UUID"],
+        "model": labels.get("modelName", ""),
+        "mig_profile": profile,
+        "parent_uuid": labels["UUID"] if mig else "",
+    }
+
+
+def job_of(labels: dict[str, str]) -> str | None:
+    """The job of a series: its ``hpc_job`` label if non-empty, else ``<namespace>/<pod>``, else None."""
+    if labels.get("hpc_job"):
+        return labels["hpc_job"]
+    if labels.get("pod") and labels.get("namespace"):
+        return f"{labels['namespace']}/{labels['pod']}"
+    return None

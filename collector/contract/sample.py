@@ -1,0 +1,48 @@
+"""The unit of data every collector source produces."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One reading of one entity (a GPU, a block device, ...) at one instant.
+
+    Attributes:
+        entity: kind of thing read, ``"gpu"`` or ``"disk"``.
+        labels: identifies the entity, Prometheus label names to values. GPUs carry ``gpu`` (NVML index as a
+            string), ``uuid`` (NVML UUID, ``GPU-…``) and ``model`` (NVML product name); disks carry ``device``.
+        values: metric name (a ``gpufinops_`` name from :mod:`collector.contract.metric_names`) to value in base units
+            (ratios 0..1, bytes, watts, joules, degrees Celsius, hertz). A metric the device does not support
+            is absent, never 0.
+        timestamp: when it was read, timezone-aware UTC.
+        job_id: the scheduler job holding the entity at ``timestamp`` when known (Slurm ``JobIDRaw``).
+    """
+
+    entity: str
+    labels: dict[str, str]
+    values: dict[str, float]
+    timestamp: datetime
+    job_id: str | None = None
+    __hash__ = None  # type: ignore[assignment]  # dict fields: a Sample is a value, not a key
+
+
+class Source(Protocol):
+    """A telemetry source: one file in :mod:`collector.sources`, one ``collect`` method.
+
+    ``name`` is the ``source`` label of ``gpufinops_collector_source_success``. ``collect`` returns the
+    readings of one cycle; a device class that is absent on this host returns ``[]``; a real failure raises
+    (the agent records it and carries on with the other sources).
+    """
+
+    name: str
+
+    def collect(self) -> list[Sample]: ...
+
+
+def utc_now() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)

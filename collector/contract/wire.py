@@ -1,0 +1,301 @@
+"""The ingest wire format: what a collector POSTs to ``/api/v1/ingest``.
+
+One JSON object per request (optionally gzip-encoded), shared by the collector that writes it and the
+service that validates it. A node's readings come in one of two shapes, or both in one batch:
+
+- ``series`` (columns, what the collector sends): per GPU, its timestamps as integer epoch seconds (UTC) and
+  one list per reading field, each as long as ``ts`` (a field absent from the series is null throughout)::
+
+    {"node": "gpu-a-01",
+     "gpus": [{"uuid": "GPU-…", "index": 0, "model": "NVIDIA H100 80GB HBM3", "memory_total_bytes": 85520809984}],
+     "series": [{"uuid": "GPU-…", "ts": [1795244400, 1795244410], "utilization_ratio": [1.0, 0.97],
+                 "power_watts": [655.1, null], "job_id": ["4000123", "4000123"]}]}
+
+- ``samples`` (rows, version 1 of the format, still accepted): one object per reading, ``ts`` an ISO 8601
+  time that must carry a UTC offset::
+
+    {"node": "gpu-a-01", "gpus": [...],
+     "samples": [{"uuid": "GPU-…", "ts": "2026-11-22T07:00:00Z", "utilization_ratio": 1.0, …}]}
+
+Values are base units; a field the GPU does not support is absent (null), never 0. Instants are truncated to
+whole seconds. ``job_id`` is the Slurm ``JobIDRaw`` the collector's job map saw on the GPU, when known.
+Columns are about 2.5 times smaller than rows and the service validates them as arrays, which is what makes
+large backlogs cheap to ingest.
+
+A GPU that compute processes of more than one job use at once (time-slicing, MPS) has no single ``job_id``;
+for its readings the batch may also carry ``job_utilization``, one object per job and reading: the GPU's UUID,
+the reading's ``ts`` as integer epoch seconds (UTC, in both shapes), the job id (as ``job_id``) and the job's
+SM utilisation ratio (0..1: the sum of its processes' NVML ``smUtil`` / 100, :mod:`collector.sources.nvml`,
+:func:`collector.jobmap.mapper.shared_job_utilization`)::
+
+    {"node": "gpu-a-01", "gpus": [...], "series": [...],
+     "job_utilization": [{"uuid": "GPU-…", "ts": 1795244400, "job_id": "4000123", "utilization_ratio": 0.99},
+                         {"uuid": "GPU-…", "ts": 1795244400, "job_id": "4000124", "utilization_ratio": 0.0}]}
+
+The field is optional (absent: none), so batches of collectors that predate it are valid as they were; it is
+never a batch's only content. The service stores it beside the readings (``gpu_job_utilization``) and names a
+malformed entry in its answer without refusing the readings (:mod:`finops.web.app`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+
+from collector.contract import metric_names as m
+from collector.contract.sample import Sample
+from collector.jobmap.mapper import shared_job_utilization
+
+INT64_MAX = 2**63 - 1
+LAST_EPOCH_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z, the last instant a datetime can hold
+
+Ratio = Annotated[float, Field(ge=0, le=1)]
+NonNegative = Annotated[float, Field(ge=0)]
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+EpochSecond = Annotated[int, Field(ge=0, le=LAST_EPOCH_SECOND)]
+JOB_ID_MAX_LENGTH = 317
+"""Longest job id: a Kubernetes ``namespace/pod`` (namespace a DNS label of at most 63 characters, pod name a
+DNS subdomain of at most 253; Kubernetes "Object Names and IDs"); Slurm ids are far shorter."""
+JobId = Annotated[str, Field(max_length=JOB_ID_MAX_LENGTH)]
+
+
+class GpuInfo(BaseModel):
+    """Inventory of one GPU on the node (NVML UUID, index and product name)."""
+
+    model_config = ConfigDict(extra="forbid")
+    uuid: str = Field(min_length=1, max_length=64)
+    index: int = Field(ge=0)
+    model: str = Field(min_length=1, max_length=128)
+    memory_total_bytes: int | None = Field(None, ge=0, le=INT64_MAX)
+
+
+class GpuReading(BaseModel):
+    """One GPU at one instant (a row). Ratios are 0..1; bytes, watts, joules, °C and Hz as named."""
+
+    model_config = ConfigDict(extra="forbid")
+    uuid: str = Field(min_length=1, max_length=64)
+    ts: AwareDatetime
+    utilization_ratio: Ratio | None = None
+    memory_utilization_ratio: Ratio | None = None
+    memory_used_bytes: Count | None = None
+    power_watts: NonNegative | None = None
+    energy_joules: NonNegative | None = None
+    temperature_celsius: float | None = None
+    sm_clock_hertz: NonNegative | None = None
+    clocks_event_reasons: Count | None = None
+    job_id: JobId | None = None
+
+
+READING_COLUMNS = (
+    "utilization_ratio", "memory_utilization_ratio", "memory_used_bytes", "power_watts", "energy_joules",
+    "temperature_celsius", "sm_clock_hertz", "clocks_event_reasons", "job_id",
+)  # fmt: skip
+"""The reading fields besides ``uuid`` and ``ts``, in storage order: the columns of a :class:`GpuSeries`."""
+
+
+class GpuSeries(BaseModel):
+    """One GPU's readings as columns: ``ts`` (epoch seconds, UTC) and, per reading field, a list as long as ``ts``
+    (its values in the same units and bounds as :class:`GpuReading`'s; null where not read). A field left out
+    is null for every reading. Infinities and NaN are refused (JSON has neither).
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    uuid: str = Field(min_length=1, max_length=64)
+    ts: list[EpochSecond]
+    utilization_ratio: list[Ratio | None] | None = None
+    memory_utilization_ratio: list[Ratio | None] | None = None
+    memory_used_bytes: list[Count | None] | None = None
+    power_watts: list[NonNegative | None] | None = None
+    energy_joules: list[NonNegative | None] | None = None
+    temperature_celsius: list[float | None] | None = None
+    sm_clock_hertz: list[NonNegative | None] | None = None
+    clocks_event_reasons: list[Count | None] | None = None
+    job_id: list[JobId | None] | None = None
+
+    @model_validator(mode="after")
+    def _columns_as_long_as_ts(self) -> GpuSeries:
+        for name in READING_COLUMNS:
+            column = getattr(self, name)
+            if column is not None and len(column) != len(self.ts):
+                raise ValueError(f"{name} has {len(column)} values for {len(self.ts)} timestamps")
+        return self
+
+
+class JobUtilization(BaseModel):
+    """One job's SM utilisation of a GPU it shares with other jobs, at one reading.
+
+    ``uuid``: the GPU's NVML UUID; ``ts``: the reading's instant, epoch seconds (UTC); ``job_id``: as
+    :class:`GpuReading`'s (a Slurm ``JobIDRaw``, or ``pod/<uid>``); ``utilization_ratio``: 0..1, the fraction of the
+    period since the collector's previous cycle a kernel of the job's processes ran (sum over its processes of
+    NVML ``smUtil`` / 100, capped at 1). Infinities and NaN are refused.
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    uuid: str = Field(min_length=1, max_length=64)
+    ts: EpochSecond
+    job_id: str = Field(min_length=1, max_length=JOB_ID_MAX_LENGTH)
+    utilization_ratio: Ratio
+
+
+class IngestBatch(BaseModel):
+    """A node's batch: its GPU inventory and readings, as rows (``samples``), columns (``series``) or both, and the
+    per-job utilisation of shared GPUs (``job_utilization``, optional)."""
+
+    node: str = Field(min_length=1, max_length=255)
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    samples: list[GpuReading] = Field(default_factory=list)
+    series: list[GpuSeries] = Field(default_factory=list)
+    job_utilization: list[JobUtilization] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _carries_readings(self) -> IngestBatch:
+        if not {"samples", "series"} & self.model_fields_set:
+            raise ValueError("a batch carries its readings in samples or series")
+        return self
+
+    @property
+    def reading_count(self) -> int:
+        """Readings in the batch: rows plus the length of every series."""
+        return len(self.samples) + sum(len(s.ts) for s in self.series)
+
+
+_READING_FIELDS: dict[str, str] = {
+    m.GPU_UTILIZATION: "utilization_ratio",
+    m.GPU_MEMORY_UTILIZATION: "memory_utilization_ratio",
+    m.GPU_MEMORY_USED: "memory_used_bytes",
+    m.GPU_POWER: "power_watts",
+    m.GPU_ENERGY: "energy_joules",
+    m.GPU_TEMPERATURE: "temperature_celsius",
+    m.GPU_SM_CLOCK: "sm_clock_hertz",
+    m.GPU_CLOCKS_EVENT_REASONS: "clocks_event_reasons",
+}
+_INTEGER_FIELDS = {"memory_used_bytes", "clocks_event_reasons"}
+
+
+def reading_dict(sample: Sample) -> dict[str, object]:
+    """The wire form of one GPU :class:`Sample` (a plain dict, ready for orjson)."""
+    reading: dict[str, object] = {"uuid": sample.labels["uuid"], "ts": sample.timestamp}
+    for metric, value in sample.values.items():
+        field = _READING_FIELDS.get(metric)
+        if field is not None:
+            reading[field] = int(value) if field in _INTEGER_FIELDS else value
+    if sample.job_id is not None:
+        reading["job_id"] = sample.job_id
+    return reading
+
+
+def gpu_info_dict(sample: Sample) -> dict[str, object]:
+    """The inventory entry for the GPU a :class:`Sample` was read from."""
+    total = sample.values.get(m.GPU_MEMORY_TOTAL)
+    return {
+        "uuid": sample.labels["uuid"],
+        "index": int(sample.labels["gpu"]),
+        "model": sample.labels["model"],
+        "memory_total_bytes": None if total is None else int(total),
+    }
+
+
+def shippable(sample: Sample) -> bool:
+    """Whether the service stores this sample: a reading of a whole GPU that answered.
+
+    MIG instances (a non-empty ``mig_profile`` label) are left out: the ledger bills the physical GPU, and an
+    instance shipped beside it would bill its share twice. A lost GPU (``gpufinops_gpu_up`` = 0) has no reading.
+    """
+    return sample.entity == "gpu" and not sample.labels.get("mig_profile") and sample.values.get(m.GPU_UP, 1.0) != 0
+
+
+def job_utilization_dicts(samples: Sequence[Sample], readings: Sequence[Sample]) -> list[dict[str, object]]:
+    """The ``job_utilization`` entries (:class:`JobUtilization` as plain dicts) of one cycle's ``samples``: per
+    reading of ``readings`` (shippable GPU samples) whose GPU processes of several jobs shared, one entry per job
+    (:func:`collector.jobmap.mapper.shared_job_utilization`), at the reading's instant. Shares of a MIG instance
+    are not shipped (its parent GPU is billed; NVML gives no per-process utilisation under MIG anyway)."""
+    shares = shared_job_utilization(list(samples))
+    return [
+        {"uuid": uuid, "ts": int(reading.timestamp.timestamp()), "job_id": job, "utilization_ratio": ratio}
+        for reading in readings
+        for uuid in (reading.labels["uuid"],)
+        for job, ratio in sorted(shares.get(uuid, {}).items())
+    ]
+
+
+def batch_dict(samples: Iterable[Sample]) -> dict[str, list[dict[str, object]]]:
+    """``{"gpus": [...], "samples": [...]}`` for the :func:`shippable` samples (the batch without its node), with
+    ``"job_utilization": [...]`` (:func:`job_utilization_dicts`) when a GPU was shared by several jobs."""
+    collected = list(samples)
+    readings = [s for s in collected if shippable(s)]
+    inventory = {s.labels["uuid"]: gpu_info_dict(s) for s in readings}
+    batch = {"gpus": list(inventory.values()), "samples": [reading_dict(s) for s in readings]}
+    shared = job_utilization_dicts(collected, readings)
+    if shared:
+        batch["job_utilization"] = shared
+    return batch
+
+
+def merge_batches(batches: Iterable[dict[str, list[dict[str, object]]]]) -> dict[str, list[dict[str, object]]]:
+    """Several :func:`batch_dict` results as one: inventories merged by UUID (the last wins), readings and
+    ``job_utilization`` entries in order (a batch without the latter, e.g. spooled by an older collector, adds
+    none)."""
+    inventory: dict[object, dict[str, object]] = {}
+    readings: list[dict[str, object]] = []
+    shared: list[dict[str, object]] = []
+    for batch in batches:
+        inventory.update((gpu["uuid"], gpu) for gpu in batch["gpus"])
+        readings.extend(batch["samples"])
+        shared.extend(batch.get("job_utilization", []))
+    merged = {"gpus": list(inventory.values()), "samples": readings}
+    if shared:
+        merged["job_utilization"] = shared
+    return merged
+
+
+def _epoch(value: object) -> int | None:
+    """Epoch seconds of an aware instant (a datetime, or ISO 8601 text as orjson writes it); None otherwise."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        return None
+    return int(value.timestamp())
+
+
+_ROW_KEYS = frozenset({"uuid", "ts", *READING_COLUMNS})
+
+
+def columnar(batch: dict[str, list[dict[str, object]]]) -> dict[str, list[dict[str, Any]]]:
+    """A :func:`batch_dict` (rows) batch as ``{"gpus": [...], "series": [...]}``: per GPU in order of first
+    appearance, its readings in their order, columns that are null throughout left out.
+
+    A reading the columns cannot carry as is (no aware ``ts``, no UUID, an unknown field) stays a row in
+    ``samples``, so that the service judges it and names it in its answer exactly as before. ``job_utilization``
+    entries pass through as they are.
+    """
+    series: dict[str, dict[str, list[Any]]] = {}
+    rows: list[dict[str, object]] = []
+    for reading in batch["samples"]:
+        uuid, epoch = reading.get("uuid"), _epoch(reading.get("ts"))
+        if not isinstance(uuid, str) or epoch is None or not _ROW_KEYS.issuperset(reading):
+            rows.append(reading)
+            continue
+        columns = series.get(uuid)
+        if columns is None:
+            columns = series[uuid] = {"ts": [], **{name: [] for name in READING_COLUMNS}}
+        columns["ts"].append(epoch)
+        for name in READING_COLUMNS:
+            columns[name].append(reading.get(name))
+    body: dict[str, list[dict[str, Any]]] = {
+        "gpus": batch["gpus"],
+        "series": [
+            {"uuid": uuid, **{name: values for name, values in columns.items() if any(v is not None for v in values)}}
+            for uuid, columns in series.items()
+        ],
+    }
+    if rows:
+        body["samples"] = rows
+    if batch.get("job_utilization"):
+        body["job_utilization"] = batch["job_utilization"]
+    return body

@@ -1,0 +1,262 @@
+"""Cost reports from the ledger: per team, job, user, node or GPU model over [start, end), hour resolution.
+
+Money is summed exactly in SQL (NUMERIC, or integer micro-units on SQLite) and rounded to cents by
+:func:`finops.ledger.costmodel.round_preserving_total`, column by column, so the rows add up to the total.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+from sqlalchemy import Select, func, null, select
+from sqlalchemy.orm import Session
+
+from finops.analysis.filters import Scope, ledger_conditions
+from finops.db.models import UNALLOCATED_TEAM, Gpu, Job, LedgerEntry, LedgerTeamHour, Node, Team
+from finops.ledger.costmodel import JOULES_PER_KWH, quantize, round_preserving_total
+from finops.ledger.team_hours import ledger_team_sums
+
+GroupBy = Literal["team", "job", "user", "node", "gpu_model"]
+GROUP_BYS: tuple[GroupBy, ...] = ("team", "job", "user", "node", "gpu_model")
+MONEY_FIELDS = ("allocated_cost", "used_cost", "idle_cost", "energy_cost")
+
+
+@dataclass(frozen=True, slots=True)
+class ReportRow:
+    """One group's totals (a team, job, user, node or GPU model). Seconds are GPU-seconds; money is exact
+    (6 decimals) until rendered. ``team`` and ``user`` are set for job rows (``team`` for team rows too).
+
+    For the ``__unallocated__`` row, ``allocated_gpu_seconds`` is capacity no job held and its cost.
+    ``unmetered_gpu_seconds`` are allocated seconds with no sample: neither used nor idle.
+    """
+
+    key: str
+    team: str | None
+    user: str | None
+    allocated_gpu_seconds: int
+    used_gpu_seconds: float
+    idle_gpu_seconds: float
+    unmetered_gpu_seconds: int
+    allocated_cost: Decimal
+    used_cost: Decimal
+    idle_cost: Decimal
+    energy_joules: float
+    energy_cost: Decimal
+    currency: str
+
+
+def cost_report(
+    session: Session,
+    start: datetime,
+    end: datetime,
+    by: GroupBy = "team",
+    *,
+    cluster: str | None = None,
+    team: str | None = None,
+    partition: str | None = None,
+) -> list[ReportRow]:
+    """Ledger totals for hours starting in [start, end), one row per group, by cost descending.
+
+    ``by``: ``team``; ``job`` (capacity no job held is one ``__unallocated__`` row); ``user`` (the job's Slurm
+    user or pod ``user`` label; unheld capacity is ``__unallocated__``); ``node`` (hostname); ``gpu_model``
+    (NVML product name). Raises ValueError for an unknown ``by``.
+
+    ``cluster``, ``team``, ``partition``: only the ledger rows those filters select (:mod:`finops.analysis.filters`);
+    None (the default) for all rows. By team without a cluster or partition filter, the totals are those of the
+    team-hours (:mod:`finops.ledger.team_hours`), equal to the ledger's and ~80 times fewer rows.
+    """
+    if by not in GROUP_BYS:
+        raise ValueError(f"group by must be one of {', '.join(GROUP_BYS)}, not {by!r}")
+    if by == "team" and cluster is None and partition is None:
+        query = _team_hours_query(start, end, team)
+    else:
+        query = _ledger_query(start, end, by, Scope(cluster=cluster, team=team, partition=partition))
+    rows = [
+        ReportRow(
+            key=r.key,
+            team=r.team,
+            user=r.user,
+            allocated_gpu_seconds=int(r.seconds),
+            used_gpu_seconds=float(r.used_gpu_seconds),
+            idle_gpu_seconds=max(float(r.metered_gpu_seconds) - float(r.used_gpu_seconds), 0.0),
+            unmetered_gpu_seconds=int(r.unmetered_gpu_seconds),
+            allocated_cost=Decimal(r.allocated_cost),
+            used_cost=Decimal(r.used_cost),
+            idle_cost=Decimal(r.idle_cost),
+            energy_joules=float(r.energy_joules),
+            energy_cost=Decimal(r.energy_cost),
+            currency=r.currency,
+        )
+        for r in session.execute(query)
+    ]
+    return sorted(rows, key=lambda row: (row.key == UNALLOCATED_TEAM, -row.allocated_cost, row.key))
+
+
+def _team_hours_query(start: datetime, end: datetime, team: str | None) -> Select[*tuple[Any, ...]]:
+    """Team totals from the team-hours (:mod:`finops.ledger.team_hours`): ~720 rows per team and month."""
+    sums = [
+        (func.min if name == "currency" else func.sum)(getattr(LedgerTeamHour, name)).label(name)
+        for name in ledger_team_sums()
+    ]
+    query = (
+        select(Team.name.label("key"), Team.name.label("team"), null().label("user"), *sums)
+        .join(Team, Team.id == LedgerTeamHour.team_id)
+        .where(LedgerTeamHour.hour >= start, LedgerTeamHour.hour < end)
+        .group_by(Team.name)
+    )
+    return query if team is None else query.where(Team.name == team)
+
+
+def _ledger_query(start: datetime, end: datetime, by: GroupBy, scope: Scope) -> Select[*tuple[Any, ...]]:
+    """Group totals from the ledger rows the scope selects."""
+    columns = [column.label(name) for name, column in ledger_team_sums().items()]
+    query: Select[*tuple[Any, ...]]
+    if by == "team":
+        query = (
+            select(Team.name.label("key"), Team.name.label("team"), null().label("user"), *columns)
+            .join(Team, Team.id == LedgerEntry.team_id)
+            .group_by(Team.name)
+        )
+    elif by == "job":
+        query = (
+            select(
+                func.coalesce(Job.job_id, UNALLOCATED_TEAM).label("key"),
+                Team.name.label("team"),
+                Job.user.label("user"),
+                *columns,
+            )
+            .join(Team, Team.id == LedgerEntry.team_id)
+            .outerjoin(Job, Job.id == LedgerEntry.job_pk)
+            .group_by(Job.id, Job.job_id, Team.name, Job.user)
+        )
+    elif by == "user":
+        user = func.coalesce(Job.user, UNALLOCATED_TEAM)
+        query = (
+            select(user.label("key"), null().label("team"), user.label("user"), *columns)
+            .outerjoin(Job, Job.id == LedgerEntry.job_pk)
+            .group_by(user)
+        )
+    else:
+        attribute = Node.hostname if by == "node" else Gpu.model
+        query = (
+            select(attribute.label("key"), null().label("team"), null().label("user"), *columns)
+            .join(Gpu, Gpu.id == LedgerEntry.gpu_id)
+            .join(Node, Node.id == Gpu.node_id)
+            .group_by(attribute)
+        )
+    return query.where(LedgerEntry.hour >= start, LedgerEntry.hour < end, *ledger_conditions(scope))
+
+
+def _hours(seconds: float) -> float:
+    return round(seconds / 3600, 6)
+
+
+def report_dicts(rows: Sequence[ReportRow], by: GroupBy = "team") -> list[dict[str, object]]:
+    """JSON-ready rows: ``{team|job, allocated_gpu_hours, used_gpu_hours, idle_gpu_hours, allocated_cost,
+    used_cost, idle_cost, energy_kwh, energy_cost, currency}`` plus ``allocated_gpu_seconds`` and
+    ``unmetered_gpu_hours``; money as decimal strings in cents that add up to the rounded totals."""
+    rounded = {name: round_preserving_total([getattr(row, name) for row in rows]) for name in MONEY_FIELDS}
+    result = []
+    for i, row in enumerate(rows):
+        item: dict[str, object] = {by: row.key}
+        if by == "job":
+            item.update(team=row.team, user=row.user)
+        item.update(
+            allocated_gpu_hours=_hours(row.allocated_gpu_seconds),
+            allocated_gpu_seconds=row.allocated_gpu_seconds,
+            used_gpu_hours=_hours(row.used_gpu_seconds),
+            idle_gpu_hours=_hours(row.idle_gpu_seconds),
+            unmetered_gpu_hours=_hours(row.unmetered_gpu_seconds),
+            allocated_cost=str(rounded["allocated_cost"][i]),
+            used_cost=str(rounded["used_cost"][i]),
+            idle_cost=str(rounded["idle_cost"][i]),
+            energy_kwh=float(quantize(Decimal(repr(row.energy_joules)) / JOULES_PER_KWH, Decimal("0.001"))),
+            energy_cost=str(rounded["energy_cost"][i]),
+            currency=row.currency,
+        )
+        result.append(item)
+    return result
+
+
+def report_csv(rows: Sequence[ReportRow], by: GroupBy = "team") -> str:
+    """The rows of :func:`report_dicts` as CSV text with a header line."""
+    dicts = report_dicts(rows, by)
+    out = io.StringIO()
+    if dicts:
+        writer = csv.DictWriter(out, fieldnames=list(dicts[0]))
+        writer.writeheader()
+        writer.writerows(dicts)
+    return out.getvalue()
+
+
+def report_table(rows: Sequence[ReportRow], by: GroupBy = "team") -> str:
+    """The rows as a fixed-width text table with a total line."""
+    dicts = report_dicts(rows, by)
+    headers = [by, "alloc GPU-h", "used GPU-h", "idle GPU-h", "allocated", "used", "idle", "energy kWh", "energy"]
+    keys = [
+        by,
+        "allocated_gpu_hours",
+        "used_gpu_hours",
+        "idle_gpu_hours",
+        *MONEY_FIELDS[:3],
+        "energy_kwh",
+        "energy_cost",
+    ]
+    lines = [[str(d[by]), *(_cell(d[k]) for k in keys[1:])] for d in dicts]
+    totals = ["TOTAL"] + [_cell(sum((Decimal(str(d[k])) for d in dicts), Decimal(0))) for k in keys[1:]]
+    widths = [max(len(h), *(len(line[i]) for line in [*lines, totals])) for i, h in enumerate(headers)]
+    currency = dicts[0]["currency"] if dicts else ""
+    out = [f"Costs in {currency}" if currency else "No ledger rows in this period."]
+    for line in [headers, *lines, totals]:
+        cells = [
+            cell.rjust(width) if i else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(line, widths, strict=True))
+        ]
+        out.append("  ".join(cells))
+    return "\n".join(out)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, (float, Decimal)):
+        return f"{value:,.2f}"
+    if isinstance(value, str) and value.replace(".", "", 1).lstrip("-").isdigit():
+        return f"{Decimal(value):,.2f}"
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSummary:
+    """Headline numbers of a period: capacity cost (all GPUs), of which held by jobs, used and idle;
+    ``utilization`` = used ÷ metered allocated GPU-seconds; ``allocated_share`` = held ÷ capacity GPU-seconds."""
+
+    capacity_cost: Decimal
+    allocated_cost: Decimal
+    used_cost: Decimal
+    idle_cost: Decimal
+    utilization: float
+    allocated_share: float
+    currency: str
+
+
+def fleet_summary(rows: Sequence[ReportRow]) -> FleetSummary:
+    """Totals of :func:`cost_report` team rows (``__unallocated__`` counts in capacity only)."""
+    held = [row for row in rows if row.key != UNALLOCATED_TEAM]
+    capacity_seconds = sum(row.allocated_gpu_seconds for row in rows)
+    held_seconds = sum(row.allocated_gpu_seconds for row in held)
+    used_seconds = sum(row.used_gpu_seconds for row in held)
+    metered_seconds = used_seconds + sum(row.idle_gpu_seconds for row in held)
+    return FleetSummary(
+        capacity_cost=sum((row.allocated_cost for row in rows), Decimal(0)),
+        allocated_cost=sum((row.allocated_cost for row in held), Decimal(0)),
+        used_cost=sum((row.used_cost for row in held), Decimal(0)),
+        idle_cost=sum((row.idle_cost for row in held), Decimal(0)),
+        utilization=used_seconds / metered_seconds if metered_seconds else 0.0,
+        allocated_share=held_seconds / capacity_seconds if capacity_seconds else 0.0,
+        currency=rows[0].currency if rows else "",
+    )

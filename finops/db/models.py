@@ -1,0 +1,347 @@
+"""Database schema: SQLAlchemy 2.0 typed models. The schema changes only through an Alembic migration.
+
+Instants are :class:`finops.db.sqltypes.EpochSeconds` (UTC epoch seconds); money is :class:`finops.db.sqltypes.Money`
+(six decimals: the ledger's rounding quantum, see :mod:`finops.ledger.costmodel`); telemetry values are floats.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from collector.contract.wire import JOB_ID_MAX_LENGTH
+from finops.db.sqltypes import EpochSeconds, Money
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+UNALLOCATED_TEAM = "__unallocated__"
+UNMAPPED_TEAM = "__unmapped__"
+
+
+class Base(DeclarativeBase):
+    """Declarative base with the Alembic naming convention."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Node(Base):
+    """A GPU host, by hostname as Slurm's NodeList and the collector name it.
+
+    ``partition``: the Slurm partition of the newest job placed on it (a node in several partitions takes the
+    latest); ``labels``: Kubernetes node labels (``{"node.kubernetes.io/instance-type": "p5.48xlarge"}``).
+    Both feed :class:`PricingRule` selection.
+    """
+
+    __tablename__ = "nodes"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(255), unique=True)
+    partition: Mapped[str | None] = mapped_column(String(128))
+    labels: Mapped[dict[str, str] | None] = mapped_column(JSON)
+
+
+class Gpu(Base):
+    """A physical GPU: NVML UUID, product name, node and NVML index.
+
+    ``uuid`` is unknown (NULL) for a GPU known only from a job's placement until its collector reports.
+    ``in_service_from`` is when capacity cost starts accruing: its first sample or placement.
+    """
+
+    __tablename__ = "gpus"
+    __table_args__ = (UniqueConstraint("node_id", "gpu_index"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    uuid: Mapped[str | None] = mapped_column(String(64), unique=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"))
+    gpu_index: Mapped[int] = mapped_column(Integer)
+    model: Mapped[str] = mapped_column(String(128))
+    memory_total_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    in_service_from: Mapped[datetime] = mapped_column(EpochSeconds)
+
+
+class GpuSample(Base):
+    """One GPU reading at one instant (base units). Unique on (GPU, timestamp): replays add nothing.
+
+    On PostgreSQL partitioned by day on ``ts`` (:mod:`finops.ingest.partitions`, migration 0003).
+    """
+
+    __tablename__ = "gpu_samples"
+    __table_args__ = ({"postgresql_partition_by": "RANGE (ts)"},)
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"), primary_key=True)
+    ts: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True)
+    utilization_ratio: Mapped[float | None] = mapped_column(Float)
+    memory_utilization_ratio: Mapped[float | None] = mapped_column(Float)
+    memory_used_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    power_watts: Mapped[float | None] = mapped_column(Float)
+    energy_joules: Mapped[float | None] = mapped_column(Float)
+    temperature_celsius: Mapped[float | None] = mapped_column(Float)
+    sm_clock_hertz: Mapped[float | None] = mapped_column(Float)
+    clocks_event_reasons: Mapped[int | None] = mapped_column(BigInteger)
+    job_id: Mapped[str | None] = mapped_column(String(JOB_ID_MAX_LENGTH))
+
+
+class Team(Base):
+    """A cost owner. ``__unallocated__`` and ``__unmapped__`` are teams too, so every cent has an owner."""
+
+    __tablename__ = "teams"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+
+
+TEAM_RULE_KINDS = ("label", "namespace", "account")
+"""Team rule kinds, most specific first: a Kubernetes label, a Kubernetes namespace, a Slurm account."""
+
+
+class TeamRule(Base):
+    """``kind`` value → team: Slurm ``account``, Kubernetes ``namespace``, or Kubernetes ``label`` ``key=value``.
+
+    ``key`` is the label name for ``label`` rules and empty otherwise. A job takes the team of its first
+    matching rule in :data:`TEAM_RULE_KINDS` order; with none it goes to ``__unmapped__``.
+    """
+
+    __tablename__ = "team_rules"
+    __table_args__ = (
+        UniqueConstraint("kind", "key", "value"),
+        CheckConstraint("kind IN ('label', 'namespace', 'account')", name="kind"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    key: Mapped[str] = mapped_column(String(253), default="")
+    value: Mapped[str] = mapped_column(String(255))
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
+
+
+class Job(Base):
+    """A scheduler job: a Slurm job (``scheduler`` "slurm") or a Kubernetes pod ("kubernetes").
+
+    Slurm terms throughout: a pod's ``account`` is its namespace, ``user`` the ``user`` label if any,
+    ``partition`` its node pool label if any, ``job_id`` ``namespace/name`` and ``job_id_raw`` the pod UID.
+    ``namespace``, ``labels`` are Kubernetes only; ``project`` is optional (budgets per project).
+    ``end`` is NULL while it runs.
+    """
+
+    __tablename__ = "jobs"
+    __table_args__ = (UniqueConstraint("scheduler", "cluster", "job_id_raw"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    scheduler: Mapped[str] = mapped_column(String(16))
+    cluster: Mapped[str] = mapped_column(String(128))
+    job_id: Mapped[str] = mapped_column(String(JOB_ID_MAX_LENGTH))
+    job_id_raw: Mapped[str] = mapped_column(String(64))
+    user: Mapped[str] = mapped_column(String(128))
+    account: Mapped[str] = mapped_column(String(128))
+    partition: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(32))
+    submit: Mapped[datetime | None] = mapped_column(EpochSeconds)
+    start: Mapped[datetime | None] = mapped_column(EpochSeconds)
+    end: Mapped[datetime | None] = mapped_column(EpochSeconds)
+    gpus: Mapped[int] = mapped_column(Integer)
+    gpu_type: Mapped[str | None] = mapped_column(String(64))
+    node_list: Mapped[str] = mapped_column(String(4096))
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
+    namespace: Mapped[str | None] = mapped_column(String(253))
+    labels: Mapped[dict[str, str] | None] = mapped_column(JSON)
+    project: Mapped[str | None] = mapped_column(String(128))
+
+
+class Allocation(Base):
+    """A job holding one GPU, or a share of it, over [start, end); ``end`` NULL while the job runs.
+
+    ``share_num / share_den`` is the fraction of the physical GPU held: 1/1 for a whole GPU, a MIG profile's
+    compute slices over the parent's (``1g.10gb`` on an H100: 1/7). ``mig_profile`` names the slice.
+    """
+
+    __tablename__ = "allocations"
+    __table_args__ = (
+        Index("ix_allocations_gpu_start", "gpu_id", "start"),
+        CheckConstraint("share_num > 0 AND share_num <= share_den", name="share"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
+    start: Mapped[datetime] = mapped_column(EpochSeconds)
+    end: Mapped[datetime | None] = mapped_column(EpochSeconds)
+    share_num: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    share_den: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    mig_profile: Mapped[str | None] = mapped_column(String(32))
+
+
+class LedgerEntry(Base):
+    """Cost of one GPU in one UTC hour for one holder (a job, or nobody: ``job_pk`` NULL = unallocated).
+
+    ``seconds`` of the hour this row covers; ``used_gpu_seconds`` = seconds × mean utilisation of the
+    samples in those seconds; ``sample_count`` 0 means unmetered. Money columns are exact decimals.
+    ``seconds`` are whole-GPU-equivalent: a MIG share of 1/7 held for an hour is 514 or 515 of them, split so
+    a GPU-hour's rows add up to its in-service seconds. ``pricing_model`` is the one its rate came from.
+
+    ``gpu_id`` and ``team_id`` are ids of :class:`Gpu` and :class:`Team` without foreign keys (migration 0010):
+    the rollup writes them from those tables in the same statement, and GPUs and teams are never deleted, so
+    checking each of a month's ~800,000 rows guarded nothing and cost a third of writing them. ``job_pk`` keeps
+    its foreign key: deleting a job sets it NULL.
+    """
+
+    __tablename__ = "ledger"
+    __table_args__ = (Index("ix_ledger_hour_team", "hour", "team_id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    hour: Mapped[datetime] = mapped_column(EpochSeconds)
+    gpu_id: Mapped[int] = mapped_column(Integer)
+    job_pk: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"), index=True)
+    team_id: Mapped[int] = mapped_column(Integer)
+    seconds: Mapped[int] = mapped_column(Integer)
+    used_gpu_seconds: Mapped[float] = mapped_column(Float)
+    sample_count: Mapped[int] = mapped_column(Integer)
+    energy_joules: Mapped[float] = mapped_column(Float)
+    allocated_cost: Mapped[Decimal] = mapped_column(Money)
+    used_cost: Mapped[Decimal] = mapped_column(Money)
+    idle_cost: Mapped[Decimal] = mapped_column(Money)
+    energy_cost: Mapped[Decimal] = mapped_column(Money)
+    currency: Mapped[str] = mapped_column(String(3))
+    pricing_model: Mapped[str | None] = mapped_column(String(16))
+
+
+class LedgerTeamHour(Base):
+    """The ledger summed per UTC hour and team (:mod:`finops.ledger.team_hours`), rewritten with the ledger's hours.
+
+    ``seconds``, ``used_gpu_seconds``, money and ``energy_joules`` are the sums of the team's ledger rows of the
+    hour; ``metered_gpu_seconds`` and ``unmetered_gpu_seconds`` those of its rows held by a job with and without
+    samples; ``currency`` the least of its rows' (one currency per ledger in practice).
+    """
+
+    __tablename__ = "ledger_team_hours"
+    hour: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), primary_key=True)
+    seconds: Mapped[int] = mapped_column(BigInteger)
+    used_gpu_seconds: Mapped[float] = mapped_column(Float)
+    metered_gpu_seconds: Mapped[int] = mapped_column(BigInteger)
+    unmetered_gpu_seconds: Mapped[int] = mapped_column(BigInteger)
+    energy_joules: Mapped[float] = mapped_column(Float)
+    allocated_cost: Mapped[Decimal] = mapped_column(Money)
+    used_cost: Mapped[Decimal] = mapped_column(Money)
+    idle_cost: Mapped[Decimal] = mapped_column(Money)
+    energy_cost: Mapped[Decimal] = mapped_column(Money)
+    currency: Mapped[str] = mapped_column(String(3))
+
+
+class DirtyHour(Base):
+    """An hour whose ledger rows must be rebuilt (new samples or jobs touched it)."""
+
+    __tablename__ = "ledger_dirty_hours"
+    hour: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True)
+
+
+class IdleEpisode(Base):
+    """An allocated GPU at or below the idle threshold over [start, end) for at least the idle window."""
+
+    __tablename__ = "idle_episodes"
+    __table_args__ = (UniqueConstraint("gpu_id", "job_pk", "start"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
+    job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    start: Mapped[datetime] = mapped_column(EpochSeconds)
+    end: Mapped[datetime] = mapped_column(EpochSeconds)
+    memory_held: Mapped[bool] = mapped_column(Boolean)
+    cost: Mapped[Decimal] = mapped_column(Money)
+    currency: Mapped[str] = mapped_column(String(3))
+
+
+class Budget(Base):
+    """A team's budget for one calendar month (``month`` = first instant of the month, UTC).
+
+    ``project`` empty: the whole team; otherwise only the team's jobs with that project.
+    """
+
+    __tablename__ = "budgets"
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), primary_key=True)
+    month: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True)
+    project: Mapped[str] = mapped_column(String(128), primary_key=True, default="", server_default="")
+    amount: Mapped[Decimal] = mapped_column(Money)
+    currency: Mapped[str] = mapped_column(String(3))
+
+
+class Event(Base):
+    """Something the alerts package must hear of once: a budget threshold crossed, a spend anomaly.
+
+    ``dedupe_key`` makes recording idempotent (``budget:alpha::2026-11:80``); ``payload`` holds the figures
+    (money as decimal strings). ``consumed_at`` is set when the alerts package has taken it.
+    """
+
+    __tablename__ = "events"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    dedupe_key: Mapped[str] = mapped_column(String(255), unique=True)
+    team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"))
+    occurred_at: Mapped[datetime] = mapped_column(EpochSeconds)
+    payload: Mapped[dict[str, object]] = mapped_column(JSON)
+    consumed_at: Mapped[datetime | None] = mapped_column(EpochSeconds, index=True)
+
+
+class PricingRule(Base):
+    """Which pricing model a node's GPUs are billed under: by ``node`` hostname, Kubernetes ``node_label``
+    ``key=value``, or Slurm ``partition``; the first match in that order wins, else the configured default."""
+
+    __tablename__ = "pricing_rules"
+    __table_args__ = (
+        UniqueConstraint("selector", "key", "value"),
+        CheckConstraint("selector IN ('node', 'node_label', 'partition')", name="selector"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    selector: Mapped[str] = mapped_column(String(16))
+    key: Mapped[str] = mapped_column(String(253), default="")
+    value: Mapped[str] = mapped_column(String(255))
+    pricing_model: Mapped[str] = mapped_column(String(16))
+
+
+class PriceCatalogVersion(Base):
+    """An imported price catalog (the YAML text, validated before it is stored); the newest is in force."""
+
+    __tablename__ = "price_catalogs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    imported_at: Mapped[datetime] = mapped_column(EpochSeconds)
+    source: Mapped[str] = mapped_column(String(1024))
+    body: Mapped[str] = mapped_column(Text)
+
+
+class Watermark(Base):
+    """How far a periodic import has read (e.g. ``sacct:cluster-a``): the instant to resume from."""
+
+    __tablename__ = "watermarks"
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    value: Mapped[datetime] = mapped_column(EpochSeconds)
+
+
+class GpuJobUtilization(Base):
+    """One job's SM utilisation of a GPU that processes of several jobs used at once (time-slicing, MPS), at one
+    reading: what a collector's ``job_utilization`` entry carries (:class:`collector.contract.wire.JobUtilization`).
+
+    ``ts``: the reading's instant (epoch seconds); ``job_id``: as :attr:`GpuSample.job_id` (Slurm ``JobIDRaw`` or
+    ``pod/<uid>``); ``utilization_ratio``: 0..1, the fraction of the collector's cycle a kernel of the job's
+    processes ran (sum of their NVML ``smUtil`` / 100, capped at 1). Unique on (GPU, instant, job): replays add
+    nothing. Expires with the raw samples (:func:`finops.ingest.partitions.prune_samples`); read per GPU-hour by
+    :func:`finops.ledger.job_utilization.job_utilization_by_gpu_hour`.
+    """
+
+    __tablename__ = "gpu_job_utilization"
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"), primary_key=True)
+    ts: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True, index=True)
+    job_id: Mapped[str] = mapped_column(String(JOB_ID_MAX_LENGTH), primary_key=True)
+    utilization_ratio: Mapped[float] = mapped_column(Float)

@@ -1,0 +1,231 @@
+"""Storing collector batches: GPU inventory upsert, idempotent sample insert, per-job utilisation of shared GPUs,
+dirty-hour marking.
+
+A batch's readings, rows or columns (:mod:`collector.contract.wire`), become ``gpu_samples`` rows without a Python
+object per reading for columns: each series is zipped straight into row tuples and written by one binary
+``COPY`` (:func:`finops.db.dialect.bulk_insert_ignoring_conflicts`). On PostgreSQL the day partitions the rows
+fall in are made first when missing (:class:`finops.ingest.partitions.PartitionCache`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import chain, repeat
+from typing import Any
+
+import psycopg
+from sqlalchemy import event, select, update
+from sqlalchemy.orm import Session, SessionTransaction
+
+from collector.contract.wire import READING_COLUMNS, GpuInfo, GpuSeries, IngestBatch
+from finops.db.dialect import bulk_insert_ignoring_conflicts, insert_ignoring_conflicts
+from finops.db.models import DirtyHour, Gpu, GpuJobUtilization, GpuSample, Node
+from finops.ingest.partitions import DAY, PartitionCache
+from finops.timeutil import HOUR, to_epoch
+
+SAMPLE_COLUMNS = ("gpu_id", "ts", *READING_COLUMNS)
+"""``gpu_samples`` columns in the order of the row tuples ingest writes."""
+JOB_UTILIZATION_COLUMNS = ("gpu_id", "ts", "job_id", "utilization_ratio")
+"""``gpu_job_utilization`` columns in the order of the row tuples ingest writes."""
+
+_HOUR_OF = HOUR.__rfloordiv__  # epoch seconds -> hour number, mapped over a series in C
+
+
+@dataclass(frozen=True, slots=True)
+class _KnownGpu:
+    gpu_id: int
+    in_service_from: int
+
+
+def _mark_dirty(hours: set[int]) -> str:
+    """``INSERT … ON CONFLICT DO NOTHING`` of the hour starts into ``ledger_dirty_hours`` (what
+    :func:`finops.db.hours.mark_hours_dirty` does), as one statement that can travel with the sample insert."""
+    values = ", ".join(f"({int(hour)})" for hour in sorted(hours))
+    return f"INSERT INTO {DirtyHour.__tablename__} (hour) VALUES {values} ON CONFLICT DO NOTHING"  # noqa: S608
+
+
+def _series_rows(series: GpuSeries, gpu_id: int) -> Iterator[tuple[Any, ...]]:
+    n = len(series.ts)
+    columns: list[Iterable[Any]] = [repeat(gpu_id, n), series.ts]
+    for name in READING_COLUMNS:
+        column = getattr(series, name)
+        columns.append(repeat(None, n) if column is None else column)
+    return zip(*columns, strict=False)
+
+
+class Ingestor:
+    """Stores batches; keeps a cache of known GPUs and of existing day partitions so that a steady stream costs
+    no inventory or catalog queries.
+
+    One instance per process. ``store`` is idempotent: a sample is unique on (GPU, timestamp) and a
+    replayed batch adds no rows.
+    """
+
+    def __init__(self) -> None:
+        self._gpus: dict[str, _KnownGpu] = {}
+        self._partitions = PartitionCache()
+
+    def store(self, session: Session, batch: IngestBatch) -> int:
+        """Store ``batch`` in the caller's transaction; returns how many readings it carried (those already stored
+        included).
+
+        Registers the batch's GPUs (nodes and GPUs by insert-or-ignore, so collectors registering the same new GPU
+        at once both succeed), moves a GPU's ``in_service_from`` back to its earliest reading, marks the UTC hours
+        the readings fall in dirty for the ledger. The batch's ``job_utilization`` entries go to
+        ``gpu_job_utilization`` by insert-or-ignore (unique on GPU, instant and job), their instants counting as
+        readings' for the GPU's registration and the dirty hours; they are not counted in the return value.
+        Readings of a GPU missing from both the batch's ``gpus`` and the database raise KeyError naming it. What
+        this instance caches about GPUs is updated only once the transaction commits, so a rolled-back batch leaves
+        no trace in it.
+
+        On PostgreSQL, locks are taken in one order, ``gpu_samples`` first, so that a transaction making a day
+        partition and one registering GPUs or marking hours cannot deadlock: missing partitions are made first,
+        and ``gpu_samples`` is taken in ROW EXCLUSIVE mode before ``gpus`` or ``ledger_dirty_hours`` is written.
+        The dirty hours, the lock and the savepoint of the sample insert travel in one round trip.
+        """
+        first_seen: dict[str, int] = {}
+        hour_numbers: set[int] = set()  # epoch // 3600
+        for series in batch.series:
+            if series.ts:
+                earliest = min(series.ts)
+                if earliest < first_seen.get(series.uuid, earliest + 1):
+                    first_seen[series.uuid] = earliest
+                hour_numbers.update(set(map(_HOUR_OF, series.ts)))
+        epochs = [to_epoch(reading.ts) for reading in batch.samples]
+        for reading, ts in zip(batch.samples, epochs, strict=True):
+            hour_numbers.add(ts // HOUR)
+            if ts < first_seen.get(reading.uuid, ts + 1):
+                first_seen[reading.uuid] = ts
+        for share in batch.job_utilization:
+            hour_numbers.add(share.ts // HOUR)
+            if share.ts < first_seen.get(share.uuid, share.ts + 1):
+                first_seen[share.uuid] = share.ts
+        if not first_seen:
+            return 0
+        hours = {number * HOUR for number in hour_numbers}
+        days = {hour - hour % DAY for hour in hours}
+        self._partitions.ensure(session, days)
+        gpu_ids = self._register(session, batch.node, batch.gpus, first_seen)
+        rows = list(
+            chain(
+                chain.from_iterable(_series_rows(s, gpu_ids[s.uuid]) for s in batch.series),
+                (
+                    (
+                        gpu_ids[r.uuid], ts, r.utilization_ratio, r.memory_utilization_ratio, r.memory_used_bytes,
+                        r.power_watts, r.energy_joules, r.temperature_celsius, r.sm_clock_hertz,
+                        r.clocks_event_reasons, r.job_id,
+                    )
+                    for r, ts in zip(batch.samples, epochs, strict=True)
+                ),
+            )
+        )  # fmt: skip
+        first = "; ".join(filter(None, (self._partitions.lock_statement(), _mark_dirty(hours))))
+        self._insert(session, rows, days, first)
+        if batch.job_utilization:
+            shares = [(gpu_ids[j.uuid], j.ts, j.job_id, j.utilization_ratio) for j in batch.job_utilization]
+            table: Any = GpuJobUtilization.__table__
+            bulk_insert_ignoring_conflicts(session, table, JOB_UTILIZATION_COLUMNS, shares)
+        return len(rows)
+
+    def unregistered(self, session: Session, batch: IngestBatch) -> set[str]:
+        """UUIDs that ``batch`` has readings (or ``job_utilization`` entries) of but neither describes in its ``gpus``
+        nor the database knows (what :meth:`store` would refuse with KeyError). No query when every such GPU is
+        cached or described."""
+        described = {info.uuid for info in batch.gpus}
+        uuids = {series.uuid for series in batch.series} | {reading.uuid for reading in batch.samples}
+        uuids |= {share.uuid for share in batch.job_utilization}
+        candidates = sorted(uuid for uuid in uuids - described if uuid not in self._gpus)
+        if not candidates:
+            return set()
+        return set(candidates) - set(session.scalars(select(Gpu.uuid).where(Gpu.uuid.in_(candidates))))
+
+    def _insert(self, session: Session, rows: list[tuple[Any, ...]], days: set[int], first: str) -> None:
+        table: Any = GpuSample.__table__
+        try:
+            bulk_insert_ignoring_conflicts(session, table, SAMPLE_COLUMNS, rows, before=first)
+        except psycopg.errors.CheckViolation:
+            # "no partition of relation gpu_samples found for row": a cached partition is gone (dropped by the
+            # retention job, or its creating transaction rolled back). Ask the catalog again and retry once.
+            self._partitions.forget()
+            self._partitions.ensure(session, days)
+            bulk_insert_ignoring_conflicts(session, table, SAMPLE_COLUMNS, rows)
+
+    def _register(
+        self, session: Session, hostname: str, inventory: list[GpuInfo], first_seen: dict[str, int]
+    ) -> dict[str, int]:
+        uuids = sorted(first_seen)  # one order in every transaction: concurrent registrations cannot deadlock
+        unknown = [uuid for uuid in uuids if uuid not in self._gpus]
+        if unknown or any(first_seen[uuid] < self._gpus[uuid].in_service_from for uuid in uuids if uuid in self._gpus):
+            self._partitions.lock_parent(session)
+        changed: dict[str, _KnownGpu] = {}
+        if unknown:
+            infos = {info.uuid: info for info in inventory}
+            changed.update(self._load_or_create(session, hostname, unknown, infos, first_seen))
+        ids: dict[str, int] = {}
+        for uuid in uuids:
+            seen, known = first_seen[uuid], changed.get(uuid) or self._gpus[uuid]
+            if seen < known.in_service_from:
+                session.execute(update(Gpu).where(Gpu.id == known.gpu_id).values(in_service_from=seen))
+                known = changed[uuid] = _KnownGpu(known.gpu_id, seen)
+            ids[uuid] = known.gpu_id
+        if changed:
+            self._remember_on_commit(session, changed)
+        return ids
+
+    def _remember_on_commit(self, session: Session, changed: dict[str, _KnownGpu]) -> None:
+        """Cache ``changed`` once the session's transaction commits; forget it if the transaction ends otherwise."""
+        key = ("finops.ingest.readings.pending", id(self))
+        pending: dict[str, _KnownGpu] | None = session.info.get(key)
+        if pending is None:
+            pending = session.info[key] = {}
+
+            def committed(_session: Session) -> None:
+                self._gpus.update(pending)
+
+            def ended(_session: Session, transaction: SessionTransaction) -> None:
+                if transaction.parent is None:
+                    pending.clear()
+
+            event.listen(session, "after_commit", committed)
+            event.listen(session, "after_transaction_end", ended)
+        pending.update(changed)
+
+    @staticmethod
+    def _load_or_create(
+        session: Session, hostname: str, uuids: list[str], infos: dict[str, GpuInfo], first_seen: dict[str, int]
+    ) -> dict[str, _KnownGpu]:
+        """The GPUs of ``uuids`` (sorted): found, or registered on ``hostname`` at their ``infos`` index. A GPU
+        already known at that slot (from a job's placement, or a replaced board) takes the UUID, model and
+        memory; otherwise a new row enters service at its first reading. Insert-or-ignore, then read: safe
+        against a concurrent registration of the same GPUs."""
+
+        def load(wanted: list[str]) -> dict[str, _KnownGpu]:
+            query = select(Gpu.uuid, Gpu.id, Gpu.in_service_from).where(Gpu.uuid.in_(wanted))
+            return {row.uuid: _KnownGpu(row.id, to_epoch(row.in_service_from)) for row in session.execute(query)}
+
+        found = load(uuids)
+        missing = [uuid for uuid in uuids if uuid not in found]
+        if not missing:
+            return found
+        for uuid in missing:
+            if uuid not in infos:
+                raise KeyError(f"samples for GPU {uuid}, which is neither in the batch's gpus nor known")
+        insert_ignoring_conflicts(session, Node.__table__, [{"hostname": hostname}])  # type: ignore[arg-type]
+        node_id = session.scalars(select(Node.id).where(Node.hostname == hostname)).one()
+        described = {
+            uuid: {"uuid": uuid, "model": infos[uuid].model, "memory_total_bytes": infos[uuid].memory_total_bytes}
+            for uuid in missing
+        }
+        rows = [
+            {"node_id": node_id, "gpu_index": infos[uuid].index, "in_service_from": first_seen[uuid], **described[uuid]}
+            for uuid in missing
+        ]
+        insert_ignoring_conflicts(session, Gpu.__table__, rows)  # type: ignore[arg-type]
+        found.update(load(missing))
+        for uuid in missing:
+            if uuid not in found:  # the slot was known without this UUID: it takes it
+                slot = (Gpu.node_id == node_id) & (Gpu.gpu_index == infos[uuid].index)
+                session.execute(update(Gpu).where(slot).values(**described[uuid]))
+                found.update(load([uuid]))
+        return found

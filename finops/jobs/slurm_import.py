@@ -1,0 +1,343 @@
+"""Importing Slurm jobs: upsert jobs, place them on GPUs (:mod:`finops.jobs.placement`), record allocation intervals.
+
+sacct names a job's nodes and GPU count, not its GPU indices: ``gres/gpu=N`` over k nodes is N/k per node (the
+remainder, if any, to the first nodes), placed on the GPUs the collectors' job map names, else first-fit. A
+GRES type that is a MIG profile (``gres/gpu:3g.40gb``, ``gres/gpu:a100_1g.5gb``) allocates that profile's share
+of a GPU per device (:mod:`finops.jobs.mig`). A job already placed whose start, nodes and GPU count did not change
+keeps its GPUs and only has its end, state and team updated (a running job that finished).
+
+:func:`run_sacct` runs sacct itself over the window since the last run (the ``sacct:<cluster>`` watermark) and
+imports its output; :class:`ScheduledSacct` does so every few minutes in the scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, tzinfo
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from finops.db.hours import HourMarks, hours_between
+from finops.db.models import Allocation, Job, Watermark
+from finops.jobs.mig import mig_share
+from finops.jobs.placement import PlacementRequest, Unit, ensure_nodes, job_keys, node_models, place_jobs
+from finops.jobs.slurm import SACCT_FIELDS, SacctJob, SacctLineError, parse_sacct
+from finops.jobs.teams import TeamRules
+from finops.timeutil import to_epoch, utc_now
+
+log = logging.getLogger(__name__)
+
+_MIG_GRES_TYPE = re.compile(r"(?:^|_)([1-9][0-9]?g\.[0-9]+gb(?:[+.][a-z][a-z.]*)?)$")
+
+
+@dataclass
+class ImportResult:
+    """What an import did: jobs stored, lines skipped because they hold no GPU, and bad lines."""
+
+    jobs: int = 0
+    without_gpus: int = 0
+    errors: list[SacctLineError] = field(default_factory=list)
+
+
+def per_node_counts(gpus: int, nodes: int) -> list[int]:
+    """Split ``gpus`` over ``nodes``: equal shares, the remainder one each to the first nodes."""
+    share, extra = divmod(gpus, nodes)
+    return [share + (1 if i < extra else 0) for i in range(nodes)]
+
+
+def import_sacct(
+    session: Session, lines: Iterable[str], *, source: str, cluster: str = "default", tz: tzinfo = UTC
+) -> ImportResult:
+    """Parse sacct ``--parsable2`` output and store its GPU jobs in the caller's transaction.
+
+    Bad lines are returned in ``errors`` (with line numbers) and the rest is imported. An empty
+    Cluster field takes ``cluster``. Times are read in ``tz``, the zone sacct printed them in (its host's
+    local time). Re-importing the same lines changes nothing. Of several records of one job (the runs of a
+    requeued job), the one that started last is kept.
+    """
+    parsed = parse_sacct(lines, source=source, tz=tz)
+    result = ImportResult(errors=list(parsed.errors))
+    jobs = sorted((j for j in parsed.jobs if j.start is not None), key=lambda j: (j.start, j.job_id_raw))
+    result.without_gpus = sum(1 for j in parsed.jobs if j.gpus == 0 or not j.nodes)
+    jobs = [j for j in jobs if j.gpus > 0 and j.nodes]
+    # One record per job: of the runs of a requeued job (sacct --duplicates lists each), the last to start.
+    last_runs = {(j.cluster or cluster, j.job_id_raw): j for j in jobs}
+    jobs = sorted(last_runs.values(), key=lambda j: (j.start, j.job_id_raw))
+    if not jobs:
+        return result
+    # Stored jobs by their unique key, whatever their start: a requeued job comes back with a later one.
+    clusters = sorted({j.cluster or cluster for j in jobs})
+    raw_ids = sorted({j.job_id_raw for j in jobs})
+    existing: dict[tuple[str, str], Job] = {}
+    for i in range(0, len(raw_ids), 2000):
+        chunk = raw_ids[i : i + 2000]
+        query = select(Job).where(Job.scheduler == "slurm", Job.cluster.in_(clusters), Job.job_id_raw.in_(chunk))
+        existing.update(((job.cluster, job.job_id_raw), job) for job in session.scalars(query))
+    teams = TeamRules(session)
+    marks = HourMarks()
+    added: list[tuple[Job, SacctJob]] = []
+    mig_jobs = [record for record in jobs if _mig_profile(record.gpu_type)]
+    models = node_models(session, (n for record in mig_jobs for n in record.nodes)) if mig_jobs else {}
+    # No flush until all are added (update_end's UPDATE would flush): the new jobs go in batched inserts.
+    with session.no_autoflush:
+        for record in jobs:
+            job_cluster = record.cluster or cluster
+            job = existing.get((job_cluster, record.job_id_raw))
+            team_id = teams.team_id(record.account)
+            if job is not None and _same_placement(job, record):
+                update_end(session, job, record.end, record.state, marks)
+                if (job.account, job.team_id) != (record.account, team_id):
+                    job.account, job.team_id = record.account, team_id
+                    marks.add_job(job)
+            else:
+                new = _new_job(record, job_cluster, team_id)
+                replace_job(session, job, new, marks)
+                added.append((new, record))
+            result.jobs += 1
+    session.flush()  # the new jobs' ids, in batched inserts
+    place_jobs(session, [_request(job, record, models) for job, record in added])
+    marks.mark(session)
+    _record_partitions(session, jobs)
+    session.flush()
+    return result
+
+
+def _record_partitions(session: Session, jobs: list[SacctJob]) -> None:
+    """Set each node's ``partition`` to that of the latest-starting job on it (pricing rules select by it)."""
+    latest: dict[str, str] = {}
+    for record in jobs:  # sorted by start
+        for hostname in record.nodes:
+            latest[hostname] = record.partition
+    nodes = ensure_nodes(session, latest)
+    for hostname, partition in latest.items():
+        if nodes[hostname].partition != partition:
+            nodes[hostname].partition = partition
+
+
+def _same_placement(job: Job, record: SacctJob) -> bool:
+    return (job.start, job.gpus, job.node_list) == (record.start, record.gpus, ",".join(record.nodes))
+
+
+def replace_job(session: Session, stored: Job | None, new: Job, marks: HourMarks) -> None:
+    """Add ``new`` in place of ``stored`` (the stored job with the same unique key whose placement changed, or
+    None), gathering the hours of both in ``marks``. ``stored`` is deleted and flushed first: ``new`` takes its
+    (scheduler, cluster, job_id_raw); its allocations go with it."""
+    if stored is not None:
+        marks.add_job(stored)
+        session.delete(stored)
+        session.flush()
+    session.add(new)
+    marks.add_job(new)
+
+
+def update_end(session: Session, job: Job, end: datetime | None, state: str, marks: HourMarks) -> None:
+    """Give an imported job its new ``end`` (None: still running) and ``state``, cutting its allocations at the
+    new end and gathering in ``marks`` the ledger hours from the earlier of the two ends onward."""
+    if job.end == end and job.state == state:
+        return
+    ends = [value for value in (job.end, end) if value is not None]
+    if ends:
+        marks.add(hours_between(min(ends), None))
+    job.end, job.state = end, state
+    session.execute(update(Allocation).where(Allocation.job_pk == job.id).values(end=end))
+
+
+def _new_job(record: SacctJob, cluster: str, team_id: int) -> Job:
+    """The new (not yet added) job of ``record``."""
+    return Job(
+        scheduler="slurm",
+        cluster=cluster,
+        job_id=record.job_id,
+        job_id_raw=record.job_id_raw,
+        user=record.user,
+        account=record.account,
+        partition=record.partition,
+        name=record.name,
+        state=record.state,
+        submit=record.submit,
+        start=record.start,
+        end=record.end,
+        gpus=record.gpus,
+        gpu_type=record.gpu_type,
+        node_list=",".join(record.nodes),
+        team_id=team_id,
+    )
+
+
+def _mig_profile(gpu_type: str | None) -> str | None:
+    """The MIG profile a GRES type names (``3g.40gb``, ``a100_1g.5gb`` -> ``1g.5gb``), else None."""
+    match = _MIG_GRES_TYPE.search(gpu_type or "")
+    return match.group(1) if match else None
+
+
+def _request(job: Job, record: SacctJob, models: dict[str, str | None]) -> PlacementRequest:
+    """What to place for a new job: its GPUs split over its nodes, whole or MIG instances."""
+    assert record.start is not None
+    profile = _mig_profile(record.gpu_type)
+    nodes: list[tuple[str, Sequence[Unit]]] = []
+    for hostname, count in zip(record.nodes, per_node_counts(record.gpus, len(record.nodes)), strict=True):
+        unit = Unit()
+        if profile is not None:
+            try:
+                unit = Unit(mig_share(profile, models.get(hostname)), profile)
+            except ValueError as exc:
+                log.warning("job %s on %s: %s; placed as whole GPUs", record.job_id, hostname, exc)
+        nodes.append((hostname, [unit] * count))
+    return PlacementRequest(
+        job_pk=job.id,
+        start=to_epoch(record.start),
+        end=None if record.end is None else to_epoch(record.end),
+        nodes=nodes,
+        gpu_type=None if profile else record.gpu_type,
+        keys=job_keys("slurm", record.job_id, record.job_id_raw),
+    )
+
+
+SACCT_STATES = ("RUNNING",)
+"""``--state`` of the scheduled sacct run. sacct(1): with ``--state``, jobs are selected by their state *during*
+[--starttime, --endtime], and "the RUNNING state will return any jobs completed (cancelled or otherwise) in the
+time period requested as the job was also RUNNING during that time": every job that held its nodes at any
+instant of the window, whatever its final state, and no job that never started."""
+
+
+class SacctError(RuntimeError):
+    """sacct could not be run, timed out or exited non-zero; the message holds its stderr."""
+
+
+@dataclass(frozen=True, slots=True)
+class SacctRun:
+    """One scheduled import: the window [start, end) asked of sacct, the command line, and the import result."""
+
+    start: datetime
+    end: datetime
+    argv: list[str]
+    result: ImportResult
+
+
+def watermark_name(cluster: str) -> str:
+    """The Watermark row of a cluster's sacct runs: ``sacct:<cluster>``."""
+    return f"sacct:{cluster}"
+
+
+def sacct_argv(command: str, start: datetime, end: datetime, cluster: str | None = None) -> list[str]:
+    """The sacct command line for jobs that ran in [start, end] (aware datetimes, written in UTC).
+
+    ``command`` is split like a shell word list (``sacct``, ``/opt/slurm/bin/sacct``, ``ssh head sacct``);
+    ``cluster`` adds ``--clusters``. Times are ``YYYY-MM-DDTHH:MM:SS``, which sacct reads in its local time:
+    :func:`run_sacct` runs it with ``TZ=UTC``.
+    """
+    argv = [
+        *shlex.split(command),
+        "--allusers",
+        "--allocations",
+        "--parsable2",
+        "--noheader",
+        f"--format={','.join(SACCT_FIELDS)}",
+        f"--starttime={_sacct_time(start)}",
+        f"--endtime={_sacct_time(end)}",
+        f"--state={','.join(SACCT_STATES)}",
+    ]
+    if cluster:
+        argv.append(f"--clusters={cluster}")
+    return argv
+
+
+def _sacct_time(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def run_sacct(
+    sessions: sessionmaker[Session],
+    *,
+    command: str = "sacct",
+    cluster: str = "default",
+    overlap: timedelta = timedelta(minutes=10),
+    lookback: timedelta = timedelta(days=1),
+    timeout_seconds: float = 300.0,
+    now: datetime | None = None,
+) -> SacctRun:
+    """Run sacct for the jobs that held GPUs since the last run, import them, move the watermark forward.
+
+    Window: from the ``sacct:<cluster>`` watermark minus ``overlap`` (the first time: ``now`` minus
+    ``lookback``) to ``now``. sacct is asked for jobs RUNNING at any instant of it (:data:`SACCT_STATES`), so a
+    job is read again on every run while it runs, and once more after it ended; the watermark itself moves to
+    ``now`` (the window's end). The overlap re-reads the last minutes for records slurmdbd stores late.
+    ``cluster`` names the watermark and the lines with an empty Cluster field, and other than ``default`` is
+    passed to sacct as ``--clusters``.
+
+    sacct runs with ``TZ=UTC`` and ``SLURM_TIME_FORMAT=standard`` so that its times read back as UTC. Bad lines
+    are logged and skipped; they do not hold the watermark back. Raises :class:`SacctError` (logged, nothing
+    imported, watermark unchanged) when sacct cannot be started, runs longer than ``timeout_seconds`` or
+    exits non-zero.
+    """
+    end = (now or utc_now()).astimezone(UTC).replace(microsecond=0)
+    name = watermark_name(cluster)
+    with sessions() as session:
+        mark = session.get(Watermark, name)
+        start = mark.value - overlap if mark is not None else end - lookback
+    argv = sacct_argv(command, start, end, None if cluster == "default" else cluster)
+    env = {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "standard"}
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_seconds, env=env, check=False)
+    except subprocess.TimeoutExpired as exc:
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        raise _failed(f"{shlex.join(argv)} timed out after {timeout_seconds:g} s", stderr) from None
+    except OSError as exc:
+        raise _failed(f"{shlex.join(argv)} could not be run: {exc.strerror}", "") from None
+    if done.returncode != 0:
+        raise _failed(f"{shlex.join(argv)} exited with status {done.returncode}", done.stderr)
+    source = f"sacct {_sacct_time(start)}..{_sacct_time(end)}"
+    with sessions.begin() as session:
+        result = import_sacct(session, done.stdout.splitlines(), source=source, cluster=cluster, tz=UTC)
+        mark = session.get(Watermark, name)
+        if mark is None:
+            session.add(Watermark(name=name, value=end))
+        elif mark.value < end:
+            mark.value = end
+    for error in result.errors:
+        log.warning("skipped %s", error.message)
+    log.info(
+        "%s: %d GPU jobs imported, %d without GPUs, %d bad lines; watermark %s at %s",
+        source, result.jobs, result.without_gpus, len(result.errors), name, end.isoformat(),
+    )  # fmt: skip
+    return SacctRun(start, end, argv, result)
+
+
+def _failed(what: str, stderr: str) -> SacctError:
+    message = f"{what}: {stderr.strip()}" if stderr.strip() else what
+    log.error("sacct import failed, watermark not moved: %s", message)
+    return SacctError(message)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledSacct:
+    """The scheduler's periodic :func:`run_sacct` (settings ``FINOPS_SACCT_*``); a failing run is logged and
+    retried at the next interval from the same watermark."""
+
+    command: str
+    cluster: str
+    interval_seconds: int
+    overlap_seconds: int
+    lookback_seconds: int
+    timeout_seconds: float
+
+    def run(self, sessions: sessionmaker[Session]) -> SacctRun | None:
+        """One run; None when sacct failed (already logged)."""
+        try:
+            return run_sacct(
+                sessions,
+                command=self.command,
+                cluster=self.cluster,
+                overlap=timedelta(seconds=self.overlap_seconds),
+                lookback=timedelta(seconds=self.lookback_seconds),
+                timeout_seconds=self.timeout_seconds,
+            )
+        except SacctError:
+            return None

@@ -1,0 +1,342 @@
+"""The GPU price catalog: effective-dated USD per GPU-hour rates per GPU model and pricing model.
+
+The catalog is a YAML file (default: ``price_catalog.yaml`` next to this module). Every number in it is
+read as an exact :class:`~decimal.Decimal` (the YAML loader hands decimal text to ``Decimal``, never to
+``float``), validated by pydantic models, and every row names the public source its figure was read from.
+
+A GPU is found by its NVML product name ("NVIDIA H100 80GB HBM3"): each catalog model lists ``match``
+regular expressions, searched case-insensitively; exactly one model must match.
+
+Cloud rows (on-demand, reserved, spot) carry a ``rate`` in currency per GPU-hour. On-prem rows carry the
+parts of a total-cost-of-ownership rate instead, and the hourly rate is computed from them:
+
+    rate = capex / (amortisation_years × 8760 h)                      (straight-line amortisation)
+         + board_power_W / 1000 × tariff_per_kWh × PUE                (energy at the facility)
+         + support_per_year / 8760 h                                  (support subscription)
+
+PUE (power usage effectiveness, total facility power ÷ IT power) scales the GPU's power to what the site
+draws, as defined by The Green Grid and surveyed yearly by the Uptime Institute; tariff and PUE are
+catalog-wide settings. The arithmetic runs in :data:`ARITHMETIC` (28 significant digits, half-even), so
+the result does not depend on the caller's decimal context.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time
+from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation, localcontext
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+DEFAULT_CATALOG = Path(__file__).parent / "price_catalog.yaml"
+HOURS_PER_YEAR = Decimal(8760)
+WATTS_PER_KW = Decimal(1000)
+ARITHMETIC = Context(prec=28, rounding=ROUND_HALF_EVEN)
+"""Decimal context of the on-prem arithmetic: 28 significant digits, rounding half-even."""
+
+
+class PricingModel(StrEnum):
+    """How a GPU is paid for; one price series per model and pricing model."""
+
+    ON_DEMAND = "on-demand"
+    RESERVED = "reserved"
+    SPOT = "spot"
+    ON_PREM = "on-prem"
+
+
+class PriceNotFound(LookupError):
+    """No catalog model matches a GPU name, or no row of a pricing model is in effect at a time."""
+
+
+class CatalogError(ValueError):
+    """The catalog file cannot be read or is invalid; the message names the file and the field."""
+
+
+def _no_float(value: object) -> object:
+    """Reject floats: money must reach Decimal from its text, never through binary floating point."""
+    if isinstance(value, float):
+        raise ValueError(f"{value!r} is a float; give the amount as decimal text")
+    return value
+
+
+Money = Annotated[Decimal, BeforeValidator(_no_float), Field(ge=0, allow_inf_nan=False)]
+"""An amount >= 0 in the catalog currency, exact."""
+
+
+class Source(BaseModel):
+    """Where a figure was read: a public URL and a short note of what it says."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(pattern=r"^https?://\S+$")
+    note: str = Field(min_length=1)
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    effective_from: date
+    sources: list[Source] = Field(min_length=1)
+
+    @property
+    def starts(self) -> datetime:
+        """00:00 UTC of ``effective_from``: the first instant this row applies."""
+        return datetime.combine(self.effective_from, time(), UTC)
+
+
+class RateRow(_Row):
+    """A cloud price: ``rate`` currency per GPU-hour from ``effective_from`` on."""
+
+    pricing_model: PricingModel
+    rate: Money
+
+    @field_validator("pricing_model")
+    @classmethod
+    def _not_on_prem(cls, value: PricingModel) -> PricingModel:
+        if value is PricingModel.ON_PREM:
+            raise ValueError("an on-prem row gives its parts, not a rate")
+        return value
+
+
+class OnPremRow(_Row):
+    """An owned GPU's cost parts, from which the hourly rate is computed (see the module docstring)."""
+
+    pricing_model: Literal[PricingModel.ON_PREM]
+    capex_usd: Money
+    amortisation_years: Annotated[Decimal, BeforeValidator(_no_float), Field(gt=0, allow_inf_nan=False)]
+    board_power_watts: Annotated[Decimal, BeforeValidator(_no_float), Field(ge=0, allow_inf_nan=False)]
+    support_per_year_usd: Money
+
+
+def _row_kind(value: object) -> str:
+    """Which row model validates ``value``: on-prem rows have parts, every other pricing model a rate."""
+    if isinstance(value, dict):
+        return _ON_PREM_ROW if value.get("pricing_model") == PricingModel.ON_PREM else _CLOUD_ROW
+    return _ON_PREM_ROW if isinstance(value, OnPremRow) else _CLOUD_ROW
+
+
+_CLOUD_ROW, _ON_PREM_ROW = "cloud row", "on-prem row"
+PriceRow = Annotated[
+    Annotated[RateRow, Tag(_CLOUD_ROW)] | Annotated[OnPremRow, Tag(_ON_PREM_ROW)], Discriminator(_row_kind)
+]
+
+
+@dataclass(frozen=True, slots=True)
+class OnPremParts:
+    """The parts of an on-prem rate, each in currency per GPU-hour, and their sum."""
+
+    capex_per_hour: Decimal
+    energy_per_hour: Decimal
+    support_per_hour: Decimal
+
+    @property
+    def total(self) -> Decimal:
+        """capex + energy + support per GPU-hour, in :data:`ARITHMETIC`."""
+        with localcontext(ARITHMETIC):
+            return self.capex_per_hour + self.energy_per_hour + self.support_per_hour
+
+
+class GpuModel(BaseModel):
+    """One catalog model: the NVML names it covers and its price rows."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    description: str = Field(min_length=1)
+    match: list[str] = Field(min_length=1)
+    prices: list[PriceRow] = Field(min_length=1)
+    _patterns: list[re.Pattern[str]] = PrivateAttr(default_factory=list)
+
+    @field_validator("match")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        for index, pattern in enumerate(patterns):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"match[{index}] {pattern!r} is not a valid regular expression: {exc}") from exc
+        return patterns
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Compile the ``match`` expressions once, case-insensitive."""
+        self._patterns = [re.compile(pattern, re.IGNORECASE) for pattern in self.match]
+
+    @model_validator(mode="after")
+    def _one_row_per_date(self) -> GpuModel:
+        seen: set[tuple[PricingModel, date]] = set()
+        for row in self.prices:
+            key = (row.pricing_model, row.effective_from)
+            if key in seen:
+                raise ValueError(f"two {row.pricing_model} rows take effect on {row.effective_from}")
+            seen.add(key)
+        return self
+
+    def matches(self, gpu_name: str) -> bool:
+        """Whether any ``match`` expression is found in ``gpu_name`` (case-insensitive)."""
+        return any(pattern.search(gpu_name) for pattern in self._patterns)
+
+    def row_at(self, pricing_model: PricingModel, at: datetime) -> RateRow | OnPremRow | None:
+        """The row of ``pricing_model`` with the latest ``effective_from`` not after ``at``, if any."""
+        rows = [row for row in self.prices if row.pricing_model == pricing_model and row.starts <= at]
+        return max(rows, key=lambda row: row.effective_from, default=None)
+
+
+class PriceCatalog(BaseModel):
+    """The whole catalog: currency, facility energy settings and the GPU models."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    currency: str = Field(pattern=r"^[A-Z]{3}$", description="ISO 4217 code of every amount in the catalog.")
+    tariff_per_kwh: Money = Field(description="Electricity price, currency per kWh.")
+    tariff_source: Source
+    pue: Annotated[Decimal, BeforeValidator(_no_float), Field(ge=1, allow_inf_nan=False)] = Field(
+        description="Power usage effectiveness of the facility (total power / IT power), >= 1."
+    )
+    pue_source: Source
+    models: dict[str, GpuModel] = Field(min_length=1)
+
+    def model_for(self, gpu_name: str) -> str:
+        """The key of the one catalog model whose ``match`` finds ``gpu_name``; else PriceNotFound."""
+        keys = [key for key, model in self.models.items() if model.matches(gpu_name)]
+        if not keys:
+            raise PriceNotFound(f"no price catalog model matches GPU {gpu_name!r}")
+        if len(keys) > 1:
+            raise PriceNotFound(f"GPU {gpu_name!r} matches several price catalog models: {', '.join(keys)}")
+        return keys[0]
+
+    def rate(self, gpu_name: str, pricing_model: PricingModel, at: datetime) -> Decimal:
+        """Currency per GPU-hour for ``gpu_name`` under ``pricing_model`` at the aware instant ``at``.
+
+        The row with the latest ``effective_from`` (00:00 UTC) not after ``at`` applies. On-prem rates
+        are computed from their parts (:meth:`onprem_parts`). Raises PriceNotFound when no model or row
+        applies, ValueError when ``at`` is naive.
+        """
+        if pricing_model is PricingModel.ON_PREM:
+            return self.onprem_parts(gpu_name, at).total
+        row = self._row(gpu_name, pricing_model, at)
+        assert isinstance(row, RateRow)  # _row_kind gives every pricing model but on-prem a RateRow
+        return row.rate
+
+    def onprem_parts(self, gpu_name: str, at: datetime) -> OnPremParts:
+        """The on-prem rate's parts for ``gpu_name`` at ``at``, in currency per GPU-hour.
+
+        capex / (years × 8760), board power in kW × tariff × PUE, support per year / 8760.
+        """
+        row = self._row(gpu_name, PricingModel.ON_PREM, at)
+        assert isinstance(row, OnPremRow)  # _row_kind gives on-prem rows an OnPremRow
+        return self.parts_of(row)
+
+    def parts_of(self, row: OnPremRow) -> OnPremParts:
+        """The parts of on-prem ``row`` at this catalog's tariff and PUE (formula on :meth:`onprem_parts`)."""
+        with localcontext(ARITHMETIC):
+            return OnPremParts(
+                capex_per_hour=row.capex_usd / (row.amortisation_years * HOURS_PER_YEAR),
+                energy_per_hour=row.board_power_watts / WATTS_PER_KW * self.tariff_per_kwh * self.pue,
+                support_per_hour=row.support_per_year_usd / HOURS_PER_YEAR,
+            )
+
+    def _row(self, gpu_name: str, pricing_model: PricingModel, at: datetime) -> RateRow | OnPremRow:
+        if at.tzinfo is None:
+            raise ValueError(f"naive datetime {at.isoformat()}: price lookups need a timezone-aware time")
+        key = self.model_for(gpu_name)
+        row = self.models[key].row_at(pricing_model, at.astimezone(UTC))
+        if row is None:
+            raise PriceNotFound(
+                f"no {pricing_model} price for {key} (GPU {gpu_name!r}) in effect at {at.astimezone(UTC).isoformat()}"
+            )
+        return row
+
+
+class _CatalogLoader(yaml.SafeLoader):
+    """Safe YAML loading with decimals for floats and an error on duplicate mapping keys."""
+
+
+def _decimal(loader: _CatalogLoader, node: yaml.ScalarNode) -> Decimal | str:
+    text = str(loader.construct_scalar(node))
+    try:
+        return Decimal(text.replace("_", ""))
+    except InvalidOperation:
+        return text  # e.g. ".inf": left as text, so validation names the field
+
+
+def _mapping(loader: _CatalogLoader, node: yaml.MappingNode) -> dict[Hashable, Any]:
+    keys: set[Hashable] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in keys:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        keys.add(key)
+    return loader.construct_mapping(node)
+
+
+_CatalogLoader.add_constructor("tag:yaml.org,2002:float", _decimal)
+_CatalogLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def load_catalog(path: Path | None = None) -> PriceCatalog:
+    """Read and validate the price catalog at ``path`` (default: the packaged ``price_catalog.yaml``).
+
+    Raises CatalogError naming the file and, for invalid content, each offending field
+    (``models.H100-SXM-80GB.prices[2].rate: ...``).
+    """
+    path = DEFAULT_CATALOG if path is None else path
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CatalogError(f"price catalog {path}: cannot read: {exc.strerror or exc}") from exc
+    return parse_catalog(text, str(path))
+
+
+def parse_catalog(text: str, source: str) -> PriceCatalog:
+    """Validate catalog YAML ``text``; ``source`` (a file name) is named in every CatalogError."""
+    try:
+        data = yaml.load(text, Loader=_CatalogLoader)  # _CatalogLoader is a SafeLoader: no arbitrary objects
+    except yaml.YAMLError as exc:
+        raise CatalogError(f"price catalog {source}: invalid YAML: {exc}") from exc
+    try:
+        return PriceCatalog.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(_problem(error["loc"], error["msg"], error["input"]) for error in exc.errors())
+        raise CatalogError(f"price catalog {source}: {problems}") from exc
+
+
+def _problem(loc: tuple[int | str, ...], message: str, given: object) -> str:
+    """One validation error as ``path: message``, with the offending value when it is a scalar."""
+    shown = f" (got {given!r})" if isinstance(given, str | int | Decimal | date) else ""
+    return f"{_field(loc)}: {message}{shown}"
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as a path: ``models.H100.prices[2].rate`` (row-kind tags left out)."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part not in (_CLOUD_ROW, _ON_PREM_ROW):
+            path += f".{part}" if path else part
+    return path or "(top level)"
+
+
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """What a rebuild prices with: the catalog (rates, energy tariff, PUE) and the default pricing model of a GPU
+    whose node no :class:`finops.db.models.PricingRule` selects."""
+
+    catalog: PriceCatalog
+    model: PricingModel

@@ -1,0 +1,81 @@
+"""Price catalogs imported into the database: the newest import is in force, else the configured file.
+
+``gpu-finops prices import FILE`` (or ``PUT /api/v1/prices``) validates a catalog (finops/pricing/catalog.py rules) and
+stores its YAML text; nothing invalid is stored. Ledger hours from the earliest date the new catalog prices
+differently from the one in force are marked dirty, so the next rollup re-prices exactly those (a catalog
+whose currency, tariff or PUE changed re-prices everything).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, date, datetime, time
+from functools import lru_cache
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from finops.db.hours import hours_between, mark_hours_dirty
+from finops.db.models import Gpu, PriceCatalogVersion
+from finops.pricing.catalog import GpuModel, PriceCatalog, Pricing, parse_catalog
+from finops.timeutil import utc_now
+
+_parsed = lru_cache(maxsize=1)(parse_catalog)
+""":func:`finops.pricing.catalog.parse_catalog` remembering the catalog in force: its YAML is validated once per process."""
+
+
+def catalog_in_force(session: Session, fallback: PriceCatalog) -> PriceCatalog:
+    """The newest imported catalog, or ``fallback`` (the configured file) when none was imported. One indexed
+    lookup of the newest version per call; the same YAML text is validated once per process."""
+    newest = session.execute(
+        select(PriceCatalogVersion.source, PriceCatalogVersion.body).order_by(PriceCatalogVersion.id.desc()).limit(1)
+    ).first()
+    return fallback if newest is None else _parsed(newest.body, newest.source)
+
+
+def pricing_in_force(session: Session, configured: Pricing) -> Pricing:
+    """``configured`` with its catalog replaced by the newest imported one, if any."""
+    return replace(configured, catalog=catalog_in_force(session, configured.catalog))
+
+
+def earliest_change(old: PriceCatalog, new: PriceCatalog) -> date | None:
+    """The first date from which ``new`` can price a GPU-hour differently from ``old``; None if it cannot.
+
+    A changed currency, tariff or PUE counts from the earliest row of either catalog; a model added,
+    removed or re-matched from its earliest row; otherwise the earliest row added, removed or changed.
+    """
+    every = [row.effective_from for catalog in (old, new) for model in catalog.models.values() for row in model.prices]
+    if (old.currency, old.tariff_per_kwh, old.pue) != (new.currency, new.tariff_per_kwh, new.pue):
+        return min(every)
+    changed: list[date] = []
+    for key in old.models.keys() | new.models.keys():
+        before, after = old.models.get(key), new.models.get(key)
+        if before is None or after is None or before.match != after.match:
+            model = before or after
+            assert model is not None
+            changed.extend(row.effective_from for row in model.prices)
+            continue
+        rows_before, rows_after = _priced_rows(before), _priced_rows(after)
+        changed.extend(
+            d for row, d in (rows_before | rows_after).items() if (row in rows_before) != (row in rows_after)
+        )
+    return min(changed, default=None)
+
+
+def _priced_rows(model: GpuModel) -> dict[str, date]:
+    """A model's rows as comparable text (their cited sources left out) → effective date."""
+    return {row.model_dump_json(exclude={"sources"}): row.effective_from for row in model.prices}
+
+
+def import_catalog(session: Session, text: str, source: str, fallback: PriceCatalog) -> date | None:
+    """Validate and store catalog YAML ``text`` (CatalogError naming ``source`` and the field if invalid),
+    mark the ledger hours it re-prices dirty, and return the date they start from (None: nothing changes)."""
+    new = parse_catalog(text, source)
+    changed_from = earliest_change(catalog_in_force(session, fallback), new)
+    session.add(PriceCatalogVersion(imported_at=utc_now(), source=source[:1024], body=text))
+    session.flush()
+    first_gpu = session.scalar(select(func.min(Gpu.in_service_from)))
+    if changed_from is not None and first_gpu is not None:
+        start = max(first_gpu, datetime.combine(changed_from, time(), UTC))
+        mark_hours_dirty(session, hours_between(start, utc_now()))
+    return changed_from

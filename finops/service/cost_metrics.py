@@ -1,0 +1,147 @@
+"""The service's cost series for Prometheus and Grafana: low cardinality (team, project), no job ids.
+
+Refreshed by the scheduler after each rollup (one query each over the team-hours, budgets and samples) and
+served from that snapshot, so a scrape never queries the database. Names follow the Prometheus naming
+rules: base units (seconds), ``_total`` on counters, ``_ratio``, ``_timestamp_seconds``; money is in the
+catalog currency, named by a ``currency`` label (Prometheus has no money unit, as OpenCost's
+``node_total_hourly_cost`` also shows).
+
+- ``gpufinops_team_allocated_cost_total{team,currency}``, ``…_used_cost_total``, ``…_idle_cost_total``,
+  ``…_energy_cost_total``: the ledger's sums since it began (counters: they only grow as hours are added;
+  a recomputed hour can move them by its correction).
+- ``gpufinops_team_gpu_seconds_total{team}``, ``gpufinops_team_used_gpu_seconds_total{team}``: GPU-seconds held
+  and GPU-seconds × utilisation.
+- ``gpufinops_budget_used_ratio{team,project}``: month-to-date spend ÷ budget.
+- ``gpufinops_budget_forecast_ratio{team,project}``: forecast month-end spend ÷ budget.
+- ``gpufinops_newest_sample_timestamp_seconds`` (within the last day),
+  ``gpufinops_ledger_newest_hour_timestamp_seconds``: data freshness (a stalled collector fleet or rollup
+  shows as a growing ``time() - …``);
+  ``gpufinops_ledger_pending_rebuilds``: hours waiting for a rebuild.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import BigInteger, func, select, type_coerce
+from sqlalchemy.orm import Session, sessionmaker
+
+from finops.analysis.budgets import budget_status
+from finops.analysis.quality import newest_reading
+from finops.db.models import DirtyHour, Gpu, LedgerEntry, LedgerTeamHour, Team
+from finops.timeutil import utc_now
+
+_MONEY = ("allocated", "used", "idle", "energy")
+
+
+@dataclass
+class _Snapshot:
+    money: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
+    gpu_seconds: dict[str, float] = field(default_factory=dict)
+    used_gpu_seconds: dict[str, float] = field(default_factory=dict)
+    budget_used: dict[tuple[str, str], float] = field(default_factory=dict)
+    budget_forecast: dict[tuple[str, str], float] = field(default_factory=dict)
+    newest_sample: float | None = None
+    newest_hour: float | None = None
+    dirty_hours: int = 0
+
+
+FRESHNESS_LOOKBACK_SECONDS = 86400
+"""How far back the newest reading is looked for: older data reads as no reading at all (the series is absent)."""
+
+
+def _newest_sample(session: Session) -> int | None:
+    """Epoch seconds of the newest reading of the last day, by :func:`finops.analysis.quality.newest_reading` per GPU."""
+    since = int(utc_now().timestamp()) - FRESHNESS_LOOKBACK_SECONDS
+    return session.scalar(select(func.max(newest_reading(since))).select_from(Gpu))
+
+
+class CostMetrics(Collector):
+    """A Prometheus collector of the cost series in the module docstring; :meth:`refresh` updates them."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._snapshot = _Snapshot()
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def refresh(self, sessions: sessionmaker[Session]) -> None:
+        """Read the ledger, this month's budgets and the newest sample into a new snapshot."""
+        snapshot = _Snapshot()
+        with sessions() as session:
+            sums = session.execute(
+                select(
+                    Team.name,
+                    func.min(LedgerTeamHour.currency),
+                    func.sum(LedgerTeamHour.allocated_cost),
+                    func.sum(LedgerTeamHour.used_cost),
+                    func.sum(LedgerTeamHour.idle_cost),
+                    func.sum(LedgerTeamHour.energy_cost),
+                    func.sum(LedgerTeamHour.seconds),
+                    func.sum(LedgerTeamHour.used_gpu_seconds),
+                )
+                .join(Team, Team.id == LedgerTeamHour.team_id)
+                .group_by(Team.name)
+            ).all()
+            for team, currency, *amounts, seconds, used_seconds in sums:
+                for kind, amount in zip(_MONEY, amounts[:4], strict=True):
+                    snapshot.money.setdefault(kind, {})[team, currency] = float(amount)
+                snapshot.gpu_seconds[team] = float(seconds)
+                snapshot.used_gpu_seconds[team] = float(used_seconds)
+            for status in budget_status(session, utc_now()):
+                snapshot.budget_used[status.team, status.project] = status.used_ratio
+                forecast = float(status.forecast / status.budget) if status.budget else 0.0
+                snapshot.budget_forecast[status.team, status.project] = forecast
+            newest_sample = _newest_sample(session)
+            newest_hour = session.scalar(select(func.max(type_coerce(LedgerEntry.hour, BigInteger))))
+            snapshot.newest_sample = None if newest_sample is None else float(newest_sample)
+            snapshot.newest_hour = None if newest_hour is None else float(newest_hour)
+            snapshot.dirty_hours = session.scalar(select(func.count()).select_from(DirtyHour)) or 0
+        with self._lock:
+            self._snapshot = snapshot
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """The snapshot's series (called by prometheus_client on each scrape)."""
+        with self._lock:
+            snapshot = self._snapshot
+        for kind in _MONEY:
+            family = CounterMetricFamily(
+                f"gpufinops_team_{kind}_cost",
+                f"{kind.capitalize()} GPU cost of the team in the ledger, in the currency label's unit.",
+                labels=["team", "currency"],
+            )
+            for (team, currency), amount in sorted(snapshot.money.get(kind, {}).items()):
+                family.add_metric([team, currency], amount)
+            yield family
+        for name, values, text in (
+            ("gpufinops_team_gpu_seconds", snapshot.gpu_seconds, "GPU-seconds the team held (ledger)."),
+            ("gpufinops_team_used_gpu_seconds", snapshot.used_gpu_seconds, "GPU-seconds × utilisation (ledger)."),
+        ):
+            counter = CounterMetricFamily(name, text, labels=["team"])
+            for team, value in sorted(values.items()):
+                counter.add_metric([team], value)
+            yield counter
+        for name, ratios, text in (
+            ("gpufinops_budget_used_ratio", snapshot.budget_used, "Month-to-date spend / monthly budget."),
+            ("gpufinops_budget_forecast_ratio", snapshot.budget_forecast, "Forecast month-end spend / budget."),
+        ):
+            gauge = GaugeMetricFamily(name, text, labels=["team", "project"])
+            for (team, project), ratio in sorted(ratios.items()):
+                gauge.add_metric([team, project], ratio)
+            yield gauge
+        freshness = (
+            ("gpufinops_newest_sample_timestamp_seconds", snapshot.newest_sample, "Time of the newest GPU reading."),
+            ("gpufinops_ledger_newest_hour_timestamp_seconds", snapshot.newest_hour, "Newest ledger hour's start."),
+        )
+        for name, instant, text in freshness:
+            if instant is not None:
+                yield GaugeMetricFamily(name, text, value=instant)
+        yield GaugeMetricFamily(
+            "gpufinops_ledger_pending_rebuilds",
+            "Ledger hours marked for a rebuild (a count; the current hour, marked by ingest, is one of them).",
+            value=snapshot.dirty_hours,
+        )

@@ -1,0 +1,135 @@
+"""The service's periodic work on APScheduler 3.x: ledger rollup with idle detection, budget status and, when a
+Prometheus URL is configured, the pull of dcgm-exporter telemetry (:class:`finops.ingest.prometheus.ScheduledPull`).
+With alerts (:class:`alerts.service.AlertRunner`): rule evaluation right after each rollup, and dispatch plus
+delivery of alert messages every few seconds.
+
+Runs in the ``serve`` process by default (``--no-scheduler`` leaves it to another process). Each job
+opens its own session and transaction; a failing run is logged by APScheduler and retried next interval.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy.orm import Session, sessionmaker
+
+from finops.analysis.anomalies import record_anomaly_events
+from finops.analysis.budgets import record_budget_events
+from finops.analysis.idle import IdlePolicy, detect_idle
+from finops.ingest.partitions import Pruned, create_upcoming_partitions, prune_samples
+from finops.jobs.placement import reconcile_job_map
+from finops.ledger.rollup import rollup
+from finops.pricing.catalog import Pricing
+from finops.pricing.store import pricing_in_force
+from finops.service.cost_metrics import CostMetrics
+from finops.timeutil import to_epoch, utc_now
+
+if TYPE_CHECKING:
+    from alerts.service import AlertRunner
+    from finops.ingest.prometheus import ScheduledPull
+    from finops.jobs.slurm_import import ScheduledSacct
+
+log = logging.getLogger(__name__)
+
+IDLE_LOOKBACK = timedelta(hours=6)
+
+
+def run_rollup(sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePolicy) -> tuple[int, int]:
+    """With the price catalog in force (the newest imported, else ``pricing``'s): move jobs onto the GPUs newly
+    arrived samples name (:func:`finops.jobs.placement.reconcile_job_map`), rebuild dirty ledger hours up to now,
+    re-judge idle episodes of the last 6 hours, and record budget threshold and spend anomaly events (each once).
+
+    Returns (hours rebuilt, idle episodes stored).
+    """
+    now = utc_now()
+    with sessions.begin() as session:
+        pricing = pricing_in_force(session, pricing)
+        reconcile_job_map(session, to_epoch(now))
+        hours = rollup(session, pricing, to_epoch(now))
+        episodes = detect_idle(session, now - IDLE_LOOKBACK, now, policy, pricing)
+        record_budget_events(session, now)
+        record_anomaly_events(session, now)
+    log.info("rollup: %d ledger hours rebuilt, %d idle episodes", hours, episodes)
+    return hours, episodes
+
+
+def run_rollup_and_alerts(
+    sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePolicy, alerts: AlertRunner
+) -> tuple[int, int]:
+    """:func:`run_rollup`, then the alert rules on what it built (in a transaction of their own: a failing
+    evaluation is logged and leaves the rollup done). Returns what :func:`run_rollup` returns."""
+    done = run_rollup(sessions, pricing, policy)
+    try:
+        alerts.evaluate()
+    except Exception:
+        log.exception("alert evaluation failed; it runs again after the next rollup")
+    return done
+
+
+def run_sample_maintenance(sessions: sessionmaker[Session], retention_days: int) -> Pruned:
+    """Daily upkeep of raw samples: make today's and the next two days' partitions (PostgreSQL), then drop the
+    samples older than ``retention_days`` (:func:`finops.ingest.partitions.prune_samples`). One transaction each.
+
+    Returns what was pruned.
+    """
+    now = utc_now()
+    with sessions.begin() as session:
+        create_upcoming_partitions(session, now)
+    with sessions.begin() as session:
+        pruned = prune_samples(session, retention_days, now)
+    log.info("sample retention: samples before %s removed", pruned.before.isoformat())
+    return pruned
+
+
+def start_scheduler(
+    sessions: sessionmaker[Session],
+    pricing: Pricing,
+    policy: IdlePolicy,
+    metrics: CostMetrics,
+    rollup_interval_seconds: int,
+    prometheus: ScheduledPull | None = None,
+    sacct: ScheduledSacct | None = None,
+    sample_retention_days: int | None = None,
+    alerts: AlertRunner | None = None,
+) -> BackgroundScheduler:
+    """Start the background scheduler with the rollup and cost-metrics jobs (and the Prometheus pull, if given, at the
+    same interval; and the sacct import, if given, at its own); the caller shuts it down.
+
+    With ``sample_retention_days``, also :func:`run_sample_maintenance` at start and then every 24 hours. With
+    ``alerts``, the rollup job evaluates the alert rules after each rollup (:func:`run_rollup_and_alerts`) and a
+    delivery job dispatches and sends alert messages every ``alerts.service.poll_seconds``."""
+    scheduler = BackgroundScheduler(timezone="UTC")
+
+    def every(job_id: str, function: Callable[..., object], args: list[object], **interval: float) -> None:
+        """Run ``function(*args)`` now and then at ``interval``; a run still going when the next is due is not
+        doubled, and missed runs coalesce into one."""
+        scheduler.add_job(
+            function,
+            "interval",
+            args=args,
+            id=job_id,
+            max_instances=1,
+            coalesce=True,
+            next_run_time=utc_now(),
+            **interval,
+        )
+
+    if alerts is not None:
+        every("alert_delivery", alerts.deliver, [], seconds=alerts.service.poll_seconds)
+    if sample_retention_days is not None:
+        every("sample_maintenance", run_sample_maintenance, [sessions, sample_retention_days], hours=24)
+    if sacct is not None:
+        every("sacct_import", sacct.run, [sessions], seconds=sacct.interval_seconds)
+    if prometheus is not None:
+        every("prometheus_pull", prometheus.run, [sessions], seconds=rollup_interval_seconds)
+    if alerts is None:
+        every("rollup", run_rollup, [sessions, pricing, policy], seconds=rollup_interval_seconds)
+    else:
+        every("rollup", run_rollup_and_alerts, [sessions, pricing, policy, alerts], seconds=rollup_interval_seconds)
+    every("cost_metrics", metrics.refresh, [sessions], seconds=rollup_interval_seconds)
+    scheduler.start()
+    return scheduler

@@ -1,0 +1,161 @@
+"""REST routes for alerts, silences and deliveries under ``/api/v1/alerts`` (FastAPI router).
+
+Same conventions as :mod:`finops.web.rest`: ``Authorization: Bearer <token>``, times ISO 8601 UTC, errors JSON
+``{"detail": "…"}`` naming the field.
+
+- ``GET /alerts?state=firing|resolved|all``: alerts, newest first, with ``muted``;
+- ``GET /alerts/silences?include_expired=``: silences;
+- ``POST /alerts/silences`` ``{"matchers": ["team=\\"vision\\""], "ends_at", "starts_at"?, "comment",
+  "created_by"}``: 201 ``{"id"}``;
+- ``DELETE /alerts/silences/{id}``: expire it now (204; 404 if none is in force);
+- ``GET /alerts/deliveries?status=failed&status=refused``: outbox rows (default failed and refused);
+- ``POST /alerts/deliveries/{id}/retry``, ``POST /alerts/deliveries/retry`` (every failed or refused one): queue
+  again.
+"""
+
+# No ``from __future__ import annotations``: FastAPI resolves the dependency annotations when routes are defined.
+
+import hmac
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Response
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session, sessionmaker
+
+from alerts.models import DELIVERY_STATUSES, AlertDelivery
+from alerts.store import (
+    RETRIABLE,
+    create_silence,
+    expire_silence,
+    list_alerts,
+    list_deliveries,
+    list_silences,
+    retry_deliveries,
+)
+from finops.timeutil import parse_utc, utc_now
+
+DEFAULT_DEADLINE = timedelta(hours=1)
+
+
+class SilenceIn(BaseModel):
+    """A silence to create: Alertmanager matchers, until ``ends_at`` (from ``starts_at``, default now)."""
+
+    matchers: list[str] = Field(min_length=1)
+    ends_at: str
+    starts_at: str | None = None
+    comment: str = ""
+    created_by: str = ""
+
+
+def _instant(text: str, name: str) -> Any:
+    try:
+        return parse_utc(text)
+    except ValueError as exc:
+        raise HTTPException(422, f"{name}: {text!r} is not an ISO 8601 time") from exc
+
+
+def create_alerts_router(
+    sessions: sessionmaker[Session], token: str | None, deadline: timedelta = DEFAULT_DEADLINE
+) -> APIRouter:
+    """The ``/api/v1/alerts`` routes on ``sessions``; ``token`` None leaves them open. A delivery retried by hand
+    gets ``deadline`` to be delivered."""
+
+    def authorised(authorization: Annotated[str | None, Header()] = None) -> None:
+        if token is not None and not hmac.compare_digest(authorization or "", f"Bearer {token}"):
+            raise HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    def session() -> Iterator[Session]:
+        with sessions.begin() as opened:
+            yield opened
+
+    router = APIRouter(prefix="/api/v1/alerts", dependencies=[Depends(authorised)], tags=["alerts"])
+    # scope="function": the transaction commits before the response is sent, so a client that reads right after a
+    # write sees it (with the default, the commit would run after the response).
+    db = Annotated[Session, Depends(session, scope="function")]
+
+    @router.get("")
+    def alerts(db: db, state: Literal["firing", "resolved", "all"] = "firing") -> list[dict[str, Any]]:
+        """Alerts in ``state``, newest first; ``muted`` when a silence or an inhibition holds one back."""
+        return [
+            {
+                "fingerprint": a.fingerprint,
+                "rule": a.rule,
+                "severity": a.severity,
+                "state": a.state,
+                "labels": a.labels,
+                "starts_at": a.starts_at.isoformat(),
+                "ends_at": None if a.ends_at is None else a.ends_at.isoformat(),
+                "title": a.title,
+                "summary": a.summary,
+                "muted": a.muted,
+            }
+            for a in list_alerts(db, utc_now(), state)
+        ]
+
+    @router.get("/silences")
+    def silences(db: db, include_expired: bool = False) -> list[dict[str, Any]]:
+        """Silences not yet ended (all with ``include_expired``)."""
+        return [
+            {
+                "id": s.id,
+                "matchers": s.matchers,
+                "starts_at": s.starts_at.isoformat(),
+                "ends_at": s.ends_at.isoformat(),
+                "created_by": s.created_by,
+                "comment": s.comment,
+                "active": s.active,
+            }
+            for s in list_silences(db, utc_now(), include_expired=include_expired)
+        ]
+
+    @router.post("/silences", status_code=201)
+    def post_silence(db: db, body: SilenceIn) -> dict[str, int]:
+        """Create a silence; 422 naming the problem (a matcher that does not parse, an end not after the start)."""
+        ends = _instant(body.ends_at, "ends_at")
+        starts = None if body.starts_at is None else _instant(body.starts_at, "starts_at")
+        try:
+            silence_id = create_silence(
+                db, body.matchers, ends, utc_now(), starts_at=starts, created_by=body.created_by, comment=body.comment
+            )
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from exc
+        return {"id": silence_id}
+
+    @router.delete("/silences/{silence_id}", status_code=204)
+    def delete_silence(db: db, silence_id: int) -> Response:
+        """Expire a silence now; 404 if there is none still in force."""
+        if not expire_silence(db, silence_id, utc_now()):
+            raise HTTPException(404, f"no silence {silence_id} in force")
+        return Response(status_code=204)
+
+    @router.get("/deliveries")
+    def deliveries(
+        db: db,
+        status: Annotated[list[str] | None, Query(description=f"Any of {', '.join(DELIVERY_STATUSES)}.")] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+    ) -> list[dict[str, Any]]:
+        """Outbox rows in ``status`` (default failed and refused), newest first."""
+        chosen = status or list(RETRIABLE)
+        unknown = sorted(set(chosen) - set(DELIVERY_STATUSES))
+        if unknown:
+            raise HTTPException(422, f"status: {unknown[0]!r} is not one of {', '.join(DELIVERY_STATUSES)}")
+        return [d.as_dict() for d in list_deliveries(db, chosen, limit=limit)]
+
+    @router.post("/deliveries/retry")
+    def retry_all(db: db) -> dict[str, list[int]]:
+        """Queue every failed or refused delivery again."""
+        return {"retried": retry_deliveries(db, utc_now(), deadline)}
+
+    @router.post("/deliveries/{delivery_id}/retry")
+    def retry_one(db: db, delivery_id: int) -> dict[str, list[int]]:
+        """Queue one failed or refused delivery again; 409 if it is pending or delivered, 404 if unknown."""
+        retried = retry_deliveries(db, utc_now(), deadline, [delivery_id])
+        if not retried:
+            if db.get(AlertDelivery, delivery_id) is None:
+                raise HTTPException(404, f"no delivery {delivery_id}")
+            raise HTTPException(409, f"delivery {delivery_id} is not failed or refused")
+        return {"retried": retried}
+
+    return router

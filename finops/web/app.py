@@ -1,0 +1,310 @@
+"""The service's HTTP API (FastAPI): ingest, health and Prometheus metrics.
+
+Ingest policy for a batch with malformed readings: the valid readings are stored and the response is ``422``
+with ``{"accepted": n, "rejected": [...]}`` naming each rejected reading:
+
+- a row: ``{"index": i, "field": "samples[i].name", "error": "…"}``;
+- a value in a series: ``{"series": s, "index": k, "field": "series[s].name[k]", "error": "…"}`` (reading k of
+  series s is left out);
+- a whole series (bad ``uuid``, columns of unequal length, …): ``{"series": s, "field": "series[s].uuid",
+  "error": "…", "readings": n}`` (its n readings are left out);
+- every reading of a GPU that the batch's ``gpus`` does not describe and the service does not know (so it
+  cannot be placed on a node): ``{"uuid": u, "field": "gpus", "error": "…", "readings": n}`` (its
+  ``job_utilization`` entries are left out too);
+- a ``job_utilization`` entry (per-job utilisation of a shared GPU, :class:`collector.contract.wire.JobUtilization`):
+  ``{"job_utilization": j, "field": "job_utilization[j].name", "error": "…", "readings": 0}`` (entry j is left
+  out; the readings are stored: it is not one of them), or ``{"field": "job_utilization", "error": "…",
+  "readings": 0}`` when the field is not a list (every entry left out).
+
+A batch-level error (``node``, ``gpus``, not JSON) stores nothing. Collectors do not retry a 422. A body over
+``MAX_BODY_BYTES``, sent or once decompressed, is refused with ``413`` and nothing stored.
+Decompression, validation and storage run in a worker thread (``INGEST_CONCURRENCY`` at once), one database
+transaction per batch; a transaction PostgreSQL aborts to break a deadlock is run again (up to
+``DEADLOCK_ATTEMPTS`` tries).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hmac
+import io
+import logging
+import zlib
+from typing import Annotated, Any
+
+import anyio
+import orjson
+import psycopg
+from fastapi import FastAPI, Header, HTTPException, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from pydantic import ValidationError
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from collector.contract.wire import READING_COLUMNS, IngestBatch
+from finops.ingest.readings import Ingestor
+from finops.pricing.catalog import PriceCatalog
+from finops.web.alerts import create_alerts_router
+from finops.web.rest import create_router
+
+log = logging.getLogger(__name__)
+
+INGEST_CONCURRENCY = 4
+"""Ingest requests handled at once per process (each holds a pooled connection for its transaction); more
+wait their turn. Below SQLAlchemy's default pool of 5, so that connections are reused rather than opened and
+closed as overflow, and one is left for health checks and the REST API."""
+DEADLOCK_ATTEMPTS = 3
+"""Tries of an ingest transaction that PostgreSQL aborts to break a deadlock (it is then run again whole)."""
+MAX_BODY_BYTES = 16 * 2**20
+"""Largest ingest body, as sent and once decompressed (a collector posts at most 10,000 readings at a time,
+:class:`collector.delivery.Delivery`: about 1.5 MB of JSON); a larger one is answered 413 without being read or
+decompressed further. Bodies are read only within one of the ``INGEST_CONCURRENCY`` slots, so at most that many
+are held at once."""
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+class ServiceMetrics:
+    """The service's own Prometheus series, in a registry of their own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.samples = Counter("gpufinops_ingest_samples", "GPU readings stored by ingest.", registry=self.registry)
+        self.rejected = Counter(
+            "gpufinops_ingest_rejected_samples", "GPU readings rejected as malformed.", registry=self.registry
+        )
+        self.requests = Counter(
+            "gpufinops_ingest_requests", "Ingest requests by HTTP status code.", ["code"], registry=self.registry
+        )
+
+
+def create_app(
+    sessions: sessionmaker[Session],
+    token: str | None,
+    metrics: ServiceMetrics | None = None,
+    api_token: str | None = None,
+    catalog: PriceCatalog | None = None,
+) -> FastAPI:
+    """The FastAPI application: ingest, health, metrics and the REST API (:mod:`finops.web.rest`).
+
+    ``token`` guards ingest and, when ``api_token`` is None, the REST API too; None disables authentication
+    (refused by ``serve`` unless asked). ``catalog`` is the configured price catalog (default: the packaged one),
+    in force until one is imported.
+    """
+    app = FastAPI(title="gpu-finops", version="0.1.0")
+    app.include_router(create_router(sessions, api_token if api_token is not None else token, catalog))
+    app.include_router(create_alerts_router(sessions, api_token if api_token is not None else token))
+    ingestor = Ingestor()
+    ingest_slots = anyio.CapacityLimiter(INGEST_CONCURRENCY)
+    metrics = metrics or ServiceMetrics()
+    app.state.metrics = metrics
+
+    def reply(code: int, body: dict[str, Any]) -> JSONResponse:
+        metrics.requests.labels(code=str(code)).inc()
+        return JSONResponse(body, status_code=code)
+
+    @app.post("/api/v1/ingest")
+    async def ingest(
+        request: Request,
+        authorization: Annotated[str | None, Header()] = None,
+        content_encoding: Annotated[str | None, Header()] = None,
+    ) -> JSONResponse:
+        """Store a batch of GPU readings (wire format in :mod:`collector.contract.wire`), gzip or plain JSON."""
+        if token is not None and not hmac.compare_digest(authorization or "", f"Bearer {token}"):
+            metrics.requests.labels(code="401").inc()
+            raise HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
+        too_large = {"detail": f"body larger than {MAX_BODY_BYTES} bytes"}
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            return reply(413, too_large)
+        async with ingest_slots:
+            body = bytearray()
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > MAX_BODY_BYTES:
+                    return reply(413, too_large)
+            code, answer = await anyio.to_thread.run_sync(
+                _ingest, sessions, ingestor, bytes(body), content_encoding == "gzip"
+            )
+        if "detail" not in answer:  # stored: count what was kept and what was left out
+            metrics.samples.inc(answer["accepted"])
+            metrics.rejected.inc(sum(r.get("readings", 1) for r in answer["rejected"]))
+        return reply(code, answer)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        """200 when the database answers."""
+        with sessions() as session:
+            session.execute(text("SELECT 1"))
+        return {"status": "ok"}
+
+    @app.get("/metrics")
+    def prometheus_metrics() -> Response:
+        """The service's metrics in the Prometheus text format."""
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _ingest(
+    sessions: sessionmaker[Session], ingestor: Ingestor, body: bytes, gzipped: bool
+) -> tuple[int, dict[str, Any]]:
+    """Decompress, validate and store one request body; returns the HTTP status and the answer's JSON."""
+    if gzipped:
+        try:
+            body = _gunzip(body)
+        except (OSError, EOFError, zlib.error) as exc:
+            return 400, {"detail": f"body is not valid gzip: {exc}"}
+        except _TooLarge:
+            return 413, {"detail": f"body larger than {MAX_BODY_BYTES} bytes once decompressed"}
+    batch, rejected = _validate(body)
+    if batch is None:
+        return (422 if rejected else 400), {"accepted": 0, "rejected": rejected, "detail": "batch rejected"}
+    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+        try:
+            with sessions.begin() as session:
+                unknown = ingestor.unregistered(session, batch)
+                kept = _without_gpus(batch, unknown) if unknown else batch
+                accepted = ingestor.store(session, kept)
+            if unknown:
+                rejected = rejected + _unknown_gpu_errors(batch, unknown)
+            break
+        except (OperationalError, psycopg.errors.DeadlockDetected) as exc:
+            deadlock = isinstance(getattr(exc, "orig", exc), psycopg.errors.DeadlockDetected)
+            if not deadlock or attempt == DEADLOCK_ATTEMPTS:
+                raise
+            log.info("ingest transaction chosen as a deadlock victim (attempt %d); running it again", attempt)
+    return (422 if rejected else 200), {"accepted": accepted, "rejected": rejected}
+
+
+class _TooLarge(Exception):
+    """A body over :data:`MAX_BODY_BYTES` once decompressed."""
+
+
+def _gunzip(body: bytes) -> bytes:
+    """``body`` gunzipped (one or more gzip members, RFC 1952; trailing zero padding allowed, as by
+    :func:`gzip.decompress`), in time linear in its size; raises :class:`_TooLarge` once the output passes
+    :data:`MAX_BODY_BYTES` (nothing more is inflated), and ``OSError``/``EOFError`` for a corrupt or truncated
+    stream."""
+    with gzip.GzipFile(fileobj=io.BytesIO(body)) as stream:
+        out = stream.read(MAX_BODY_BYTES + 1)
+    if len(out) > MAX_BODY_BYTES:
+        raise _TooLarge
+    return out
+
+
+def _without_gpus(batch: IngestBatch, uuids: set[str]) -> IngestBatch:
+    """``batch`` without the readings and ``job_utilization`` entries of ``uuids``."""
+    return batch.model_copy(
+        update={
+            "series": [s for s in batch.series if s.uuid not in uuids],
+            "samples": [r for r in batch.samples if r.uuid not in uuids],
+            "job_utilization": [j for j in batch.job_utilization if j.uuid not in uuids],
+        }
+    )
+
+
+def _unknown_gpu_errors(batch: IngestBatch, uuids: set[str]) -> list[dict[str, Any]]:
+    """One rejection per GPU of ``uuids``, with the number of its readings left out."""
+    readings = dict.fromkeys(uuids, 0)
+    for series in batch.series:
+        if series.uuid in uuids:
+            readings[series.uuid] += len(series.ts)
+    for reading in batch.samples:
+        if reading.uuid in uuids:
+            readings[reading.uuid] += 1
+    return [
+        {
+            "uuid": uuid,
+            "field": "gpus",
+            "error": f"readings of GPU {uuid}, which the batch's gpus do not describe and the service does not know",
+            "readings": count,
+        }
+        for uuid, count in sorted(readings.items())
+    ]
+
+
+_SERIES_VALUES = frozenset({"ts", *READING_COLUMNS})
+
+
+def _series_length(item: object) -> int:
+    ts = item.get("ts") if isinstance(item, dict) else None
+    return len(ts) if isinstance(ts, list) else 0
+
+
+def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]]]:
+    """The batch with its valid readings, and the rejected ones; (None, errors) if the batch itself is bad."""
+    try:
+        return IngestBatch.model_validate_json(body), []
+    except ValidationError as exc:
+        errors = exc.errors()
+    rejected: list[dict[str, Any]] = []
+    bad_rows: set[int] = set()
+    bad_values: dict[int, set[int]] = {}
+    bad_series: dict[int, dict[str, Any]] = {}
+    bad_shares: set[int] = set()
+    every_share_bad = False
+    for error in errors:
+        loc, entry = error["loc"], {"field": _field_path(error["loc"]), "error": error["msg"]}
+        if loc and loc[0] == "job_utilization":  # not a reading: reject the entry, keep the readings
+            if len(loc) >= 2 and isinstance(loc[1], int):
+                rejected.append({"job_utilization": loc[1], **entry, "readings": 0})
+                bad_shares.add(loc[1])
+            else:
+                rejected.append({**entry, "readings": 0})
+                every_share_bad = True
+        elif len(loc) >= 2 and loc[0] == "samples" and isinstance(loc[1], int):
+            rejected.append({"index": loc[1], **entry})
+            bad_rows.add(loc[1])
+        elif len(loc) == 4 and loc[0] == "series" and isinstance(loc[1], int) and loc[2] in _SERIES_VALUES \
+                and isinstance(loc[3], int):  # fmt: skip
+            rejected.append({"series": loc[1], "index": loc[3], **entry})
+            bad_values.setdefault(loc[1], set()).add(loc[3])
+        elif len(loc) >= 2 and loc[0] == "series" and isinstance(loc[1], int):
+            bad_series.setdefault(loc[1], {"series": loc[1], **entry})
+        else:
+            return None, [{"field": _field_path(e["loc"]) or "batch", "error": e["msg"]} for e in errors]
+    data = orjson.loads(body)
+    series = data.get("series") or []
+    for index, item in enumerate(series):
+        # Unequal column lengths are judged only once every value passed: judge them here too.
+        length = _series_length(item)
+        for name in READING_COLUMNS:
+            column = item.get(name) if isinstance(item, dict) else None
+            if index not in bad_series and isinstance(column, list) and len(column) != length:
+                message = f"Value error, {name} has {len(column)} values for {length} timestamps"
+                bad_series[index] = {"series": index, "field": f"series[{index}]", "error": message}
+    for index, entry in sorted(bad_series.items()):
+        rejected.append({**entry, "readings": _series_length(series[index])})
+    if bad_rows:
+        data["samples"] = [s for i, s in enumerate(data["samples"]) if i not in bad_rows]
+    if every_share_bad:
+        del data["job_utilization"]
+    elif bad_shares:
+        data["job_utilization"] = [j for i, j in enumerate(data["job_utilization"]) if i not in bad_shares]
+    if series:
+        data["series"] = [
+            _without(item, bad_values.get(index, set())) for index, item in enumerate(series) if index not in bad_series
+        ]
+    try:
+        return IngestBatch.model_validate(data), rejected
+    except ValidationError as exc:  # not expected: whatever is left is refused as a whole
+        return None, [{"field": _field_path(e["loc"]) or "batch", "error": e["msg"]} for e in exc.errors()]
+
+
+def _without(item: dict[str, Any], positions: set[int]) -> dict[str, Any]:
+    """A series object without the readings at ``positions``."""
+    if not positions:
+        return item
+    return {
+        key: [v for k, v in enumerate(value) if k not in positions] if key in _SERIES_VALUES and isinstance(value, list)
+        else value
+        for key, value in item.items()
+    }  # fmt: skip

@@ -1,0 +1,290 @@
+"""The REST API under ``/api/v1`` (FastAPI router): costs, budgets, idle episodes, events, team rules, the
+price catalog and pricing rules.
+
+Every route needs ``Authorization: Bearer <token>`` when the app has a token (``FINOPS_API_TOKEN``, else the
+ingest token). Money is a decimal string (exact, 6 decimals in the ledger; cost reports round to cents so rows
+add up to the total); times are ISO 8601 UTC; periods are [start, end). Errors are JSON
+``{"detail": "…"}`` naming the offending parameter, with 400/404/422 as FastAPI gives them.
+"""
+
+import hmac
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session, sessionmaker
+
+from finops.analysis.budgets import budget_status, delete_budget, month_start, next_month_start, set_budget
+from finops.analysis.events import EVENT_KINDS, list_events
+from finops.analysis.idle import list_episodes
+from finops.analysis.report import GroupBy, cost_report, report_csv, report_dicts
+from finops.db.models import TEAM_RULE_KINDS
+from finops.jobs.teams import delete_rule, list_rules, set_rule
+from finops.pricing.catalog import CatalogError, OnPremRow, PriceCatalog, PricingModel, load_catalog
+from finops.pricing.rules import delete_pricing_rule, list_pricing_rules, set_pricing_rule
+from finops.pricing.store import catalog_in_force, import_catalog
+from finops.timeutil import parse_utc, utc_now
+
+MONTH = r"^\d{4}-\d{2}$"
+
+
+class BudgetIn(BaseModel):
+    """A budget to set: amount in ``currency`` (decimal text or number, >= 0)."""
+
+    amount: Decimal = Field(ge=0, allow_inf_nan=False)
+    currency: str = Field(pattern=r"^[A-Z]{3}$")
+
+
+class BudgetOut(BaseModel):
+    """A budget's month-to-date status (money as decimal strings)."""
+
+    team: str
+    project: str
+    month: str
+    budget: str
+    spent: str
+    used_percent: str
+    forecast: str
+    currency: str
+
+
+class PricingRuleIn(BaseModel):
+    """A pricing rule: ``selector`` node|node_label|partition, ``key`` the label name (node_label only)."""
+
+    selector: Literal["node", "node_label", "partition"]
+    key: str = ""
+    value: str = Field(min_length=1)
+    pricing_model: PricingModel
+
+
+class TeamRuleIn(BaseModel):
+    """A team rule: ``kind`` account|namespace|label, ``key`` the label name (label rules only), ``value``."""
+
+    kind: Literal["label", "namespace", "account"]
+    key: str = ""
+    value: str = Field(min_length=1)
+    team: str = Field(min_length=1)
+
+
+def _instant(text: str, name: str) -> datetime:
+    try:
+        return parse_utc(text)
+    except ValueError as exc:
+        raise HTTPException(422, f"{name}: {text!r} is not an ISO 8601 time") from exc
+
+
+def _month(text: str | None) -> datetime:
+    """First instant of month ``YYYY-MM`` (default: this month), UTC."""
+    if text is None:
+        return month_start(utc_now())
+    return month_start(_instant(f"{text}-01T00:00:00+00:00", "month"))
+
+
+def create_router(
+    sessions: sessionmaker[Session], token: str | None, configured_catalog: PriceCatalog | None = None
+) -> APIRouter:
+    """The ``/api/v1`` routes on ``sessions``; ``token`` None leaves them open (refused by ``serve``);
+    ``configured_catalog`` (default: the packaged one) is in force until a catalog is imported."""
+    fallback_catalog = configured_catalog if configured_catalog is not None else load_catalog()
+
+    def authorised(authorization: Annotated[str | None, Header()] = None) -> None:
+        if token is not None and not hmac.compare_digest(authorization or "", f"Bearer {token}"):
+            raise HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    def session() -> Iterator[Session]:
+        with sessions.begin() as opened:
+            yield opened
+
+    router = APIRouter(prefix="/api/v1", dependencies=[Depends(authorised)])
+    # Evaluated here (this module does not postpone annotations). scope="function": the transaction commits
+    # before the response is sent, so a client reading right after a write sees it.
+    db = Annotated[Session, Depends(session, scope="function")]
+
+    @router.get("/costs", response_model=None)
+    def costs(
+        db: db,
+        start: Annotated[str, Query(description="Period start, ISO 8601 (UTC if no offset).")],
+        end: Annotated[str, Query(description="Period end (exclusive), ISO 8601.")],
+        group_by: Annotated[GroupBy, Query(description="team, job, user, node or gpu_model.")] = "team",
+        format: Annotated[Literal["json", "csv"], Query(description="json or csv.")] = "json",
+    ) -> Any:
+        """Cost per group over [start, end) from the hourly ledger, as in ``gpu-finops report``."""
+        rows = cost_report(db, _instant(start, "start"), _instant(end, "end"), group_by)
+        if format == "csv":
+            return Response(report_csv(rows, group_by), media_type="text/csv")
+        return {"group_by": group_by, "start": start, "end": end, "rows": report_dicts(rows, group_by)}
+
+    @router.get("/budgets")
+    def budgets(db: db, month: Annotated[str | None, Query(pattern=MONTH)] = None) -> list[BudgetOut]:
+        """Every budget of a month (default: this month, UTC) with spend, % used and forecast as of now (a
+        past month: as of its end)."""
+        first = _month(month)
+        instant = max(first, min(utc_now(), next_month_start(first) - timedelta(seconds=1)))
+        return [
+            BudgetOut(
+                team=s.team,
+                project=s.project,
+                month=f"{s.month:%Y-%m}",
+                budget=str(s.budget),
+                spent=str(s.spent),
+                used_percent=str(s.used_percent),
+                forecast=str(s.forecast),
+                currency=s.currency,
+            )
+            for s in budget_status(db, instant)
+        ]
+
+    @router.put("/budgets/{team}/{month}", status_code=204)
+    def put_budget(
+        db: db,
+        team: str,
+        month: Annotated[str, Path(pattern=MONTH)],
+        body: BudgetIn,
+        project: str = "",
+    ) -> Response:
+        """Set a team's (or its project's) budget for month YYYY-MM."""
+        set_budget(db, team, body.amount, _month(month), body.currency, project)
+        return Response(status_code=204)
+
+    @router.delete("/budgets/{team}/{month}", status_code=204)
+    def remove_budget(db: db, team: str, month: str, project: str = "") -> Response:
+        """Remove a budget; 404 if there is none."""
+        if not delete_budget(db, team, _month(month), project):
+            raise HTTPException(404, f"no budget for team {team!r} project {project!r} in {month}")
+        return Response(status_code=204)
+
+    @router.get("/idle-episodes")
+    def idle_episodes(db: db, start: str, end: str) -> list[dict[str, Any]]:
+        """Idle episodes overlapping [start, end), costliest first."""
+        return [
+            {
+                "node": e.node,
+                "gpu_index": e.gpu_index,
+                "job_id": e.job_id,
+                "user": e.user,
+                "team": e.team,
+                "start": e.start.isoformat(),
+                "end": e.end.isoformat(),
+                "hours": round(e.hours, 6),
+                "memory_held": e.memory_held,
+                "cost": str(e.cost),
+                "currency": e.currency,
+            }
+            for e in list_episodes(db, _instant(start, "start"), _instant(end, "end"))
+        ]
+
+    @router.get("/events")
+    def events(
+        db: db,
+        since: str | None = None,
+        kind: Annotated[str | None, Query(description=f"One of {', '.join(EVENT_KINDS)}.")] = None,
+        unconsumed: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Budget and anomaly events in id order."""
+        if kind is not None and kind not in EVENT_KINDS:
+            raise HTTPException(422, f"kind: must be one of {', '.join(EVENT_KINDS)}")
+        found = list_events(
+            db, since=None if since is None else _instant(since, "since"), kind=kind, unconsumed=unconsumed
+        )
+        return [
+            {
+                "id": e.id,
+                "kind": e.kind,
+                "team": e.team,
+                "occurred_at": e.occurred_at.isoformat(),
+                "payload": e.payload,
+                "consumed": e.consumed_at is not None,
+            }
+            for e in found
+        ]
+
+    @router.get("/team-rules")
+    def team_rules(db: db) -> list[TeamRuleIn]:
+        """Team rules in resolution order (label, namespace, account)."""
+        return [TeamRuleIn(kind=r.kind, key=r.key, value=r.value, team=r.team) for r in list_rules(db)]
+
+    @router.put("/team-rules", status_code=200)
+    def put_team_rule(db: db, rule: TeamRuleIn) -> dict[str, int]:
+        """Create or replace a rule; returns how many jobs moved team."""
+        try:
+            return {"jobs_moved": set_rule(db, rule.kind, rule.key, rule.value, rule.team)}
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from exc
+
+    @router.delete("/team-rules/{kind}")
+    def remove_team_rule(db: db, kind: str, value: str, key: str = "") -> dict[str, int]:
+        """Remove a rule; returns how many jobs moved team."""
+        if kind not in TEAM_RULE_KINDS:
+            raise HTTPException(422, f"kind: must be one of {', '.join(TEAM_RULE_KINDS)}")
+        try:
+            return {"jobs_moved": delete_rule(db, kind, key, value)}
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from exc
+
+    @router.get("/prices")
+    def prices(db: db) -> dict[str, Any]:
+        """The price catalog in force (newest import, else the configured file), with every row's rate per
+        GPU-hour (on-prem rows computed from their parts) and its sources."""
+        catalog = catalog_in_force(db, fallback_catalog)
+        rows = []
+        for key, model in sorted(catalog.models.items()):
+            for row in model.prices:
+                rate = catalog.parts_of(row).total if isinstance(row, OnPremRow) else row.rate
+                rows.append(
+                    {
+                        "model": key,
+                        "pricing_model": str(row.pricing_model),
+                        "effective_from": row.effective_from.isoformat(),
+                        "rate_per_gpu_hour": str(rate),
+                        "sources": [source.url for source in row.sources],
+                    }
+                )
+        return {
+            "currency": catalog.currency,
+            "tariff_per_kwh": str(catalog.tariff_per_kwh),
+            "pue": str(catalog.pue),
+            "rows": rows,
+        }
+
+    @router.put("/prices")
+    async def put_prices(request: Request) -> dict[str, str | None]:
+        """Import a catalog: the request body is its YAML (``finops/pricing/price_catalog.yaml`` format). 422 naming the
+        field if invalid; otherwise the date the ledger is re-priced from (null: nothing changed)."""
+        text = (await request.body()).decode("utf-8", errors="replace")
+        try:
+            with sessions.begin() as opened:
+                changed_from = import_catalog(opened, text, "PUT /api/v1/prices", fallback_catalog)
+        except CatalogError as exc:
+            raise HTTPException(422, str(exc)) from exc
+        return {"repriced_from": None if changed_from is None else changed_from.isoformat()}
+
+    @router.get("/pricing-rules")
+    def pricing_rules(db: db) -> list[PricingRuleIn]:
+        """Pricing rules in resolution order (node, node_label, partition)."""
+        return [
+            PricingRuleIn(selector=r.selector, key=r.key, value=r.value, pricing_model=r.pricing_model)
+            for r in list_pricing_rules(db)
+        ]
+
+    @router.put("/pricing-rules", status_code=204)
+    def put_pricing_rule(db: db, rule: PricingRuleIn) -> Response:
+        """Bill the selected nodes' GPUs under a pricing model (the ledger is re-priced on the next rollup)."""
+        try:
+            set_pricing_rule(db, rule.selector, rule.key, rule.value, rule.pricing_model)
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from exc
+        return Response(status_code=204)
+
+    @router.delete("/pricing-rules/{selector}", status_code=204)
+    def remove_pricing_rule(db: db, selector: str, value: str, key: str = "") -> Response:
+        """Remove a pricing rule."""
+        try:
+            delete_pricing_rule(db, selector, key, value)
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from exc
+        return Response(status_code=204)
+
+    return router
