@@ -926,6 +926,3 @@ def export_focus_command(
     total = f"{done.billed_cost:f} {done.currency}" if done.currency else "0"
     typer.echo(f"{done.rows} FOCUS 1.2 rows written to {output}; BilledCost total {total}")
 
-
-if __name__ == "__main__":
-    app()
