@@ -1,5 +1,5 @@
-"""Sends batches of GPU readings to the service: gzip JSON (the columns of :mod:`collector.contract.wire`) over HTTP with
-a bearer token.
+"""Sends batches of GPU readings to the service: gzip JSON (the columns of :mod:`collector.contract.wire`) over HTTP
+with a bearer token.
 
 One POST to ``/api/v1/ingest`` is one :meth:`Shipper.send`; its :class:`SendResult` says whether the service
 took the batch (200, or 422: valid readings stored, the named ones rejected), refused it for good (any other 4xx:

@@ -142,8 +142,8 @@ def report(url: str, start: datetime, end: datetime, by: CubeBy, scope: Scope = 
 
 @st.cache_data(ttl=TTL_SECONDS)
 def wasters(url: str, start: datetime, end: datetime, by: CubeBy, scope: Scope = EVERYTHING) -> list[ReportRow]:
-    """:func:`finops.analysis.dashboard_queries.top_idle` of the report by team or job: the five biggest idle costs (only
-    these five are kept: a month's report by job has thousands of rows)."""
+    """:func:`finops.analysis.dashboard_queries.top_idle` of the report by team or job: the five biggest idle costs
+    (only these five are kept: a month's report by job has thousands of rows)."""
     return cube(url, start, end, scope).top_idle(by)
 
 
@@ -170,7 +170,8 @@ def team_costs(
 ) -> tuple[dict[str, Any], pd.DataFrame]:
     """The cost report by team for the period and filters, as the Teams page shows it: the bars of used, idle and
     unallocated cost per team (:func:`dashboards.charts.team_cost_spec`) and the report's rows as ``gpu-finops
-    report --by team --format csv`` writes them (:func:`finops.analysis.report.report_dicts`, money as exact decimals)."""
+    report --by team --format csv`` writes them (:func:`finops.analysis.report.report_dicts`, money as exact
+    decimals)."""
     rows = report(url, start, end, "team", scope)
     frame = pd.DataFrame(report_dicts(rows, "team"))
     if not rows:
@@ -242,7 +243,8 @@ def freshness(url: str, now: datetime) -> list[NodeFreshness]:
 
 @st.cache_data(ttl=TTL_SECONDS)
 def nodes(url: str, scope: Scope = EVERYTHING) -> list[str]:
-    """:func:`finops.analysis.dashboard_queries.node_names` of the scope's cluster and partition (nodes have no team)."""
+    """:func:`finops.analysis.dashboard_queries.node_names` of the scope's cluster and partition (nodes have no
+    team)."""
     with session_factory(engine(url))() as session:
         return node_names(session, scope.cluster, scope.partition)
 

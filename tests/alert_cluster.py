@@ -1,8 +1,8 @@
 """A small cluster built through the real ingest and sacct import paths, for the alert tests.
 
 :class:`Cluster` stores GPU readings (:class:`finops.ingest.readings.Ingestor`) and Slurm jobs
-(:func:`finops.jobs.slurm_import.import_sacct`) into a migrated database; readings name the job holding the GPU, so jobs land
-on exactly the GPUs a test says.
+(:func:`finops.jobs.slurm_import.import_sacct`) into a migrated database; readings name the job holding the GPU, so jobs
+land on exactly the GPUs a test says.
 """
 
 from __future__ import annotations

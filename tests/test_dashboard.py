@@ -1,6 +1,6 @@
 """Every dashboard page renders with Streamlit's AppTest, on seeded data and on an empty database; the numbers it
-shows are those of ``finops.analysis.report.cost_report`` and ``finops.analysis.budgets.budget_status`` for the same period and
-filters, which come from the URL's query string and stay in it."""
+shows are those of ``finops.analysis.report.cost_report`` and ``finops.analysis.budgets.budget_status`` for the same
+period and filters, which come from the URL's query string and stay in it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The dashboard's query functions (finops/analysis/dashboard_queries.py, finops/analysis/filters.py) on two clusters: the scenario's
-node in cluster ``orion`` (partition ``gpu``) and a second node in cluster ``vega`` (partition ``debug``), on SQLite
-and PostgreSQL. The numbers the pages show are compared with ``finops.analysis.report.cost_report`` and
-``finops.analysis.budgets.budget_status`` for the same filters."""
+"""The dashboard's query functions (finops/analysis/dashboard_queries.py, finops/analysis/filters.py) on two clusters:
+the scenario's node in cluster ``orion`` (partition ``gpu``) and a second node in cluster ``vega`` (partition
+``debug``), on SQLite and PostgreSQL. The numbers the pages show are compared with
+``finops.analysis.report.cost_report`` and ``finops.analysis.budgets.budget_status`` for the same filters."""
 
 from __future__ import annotations
 

@@ -12,8 +12,9 @@ import orjson
 from collector.contract import metric_names as m
 from collector.contract import wire
 from collector.contract.sample import Sample
+from collector.contract.wire import shared_job_utilization
 from collector.jobmap.cgroup import job_of_cgroup
-from collector.jobmap.mapper import JobMapper, shared_job_utilization
+from collector.jobmap.mapper import JobMapper
 from collector.jobmap.mapping_dir import read_mapping_dir
 from collector.sources.nvml import NvmlSource
 from tests.fake_pynvml import CAPTURES, ManualClock, fake_nvml_from_capture

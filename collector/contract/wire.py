@@ -26,7 +26,7 @@ A GPU that compute processes of more than one job use at once (time-slicing, MPS
 for its readings the batch may also carry ``job_utilization``, one object per job and reading: the GPU's UUID,
 the reading's ``ts`` as integer epoch seconds (UTC, in both shapes), the job id (as ``job_id``) and the job's
 SM utilisation ratio (0..1: the sum of its processes' NVML ``smUtil`` / 100, :mod:`collector.sources.nvml`,
-:func:`collector.jobmap.mapper.shared_job_utilization`)::
+:func:`shared_job_utilization`)::
 
     {"node": "gpu-a-01", "gpus": [...], "series": [...],
      "job_utilization": [{"uuid": "GPU-…", "ts": 1795244400, "job_id": "4000123", "utilization_ratio": 0.99},
@@ -47,7 +47,6 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 
 from collector.contract import metric_names as m
 from collector.contract.sample import Sample
-from collector.jobmap.mapper import shared_job_utilization
 
 INT64_MAX = 2**63 - 1
 LAST_EPOCH_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z, the last instant a datetime can hold
@@ -207,10 +206,40 @@ def shippable(sample: Sample) -> bool:
     return sample.entity == "gpu" and not sample.labels.get("mig_profile") and sample.values.get(m.GPU_UP, 1.0) != 0
 
 
+def shared_job_utilization(samples: list[Sample]) -> dict[str, dict[str, float]]:
+    """Device UUID -> {job id: the job's SM utilisation ratio} for each device whose compute processes belong to
+    more than one job in this cycle (a time-sliced or MPS GPU; a device held by one job has its own utilisation).
+
+    Reads the ``entity="gpu_process"`` samples of one cycle after :meth:`JobMapper.annotate`: their ``uuid`` label
+    (the GPU's, or the MIG instance's), :attr:`Sample.job_id` and ``gpufinops_gpu_process_sm_utilization_ratio``
+    (:mod:`collector.sources.nvml`: mean ``smUtil`` / 100 since the last cycle). A job's ratio is the sum of its
+    processes' ratios, capped at 1 (MPS clients of one job can each report a share of the same period). Processes
+    without a job are left out of the sums; a device with a job-mapped process lacking the utilisation (NVML could
+    not tell) gets no entry, since its shares would be partial.
+    """
+    jobs: dict[str, dict[str, float]] = {}
+    unknown: set[str] = set()
+    for sample in samples:
+        if sample.entity != "gpu_process" or sample.job_id is None:
+            continue
+        uuid = sample.labels["uuid"]
+        ratio = sample.values.get(m.GPU_PROCESS_SM_UTILIZATION)
+        if ratio is None:
+            unknown.add(uuid)
+            continue
+        shares = jobs.setdefault(uuid, {})
+        shares[sample.job_id] = shares.get(sample.job_id, 0.0) + ratio
+    return {
+        uuid: {job: min(1.0, ratio) for job, ratio in shares.items()}
+        for uuid, shares in jobs.items()
+        if uuid not in unknown and len(shares) > 1
+    }
+
+
 def job_utilization_dicts(samples: Sequence[Sample], readings: Sequence[Sample]) -> list[dict[str, object]]:
     """The ``job_utilization`` entries (:class:`JobUtilization` as plain dicts) of one cycle's ``samples``: per
     reading of ``readings`` (shippable GPU samples) whose GPU processes of several jobs shared, one entry per job
-    (:func:`collector.jobmap.mapper.shared_job_utilization`), at the reading's instant. Shares of a MIG instance
+    (:func:`shared_job_utilization`), at the reading's instant. Shares of a MIG instance
     are not shipped (its parent GPU is billed; NVML gives no per-process utilisation under MIG anyway)."""
     shares = shared_job_utilization(list(samples))
     return [

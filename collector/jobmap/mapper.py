@@ -7,42 +7,11 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from collector.contract import metric_names as m
 from collector.contract.sample import Sample
 from collector.jobmap.cgroup import job_of_process
 from collector.jobmap.mapping_dir import read_mapping_dir
 
 log = logging.getLogger(__name__)
-
-
-def shared_job_utilization(samples: list[Sample]) -> dict[str, dict[str, float]]:
-    """Device UUID -> {job id: the job's SM utilisation ratio} for each device whose compute processes belong to
-    more than one job in this cycle (a time-sliced or MPS GPU; a device held by one job has its own utilisation).
-
-    Reads the ``entity="gpu_process"`` samples of one cycle after :meth:`JobMapper.annotate`: their ``uuid`` label
-    (the GPU's, or the MIG instance's), :attr:`Sample.job_id` and ``gpufinops_gpu_process_sm_utilization_ratio``
-    (:mod:`collector.sources.nvml`: mean ``smUtil`` / 100 since the last cycle). A job's ratio is the sum of its
-    processes' ratios, capped at 1 (MPS clients of one job can each report a share of the same period). Processes
-    without a job are left out of the sums; a device with a job-mapped process lacking the utilisation (NVML could
-    not tell) gets no entry, since its shares would be partial.
-    """
-    jobs: dict[str, dict[str, float]] = {}
-    unknown: set[str] = set()
-    for sample in samples:
-        if sample.entity != "gpu_process" or sample.job_id is None:
-            continue
-        uuid = sample.labels["uuid"]
-        ratio = sample.values.get(m.GPU_PROCESS_SM_UTILIZATION)
-        if ratio is None:
-            unknown.add(uuid)
-            continue
-        shares = jobs.setdefault(uuid, {})
-        shares[sample.job_id] = shares.get(sample.job_id, 0.0) + ratio
-    return {
-        uuid: {job: min(1.0, ratio) for job, ratio in shares.items()}
-        for uuid, shares in jobs.items()
-        if uuid not in unknown and len(shares) > 1
-    }
 
 
 class JobMapper:

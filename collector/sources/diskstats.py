@@ -40,8 +40,8 @@ and are kept.
 
 class DiskstatsSource:
     """One ``entity="disk"`` sample per whole disk, labels ``{"device": name}``, values
-    :data:`~collector.contract.metric_names.DISK_READ_BYTES` and :data:`~collector.contract.metric_names.DISK_WRITTEN_BYTES`
-    (sectors read/written x 512 bytes).
+    :data:`~collector.contract.metric_names.DISK_READ_BYTES` and
+    :data:`~collector.contract.metric_names.DISK_WRITTEN_BYTES` (sectors read/written x 512 bytes).
 
     Whole disks: if ``<sys_root>/block`` exists, exactly the devices listed there (a partition lives under
     ``/sys/block/<disk>/<partition>``; a ``/`` in a diskstats name is ``!`` in sysfs); otherwise every name not

@@ -143,8 +143,8 @@ class LedgerCube:
     cells: list[CubeCell]
 
     def report(self, by: CubeBy = "team") -> list[ReportRow]:
-        """The rows :func:`finops.analysis.report.cost_report` gives for the same period and filters, grouped ``by`` team,
-        job or user, in its order: money equal to the micro-unit, GPU-seconds equal (the float sums of used
+        """The rows :func:`finops.analysis.report.cost_report` gives for the same period and filters, grouped ``by``
+        team, job or user, in its order: money equal to the micro-unit, GPU-seconds equal (the float sums of used
         seconds and joules may differ in their last bits: they are added in another order). ValueError for
         another ``by``."""
         _check_by(by)
@@ -289,8 +289,8 @@ def month_overview(
     partition: str | None = None,
 ) -> MonthOverview:
     """:class:`MonthOverview` at ``at``. Without cluster and partition filters the team-hours are read once for
-    the month's spend and the budgets (:func:`finops.analysis.budgets.month_spend` per team), otherwise the ledger's rows
-    for the spend and the team-hours for the budgets."""
+    the month's spend and the budgets (:func:`finops.analysis.budgets.month_spend` per team), otherwise the ledger's
+    rows for the spend and the team-hours for the budgets."""
     spend = month_spend(session, at, scope=Scope(cluster=cluster, team=team, partition=partition))
     shared = cluster is None and partition is None
     statuses = budget_status(session, at, team=team, spend=spend if shared else None)
@@ -405,8 +405,8 @@ def job_telemetry(
 class NodeBucket:
     """One node over [ts, ts + bucket): mean utilisation ratio of its GPUs (mean of each GPU's mean), board
     power in watts (sum of its GPUs' mean power), hottest reading in degrees Celsius, readings, and per
-    clocks-event (throttle) reason (:data:`collector.contract.clocks_events.CLOCKS_EVENT_REASONS` names) the readings with
-    that reason active."""
+    clocks-event (throttle) reason (:data:`collector.contract.clocks_events.CLOCKS_EVENT_REASONS` names) the readings
+    with that reason active."""
 
     ts: datetime
     node: str

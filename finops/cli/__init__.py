@@ -925,4 +925,3 @@ def export_focus_command(
             raise typer.Exit(1) from exc
     total = f"{done.billed_cost:f} {done.currency}" if done.currency else "0"
     typer.echo(f"{done.rows} FOCUS 1.2 rows written to {output}; BilledCost total {total}")
-

@@ -3,8 +3,8 @@
 Sites that already run dcgm-exporter and Prometheus need no collector: :func:`import_range` reads the DCGM series
 with the Prometheus HTTP API (``GET /api/v1/query_range`` and ``/api/v1/query``; the JSON envelope, the ``matrix``
 and ``vector`` result formats and the error answers are those of the Prometheus documentation, "HTTP API") and
-stores them as :class:`collector.contract.wire.IngestBatch` objects with :meth:`finops.ingest.readings.Ingestor.store`, so the
-ledger, idle detection and reports treat them as collector readings.
+stores them as :class:`collector.contract.wire.IngestBatch` objects with :meth:`finops.ingest.readings.Ingestor.store`,
+so the ledger, idle detection and reports treat them as collector readings.
 
 Fields and units are the collector's dcgm source table (:data:`collector.contract.dcgm_fields.FIELDS`; units from
 dcgm-exporter's ``default-counters.csv``): DCGM_FI_DEV_GPU_UTIL % → ratio (or DCGM_FI_PROF_GR_ENGINE_ACTIVE,
@@ -458,8 +458,8 @@ def pull_chunk(client: PrometheusClient, first: int, last: int, options: PullOpt
 
 
 def reading_values(raw: Mapping[str, float], utilization_fields: tuple[str, ...]) -> dict[str, float]:
-    """Our metrics in base units (:mod:`collector.contract.metric_names`) from one GPU's DCGM field values at one instant,
-    scaled by the collector's field table; utilisation from the first of ``utilization_fields`` present."""
+    """Our metrics in base units (:mod:`collector.contract.metric_names`) from one GPU's DCGM field values at one
+    instant, scaled by the collector's field table; utilisation from the first of ``utilization_fields`` present."""
     values: dict[str, float] = {}
     for name, value in raw.items():
         spec = FIELDS.get(name)
@@ -572,7 +572,8 @@ def generated_tokens(
 
 def cost_per_million_tokens(cost: Decimal, tokens: int) -> Decimal | None:
     """``cost`` ÷ ``tokens`` × 1,000,000, rounded half-even to the ledger's quantum (one millionth of the currency
-    unit, :data:`finops.ledger.costmodel.QUANTUM`); None when no token was generated. Negative tokens raise ValueError."""
+    unit, :data:`finops.ledger.costmodel.QUANTUM`); None when no token was generated. Negative tokens raise
+    ValueError."""
     if tokens < 0:
         raise ValueError(f"tokens: {tokens} is negative")
     if not cost.is_finite():

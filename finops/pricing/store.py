@@ -21,7 +21,8 @@ from finops.pricing.catalog import GpuModel, PriceCatalog, Pricing, parse_catalo
 from finops.timeutil import utc_now
 
 _parsed = lru_cache(maxsize=1)(parse_catalog)
-""":func:`finops.pricing.catalog.parse_catalog` remembering the catalog in force: its YAML is validated once per process."""
+""":func:`finops.pricing.catalog.parse_catalog` remembering the catalog in force: its YAML is validated once per
+process."""
 
 
 def catalog_in_force(session: Session, fallback: PriceCatalog) -> PriceCatalog:

@@ -56,7 +56,8 @@ FRESHNESS_LOOKBACK_SECONDS = 86400
 
 
 def _newest_sample(session: Session) -> int | None:
-    """Epoch seconds of the newest reading of the last day, by :func:`finops.analysis.quality.newest_reading` per GPU."""
+    """Epoch seconds of the newest reading of the last day, by :func:`finops.analysis.quality.newest_reading` per
+    GPU."""
     since = int(utc_now().timestamp()) - FRESHNESS_LOOKBACK_SECONDS
     return session.scalar(select(func.max(newest_reading(since))).select_from(Gpu))
 
