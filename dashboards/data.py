@@ -27,23 +27,25 @@ from finops.analysis.dashboard_queries import (
     CubeBy,
     DailyCost,
     FilterChoices,
-    JobTelemetry,
     LedgerCube,
     MonthOverview,
-    NodeBucket,
-    Throughput,
-    fabric_throughput,
     filter_choices,
-    job_telemetry,
     ledger_cube,
     month_overview,
-    node_buckets,
     node_names,
 )
 from finops.analysis.filters import Scope
 from finops.analysis.idle import EpisodeView, list_episodes
 from finops.analysis.quality import NodeFreshness, node_freshness
 from finops.analysis.report import MONEY_FIELDS, ReportRow, report_dicts
+from finops.analysis.telemetry import (
+    JobTelemetry,
+    NodeBucket,
+    Throughput,
+    fabric_throughput,
+    job_telemetry,
+    node_buckets,
+)
 from finops.db.engine import make_engine, require_migrated, session_factory
 from finops.db.models import UNALLOCATED_TEAM
 from finops.ingest.prometheus import PrometheusClient
@@ -251,7 +253,7 @@ def nodes(url: str, scope: Scope = EVERYTHING) -> list[str]:
 
 @st.cache_data(ttl=TTL_SECONDS)
 def job_series(url: str, job_id: str, until: datetime, cluster: str | None = None) -> JobTelemetry:
-    """:func:`finops.analysis.dashboard_queries.job_telemetry` of ``job_id`` up to ``until`` (rounded to the minute)."""
+    """:func:`finops.analysis.telemetry.job_telemetry` of ``job_id`` up to ``until`` (rounded to the minute)."""
     with session_factory(engine(url))() as session:
         return job_telemetry(session, job_id, until, cluster=cluster)
 
@@ -260,7 +262,7 @@ def job_series(url: str, job_id: str, until: datetime, cluster: str | None = Non
 def node_telemetry(
     url: str, start: datetime, end: datetime, width_seconds: int, scope: Scope = EVERYTHING
 ) -> list[NodeBucket]:
-    """:func:`finops.analysis.dashboard_queries.node_buckets` for the period, bucket width and the scope's cluster and
+    """:func:`finops.analysis.telemetry.node_buckets` for the period, bucket width and the scope's cluster and
     partition (readings have no team)."""
     with session_factory(engine(url))() as session:
         return node_buckets(session, start, end, width_seconds, cluster=scope.cluster, partition=scope.partition)
@@ -277,7 +279,7 @@ def nodes_page(url: str, start: datetime, end: datetime, width_seconds: int, sco
 def fabric(
     prometheus: str, start: datetime, end: datetime, step_seconds: int, nodes: tuple[str, ...] | None
 ) -> list[Throughput]:
-    """:func:`finops.analysis.dashboard_queries.fabric_throughput` from the Prometheus at ``prometheus`` (only ``nodes``
+    """:func:`finops.analysis.telemetry.fabric_throughput` from the Prometheus at ``prometheus`` (only ``nodes``
     when given). Raises :class:`finops.ingest.prometheus.PrometheusError` when it does not answer."""
     client = PrometheusClient(prometheus, timeout_seconds=30.0)
     try:

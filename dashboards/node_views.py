@@ -1,4 +1,4 @@
-"""What the GPUs & nodes page draws from the per-node readings (:func:`finops.analysis.dashboard_queries.node_buckets`):
+"""What the GPUs & nodes page draws from the per-node readings (:func:`finops.analysis.telemetry.node_buckets`):
 the heatmap of utilisation, board power, hottest GPU and the clocks-event (throttle) reasons, as tables and
 Vega-Lite specs (:func:`dashboards.charts.vega_lite`), made once per query result (:func:`dashboards.data.nodes_page`).
 """
@@ -15,7 +15,7 @@ import altair as alt
 import pandas as pd
 
 from dashboards import charts
-from finops.analysis.dashboard_queries import NodeBucket
+from finops.analysis.telemetry import NodeBucket
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,17 +19,9 @@ from collector.contract.clocks_events import CLOCKS_EVENT_REASONS
 from collector.contract.sample import Sample
 from collector.contract.wire import IngestBatch, gpu_info_dict, reading_dict
 from finops.analysis.budgets import budget_status, month_start
-from finops.analysis.dashboard_queries import (
-    bucket_seconds,
-    filter_choices,
-    job_telemetry,
-    ledger_cube,
-    month_overview,
-    node_buckets,
-    node_names,
-    top_idle,
-)
+from finops.analysis.dashboard_queries import filter_choices, ledger_cube, month_overview, node_names, top_idle
 from finops.analysis.report import GROUP_BYS, ReportRow, cost_report
+from finops.analysis.telemetry import bucket_seconds, job_telemetry, node_buckets
 from finops.db.engine import make_engine, session_factory, upgrade
 from finops.db.models import UNALLOCATED_TEAM
 from finops.ingest.readings import Ingestor

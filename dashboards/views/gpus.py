@@ -11,7 +11,7 @@ import streamlit as st
 
 from dashboards import charts, data, filters
 from dashboards.format import duration, table
-from finops.analysis.dashboard_queries import bucket_seconds
+from finops.analysis.telemetry import bucket_seconds
 from finops.ingest.prometheus import PrometheusError
 from finops.timeutil import utc_now
 
