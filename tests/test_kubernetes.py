@@ -19,12 +19,12 @@ from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Allocation, DirtyH
 from finops.jobs.kubernetes import (
     KubernetesFormatError,
     _device_counts,
-    import_pods,
     load_document,
     parse_nodes,
     parse_pods,
     product_model,
 )
+from finops.jobs.kubernetes_import import import_pods
 from finops.jobs.teams import set_rule
 from finops.ledger.costmodel import capacity_cost
 from finops.ledger.rollup import rollup

@@ -10,7 +10,7 @@ from typer.testing import CliRunner, Result
 
 from finops.cli import app
 from finops.db.models import UNMAPPED_TEAM, Job, Team
-from finops.jobs.kubernetes import import_pods
+from finops.jobs.kubernetes_import import import_pods
 from finops.timeutil import utc_now
 
 PODS = Path(__file__).parent / "fixtures" / "kubernetes" / "pods.json"

@@ -492,7 +492,8 @@ def import_pods_command(
 ) -> None:
     """Import Kubernetes pods that hold NVIDIA GPUs (nvidia.com/gpu, nvidia.com/mig-<profile>) as jobs."""
     from finops.db.engine import session_factory
-    from finops.jobs.kubernetes import KubernetesFormatError, import_pods, load_document, parse_nodes
+    from finops.jobs.kubernetes import KubernetesFormatError, load_document, parse_nodes
+    from finops.jobs.kubernetes_import import import_pods
     from finops.timeutil import utc_now
 
     at = _instant(listed_at, "--listed-at") if listed_at else utc_now()

@@ -20,41 +20,20 @@ A pod's device count per resource follows Kubernetes' effective request ("Effect
 limits"): the larger of (sum over app containers + sum over sidecars) and the effective init request, the
 largest over init containers of (its own request + the sidecars listed before it; a sidecar counts itself).
 
-A pod is stored as a :class:`finops.db.models.Job` with ``scheduler`` "kubernetes", ``job_id`` ``namespace/name``,
-``job_id_raw`` its UID, ``account`` and ``namespace`` its namespace, ``user`` its ``user`` label,
-``project`` its ``project`` label, ``partition`` its node pool (node label, else node selector:
-:data:`NODE_POOL_LABELS`), ``node_list`` its node, ``state`` its phase. It starts at ``status.startTime``
-(else the earliest container start) and, once Succeeded or Failed, ends at the latest container
-``finishedAt``; a running pod is open. Its team comes from the team rules (label, then namespace, then
-account = namespace). MIG instances hold their profile's share of one GPU (:mod:`finops.jobs.mig`), so several
-pods may share a GPU.
-
-Pods that vanish: a pod that ended is deleted from the API server sooner or later, so a later listing may
-miss it. Only when the caller says the listing is complete (``complete=True``: every namespace, no selector)
-are pods still open in the database but absent from the listing ended, at the listing's time, with state
-``Deleted``; the listing's time is an upper bound of when they ended. A partial listing ends nothing.
+Storing the pods as jobs is :mod:`finops.jobs.kubernetes_import`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from collector.contract.wire import JOB_ID_MAX_LENGTH
-from finops.db.hours import HourMarks
-from finops.db.models import Job
-from finops.jobs.mig import mig_share
-from finops.jobs.placement import PlacementRequest, Unit, ensure_nodes, job_keys, node_models, place_jobs
-from finops.jobs.slurm_import import replace_job, update_end
-from finops.jobs.teams import TeamRules
-from finops.timeutil import to_epoch
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -134,20 +113,10 @@ class PodListing:
     errors: list[PodError]
 
 
-@dataclass
-class PodImportResult:
-    """What :func:`import_pods` did: GPU pods stored, pods without GPUs, GPU pods that have not run,
-    open pods ended because a complete listing lacks them, nodes whose labels were stored, and errors."""
+class PodFieldError(ValueError):
+    """A pod field that cannot be read: ``path`` names it (``spec.containers[0].resources.limits.nvidia.com/gpu``),
+    the message says what was expected."""
 
-    jobs: int = 0
-    without_gpus: int = 0
-    not_started: int = 0
-    ended_missing: int = 0
-    nodes_labelled: int = 0
-    errors: list[PodError] = field(default_factory=list)
-
-
-class _FieldError(ValueError):
     def __init__(self, path: str, message: str) -> None:
         super().__init__(message)
         self.path = path
@@ -186,12 +155,12 @@ def parse_pods(document: Any, *, source: str) -> PodListing:
         label = f"items[{index}]"
         try:
             if not isinstance(item, dict):
-                raise _FieldError(label, f"expected a Pod object, found {_type(item)}")
+                raise PodFieldError(label, f"expected a Pod object, found {_type(item)}")
             if item.get("kind", "Pod") != "Pod":
-                raise _FieldError("kind", f"expected Pod, found {item.get('kind')!r}")
+                raise PodFieldError("kind", f"expected Pod, found {item.get('kind')!r}")
             label = _pod_label(item, label)
             pod = _read_pod(item)
-        except _FieldError as exc:
+        except PodFieldError as exc:
             errors.append(PodError(label, exc.path, f"{source}: pod {label}: field {exc.path}: {exc}"))
             continue
         if pod is None:
@@ -209,12 +178,12 @@ def parse_nodes(document: Any, *, source: str) -> tuple[dict[str, dict[str, str]
     for index, item in enumerate(_items(document, "Node", source)):
         try:
             if not isinstance(item, dict):
-                raise _FieldError(f"items[{index}]", f"expected a Node object, found {_type(item)}")
+                raise PodFieldError(f"items[{index}]", f"expected a Node object, found {_type(item)}")
             meta = _object(item, "metadata", "metadata")
             name = _string(meta, "name", "metadata.name")
             labels = _labels(meta, "metadata.labels")
             capacity = _object(_object(item, "status", "status", optional=True), "capacity", "status.capacity", True)
-        except _FieldError as exc:
+        except PodFieldError as exc:
             errors.append(f"{source}: node items[{index}]: field {exc.path}: {exc}")
             continue
         has_gpus = labels.get("nvidia.com/gpu.present") == "true" or any(
@@ -226,7 +195,7 @@ def parse_nodes(document: Any, *, source: str) -> tuple[dict[str, dict[str, str]
 
 
 def _read_pod(item: dict[str, Any]) -> Pod | None:
-    """The pod, or None when it requests no GPU. Raises _FieldError."""
+    """The pod, or None when it requests no GPU. Raises PodFieldError."""
     meta = _object(item, "metadata", "metadata")
     namespace = _string(meta, "namespace", "metadata.namespace")
     name = _string(meta, "name", "metadata.name")
@@ -240,16 +209,16 @@ def _read_pod(item: dict[str, Any]) -> Pod | None:
     if gpus == 0 and not mig:
         return None
     if len(f"{namespace}/{name}") > JOB_ID_MAX_LENGTH:
-        raise _FieldError(
+        raise PodFieldError(
             "metadata.name", f"namespace/name is longer than the {JOB_ID_MAX_LENGTH} characters job ids hold"
         )
     node = spec.get("nodeName") or ""
     if not isinstance(node, str):
-        raise _FieldError("spec.nodeName", f"expected a string, found {_type(node)}")
+        raise PodFieldError("spec.nodeName", f"expected a string, found {_type(node)}")
     selector = _labels(spec, "spec.nodeSelector", key="nodeSelector")
     phase = status.get("phase", "Pending")
     if not isinstance(phase, str):
-        raise _FieldError("status.phase", f"expected a string, found {_type(phase)}")
+        raise PodFieldError("status.phase", f"expected a string, found {_type(phase)}")
     started, finished = _container_times(status)
     start_time = _time(status.get("startTime"), "status.startTime")
     start = start_time or (min(started) if started else None)
@@ -258,14 +227,14 @@ def _read_pod(item: dict[str, Any]) -> Pod | None:
         if not started and not finished:
             start = None  # never ran a container (e.g. rejected at admission): held no GPU
         elif not finished:
-            raise _FieldError(
+            raise PodFieldError(
                 "status.containerStatuses[].state.terminated.finishedAt",
                 f"a {phase} pod whose containers ran has no container finish time",
             )
         else:
             end = max(finished)
             if start is not None and end < start:
-                raise _FieldError("status.containerStatuses[].state.terminated.finishedAt", "before the pod's start")
+                raise PodFieldError("status.containerStatuses[].state.terminated.finishedAt", "before the pod's start")
     if not node:
         start = None
     return Pod(namespace, name, uid, node, labels, selector, phase, start, end, gpus, mig)
@@ -299,7 +268,7 @@ def _device_counts(spec: dict[str, Any]) -> dict[str, int]:
 def _container_devices(container: Any, path: str) -> dict[str, int]:
     """NVIDIA device counts of one container: its limit, else its request (they must agree when both set)."""
     if not isinstance(container, dict):
-        raise _FieldError(path, f"expected a container object, found {_type(container)}")
+        raise PodFieldError(path, f"expected a container object, found {_type(container)}")
     resources = _object(container, "resources", f"{path}.resources", optional=True)
     limits = _object(resources, "limits", f"{path}.resources.limits", optional=True)
     requests = _object(resources, "requests", f"{path}.resources.requests", optional=True)
@@ -310,7 +279,7 @@ def _container_devices(container: Any, path: str) -> dict[str, int]:
         limit = _count(limits, resource, f"{path}.resources.limits.{resource}")
         request = _count(requests, resource, f"{path}.resources.requests.{resource}")
         if limit is not None and request is not None and limit != request:
-            raise _FieldError(
+            raise PodFieldError(
                 f"{path}.resources.requests.{resource}",
                 f"request {request} differs from limit {limit}; extended resources need them equal",
             )
@@ -327,7 +296,7 @@ def _count(values: dict[str, Any], resource: str, path: str) -> int | None:
         return value
     if isinstance(value, str) and _COUNT_RE.fullmatch(value):
         return int(value)
-    raise _FieldError(path, f"{value!r} is not a whole number of devices")
+    raise PodFieldError(path, f"{value!r} is not a whole number of devices")
 
 
 def _profile(resource: str) -> str:
@@ -345,7 +314,7 @@ def _container_times(status: dict[str, Any]) -> tuple[list[datetime], list[datet
         for i, entry in enumerate(_list(status, key, f"status.{key}", optional=True)):
             path = f"status.{key}[{i}]"
             if not isinstance(entry, dict):
-                raise _FieldError(path, f"expected a container status object, found {_type(entry)}")
+                raise PodFieldError(path, f"expected a container status object, found {_type(entry)}")
             for source in ("lastState", "state"):
                 state = _object(entry, source, f"{path}.{source}", optional=True)
                 running = _object(state, "running", f"{path}.{source}.running", optional=True)
@@ -365,13 +334,13 @@ def _time(value: Any, path: str) -> datetime | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise _FieldError(path, f"expected an RFC 3339 time string, found {_type(value)}")
+        raise PodFieldError(path, f"expected an RFC 3339 time string, found {_type(value)}")
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise _FieldError(path, f"{value!r} is not an RFC 3339 time") from None
+        raise PodFieldError(path, f"{value!r} is not an RFC 3339 time") from None
     if parsed.tzinfo is None:
-        raise _FieldError(path, f"{value!r} has no UTC offset")
+        raise PodFieldError(path, f"{value!r} has no UTC offset")
     return parsed.astimezone(UTC)
 
 
@@ -380,7 +349,7 @@ def _object(parent: dict[str, Any], key: str, path: str, optional: bool = False)
     if value is None and optional:
         return {}
     if not isinstance(value, dict):
-        raise _FieldError(path, f"expected an object, found {_type(value)}")
+        raise PodFieldError(path, f"expected an object, found {_type(value)}")
     return value
 
 
@@ -389,14 +358,14 @@ def _list(parent: dict[str, Any], key: str, path: str, optional: bool = False) -
     if value is None and optional:
         return []
     if not isinstance(value, list):
-        raise _FieldError(path, f"expected a list, found {_type(value)}")
+        raise PodFieldError(path, f"expected a list, found {_type(value)}")
     return value
 
 
 def _string(parent: dict[str, Any], key: str, path: str) -> str:
     value = parent.get(key)
     if not isinstance(value, str) or not value:
-        raise _FieldError(path, f"expected a non-empty string, found {_type(value)}")
+        raise PodFieldError(path, f"expected a non-empty string, found {_type(value)}")
     return value
 
 
@@ -405,7 +374,7 @@ def _labels(parent: dict[str, Any], path: str, key: str = "labels") -> dict[str,
     if value is None:
         return {}
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise _FieldError(path, "expected an object of string values")
+        raise PodFieldError(path, "expected an object of string values")
     return dict(value)
 
 
@@ -435,152 +404,3 @@ def product_model(labels: Mapping[str, str]) -> str | None:
     if not product:
         return None
     return re.sub(r"-MIG-.*$", "", product).replace("-", " ")
-
-
-def import_pods(
-    session: Session,
-    document: Any,
-    *,
-    source: str,
-    cluster: str = "default",
-    listed_at: datetime,
-    complete: bool = False,
-    nodes: Mapping[str, dict[str, str]] | None = None,
-) -> PodImportResult:
-    """Store the GPU pods of a Pod list (parsed JSON) in the caller's transaction.
-
-    ``listed_at``: when the listing was taken (aware). ``complete``: the listing holds every pod of the cluster,
-    so open pods missing from it are ended at ``listed_at``. ``nodes``: node name -> labels (from
-    :func:`parse_nodes`), stored on the nodes and used for the pods' node pools and GPU models. Re-importing
-    a listing changes nothing; a pod seen running and now Succeeded or Failed only has its end, state, labels
-    and team updated. Bad pods are returned in ``errors``; the rest is imported.
-
-    Raises :class:`KubernetesFormatError` when the document is not a Pod list.
-    """
-    listing = parse_pods(document, source=source)
-    result = PodImportResult(without_gpus=listing.without_gpus, errors=list(listing.errors))
-    stored_nodes = ensure_nodes(session, set(nodes or {}) | {p.node for p in listing.pods if p.node})
-    for name, labels in (nodes or {}).items():
-        if stored_nodes[name].labels != labels:
-            stored_nodes[name].labels = labels
-        result.nodes_labelled += 1
-    node_labels = {name: node.labels or {} for name, node in stored_nodes.items()}
-    running = [p for p in listing.pods if p.start is not None]
-    result.not_started = len(listing.pods) - len(running)
-    running.sort(key=lambda p: (p.start, p.uid))
-    existing = _known_pods(session, cluster, [p.uid for p in listing.pods])
-    models = node_models(session, {p.node for p in running})
-    teams = TeamRules(session)
-    marks = HourMarks()
-    added: list[tuple[Job, Pod, list[Unit], str | None]] = []
-    # No flush until all are added (update_end's UPDATE would flush): the new jobs go in batched inserts.
-    with session.no_autoflush:
-        for pod in running:
-            labels = node_labels.get(pod.node, {})
-            model = models.get(pod.node) or product_model(labels)
-            try:
-                units = _units(pod, model)
-            except _FieldError as exc:
-                message = f"{source}: pod {pod.job_id}: field {exc.path}: {exc}"
-                result.errors.append(PodError(pod.job_id, exc.path, message))
-                continue
-            team_id = teams.team_id(pod.namespace, pod.namespace, pod.labels)
-            job = existing.get(pod.uid)
-            if job is not None and (job.start, job.node_list, job.gpus) == (pod.start, pod.node, pod.devices):
-                update_end(session, job, pod.end, pod.phase, marks)
-                if job.labels != pod.labels:
-                    job.labels = pod.labels
-                    job.user, job.project = pod.labels.get("user", ""), pod.labels.get("project")
-                if job.team_id != team_id:
-                    job.team_id = team_id
-                    marks.add_job(job)
-            else:
-                new = _new_job(pod, cluster, team_id, node_pool(labels) or node_pool(pod.node_selector), model)
-                replace_job(session, job, new, marks)
-                added.append((new, pod, units, model))
-            result.jobs += 1
-    session.flush()  # the new jobs' ids, in batched inserts
-    place_jobs(session, [_request(job, pod, units, model) for job, pod, units, model in added])
-    if complete:
-        result.ended_missing = _end_missing(session, existing.values(), listing, listed_at, marks)
-    marks.mark(session)
-    session.flush()
-    return result
-
-
-def _units(pod: Pod, model: str | None) -> list[Unit]:
-    """The devices to place: whole GPUs, then MIG instances with their shares."""
-    units = [Unit()] * pod.gpus
-    for profile, count in sorted(pod.mig.items()):
-        try:
-            share = mig_share(profile, model)
-        except ValueError as exc:
-            resource = MIG_RESOURCE_PREFIX + profile.replace("+", ".")
-            raise _FieldError(f"spec.containers[].resources.limits.{resource}", str(exc)) from None
-        units.extend([Unit(share, profile)] * count)
-    return units
-
-
-def _new_job(pod: Pod, cluster: str, team_id: int, partition: str, model: str | None) -> Job:
-    """The new (not yet added) job of ``pod``."""
-    profiles = set(pod.mig)
-    gpu_type = profiles.pop() if pod.gpus == 0 and len(profiles) == 1 else model
-    return Job(
-        scheduler="kubernetes",
-        cluster=cluster,
-        job_id=pod.job_id,
-        job_id_raw=pod.uid,
-        user=pod.labels.get("user", ""),
-        account=pod.namespace,
-        partition=partition,
-        name=pod.name,
-        state=pod.phase,
-        submit=None,
-        start=pod.start,
-        end=pod.end,
-        gpus=pod.devices,
-        gpu_type=None if gpu_type is None else gpu_type[:64],
-        node_list=pod.node,
-        team_id=team_id,
-        namespace=pod.namespace,
-        labels=pod.labels,
-        project=pod.labels.get("project"),
-    )
-
-
-def _request(job: Job, pod: Pod, units: Sequence[Unit], model: str | None) -> PlacementRequest:
-    assert pod.start is not None
-    return PlacementRequest(
-        job_pk=job.id,
-        start=to_epoch(pod.start),
-        end=None if pod.end is None else to_epoch(pod.end),
-        nodes=[(pod.node, units)],
-        gpu_type=model,
-        keys=job_keys("kubernetes", job.job_id, job.job_id_raw),
-    )
-
-
-def _known_pods(session: Session, cluster: str, uids: Sequence[str]) -> dict[str, Job]:
-    """The cluster's stored pods that are open or in the listing, by UID."""
-    pods = select(Job).where(Job.scheduler == "kubernetes", Job.cluster == cluster)
-    known = {job.job_id_raw: job for job in session.scalars(pods.where(Job.end.is_(None)))}
-    for i in range(0, len(uids), 2000):
-        known.update(
-            (job.job_id_raw, job) for job in session.scalars(pods.where(Job.job_id_raw.in_(uids[i : i + 2000])))
-        )
-    return known
-
-
-def _end_missing(
-    session: Session, jobs: Iterable[Job], listing: PodListing, listed_at: datetime, marks: HourMarks
-) -> int:
-    """End the open pods of a complete listing that it no longer holds, at ``listed_at`` (their hours gathered in
-    ``marks``). A pod the listing holds but could not read (an error) is not missing."""
-    uids = {p.uid for p in listing.pods}
-    names = {p.job_id for p in listing.pods} | {e.pod for e in listing.errors}
-    ended = 0
-    for job in jobs:
-        if job.end is None and job.job_id_raw not in uids and job.job_id not in names:
-            update_end(session, job, max(listed_at, job.start or listed_at), "Deleted", marks)
-            ended += 1
-    return ended

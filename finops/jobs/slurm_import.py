@@ -21,14 +21,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.db.hours import HourMarks, hours_between
-from finops.db.models import Allocation, Job, Watermark
+from finops.db.hours import HourMarks
+from finops.db.models import Job, Watermark
 from finops.jobs.mig import mig_share
 from finops.jobs.placement import PlacementRequest, Unit, ensure_nodes, job_keys, node_models, place_jobs
 from finops.jobs.slurm import SACCT_FIELDS, SacctJob, SacctLineError, parse_sacct
+from finops.jobs.store import replace_job, update_end
 from finops.jobs.teams import TeamRules
 from finops.timeutil import to_epoch, utc_now
 
@@ -123,30 +124,6 @@ def _record_partitions(session: Session, jobs: list[SacctJob]) -> None:
 
 def _same_placement(job: Job, record: SacctJob) -> bool:
     return (job.start, job.gpus, job.node_list) == (record.start, record.gpus, ",".join(record.nodes))
-
-
-def replace_job(session: Session, stored: Job | None, new: Job, marks: HourMarks) -> None:
-    """Add ``new`` in place of ``stored`` (the stored job with the same unique key whose placement changed, or
-    None), gathering the hours of both in ``marks``. ``stored`` is deleted and flushed first: ``new`` takes its
-    (scheduler, cluster, job_id_raw); its allocations go with it."""
-    if stored is not None:
-        marks.add_job(stored)
-        session.delete(stored)
-        session.flush()
-    session.add(new)
-    marks.add_job(new)
-
-
-def update_end(session: Session, job: Job, end: datetime | None, state: str, marks: HourMarks) -> None:
-    """Give an imported job its new ``end`` (None: still running) and ``state``, cutting its allocations at the
-    new end and gathering in ``marks`` the ledger hours from the earlier of the two ends onward."""
-    if job.end == end and job.state == state:
-        return
-    ends = [value for value in (job.end, end) if value is not None]
-    if ends:
-        marks.add(hours_between(min(ends), None))
-    job.end, job.state = end, state
-    session.execute(update(Allocation).where(Allocation.job_pk == job.id).values(end=end))
 
 
 def _new_job(record: SacctJob, cluster: str, team_id: int) -> Job:
