@@ -23,23 +23,11 @@ from typer.testing import CliRunner
 
 from collector.contract.sample import Sample
 from collector.contract.wire import GpuReading, reading_dict
+from finops.analysis.tokens import cost_per_million_tokens, generated_tokens
 from finops.cli import _prometheus_pull, app
 from finops.db.models import Gpu, GpuSample, Node
-from finops.ingest.prometheus import (
-    MAX_POINTS_PER_SERIES,
-    LabelNames,
-    PrometheusClient,
-    PrometheusError,
-    PullOptions,
-    ScheduledPull,
-    cost_per_million_tokens,
-    generated_tokens,
-    import_range,
-    parse_step,
-    pull,
-    reading_values,
-    step_chunks,
-)
+from finops.ingest.prometheus import MAX_POINTS_PER_SERIES, LabelNames, PrometheusClient, PrometheusError, parse_step
+from finops.ingest.prometheus_pull import PullOptions, ScheduledPull, import_range, pull, reading_values, step_chunks
 from finops.service.cost_metrics import CostMetrics
 from finops.service.scheduler import start_scheduler
 from finops.settings import Settings

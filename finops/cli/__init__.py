@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from alerts.service import AlertRunner
     from finops.analysis.budgets import BudgetStatus
     from finops.analysis.idle import IdlePolicy
-    from finops.ingest.prometheus import ScheduledPull
+    from finops.ingest.prometheus_pull import ScheduledPull
     from finops.jobs.slurm_import import ScheduledSacct
     from finops.pricing.catalog import Pricing
     from finops.settings import Settings
@@ -74,7 +74,8 @@ def _prometheus_pull(settings: Settings) -> ScheduledPull | None:
     """The scheduled Prometheus pull when ``FINOPS_PROMETHEUS_URL`` is set."""
     if not settings.prometheus_url:
         return None
-    from finops.ingest.prometheus import PrometheusClient, PullOptions, ScheduledPull
+    from finops.ingest.prometheus import PrometheusClient
+    from finops.ingest.prometheus_pull import PullOptions, ScheduledPull
 
     try:
         options = PullOptions(step_seconds=settings.prometheus_step_seconds, selector=settings.prometheus_selector)
@@ -438,14 +439,8 @@ def import_prometheus_command(
     """Pull dcgm-exporter GPU telemetry over [start, end) from Prometheus (query_range) and store it like collector
     readings; pulling a range again adds nothing."""
     from finops.db.engine import session_factory
-    from finops.ingest.prometheus import (
-        LabelNames,
-        PrometheusClient,
-        PrometheusError,
-        PullOptions,
-        import_range,
-        parse_step,
-    )
+    from finops.ingest.prometheus import LabelNames, PrometheusClient, PrometheusError, parse_step
+    from finops.ingest.prometheus_pull import PullOptions, import_range
 
     try:
         step_seconds = parse_step(step)

@@ -1,40 +1,8 @@
-"""GPU telemetry pulled from a Prometheus server that scrapes dcgm-exporter, stored through the ingest path.
-
-Sites that already run dcgm-exporter and Prometheus need no collector: :func:`import_range` reads the DCGM series
-with the Prometheus HTTP API (``GET /api/v1/query_range`` and ``/api/v1/query``; the JSON envelope, the ``matrix``
-and ``vector`` result formats and the error answers are those of the Prometheus documentation, "HTTP API") and
-stores them as :class:`collector.contract.wire.IngestBatch` objects with :meth:`finops.ingest.readings.Ingestor.store`,
-so the ledger, idle detection and reports treat them as collector readings.
-
-Fields and units are the collector's dcgm source table (:data:`collector.contract.dcgm_fields.FIELDS`; units from
-dcgm-exporter's ``default-counters.csv``): DCGM_FI_DEV_GPU_UTIL % → ratio (or DCGM_FI_PROF_GR_ENGINE_ACTIVE,
-already a ratio, see :data:`UTILIZATION_FIELDS`), DCGM_FI_DEV_MEM_COPY_UTIL % → ratio, DCGM_FI_DEV_FB_USED MiB →
-bytes, DCGM_FI_DEV_POWER_USAGE W, DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION mJ (a counter since boot, as the CSV says) → J,
-DCGM_FI_DEV_GPU_TEMP °C, DCGM_FI_DEV_SM_CLOCK MHz → Hz, DCGM_FI_DEV_CLOCKS_EVENT_REASONS (or its pre-3.3 name
-DCGM_FI_DEV_CLOCK_THROTTLE_REASONS) bitmask; DCGM_FI_DEV_FB_TOTAL, or FB_USED + FB_FREE, MiB → the inventory's
-memory size.
-
-Sampling: a range query evaluates every series at ``first, first + step, …, last``; each value is the newest
-scraped sample at or before that instant (within Prometheus' lookback, 5 minutes by default). The instants are
-multiples of ``step`` since the epoch, so two pulls of overlapping ranges ask for the same instants and the
-ingest's uniqueness on (GPU, timestamp) stores each reading once. Prometheus refuses a range query of more than
-11,000 points per series; :func:`step_chunks` splits a range into queries of at most ``max_points_per_query``
-instants (≤ 11,000), and each chunk is stored in its own transaction. Before Prometheus' oldest data a query
-returns no series, which is no data, not an error.
-
-Identity: node = the ``Hostname`` label, else the host part of ``instance``; GPU = ``UUID`` with the ``gpu`` index
-and ``modelName``; job = ``hpc_job`` if non-empty (dcgm-exporter ``--hpc-job-mapping-dir``: the Slurm job id),
-else ``<namespace>/<pod>`` (``--kubernetes``). MIG instance series (``GPU_I_PROFILE``/``GPU_I_ID``) are read and
-then left out exactly as the collector leaves them out (:func:`collector.contract.wire.shippable`): the ledger bills the
-physical GPU, and an instance beside it would bill its share twice. Label names are configurable
-(:class:`LabelNames`), and a selector (``{cluster="a"}``) adds matchers to every query.
-
-Watermark: none is stored. ``gpu-finops import prometheus --start --end`` pulls an explicit range; the scheduled
-pull (:class:`ScheduledPull`) pulls [now − 2 × interval, now) on every run, so a late or missed run loses nothing
-and the overlap costs only skipped duplicates. A longer outage is filled by running the command over the gap.
-
-Inference: :func:`generated_tokens` counts a job's vLLM generation tokens (``vllm:generation_tokens_total``) over
-[start, end), and :func:`cost_per_million_tokens` turns a job's cost into money per 1M tokens.
+"""The Prometheus HTTP API as the service reads it: range and instant queries (``GET /api/v1/query_range`` and
+``/api/v1/query``; the JSON envelope, the ``matrix`` and ``vector`` result formats and the error answers are those of
+the Prometheus documentation, "HTTP API"), the site's label names for dcgm-exporter's labels, Prometheus durations
+and PromQL quoting. What is pulled through it: :mod:`finops.ingest.prometheus_pull` (GPU telemetry),
+:mod:`finops.analysis.telemetry` (fabric throughput), :mod:`finops.analysis.tokens` (generated tokens).
 """
 
 from __future__ import annotations
@@ -42,58 +10,20 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
-from datetime import datetime, timedelta
-from decimal import Decimal
+from datetime import datetime
 from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, ValidationError
-from sqlalchemy.orm import Session, sessionmaker
-
-from collector.contract import metric_names as m
-from collector.contract.dcgm_fields import FIELDS, Field, fill_memory_total, gpu_labels, job_of
-from collector.contract.sample import Sample
-from collector.contract.wire import IngestBatch, batch_dict
-from finops.ingest.readings import Ingestor
-from finops.ledger.costmodel import quantize
-from finops.timeutil import from_epoch, utc_now
 
 log = logging.getLogger(__name__)
 
 MAX_POINTS_PER_SERIES = 11_000
 """Prometheus refuses a range query whose (end − start) ÷ step exceeds this ("exceeded maximum resolution")."""
 
-UTILIZATION_FIELDS: dict[str, Field] = {
-    "DCGM_FI_DEV_GPU_UTIL": FIELDS["DCGM_FI_DEV_GPU_UTIL"],  # % of time a kernel ran
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": Field(m.GPU_UTILIZATION, 1.0),  # ratio of time the graphics engine was active
-}
-"""The DCGM fields that can give a GPU's utilisation, with their scale to a ratio."""
-
-FB_FREE = "DCGM_FI_DEV_FB_FREE"
-
-_STORED_METRICS = frozenset(
-    {
-        m.GPU_MEMORY_UTILIZATION,
-        m.GPU_MEMORY_USED,
-        m.GPU_MEMORY_TOTAL,
-        m.GPU_POWER,
-        m.GPU_ENERGY,
-        m.GPU_TEMPERATURE,
-        m.GPU_SM_CLOCK,
-        m.GPU_CLOCKS_EVENT_REASONS,
-    }
-)
-
-VALUE_FIELDS: tuple[str, ...] = (*(name for name, spec in FIELDS.items() if spec.metric in _STORED_METRICS), FB_FREE)
-"""DCGM fields pulled besides utilisation: every field whose value the ingest wire format carries, the memory
-size fields for the inventory, and FB_FREE (memory size = FB_USED + FB_FREE when FB_TOTAL is not exported)."""
-
-VLLM_GENERATION_TOKENS = "vllm:generation_tokens_total"
-"""vLLM's counter of generated (output) tokens, on its OpenAI-compatible server's ``/metrics``."""
 
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 _DURATION_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
@@ -178,7 +108,7 @@ class PrometheusClient:
             try:
                 series = _MatrixSeries.model_validate(raw)
             except ValidationError as exc:
-                log.warning("%s: malformed series %s skipped: %s", where, _describe_raw(raw), _first_error(exc))
+                log.warning("%s: malformed series %s skipped: %s", where, _describe_raw(raw), validation_message(exc))
                 continue
             points: list[tuple[float, float]] = []
             for ts, text in series.values:
@@ -202,7 +132,7 @@ class PrometheusClient:
             try:
                 sample = _VectorSample.model_validate(raw)
             except ValidationError as exc:
-                log.warning("%s: malformed sample %s skipped: %s", where, _describe_raw(raw), _first_error(exc))
+                log.warning("%s: malformed sample %s skipped: %s", where, _describe_raw(raw), validation_message(exc))
                 continue
             value = _number(sample.value[1])
             if value is None:
@@ -239,7 +169,7 @@ class PrometheusClient:
         try:
             return model.model_validate(data)
         except ValidationError as exc:
-            raise PrometheusError(f"{where}: unexpected result: {_first_error(exc)}") from exc
+            raise PrometheusError(f"{where}: unexpected result: {validation_message(exc)}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,70 +220,6 @@ class LabelNames:
         return instance.removeprefix("[").removesuffix("]")
 
 
-@dataclass(frozen=True, slots=True)
-class PullOptions:
-    """What to pull and how.
-
-    Attributes:
-        step_seconds: seconds between readings (whole seconds, ≥ 1); instants are multiples of it since the epoch.
-        selector: label matchers added to every query, in braces (``{cluster="a"}``); empty for none.
-        labels: the site's label names.
-        utilization_fields: DCGM fields for utilisation, in order of preference (a GPU's first one present at an
-            instant is used): any of :data:`UTILIZATION_FIELDS`.
-        max_points_per_query: instants per range query, 1..11,000 (a chunk holds GPUs × points × fields values
-            in memory before it is stored).
-    """
-
-    step_seconds: int = 60
-    selector: str = ""
-    labels: LabelNames = field(default_factory=LabelNames)
-    utilization_fields: tuple[str, ...] = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
-    max_points_per_query: int = 1440
-
-    def __post_init__(self) -> None:
-        if isinstance(self.step_seconds, bool) or not isinstance(self.step_seconds, int) or self.step_seconds < 1:
-            raise ValueError(f"step_seconds: {self.step_seconds!r} is not a whole number of seconds ≥ 1")
-        if not 1 <= self.max_points_per_query <= MAX_POINTS_PER_SERIES:
-            raise ValueError(f"max_points_per_query: {self.max_points_per_query} is not in 1..{MAX_POINTS_PER_SERIES}")
-        unknown = [name for name in self.utilization_fields if name not in UTILIZATION_FIELDS]
-        if unknown or not self.utilization_fields:
-            raise ValueError(f"utilization_fields: {unknown or '(none)'}; choose from {', '.join(UTILIZATION_FIELDS)}")
-        _matchers(self.selector)
-
-    @property
-    def dcgm_fields(self) -> tuple[str, ...]:
-        """Every DCGM field pulled: the utilisation fields, then :data:`VALUE_FIELDS`."""
-        return (*self.utilization_fields, *VALUE_FIELDS)
-
-    def query(self, dcgm_field: str) -> str:
-        """The PromQL selector of one field: ``DCGM_FI_DEV_GPU_UTIL{cluster="a"}``."""
-        inner = _matchers(self.selector)
-        return f"{dcgm_field}{{{inner}}}" if inner else dcgm_field
-
-
-@dataclass(frozen=True, slots=True)
-class PulledChunk:
-    """One range query window: instants ``first..last`` (epoch seconds, inclusive), one batch per node, and how
-    many readings were left out as MIG instances."""
-
-    first: int
-    last: int
-    batches: list[IngestBatch]
-    mig_readings: int
-
-
-@dataclass(slots=True)
-class PullResult:
-    """What :func:`import_range` stored: readings sent to the ingest (a reading already stored adds no row),
-    nodes and GPU UUIDs seen, query windows, and MIG instance readings left out."""
-
-    readings: int = 0
-    nodes: set[str] = field(default_factory=set)
-    gpus: set[str] = field(default_factory=set)
-    chunks: int = 0
-    mig_readings: int = 0
-
-
 def parse_step(text: str) -> int:
     """A Prometheus duration (``60s``, ``1m``, ``1h30m``) or a number of seconds, as whole seconds ≥ 1.
 
@@ -371,282 +237,13 @@ def parse_step(text: str) -> int:
     return int(seconds)
 
 
-def step_chunks(start: datetime, end: datetime, step_seconds: int, max_points: int) -> list[tuple[int, int]]:
-    """The query windows covering every instant of [start, end) that is a multiple of ``step_seconds`` since the
-    epoch: (first, last) epoch seconds, both evaluated, at most ``max_points`` instants each, in order, contiguous
-    (the next window's first instant is the previous one's last + step). Empty when no instant falls in the range.
-    """
-    if start.tzinfo is None or end.tzinfo is None:
-        raise ValueError("start and end must be timezone-aware")
-    if end < start:
-        raise ValueError(f"end {end.isoformat()} is before start {start.isoformat()}")
-    first = -(-math.ceil(start.timestamp()) // step_seconds) * step_seconds
-    last = (math.ceil(end.timestamp()) - 1) // step_seconds * step_seconds
-    span = (max_points - 1) * step_seconds
-    chunks = []
-    while first <= last:
-        chunk_last = min(first + span, last)
-        chunks.append((first, chunk_last))
-        first = chunk_last + step_seconds
-    return chunks
-
-
-@dataclass(slots=True)
-class _Point:
-    fields: dict[str, float] = field(default_factory=dict)
-    job: str | None = None
-
-
-@dataclass(slots=True)
-class _Gpu:
-    node: str
-    labels: dict[str, str]
-    points: dict[int, _Point] = field(default_factory=dict)
-
-
-def pull(
-    client: PrometheusClient, start: datetime, end: datetime, options: PullOptions | None = None
-) -> Iterator[PulledChunk]:
-    """The readings of [start, end), one :class:`PulledChunk` per query window (queried as it is consumed).
-
-    Raises :class:`PrometheusError` when a query fails (the chunks already yielded stay valid).
-    """
-    options = options or PullOptions()
-    for first, last in step_chunks(start, end, options.step_seconds, options.max_points_per_query):
-        yield pull_chunk(client, first, last, options)
-
-
-def pull_chunk(client: PrometheusClient, first: int, last: int, options: PullOptions) -> PulledChunk:
-    """One query window (instants ``first..last`` epoch seconds, inclusive): every field's range query, grouped
-    per node and GPU, aligned on the step instants, as one :class:`IngestBatch` per node (sorted by node)."""
-    gpus: dict[tuple[str, str, str], _Gpu] = {}
-    for name in options.dcgm_fields:
-        for series in client.query_range(
-            options.query(name), from_epoch(first), from_epoch(last), options.step_seconds
-        ):
-            identity = _identity(series.labels, options.labels)
-            if identity is None:
-                continue
-            node, labels, job = identity
-            key = (node, labels["gpu"], labels["uuid"])
-            gpu = gpus.get(key)
-            if gpu is None:
-                gpu = gpus[key] = _Gpu(node, labels)
-            for ts, value in series.points:
-                point = gpu.points.get(epoch := round(ts))
-                if point is None:
-                    point = gpu.points[epoch] = _Point()
-                point.fields[name] = value
-                if point.job is None:
-                    point.job = job
-    samples: dict[str, list[Sample]] = defaultdict(list)
-    for gpu in gpus.values():
-        for epoch in sorted(gpu.points):
-            point = gpu.points[epoch]
-            values = reading_values(point.fields, options.utilization_fields)
-            if values:
-                samples[gpu.node].append(Sample("gpu", gpu.labels, values, from_epoch(epoch), job_id=point.job))
-    batches = []
-    mig_readings = 0
-    for node in sorted(samples):
-        payload: dict[str, Any] = {"node": node, **batch_dict(samples[node])}
-        mig_readings += len(samples[node]) - len(payload["samples"])
-        batch = _validated(payload)
-        if batch is not None and batch.samples:
-            batches.append(batch)
-    return PulledChunk(first, last, batches, mig_readings)
-
-
-def reading_values(raw: Mapping[str, float], utilization_fields: tuple[str, ...]) -> dict[str, float]:
-    """Our metrics in base units (:mod:`collector.contract.metric_names`) from one GPU's DCGM field values at one
-    instant, scaled by the collector's field table; utilisation from the first of ``utilization_fields`` present."""
-    values: dict[str, float] = {}
-    for name, value in raw.items():
-        spec = FIELDS.get(name)
-        if spec is not None and spec.metric != m.GPU_UTILIZATION:
-            values[spec.metric] = value * spec.scale
-    for name in utilization_fields:
-        if name in raw:
-            values[m.GPU_UTILIZATION] = raw[name] * UTILIZATION_FIELDS[name].scale
-            break
-    fill_memory_total(values, raw.get(FB_FREE))
-    return values
-
-
-def import_range(
-    sessions: sessionmaker[Session],
-    client: PrometheusClient,
-    start: datetime,
-    end: datetime,
-    options: PullOptions | None = None,
-    ingestor: Ingestor | None = None,
-) -> PullResult:
-    """Pull [start, end) and store it, each query window in its own transaction (a failure keeps the windows
-    before it; pulling again is harmless: a reading already stored adds no row).
-
-    Raises :class:`PrometheusError` naming the query that failed.
-    """
-    ingestor = ingestor or Ingestor()
-    result = PullResult()
-    for chunk in pull(client, start, end, options):
-        with sessions.begin() as session:
-            for batch in chunk.batches:
-                result.readings += ingestor.store(session, batch)
-                result.nodes.add(batch.node)
-                result.gpus.update(reading.uuid for reading in batch.samples)
-        result.chunks += 1
-        result.mig_readings += chunk.mig_readings
-    return result
-
-
-class ScheduledPull:
-    """The scheduler's pull: each :meth:`run` stores [now − 2 × ``interval_seconds``, now), so a late or missed
-    run leaves no gap (nothing is stored about earlier runs; see the module documentation)."""
-
-    def __init__(
-        self,
-        client: PrometheusClient,
-        options: PullOptions,
-        interval_seconds: int,
-        clock: Callable[[], datetime] = utc_now,
-    ) -> None:
-        self.client = client
-        self.options = options
-        self.lookback = timedelta(seconds=2 * interval_seconds)
-        self._clock = clock
-        self._ingestor = Ingestor()
-
-    def run(self, sessions: sessionmaker[Session]) -> PullResult:
-        """Pull and store the lookback window ending now."""
-        now = self._clock()
-        result = import_range(sessions, self.client, now - self.lookback, now, self.options, self._ingestor)
-        log.info(
-            "prometheus pull: %d readings of %d GPUs on %d nodes from %s",
-            result.readings,
-            len(result.gpus),
-            len(result.nodes),
-            self.client.url,
-        )
-        return result
-
-
-def generated_tokens(
-    client: PrometheusClient,
-    job: str,
-    start: datetime,
-    end: datetime,
-    *,
-    labels: LabelNames | None = None,
-    selector: str = "",
-    metric: str = VLLM_GENERATION_TOKENS,
-) -> int:
-    """Tokens a job's vLLM servers generated over [start, end).
-
-    ``job`` is ``<namespace>/<pod>`` (matched on the ``namespace`` and ``pod`` labels) or a Slurm job id (matched on
-    ``hpc_job``, which the scrape configuration must attach to the vLLM target). The query is
-    ``sum by (<job labels>) (increase(vllm:generation_tokens_total{<job>}[<end − start>]))`` evaluated 1 ms before
-    ``end`` (Prometheus 3 selects (t − range, t], so the window is [start, end) to the millisecond; Prometheus 2
-    includes both edges). ``increase`` survives counter resets and extrapolates to the window's edges, so the
-    count is an estimate; it is rounded half-even to a whole number. No series (no vLLM, or outside its data) is 0.
-    """
-    names = labels or LabelNames()
-    window_ms = round((end - start).total_seconds() * 1000)
-    if window_ms <= 0:
-        raise ValueError(f"end {end.isoformat()} is not after start {start.isoformat()}")
-    namespace, slash, pod = job.partition("/")
-    if slash:
-        if not namespace or not pod or "/" in pod:
-            raise ValueError(f"job {job!r}: expected <namespace>/<pod> or a Slurm job id")
-        job_matchers = [f"{names.namespace}={_quote(namespace)}", f"{names.pod}={_quote(pod)}"]
-        by = f"{names.namespace}, {names.pod}"
-    else:
-        if not job:
-            raise ValueError("job is empty: expected <namespace>/<pod> or a Slurm job id")
-        job_matchers = [f"{names.hpc_job}={_quote(job)}"]
-        by = names.hpc_job
-    inner = ", ".join(filter(None, [_matchers(selector), *job_matchers]))
-    query = f"sum by ({by}) (increase({metric}{{{inner}}}[{window_ms}ms]))"
-    total = sum(sample.value for sample in client.query(query, end - timedelta(milliseconds=1)))
-    return round(total)
-
-
-def cost_per_million_tokens(cost: Decimal, tokens: int) -> Decimal | None:
-    """``cost`` ÷ ``tokens`` × 1,000,000, rounded half-even to the ledger's quantum (one millionth of the currency
-    unit, :data:`finops.ledger.costmodel.QUANTUM`); None when no token was generated. Negative tokens raise
-    ValueError."""
-    if tokens < 0:
-        raise ValueError(f"tokens: {tokens} is negative")
-    if not cost.is_finite():
-        raise ValueError(f"cost: {cost} is not a finite amount")
-    if tokens == 0:
-        return None
-    return quantize(cost * 1_000_000 / tokens)
-
-
 def describe(labels: Mapping[str, str]) -> str:
     """A series as PromQL writes it: ``name{label="value", …}`` (labels sorted)."""
-    rest = ",".join(f"{key}={_quote(value)}" for key, value in sorted(labels.items()) if key != "__name__")
+    rest = ",".join(f"{key}={promql_string(value)}" for key, value in sorted(labels.items()) if key != "__name__")
     return f"{labels.get('__name__', '')}{{{rest}}}"
 
 
-def _identity(labels: dict[str, str], names: LabelNames) -> tuple[str, dict[str, str], str | None] | None:
-    """(node, our GPU labels, job) of a DCGM series, or None (logged) when it lacks what identifies a GPU."""
-    dcgm = names.dcgm_exporter(labels)
-    required = (("UUID", names.uuid), ("gpu", names.gpu), ("modelName", names.model))
-    missing = [site for canonical, site in required if not dcgm.get(canonical)]
-    if missing:
-        log.warning("series %s skipped: no %s label", describe(labels), " or ".join(missing))
-        return None
-    if not dcgm["gpu"].isdigit():
-        log.warning("series %s skipped: GPU index %s=%r is not a number", describe(labels), names.gpu, dcgm["gpu"])
-        return None
-    node = names.node(labels)
-    if not node:
-        log.warning(
-            "series %s skipped: neither %s nor %s names its node", describe(labels), names.hostname, names.instance
-        )
-        return None
-    return node, gpu_labels(dcgm), job_of(dcgm)
-
-
-def _validated(payload: dict[str, Any]) -> IngestBatch | None:
-    """The batch, after leaving out (and logging) readings the wire format rejects; a job id it rejects is
-    dropped from its reading, which is kept. None when the batch itself is invalid."""
-    try:
-        return IngestBatch.model_validate(payload)
-    except ValidationError as exc:
-        errors = exc.errors()
-    node = payload["node"]
-    readings: list[dict[str, Any]] = payload["samples"]
-    drop_readings: set[int] = set()
-    drop_gpus: set[object] = set()
-    for error in errors:
-        loc = error["loc"]
-        if len(loc) >= 2 and loc[0] == "samples" and isinstance(loc[1], int):
-            reading = readings[loc[1]]
-            where = f"node {node} GPU {reading['uuid']} at {reading['ts'].isoformat()}"
-            if loc[2:] == ("job_id",):
-                log.warning("%s: job id %r not stored: %s", where, reading.pop("job_id", None), error["msg"])
-            else:
-                log.warning("%s: reading skipped: %s: %s", where, ".".join(map(str, loc[2:])), error["msg"])
-                drop_readings.add(loc[1])
-        elif len(loc) >= 2 and loc[0] == "gpus" and isinstance(loc[1], int):
-            gpu = payload["gpus"][loc[1]]
-            log.warning("node %s GPU %s skipped: %s: %s", node, gpu["uuid"], ".".join(map(str, loc[2:])), error["msg"])
-            drop_gpus.add(gpu["uuid"])
-        else:
-            log.warning("node %r skipped: %s: %s", node, ".".join(map(str, loc)), error["msg"])
-            return None
-    payload["gpus"] = [gpu for gpu in payload["gpus"] if gpu["uuid"] not in drop_gpus]
-    payload["samples"] = [r for i, r in enumerate(readings) if i not in drop_readings and r["uuid"] not in drop_gpus]
-    try:
-        return IngestBatch.model_validate(payload)
-    except ValidationError as exc:
-        log.warning("node %r skipped: %s", node, _first_error(exc))
-        return None
-
-
-def _matchers(selector: str) -> str:
+def selector_matchers(selector: str) -> str:
     """The matchers inside a selector's braces (``{cluster="a"}`` → ``cluster="a"``); ValueError if not braced."""
     text = selector.strip()
     if not text:
@@ -656,7 +253,7 @@ def _matchers(selector: str) -> str:
     return text[1:-1].strip().rstrip(",")
 
 
-def _quote(value: str) -> str:
+def promql_string(value: str) -> str:
     """A PromQL double-quoted string."""
     escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{escaped}"'
@@ -682,6 +279,6 @@ def _describe_raw(raw: Any) -> str:
     return repr(raw)[:200]
 
 
-def _first_error(exc: ValidationError) -> str:
+def validation_message(exc: ValidationError) -> str:
     error = exc.errors()[0]
     return f"{'.'.join(map(str, error['loc'])) or '(top)'}: {error['msg']}"

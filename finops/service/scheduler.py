@@ -1,7 +1,7 @@
 """The service's periodic work on APScheduler 3.x: ledger rollup with idle detection, budget status and, when a
-Prometheus URL is configured, the pull of dcgm-exporter telemetry (:class:`finops.ingest.prometheus.ScheduledPull`).
-With alerts (:class:`alerts.service.AlertRunner`): rule evaluation right after each rollup, and dispatch plus
-delivery of alert messages every few seconds.
+Prometheus URL is configured, the pull of dcgm-exporter telemetry
+(:class:`finops.ingest.prometheus_pull.ScheduledPull`). With alerts (:class:`alerts.service.AlertRunner`): rule
+evaluation right after each rollup, and dispatch plus delivery of alert messages every few seconds.
 
 Runs in the ``serve`` process by default (``--no-scheduler`` leaves it to another process). Each job
 opens its own session and transaction; a failing run is logged by APScheduler and retried next interval.
@@ -30,7 +30,7 @@ from finops.timeutil import to_epoch, utc_now
 
 if TYPE_CHECKING:
     from alerts.service import AlertRunner
-    from finops.ingest.prometheus import ScheduledPull
+    from finops.ingest.prometheus_pull import ScheduledPull
     from finops.jobs.slurm_import import ScheduledSacct
 
 log = logging.getLogger(__name__)
