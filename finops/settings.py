@@ -1,14 +1,30 @@
 """Service settings, read from the environment (prefix ``FINOPS_``) by pydantic-settings.
 
-Secrets can also come from a file: ``FINOPS_INGEST_TOKEN_FILE=/run/secrets/token`` reads the token from
-that file. Setting both the value and the ``_FILE`` variant is an error. Secrets are never logged: they are
-:class:`pydantic.SecretStr`, shown as ``**********``. The Slack webhooks are a JSON object of name → URL
+The settings are grouped by subsystem, one class per group; :class:`Settings` is all of them together and is
+what the service, the CLI and the dashboard read. Code that needs one group may take that group's class.
+
+- :class:`StorageSettings` — database URL, data directory, raw-sample retention.
+- :class:`ApiSettings` — bearer tokens of the ingest API and the REST API.
+- :class:`PricingSettings` — default pricing model and the price catalog file.
+- :class:`IdleSettings` — when an allocated GPU counts as idle, and for how long before it is an idle episode.
+- :class:`SchedulerSettings` — how often the scheduler rolls up the ledger.
+- :class:`PrometheusPullSettings` — pulling dcgm-exporter telemetry from a Prometheus.
+- :class:`SacctSettings` — the scheduled Slurm job import with sacct.
+- :class:`CollectorSettings` — what the service assumes of its collectors.
+- :class:`DemoSettings` — where the demo and the tests find real third-party traces.
+- :class:`AlertSettings` — alert rules file, Slack webhooks, SMTP, delivery.
+
+Every field is ``FINOPS_<NAME>`` in the environment, whichever group holds it. Secrets can also come from a
+file: ``FINOPS_INGEST_TOKEN_FILE=/run/secrets/token`` reads the token from that file. Setting both the value and
+the ``_FILE`` variant is an error. Secrets are never logged: they are :class:`pydantic.SecretStr`, shown as
+``**********``. The Slack webhooks are a JSON object of name → URL
 (``{"vision": "https://hooks.slack.com/services/…"}``), in the variable or in its file.
 """
 
 from __future__ import annotations
 
 import json
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,67 +35,178 @@ from finops.pricing.catalog import PricingModel
 
 DEFAULT_DATA_DIR = Path("data")
 
+FILE_SUFFIX = "_file"
+"""A field ``<name>_file`` beside a field ``<name>`` is the file that secret may be read from instead."""
 
-class Settings(BaseSettings):
-    """All service settings. Each field is ``FINOPS_<NAME>`` in the environment."""
+
+def secret_file_fields(group: type[BaseSettings]) -> dict[str, str]:
+    """The group's ``<name>_file`` fields, each → the secret field it holds the file of."""
+    fields = group.model_fields
+    return {
+        f"{name}{FILE_SUFFIX}": name
+        for name in fields
+        if not name.endswith(FILE_SUFFIX) and f"{name}{FILE_SUFFIX}" in fields
+    }
+
+
+class SettingsGroup(BaseSettings):
+    """What every group shares: the ``FINOPS_`` prefix and secrets read from ``*_FILE`` paths."""
 
     model_config = SettingsConfigDict(env_prefix="FINOPS_", extra="ignore", hide_input_in_errors=True)
 
-    data_dir: Path = Field(DEFAULT_DATA_DIR, description="Directory for the embedded SQLite database.")
+    @model_validator(mode="after")
+    def _secrets_from_files(self) -> typing.Self:
+        fields = type(self).model_fields
+        for file_field, name in secret_file_fields(type(self)).items():
+            path: Path | None = getattr(self, file_field)
+            variable = f"FINOPS_{name.upper()}"
+            if getattr(self, name) is not None and path is not None:
+                raise ValueError(f"set {variable} or {variable}_FILE, not both")
+            if path is not None:
+                try:
+                    secret = path.read_text().strip()
+                except OSError as exc:
+                    raise ValueError(f"{variable}_FILE {path}: {exc.strerror}") from exc
+                setattr(self, name, _secret(fields[name].annotation, secret, f"{variable}_FILE {path}"))
+        return self
+
+
+class StorageSettings(SettingsGroup):
+    """Where the data is kept, and for how long."""
+
     database_url: str = Field(
         "",
-        description="SQLAlchemy URL; empty means sqlite:///<data_dir>/gpu-finops.sqlite. "
-        "PostgreSQL: postgresql+psycopg://user@host/db.",
+        description="SQLAlchemy URL; empty means `sqlite:///<data_dir>/gpu-finops.sqlite`. "
+        "PostgreSQL: `postgresql+psycopg://user@host/db`.",
     )
+    data_dir: Path = Field(
+        DEFAULT_DATA_DIR, description="Directory for the embedded SQLite database and the demo's files."
+    )
+    sample_retention_days: int = Field(
+        35,
+        ge=1,
+        description="Days of raw GPU samples kept (whole UTC days before today); `serve` and `scheduler` drop older "
+        "ones daily. Hours still waiting for a ledger rebuild keep theirs. The ledger is kept.",
+    )
+
+    @property
+    def effective_database_url(self) -> str:
+        """The configured URL, or the embedded SQLite file under ``data_dir``."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'gpu-finops.sqlite').resolve()}"
+
+
+class ApiSettings(SettingsGroup):
+    """Bearer tokens of the ingest API (collectors) and the REST API (people and programs)."""
+
     ingest_token: SecretStr | None = Field(None, description="Bearer token collectors must present.")
     ingest_token_file: Path | None = Field(None, description="File holding the ingest token.")
     api_token: SecretStr | None = Field(None, description="Bearer token of the REST API; default: the ingest token.")
     api_token_file: Path | None = Field(None, description="File holding the REST API token.")
-    idle_grace_seconds: int = Field(
-        600, ge=0, description="Seconds after a job starts during which a GPU is not judged idle (start-up)."
+
+
+class PricingSettings(SettingsGroup):
+    """The pricing model and price catalog in force where no pricing rule says otherwise."""
+
+    pricing_model: PricingModel = Field(
+        PricingModel.ON_DEMAND, description="Pricing model of the GPUs of nodes no `prices assign` rule selects."
     )
-    idle_partition_thresholds: dict[str, float] = Field(
-        default_factory=dict,
-        description='Idle threshold ratio per Slurm partition, JSON: {"interactive": 0.01}; others use the default.',
+    price_catalog: Path | None = Field(
+        None,
+        description="Price catalog YAML (effective-dated prices per GPU model); "
+        "default: the packaged `finops/pricing/price_catalog.yaml`.",
     )
-    pricing_model: PricingModel = Field(PricingModel.ON_DEMAND, description="Pricing model of every GPU.")
-    price_catalog: Path | None = Field(None, description="Price catalog YAML; default: the packaged one.")
+
+
+class IdleSettings(SettingsGroup):
+    """When an allocated GPU is idle, and when an idle run is an idle episode."""
+
     idle_threshold_ratio: float = Field(0.05, ge=0, le=1, description="Utilisation at or below this is idle.")
     idle_window_seconds: int = Field(1800, gt=0, description="An idle run this long is an idle episode.")
     idle_max_gap_seconds: int = Field(
         150, gt=0, description="Two idle samples further apart than this break an idle run."
     )
-    shared_data: Path = Field(Path("../shared/data"), description="Folder of real third-party traces.")
-    rollup_interval_seconds: int = Field(300, gt=0, description="How often the scheduler rolls up the ledger.")
-    sample_retention_days: int = Field(
-        35,
-        ge=1,
-        description="Days of raw GPU samples kept (whole UTC days before today); older ones are dropped daily. "
-        "Hours still waiting for a ledger rebuild keep theirs. The ledger is kept.",
+    idle_grace_seconds: int = Field(
+        600, ge=0, description="Seconds after a job starts during which a GPU is not judged idle (start-up)."
     )
+    idle_partition_thresholds: dict[str, float] = Field(
+        default_factory=dict,
+        description='Idle threshold ratio per Slurm partition, JSON: `{"interactive": 0.01}`; others use the default.',
+    )
+
+
+class SchedulerSettings(SettingsGroup):
+    """The scheduled ledger rollup (of `serve` and `scheduler`)."""
+
+    rollup_interval_seconds: int = Field(
+        300,
+        gt=0,
+        description="How often the scheduler rebuilds dirty ledger hours (and then evaluates the alert rules).",
+    )
+
+
+class PrometheusPullSettings(SettingsGroup):
+    """Pulling dcgm-exporter telemetry from a Prometheus instead of (or beside) the collectors."""
+
     prometheus_url: str = Field(
-        "", description="Prometheus to pull dcgm-exporter telemetry from every rollup interval; empty: no pull."
+        "",
+        description="Prometheus to pull dcgm-exporter telemetry from every rollup interval; empty: no pull. "
+        "Also where the dashboard reads the collectors' InfiniBand and storage throughput.",
     )
-    prometheus_selector: str = Field("", description='Label matchers added to the pulled series, e.g. {cluster="a"}.')
+    prometheus_selector: str = Field("", description='Label matchers added to the pulled series, e.g. `{cluster="a"}`.')
     prometheus_step_seconds: int = Field(60, gt=0, description="Seconds between readings pulled from Prometheus.")
-    sacct_command: str = Field("sacct", description="sacct command (split like a shell command line), run with TZ=UTC.")
+
+
+class SacctSettings(SettingsGroup):
+    """The scheduled Slurm job import (`import sacct --run` on a timer)."""
+
     sacct_schedule_seconds: int = Field(
         0, ge=0, description="How often the scheduler imports Slurm jobs with sacct; 0: not scheduled."
     )
-    sacct_cluster: str = Field("default", description="Cluster of the scheduled sacct import (watermark sacct:<name>).")
+    sacct_command: str = Field(
+        "sacct",
+        description="sacct command, split like a shell command line (e.g. `ssh slurm-head sacct`), run with `TZ=UTC`.",
+    )
+    sacct_cluster: str = Field(
+        "default",
+        description="Cluster of the scheduled sacct import (watermark `sacct:<name>`); "
+        "other than `default`, passed to sacct as `--clusters`.",
+    )
     sacct_overlap_seconds: int = Field(
         600, ge=0, description="Each sacct run re-reads this much before the last run's end (late accounting records)."
     )
     sacct_lookback_seconds: int = Field(86400, gt=0, description="How far back the first sacct run reads.")
     sacct_timeout_seconds: float = Field(300.0, gt=0, description="A sacct run taking longer fails.")
+
+
+class CollectorSettings(SettingsGroup):
+    """What the service assumes of the collectors that send it readings."""
+
     collector_interval_seconds: float = Field(
-        10.0, gt=0, description="Seconds between a collector's readings (alerts: a node silent 3 intervals is silent)."
+        10.0,
+        gt=0,
+        description="Seconds between a collector's readings: a node silent 3 intervals fires `collector-silent` "
+        "(with the Prometheus pull, set it to the pull interval).",
     )
+
+
+class DemoSettings(SettingsGroup):
+    """Real third-party data the demo replays and the tests read, in place."""
+
+    shared_data: Path = Field(
+        Path("../shared/data"), description="Folder of real third-party traces and captures (demo and tests)."
+    )
+
+
+class AlertSettings(SettingsGroup):
+    """Alert rules, Slack and e-mail channels, and the delivery worker."""
+
     alert_rules: Path | None = Field(
-        None, description="YAML file of alert rules and routes (format: README, Alerts); default: the rules in code."
+        None, description="YAML file of alert rules and routes (format: `docs/alerts.md`); default: the rules in code."
     )
     alert_slack_webhooks: dict[str, SecretStr] | None = Field(
-        None, description='Slack incoming webhooks by name, JSON: {"vision": "https://hooks.slack.com/services/…"}.'
+        None, description='Slack incoming webhooks by name, JSON: `{"vision": "https://hooks.slack.com/services/…"}`.'
     )
     alert_slack_webhooks_file: Path | None = Field(None, description="File holding the Slack webhooks JSON object.")
     alert_webhook_hosts: list[str] = Field(
@@ -88,10 +215,10 @@ class Settings(BaseSettings):
     alert_webhook_allow_private: bool = Field(
         False, description="Allow webhooks on loopback, link-local or private addresses (and plain http there)."
     )
-    alert_smtp_host: str = Field("", description="SMTP server for alert e-mail; empty: no e-mail.")
+    alert_smtp_host: str = Field("", description="SMTP server for alert e-mail; empty: e-mail deliveries are refused.")
     alert_smtp_port: int = Field(587, gt=0, lt=65536, description="SMTP port (587 STARTTLS, 465 implicit TLS).")
     alert_smtp_tls: Literal["starttls", "implicit", "none"] = Field(
-        "starttls", description="starttls (required), implicit, or none (a local relay; no credentials sent)."
+        "starttls", description="`starttls` (required), `implicit`, or `none` (a local relay; no credentials sent)."
     )
     alert_smtp_sender: str = Field("gpu-finops@localhost", description="From address of alert e-mail.")
     alert_smtp_username: str | None = Field(None, description="SMTP AUTH user name.")
@@ -110,37 +237,48 @@ class Settings(BaseSettings):
         3600, gt=0, description="A message not delivered this long after it was queued is recorded as failed."
     )
 
-    @model_validator(mode="after")
-    def _secrets_from_files(self) -> Settings:
-        for name in ("ingest_token", "api_token", "alert_smtp_password", "alert_slack_webhooks"):
-            path: Path | None = getattr(self, f"{name}_file")
-            variable = f"FINOPS_{name.upper()}"
-            if getattr(self, name) is not None and path is not None:
-                raise ValueError(f"set {variable} or {variable}_FILE, not both")
-            if path is not None:
-                try:
-                    secret = path.read_text().strip()
-                except OSError as exc:
-                    raise ValueError(f"{variable}_FILE {path}: {exc.strerror}") from exc
-                value: object = (
-                    _webhooks(secret, f"{variable}_FILE {path}")
-                    if name == "alert_slack_webhooks"
-                    else SecretStr(secret)
-                )
-                setattr(self, name, value)
-        return self
-
     @property
     def slack_webhooks(self) -> dict[str, SecretStr]:
         """The configured Slack webhooks by name (empty when none)."""
         return dict(self.alert_slack_webhooks or {})
 
-    @property
-    def effective_database_url(self) -> str:
-        """The configured URL, or the embedded SQLite file under ``data_dir``."""
-        if self.database_url:
-            return self.database_url
-        return f"sqlite:///{(self.data_dir / 'gpu-finops.sqlite').resolve()}"
+
+GROUPS: tuple[type[SettingsGroup], ...] = (
+    StorageSettings,
+    ApiSettings,
+    PricingSettings,
+    IdleSettings,
+    SchedulerSettings,
+    PrometheusPullSettings,
+    SacctSettings,
+    CollectorSettings,
+    DemoSettings,
+    AlertSettings,
+)
+"""The settings groups, in the order they are documented."""
+
+
+class Settings(
+    StorageSettings,
+    ApiSettings,
+    PricingSettings,
+    IdleSettings,
+    SchedulerSettings,
+    PrometheusPullSettings,
+    SacctSettings,
+    CollectorSettings,
+    DemoSettings,
+    AlertSettings,
+):
+    """All service settings, every group's. Each field is ``FINOPS_<NAME>`` in the environment."""
+
+
+def _secret(annotation: Any, text: str, where: str) -> object:
+    """A secret read from a file, as its field's type: a JSON object of name → secret, or one secret."""
+    kinds = typing.get_args(annotation) or (annotation,)
+    if any(typing.get_origin(kind) is dict for kind in kinds):
+        return _webhooks(text, where)
+    return SecretStr(text)
 
 
 def _webhooks(text: str, where: str) -> dict[str, SecretStr]:
