@@ -62,8 +62,8 @@ from finops.pricing.catalog import (  # noqa: E402
 from finops.service.cost_metrics import CostMetrics  # noqa: E402
 from finops.settings import Settings  # noqa: E402
 from finops.timeutil import to_epoch, utc_now  # noqa: E402
-from tests.alert_cluster import Cluster, minute_floor  # noqa: E402
-from tests.alert_servers import Webhook  # noqa: E402
+from tests.support.alert_cluster import Cluster, minute_floor  # noqa: E402
+from tests.support.alert_servers import Webhook  # noqa: E402
 
 
 def model(rollup: float, wait: float, poll: float, samples: int = 200_000) -> dict[str, float]:

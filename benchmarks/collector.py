@@ -4,7 +4,7 @@ Run: ``.venv/bin/python benchmarks/collector.py [--cycles N] [--scrapes N]``. Re
 (``FINOPS_SHARED_DATA`` to point elsewhere). Prints figures; asserts nothing about time.
 
 1. One full cycle of an 8-GPU node: nvml (fake ``pynvml`` over the real H100 capture, 8 GPUs: see
-   ``tests/node_fixture.py``), infiniband and diskstats over ``procfs-fixtures``, nfs over
+   ``tests/support/node_fixture.py``), infiniband and diskstats over ``procfs-fixtures``, nfs over
    ``node-exporter-fixtures``, lustre over ``lustre-procfs-hpe``, plus spooling the readings. CPU time per cycle
    (``time.process_time``), and the RSS of a collector process (``gpu-finops collector`` with every source, on
    this GPU-less host) beside that of ``prometheus-node-exporter``.
@@ -45,10 +45,10 @@ from collector.sources.lustre import LustreSource  # noqa: E402
 from collector.sources.nfs import NfsSource  # noqa: E402
 from collector.sources.nvml import NvmlSource  # noqa: E402
 from collector.spool import Spool  # noqa: E402
-from tests.conftest import shared_data_dir  # noqa: E402
-from tests.fake_pynvml import ManualClock  # noqa: E402
-from tests.node_fixture import eight_h100_nvml  # noqa: E402
-from tests.servers import free_port  # noqa: E402
+from tests.support.environment import shared_data_dir  # noqa: E402
+from tests.support.fake_pynvml import ManualClock  # noqa: E402
+from tests.support.node_fixture import eight_h100_nvml  # noqa: E402
+from tests.support.servers import free_port  # noqa: E402
 
 
 def _cpu_seconds(pid: int) -> float:

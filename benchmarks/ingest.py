@@ -64,7 +64,7 @@ from finops.db.engine import downgrade, make_engine, upgrade  # noqa: E402
 from finops.ingest.partitions import create_partitions  # noqa: E402
 from finops.ingest.readings import SAMPLE_COLUMNS  # noqa: E402
 from finops.timeutil import to_epoch  # noqa: E402
-from tests.servers import free_port  # noqa: E402
+from tests.support.servers import free_port  # noqa: E402
 
 GPUS_PER_NODE = 8
 INTERVAL_SECONDS = 10

@@ -1,20 +1,14 @@
-"""Shared test fixtures: the real-data folder and the databases every database test runs on."""
+"""Shared test fixtures: the real-data folder, the databases every database test runs on, and the ledger on the
+hand-computed slice (``loaded``)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def shared_data_dir() -> Path:
-    """The real third-party data folder: ``FINOPS_SHARED_DATA`` or ``../shared/data`` beside the clone."""
-    configured = Path(os.environ.get("FINOPS_SHARED_DATA", "../shared/data"))
-    return configured if configured.is_absolute() else (REPO_ROOT / configured).resolve()
+from tests.support.environment import shared_data_dir
 
 
 @pytest.fixture(scope="session")
@@ -77,12 +71,27 @@ def sessions(engine):  # type: ignore[no-untyped-def]
     return session_factory(engine)
 
 
-def debian_binary(name: str) -> Path:
-    """Path of a program from a Debian package that ``.ci/run`` installs; skips without it, fails under CI=true."""
-    found = shutil.which(name)
-    if found is None:
-        message = f"{name} is not installed (Debian package installed by .ci/run)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return Path(found)
+@pytest.fixture
+def loaded(sessions):  # type: ignore[no-untyped-def]
+    """The slice ingested, its jobs imported, the ledger built; yields (sessions, T, rate, pricing)."""
+    from datetime import timedelta
+
+    from finops.ingest.readings import Ingestor
+    from finops.jobs.slurm_import import import_sacct
+    from finops.jobs.teams import map_account
+    from finops.ledger.rollup import rollup
+    from finops.pricing.catalog import Pricing, PricingModel, load_catalog
+    from finops.timeutil import to_epoch
+    from tests.support import scenario
+
+    t0 = scenario.start_hour()
+    pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
+    rate = pricing.catalog.rate(scenario.MODEL, PricingModel.ON_DEMAND, t0)
+    batch = scenario.batch(t0)
+    with sessions.begin() as session:
+        map_account(session, "acct-a", "alpha")
+        Ingestor().store(session, batch)
+        result = import_sacct(session, scenario.sacct_lines(t0), source="scenario")
+        assert (result.jobs, result.errors) == (2, [])
+        rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
+    return sessions, t0, rate, pricing

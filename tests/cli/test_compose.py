@@ -1,0 +1,78 @@
+"""docker-compose.yml without a Docker engine: valid against the Compose Specification's JSON schema; every
+gpu-finops command it runs parses with the CLI; every file it mounts from the repository exists."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from typer.main import get_command
+
+from finops.cli import app
+from tests.support.environment import REPO_ROOT
+
+COMPOSE = REPO_ROOT / "docker-compose.yml"
+
+
+class CommandLineError(ValueError):
+    """A command line the CLI refuses."""
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return dict(yaml.safe_load(COMPOSE.read_text()))
+
+
+def test_valid_against_the_compose_specification(shared_data: Path, compose: dict[str, Any]) -> None:
+    schema = json.loads((shared_data / "compose-spec" / "compose-spec.json").read_text())
+    jsonschema.validate(compose, schema, cls=jsonschema.Draft7Validator)
+    broken = {**compose, "services": {"api": {"image": "x", "not_a_compose_key": 1}}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema, cls=jsonschema.Draft7Validator)
+
+
+def _parse(argv: list[str]) -> list[str]:
+    """Resolve ``gpu-finops <argv>`` to its command and parse its options without running it; the command path."""
+    command: Any = get_command(app)
+    path = ["gpu-finops"]
+    while argv and argv[0] in getattr(command, "commands", {}):
+        command, path = command.commands[argv[0]], [*path, argv[0]]
+        argv = argv[1:]
+    assert not hasattr(command, "commands"), f"{' '.join(path)} needs a subcommand"
+    try:
+        command.make_context(" ".join(path), list(argv))
+    except Exception as exc:  # typer's own click raises its UsageError: report it as ours
+        raise CommandLineError(f"{' '.join(path)}: {exc}") from exc
+    return path
+
+
+def test_every_gpu_finops_command_exists_with_its_options(compose: dict[str, Any]) -> None:
+    commands = {name: s["command"] for name, s in compose["services"].items() if "command" in s}
+    ours = {name: cmd for name, cmd in commands.items() if cmd[0] == "gpu-finops"}
+    assert sorted(ours) == ["api", "collector", "dashboard", "migrate", "scheduler"]
+    for name, command in ours.items():
+        assert _parse(command[1:])[-1] == {"api": "serve", "migrate": "upgrade"}.get(name, name)
+    with pytest.raises(CommandLineError, match="no-such-option"):
+        _parse(["serve", "--no-such-option"])
+
+
+def test_the_services_of_the_architecture_with_health_checks(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert {"postgres", "migrate", "api", "scheduler", "dashboard", "prometheus", "grafana"} <= set(services)
+    assert services["collector"]["profiles"] == ["gpu"] and services["dcgm-exporter"]["profiles"] == ["gpu"]
+    for name in ("postgres", "api", "scheduler", "dashboard", "prometheus", "grafana"):
+        assert "healthcheck" in services[name], name
+    assert services["api"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+
+
+def test_mounted_repository_files_exist(compose: dict[str, Any]) -> None:
+    for service in compose["services"].values():
+        for volume in service.get("volumes", []):
+            source = volume.split(":", 1)[0]
+            if source.startswith("./"):
+                assert (REPO_ROOT / source).exists(), source
+    assert (REPO_ROOT / "Dockerfile").is_file()

@@ -1,0 +1,188 @@
+"""GPU → job: the shipped Slurm prolog/epilog, the mapping directory, cgroups, and the mapper on NVML samples."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+
+from collector.contract import metric_names as m
+from collector.contract import wire
+from collector.contract.sample import Sample
+from collector.contract.wire import shared_job_utilization
+from collector.jobmap.cgroup import job_of_cgroup
+from collector.jobmap.mapper import JobMapper
+from collector.jobmap.mapping_dir import read_mapping_dir
+from collector.sources.nvml import NvmlSource
+from tests.support.fake_pynvml import CAPTURES, ManualClock, fake_nvml_from_capture
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "collector" / "jobmap" / "slurm"
+PROC = Path(__file__).parents[1] / "fixtures" / "jobmap" / "proc"
+H100_MIG = "linux-x86_64__nvidia-h100-mig__590.48.01.txt"
+MASKED_UUID = "GPU-00000000-0000-0000-0000-000000000000"
+
+
+def _run(script: str, directory: Path, tmp_path: Path, **env: str) -> None:
+    fake_smi = tmp_path / "nvidia-smi"
+    fake_smi.write_text("#!/bin/sh\nprintf '0, GPU-aaaa\\n1, GPU-bbbb\\n2, GPU-cccc\\n'\n")
+    fake_smi.chmod(0o755)
+    environment = {"PATH": os.environ["PATH"], "GPU_JOB_MAPPING_DIR": str(directory), "NVIDIA_SMI": str(fake_smi)}
+    subprocess.run(["sh", str(SCRIPTS / script)], env=environment | env, check=True)
+
+
+def test_prolog_writes_by_index_and_uuid_and_epilog_removes_only_its_job(tmp_path: Path) -> None:
+    directory = tmp_path / "gpustat"
+    _run("prolog.sh", directory, tmp_path, SLURM_JOB_ID="7301", SLURM_JOB_UID="1000", SLURM_JOB_GPUS="0,2")
+    _run("prolog.sh", directory, tmp_path, SLURM_JOB_ID="7302", SLURM_JOB_UID="1001", SLURM_JOB_GPUS="1",
+         CUDA_VISIBLE_DEVICES="MIG-1111,MIG-2222")  # fmt: skip
+    assert sorted(p.name for p in directory.iterdir()) == ["0", "1", "2", "GPU-aaaa", "GPU-bbbb", "GPU-cccc",
+                                                            "MIG-1111", "MIG-2222"]  # fmt: skip
+    assert (directory / "2").read_text() == "7301 1000\n", "jobstats' /run/gpustat line: job id and uid"
+    first = {"0": "7301", "2": "7301", "GPU-aaaa": "7301", "GPU-cccc": "7301"}
+    second = {"1": "7302", "GPU-bbbb": "7302", "MIG-1111": "7302", "MIG-2222": "7302"}
+    assert read_mapping_dir(directory) == first | second
+    _run("epilog.sh", directory, tmp_path, SLURM_JOB_ID="7301")
+    assert sorted(p.name for p in directory.iterdir()) == ["1", "GPU-bbbb", "MIG-1111", "MIG-2222"]
+
+
+def test_prolog_of_a_job_without_gpus_writes_nothing(tmp_path: Path) -> None:
+    _run("prolog.sh", tmp_path / "gpustat", tmp_path, SLURM_JOB_ID="9")
+    assert not (tmp_path / "gpustat").exists()
+
+
+def test_mapping_dir_formats(tmp_path: Path) -> None:
+    (tmp_path / "0").write_text("4242\n")  # dcgm-exporter: job ids one per line
+    (tmp_path / "1").write_text("4243 1000\n")  # jobstats: job id and uid
+    (tmp_path / "2").write_text("4244\n4245\n")  # shared by two jobs: no single job
+    (tmp_path / "3").write_text("")
+    assert read_mapping_dir(tmp_path) == {"0": "4242", "1": "4243"}
+    assert read_mapping_dir(tmp_path / "absent") == {}
+
+
+def test_cgroup_paths_of_slurm_and_kubernetes() -> None:
+    assert job_of_cgroup((PROC / "21180" / "cgroup").read_text()) == "7301"  # v1 /slurm/uid_1000/job_7301/…
+    assert job_of_cgroup((PROC / "21181" / "cgroup").read_text()) == "7301"  # v2 slurmstepd.scope/job_7301/…
+    pod = "pod/6f1c2a9e-3b4d-4e5f-8a7b-0c1d2e3f4a5b"
+    assert job_of_cgroup((PROC / "4000" / "cgroup").read_text()) == pod  # systemd driver, _ for -
+    assert job_of_cgroup((PROC / "4001" / "cgroup").read_text()) == pod  # cgroupfs driver
+    assert job_of_cgroup("0::/user.slice/user-1000.slice/session-3.scope\n") is None
+
+
+def _h100_mig_samples(shared_data: Path) -> list[Sample]:
+    clock = ManualClock()
+    return NvmlSource(fake_nvml_from_capture(shared_data / CAPTURES / H100_MIG, "load", clock), clock).collect()
+
+
+def test_mapping_dir_wins_by_uuid_then_index(shared_data: Path, tmp_path: Path) -> None:
+    samples = _h100_mig_samples(shared_data)
+    (tmp_path / "0").write_text("500 1000\n")
+    (tmp_path / "MIG-00000002-0000-0000-0000-000000000002").write_text("501 1000\n")
+    annotated = JobMapper(tmp_path, PROC).annotate(samples)
+    jobs = {s.labels["uuid"]: s.job_id for s in annotated if s.entity == "gpu"}
+    assert jobs[MASKED_UUID] == "500", "the whole GPU by its index"
+    assert jobs["MIG-00000002-0000-0000-0000-000000000002"] == "501"
+    assert jobs["MIG-00000000-0000-0000-0000-000000000000"] is None, "an index never names a MIG instance"
+
+
+def test_processes_cgroups_name_the_job_and_two_jobs_name_none(shared_data: Path) -> None:
+    samples = _h100_mig_samples(shared_data)
+    # the capture's processes 21180, 21181 (job 7301) and 21198 (job 7302) all run on the GPU
+    (gpu,) = [s for s in JobMapper(None, PROC).annotate(samples) if s.labels.get("mig_profile") == ""]
+    assert gpu.job_id is None, "processes of two jobs: no single job"
+    without_7302 = [s for s in samples if s.labels.get("pid") != "21198"]
+    (gpu,) = [s for s in JobMapper(None, PROC).annotate(without_7302) if s.labels.get("mig_profile") == ""]
+    assert gpu.job_id == "7301"
+
+
+def test_a_job_already_on_the_sample_is_kept_and_vanished_pids_map_to_nothing(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    samples = _h100_mig_samples(shared_data)
+    labelled = [
+        s if s.entity != "gpu" else Sample(s.entity, s.labels, s.values, s.timestamp, "dcgm-42") for s in samples
+    ]
+    assert {s.job_id for s in JobMapper(None, PROC).annotate(labelled) if s.entity == "gpu"} == {"dcgm-42"}
+    empty_proc = tmp_path / "proc"
+    empty_proc.mkdir()
+    assert {s.job_id for s in JobMapper(None, empty_proc).annotate(samples) if s.entity == "gpu"} == {None}
+
+
+H100 = "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
+
+
+def _proc(tmp_path: Path, jobs: dict[int, str]) -> Path:
+    """A procfs with a cgroup v2 file per pid: Slurm job ``jobs[pid]`` (hand-written placement of the capture's
+    PIDs, in the form of fixtures/jobmap/proc/21181)."""
+    for pid, job in jobs.items():
+        (tmp_path / "proc" / str(pid)).mkdir(parents=True)
+        (tmp_path / "proc" / str(pid) / "cgroup").write_text(f"0::/system.slice/slurmstepd.scope/job_{job}/step_0\n")
+    return tmp_path / "proc"
+
+
+def _h100_cycles(shared_data: Path, proc: Path, cycles: int = 2) -> list[list[Sample]]:
+    """``cycles`` annotated collections of the H100 load capture, 10 s apart (the first at the fake's load)."""
+    clock = ManualClock()
+    source = NvmlSource(fake_nvml_from_capture(shared_data / CAPTURES / H100, "load", clock), clock)
+    mapper = JobMapper(None, proc)
+    collected = []
+    for _ in range(cycles):
+        collected.append(mapper.annotate(source.collect()))
+        clock.advance(10)
+    return collected
+
+
+def test_a_gpu_time_sliced_by_two_jobs_gives_each_job_its_sm_share(shared_data: Path, tmp_path: Path) -> None:
+    # the capture's two memhog processes in job 8101, gpu_burn in job 8102
+    first, second = _h100_cycles(shared_data, _proc(tmp_path, {11327: "8101", 11328: "8101", 11345: "8102"}))
+    assert {s.labels["pid"]: s.job_id for s in second if s.entity == "gpu_process"} == {
+        "11327": "8101", "11328": "8101", "11345": "8102"
+    }  # fmt: skip
+    assert [s.job_id for s in second if s.entity == "gpu"] == [None], "no single job"
+    # pmon: gpu_burn sm 99 %, memhog "-" (no sample: no kernel ran)
+    assert shared_job_utilization(second) == {MASKED_UUID: {"8101": 0.0, "8102": 0.99}}
+    assert shared_job_utilization(first) == {}, "no sample period had passed: utilisation unknown, no partial shares"
+
+    batch = wire.batch_dict(second)
+    (gpu,) = [s for s in second if s.entity == "gpu"]
+    ts = int(gpu.timestamp.timestamp())
+    assert batch["job_utilization"] == [
+        {"uuid": MASKED_UUID, "ts": ts, "job_id": "8101", "utilization_ratio": 0.0},
+        {"uuid": MASKED_UUID, "ts": ts, "job_id": "8102", "utilization_ratio": 0.99},
+    ]
+    body = {"node": "gpu-a-01", **wire.columnar(wire.merge_batches([wire.batch_dict(first), batch]))}
+    assert body["job_utilization"] == batch["job_utilization"]
+    parsed = wire.IngestBatch.model_validate_json(orjson.dumps(body))
+    assert [(j.job_id, j.utilization_ratio) for j in parsed.job_utilization] == [("8101", 0.0), ("8102", 0.99)]
+    assert parsed.series[0].ts == [ts - 10, ts]
+
+
+def test_a_gpu_of_one_job_ships_no_shares(shared_data: Path, tmp_path: Path) -> None:
+    _, second = _h100_cycles(shared_data, _proc(tmp_path, {11327: "8101", 11328: "8101", 11345: "8101"}))
+    assert [s.job_id for s in second if s.entity == "gpu"] == ["8101"]
+    assert shared_job_utilization(second) == {}
+    assert "job_utilization" not in wire.batch_dict(second)
+
+
+def test_shares_sum_a_jobs_processes_capped_at_one_and_need_every_mapped_process() -> None:
+    when = datetime(2026, 3, 1, tzinfo=UTC)
+
+    def process(pid: str, job: str | None, ratio: float | None, uuid: str = "GPU-1") -> Sample:
+        values = {} if ratio is None else {m.GPU_PROCESS_SM_UTILIZATION: ratio}
+        return Sample("gpu_process", {"gpu": "0", "uuid": uuid, "pid": pid}, values, when, job)
+
+    mps = [process("1", "10", 0.7), process("2", "10", 0.6), process("3", "11", 0.25), process("4", None, 0.5)]
+    assert shared_job_utilization(mps) == {"GPU-1": {"10": 1.0, "11": 0.25}}, "MPS clients of job 10: capped"
+    assert shared_job_utilization([*mps, process("5", "12", None)]) == {}, "job 12's share unknown"
+    elsewhere = [process("6", "13", 0.5, "GPU-2"), process("7", "14", None, "GPU-2")]
+    assert shared_job_utilization([*mps, *elsewhere]) == {"GPU-1": {"10": 1.0, "11": 0.25}}
+
+
+def test_older_batches_without_job_utilization_still_merge_and_validate() -> None:
+    old = {"gpus": [], "samples": [{"uuid": "GPU-1", "ts": "2026-03-01T00:00:00Z", "utilization_ratio": 0.5}]}
+    merged = wire.merge_batches([old, old])
+    assert "job_utilization" not in merged and len(merged["samples"]) == 2
+    parsed = wire.IngestBatch.model_validate({"node": "n", **wire.columnar(merged)})
+    assert parsed.job_utilization == [] and parsed.reading_count == 2
