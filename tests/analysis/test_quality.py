@@ -25,6 +25,6 @@ def test_freshness_and_coverage_of_the_scenario(database_url: str, sessions: ses
     quality = coverage(rows)
     capacity = 2 * 2 * 3600  # 2 GPUs for 2 hours
     assert quality.capacity_gpu_seconds == capacity
-    # tests/scenario.py: alpha holds 1.5 GPU-hours and __unmapped__ 1.5 of the 4; readings cover both hours
+    # tests/support/scenario.py: alpha holds 1.5 GPU-hours and __unmapped__ 1.5 of the 4; readings cover both hours
     assert quality.attributed_share == 0.75
     assert (quality.metered_share, quality.unmetered_gpu_seconds) == (1.0, 0)

@@ -1,4 +1,4 @@
-"""Service and collector as real processes and sockets, then the CLI, checked against tests/scenario.py."""
+"""Service and collector as real processes and sockets, then the CLI, checked against tests/support/scenario.py."""
 
 from __future__ import annotations
 

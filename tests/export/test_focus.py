@@ -1,5 +1,5 @@
-"""FOCUS 1.2 export: rows of the hand-computed slice (tests/scenario.py) on SQLite and PostgreSQL, CSV and Parquet
-round trips, the command line, and the FinOps Foundation's focus-validator on an export of the demo."""
+"""FOCUS 1.2 export: rows of the hand-computed slice (tests/support/scenario.py) on SQLite and PostgreSQL, CSV and
+Parquet round trips, the command line, and the FinOps Foundation's focus-validator on an export of the demo."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ledger on the hand-computed slice (tests/scenario.py), on SQLite and PostgreSQL."""
+"""The ledger on the hand-computed slice (tests/support/scenario.py), on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
