@@ -1,15 +1,18 @@
-"""Markdown generated from the code, for the cog blocks of docs/commands.md and docs/configuration.md.
+"""Markdown generated from the code, for the cog blocks of docs/commands.md, docs/configuration.md and
+docs/architecture.md.
 
-``cog -r docs/commands.md docs/configuration.md`` rewrites the blocks; ``cog --check`` (in ``.ci/run``) fails
+``cog -r docs/*.md`` rewrites the blocks; ``cog --check`` (in ``.ci/run``) fails
 when they are stale. The output depends only on the code: the command tree and the settings classes are read
 directly, never through a help formatter, so the terminal's width changes nothing.
 """
 
 from __future__ import annotations
 
+import ast
 import enum
 import json
 import re
+import tomllib
 import typing
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,9 @@ from finops.cli import app
 from finops.settings import GROUPS, SettingsGroup, secret_file_fields
 
 PROGRAM = "gpu-finops"
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("collector", "finops", "alerts", "dashboards")
+"""The Python packages of the project, in the order the module map lists them."""
 
 TITLES = {
     "ApiSettings": "API tokens",
@@ -248,6 +254,61 @@ def _setting_default(field: FieldInfo) -> str:
 
 
 # --- Markdown ---------------------------------------------------------------------------------------------------
+
+
+# --- architecture ---------------------------------------------------------------------------------------------
+
+
+def module_map() -> str:
+    """One table per package (``collector``, ``finops``, ``alerts``, ``dashboards``): every module and subpackage
+    with the first sentence of its docstring, read from the source files (nothing is imported)."""
+    out = []
+    for package in PACKAGES:
+        rows = []
+        for path in sorted((REPO / package).rglob("*.py")):
+            relative = path.relative_to(REPO)
+            parts = relative.with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            if parts[-1] == "__main__":
+                continue
+            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+            rows.append((name, str(relative), _first_sentence(doc)))
+        out.append(f"### `{package}`\n\n| module | what it owns |\n|---|---|")
+        out.extend(f"| [`{name}`](../{relative}) | {_escape_pipes(_inline(text))} |" for name, relative, text in rows)
+        out.append("")
+    return "\n".join(out)
+
+
+def import_contracts() -> str:
+    """The import-linter contracts of ``pyproject.toml``, each as a heading and what it states."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    out = []
+    for contract in config["contracts"]:
+        out.append(f"- **{contract['name']}** (`{contract['type']}`)")
+        if contract["type"] == "forbidden":
+            sources = ", ".join(f"`{m}`" for m in contract["source_modules"])
+            forbidden = ", ".join(f"`{m}`" for m in contract["forbidden_modules"])
+            out.append(f"  - {sources} may not import {forbidden}, directly or through another module.")
+        elif contract["type"] == "layers":
+            out.append(
+                "  - from the top; a layer imports only the layers below it, `|` separates independent siblings:"
+            )
+            for number, layer in enumerate(contract["layers"], start=1):
+                siblings = [f"`{module.strip()}`" for module in layer.split("|")]
+                out.append(f"  {number}. " + " \\| ".join(siblings))
+        elif contract["type"] == "acyclic_siblings":
+            ancestors = ", ".join(f"`{m}`" for m in contract["ancestors"])
+            out.append(
+                f"  - inside {ancestors}: no two modules or subpackages of one package import each other in a cycle."
+            )
+    return "\n".join(out) + "\n"
+
+
+def _first_sentence(doc: str) -> str:
+    """The docstring's first sentence: its first paragraph up to the first full stop followed by a space or the end."""
+    paragraph = " ".join(line.strip() for line in doc.strip().split("\n\n")[0].splitlines())
+    match = re.search(r"^(.+?\.)(\s|$)", paragraph)
+    return (match.group(1) if match else paragraph).rstrip(":")
 
 
 def _paragraphs(text: str | None) -> list[str]:

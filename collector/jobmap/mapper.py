@@ -1,5 +1,6 @@
-"""Puts the job holding each GPU on the GPU's samples, and each compute process's job on its sample; gives the
-jobs' shares of a GPU that processes of several jobs use at once (time-slicing, MPS)."""
+"""Puts the job holding each GPU on the GPU's samples, and each compute process's job on its sample. The jobs'
+shares of a GPU that processes of several jobs use at once (time-slicing, MPS) are computed from those samples by
+:func:`collector.contract.wire.shared_job_utilization`."""
 
 from __future__ import annotations
 
