@@ -26,7 +26,6 @@ transaction per batch; a transaction PostgreSQL aborts to break a deadlock is ru
 from __future__ import annotations
 
 import gzip
-import hmac
 import io
 import logging
 import zlib
@@ -35,7 +34,7 @@ from typing import Annotated, Any
 import anyio
 import orjson
 import psycopg
-from fastapi import FastAPI, Header, HTTPException, Request, Response
+from fastapi import FastAPI, Header, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from pydantic import ValidationError
@@ -47,6 +46,7 @@ from collector.contract.wire import READING_COLUMNS, IngestBatch
 from finops.ingest.readings import Ingestor
 from finops.pricing.catalog import PriceCatalog
 from finops.web.alerts import create_alerts_router
+from finops.web.auth import bearer_ok, unauthorised
 from finops.web.rest import create_router
 
 log = logging.getLogger(__name__)
@@ -99,8 +99,9 @@ def create_app(
     in force until one is imported.
     """
     app = FastAPI(title="gpu-finops", version="0.1.0")
-    app.include_router(create_router(sessions, api_token if api_token is not None else token, catalog))
-    app.include_router(create_alerts_router(sessions, api_token if api_token is not None else token))
+    rest_token = api_token if api_token is not None else token
+    app.include_router(create_router(sessions, rest_token, catalog))
+    app.include_router(create_alerts_router(sessions, rest_token))
     ingestor = Ingestor()
     ingest_slots = anyio.CapacityLimiter(INGEST_CONCURRENCY)
     metrics = metrics or ServiceMetrics()
@@ -117,9 +118,9 @@ def create_app(
         content_encoding: Annotated[str | None, Header()] = None,
     ) -> JSONResponse:
         """Store a batch of GPU readings (wire format in :mod:`collector.contract.wire`), gzip or plain JSON."""
-        if token is not None and not hmac.compare_digest(authorization or "", f"Bearer {token}"):
+        if not bearer_ok(authorization, token):
             metrics.requests.labels(code="401").inc()
-            raise HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
+            raise unauthorised()
         too_large = {"detail": f"body larger than {MAX_BODY_BYTES} bytes"}
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
