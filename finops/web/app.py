@@ -29,6 +29,7 @@ import gzip
 import io
 import logging
 import zlib
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 import anyio
@@ -69,6 +70,11 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path
+
+
+def _batch_errors(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The rejections of a batch refused as a whole: ``{"field", "error"}`` per validation error."""
+    return [{"field": _field_path(e["loc"]) or "batch", "error": e["msg"]} for e in errors]
 
 
 class ServiceMetrics:
@@ -271,7 +277,7 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]]]:
         elif len(loc) >= 2 and loc[0] == "series" and isinstance(loc[1], int):
             bad_series.setdefault(loc[1], {"series": loc[1], **entry})
         else:
-            return None, [{"field": _field_path(e["loc"]) or "batch", "error": e["msg"]} for e in errors]
+            return None, _batch_errors(errors)
     data = orjson.loads(body)
     series = data.get("series") or []
     for index, item in enumerate(series):
@@ -297,7 +303,7 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]]]:
     try:
         return IngestBatch.model_validate(data), rejected
     except ValidationError as exc:  # not expected: whatever is left is refused as a whole
-        return None, [{"field": _field_path(e["loc"]) or "batch", "error": e["msg"]} for e in exc.errors()]
+        return None, _batch_errors(exc.errors())
 
 
 def _without(item: dict[str, Any], positions: set[int]) -> dict[str, Any]:
