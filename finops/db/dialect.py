@@ -1,12 +1,21 @@
-"""The one place that knows how SQLite and PostgreSQL differ for inserts that skip existing keys."""
+"""The one place that knows how SQLite and PostgreSQL differ: inserts that skip existing keys, bulk loads and
+binary ``COPY`` between connections, transaction-local settings and planner statistics, serialising
+transactions, running several statements at once.
+
+Callers do not ask which database they are on: most functions here do what the database needs, or nothing where
+it has no such thing (PostgreSQL settings and statistics on SQLite); the few that exist on PostgreSQL only say
+so, and :func:`supports_helper_connections` tells when they can be used. The one exception is SQL text that
+differs by database within the ledger rebuild's statements, which :mod:`finops.ledger.sql` keeps beside them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from sqlalchemy import Table
+from sqlalchemy import Connection, Table, TableClause, delete, false, insert, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -110,3 +119,123 @@ def _stage_and_upsert(
     cursor.execute(
         f'INSERT INTO "{table.name}" ({names}) SELECT {names} FROM "{stage}" ON CONFLICT DO NOTHING'  # noqa: S608
     )
+
+
+def serialise_transactions(session: Session, key: int, mapped: type[Any]) -> None:
+    """Make the transactions that call this with the same ``key`` run one after the other: the second waits here
+    until the first has ended.
+
+    PostgreSQL: the transaction-scoped advisory lock ``key`` (``pg_advisory_xact_lock``). SQLite: the database's
+    write lock, taken by a write that changes nothing (a ``DELETE`` matching no row from the table of the mapped
+    class ``mapped``), because a transaction that has read before it writes cannot wait for the lock and fails
+    "database is locked".
+    """
+    dialect = session.connection().dialect.name
+    if dialect == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+    elif dialect == "sqlite":
+        session.execute(delete(mapped).where(false()))
+
+
+def supports_helper_connections(connection: Connection) -> bool:
+    """Whether a transaction's read-only work can be computed on other connections of its engine and the rows
+    handed back by binary ``COPY`` (:func:`copy_out`, :func:`copy_in`): PostgreSQL. Not SQLite, which has no
+    ``COPY`` and whose writing transaction holds the database's lock."""
+    return connection.dialect.name == "postgresql"
+
+
+def nothing_written(session: Session) -> bool:
+    """Whether this PostgreSQL transaction has written nothing yet (no transaction id assigned): then another
+    connection sees the same data as it does. PostgreSQL only."""
+    return bool(session.scalar(text("SELECT txid_current_if_assigned() IS NULL")))
+
+
+def run_statements(connection: Connection, statements: Sequence[str]) -> None:
+    """Run ``statements`` (SQL without parameters) in order: in one round trip on PostgreSQL, one at a time on
+    SQLite (whose driver runs one statement per call)."""
+    if connection.dialect.name == "postgresql":
+        connection.exec_driver_sql("; ".join(statements))
+        return
+    for statement in statements:
+        connection.exec_driver_sql(statement)
+
+
+def emptying(connection: Connection, tables: Sequence[str]) -> list[str]:
+    """Statements that delete every row of ``tables``: one ``TRUNCATE`` on PostgreSQL, a ``DELETE`` per table on
+    SQLite (which has no ``TRUNCATE``)."""
+    if connection.dialect.name == "postgresql":
+        return [f"TRUNCATE {', '.join(tables)}"]
+    return [f"DELETE FROM {name}" for name in tables]  # noqa: S608 - table names, not values
+
+
+@contextmanager
+def transaction_settings(connection: Connection, settings: Mapping[str, str]) -> Iterator[None]:
+    """PostgreSQL: apply ``settings`` (run-time parameter name → value) for the transaction's next statements,
+    then put the previous values back (transaction-local, ``set_config(…, true)``: a rollback undoes them too).
+    Other databases: nothing (the settings are PostgreSQL's)."""
+    if connection.dialect.name != "postgresql":
+        yield
+        return
+    names = list(settings)
+    current = ", ".join(f"current_setting('{name}')" for name in names)
+    previous = dict(zip(names, connection.exec_driver_sql(f"SELECT {current}").one(), strict=True))
+
+    def apply(values: Mapping[str, str]) -> None:
+        changes = ", ".join(f"set_config('{name}', %({name})s, true)" for name in values)
+        connection.exec_driver_sql(f"SELECT {changes}", dict(values))
+
+    apply(settings)
+    yield  # on an error the transaction is rolled back, and its settings with it
+    apply(previous)
+
+
+def set_local(connection: Connection, settings: Mapping[str, str]) -> None:
+    """PostgreSQL: ``SET LOCAL`` each of ``settings`` (name → value, SQL literals) until the transaction ends.
+    Other databases: nothing."""
+    if connection.dialect.name == "postgresql":
+        for name, value in settings.items():
+            connection.exec_driver_sql(f"SET LOCAL {name} = {value}")
+
+
+def analyze(connection: Connection, *tables: str) -> None:
+    """PostgreSQL: ``ANALYZE`` freshly filled ``tables`` so that the planner has their statistics (autovacuum
+    never analyzes temporary tables; without statistics the planner misjudges joins by orders of magnitude).
+    Other databases: nothing."""
+    if connection.dialect.name == "postgresql":
+        connection.exec_driver_sql(f"ANALYZE {', '.join(tables)}")
+
+
+def insert_rows(connection: Connection, table: TableClause, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Add ``rows`` (column name → value, every column of ``table``) to a table with no unique key to collide
+    with, such as a work table.
+
+    PostgreSQL: a text ``COPY … FROM STDIN`` with the values as the driver adapts them (no SQLAlchemy type
+    processing: they must already be what the columns store, e.g. ``Decimal`` for money). Other databases: an
+    executemany of ``INSERT`` through ``table``'s column types.
+    """
+    if not rows:
+        return
+    if connection.dialect.name != "postgresql":
+        connection.execute(insert(table), list(rows))
+        return
+    columns = list(table.c.keys())
+    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    with cursor, cursor.copy(f"COPY {table.name} ({', '.join(columns)}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row([row[name] for name in columns])
+
+
+def copy_out(connection: Connection, table: str, columns: Sequence[str]) -> bytes:
+    """``columns`` of every row of ``table`` in PostgreSQL's binary ``COPY`` format, for :func:`copy_in` on
+    another connection. PostgreSQL only."""
+    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    with cursor, cursor.copy(f"COPY {table} ({', '.join(columns)}) TO STDOUT (FORMAT binary)") as copy:
+        return b"".join(bytes(data) for data in copy)
+
+
+def copy_in(connection: Connection, table: str, columns: Sequence[str], data: bytes) -> None:
+    """Add the rows of ``data`` (:func:`copy_out`'s output for the same ``columns``) to ``table``, in the
+    connection's transaction. PostgreSQL only."""
+    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    with cursor, cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN (FORMAT binary)") as copy:
+        copy.write(data)

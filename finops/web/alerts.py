@@ -15,12 +15,10 @@ Same conventions as :mod:`finops.web.rest`: ``Authorization: Bearer <token>``, t
 
 # No ``from __future__ import annotations``: FastAPI resolves the dependency annotations when routes are defined.
 
-import hmac
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -34,7 +32,9 @@ from alerts.store import (
     list_silences,
     retry_deliveries,
 )
-from finops.timeutil import parse_utc, utc_now
+from finops.timeutil import utc_now
+from finops.web.auth import require_bearer
+from finops.web.deps import instant, transaction, unprocessable
 
 DEFAULT_DEADLINE = timedelta(hours=1)
 
@@ -49,31 +49,15 @@ class SilenceIn(BaseModel):
     created_by: str = ""
 
 
-def _instant(text: str, name: str) -> Any:
-    try:
-        return parse_utc(text)
-    except ValueError as exc:
-        raise HTTPException(422, f"{name}: {text!r} is not an ISO 8601 time") from exc
-
-
 def create_alerts_router(
     sessions: sessionmaker[Session], token: str | None, deadline: timedelta = DEFAULT_DEADLINE
 ) -> APIRouter:
     """The ``/api/v1/alerts`` routes on ``sessions``; ``token`` None leaves them open. A delivery retried by hand
     gets ``deadline`` to be delivered."""
-
-    def authorised(authorization: Annotated[str | None, Header()] = None) -> None:
-        if token is not None and not hmac.compare_digest(authorization or "", f"Bearer {token}"):
-            raise HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
-
-    def session() -> Iterator[Session]:
-        with sessions.begin() as opened:
-            yield opened
-
-    router = APIRouter(prefix="/api/v1/alerts", dependencies=[Depends(authorised)], tags=["alerts"])
+    router = APIRouter(prefix="/api/v1/alerts", dependencies=[Depends(require_bearer(token))], tags=["alerts"])
     # scope="function": the transaction commits before the response is sent, so a client that reads right after a
     # write sees it (with the default, the commit would run after the response).
-    db = Annotated[Session, Depends(session, scope="function")]
+    db = Annotated[Session, Depends(transaction(sessions), scope="function")]
 
     @router.get("")
     def alerts(db: db, state: Literal["firing", "resolved", "all"] = "firing") -> list[dict[str, Any]]:
@@ -113,14 +97,12 @@ def create_alerts_router(
     @router.post("/silences", status_code=201)
     def post_silence(db: db, body: SilenceIn) -> dict[str, int]:
         """Create a silence; 422 naming the problem (a matcher that does not parse, an end not after the start)."""
-        ends = _instant(body.ends_at, "ends_at")
-        starts = None if body.starts_at is None else _instant(body.starts_at, "starts_at")
-        try:
+        ends = instant(body.ends_at, "ends_at")
+        starts = None if body.starts_at is None else instant(body.starts_at, "starts_at")
+        with unprocessable():
             silence_id = create_silence(
                 db, body.matchers, ends, utc_now(), starts_at=starts, created_by=body.created_by, comment=body.comment
             )
-        except ValueError as exc:
-            raise HTTPException(422, str(exc)) from exc
         return {"id": silence_id}
 
     @router.delete("/silences/{silence_id}", status_code=204)

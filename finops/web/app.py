@@ -26,16 +26,16 @@ transaction per batch; a transaction PostgreSQL aborts to break a deadlock is ru
 from __future__ import annotations
 
 import gzip
-import hmac
 import io
 import logging
 import zlib
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 import anyio
 import orjson
 import psycopg
-from fastapi import FastAPI, Header, HTTPException, Request, Response
+from fastapi import FastAPI, Header, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from pydantic import ValidationError
@@ -47,6 +47,7 @@ from collector.contract.wire import READING_COLUMNS, IngestBatch
 from finops.ingest.readings import Ingestor
 from finops.pricing.catalog import PriceCatalog
 from finops.web.alerts import create_alerts_router
+from finops.web.auth import bearer_ok, unauthorised
 from finops.web.rest import create_router
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,11 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path
+
+
+def _batch_errors(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The rejections of a batch refused as a whole: ``{"field", "error"}`` per validation error."""
+    return [{"field": _field_path(e["loc"]) or "batch", "error": e["msg"]} for e in errors]
 
 
 class ServiceMetrics:
@@ -99,8 +105,9 @@ def create_app(
     in force until one is imported.
     """
     app = FastAPI(title="gpu-finops", version="0.1.0")
-    app.include_router(create_router(sessions, api_token if api_token is not None else token, catalog))
-    app.include_router(create_alerts_router(sessions, api_token if api_token is not None else token))
+    rest_token = api_token if api_token is not None else token
+    app.include_router(create_router(sessions, rest_token, catalog))
+    app.include_router(create_alerts_router(sessions, rest_token))
     ingestor = Ingestor()
     ingest_slots = anyio.CapacityLimiter(INGEST_CONCURRENCY)
     metrics = metrics or ServiceMetrics()
@@ -117,9 +124,9 @@ def create_app(
         content_encoding: Annotated[str | None, Header()] = None,
     ) -> JSONResponse:
         """Store a batch of GPU readings (wire format in :mod:`collector.contract.wire`), gzip or plain JSON."""
-        if token is not None and not hmac.compare_digest(authorization or "", f"Bearer {token}"):
+        if not bearer_ok(authorization, token):
             metrics.requests.labels(code="401").inc()
-            raise HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
+            raise unauthorised()
         too_large = {"detail": f"body larger than {MAX_BODY_BYTES} bytes"}
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
@@ -270,7 +277,7 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]]]:
         elif len(loc) >= 2 and loc[0] == "series" and isinstance(loc[1], int):
             bad_series.setdefault(loc[1], {"series": loc[1], **entry})
         else:
-            return None, [{"field": _field_path(e["loc"]) or "batch", "error": e["msg"]} for e in errors]
+            return None, _batch_errors(errors)
     data = orjson.loads(body)
     series = data.get("series") or []
     for index, item in enumerate(series):
@@ -296,7 +303,7 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]]]:
     try:
         return IngestBatch.model_validate(data), rejected
     except ValidationError as exc:  # not expected: whatever is left is refused as a whole
-        return None, [{"field": _field_path(e["loc"]) or "batch", "error": e["msg"]} for e in exc.errors()]
+        return None, _batch_errors(exc.errors())
 
 
 def _without(item: dict[str, Any], positions: set[int]) -> dict[str, Any]:

@@ -7,13 +7,11 @@ add up to the total); times are ISO 8601 UTC; periods are [start, end). Errors a
 ``{"detail": "…"}`` naming the offending parameter, with 400/404/422 as FastAPI gives them.
 """
 
-import hmac
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -26,7 +24,9 @@ from finops.jobs.teams import delete_rule, list_rules, set_rule
 from finops.pricing.catalog import CatalogError, OnPremRow, PriceCatalog, PricingModel, load_catalog
 from finops.pricing.rules import delete_pricing_rule, list_pricing_rules, set_pricing_rule
 from finops.pricing.store import catalog_in_force, import_catalog
-from finops.timeutil import parse_utc, utc_now
+from finops.timeutil import utc_now
+from finops.web.auth import require_bearer
+from finops.web.deps import instant, one_of, transaction, unprocessable
 
 MONTH = r"^\d{4}-\d{2}$"
 
@@ -69,18 +69,11 @@ class TeamRuleIn(BaseModel):
     team: str = Field(min_length=1)
 
 
-def _instant(text: str, name: str) -> datetime:
-    try:
-        return parse_utc(text)
-    except ValueError as exc:
-        raise HTTPException(422, f"{name}: {text!r} is not an ISO 8601 time") from exc
-
-
 def _month(text: str | None) -> datetime:
     """First instant of month ``YYYY-MM`` (default: this month), UTC."""
     if text is None:
         return month_start(utc_now())
-    return month_start(_instant(f"{text}-01T00:00:00+00:00", "month"))
+    return month_start(instant(f"{text}-01T00:00:00+00:00", "month"))
 
 
 def create_router(
@@ -89,19 +82,10 @@ def create_router(
     """The ``/api/v1`` routes on ``sessions``; ``token`` None leaves them open (refused by ``serve``);
     ``configured_catalog`` (default: the packaged one) is in force until a catalog is imported."""
     fallback_catalog = configured_catalog if configured_catalog is not None else load_catalog()
-
-    def authorised(authorization: Annotated[str | None, Header()] = None) -> None:
-        if token is not None and not hmac.compare_digest(authorization or "", f"Bearer {token}"):
-            raise HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
-
-    def session() -> Iterator[Session]:
-        with sessions.begin() as opened:
-            yield opened
-
-    router = APIRouter(prefix="/api/v1", dependencies=[Depends(authorised)])
+    router = APIRouter(prefix="/api/v1", dependencies=[Depends(require_bearer(token))])
     # Evaluated here (this module does not postpone annotations). scope="function": the transaction commits
     # before the response is sent, so a client reading right after a write sees it.
-    db = Annotated[Session, Depends(session, scope="function")]
+    db = Annotated[Session, Depends(transaction(sessions), scope="function")]
 
     @router.get("/costs", response_model=None)
     def costs(
@@ -112,7 +96,7 @@ def create_router(
         format: Annotated[Literal["json", "csv"], Query(description="json or csv.")] = "json",
     ) -> Any:
         """Cost per group over [start, end) from the hourly ledger, as in ``gpu-finops report``."""
-        rows = cost_report(db, _instant(start, "start"), _instant(end, "end"), group_by)
+        rows = cost_report(db, instant(start, "start"), instant(end, "end"), group_by)
         if format == "csv":
             return Response(report_csv(rows, group_by), media_type="text/csv")
         return {"group_by": group_by, "start": start, "end": end, "rows": report_dicts(rows, group_by)}
@@ -173,7 +157,7 @@ def create_router(
                 "cost": str(e.cost),
                 "currency": e.currency,
             }
-            for e in list_episodes(db, _instant(start, "start"), _instant(end, "end"))
+            for e in list_episodes(db, instant(start, "start"), instant(end, "end"))
         ]
 
     @router.get("/events")
@@ -184,10 +168,10 @@ def create_router(
         unconsumed: bool = False,
     ) -> list[dict[str, Any]]:
         """Budget and anomaly events in id order."""
-        if kind is not None and kind not in EVENT_KINDS:
-            raise HTTPException(422, f"kind: must be one of {', '.join(EVENT_KINDS)}")
+        if kind is not None:
+            one_of(kind, "kind", EVENT_KINDS)
         found = list_events(
-            db, since=None if since is None else _instant(since, "since"), kind=kind, unconsumed=unconsumed
+            db, since=None if since is None else instant(since, "since"), kind=kind, unconsumed=unconsumed
         )
         return [
             {
@@ -209,20 +193,15 @@ def create_router(
     @router.put("/team-rules", status_code=200)
     def put_team_rule(db: db, rule: TeamRuleIn) -> dict[str, int]:
         """Create or replace a rule; returns how many jobs moved team."""
-        try:
+        with unprocessable():
             return {"jobs_moved": set_rule(db, rule.kind, rule.key, rule.value, rule.team)}
-        except ValueError as exc:
-            raise HTTPException(422, str(exc)) from exc
 
     @router.delete("/team-rules/{kind}")
     def remove_team_rule(db: db, kind: str, value: str, key: str = "") -> dict[str, int]:
         """Remove a rule; returns how many jobs moved team."""
-        if kind not in TEAM_RULE_KINDS:
-            raise HTTPException(422, f"kind: must be one of {', '.join(TEAM_RULE_KINDS)}")
-        try:
+        one_of(kind, "kind", TEAM_RULE_KINDS)
+        with unprocessable():
             return {"jobs_moved": delete_rule(db, kind, key, value)}
-        except ValueError as exc:
-            raise HTTPException(422, str(exc)) from exc
 
     @router.get("/prices")
     def prices(db: db) -> dict[str, Any]:
@@ -254,11 +233,8 @@ def create_router(
         """Import a catalog: the request body is its YAML (``finops/pricing/price_catalog.yaml`` format). 422 naming the
         field if invalid; otherwise the date the ledger is re-priced from (null: nothing changed)."""
         text = (await request.body()).decode("utf-8", errors="replace")
-        try:
-            with sessions.begin() as opened:
-                changed_from = import_catalog(opened, text, "PUT /api/v1/prices", fallback_catalog)
-        except CatalogError as exc:
-            raise HTTPException(422, str(exc)) from exc
+        with unprocessable(CatalogError), sessions.begin() as opened:
+            changed_from = import_catalog(opened, text, "PUT /api/v1/prices", fallback_catalog)
         return {"repriced_from": None if changed_from is None else changed_from.isoformat()}
 
     @router.get("/pricing-rules")
@@ -272,19 +248,15 @@ def create_router(
     @router.put("/pricing-rules", status_code=204)
     def put_pricing_rule(db: db, rule: PricingRuleIn) -> Response:
         """Bill the selected nodes' GPUs under a pricing model (the ledger is re-priced on the next rollup)."""
-        try:
+        with unprocessable():
             set_pricing_rule(db, rule.selector, rule.key, rule.value, rule.pricing_model)
-        except ValueError as exc:
-            raise HTTPException(422, str(exc)) from exc
         return Response(status_code=204)
 
     @router.delete("/pricing-rules/{selector}", status_code=204)
     def remove_pricing_rule(db: db, selector: str, value: str, key: str = "") -> Response:
         """Remove a pricing rule."""
-        try:
+        with unprocessable():
             delete_pricing_rule(db, selector, key, value)
-        except ValueError as exc:
-            raise HTTPException(422, str(exc)) from exc
         return Response(status_code=204)
 
     return router

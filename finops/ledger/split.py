@@ -1,0 +1,190 @@
+"""Step 6 of a ledger rebuild (:mod:`finops.ledger.rollup`): the GPU-hours that the SQL costing leaves to the Python
+cost model (listed in ``tmp_ledger_split``: a partial in-service hour, a holding covering part of the hour, several
+holdings, a MIG share) costed by :func:`finops.ledger.costmodel.gpu_hour_costs`, with their metering from
+``tmp_ledger_metering`` and, for overlapping holdings, the jobs' own measured utilisation."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+
+from sqlalchemy import Connection, select, text
+
+from finops.db.models import Job
+from finops.jobs.placement import job_keys
+from finops.ledger import costmodel
+from finops.ledger.job_utilization import job_utilization_by_gpu_hour
+from finops.pricing.catalog import PriceCatalog, PricingModel
+
+
+@dataclass(frozen=True, slots=True)
+class _Metering:
+    samples: int
+    utilization_sum: float
+    energy_joules: float
+
+
+# The GPU-hours to split, their holdings in allocation id order, and their metering.
+_SPLIT_HOURS = text("""
+SELECT sp.gpu_id, sp.hour, sp.shared, gh.lo, gh.hi, gh.model, gh.pricing_model,
+       h.allocation_id, h.job_pk, h.team_id, h.start, h.stop, h.share_num, h.share_den
+FROM tmp_ledger_split sp
+JOIN tmp_ledger_gpu_hours gh ON gh.gpu_id = sp.gpu_id AND gh.hour = sp.hour
+LEFT JOIN tmp_ledger_holdings h ON h.gpu_id = sp.gpu_id AND h.hour = sp.hour
+ORDER BY sp.gpu_id, sp.hour, h.allocation_id
+""")
+_SPLIT_METERING = text("""
+SELECT m.gpu_id, m.hour, m.allocation_id, m.samples, m.utilization_sum, m.energy_joules
+FROM tmp_ledger_metering m JOIN tmp_ledger_split sp ON sp.gpu_id = m.gpu_id AND sp.hour = m.hour
+""")
+
+
+@dataclass(frozen=True, slots=True)
+class _Holding:
+    """An allocation holding a GPU for [start, stop) of one hour: its share of the GPU, job and team."""
+
+    allocation_id: int
+    start: int
+    stop: int
+    share: Fraction
+    job_pk: int
+    team_id: int
+
+
+@dataclass(slots=True)
+class _GpuHour:
+    gpu_id: int
+    hour: int
+    lo: int
+    hi: int
+    shared: bool
+    rate: Decimal
+    pricing_model: str
+    holdings: list[_Holding]
+
+
+def split_rows(
+    connection: Connection,
+    rates: dict[tuple[str, PricingModel, int], Decimal],
+    unallocated_team: int,
+    catalog: PriceCatalog,
+    h0: int,
+    h1: int,
+) -> list[dict[str, object]]:
+    """Ledger rows (column name → value, :data:`finops.ledger.sql.LEDGER_COLUMNS`) of the GPU-hours in
+    ``tmp_ledger_split`` of the chunk [h0, h1) (epoch seconds), by the Python cost model: ``rates`` are the prices
+    per GPU-hour by GPU model, pricing model and hour (every split GPU-hour has one), unallocated time goes to team
+    id ``unallocated_team``, energy is costed at ``catalog``'s tariff and PUE in its currency."""
+    gpu_hours: dict[tuple[int, int], _GpuHour] = {}
+    for r in connection.execute(_SPLIT_HOURS):
+        gpu_hour = gpu_hours.get((r.gpu_id, r.hour))
+        if gpu_hour is None:
+            rate = rates[r.model, PricingModel(r.pricing_model), r.hour]
+            gpu_hour = _GpuHour(r.gpu_id, r.hour, r.lo, r.hi, bool(r.shared), rate, r.pricing_model, [])
+            gpu_hours[r.gpu_id, r.hour] = gpu_hour
+        if r.allocation_id is not None:
+            share = Fraction(r.share_num, r.share_den)
+            gpu_hour.holdings.append(_Holding(r.allocation_id, r.start, r.stop, share, r.job_pk, r.team_id))
+    metering: dict[tuple[int, int], dict[int | None, _Metering]] = defaultdict(dict)
+    for m in connection.execute(_SPLIT_METERING):
+        metering[m.gpu_id, m.hour][m.allocation_id] = _Metering(m.samples, m.utilization_sum, m.energy_joules)
+    usage = _job_usage(connection, gpu_hours, h0, h1)
+    rows: list[dict[str, object]] = []
+    for key, gpu_hour in gpu_hours.items():
+        rows.extend(_gpu_hour_rows(gpu_hour, metering.get(key, {}), unallocated_team, catalog, usage.get(key, {})))
+    return rows
+
+
+def _job_usage(
+    connection: Connection, gpu_hours: dict[tuple[int, int], _GpuHour], h0: int, h1: int
+) -> dict[tuple[int, int], dict[int, float]]:
+    """``{(gpu_id, hour): {job_pk: usage}}`` for the shared GPU-hours with several holdings whose jobs' own
+    utilisation the collectors measured (:func:`finops.ledger.job_utilization.job_utilization_by_gpu_hour`, matched to
+    jobs by :func:`finops.jobs.placement.job_keys`); none read when no such GPU-hour is in the chunk."""
+    shared = [key for key, gpu_hour in gpu_hours.items() if gpu_hour.shared and len(gpu_hour.holdings) > 1]
+    if not shared:
+        return {}
+    measured = job_utilization_by_gpu_hour(connection, h0, h1)
+    wanted = {key: measured[key] for key in shared if key in measured}
+    if not wanted:
+        return {}
+    job_pks = {holding.job_pk for key in wanted for holding in gpu_hours[key].holdings}
+    keys = {
+        row.id: job_keys(row.scheduler, row.job_id, row.job_id_raw)
+        for row in connection.execute(
+            select(Job.id, Job.scheduler, Job.job_id, Job.job_id_raw).where(Job.id.in_(job_pks))
+        )
+    }
+    usage: dict[tuple[int, int], dict[int, float]] = {}
+    for key, ratios in wanted.items():
+        for job_pk in {holding.job_pk for holding in gpu_hours[key].holdings}:
+            found = [ratios[k] for k in sorted(keys.get(job_pk, ())) if k in ratios]
+            if found:
+                usage.setdefault(key, {})[job_pk] = found[0]
+    return usage
+
+
+def _gpu_hour_rows(
+    gpu_hour: _GpuHour,
+    by_allocation: dict[int | None, _Metering],
+    unallocated_team: int,
+    catalog: PriceCatalog,
+    usage: Mapping[int, float],
+) -> list[dict[str, object]]:
+    """Ledger rows of one GPU for the in-service part [lo, hi) of one hour.
+
+    A GPU-hour held by disjoint whole-GPU holdings is metered per holding (the readings inside it; the rest
+    under None). A shared GPU-hour (a MIG share, or holdings that overlap: time-slicing) is metered as a whole
+    (under None): every holder gets the GPU's mean utilisation, and the hour's energy is split in proportion to
+    GPU-seconds. Holdings go to the cost model with their place in the hour and, by job, the ``usage`` measured
+    for the job on this GPU-hour (:func:`_job_usage`), which split overlapping holdings.
+    """
+    held = gpu_hour.holdings
+    whole = by_allocation.get(None) if gpu_hour.shared else None
+    holdings = []
+    for holding in held:
+        inside = whole if gpu_hour.shared else by_allocation.get(holding.allocation_id)
+        utilization = inside.utilization_sum / inside.samples if inside and inside.samples else None
+        holdings.append(
+            costmodel.Holding(
+                holding.job_pk,
+                holding.stop - holding.start,
+                utilization,
+                holding.share,
+                offset=holding.start - gpu_hour.lo,
+                usage=usage.get(holding.job_pk),
+            )
+        )
+    span = gpu_hour.hi - gpu_hour.lo
+    costs = costmodel.gpu_hour_costs(gpu_hour.rate, span, holdings)
+    rows: list[dict[str, object]] = []
+    for i, cost in enumerate(costs):
+        holder = held[i] if i < len(held) else None
+        if whole is not None:
+            metered: _Metering | None = whole
+            joules = whole.energy_joules * cost.gpu_seconds / span
+        else:
+            metered = by_allocation.get(holder.allocation_id if holder is not None else None)
+            joules = metered.energy_joules if metered else 0.0
+        rows.append(
+            {
+                "hour": gpu_hour.hour,
+                "gpu_id": gpu_hour.gpu_id,
+                "job_pk": cost.job,
+                "team_id": unallocated_team if holder is None else holder.team_id,
+                "seconds": cost.gpu_seconds,
+                "used_gpu_seconds": cost.used_gpu_seconds,
+                "sample_count": metered.samples if metered else 0,
+                "energy_joules": joules,
+                "allocated_cost": cost.allocated,
+                "used_cost": cost.used,
+                "idle_cost": cost.idle,
+                "energy_cost": costmodel.energy_cost(joules, catalog.tariff_per_kwh, catalog.pue),
+                "currency": catalog.currency,
+                "pricing_model": gpu_hour.pricing_model,
+            }
+        )
+    return rows
