@@ -3,8 +3,9 @@
 Sites that already run dcgm-exporter and Prometheus need no collector: :func:`import_range` reads the DCGM series
 with the Prometheus HTTP API (``GET /api/v1/query_range`` and ``/api/v1/query``; the JSON envelope, the ``matrix``
 and ``vector`` result formats and the error answers are those of the Prometheus documentation, "HTTP API") and
-stores them as :class:`collector.contract.wire.IngestBatch` objects with :meth:`finops.ingest.readings.Ingestor.store`, so the
-ledger, idle detection and reports treat them as collector readings.
+stores them as :class:`collector.contract.wire.IngestBatch` objects with
+:meth:`finops.ingest.readings.Ingestor.store`, so the ledger, idle detection and reports treat them as collector
+readings.
 
 Fields and units are the collector's dcgm source table (:data:`collector.contract.dcgm_fields.FIELDS`; units from
 dcgm-exporter's ``default-counters.csv``): DCGM_FI_DEV_GPU_UTIL % → ratio (or DCGM_FI_PROF_GR_ENGINE_ACTIVE,
@@ -58,6 +59,7 @@ from collector.contract import metric_names as m
 from collector.contract.dcgm_fields import FIELDS, Field, fill_memory_total, gpu_labels, job_of
 from collector.contract.sample import Sample
 from collector.contract.wire import IngestBatch, batch_dict
+from finops.errors import FinopsError
 from finops.ingest.readings import Ingestor
 from finops.ledger.costmodel import quantize
 from finops.timeutil import from_epoch, utc_now
@@ -99,7 +101,7 @@ _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 _DURATION_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 
 
-class PrometheusError(RuntimeError):
+class PrometheusError(FinopsError, RuntimeError):
     """Prometheus did not answer a query with data: an error answer (``"status": "error"`` with its ``errorType``
     and ``error``), an HTTP error, a timeout or no connection. The message names the query and its range."""
 
@@ -458,8 +460,8 @@ def pull_chunk(client: PrometheusClient, first: int, last: int, options: PullOpt
 
 
 def reading_values(raw: Mapping[str, float], utilization_fields: tuple[str, ...]) -> dict[str, float]:
-    """Our metrics in base units (:mod:`collector.contract.metric_names`) from one GPU's DCGM field values at one instant,
-    scaled by the collector's field table; utilisation from the first of ``utilization_fields`` present."""
+    """Our metrics in base units (:mod:`collector.contract.metric_names`) from one GPU's DCGM field values at one
+    instant, scaled by the collector's field table; utilisation from the first of ``utilization_fields`` present."""
     values: dict[str, float] = {}
     for name, value in raw.items():
         spec = FIELDS.get(name)
@@ -572,7 +574,8 @@ def generated_tokens(
 
 def cost_per_million_tokens(cost: Decimal, tokens: int) -> Decimal | None:
     """``cost`` ÷ ``tokens`` × 1,000,000, rounded half-even to the ledger's quantum (one millionth of the currency
-    unit, :data:`finops.ledger.costmodel.QUANTUM`); None when no token was generated. Negative tokens raise ValueError."""
+    unit, :data:`finops.ledger.costmodel.QUANTUM`); None when no token was generated. Negative tokens raise
+    ValueError."""
     if tokens < 0:
         raise ValueError(f"tokens: {tokens} is negative")
     if not cost.is_finite():

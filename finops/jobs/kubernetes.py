@@ -50,6 +50,7 @@ from sqlalchemy.orm import Session
 from collector.contract.wire import JOB_ID_MAX_LENGTH
 from finops.db.hours import HourMarks
 from finops.db.models import Job
+from finops.errors import FinopsError
 from finops.jobs.mig import mig_share
 from finops.jobs.placement import PlacementRequest, Unit, ensure_nodes, job_keys, node_models, place_jobs
 from finops.jobs.slurm_import import replace_job, update_end
@@ -76,7 +77,7 @@ _MIG_SUFFIX_RE = re.compile(r"([0-9]+g\.[0-9]+gb)\.(.+)")
 _TERMINAL = ("Succeeded", "Failed")
 
 
-class KubernetesFormatError(ValueError):
+class KubernetesFormatError(FinopsError, ValueError):
     """A whole document is unusable (not JSON, not a Pod/Node list); the message names the source."""
 
 
