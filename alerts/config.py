@@ -43,6 +43,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from alerts.dispatch import DEFAULT_GROUP_BY, Timers
 from alerts.matchers import Matcher, parse_matcher
+from finops.errors import FinopsError
 
 SEVERITIES = ("info", "warning", "critical")
 Severity = Literal["info", "warning", "critical"]
@@ -50,7 +51,7 @@ Severity = Literal["info", "warning", "critical"]
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
-class AlertConfigError(ValueError):
+class AlertConfigError(FinopsError, ValueError):
     """The rules file is unreadable or invalid; the message names the file and the field."""
 
 

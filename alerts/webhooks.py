@@ -15,12 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from finops.errors import FinopsError
+
 DEFAULT_ALLOWED_HOSTS = frozenset({"hooks.slack.com"})
 
 Resolver = Callable[[str], list[str]]
 
 
-class WebhookRefused(ValueError):
+class WebhookRefused(FinopsError, ValueError):
     """The URL is not allowed by the policy; the message names the redacted URL and the reason."""
 
 

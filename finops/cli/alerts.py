@@ -1,54 +1,44 @@
-"""``gpu-finops alerts …``: list alerts, silence them, see and retry deliveries, send a test message.
-
-Only typer is imported at module level (``gpu-finops collector`` on a GPU node must not load the service).
-"""
+"""``gpu-finops alerts …``: list alerts, silence them, see and retry deliveries, send a test message, and run
+the alert rules once."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+import getpass
+from typing import Annotated
 
 import typer
 
-if TYPE_CHECKING:
-    from sqlalchemy.orm import Session, sessionmaker
+from alerts.config import route_name
+from alerts.engine import enqueue
+from alerts.message import Message
+from alerts.models import DELIVERY_STATUSES
+from alerts.render import message_to_payload
+from alerts.service import AlertRunner, AlertService
+from alerts.store import (
+    RETRIABLE,
+    create_silence,
+    expire_silence,
+    list_alerts,
+    list_deliveries,
+    list_silences,
+    retry_deliveries,
+)
+from finops.cli.base import INCOMPLETE
+from finops.cli.context import instant, load_settings, open_sessions
+from finops.errors import FinopsError
+from finops.timeutil import utc_now
 
-    from alerts.service import AlertService
-    from finops.settings import Settings
-
-alerts_app = typer.Typer(help="Alerts: rules, silences, deliveries to Slack and e-mail.", no_args_is_help=True)
-
-
-def _context() -> tuple[Settings, sessionmaker[Session]]:
-    from finops.cli import _engine, _settings
-    from finops.db.engine import session_factory
-
-    settings = _settings()
-    return settings, session_factory(_engine(settings))
-
-
-def _service(settings: Settings) -> AlertService:
-    from alerts.config import AlertConfigError
-    from alerts.service import AlertService
-
-    try:
-        return AlertService.from_settings(settings)
-    except AlertConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+app = typer.Typer(help="Alerts: rules, silences, deliveries to Slack and e-mail.", no_args_is_help=True)
 
 
-@alerts_app.command("list")
+@app.command("list")
 def alerts_list(
     state: Annotated[str, typer.Option(help="firing, resolved or all.")] = "firing",
 ) -> None:
     """Alerts, newest first: state, rule, severity, labels, since when; muted ones are marked."""
-    from alerts.store import list_alerts
-    from finops.timeutil import utc_now
-
     if state not in ("firing", "resolved", "all"):
         raise typer.BadParameter("must be firing, resolved or all", param_hint="--state")
-    _, sessions = _context()
-    with sessions() as session:
+    with open_sessions(load_settings())() as session:
         found = list_alerts(session, utc_now(), state)  # type: ignore[arg-type]
     if not found:
         typer.echo(f"no {state} alerts" if state != "all" else "no alerts")
@@ -63,7 +53,7 @@ def alerts_list(
         )
 
 
-@alerts_app.command("silence")
+@app.command("silence")
 def alerts_silence(
     matcher: Annotated[list[str], typer.Option(help='Label matcher, e.g. team="vision" (repeatable; all must match).')],
     until: Annotated[str, typer.Option(help="End of the silence, ISO 8601 (UTC if no offset).")],
@@ -72,15 +62,9 @@ def alerts_silence(
     author: Annotated[str, typer.Option(help="Who silences (default: $USER).")] = "",
 ) -> None:
     """Mute the alerts matching every --matcher until --until (Alertmanager matcher syntax: = != =~ !~)."""
-    import getpass
-
-    from alerts.store import create_silence
-    from finops.cli import _instant
-    from finops.timeutil import utc_now
-
-    ends = _instant(until, "--until")
-    starts = _instant(start, "--from") if start is not None else None
-    _, sessions = _context()
+    ends = instant(until, "--until")
+    starts = instant(start, "--from") if start is not None else None
+    sessions = open_sessions(load_settings())
     try:
         with sessions.begin() as session:
             silence_id = create_silence(
@@ -92,16 +76,12 @@ def alerts_silence(
     typer.echo(f"silence {silence_id}: {' '.join(matcher)} until {ends.isoformat()}")
 
 
-@alerts_app.command("silences")
+@app.command("silences")
 def alerts_silences(
     include_expired: Annotated[bool, typer.Option("--all", help="Include silences that have ended.")] = False,
 ) -> None:
     """Silences still in force (or, with --all, every one)."""
-    from alerts.store import list_silences
-    from finops.timeutil import utc_now
-
-    _, sessions = _context()
-    with sessions() as session:
+    with open_sessions(load_settings())() as session:
         found = list_silences(session, utc_now(), include_expired=include_expired)
     if not found:
         typer.echo("no silences")
@@ -113,22 +93,17 @@ def alerts_silences(
         )
 
 
-@alerts_app.command("expire")
+@app.command("expire")
 def alerts_expire(silence_id: Annotated[int, typer.Argument(help="The silence's id.")]) -> None:
-    """End a silence now."""
-    from alerts.store import expire_silence
-    from finops.timeutil import utc_now
-
-    _, sessions = _context()
-    with sessions.begin() as session:
+    """End a silence now; exit code 2 when no silence of that id is in force."""
+    with open_sessions(load_settings()).begin() as session:
         ended = expire_silence(session, silence_id, utc_now())
     if not ended:
-        typer.echo(f"error: no silence {silence_id} in force", err=True)
-        raise typer.Exit(1)
+        raise FinopsError(f"no silence {silence_id} in force")
     typer.echo(f"silence {silence_id} expired")
 
 
-@alerts_app.command("deliveries")
+@app.command("deliveries")
 def alerts_deliveries(
     status: Annotated[
         list[str] | None,
@@ -136,15 +111,11 @@ def alerts_deliveries(
     ] = None,
 ) -> None:
     """Messages in the outbox with their status, attempts and last (redacted) error; failed ones by default."""
-    from alerts.models import DELIVERY_STATUSES
-    from alerts.store import RETRIABLE, list_deliveries
-
     chosen = status or list(RETRIABLE)
     for value in chosen:
         if value not in DELIVERY_STATUSES:
             raise typer.BadParameter(f"{value!r} is not one of {', '.join(DELIVERY_STATUSES)}", param_hint="--status")
-    _, sessions = _context()
-    with sessions() as session:
+    with open_sessions(load_settings())() as session:
         found = list_deliveries(session, chosen)
     if not found:
         typer.echo(f"no {' or '.join(chosen)} deliveries")
@@ -156,56 +127,48 @@ def alerts_deliveries(
         )
 
 
-@alerts_app.command("retry")
+@app.command("retry")
 def alerts_retry(
     delivery_id: Annotated[list[int] | None, typer.Argument(help="Ids of failed or refused deliveries.")] = None,
     all_failed: Annotated[bool, typer.Option("--all-failed", help="Every failed or refused delivery.")] = False,
 ) -> None:
-    """Queue failed or refused deliveries again (the running service sends them within seconds)."""
-    from alerts.store import retry_deliveries
-    from finops.timeutil import utc_now
-
+    """Queue failed or refused deliveries again (the running service sends them within seconds).
+    Exit code 1 when some of the ids given are not failed or refused deliveries (the others are queued)."""
     if bool(delivery_id) == all_failed:
         raise typer.BadParameter("give delivery ids or --all-failed (one of the two)", param_hint="ID")
-    settings, sessions = _context()
-    deadline = _service(settings).deadline
+    settings = load_settings()
+    sessions = open_sessions(settings)
+    deadline = AlertService.from_settings(settings).deadline
     with sessions.begin() as session:
         retried = retry_deliveries(session, utc_now(), deadline, None if all_failed else delivery_id)
     typer.echo(f"queued again: {', '.join(map(str, retried)) or 'nothing'}")
     missed = sorted(set(delivery_id or []) - set(retried))
     if missed:
         typer.echo(f"error: not failed or refused: {', '.join(map(str, missed))}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(INCOMPLETE)
 
 
-@alerts_app.command("test")
+@app.command("test")
 def alerts_test(
     channel: Annotated[str, typer.Option(help="slack or email.")],
     route: Annotated[str, typer.Option(help="Route whose targets get the message (default: the default route).")] = (
         "default"
     ),
 ) -> None:
-    """Send a test message to a route's Slack webhooks or e-mail recipients, through the outbox, once."""
-    from alerts.config import route_name
-    from alerts.engine import enqueue
-    from alerts.message import Message
-    from alerts.render import message_to_payload
-    from alerts.service import AlertRunner
-    from finops.timeutil import utc_now
-
+    """Send a test message to a route's Slack webhooks or e-mail recipients, through the outbox, once.
+    Exit code 1 when a delivery fails; 2 for an unknown route or one without a target of that channel."""
     if channel not in ("slack", "email"):
         raise typer.BadParameter("must be slack or email", param_hint="--channel")
-    settings, sessions = _context()
-    service = _service(settings)
+    settings = load_settings()
+    sessions = open_sessions(settings)
+    service = AlertService.from_settings(settings)
     names = ["default", *(route_name(r, i) for i, r in enumerate(service.config.routes))]
     if route not in names:
-        typer.echo(f"error: no route named {route!r} (routes: {', '.join(names)})", err=True)
-        raise typer.Exit(2)
+        raise FinopsError(f"no route named {route!r} (routes: {', '.join(names)})")
     chosen = service.config.route_named(route)
     targets = chosen.model_copy(update={"email": []} if channel == "slack" else {"slack": []})
     if not (targets.slack or targets.email):
-        typer.echo(f"error: route {route!r} has no {channel} target in the rules file", err=True)
-        raise typer.Exit(2)
+        raise FinopsError(f"route {route!r} has no {channel} target in the rules file")
     now = utc_now()
     message = Message(
         title="[TEST] gpu-finops alert delivery",
@@ -225,16 +188,15 @@ def alerts_test(
         detail = f": {outcome.reason}" if outcome.reason else ""
         typer.echo(f"delivery {outcome.id} ({outcome.channel} → {outcome.target}): {outcome.status}{detail}")
     if any(o.status != "delivered" for o in outcomes):
-        raise typer.Exit(1)
+        raise typer.Exit(INCOMPLETE)
 
 
-@alerts_app.command("evaluate")
+@app.command("evaluate")
 def alerts_evaluate() -> None:
     """Run the alert rules now, then dispatch and deliver what is due (what the scheduler does after a rollup)."""
-    from alerts.service import AlertRunner
-
-    settings, sessions = _context()
-    runner = AlertRunner(_service(settings), sessions)
+    settings = load_settings()
+    sessions = open_sessions(settings)
+    runner = AlertRunner(AlertService.from_settings(settings), sessions)
     try:
         evaluation = runner.evaluate()
         dispatched, outcomes = runner.deliver()

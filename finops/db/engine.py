@@ -17,9 +17,10 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 import finops
+from finops.errors import FinopsError
 
 
-class NotMigratedError(RuntimeError):
+class NotMigratedError(FinopsError, RuntimeError):
     """The database is not at the newest migration; the message says what to run."""
 
 

@@ -13,25 +13,31 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from finops.demo.allocation import TeamSeries
+from finops.errors import FinopsError
 
 HELIOS_TEAMS = ("vcpDC", "vc6YE", "vcvlY", "vc3sl", "vchbv", "vcira")
+
+
+class HeliosTraceError(FinopsError, ValueError):
+    """The Helios folder cannot be replayed: a VC's file is missing or a row is bad; the message names the
+    file (and line)."""
 
 
 def load_helios(directory: Path) -> list[TeamSeries]:
     """The six VCs' minute series, in :data:`HELIOS_TEAMS` order.
 
-    Raises FileNotFoundError naming a missing file, ValueError naming the file and line of a bad row
-    (non-integer count, a minute missing or repeated, a quota that changes, series of different lengths).
+    Raises :class:`HeliosTraceError` naming a missing file, or the file and line of a bad row (non-integer
+    count, a minute missing or repeated, a quota that changes, series of different lengths).
     """
     series = []
     for team in HELIOS_TEAMS:
         matches = sorted(directory.glob(f"{team}_cluster_sequence_vc_*.csv"))
         if not matches:
-            raise FileNotFoundError(f"no {team}_cluster_sequence_vc_*.csv in {directory}")
+            raise HeliosTraceError(f"no {team}_cluster_sequence_vc_*.csv in {directory}")
         series.append(_read_team(team, matches[0]))
     lengths = {len(s.running) for s in series}
     if len(lengths) != 1:
-        raise ValueError(f"Helios series in {directory} have different lengths: {sorted(lengths)}")
+        raise HeliosTraceError(f"Helios series in {directory} have different lengths: {sorted(lengths)}")
     return series
 
 
@@ -45,13 +51,13 @@ def _read_team(team: str, path: Path) -> TeamSeries:
                 minute = datetime.fromisoformat(row["time"])
                 row_quota, held = int(row["total_gpu_num"]), int(row["running_gpu_num"])
             except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"{path}:{line}: {exc}") from exc
+                raise HeliosTraceError(f"{path}:{line}: {exc}") from exc
             if previous is not None and minute - previous != timedelta(minutes=1):
-                raise ValueError(f"{path}:{line}: time {minute} does not follow {previous} by one minute")
+                raise HeliosTraceError(f"{path}:{line}: time {minute} does not follow {previous} by one minute")
             if quota is not None and row_quota != quota:
-                raise ValueError(f"{path}:{line}: total_gpu_num {row_quota} differs from {quota}")
+                raise HeliosTraceError(f"{path}:{line}: total_gpu_num {row_quota} differs from {quota}")
             quota, previous = row_quota, minute
             running.append(held)
     if quota is None:
-        raise ValueError(f"{path}: no rows")
+        raise HeliosTraceError(f"{path}: no rows")
     return TeamSeries(team, quota, running)

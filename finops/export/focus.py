@@ -41,6 +41,7 @@ from sqlalchemy.orm import Session
 
 from finops.analysis.budgets import month_start, next_month_start
 from finops.db.models import Gpu, Job, LedgerEntry, Node, Team
+from finops.errors import FinopsError
 from finops.ledger.costmodel import JOULES_PER_KWH, QUANTUM, SECONDS_PER_HOUR
 from finops.pricing.catalog import PriceNotFound, Pricing, PricingModel
 
@@ -151,7 +152,7 @@ will (Dynamic); owning the GPU is none of those (Other)."""
 FocusRow = dict[str, Any]
 
 
-class FocusExportError(ValueError):
+class FocusExportError(FinopsError, ValueError):
     """The export cannot be written as asked: bad period or output file, or a price the ledger needs."""
 
 

@@ -19,6 +19,8 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from finops.errors import FinopsError
+
 log = logging.getLogger(__name__)
 
 MAX_POINTS_PER_SERIES = 11_000
@@ -29,7 +31,7 @@ _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 _DURATION_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 
 
-class PrometheusError(RuntimeError):
+class PrometheusError(FinopsError, RuntimeError):
     """Prometheus did not answer a query with data: an error answer (``"status": "error"`` with its ``errorType``
     and ``error``), an HTTP error, a timeout or no connection. The message names the query and its range."""
 

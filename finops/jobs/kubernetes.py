@@ -34,6 +34,7 @@ from typing import Any
 import orjson
 
 from collector.contract.wire import JOB_ID_MAX_LENGTH
+from finops.errors import FinopsError
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -55,7 +56,7 @@ _MIG_SUFFIX_RE = re.compile(r"([0-9]+g\.[0-9]+gb)\.(.+)")
 _TERMINAL = ("Succeeded", "Failed")
 
 
-class KubernetesFormatError(ValueError):
+class KubernetesFormatError(FinopsError, ValueError):
     """A whole document is unusable (not JSON, not a Pod/Node list); the message names the source."""
 
 

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from finops.db.hours import HourMarks
 from finops.db.models import Job, Watermark
+from finops.errors import FinopsError
 from finops.jobs.mig import mig_share
 from finops.jobs.placement import PlacementRequest, Unit, ensure_nodes, job_keys, node_models, place_jobs
 from finops.jobs.slurm import SACCT_FIELDS, SacctJob, SacctLineError, parse_sacct
@@ -184,7 +185,7 @@ time period requested as the job was also RUNNING during that time": every job t
 instant of the window, whatever its final state, and no job that never started."""
 
 
-class SacctError(RuntimeError):
+class SacctError(FinopsError, RuntimeError):
     """sacct could not be run, timed out or exited non-zero; the message holds its stderr."""
 
 

@@ -45,6 +45,8 @@ from pydantic import (
     model_validator,
 )
 
+from finops.errors import FinopsError
+
 DEFAULT_CATALOG = Path(__file__).parent / "price_catalog.yaml"
 HOURS_PER_YEAR = Decimal(8760)
 WATTS_PER_KW = Decimal(1000)
@@ -65,7 +67,7 @@ class PriceNotFound(LookupError):
     """No catalog model matches a GPU name, or no row of a pricing model is in effect at a time."""
 
 
-class CatalogError(ValueError):
+class CatalogError(FinopsError, ValueError):
     """The catalog file cannot be read or is invalid; the message names the file and the field."""
 
 
@@ -308,7 +310,11 @@ def parse_catalog(text: str, source: str) -> PriceCatalog:
     try:
         data = yaml.load(text, Loader=_CatalogLoader)  # _CatalogLoader is a SafeLoader: no arbitrary objects
     except yaml.YAMLError as exc:
-        raise CatalogError(f"price catalog {source}: invalid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise CatalogError(
+            f"price catalog {source}: invalid YAML{where}: {getattr(exc, 'problem', None) or exc}"
+        ) from exc
     try:
         return PriceCatalog.model_validate(data)
     except ValidationError as exc:

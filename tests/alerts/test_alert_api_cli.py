@@ -116,7 +116,7 @@ def test_alert_commands(sessions, database_url: str) -> None:  # type: ignore[no
     bad = _invoke(env, "silence", "--matcher", "team", "--until", until.isoformat(), "--comment", "x")
     assert bad.exit_code == 2 and "not a matcher" in _words(bad)
     assert _invoke(env, "expire", str(silence.id)).output.strip() == f"silence {silence.id} expired"
-    assert _invoke(env, "expire", str(silence.id)).exit_code == 1
+    assert _invoke(env, "expire", str(silence.id)).exit_code == 2
     assert "(muted)" not in _invoke(env, "list").output
 
     refused = _delivery(sessions, "refused")

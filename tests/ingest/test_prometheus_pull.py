@@ -24,7 +24,8 @@ from typer.testing import CliRunner
 from collector.contract.sample import Sample
 from collector.contract.wire import GpuReading, reading_dict
 from finops.analysis.tokens import cost_per_million_tokens, generated_tokens
-from finops.cli import _prometheus_pull, app
+from finops.cli import app
+from finops.cli.serve import prometheus_pull
 from finops.db.models import Gpu, GpuSample, Node
 from finops.ingest.prometheus import MAX_POINTS_PER_SERIES, LabelNames, PrometheusClient, PrometheusError, parse_step
 from finops.ingest.prometheus_pull import PullOptions, ScheduledPull, import_range, pull, reading_values, step_chunks
@@ -327,11 +328,11 @@ def test_the_scheduler_pulls_when_a_url_is_configured(
     from finops.analysis.idle import IdlePolicy
     from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 
-    assert _prometheus_pull(Settings()) is None
+    assert prometheus_pull(Settings()) is None
     monkeypatch.setenv("FINOPS_PROMETHEUS_URL", telemetry.url)
     monkeypatch.setenv("FINOPS_PROMETHEUS_SELECTOR", '{namespace="llm"}')
     monkeypatch.setenv("FINOPS_PROMETHEUS_STEP_SECONDS", "5")
-    scheduled = _prometheus_pull(Settings(rollup_interval_seconds=3600))
+    scheduled = prometheus_pull(Settings(rollup_interval_seconds=3600))
     assert scheduled is not None and scheduled.lookback == timedelta(hours=2)
     pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
     running = start_scheduler(sessions, pricing, IdlePolicy(), CostMetrics(CollectorRegistry()), 3600, scheduled)

@@ -171,11 +171,11 @@ def test_the_scheduled_run_swallows_failures(sessions, fake_sacct: FakeSacct) ->
 
 
 def test_settings_schedule_the_import() -> None:
-    from finops.cli import _scheduled_sacct
+    from finops.cli.serve import scheduled_sacct
 
-    assert _scheduled_sacct(Settings()) is None
+    assert scheduled_sacct(Settings()) is None
     settings = Settings(sacct_schedule_seconds=120, sacct_command="/opt/slurm/bin/sacct", sacct_cluster="orion")
-    assert _scheduled_sacct(settings) == ScheduledSacct("/opt/slurm/bin/sacct", "orion", 120, 600, 86400, 300.0)
+    assert scheduled_sacct(settings) == ScheduledSacct("/opt/slurm/bin/sacct", "orion", 120, 600, 86400, 300.0)
 
 
 def test_import_sacct_run_command(engine, database_url: str, fake_sacct: FakeSacct) -> None:  # type: ignore[no-untyped-def]

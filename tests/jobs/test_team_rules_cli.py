@@ -61,7 +61,7 @@ def test_rules_set_list_and_delete_move_jobs(engine, sessions, database_url: str
     assert deleted.output.strip() == "deleted label team=nlp → team nlp; 2 jobs moved"
     assert _teams(sessions)["ml-train/eval-7f9c"] == "ml-platform"
     again = _invoke(database_url, "team", "rule", "delete", "--kind", "label", "--key", "team", "nlp")
-    assert again.exit_code == 1 and "no rule for label team=nlp" in again.output
+    assert again.exit_code == 2 and "no rule for label team=nlp" in again.output
 
 
 def test_team_map_is_an_account_rule(engine, database_url: str) -> None:  # type: ignore[no-untyped-def]

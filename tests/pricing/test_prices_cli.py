@@ -67,7 +67,7 @@ def test_broken_catalog_is_refused_naming_the_field(cli_env, tmp_path: Path) -> 
     path = tmp_path / "broken.yaml"
     path.write_text(DEFAULT_CATALOG.read_text().replace(H100_ON_DEMAND_NOW, "        rate: -1", 1))
     result = cli_env.invoke(app, ["prices", "import", str(path)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert str(path) in result.output and "rate" in result.output
 
 

@@ -1,0 +1,83 @@
+"""``gpu-finops collector``: the node agent (read the sources every interval, serve /metrics, spool and ship
+the GPU readings to the service).
+
+It runs on GPU nodes that have only the base dependencies (httpx, pydantic, prometheus-client, typer,
+nvidia-ml-py), so this module imports :mod:`collector` and nothing of the service (no SQLAlchemy, FastAPI,
+PyYAML or Streamlit, and not :mod:`finops.settings`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from collector import node as node_process
+
+app = typer.Typer()
+
+
+@app.command()
+def collector(
+    service_url: Annotated[str, typer.Option(envvar="FINOPS_SERVICE_URL", help="gpu-finops service base URL.")],
+    source: Annotated[
+        list[str],
+        typer.Option(help="Sources to run (repeatable): nvml, nvidia_smi, dcgm, infiniband, diskstats, nfs, lustre."),
+    ] = ["nvml", "infiniband", "diskstats", "nfs", "lustre"],  # noqa: B006
+    node: Annotated[str, typer.Option(help="This host's name as Slurm knows it (default: hostname).")] = "",
+    token_file: Annotated[
+        Path | None, typer.Option(envvar="FINOPS_INGEST_TOKEN_FILE", help="Bearer token file.")
+    ] = None,
+    interval: Annotated[float, typer.Option(help="Seconds between collections.")] = 10.0,
+    metrics_address: Annotated[str, typer.Option(help="Address /metrics listens on.")] = "0.0.0.0",
+    metrics_port: Annotated[int, typer.Option(help="Port of the collector's /metrics.")] = 9835,
+    spool_dir: Annotated[
+        Path, typer.Option(envvar="FINOPS_SPOOL_DIR", help="Durable queue of readings not yet acknowledged.")
+    ] = Path("/var/lib/gpu-finops/spool"),
+    spool_max_mib: Annotated[int, typer.Option(help="Spool size bound, MiB (oldest readings dropped beyond).")] = 256,
+    proc_root: Annotated[Path, typer.Option(help="procfs mount point.")] = Path("/proc"),
+    sys_root: Annotated[Path, typer.Option(help="sysfs mount point.")] = Path("/sys"),
+    dcgm_url: Annotated[str, typer.Option(help="dcgm-exporter /metrics URL.")] = "http://127.0.0.1:9400/metrics",
+    nvidia_smi: Annotated[str, typer.Option(help="nvidia-smi command for the nvidia_smi source.")] = "nvidia-smi",
+    job_mapping_dir: Annotated[
+        Path | None, typer.Option(help="GPU → job directory written by the Slurm prolog (e.g. /run/gpustat).")
+    ] = None,
+) -> None:
+    """Run the node collector: read sources every interval, serve /metrics, spool and ship GPU readings."""
+    config = node_process.NodeConfig(
+        service_url=service_url,
+        token=_token(token_file),
+        node=node or socket.gethostname(),
+        spool_dir=spool_dir,
+        spool_max_bytes=spool_max_mib * 2**20,
+        interval_seconds=interval,
+        metrics_address=metrics_address,
+        metrics_port=metrics_port,
+        proc_root=proc_root,
+        sys_root=sys_root,
+        dcgm_url=dcgm_url,
+        nvidia_smi=nvidia_smi,
+        job_mapping_dir=job_mapping_dir,
+    )
+    try:
+        sources = [node_process.build_source(name, config) for name in source]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--source") from exc
+    node_process.run(config, sources, threading.Event())
+
+
+def _token(token_file: Path | None) -> str:
+    """The ingest token: the text of ``token_file`` stripped, else ``FINOPS_INGEST_TOKEN`` (may be empty).
+    BadParameter naming --token-file when the file cannot be read."""
+    if token_file is None:
+        return os.environ.get("FINOPS_INGEST_TOKEN", "")
+    try:
+        return token_file.read_text().strip()
+    except OSError as exc:
+        raise typer.BadParameter(f"{token_file}: {exc.strerror or exc}", param_hint="--token-file") from exc
+    except UnicodeDecodeError as exc:
+        raise typer.BadParameter(f"{token_file}: not text", param_hint="--token-file") from exc

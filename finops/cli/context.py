@@ -1,0 +1,119 @@
+"""What the service commands share: the settings, the database (engine behind the migration gate, sessions),
+the price catalog and idle policy the settings name, ISO 8601 options, and reading input files.
+
+Everything here raises :class:`~finops.errors.FinopsError` (or :class:`typer.BadParameter` for an option) for
+a user error; the root group (:mod:`finops.cli.base`) shows it in one line and exits with code 2. This module
+needs the service extra (SQLAlchemy, PyYAML, …); only :mod:`finops.cli` imports the modules that use it, in
+one guarded place.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import TextIO
+
+import typer
+from pydantic import ValidationError
+from sqlalchemy import Engine
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.orm import Session, sessionmaker
+
+from finops.analysis.idle import IdlePolicy
+from finops.db.engine import make_engine, require_migrated, session_factory
+from finops.errors import FinopsError
+from finops.pricing.catalog import Pricing, load_catalog
+from finops.settings import Settings
+from finops.timeutil import parse_utc
+
+STDIN = "-"
+"""The file name that means standard input."""
+
+
+def load_settings() -> Settings:
+    """The settings from the environment (``FINOPS_*``). FinopsError naming each bad variable, in one line."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            where = f"FINOPS_{str(error['loc'][0]).upper()}: " if error["loc"] else ""
+            problems.append(where + error["msg"].removeprefix("Value error, "))
+        raise FinopsError(f"settings: {'; '.join(problems)}") from exc
+
+
+def open_engine(settings: Settings, *, migrated: bool = True) -> Engine:
+    """An engine on the configured database; unless ``migrated`` is False, NotMigratedError (a FinopsError
+    saying to run ``gpu-finops db upgrade``) when the database is not at the newest migration.
+    FinopsError for a database URL SQLAlchemy cannot use or an SQLite directory that cannot be made."""
+    try:
+        engine = make_engine(settings.effective_database_url)
+    except ArgumentError as exc:
+        raise FinopsError(f"FINOPS_DATABASE_URL: {exc}") from exc
+    except OSError as exc:
+        raise FinopsError(f"FINOPS_DATABASE_URL: {exc.filename}: {exc.strerror}") from exc
+    if migrated:
+        require_migrated(engine)
+    return engine
+
+
+def open_sessions(settings: Settings) -> sessionmaker[Session]:
+    """Sessions on the migrated database (see :func:`open_engine`)."""
+    return session_factory(open_engine(settings))
+
+
+def load_pricing(settings: Settings) -> Pricing:
+    """The price catalog (``FINOPS_PRICE_CATALOG``, else the packaged one) under ``FINOPS_PRICING_MODEL``.
+    CatalogError (a FinopsError naming the file and field) for a catalog that cannot be read or is invalid."""
+    return Pricing(load_catalog(settings.price_catalog), settings.pricing_model)
+
+
+def idle_policy(settings: Settings) -> IdlePolicy:
+    """The idle detection thresholds of the ``FINOPS_IDLE_*`` settings."""
+    return IdlePolicy(
+        settings.idle_threshold_ratio,
+        settings.idle_window_seconds,
+        settings.idle_max_gap_seconds,
+        settings.idle_grace_seconds,
+        settings.idle_partition_thresholds,
+    )
+
+
+def instant(text: str, option: str) -> datetime:
+    """ISO 8601 ``text`` as an aware UTC datetime (UTC when it has no offset); BadParameter naming ``option``."""
+    try:
+        return parse_utc(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{text!r} is not an ISO 8601 time", param_hint=option) from exc
+
+
+def read_bytes(file: str | Path) -> bytes:
+    """The bytes of ``file`` (``-``: standard input); FinopsError ``<file>: <reason>`` if it cannot be read."""
+    if str(file) == STDIN:
+        return sys.stdin.buffer.read()
+    try:
+        return Path(file).read_bytes()
+    except OSError as exc:
+        raise FinopsError(f"{file}: {exc.strerror or exc}") from exc
+
+
+def read_text(file: Path) -> str:
+    """The UTF-8 text of ``file``; FinopsError ``<file>: <reason>`` if it cannot be read or decoded."""
+    try:
+        return file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FinopsError(f"{file}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise FinopsError(f"{file}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+
+
+def open_text(file: str) -> TextIO:
+    """``file`` opened for reading UTF-8 text (``-``: standard input); FinopsError ``<file>: <reason>`` if it
+    cannot be opened."""
+    if file == STDIN:
+        return sys.stdin
+    try:
+        return open(file, encoding="utf-8")
+    except OSError as exc:
+        raise FinopsError(f"{file}: {exc.strerror or exc}") from exc

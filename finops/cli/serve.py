@@ -1,0 +1,127 @@
+"""The long-running service processes: ``gpu-finops serve`` (ingest and REST API, by default with the
+scheduled jobs), ``gpu-finops scheduler`` (the scheduled jobs alone) and ``gpu-finops dashboard`` (Streamlit);
+and the scheduled jobs the settings switch on (Prometheus pull, sacct import, alert rules)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Annotated
+
+import typer
+import uvicorn
+from apscheduler.schedulers.background import BackgroundScheduler
+from prometheus_client import CollectorRegistry, start_http_server
+from sqlalchemy.orm import Session, sessionmaker
+
+from alerts.service import AlertRunner, AlertService
+from finops.cli.context import idle_policy, load_pricing, load_settings, open_engine, open_sessions
+from finops.db.engine import session_factory
+from finops.errors import FinopsError
+from finops.ingest.prometheus import PrometheusClient
+from finops.ingest.prometheus_pull import PullOptions, ScheduledPull
+from finops.jobs.slurm_import import ScheduledSacct
+from finops.pricing.catalog import Pricing
+from finops.service.cost_metrics import CostMetrics
+from finops.service.dashboard_server import serve_dashboard
+from finops.service.scheduler import start_scheduler
+from finops.settings import Settings
+from finops.web.app import ServiceMetrics, create_app
+
+app = typer.Typer()
+
+
+def prometheus_pull(settings: Settings) -> ScheduledPull | None:
+    """The scheduled Prometheus pull when ``FINOPS_PROMETHEUS_URL`` is set, else None.
+    FinopsError for a ``FINOPS_PROMETHEUS_SELECTOR`` that is not label matchers in braces."""
+    if not settings.prometheus_url:
+        return None
+    try:
+        options = PullOptions(step_seconds=settings.prometheus_step_seconds, selector=settings.prometheus_selector)
+    except ValueError as exc:
+        raise FinopsError(f"FINOPS_PROMETHEUS_SELECTOR: {exc}") from exc
+    return ScheduledPull(PrometheusClient(settings.prometheus_url), options, settings.rollup_interval_seconds)
+
+
+def scheduled_sacct(settings: Settings) -> ScheduledSacct | None:
+    """The scheduled sacct import when ``FINOPS_SACCT_SCHEDULE_SECONDS`` is set, else None."""
+    if not settings.sacct_schedule_seconds:
+        return None
+    return ScheduledSacct(
+        command=settings.sacct_command,
+        cluster=settings.sacct_cluster,
+        interval_seconds=settings.sacct_schedule_seconds,
+        overlap_seconds=settings.sacct_overlap_seconds,
+        lookback_seconds=settings.sacct_lookback_seconds,
+        timeout_seconds=settings.sacct_timeout_seconds,
+    )
+
+
+def _start_jobs(
+    settings: Settings, sessions: sessionmaker[Session], pricing: Pricing, registry: CollectorRegistry
+) -> BackgroundScheduler:
+    """Start the scheduled jobs of the settings; the caller shuts the scheduler down.
+    AlertConfigError (a FinopsError) for an alert rules file that cannot be read or is invalid."""
+    return start_scheduler(
+        sessions,
+        pricing,
+        idle_policy(settings),
+        CostMetrics(registry),
+        settings.rollup_interval_seconds,
+        prometheus=prometheus_pull(settings),
+        sacct=scheduled_sacct(settings),
+        sample_retention_days=settings.sample_retention_days,
+        alerts=AlertRunner(AlertService.from_settings(settings), sessions),
+    )
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
+    scheduler: Annotated[bool, typer.Option(help="Run the rollup and budget jobs in this process.")] = True,
+    insecure_no_token: Annotated[bool, typer.Option(help="Accept ingest without a bearer token.")] = False,
+) -> None:
+    """Run the service: ingest API, /healthz, /metrics and (by default) the scheduled jobs."""
+    settings = load_settings()
+    engine = open_engine(settings)
+    token = settings.ingest_token.get_secret_value() if settings.ingest_token else None
+    if token is None and not insecure_no_token:
+        raise FinopsError("set FINOPS_INGEST_TOKEN or FINOPS_INGEST_TOKEN_FILE (or pass --insecure-no-token)")
+    sessions = session_factory(engine)
+    metrics = ServiceMetrics()
+    pricing = load_pricing(settings)
+    running = _start_jobs(settings, sessions, pricing, metrics.registry) if scheduler else None
+    try:
+        api_token = settings.api_token.get_secret_value() if settings.api_token else None
+        uvicorn.run(
+            create_app(sessions, token, metrics, api_token, pricing.catalog), host=host, port=port, log_level="warning"
+        )
+    finally:
+        if running is not None:
+            running.shutdown(wait=False)
+
+
+@app.command()
+def scheduler(
+    metrics_port: Annotated[int, typer.Option(help="Port of this process's /metrics (budget gauges).")] = 8081,
+    metrics_address: Annotated[str, typer.Option(help="Address /metrics listens on.")] = "127.0.0.1",
+) -> None:
+    """Run only the scheduled jobs (ledger rollup, idle detection, budget gauges), apart from `serve --no-scheduler`."""
+    settings = load_settings()
+    registry = CollectorRegistry()
+    running = _start_jobs(settings, open_sessions(settings), load_pricing(settings), registry)
+    start_http_server(metrics_port, addr=metrics_address, registry=registry)
+    try:
+        threading.Event().wait()
+    finally:
+        running.shutdown(wait=False)
+
+
+@app.command()
+def dashboard(
+    port: Annotated[int, typer.Option(help="TCP port of the Streamlit server.")] = 8501,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+) -> None:
+    """Serve the Streamlit dashboard on the configured database."""
+    open_engine(load_settings())
+    serve_dashboard(host, port)

@@ -1,0 +1,80 @@
+"""``gpu-finops team …``: teams and the rules that give jobs their team (Slurm account, Kubernetes namespace,
+Kubernetes label → team)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from finops.cli.context import load_settings, open_sessions
+from finops.errors import FinopsError
+from finops.jobs.teams import delete_rule, find_rule, list_rules, map_account, set_rule
+
+app = typer.Typer(help="Teams and the rules that give jobs their team.", no_args_is_help=True)
+rule_app = typer.Typer(
+    help="Team rules: a Slurm account, Kubernetes namespace or Kubernetes label key=value → team; a job takes the "
+    "team of its first matching rule, label before namespace before account, else __unmapped__.",
+    no_args_is_help=True,
+)
+app.add_typer(rule_app, name="rule")
+
+_RULE_KIND = typer.Option("--kind", help="account, namespace or label.")
+_RULE_KEY = typer.Option("--key", help="The label name, for --kind label (e.g. team).")
+
+
+@app.command("map")
+def team_map(account: str, team: str) -> None:
+    """Map Slurm ACCOUNT to TEAM (jobs already imported move too)."""
+    with open_sessions(load_settings()).begin() as session:
+        moved = map_account(session, account, team)
+    typer.echo(f"account {account} → team {team}; {moved} jobs moved")
+
+
+def _rule_text(kind: str, key: str, value: str) -> str:
+    return f"label {key}={value}" if kind == "label" else f"{kind} {value}"
+
+
+@rule_app.command("set")
+def team_rule_set(
+    value: Annotated[str, typer.Argument(help="Account name, namespace, or label value.")],
+    team: Annotated[str, typer.Argument(help="Team name (created if new).")],
+    kind: Annotated[str, _RULE_KIND],
+    key: Annotated[str, _RULE_KEY] = "",
+) -> None:
+    """Map VALUE (of the given kind) to TEAM, replacing the rule for the same selector; jobs already imported move."""
+    with open_sessions(load_settings()).begin() as session:
+        try:
+            moved = set_rule(session, kind, key, value, team)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--kind/--key") from exc
+    typer.echo(f"{_rule_text(kind, key, value)} → team {team}; {moved} jobs moved")
+
+
+@rule_app.command("delete")
+def team_rule_delete(
+    value: Annotated[str, typer.Argument(help="Account name, namespace, or label value.")],
+    kind: Annotated[str, _RULE_KIND],
+    key: Annotated[str, _RULE_KEY] = "",
+) -> None:
+    """Delete the rule for VALUE (of the given kind); the jobs it decided take their next matching rule.
+    Exit code 2 when there is no such rule."""
+    with open_sessions(load_settings()).begin() as session:
+        try:
+            rule = find_rule(session, kind, key, value)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--kind/--key") from exc
+        if rule is None:
+            raise FinopsError(f"no rule for {_rule_text(kind, key, value)}")
+        moved = delete_rule(session, kind, key, value)
+    typer.echo(f"deleted {_rule_text(kind, key, value)} → team {rule.team}; {moved} jobs moved")
+
+
+@rule_app.command("list")
+def team_rule_list() -> None:
+    """Every team rule, in the order they are tried (label, namespace, account)."""
+    with open_sessions(load_settings())() as session:
+        rules = list_rules(session)
+    lines = [f"{'kind':<10} {'key':<24} {'value':<32} team"]
+    lines += [f"{r.kind:<10} {r.key or '-':<24} {r.value:<32} {r.team}" for r in rules]
+    typer.echo("\n".join(lines))

@@ -1,0 +1,104 @@
+"""The command line's layout: ``gpu-finops collector`` on a node without the service extra, the stand-ins for the
+service commands there, user errors as one ``error: …`` line with exit code 2, and no import cycle in finops.cli."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from typer.main import get_command
+from typer.testing import CliRunner
+
+import finops.cli
+from finops.cli import app
+from finops.cli.base import SERVICE_COMMANDS
+
+NODE_ONLY = textwrap.dedent(
+    """
+    import atexit, importlib.abc, sys
+
+    SERVICE = {"alembic", "altair", "apscheduler", "fastapi", "pandas", "psycopg", "pyarrow", "sqlalchemy",
+               "starlette", "streamlit", "uvicorn", "yaml"}
+
+
+    class NotInstalled(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in SERVICE:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+
+    sys.meta_path.insert(0, NotInstalled())
+    atexit.register(lambda: print("service modules loaded:", sorted(m for m in sys.modules if m in SERVICE)))
+    from finops.cli import app
+
+    sys.argv = ["gpu-finops", *sys.argv[1:]]
+    app()
+    """
+)
+"""A GPU node: the service extra's packages (and the dashboard's) cannot be imported; then ``gpu-finops ARGS``."""
+
+
+def _on_a_node(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", NODE_ONLY, *args], capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+def test_the_collector_runs_without_the_service_extra() -> None:
+    result = _on_a_node("collector", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "Usage" in result.stdout and "--service-url" in result.stdout
+    assert result.stdout.rstrip().endswith("service modules loaded: []")
+    listing = _on_a_node("--help")
+    assert listing.returncode == 0, listing.stderr
+    assert all(name in listing.stdout for name in ("collector", "report", "import", "serve"))
+
+
+def test_service_commands_say_they_need_the_extra() -> None:
+    for args in (["report", "--start", "2026-01-01", "--end", "2026-02-01"], ["db", "upgrade"], ["import", "--help"]):
+        result = _on_a_node(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.splitlines() == [
+            f"gpu-finops {args[0]} needs the service extra: pip install 'gpu-finops[service]'"
+        ]
+        assert "service modules loaded: []" in result.stdout
+
+
+def test_the_stand_ins_name_every_service_command() -> None:
+    names = set(get_command(app).commands)  # type: ignore[attr-defined]
+    assert names == {"collector", *SERVICE_COMMANDS}
+
+
+def test_command_modules_do_not_import_the_package() -> None:
+    """Each module of finops/cli imports what it shares from finops.cli.context or .base, never finops.cli's
+    namespace (only __init__ and __main__ do), so there is no import cycle."""
+    package = Path(finops.cli.__file__).parent
+    for path in package.glob("*.py"):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert node.module != "finops.cli", f"{path.name} imports from finops.cli"
+            if isinstance(node, ast.Import):
+                assert all(alias.name != "finops.cli" for alias in node.names), path.name
+
+
+def test_bad_settings_are_one_error_line(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("FINOPS_IDLE_THRESHOLD_RATIO", "5")
+    result = CliRunner().invoke(app, ["report", "--start", "2026-01-01", "--end", "2026-02-01"])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: settings: FINOPS_IDLE_THRESHOLD_RATIO: ")
+    assert len(result.output.splitlines()) == 1
+
+
+def test_an_unreadable_token_file_is_a_bad_option(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["collector", "--service-url", "http://127.0.0.1:9", "--token-file", str(tmp_path / "absent")]
+    )
+    words = " ".join(result.output.replace("│", " ").split())
+    assert result.exit_code == 2
+    assert "No such file or directory" in words and "--token-file" in words
