@@ -20,7 +20,7 @@ from typing import Any
 import typer
 from pydantic.fields import FieldInfo
 
-from finops.cli import app
+from finops.cli import app, base
 from finops.settings import GROUPS, SettingsGroup, secret_file_fields
 
 PROGRAM = "gpu-finops"
@@ -46,15 +46,7 @@ TITLES = {
 
 def command_tree() -> list[tuple[list[str], Any]]:
     """Every command and group of the CLI as (path, click command), depth first, subcommands by name."""
-    found: list[tuple[list[str], Any]] = []
-
-    def walk(command: Any, path: list[str]) -> None:
-        found.append((path, command))
-        for name in sorted(getattr(command, "commands", {})):
-            walk(command.commands[name], [*path, name])
-
-    walk(typer.main.get_command(app), [PROGRAM])
-    return found
+    return [(path, command) for path, command in base.command_tree(typer.main.get_command(app), [PROGRAM])]
 
 
 def _is_group(command: Any) -> bool:

@@ -12,10 +12,11 @@ from one module per command group:
   ``team``, ``prices``, ``budget``, ``alerts``, ``export``;
 - :mod:`finops.cli.report`: ``report``, ``rollup``; :mod:`finops.cli.demo`: ``demo``.
 
-The collector runs on GPU nodes that have only the base dependencies, so it is registered first and the
-service command groups are imported in one guarded place: without the service extra (SQLAlchemy, FastAPI,
-Alembic, …) each service command is still listed, and running it prints one line saying to install
-``gpu-finops[service]`` and exits with code 2. Every command that reads or writes the database refuses to
+The collector runs on GPU nodes that have only the base dependencies, so it is the one command registered here;
+the service commands are imported when they are run or listed (:data:`finops.cli.base.SERVICE_COMMANDS`): a
+command loads only its own module, and without the service extra (SQLAlchemy, FastAPI, Alembic, …) each service
+command is still listed, and running it prints one line saying to install ``gpu-finops[service]`` and exits
+with code 2. Every command that reads or writes the database refuses to
 run before ``gpu-finops db upgrade``.
 
 Exit codes:
@@ -40,23 +41,5 @@ app = typer.Typer(
 )
 app.callback()(base.configure_logging)
 app.add_typer(collector.app)
-
-try:
-    from finops.cli import alerts, budget, db, demo, export, imports, prices, report, serve, teams
-except ModuleNotFoundError as missing:
-    if not base.missing_service_dependency(missing):
-        raise
-    base.add_service_stand_ins(app)
-else:
-    app.add_typer(serve.app)
-    app.add_typer(report.app)
-    app.add_typer(demo.app)
-    app.add_typer(db.app, name="db")
-    app.add_typer(imports.app, name="import")
-    app.add_typer(teams.app, name="team")
-    app.add_typer(budget.app, name="budget")
-    app.add_typer(prices.app, name="prices")
-    app.add_typer(alerts.app, name="alerts")
-    app.add_typer(export.app, name="export")
 
 __all__ = ["app"]

@@ -28,7 +28,7 @@ from finops.cli.context import instant, load_settings, open_sessions
 from finops.errors import FinopsError
 from finops.timeutil import utc_now
 
-app = typer.Typer(help="Alerts: rules, silences, deliveries to Slack and e-mail.", no_args_is_help=True)
+app = typer.Typer(name="alerts", help="Alerts: rules, silences, deliveries to Slack and e-mail.", no_args_is_help=True)
 
 
 @app.command("list")

@@ -8,6 +8,7 @@ Only the standard library, typer and :mod:`finops.errors` are imported here: thi
 
 from __future__ import annotations
 
+import importlib
 import logging
 from typing import Annotated, Any
 
@@ -23,22 +24,24 @@ command or server it relies on failed (sacct, Prometheus, a webhook)."""
 USER_ERROR = 2
 """Exit code of a user error: bad input or option, a refused file, a database not migrated."""
 
-SERVICE_COMMANDS = (
-    "serve",
-    "scheduler",
-    "dashboard",
-    "rollup",
-    "report",
-    "demo",
-    "db",
-    "import",
-    "team",
-    "budget",
-    "prices",
-    "alerts",
-    "export",
-)
-"""Every top-level command but ``collector``: each needs the service extra (``gpu-finops[service]``)."""
+SERVICE_COMMANDS: dict[str, str] = {
+    "serve": "serve",
+    "scheduler": "serve",
+    "dashboard": "serve",
+    "rollup": "report",
+    "report": "report",
+    "demo": "demo",
+    "db": "db",
+    "import": "imports",
+    "team": "teams",
+    "budget": "budget",
+    "prices": "prices",
+    "alerts": "alerts",
+    "export": "export",
+}
+"""Every top-level command but ``collector`` → the ``finops.cli`` module whose ``app`` defines it (a command, or a
+group when the module's Typer is named). Each needs the service extra (``gpu-finops[service]``) and is imported
+only when it is run or listed, so a command loads only what it uses."""
 
 SERVICE_DEPENDENCIES = frozenset(
     {"alembic", "apscheduler", "fastapi", "psycopg", "pyarrow", "sqlalchemy", "starlette", "uvicorn", "yaml"}
@@ -52,7 +55,22 @@ class FinopsGroup(TyperGroup):
 
     Commands therefore just raise; this is the one place that turns user errors into an exit code. Other
     exceptions (bugs) keep their traceback.
+
+    The service commands (:data:`SERVICE_COMMANDS`) are loaded when they are looked up (Click's lazy group
+    pattern), so ``gpu-finops collector`` or ``gpu-finops report`` does not import the web service, the
+    scheduler or the alert engine. Without the service extra a service command is a stand-in that says so.
     """
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """The registered commands and every service command, by name."""
+        return sorted({*super().list_commands(ctx), *SERVICE_COMMANDS})
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        """The command ``cmd_name``, importing its module the first time a service command is asked for."""
+        if cmd_name in SERVICE_COMMANDS and cmd_name not in self.commands:
+            for name, command in _service_commands(SERVICE_COMMANDS[cmd_name]).items():
+                self.add_command(command, name)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: Any) -> Any:  # click's Context, vendored by typer as typer._click
         """Run the command line; FinopsError → ``error: …`` on stderr and ``typer.Exit(2)``."""
@@ -61,6 +79,17 @@ class FinopsGroup(TyperGroup):
         except FinopsError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(USER_ERROR) from exc
+
+
+def command_tree(command: Any, path: list[str]) -> list[tuple[list[str], Any]]:
+    """``command`` (at ``path``) and every command below it as (path, Click command), depth first, subcommands by
+    name. Lazily loaded service commands are loaded on the way, so this is the whole command line."""
+    found = [(path, command)]
+    if hasattr(command, "list_commands"):
+        context = typer.Context(command, info_name=path[-1] if path else None)
+        for name in sorted(command.list_commands(context)):
+            found.extend(command_tree(command.get_command(context, name), [*path, name]))
+    return found
 
 
 def configure_logging(
@@ -79,21 +108,37 @@ def missing_service_dependency(exc: ModuleNotFoundError) -> bool:
     return (exc.name or "").partition(".")[0] in SERVICE_DEPENDENCIES
 
 
-def add_service_stand_ins(app: typer.Typer) -> None:
-    """Register every name of :data:`SERVICE_COMMANDS` on ``app`` as a command that takes any arguments and
-    only says, on one stderr line, that it needs the service extra; it exits with code 2."""
-    for name in SERVICE_COMMANDS:
-        app.command(
-            name,
-            help="Needs the service extra: pip install 'gpu-finops[service]'.",
-            add_help_option=False,
-            context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-        )(_stand_in(name))
+def _service_commands(module_name: str) -> dict[str, Any]:
+    """The Click commands of ``finops.cli.<module_name>`` by name; without the service extra, a stand-in for each
+    service command of that module, which takes any arguments and only says, on one stderr line, that it needs
+    the extra (exit code 2)."""
+    try:
+        module = importlib.import_module(f"finops.cli.{module_name}")
+    except ModuleNotFoundError as exc:
+        if not missing_service_dependency(exc):
+            raise
+        names = [name for name, module in SERVICE_COMMANDS.items() if module == module_name]
+        return {name: _stand_in(name) for name in names}
+    holder = typer.Typer()
+    holder.add_typer(module.app)
+    return dict(typer.main.get_group(holder).commands)
 
 
 def _stand_in(name: str) -> Any:
+    holder = typer.Typer()
+
+    @holder.command(
+        name,
+        help="Needs the service extra: pip install 'gpu-finops[service]'.",
+        add_help_option=False,
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )
     def command() -> None:
         typer.echo(f"gpu-finops {name} needs the service extra: pip install 'gpu-finops[service]'", err=True)
         raise typer.Exit(USER_ERROR)
 
-    return command
+    @holder.command("__placeholder__", hidden=True)
+    def placeholder() -> None:
+        """Keeps ``holder`` a group, so its commands can be taken by name."""
+
+    return typer.main.get_group(holder).commands[name]

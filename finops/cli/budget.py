@@ -12,7 +12,7 @@ from finops.analysis.budgets import BudgetStatus, budget_status, set_budget
 from finops.cli.context import instant, load_pricing, load_settings, open_sessions
 from finops.timeutil import utc_now
 
-app = typer.Typer(help="Monthly team budgets.", no_args_is_help=True)
+app = typer.Typer(name="budget", help="Monthly team budgets.", no_args_is_help=True)
 
 
 @app.command("set")

@@ -11,7 +11,7 @@ from finops.db.engine import current_revision, head_revision, upgrade
 from finops.ingest.partitions import prune_samples
 from finops.timeutil import utc_now
 
-app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
+app = typer.Typer(name="db", help="Database schema (Alembic migrations).", no_args_is_help=True)
 
 
 @app.command("upgrade")

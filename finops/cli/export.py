@@ -11,7 +11,7 @@ from finops.cli.context import instant, load_pricing, load_settings, open_sessio
 from finops.export.focus import FocusAccount, FocusExportError, check_period, export_focus, output_format
 from finops.pricing.store import pricing_in_force
 
-app = typer.Typer(help="Export the ledger in standard cost formats.", no_args_is_help=True)
+app = typer.Typer(name="export", help="Export the ledger in standard cost formats.", no_args_is_help=True)
 
 
 @app.command("focus")

@@ -24,7 +24,9 @@ from finops.jobs.kubernetes_import import import_pods
 from finops.jobs.slurm_import import SacctError, import_sacct, run_sacct, watermark_name
 from finops.timeutil import utc_now
 
-app = typer.Typer(help="Import jobs from a scheduler, or GPU telemetry from Prometheus.", no_args_is_help=True)
+app = typer.Typer(
+    name="import", help="Import jobs from a scheduler, or GPU telemetry from Prometheus.", no_args_is_help=True
+)
 
 
 @app.command("sacct")

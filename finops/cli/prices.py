@@ -13,7 +13,9 @@ from finops.pricing.catalog import OnPremRow, PricingModel
 from finops.pricing.rules import delete_pricing_rule, list_pricing_rules, set_pricing_rule
 from finops.pricing.store import catalog_in_force, import_catalog
 
-app = typer.Typer(help="The price catalog and which pricing model each node is billed under.", no_args_is_help=True)
+app = typer.Typer(
+    name="prices", help="The price catalog and which pricing model each node is billed under.", no_args_is_help=True
+)
 
 _NODE = typer.Option(help="A hostname.")
 _PARTITION = typer.Option(help="A Slurm partition.")

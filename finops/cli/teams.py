@@ -11,7 +11,7 @@ from finops.cli.context import load_settings, open_sessions
 from finops.errors import FinopsError
 from finops.jobs.teams import delete_rule, find_rule, list_rules, map_account, set_rule
 
-app = typer.Typer(help="Teams and the rules that give jobs their team.", no_args_is_help=True)
+app = typer.Typer(name="team", help="Teams and the rules that give jobs their team.", no_args_is_help=True)
 rule_app = typer.Typer(
     help="Team rules: a Slurm account, Kubernetes namespace or Kubernetes label key=value → team; a job takes the "
     "team of its first matching rule, label before namespace before account, else __unmapped__.",

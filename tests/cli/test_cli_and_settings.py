@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 from finops.analysis.idle import IdlePolicy
 from finops.analysis.report import cost_report, report_dicts
 from finops.cli import app
+from finops.cli.base import command_tree
 from finops.db.engine import make_engine, session_factory, upgrade
 from finops.db.models import LedgerEntry
 from finops.ingest.readings import Ingestor
@@ -36,15 +37,7 @@ from tests.support.two_clusters import seed_two_clusters
 
 
 def _command_paths() -> list[list[str]]:
-    paths: list[list[str]] = []
-
-    def walk(command, prefix: list[str]) -> None:  # type: ignore[no-untyped-def]
-        paths.append(prefix)
-        for name, sub in getattr(command, "commands", {}).items():
-            walk(sub, [*prefix, name])
-
-    walk(get_command(app), [])
-    return paths
+    return [path for path, _ in command_tree(get_command(app), [])]
 
 
 def test_every_command_has_help() -> None:

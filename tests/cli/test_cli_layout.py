@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import finops.cli
 from finops.cli import app
-from finops.cli.base import SERVICE_COMMANDS
+from finops.cli.base import SERVICE_COMMANDS, command_tree
 
 NODE_ONLY = textwrap.dedent(
     """
@@ -68,9 +68,22 @@ def test_service_commands_say_they_need_the_extra() -> None:
         assert "service modules loaded: []" in result.stdout
 
 
-def test_the_stand_ins_name_every_service_command() -> None:
-    names = set(get_command(app).commands)  # type: ignore[attr-defined]
-    assert names == {"collector", *SERVICE_COMMANDS}
+def test_every_service_command_is_listed_and_found_in_its_module() -> None:
+    tree = dict((tuple(path), command) for path, command in command_tree(get_command(app), []))
+    assert {path[0] for path in tree if len(path) == 1} == {"collector", *SERVICE_COMMANDS}
+    for name in SERVICE_COMMANDS:
+        assert tree[(name,)].name == name, name
+
+
+def test_a_command_loads_only_its_own_module() -> None:
+    """``gpu-finops report`` imports the report command's module, not the web service, scheduler or alerts."""
+    probe = "import sys; from finops.cli import app; sys.argv = ['gpu-finops', 'report', '--help']\n"
+    probe += (
+        "try:\n    app()\nexcept SystemExit:\n    print(sorted(m for m in sys.modules if m.startswith('finops.cli.')))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120)
+    loaded = result.stdout.strip().splitlines()[-1]
+    assert "finops.cli.report" in loaded and "finops.cli.serve" not in loaded and "finops.cli.alerts" not in loaded
 
 
 def test_command_modules_do_not_import_the_package() -> None:

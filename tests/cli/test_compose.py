@@ -13,6 +13,7 @@ import yaml
 from typer.main import get_command
 
 from finops.cli import app
+from finops.cli.base import command_tree
 from tests.support.environment import REPO_ROOT
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"
@@ -37,14 +38,13 @@ def test_valid_against_the_compose_specification(shared_data: Path, compose: dic
 
 def _parse(argv: list[str]) -> list[str]:
     """Resolve ``gpu-finops <argv>`` to its command and parse its options without running it; the command path."""
-    command: Any = get_command(app)
-    path = ["gpu-finops"]
-    while argv and argv[0] in getattr(command, "commands", {}):
-        command, path = command.commands[argv[0]], [*path, argv[0]]
-        argv = argv[1:]
-    assert not hasattr(command, "commands"), f"{' '.join(path)} needs a subcommand"
+    tree = {tuple(names): command for names, command in command_tree(get_command(app), [])}
+    depth = max(n for n in range(len(argv) + 1) if tuple(argv[:n]) in tree)
+    command: Any = tree[tuple(argv[:depth])]
+    path = ["gpu-finops", *argv[:depth]]
+    assert not hasattr(command, "list_commands"), f"{' '.join(path)} needs a subcommand"
     try:
-        command.make_context(" ".join(path), list(argv))
+        command.make_context(" ".join(path), list(argv[depth:]))
     except Exception as exc:  # typer's own click raises its UsageError: report it as ours
         raise CommandLineError(f"{' '.join(path)}: {exc}") from exc
     return path
