@@ -8,8 +8,8 @@ from one module per command group:
 - :mod:`finops.cli.context`: what the service commands share (settings, database, pricing, options);
 - :mod:`finops.cli.serve`: ``serve``, ``scheduler``, ``dashboard``;
 - :mod:`finops.cli.db`, :mod:`~finops.cli.imports`, :mod:`~finops.cli.teams`, :mod:`~finops.cli.prices`,
-  :mod:`~finops.cli.budget`, :mod:`~finops.cli.alerts`, :mod:`~finops.cli.export`: ``db``, ``import``,
-  ``team``, ``prices``, ``budget``, ``alerts``, ``export``;
+  :mod:`~finops.cli.nodes`, :mod:`~finops.cli.budget`, :mod:`~finops.cli.alerts`, :mod:`~finops.cli.export`: ``db``,
+  ``import``, ``team``, ``prices``, ``nodes``, ``budget``, ``alerts``, ``export``;
 - :mod:`finops.cli.report`: ``report``, ``rollup``; :mod:`finops.cli.demo`: ``demo``.
 
 The collector runs on GPU nodes that have only the base dependencies, so it is registered first and the
@@ -42,7 +42,7 @@ app.callback()(base.configure_logging)
 app.add_typer(collector.app)
 
 try:
-    from finops.cli import alerts, budget, db, demo, export, imports, prices, report, serve, teams
+    from finops.cli import alerts, budget, db, demo, export, imports, nodes, prices, report, serve, teams
 except ModuleNotFoundError as missing:
     if not base.missing_service_dependency(missing):
         raise
@@ -56,6 +56,7 @@ else:
     app.add_typer(teams.app, name="team")
     app.add_typer(budget.app, name="budget")
     app.add_typer(prices.app, name="prices")
+    app.add_typer(nodes.app, name="nodes")
     app.add_typer(alerts.app, name="alerts")
     app.add_typer(export.app, name="export")
 

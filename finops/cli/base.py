@@ -35,6 +35,7 @@ SERVICE_COMMANDS = (
     "team",
     "budget",
     "prices",
+    "nodes",
     "alerts",
     "export",
 )
