@@ -36,6 +36,7 @@ SERVICE_COMMANDS: dict[str, str] = {
     "team": "teams",
     "budget": "budget",
     "prices": "prices",
+    "nodes": "nodes",
     "alerts": "alerts",
     "export": "export",
 }

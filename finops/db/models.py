@@ -52,6 +52,10 @@ class Node(Base):
     ``partition``: the Slurm partition of the newest job placed on it (a node in several partitions takes the
     latest); ``labels``: Kubernetes node labels (``{"node.kubernetes.io/instance-type": "p5.48xlarge"}``).
     Both feed :class:`PricingRule` selection.
+
+    The node inventory (:mod:`finops.jobs.inventory`, migration 0011): ``gpu_model``, the model of the node's GPUs
+    as the site says (a price catalog model key, or the scheduler's raw GPU type when it names none), the model of
+    its GPUs that no collector has reported; ``partitions``: the Slurm partitions it is in, comma-separated.
     """
 
     __tablename__ = "nodes"
@@ -59,6 +63,8 @@ class Node(Base):
     hostname: Mapped[str] = mapped_column(String(255), unique=True)
     partition: Mapped[str | None] = mapped_column(String(128))
     labels: Mapped[dict[str, str] | None] = mapped_column(JSON)
+    gpu_model: Mapped[str | None] = mapped_column(String(128))
+    partitions: Mapped[str | None] = mapped_column(String(1024))
 
 
 class Gpu(Base):

@@ -16,9 +16,11 @@ Schedulers report a job's nodes and device count, not its GPU indices. Placement
    (shares ``g/slices``, see :mod:`finops.jobs.mig`) of several jobs may sit on one GPU at the same time as long as
    their shares add up to at most 1 at every instant.
 
-GPUs a node has not reported yet are created as placeholders at the lowest unused index (model: that of the
-node's other GPUs when they are all one model, else the job's GPU type, else ``unknown``) and take their UUID
-when the node's collector first reports. Samples that arrive after the import are reconciled by
+GPUs a node has not reported yet are created as placeholders at the lowest unused index and take their UUID (and
+the model the collector reads) when the node's collector first reports. A placeholder's model is, first found:
+that of the node's collector-reported GPUs when they are all one model, the node inventory's (``nodes.gpu_model``,
+:mod:`finops.jobs.inventory`), that of the node's other placeholders when they are all one model, the job's GPU
+type (``gres/gpu:h100=8``), else ``unknown``. Samples that arrive after the import are reconciled by
 :func:`reconcile_job_map`, which the scheduled rollup runs before rebuilding dirty ledger hours.
 
 Instants are epoch seconds (int) here; an open end is :data:`OPEN_END`.
@@ -173,7 +175,9 @@ class Placer:
 
     def __init__(self, session: Session, hostnames: Iterable[str], since: int) -> None:
         self.session = session
-        self.node_ids = {name: node.id for name, node in ensure_nodes(session, hostnames).items()}
+        nodes = ensure_nodes(session, hostnames)
+        self.node_ids = {name: node.id for name, node in nodes.items()}
+        self.inventory = {name: node.gpu_model for name, node in nodes.items()}
         self.nodes: dict[str, list[GpuCalendar]] = {name: [] for name in self.node_ids}
         self.by_gpu: dict[int, GpuCalendar] = {}
         self.hostname_of: dict[int, str] = {node_id: name for name, node_id in self.node_ids.items()}
@@ -234,9 +238,9 @@ class Placer:
             self.loaded_since = since
 
     def node_model(self, hostname: str) -> str | None:
-        """The model of the node's known GPUs when they are all one model, else None."""
-        models = {c.gpu.model for c in self.nodes[hostname] if c.gpu.model != "unknown"}
-        return models.pop() if len(models) == 1 else None
+        """The model of the node's GPUs as :func:`effective_model` decides, else None."""
+        gpus = [(c.gpu.uuid is not None, c.gpu.model) for c in self.nodes[hostname]]
+        return effective_model(gpus, self.inventory.get(hostname))
 
     def first_fit(self, hostname: str, start: int, end: int, share: Fraction, gpu_type: str | None) -> GpuCalendar:
         """The lowest-numbered GPU of the node with ``share`` free over [start, end); a new placeholder GPU
@@ -274,17 +278,39 @@ def ensure_nodes(session: Session, hostnames: Iterable[str]) -> dict[str, Node]:
     return nodes
 
 
+def effective_model(gpus: Iterable[tuple[bool, str]], inventory: str | None) -> str | None:
+    """The model of a node's GPUs from its ``gpus`` (reported by a collector?, model) and its inventory model: the
+    collector-reported GPUs' model when they are all one, else the inventory's, else the placeholders' when they
+    are all one (``unknown`` aside), else None."""
+    reported: set[str] = set()
+    placeholders: set[str] = set()
+    for is_reported, model in gpus:
+        if model != "unknown":
+            (reported if is_reported else placeholders).add(model)
+    if len(reported) == 1:
+        return reported.pop()
+    if inventory:
+        return inventory
+    return placeholders.pop() if len(placeholders) == 1 else None
+
+
 def node_models(session: Session, hostnames: Iterable[str]) -> dict[str, str | None]:
-    """Per hostname, the model of its known GPUs when they are all one model (placeholders' ``unknown`` aside),
-    else None; one query."""
+    """Per hostname, the model of its GPUs as :func:`effective_model` decides (collector, inventory, placeholders);
+    one query per 2000 names."""
     names = sorted(set(hostnames))
-    models: dict[str, set[str]] = {name: set() for name in names}
+    gpus: dict[str, list[tuple[bool, str]]] = {name: [] for name in names}
+    inventory: dict[str, str | None] = {}
     for chunk in _chunks(names):
-        query = select(Node.hostname, Gpu.model).join(Gpu, Gpu.node_id == Node.id).where(Node.hostname.in_(chunk))
-        for hostname, model in session.execute(query.distinct()):
-            if model != "unknown":
-                models[hostname].add(model)
-    return {name: found.pop() if len(found) == 1 else None for name, found in models.items()}
+        query = (
+            select(Node.hostname, Node.gpu_model, Gpu.uuid.is_not(None), Gpu.model)
+            .outerjoin(Gpu, Gpu.node_id == Node.id)
+            .where(Node.hostname.in_(chunk))
+        )
+        for hostname, gpu_model, reported, model in session.execute(query.distinct()):
+            inventory[hostname] = gpu_model
+            if model is not None:
+                gpus[hostname].append((bool(reported), model))
+    return {name: effective_model(gpus[name], inventory.get(name)) for name in names}
 
 
 @dataclass(slots=True)

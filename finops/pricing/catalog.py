@@ -4,8 +4,12 @@ The catalog is a YAML file (default: ``price_catalog.yaml`` next to this module)
 read as an exact :class:`~decimal.Decimal` (the YAML loader hands decimal text to ``Decimal``, never to
 ``float``), validated by pydantic models, and every row names the public source its figure was read from.
 
-A GPU is found by its NVML product name ("NVIDIA H100 80GB HBM3"): each catalog model lists ``match``
-regular expressions, searched case-insensitively; exactly one model must match.
+A GPU is found by the name whoever reported it gave it (:meth:`PriceCatalog.model_for`): first exactly, among
+each model's key and ``aliases`` (the NVML/DCGM product name ``NVIDIA H100 80GB HBM3``, the Slurm GRES type a
+site's gres.conf gives it, ``h100``, the Kubernetes ``nvidia.com/gpu.product`` label ``NVIDIA-H100-80GB-HBM3``),
+compared case-insensitively with runs of spaces, ``_`` and ``-`` read as one separator (:func:`normalise_name`);
+else by the models' ``match`` regular expressions, searched case-insensitively, of which exactly one model must
+match. An alias names one model only: two models claiming one is a :class:`CatalogError` naming both.
 
 Cloud rows (on-demand, reserved, spot) carry a ``rate`` in currency per GPU-hour. On-prem rows carry the
 parts of a total-cost-of-ownership rate instead, and the hourly rate is computed from them:
@@ -155,12 +159,23 @@ class OnPremParts:
             return self.capex_per_hour + self.energy_per_hour + self.support_per_hour
 
 
+_SEPARATORS = re.compile(r"[\s_-]+")
+
+
+def normalise_name(name: str) -> str:
+    """A GPU name as aliases are compared: case-folded, trimmed, each run of spaces, ``_`` and ``-`` one ``-``
+    (``A100_80GB`` and ``a100-80gb`` -> ``a100-80gb``; ``NVIDIA-H100-80GB-HBM3`` and ``NVIDIA H100 80GB HBM3`` ->
+    ``nvidia-h100-80gb-hbm3``)."""
+    return _SEPARATORS.sub("-", name.strip().casefold()).strip("-")
+
+
 class GpuModel(BaseModel):
-    """One catalog model: the NVML names it covers and its price rows."""
+    """One catalog model: the names it covers (exact ``aliases``, ``match`` expressions) and its price rows."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     description: str = Field(min_length=1)
+    aliases: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
     match: list[str] = Field(min_length=1)
     prices: list[PriceRow] = Field(min_length=1)
     _patterns: list[re.Pattern[str]] = PrivateAttr(default_factory=list)
@@ -212,9 +227,39 @@ class PriceCatalog(BaseModel):
     )
     pue_source: Source
     models: dict[str, GpuModel] = Field(min_length=1)
+    _aliases: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @field_validator("models")
+    @classmethod
+    def _aliases_unique(cls, models: dict[str, GpuModel]) -> dict[str, GpuModel]:
+        owners: dict[str, str] = {}
+        for key, model in models.items():
+            for name in {normalise_name(key), *(normalise_name(alias) for alias in model.aliases)}:
+                other = owners.setdefault(name, key)
+                if other != key:
+                    raise ValueError(f"alias {name!r} is claimed by two models, {other} and {key}; keep it on one")
+        return models
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Index every model's key and aliases by :func:`normalise_name`."""
+        for key, model in self.models.items():
+            self._aliases[normalise_name(key)] = key
+            self._aliases.update((normalise_name(alias), key) for alias in model.aliases)
+
+    def resolve(self, gpu_name: str) -> str | None:
+        """The key of the catalog model ``gpu_name`` names (:meth:`model_for`), or None when it names none or
+        several."""
+        try:
+            return self.model_for(gpu_name)
+        except PriceNotFound:
+            return None
 
     def model_for(self, gpu_name: str) -> str:
-        """The key of the one catalog model whose ``match`` finds ``gpu_name``; else PriceNotFound."""
+        """The key of the catalog model ``gpu_name`` names: the model with that key or alias (exact, after
+        :func:`normalise_name`), else the one model whose ``match`` finds it; else PriceNotFound."""
+        exact = self._aliases.get(normalise_name(gpu_name))
+        if exact is not None:
+            return exact
         keys = [key for key, model in self.models.items() if model.matches(gpu_name)]
         if not keys:
             raise PriceNotFound(f"no price catalog model matches GPU {gpu_name!r}")

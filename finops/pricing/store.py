@@ -42,8 +42,8 @@ def pricing_in_force(session: Session, configured: Pricing) -> Pricing:
 def earliest_change(old: PriceCatalog, new: PriceCatalog) -> date | None:
     """The first date from which ``new`` can price a GPU-hour differently from ``old``; None if it cannot.
 
-    A changed currency, tariff or PUE counts from the earliest row of either catalog; a model added,
-    removed or re-matched from its earliest row; otherwise the earliest row added, removed or changed.
+    A changed currency, tariff or PUE counts from the earliest row of either catalog; a model added, removed,
+    re-matched or given other aliases from its earliest row; otherwise the earliest row added, removed or changed.
     """
     every = [row.effective_from for catalog in (old, new) for model in catalog.models.values() for row in model.prices]
     if (old.currency, old.tariff_per_kwh, old.pue) != (new.currency, new.tariff_per_kwh, new.pue):
@@ -51,7 +51,7 @@ def earliest_change(old: PriceCatalog, new: PriceCatalog) -> date | None:
     changed: list[date] = []
     for key in old.models.keys() | new.models.keys():
         before, after = old.models.get(key), new.models.get(key)
-        if before is None or after is None or before.match != after.match:
+        if before is None or after is None or (before.match, before.aliases) != (after.match, after.aliases):
             model = before or after
             assert model is not None
             changed.extend(row.effective_from for row in model.prices)

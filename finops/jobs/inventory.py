@@ -1,0 +1,322 @@
+"""The node inventory: each node's GPU model and Slurm partitions, from ``scontrol show node --oneliner`` or set by
+hand, for the GPUs no collector has reported.
+
+``scontrol show node --oneliner`` (Slurm documentation, scontrol(1): "--oneliner: Print information one line
+per record") prints one node per line as space-separated ``Key=Value`` fields, for example::
+
+    NodeName=gpu-a-01 Arch=x86_64 CoresPerSocket=32 CPUAlloc=0 ... Gres=gpu:a100:4(S:0-1) NodeAddr=gpu-a-01 ...
+    OS=Linux 5.14.0-362.el9.x86_64 #1 SMP ... Partitions=gpu,debug ... Reason=disk [root@2026-11-02T10:00:00]
+
+A value may hold spaces (``OS``, ``Reason``): a field runs until the next `` Key=``. ``Gres`` lists the node's
+generic resources comma-separated as ``name[:type][:count][(S:sockets)]``, ``(null)`` for none (Slurm
+documentation, gres.conf(5)): ``gpu:a100:4(S:0-1)``, untyped ``gpu:4``, several kinds ``gpu:h100:8,shard:h100:64``,
+MIG devices ``gpu:1g.10gb:7`` (``a100_1g.5gb``: a MIG profile of an A100). Only ``gpu`` counts here; a MIG type
+names no board model unless it carries one before the profile (``a100_1g.5gb`` -> ``a100``).
+
+A node's model is the price catalog model its GPU type resolves to, or the raw type when it resolves to none
+(kept, never dropped: :class:`InventoryResult` names such nodes and the command that fixes them). Which model a
+node's GPUs are priced as: a collector's reading of a GPU (its ``gpus`` row) wins; the inventory model gives the
+model of the node's placeholder GPUs (:mod:`finops.jobs.placement`); with neither, a job's typed GRES does.
+Wherever an inventory model changes the model of a GPU, the ledger hours of that GPU since it entered service are
+marked dirty, so the next rollup reprices them.
+
+This package may not import the price catalog: callers pass ``resolve`` (a GPU name to a catalog model key or
+None; :meth:`finops.pricing.catalog.PriceCatalog.resolve`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from finops.db.hours import HourMarks
+from finops.db.models import Gpu, Node
+from finops.errors import FinopsError
+from finops.jobs.placement import effective_model, ensure_nodes
+
+Resolver = Callable[[str], str | None]
+"""A GPU name (GRES type, NVML name, catalog key) to the catalog model key it names, or None."""
+
+_FIELD = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_]*)=")
+_MIG = re.compile(r"(?:^|_)[1-9][0-9]?g\.[0-9]+gb(?:[+.][a-z][a-z.]*)?$")
+_COUNT = re.compile(r"^([0-9]+)$")
+
+
+class InventoryError(FinopsError, ValueError):
+    """A node or partition that is not in the inventory, or a model that names no catalog model."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLineError:
+    """A line of scontrol output that could not be read: 1-based ``line_number``, ``message``
+    (``<source>:<line>: <what is wrong>``), the ``line``."""
+
+    line_number: int
+    message: str
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScontrolNode:
+    """One node of ``scontrol show node --oneliner``: ``gpus`` as (GRES type or None when untyped, count),
+    MIG devices included; ``partitions`` in scontrol's order."""
+
+    hostname: str
+    gpus: tuple[tuple[str | None, int], ...]
+    partitions: tuple[str, ...]
+
+    @property
+    def gpu_types(self) -> list[str]:
+        """The distinct board types of the node's GPUs (a MIG type's parent when it names one), sorted."""
+        types = set()
+        for gres_type, _ in self.gpus:
+            if gres_type is None:
+                continue
+            if _MIG.search(gres_type):
+                parent = _MIG.sub("", gres_type)
+                if parent:
+                    types.add(parent)
+            else:
+                types.add(gres_type)
+        return sorted(types)
+
+
+@dataclass
+class ParsedNodes:
+    """The nodes read and the lines that could not be."""
+
+    nodes: list[ScontrolNode] = field(default_factory=list)
+    errors: list[NodeLineError] = field(default_factory=list)
+
+
+def parse_scontrol_nodes(lines: Iterable[str], *, source: str) -> ParsedNodes:
+    """Read ``scontrol show node --oneliner`` output (format in the module docstring). Blank lines are skipped;
+    a line without ``NodeName`` or with an unreadable ``Gres`` is an error naming its line number, and the rest
+    is read."""
+    parsed = ParsedNodes()
+    for number, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\r\n")
+        if not line.strip():
+            continue
+        try:
+            parsed.nodes.append(parse_node_line(line))
+        except ValueError as exc:
+            parsed.errors.append(NodeLineError(number, f"{source}:{number}: {exc}", line))
+    return parsed
+
+
+def parse_node_line(line: str) -> ScontrolNode:
+    """One ``--oneliner`` line; ValueError saying what is wrong."""
+    fields = _fields(line)
+    hostname = fields.get("NodeName", "")
+    if not hostname or " " in hostname:
+        raise ValueError("no NodeName= field: not a line of scontrol show node --oneliner")
+    gres = fields.get("Gres", "")
+    partitions = fields.get("Partitions", "")
+    return ScontrolNode(
+        hostname=hostname,
+        gpus=tuple(_gpu_gres(gres)),
+        partitions=tuple(p for p in partitions.split(",") if p and p != "(null)"),
+    )
+
+
+def _fields(line: str) -> dict[str, str]:
+    """``Key=Value`` fields of a line; a value runs to the next `` Key=`` (values may hold spaces)."""
+    starts = list(_FIELD.finditer(line))
+    if not starts or line[: starts[0].start()].strip():
+        return {}
+    fields: dict[str, str] = {}
+    for i, match in enumerate(starts):
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(line)
+        fields.setdefault(match.group(1), line[match.end() : end].strip())
+    return fields
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside parentheses (``gpu:a100:4(S:0,1),shard:8``)."""
+    items, depth, current = [], 0, ""
+    for char in text:
+        depth += (char == "(") - (char == ")")
+        if char == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += char
+    items.append(current)
+    return [item.strip() for item in items if item.strip()]
+
+
+def _gpu_gres(gres: str) -> list[tuple[str | None, int]]:
+    """The ``gpu`` items of a Gres value as (type or None, count)."""
+    if gres in ("", "(null)"):
+        return []
+    gpus: list[tuple[str | None, int]] = []
+    for item in _split_top(gres):
+        parts = re.sub(r"\(.*\)$", "", item).split(":")  # socket affinity (S:0-1) off
+        if parts[0] != "gpu":
+            continue
+        count_match = _COUNT.match(parts[-1]) if len(parts) > 1 else None
+        if count_match:
+            count, names = int(count_match.group(1)), parts[1:-1]
+        else:
+            count, names = 1, parts[1:]  # gres.conf: a GRES without a count is one
+        if len(names) > 1 or (names and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", names[0])):
+            raise ValueError(f"field Gres: cannot read {item!r} (expected gpu[:type][:count])")
+        gpus.append((names[0] if names else None, count))
+    return gpus
+
+
+@dataclass
+class InventoryResult:
+    """What an inventory import did: nodes read, models set or changed, GPUs whose model changed, bad lines, and
+    the nodes whose GPU model is not a catalog model (raw type kept), untyped or mixed, each with what to do."""
+
+    nodes: int = 0
+    models_set: int = 0
+    gpus_changed: int = 0
+    errors: list[NodeLineError] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
+
+
+def import_nodes(session: Session, lines: Iterable[str], *, source: str, resolve: Resolver) -> InventoryResult:
+    """Record each node of ``scontrol show node --oneliner`` output: its partitions and its GPU model (see the
+    module docstring), in the caller's transaction. An untyped or mixed node keeps the model it has; a type that
+    resolves to no catalog model is stored raw unless the node already has a model (one set by hand stays)."""
+    parsed = parse_scontrol_nodes(lines, source=source)
+    result = InventoryResult(errors=list(parsed.errors))
+    nodes = ensure_nodes(session, (n.hostname for n in parsed.nodes))
+    marks = HourMarks()
+    fix = "gpu-finops nodes set-model {} MODEL (or add the type to the aliases of a model in your price catalog)"
+    for record in parsed.nodes:
+        node = nodes[record.hostname]
+        result.nodes += 1
+        partitions = ",".join(record.partitions) or None
+        if node.partitions != partitions:
+            node.partitions = partitions
+        types = record.gpu_types
+        if len(types) > 1:
+            result.unresolved.append(
+                f"{record.hostname}: several GPU types ({', '.join(types)}); model left as {node.gpu_model!r}: "
+                + fix.format(record.hostname)
+            )
+            continue
+        if not types:
+            if record.gpus and node.gpu_model is None:
+                result.unresolved.append(
+                    f"{record.hostname}: untyped GPUs, model unknown: " + fix.format(record.hostname)
+                )
+            continue
+        model = resolve(types[0])
+        if model is None:
+            result.unresolved.append(
+                f"{record.hostname}: GPU type {types[0]!r} names no price catalog model: " + fix.format(record.hostname)
+            )
+            if node.gpu_model is not None:
+                continue
+            model = types[0]
+        if node.gpu_model != model:
+            result.models_set += 1
+            result.gpus_changed += set_node_model(session, node, model, marks)
+    marks.mark(session)
+    session.flush()
+    return result
+
+
+def set_node_model(session: Session, node: Node, model: str, marks: HourMarks) -> int:
+    """Set ``node``'s inventory model and give it to its placeholder GPUs (those no collector has reported) when no
+    collector has reported any of its GPUs; gather the changed GPUs' hours since they entered service in
+    ``marks``. Returns how many GPUs changed model."""
+    node.gpu_model = model
+    gpus = session.execute(select(Gpu.id, Gpu.uuid, Gpu.model, Gpu.in_service_from).where(Gpu.node_id == node.id)).all()
+    if any(gpu.uuid is not None for gpu in gpus):
+        return 0  # a collector's reading wins over the inventory
+    changed = [gpu for gpu in gpus if gpu.model != model]
+    if changed:
+        session.execute(update(Gpu).where(Gpu.id.in_([gpu.id for gpu in changed])).values(model=model))
+        marks.add_run(min(gpu.in_service_from for gpu in changed), None)
+    return len(changed)
+
+
+def resolve_model(model: str, resolve: Resolver, choices: Sequence[str]) -> str:
+    """The catalog model key ``model`` names (a key or an alias); InventoryError naming the ``choices`` else."""
+    key = resolve(model)
+    if key is None:
+        raise InventoryError(f"GPU model {model!r} is not a price catalog model; choose one of: {', '.join(choices)}")
+    return key
+
+
+def set_model(
+    session: Session,
+    model: str,
+    *,
+    resolve: Resolver,
+    choices: Sequence[str],
+    node: str | None = None,
+    partition: str | None = None,
+) -> tuple[str, list[str], int]:
+    """Set the inventory model of ``node``, or of every node in ``partition`` (its inventory partitions, else the
+    partition of its latest job), to the catalog model ``model`` names, marking the changed GPUs' hours dirty.
+
+    Returns (catalog key, hostnames set, GPUs whose model changed). InventoryError for a model that names no
+    catalog model (the message lists ``choices``), an unknown node, or a partition with no node.
+    """  # fmt: skip
+    key = resolve_model(model, resolve, choices)
+    if (node is None) == (partition is None):
+        raise InventoryError("give a node or --partition, not both")
+    if node is not None:
+        found = session.scalars(select(Node).where(Node.hostname == node)).one_or_none()
+        if found is None:
+            raise InventoryError(f"no node {node!r}: import the inventory first (gpu-finops nodes import FILE)")
+        targets = [found]
+    else:
+        assert partition is not None
+        targets = [
+            n
+            for n in session.scalars(select(Node).order_by(Node.hostname))
+            if partition in (n.partitions or "").split(",") or (not n.partitions and n.partition == partition)
+        ]
+        if not targets:
+            raise InventoryError(f"no node in partition {partition!r} (gpu-finops nodes list shows the partitions)")
+    marks = HourMarks()
+    changed = sum(set_node_model(session, target, key, marks) for target in targets)
+    marks.mark(session)
+    session.flush()
+    return key, [target.hostname for target in targets], changed
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSummary:
+    """A node as ``gpu-finops nodes list`` shows it: inventory model and partitions, the models its collector
+    reported, its placeholder GPUs and the model they are priced as (placement's rule, see the module docstring)."""
+
+    hostname: str
+    inventory_model: str | None
+    partitions: str | None
+    reported: tuple[str, ...]
+    placeholders: int
+    model: str | None
+
+
+def node_summaries(session: Session) -> list[NodeSummary]:
+    """Every node, by hostname; two queries."""
+    gpus: dict[int, list[tuple[bool, str]]] = {}
+    for node_id, uuid, model in session.execute(select(Gpu.node_id, Gpu.uuid, Gpu.model)):
+        gpus.setdefault(node_id, []).append((uuid is not None, model))
+    summaries = []
+    for node in session.scalars(select(Node).order_by(Node.hostname)):
+        held = gpus.get(node.id, [])
+        summaries.append(
+            NodeSummary(
+                hostname=node.hostname,
+                inventory_model=node.gpu_model,
+                partitions=node.partitions,
+                reported=tuple(sorted({model for reported, model in held if reported})),
+                placeholders=sum(1 for reported, _ in held if not reported),
+                model=effective_model(held, node.gpu_model),
+            )
+        )
+    return summaries

@@ -1,0 +1,44 @@
+"""``gpu-finops nodes``: import the inventory from scontrol output (bad lines named, exit 1), set a model by node or
+partition (a model that names no catalog model is one error line naming the choices, exit 2), list it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from finops.cli import app
+
+SCONTROL = Path(__file__).parents[1] / "fixtures" / "scontrol" / "scontrol_nodes_oneliner.txt"
+
+
+@pytest.fixture
+def cli_env(engine, monkeypatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("FINOPS_DATABASE_URL", engine.url.render_as_string(hide_password=False))
+    return CliRunner()
+
+
+def test_nodes_import_set_model_and_list(cli_env) -> None:  # type: ignore[no-untyped-def]
+    imported = cli_env.invoke(app, ["nodes", "import", "-"], input=SCONTROL.read_text())
+    assert imported.exit_code == 1, imported.output  # two bad lines, the rest imported
+    assert "11 nodes; 8 GPU models set" in imported.stdout
+    assert "skipped <stdin>:9: " in imported.stderr and "skipped <stdin>:13: " in imported.stderr
+    assert "gpu-finops nodes set-model gpu-v-01 MODEL" in imported.stderr
+    by_node = cli_env.invoke(app, ["nodes", "set-model", "gpu-u-01", "h100_80gb"])
+    assert by_node.exit_code == 0, by_node.output
+    assert "gpu-u-01: GPU model H100-SXM-80GB" in by_node.output
+    by_partition = cli_env.invoke(app, ["nodes", "set-model", "--partition", "legacy", "mi250x"])
+    assert by_partition.exit_code == 0, by_partition.output
+    assert "gpu-u-01, gpu-v-01: GPU model MI250X" in by_partition.output
+    refused = cli_env.invoke(app, ["nodes", "set-model", "gpu-v-01", "v100"])
+    assert refused.exit_code == 2
+    assert refused.stderr.strip().splitlines() == [
+        "error: GPU model 'v100' is not a price catalog model; choose one of: A100-SXM4-80GB, B200, H100-SXM-80GB, "
+        "H200, L40S, MI250X, MI300X"
+    ]
+    listed = cli_env.invoke(app, ["nodes", "list"])
+    assert listed.exit_code == 0
+    rows = {line.split()[0]: line.split() for line in listed.output.splitlines()[1:]}
+    assert rows["gpu-v-01"][1:3] == ["MI250X", "MI250X"] and rows["gpu-v-01"][-1] == "legacy"
+    assert rows["gpu-a-01"][1] == "A100-SXM4-80GB" and rows["gpu-a-01"][-1] == "gpu,debug"
