@@ -12,6 +12,7 @@ from finops.analysis.budgets import budget_status
 from finops.analysis.report import GROUP_BYS, cost_report, report_csv, report_dicts, report_table
 from finops.cli.budget import budget_table
 from finops.cli.context import idle_policy, instant, load_pricing, load_settings, open_sessions
+from finops.ledger.rollup import unpriced_fix
 from finops.service.scheduler import run_rollup
 from finops.timeutil import utc_now
 
@@ -23,8 +24,13 @@ def rollup() -> None:
     """Run the scheduled work once: rebuild dirty ledger hours, re-judge recent idle episodes."""
     settings = load_settings()
     policy = idle_policy(settings)
-    hours, episodes = run_rollup(open_sessions(settings), load_pricing(settings), policy)
-    typer.echo(f"{hours} ledger hours rebuilt; {episodes} idle episodes")
+    built, episodes = run_rollup(open_sessions(settings), load_pricing(settings), policy)
+    typer.echo(
+        f"{built.hours} ledger hours rebuilt: {built.priced_gpu_hours:,.2f} GPU-hours priced, "
+        f"{built.unpriced_gpu_hours:,.2f} unpriced; {episodes} idle episodes"
+    )
+    for model, seconds in built.unpriced_gpu_seconds.items():
+        typer.echo(f"unpriced: {seconds / 3600:,.2f} GPU-hours of {model}: {unpriced_fix(model)}", err=True)
 
 
 @app.command()
