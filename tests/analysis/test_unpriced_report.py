@@ -10,6 +10,7 @@ import io
 import json
 from datetime import datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import httpx
 import pytest
@@ -130,3 +131,5 @@ def test_rest_costs_and_metrics_show_the_unpriced_gpu_hours(slice_) -> None:  # 
     }
     in_month = sum(1.0 for hour in (t0, t0 + timedelta(hours=1)) if hour >= month_start(utc_now())) or None
     assert samples.get(("gpufinops_unpriced_gpu_hours", (("model", MODEL),))) == in_month
+    documented = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
+    assert "`gpufinops_unpriced_gpu_hours{model}`" in documented
