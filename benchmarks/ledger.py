@@ -354,7 +354,7 @@ def main() -> None:
         load_before = os.getloadavg()[0]
         began = time.perf_counter()
         with sessions.begin() as session:
-            rebuilt = rollup(session, pricing, to_epoch(until))
+            rebuilt = rollup(session, pricing, to_epoch(until)).hours
         cold = time.perf_counter() - began
         ledger_rows = counts(engine)["ledger"]
         print(
@@ -374,7 +374,7 @@ def main() -> None:
             )
         began = time.perf_counter()
         with sessions.begin() as session:
-            rebuilt = rollup(session, pricing, to_epoch(until))
+            rebuilt = rollup(session, pricing, to_epoch(until)).hours
         incremental = time.perf_counter() - began
         print(
             f"rollup, one dirty day:     {incremental:8.2f} s  ({rebuilt} hours rebuilt: the day and the newest hour; "

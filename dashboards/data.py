@@ -37,7 +37,7 @@ from finops.analysis.dashboard_queries import (
 from finops.analysis.filters import Scope
 from finops.analysis.idle import EpisodeView, list_episodes
 from finops.analysis.quality import NodeFreshness, node_freshness
-from finops.analysis.report import MONEY_FIELDS, ReportRow, report_dicts
+from finops.analysis.report import MONEY_FIELDS, ReportRow, UnpricedModel, report_dicts, unpriced_by_model
 from finops.analysis.telemetry import (
     JobTelemetry,
     NodeBucket,
@@ -140,6 +140,14 @@ def cube(url: str, start: datetime, end: datetime, scope: Scope = EVERYTHING) ->
 def report(url: str, start: datetime, end: datetime, by: CubeBy, scope: Scope = EVERYTHING) -> list[ReportRow]:
     """The rows of :func:`finops.analysis.report.cost_report` for the period and filters, by team, job or user."""
     return cube(url, start, end, scope).report(by)
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def unpriced(url: str, start: datetime, end: datetime, scope: Scope = EVERYTHING) -> list[UnpricedModel]:
+    """:func:`finops.analysis.report.unpriced_by_model` for the period and filters: GPU-hours whose model has no
+    price (counted, not costed), by model, with the fix."""
+    with session_factory(engine(url))() as session:
+        return unpriced_by_model(session, start, end, **_filters(scope))
 
 
 @st.cache_data(ttl=TTL_SECONDS)

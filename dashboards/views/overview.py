@@ -1,5 +1,6 @@
-"""Overview: spend, utilisation and idle cost for the period; this month's spend against budgets and its
-forecast; the five biggest wasters (jobs and teams by idle cost); spend by day."""
+"""Overview: spend, utilisation and idle cost for the period (and the GPU-hours left out of it for want of a
+price); this month's spend against budgets and its forecast; the five biggest wasters (jobs and teams by idle
+cost); spend by day."""
 
 from __future__ import annotations
 
@@ -29,6 +30,14 @@ used.metric("Used (useful work)", money(summary.used_cost, currency))
 idle.metric("Idle cost (waste)", money(summary.idle_cost, currency))
 utilization.metric("Utilisation of allocated GPUs", f"{summary.utilization:.1%}")
 st.caption(f"{summary.allocated_share:.1%} of GPU-hours were held by a job.")
+unpriced = data.unpriced(url, view.start, view.end, view.scope)
+if unpriced:
+    hours = sum(u.gpu_hours for u in unpriced)
+    st.warning(
+        f"The costs above leave out {hours:,.2f} GPU-hours whose GPU model has no price (counted, not costed): "
+        + "; ".join(f"{u.model}: {u.gpu_hours:,.2f} GPU-hours, {u.fix}" for u in unpriced)
+        + ". The Data quality page lists them."
+    )
 
 now = utc_now().replace(second=0, microsecond=0)
 month = data.month(url, now, view.scope)

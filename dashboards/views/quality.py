@@ -1,4 +1,5 @@
-"""Data quality: the share of GPU time attributed to jobs and metered by readings, and each node's freshness."""
+"""Data quality: the share of GPU time attributed to jobs and metered by readings, the GPU-hours whose model has
+no price (by model, with the fix), and each node's freshness."""
 
 from __future__ import annotations
 
@@ -19,6 +20,14 @@ left, middle, right = st.columns(3)
 left.metric("GPU-hours held by a job", f"{quality.attributed_share:.1%}")
 middle.metric("Held GPU-hours with readings", f"{quality.metered_share:.1%}")
 right.metric("Held GPU-hours without readings", f"{quality.unmetered_gpu_seconds / 3600:,.1f}")
+st.subheader("GPU-hours without a price")
+unpriced = data.unpriced(url, view.start, view.end, view.scope)
+if unpriced:
+    st.metric("GPU-hours counted but not costed", f"{sum(u.gpu_hours for u in unpriced):,.2f}")
+    frame = pd.DataFrame([{"GPU model": u.model, "GPU-hours": round(u.gpu_hours, 2), "fix": u.fix} for u in unpriced])
+    table(frame, "unpriced-gpu-hours.csv")
+else:
+    st.write("Every GPU-hour in this period has a price.")
 st.subheader("Collectors: newest reading per node")
 nodes = data.freshness(url, utc_now().replace(second=0, microsecond=0))
 if view.cluster or view.partition:

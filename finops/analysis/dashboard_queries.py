@@ -92,6 +92,7 @@ class CubeCell:
     energy_joules: float
     energy_cost: Decimal
     currency: str
+    unpriced_gpu_seconds: int = 0
 
 
 CubeBy = Literal["team", "job", "user"]
@@ -154,7 +155,7 @@ class LedgerCube:
             if found is None:
                 totals[key] = [
                     c.seconds, c.used_gpu_seconds, c.metered_gpu_seconds, c.unmetered_gpu_seconds, c.allocated_cost,
-                    c.used_cost, c.idle_cost, c.energy_joules, c.energy_cost, c.currency,
+                    c.used_cost, c.idle_cost, c.energy_joules, c.energy_cost, c.currency, c.unpriced_gpu_seconds,
                 ]  # fmt: skip
                 continue
             found[0] += c.seconds
@@ -167,11 +168,13 @@ class LedgerCube:
             found[7] += c.energy_joules
             found[8] += c.energy_cost
             found[9] = min(found[9], c.currency)
+            found[10] += c.unpriced_gpu_seconds
         rows = [
             ReportRow(
                 key=name, team=team, user=user, allocated_gpu_seconds=t[0], used_gpu_seconds=t[1],
                 idle_gpu_seconds=max(t[2] - t[1], 0.0), unmetered_gpu_seconds=t[3], allocated_cost=t[4],
                 used_cost=t[5], idle_cost=t[6], energy_joules=t[7], energy_cost=t[8], currency=t[9],
+                unpriced_gpu_seconds=t[10],
             )
             for (name, team, user, _), t in totals.items()
         ]  # fmt: skip
@@ -226,7 +229,7 @@ def ledger_cube(
         select(
             c.day, Team.name, c.job_pk, Job.job_id, Job.user, c.seconds, c.used_gpu_seconds, c.metered_gpu_seconds,
             c.unmetered_gpu_seconds, c.allocated_cost, c.used_cost, c.idle_cost, c.energy_joules, c.energy_cost,
-            c.currency,
+            c.currency, c.unpriced_gpu_seconds,
         )
         .join(Team, Team.id == c.team_id)
         .outerjoin(Job, Job.id == c.job_pk)
@@ -238,10 +241,11 @@ def ledger_cube(
         CubeCell(
             days.get(day) or days.setdefault(day, from_epoch(day)), team, job_pk, job_id, user, int(seconds),
             float(used), int(metered), int(unmetered), allocated, used_cost, idle, float(joules), energy, currency,
+            int(unpriced),
         )
         for (
             day, team, job_pk, job_id, user, seconds, used, metered, unmetered, allocated, used_cost, idle, joules,
-            energy, currency,
+            energy, currency, unpriced,
         ) in session.connection().execute(query)
     ]  # fmt: skip
     return LedgerCube(start, end, cells)

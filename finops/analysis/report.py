@@ -2,6 +2,10 @@
 
 Money is summed exactly in SQL (NUMERIC, or integer micro-units on SQLite) and rounded to cents by
 :func:`finops.ledger.costmodel.round_preserving_total`, column by column, so the rows add up to the total.
+
+GPU-hours whose GPU model has no price (unpriced ledger rows) are counted in GPU-hours, never in money: each row
+says how many of its GPU-hours are unpriced, a row with nothing but unpriced GPU-hours has no cost (None, not 0),
+and :func:`unpriced_by_model` names the models and the fix; the table's TOTAL line adds them.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from sqlalchemy.orm import Session
 from finops.analysis.filters import Scope, ledger_conditions
 from finops.db.models import UNALLOCATED_TEAM, Gpu, Job, LedgerEntry, LedgerTeamHour, Node, Team
 from finops.ledger.costmodel import JOULES_PER_KWH, quantize, round_preserving_total
+from finops.ledger.rollup import unpriced_fix
 from finops.ledger.team_hours import ledger_team_sums
 
 GroupBy = Literal["team", "job", "user", "node", "gpu_model"]
@@ -33,7 +38,8 @@ class ReportRow:
     (6 decimals) until rendered. ``team`` and ``user`` are set for job rows (``team`` for team rows too).
 
     For the ``__unallocated__`` row, ``allocated_gpu_seconds`` is capacity no job held and its cost.
-    ``unmetered_gpu_seconds`` are allocated seconds with no sample: neither used nor idle.
+    ``unmetered_gpu_seconds`` are allocated seconds with no sample: neither used nor idle. ``unpriced_gpu_seconds``
+    are the part of ``allocated_gpu_seconds`` whose GPU model has no price: the money covers the rest only.
     """
 
     key: str
@@ -49,6 +55,55 @@ class ReportRow:
     energy_joules: float
     energy_cost: Decimal
     currency: str
+    unpriced_gpu_seconds: int = 0
+
+    @property
+    def unpriced_only(self) -> bool:
+        """True when every GPU-second of the row is unpriced: its cost is unknown, not 0."""
+        return self.unpriced_gpu_seconds > 0 and self.unpriced_gpu_seconds >= self.allocated_gpu_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class UnpricedModel:
+    """GPU-hours of one GPU model without a price in the catalog, over a report's period, and what fixes it."""
+
+    model: str
+    gpu_seconds: int
+
+    @property
+    def gpu_hours(self) -> float:
+        return _hours(self.gpu_seconds)
+
+    @property
+    def fix(self) -> str:
+        return unpriced_fix(self.model)
+
+
+def unpriced_by_model(
+    session: Session,
+    start: datetime,
+    end: datetime,
+    *,
+    cluster: str | None = None,
+    team: str | None = None,
+    partition: str | None = None,
+) -> list[UnpricedModel]:
+    """Unpriced GPU-seconds of the ledger hours starting in [start, end) by GPU model, most first, with the same
+    filters as :func:`cost_report`. Reads only unpriced rows (the partial index ``ix_ledger_unpriced``)."""
+    scope = Scope(cluster=cluster, team=team, partition=partition)
+    seconds = func.sum(LedgerEntry.seconds)
+    rows = session.execute(
+        select(Gpu.model, seconds)
+        .join(Gpu, Gpu.id == LedgerEntry.gpu_id)
+        .where(
+            LedgerEntry.allocated_cost.is_(None),
+            LedgerEntry.hour >= start,
+            LedgerEntry.hour < end,
+            *ledger_conditions(scope),
+        )
+        .group_by(Gpu.model)
+    ).all()
+    return sorted((UnpricedModel(model, int(total)) for model, total in rows), key=lambda u: (-u.gpu_seconds, u.model))
 
 
 def cost_report(
@@ -92,6 +147,7 @@ def cost_report(
             energy_joules=float(r.energy_joules),
             energy_cost=Decimal(r.energy_cost),
             currency=r.currency,
+            unpriced_gpu_seconds=int(r.unpriced_gpu_seconds),
         )
         for r in session.execute(query)
     ]
@@ -159,8 +215,10 @@ def _hours(seconds: float) -> float:
 
 def report_dicts(rows: Sequence[ReportRow], by: GroupBy = "team") -> list[dict[str, object]]:
     """JSON-ready rows: ``{team|job, allocated_gpu_hours, used_gpu_hours, idle_gpu_hours, allocated_cost,
-    used_cost, idle_cost, energy_kwh, energy_cost, currency}`` plus ``allocated_gpu_seconds`` and
-    ``unmetered_gpu_hours``; money as decimal strings in cents that add up to the rounded totals."""
+    used_cost, idle_cost, energy_kwh, energy_cost, currency}`` plus ``allocated_gpu_seconds``,
+    ``unmetered_gpu_hours`` and ``unpriced_gpu_hours``; money as decimal strings in cents that add up to the rounded
+    totals. The money of the GPU-hours with a price only; a row whose GPU-hours are all unpriced has allocated,
+    used and idle cost None (unknown, not 0)."""
     rounded = {name: round_preserving_total([getattr(row, name) for row in rows]) for name in MONEY_FIELDS}
     result = []
     for i, row in enumerate(rows):
@@ -173,9 +231,10 @@ def report_dicts(rows: Sequence[ReportRow], by: GroupBy = "team") -> list[dict[s
             used_gpu_hours=_hours(row.used_gpu_seconds),
             idle_gpu_hours=_hours(row.idle_gpu_seconds),
             unmetered_gpu_hours=_hours(row.unmetered_gpu_seconds),
-            allocated_cost=str(rounded["allocated_cost"][i]),
-            used_cost=str(rounded["used_cost"][i]),
-            idle_cost=str(rounded["idle_cost"][i]),
+            unpriced_gpu_hours=_hours(row.unpriced_gpu_seconds),
+            allocated_cost=None if row.unpriced_only else str(rounded["allocated_cost"][i]),
+            used_cost=None if row.unpriced_only else str(rounded["used_cost"][i]),
+            idle_cost=None if row.unpriced_only else str(rounded["idle_cost"][i]),
             energy_kwh=float(quantize(Decimal(repr(row.energy_joules)) / JOULES_PER_KWH, Decimal("0.001"))),
             energy_cost=str(rounded["energy_cost"][i]),
             currency=row.currency,
@@ -195,9 +254,12 @@ def report_csv(rows: Sequence[ReportRow], by: GroupBy = "team") -> str:
     return out.getvalue()
 
 
-def report_table(rows: Sequence[ReportRow], by: GroupBy = "team") -> str:
-    """The rows as a fixed-width text table with a total line."""
+def report_table(rows: Sequence[ReportRow], by: GroupBy = "team", unpriced: Sequence[UnpricedModel] = ()) -> str:
+    """The rows as a fixed-width text table with a total line. When some GPU-hours have no price, an
+    ``unpriced GPU-h`` column, the TOTAL line ends ``+ N unpriced GPU-hours (models …)`` (money totals cover the
+    priced GPU-hours only), and a line per model of ``unpriced`` (:func:`unpriced_by_model`) says how to fix it."""
     dicts = report_dicts(rows, by)
+    with_unpriced = any(row.unpriced_gpu_seconds for row in rows) or bool(unpriced)
     headers = [by, "alloc GPU-h", "used GPU-h", "idle GPU-h", "allocated", "used", "idle", "energy kWh", "energy"]
     keys = [
         by,
@@ -208,8 +270,11 @@ def report_table(rows: Sequence[ReportRow], by: GroupBy = "team") -> str:
         "energy_kwh",
         "energy_cost",
     ]
+    if with_unpriced:
+        headers.insert(4, "unpriced GPU-h")
+        keys.insert(4, "unpriced_gpu_hours")
     lines = [[str(d[by]), *(_cell(d[k]) for k in keys[1:])] for d in dicts]
-    totals = ["TOTAL"] + [_cell(sum((Decimal(str(d[k])) for d in dicts), Decimal(0))) for k in keys[1:]]
+    totals = ["TOTAL"] + [_cell(sum((Decimal(str(d[k] or 0)) for d in dicts), Decimal(0))) for k in keys[1:]]
     widths = [max(len(h), *(len(line[i]) for line in [*lines, totals])) for i, h in enumerate(headers)]
     currency = dicts[0]["currency"] if dicts else ""
     out = [f"Costs in {currency}" if currency else "No ledger rows in this period."]
@@ -219,10 +284,17 @@ def report_table(rows: Sequence[ReportRow], by: GroupBy = "team") -> str:
             for i, (cell, width) in enumerate(zip(line, widths, strict=True))
         ]
         out.append("  ".join(cells))
+    if with_unpriced:
+        seconds = sum(row.unpriced_gpu_seconds for row in rows)
+        models = ", ".join(u.model for u in unpriced) or "see gpu_model report"
+        out[-1] += f"  + {seconds / 3600:,.2f} unpriced GPU-hours (models {models})"
+        out.extend(f"unpriced: {u.gpu_hours:,.2f} GPU-hours of {u.model}: {u.fix}" for u in unpriced)
     return "\n".join(out)
 
 
 def _cell(value: object) -> str:
+    if value is None:
+        return "unpriced"
     if isinstance(value, (float, Decimal)):
         return f"{value:,.2f}"
     if isinstance(value, str) and value.replace(".", "", 1).lstrip("-").isdigit():

@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -204,10 +205,23 @@ class LedgerEntry(Base):
     the rollup writes them from those tables in the same statement, and GPUs and teams are never deleted, so
     checking each of a month's ~800,000 rows guarded nothing and cost a third of writing them. ``job_pk`` keeps
     its foreign key: deleting a job sets it NULL.
+
+    An *unpriced* row (migration 0011) belongs to a GPU whose model has no price in the catalog in force: it keeps
+    its seconds, utilisation, samples and energy, and ``allocated_cost``, ``used_cost`` and ``idle_cost`` are
+    NULL (not 0: the cost is unknown); the model is its GPU's :attr:`Gpu.model`. ``energy_cost`` is priced by the
+    catalog's tariff, not the GPU's rate, so it is kept. ``ix_ledger_unpriced`` indexes only unpriced rows.
     """
 
     __tablename__ = "ledger"
-    __table_args__ = (Index("ix_ledger_hour_team", "hour", "team_id"),)
+    __table_args__ = (
+        Index("ix_ledger_hour_team", "hour", "team_id"),
+        Index(
+            "ix_ledger_unpriced",
+            "hour",
+            postgresql_where=text("allocated_cost IS NULL"),
+            sqlite_where=text("allocated_cost IS NULL"),
+        ),
+    )
     id: Mapped[int] = mapped_column(primary_key=True)
     hour: Mapped[datetime] = mapped_column(EpochSeconds)
     gpu_id: Mapped[int] = mapped_column(Integer)
@@ -217,9 +231,9 @@ class LedgerEntry(Base):
     used_gpu_seconds: Mapped[float] = mapped_column(Float)
     sample_count: Mapped[int] = mapped_column(Integer)
     energy_joules: Mapped[float] = mapped_column(Float)
-    allocated_cost: Mapped[Decimal] = mapped_column(Money)
-    used_cost: Mapped[Decimal] = mapped_column(Money)
-    idle_cost: Mapped[Decimal] = mapped_column(Money)
+    allocated_cost: Mapped[Decimal | None] = mapped_column(Money)
+    used_cost: Mapped[Decimal | None] = mapped_column(Money)
+    idle_cost: Mapped[Decimal | None] = mapped_column(Money)
     energy_cost: Mapped[Decimal] = mapped_column(Money)
     currency: Mapped[str] = mapped_column(String(3))
     pricing_model: Mapped[str | None] = mapped_column(String(16))
@@ -246,6 +260,7 @@ class LedgerTeamHour(Base):
     idle_cost: Mapped[Decimal] = mapped_column(Money)
     energy_cost: Mapped[Decimal] = mapped_column(Money)
     currency: Mapped[str] = mapped_column(String(3))
+    unpriced_gpu_seconds: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class DirtyHour(Base):

@@ -185,7 +185,7 @@ def run_demo(options: DemoOptions) -> int:
         imported = import_sacct(session, handle, source=str(log_path))
     print(f"jobs: {imported.jobs} imported from {log_path} ({len(imported.errors)} bad lines)")
     with sessions.begin() as session:
-        hours = rollup(session, pricing, to_epoch(trace.end))
+        hours = rollup(session, pricing, to_epoch(trace.end)).hours
         episodes = detect_idle(session, trace.start, trace.end, IdlePolicy(), pricing)
         _set_demo_budgets(session, series, pricing, profile.model, trace.end)
     ledger_seconds = time.perf_counter() - ledger_at

@@ -3,7 +3,9 @@
 A rebuild of hours [h0, h1) runs in the database, in a few set-based statements over session-local temporary
 tables, and applies :mod:`finops.ledger.costmodel` in Python only where a GPU-hour has to be split:
 
-1. the in-service GPU-hours that have a price (rates from the Python price catalog, passed in as a small table);
+1. the in-service GPU-hours with their rates (from the Python price catalog, passed in as a small table; a GPU-hour
+   whose model has no price gets NULL and is written *unpriced*: seconds, metering and energy as usual, allocated,
+   used and idle cost NULL);
 2. their holdings: every allocation clipped to every GPU-hour it overlaps;
 3. the GPU-hours to split: a partial in-service hour, a holding that covers only part of the hour, several
    holdings, a MIG share; a MIG share or overlapping holdings (time-slicing) make a GPU-hour *shared*;
@@ -35,10 +37,11 @@ from __future__ import annotations
 import logging
 import os
 import queue
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from decimal import Decimal
 from itertools import islice
 
@@ -55,7 +58,6 @@ from finops.db.dialect import (
     set_local,
     supports_helper_connections,
 )
-from finops.db.hours import mark_hours_dirty
 from finops.db.models import UNALLOCATED_TEAM, DirtyHour, Gpu, LedgerEntry
 from finops.jobs.teams import team_by_name
 from finops.ledger import sql
@@ -76,6 +78,44 @@ the API)."""
 ROLLUP_LOCK_KEY = 0x6770_7566_5F6C_6467  # pg_advisory_xact_lock key serialising rollups ("gpuf_ldg")
 
 
+def unpriced_fix(model: str) -> str:
+    """What to do about GPU-hours of ``model`` that have no price (said the same way by the log, reports, the API
+    and the dashboard)."""
+    return f"add a price for {model!r} to your catalogue (gpu-finops prices import FILE) or set the node's model"
+
+
+@dataclass(slots=True)
+class ChunkBuilt:
+    """What the rebuild of some hours wrote: in-service GPU-seconds by (GPU model, priced), and why each unpriced
+    model has no price (the catalog's PriceNotFound message)."""
+
+    gpu_seconds: Counter[tuple[str, bool]] = field(default_factory=Counter)
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    def add(self, other: ChunkBuilt) -> None:
+        self.gpu_seconds.update(other.gpu_seconds)
+        for model, reason in other.reasons.items():
+            self.reasons.setdefault(model, reason)
+
+
+@dataclass(frozen=True, slots=True)
+class RollupResult:
+    """What :func:`rollup` did: ``hours`` rebuilt, the GPU-seconds written with a price, and those written unpriced
+    (no price for the GPU's model: seconds and use kept, no money) by GPU model."""
+
+    hours: int
+    priced_gpu_seconds: int
+    unpriced_gpu_seconds: dict[str, int]
+
+    @property
+    def priced_gpu_hours(self) -> float:
+        return self.priced_gpu_seconds / 3600
+
+    @property
+    def unpriced_gpu_hours(self) -> float:
+        return sum(self.unpriced_gpu_seconds.values()) / 3600
+
+
 def rollup(
     session: Session,
     pricing: Pricing,
@@ -83,19 +123,22 @@ def rollup(
     *,
     sql_costing: bool = True,
     connections: int = ROLLUP_CONNECTIONS,
-) -> int:
+) -> RollupResult:
     """Bring the ledger up to ``until`` (epoch seconds): rebuild every dirty hour before it, and every hour
     from the newest hour in the ledger (or, for an empty ledger, the first GPU's entry into service) to it.
 
     The newest hour is always rebuilt because it was built only up to the previous ``until``, so hours
     without samples or job changes (a silent collector, an idle cluster) still accrue capacity cost.
-    Hours missing a GPU that has no price stay dirty, so they are rebuilt after the catalog is fixed. A chunk's
+    A GPU whose model has no price in the catalog keeps its GPU-hours in the ledger, unpriced (NULL money), logged
+    once per model and rollup (a WARNING with its GPU-hours and the fix); its hours are not left dirty: a catalog
+    import that prices them marks them (:func:`finops.pricing.store.import_catalog`). A chunk's
     dirty marks are removed before its data is read (:func:`_unmark`), so that data committed while it is rebuilt
     is rebuilt by the next rollup. The newest hour built (the one ``until - 1`` falls in, usually the current one)
     keeps its mark, so that an ingest marking it (every POST of the current hour does) does not wait for this
     rollup's transaction, which would have removed the mark, to end; the next rollup reads the mark and rebuilds
     the hour (which it would anyway when it is the ledger's newest), and the first rollup past it removes it.
-    ``sql_costing`` as in :func:`rebuild`. Returns the number of hours rebuilt completely.
+    ``sql_costing`` as in :func:`rebuild`. Returns the hours rebuilt and the GPU-seconds written, priced and
+    unpriced (:class:`RollupResult`).
 
     The hours are rebuilt in chunks of at most :data:`CHUNK_HOURS` consecutive hours (a day partition of readings
     each). On PostgreSQL, several chunks are computed at once on up to ``connections`` extra connections
@@ -121,14 +164,22 @@ def rollup(
     if helpers and len(hours) >= CHUNK_HOURS // 2:
         longest = min(CHUNK_HOURS, -(-len(hours) // connections))  # a chunk for each helper at least
     chunks = list(_contiguous_chunks(hours, longest))
-    built: Iterator[set[int]]
+    built: Iterator[ChunkBuilt]
     if helpers and len(chunks) > 1 and nothing_written(session):
         built = _chunks_built_elsewhere(session, chunks, pricing, until, sql_costing, connections)
     else:
         built = _chunks_built_here(session, chunks, pricing, until, sql_costing)
-    unpriced: set[int] = set().union(*built)
-    mark_hours_dirty(session, unpriced)
-    return len(hours) - len(unpriced)
+    total = ChunkBuilt()
+    for chunk in built:
+        total.add(chunk)
+    unpriced = {model: seconds for (model, priced), seconds in sorted(total.gpu_seconds.items()) if not priced}
+    for model, seconds in unpriced.items():
+        log.warning(
+            "GPU model %r has no price (%s): %.2f GPU-hours kept in the ledger unpriced; %s",
+            model, total.reasons.get(model, "no price"), seconds / 3600, unpriced_fix(model),
+        )  # fmt: skip
+    priced = sum(seconds for (_, is_priced), seconds in total.gpu_seconds.items() if is_priced)
+    return RollupResult(len(hours), priced, unpriced)
 
 
 def _contiguous_chunks(hours: list[int], longest: int) -> Iterator[tuple[int, int]]:
@@ -144,18 +195,20 @@ def _contiguous_chunks(hours: list[int], longest: int) -> Iterator[tuple[int, in
         yield start, previous + HOUR
 
 
-def rebuild(session: Session, h0: int, h1: int, pricing: Pricing, until: int, *, sql_costing: bool = True) -> set[int]:
+def rebuild(
+    session: Session, h0: int, h1: int, pricing: Pricing, until: int, *, sql_costing: bool = True
+) -> ChunkBuilt:
     """Rewrite the ledger rows of hours [h0, h1) (epoch seconds, hour-aligned), clipped at ``until``.
 
-    A GPU whose model has no price in the catalog gets no rows (logged once per model); the other GPUs'
-    rows are written. Returns the hours that miss such GPUs, to be rebuilt once the catalog has the price.
+    A GPU whose model has no price in the catalog gets unpriced rows (NULL allocated, used and idle cost).
+    Returns the GPU-seconds written by model, priced and unpriced (:class:`ChunkBuilt`).
     ``sql_costing`` False costs every GPU-hour with the Python cost model instead of only those to split (the
     rows are the same; it is the reference the SQL costing is tested against). The team-hours of [h0, h1) are
     rewritten after the rows (:func:`finops.ledger.team_hours.refresh_team_hours`).
     """
-    unpriced = _compute(session, h0, h1, pricing, until, team_by_name(session, UNALLOCATED_TEAM).id, sql_costing)
+    built = _compute(session, h0, h1, pricing, until, team_by_name(session, UNALLOCATED_TEAM).id, sql_costing)
     _store(session, h0, h1, None)
-    return unpriced
+    return built
 
 
 def _store(session: Session, h0: int, h1: int, copied: bytes | None) -> None:
@@ -175,8 +228,8 @@ def _store(session: Session, h0: int, h1: int, copied: bytes | None) -> None:
 
 def _chunks_built_here(
     session: Session, chunks: Sequence[tuple[int, int]], pricing: Pricing, until: int, sql_costing: bool
-) -> Iterator[set[int]]:
-    """The unpriced hours of each chunk [h0, h1), rebuilt by :func:`rebuild` in the session's own connection."""
+) -> Iterator[ChunkBuilt]:
+    """What each chunk [h0, h1) wrote, rebuilt by :func:`rebuild` in the session's own connection."""
     for h0, h1 in chunks:
         _unmark(session, h0, h1, until)
         yield rebuild(session, h0, h1, pricing, until, sql_costing=sql_costing)
@@ -198,9 +251,8 @@ def _chunks_built_elsewhere(
     until: int,
     sql_costing: bool,
     connections: int,
-) -> Iterator[set[int]]:
-    """The unpriced hours of each chunk [h0, h1), in order, once :func:`_store` has written its rows in
-    ``session``.
+) -> Iterator[ChunkBuilt]:
+    """What each chunk [h0, h1) wrote, in order, once :func:`_store` has written its rows in ``session``.
 
     The rows are computed (:func:`_compute`) on up to ``connections`` other connections of the session's
     engine, a chunk each at a time and a few chunks ahead, so that PostgreSQL computes several chunks on
@@ -215,12 +267,12 @@ def _chunks_built_elsewhere(
     unallocated_team = team_by_name(session, UNALLOCATED_TEAM).id
     idle: queue.SimpleQueue[Connection] = queue.SimpleQueue()
 
-    def compute(h0: int, h1: int) -> tuple[set[int], bytes]:
+    def compute(h0: int, h1: int) -> tuple[ChunkBuilt, bytes]:
         connection = idle.get()
         try:
             with Session(bind=connection) as helper:
-                unpriced = _compute(helper, h0, h1, pricing, until, unallocated_team, sql_costing)
-            return unpriced, copy_out(connection, sql.WORK_ROWS.name, LEDGER_COLUMNS)
+                built = _compute(helper, h0, h1, pricing, until, unallocated_team, sql_costing)
+            return built, copy_out(connection, sql.WORK_ROWS.name, LEDGER_COLUMNS)
         finally:
             idle.put(connection)
 
@@ -232,26 +284,26 @@ def _chunks_built_elsewhere(
             idle.put(connection)
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=connections, thread_name_prefix="ledger-chunk"))
         stack.callback(pool.shutdown, cancel_futures=True)
-        pending: deque[tuple[int, int, Future[tuple[set[int], bytes]]]] = deque()
+        pending: deque[tuple[int, int, Future[tuple[ChunkBuilt, bytes]]]] = deque()
         queued = iter(chunks)
         for h0, h1 in islice(queued, connections + 1):
             _unmark(session, h0, h1, until)
             pending.append((h0, h1, pool.submit(compute, h0, h1)))
         while pending:
             h0, h1, future = pending.popleft()
-            unpriced, copied = future.result()
+            built, copied = future.result()
             for n0, n1 in islice(queued, 1):
                 _unmark(session, n0, n1, until)
                 pending.append((n0, n1, pool.submit(compute, n0, n1)))
             _store(session, h0, h1, copied)
-            yield unpriced
+            yield built
 
 
 def _rates(
     session: Session, pricing: Pricing, node_models: dict[int, PricingModel], h0: int, end: int
-) -> tuple[dict[tuple[str, PricingModel, int], Decimal], set[int]]:
-    """Rate per (GPU model, pricing model, hour) for the GPU-hours in service in [h0, end), and the hours that
-    miss a rate for some in-service GPU (logged once per GPU model and pricing model)."""
+) -> tuple[dict[tuple[str, PricingModel, int], Decimal | None], dict[str, str]]:
+    """Rate per (GPU model, pricing model, hour) for the GPU-hours in service in [h0, end) (None where the catalog
+    has none), and why each GPU model without a price has none (the first PriceNotFound message)."""
     first_hour: dict[tuple[str, PricingModel], int] = {}
     for model, node_id, entered in session.execute(
         select(Gpu.model, Gpu.node_id, func.min(Gpu.in_service_from))
@@ -261,33 +313,30 @@ def _rates(
         key = (model, node_models.get(node_id, pricing.model))
         hour = floor_hour(max(h0, to_epoch(entered)))
         first_hour[key] = min(first_hour.get(key, hour), hour)
-    rates: dict[tuple[str, PricingModel, int], Decimal] = {}
-    unpriced: set[int] = set()
+    rates: dict[tuple[str, PricingModel, int], Decimal | None] = {}
+    reasons: dict[str, str] = {}
     for (model, pricing_model), first in sorted(first_hour.items()):
-        logged = False
         for hour in range(first, end, HOUR):
             try:
                 rates[model, pricing_model, hour] = pricing.catalog.rate(model, pricing_model, from_epoch(hour))
             except PriceNotFound as exc:
-                unpriced.add(hour)
-                if not logged:
-                    log.error("GPU-hours of model %r left out of the ledger: %s", model, exc)
-                    logged = True
-    return rates, unpriced
+                rates[model, pricing_model, hour] = None
+                reasons.setdefault(model, f"{pricing_model}: {exc}")
+    return rates, reasons
 
 
 def _compute(
     session: Session, h0: int, h1: int, pricing: Pricing, until: int, unallocated_team: int, sql_costing: bool
-) -> set[int]:
+) -> ChunkBuilt:
     """Fill the work table ``tmp_ledger_rows`` of the session's connection with the ledger rows of hours [h0, h1)
-    clipped at ``until``, as :func:`rebuild` describes; the ledger itself is not touched. Returns the hours that
-    miss a price."""
+    clipped at ``until``, as :func:`rebuild` describes; the ledger itself is not touched. Returns what they are
+    (GPU-seconds by model, priced and unpriced)."""
     connection = session.connection()
     end = min(h1, until)
     sql.prepare_work_tables(connection)
     with sql.statement_settings(connection):
         node_models = pricing_models_by_node(session, pricing.model)
-        rates, unpriced = _rates(session, pricing, node_models, h0, end)
+        rates, reasons = _rates(session, pricing, node_models, h0, end)
         sql.load_prices(connection, rates, node_models)
         sql.fill_gpu_hours(connection, h0, end, pricing.model)
         sql.fill_holdings(connection, h0, end)
@@ -302,4 +351,6 @@ def _compute(
             log.debug("ledger hours [%d, %d): %d GPU-hours costed in SQL, %d split by the cost model",
                       h0, h1, gpu_hours - split, split)  # fmt: skip
         insert_rows(connection, sql.WORK_ROWS, rows)
-    return unpriced
+        gpu_seconds = sql.gpu_seconds_by_model(connection)
+    unpriced = {model for model, priced in gpu_seconds if not priced}
+    return ChunkBuilt(Counter(gpu_seconds), {m: r for m, r in reasons.items() if m in unpriced})

@@ -61,14 +61,14 @@ class _GpuHour:
     lo: int
     hi: int
     shared: bool
-    rate: Decimal
+    rate: Decimal | None
     pricing_model: str
     holdings: list[_Holding]
 
 
 def split_rows(
     connection: Connection,
-    rates: dict[tuple[str, PricingModel, int], Decimal],
+    rates: dict[tuple[str, PricingModel, int], Decimal | None],
     unallocated_team: int,
     catalog: PriceCatalog,
     h0: int,
@@ -76,8 +76,9 @@ def split_rows(
 ) -> list[dict[str, object]]:
     """Ledger rows (column name → value, :data:`finops.ledger.sql.LEDGER_COLUMNS`) of the GPU-hours in
     ``tmp_ledger_split`` of the chunk [h0, h1) (epoch seconds), by the Python cost model: ``rates`` are the prices
-    per GPU-hour by GPU model, pricing model and hour (every split GPU-hour has one), unallocated time goes to team
-    id ``unallocated_team``, energy is costed at ``catalog``'s tariff and PUE in its currency."""
+    per GPU-hour by GPU model, pricing model and hour (every split GPU-hour has one; None: the model has no price, and
+    its rows are unpriced: GPU-seconds and metering split as usual, allocated, used and idle cost None), unallocated
+    time goes to team id ``unallocated_team``, energy is costed at ``catalog``'s tariff and PUE in its currency."""
     gpu_hours: dict[tuple[int, int], _GpuHour] = {}
     for r in connection.execute(_SPLIT_HOURS):
         gpu_hour = gpu_hours.get((r.gpu_id, r.hour))
@@ -159,7 +160,9 @@ def _gpu_hour_rows(
             )
         )
     span = gpu_hour.hi - gpu_hour.lo
-    costs = costmodel.gpu_hour_costs(gpu_hour.rate, span, holdings)
+    priced = gpu_hour.rate is not None
+    # An unpriced GPU-hour is split at rate 0: the GPU-seconds split does not depend on the rate; its money is None.
+    costs = costmodel.gpu_hour_costs(Decimal(0) if gpu_hour.rate is None else gpu_hour.rate, span, holdings)
     rows: list[dict[str, object]] = []
     for i, cost in enumerate(costs):
         holder = held[i] if i < len(held) else None
@@ -179,9 +182,9 @@ def _gpu_hour_rows(
                 "used_gpu_seconds": cost.used_gpu_seconds,
                 "sample_count": metered.samples if metered else 0,
                 "energy_joules": joules,
-                "allocated_cost": cost.allocated,
-                "used_cost": cost.used,
-                "idle_cost": cost.idle,
+                "allocated_cost": cost.allocated if priced else None,
+                "used_cost": cost.used if priced else None,
+                "idle_cost": cost.idle if priced else None,
                 "energy_cost": costmodel.energy_cost(joules, catalog.tariff_per_kwh, catalog.pue),
                 "currency": catalog.currency,
                 "pricing_model": gpu_hour.pricing_model,

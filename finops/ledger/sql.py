@@ -1,5 +1,5 @@
 """The SQL of a ledger rebuild (:mod:`finops.ledger.rollup`), where it differs by database too: the session-local
-work tables, the set-based steps 1 to 5 of a rebuild (in-service GPU-hours with a price, holdings, the GPU-hours to
+work tables, the set-based steps 1 to 5 of a rebuild (in-service GPU-hours and their rates, holdings, the GPU-hours to
 split, the metering of the readings, the costing of the common GPU-hours) and the statement settings they run
 under.
 
@@ -38,8 +38,9 @@ LEDGER_COLUMNS = (
 
 # Session-local work tables of a rebuild (emptied at its start).
 _TEMP_TABLES = {
+    # capacity NULL: the GPU model has no price under that pricing model at that hour (its GPU-hours are unpriced).
     "tmp_ledger_rates": "model VARCHAR(128) NOT NULL, pricing_model VARCHAR(16) NOT NULL, hour BIGINT NOT NULL, "
-    "capacity {money} NOT NULL, PRIMARY KEY (model, pricing_model, hour)",
+    "capacity {money}, PRIMARY KEY (model, pricing_model, hour)",
     "tmp_ledger_node_models": "node_id INTEGER PRIMARY KEY, pricing_model VARCHAR(16) NOT NULL",
     "tmp_ledger_gpu_hours": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, lo BIGINT NOT NULL, hi BIGINT NOT NULL, "
     "model VARCHAR(128) NOT NULL, pricing_model VARCHAR(16) NOT NULL, PRIMARY KEY (gpu_id, hour)",
@@ -56,7 +57,7 @@ _TEMP_TABLES = {
 # SELECT of an INSERT it cannot): gpu_id, hour, allocation_id, samples, utilization_sum, energy_joules.
 METERING_TABLE = "tmp_ledger_metering"
 
-# 1. In-service GPU-hours [lo, hi) of the chunk that have a rate.
+# 1. In-service GPU-hours [lo, hi) of the chunk that have a row in tmp_ledger_rates (a rate, or NULL: unpriced).
 _GPU_HOURS = text("""
 WITH RECURSIVE hours (hour) AS (
     SELECT CAST(:h0 AS BIGINT) UNION ALL SELECT hour + 3600 FROM hours WHERE hour + 3600 < :end
@@ -197,7 +198,9 @@ _COMMON_INSERT = """
 INSERT INTO tmp_ledger_rows ({columns})
 SELECT hour, gpu_id, job_pk, team_id, 3600,
        CASE WHEN utilization IS NULL THEN 0.0 ELSE 3600 * utilization END, sample_count, energy_joules,
-       capacity, used, CASE WHEN utilization IS NULL THEN 0 ELSE capacity - used END, energy, :currency, pricing_model
+       capacity, CASE WHEN capacity IS NULL THEN NULL ELSE used END,
+       CASE WHEN capacity IS NULL THEN NULL WHEN utilization IS NULL THEN 0 ELSE capacity - used END,
+       energy, :currency, pricing_model
 FROM ({costed}) costed
 """
 
@@ -226,7 +229,8 @@ _PG_COSTED = f"""
                          {_PG_JOULES} * CAST(:energy_factor AS numeric) AS energy_tenths
                   FROM ({_COMMON_BASE}) b) e"""  # noqa: S608 - only constant SQL is inlined
 _SQLITE_COSTED = f"""
-        SELECT b.*, CASE WHEN utilization IS NULL THEN 0 ELSE finops_used_cost(capacity, utilization) END AS used,
+        SELECT b.*, CASE WHEN utilization IS NULL OR capacity IS NULL THEN 0
+                         ELSE finops_used_cost(capacity, utilization) END AS used,
                finops_energy_cost(energy_joules) AS energy
         FROM ({_COMMON_BASE}) b"""  # noqa: S608 - only constant SQL is inlined
 
@@ -274,17 +278,23 @@ WORK_ROWS = table("tmp_ledger_rows", *(column(name, LedgerEntry.__table__.c[name
 
 def load_prices(
     connection: Connection,
-    rates: dict[tuple[str, PricingModel, int], Decimal],
+    rates: dict[tuple[str, PricingModel, int], Decimal | None],
     node_models: dict[int, PricingModel],
 ) -> None:
     """Fill ``tmp_ledger_rates`` with each rate's capacity cost of a whole hour (``rates``: price per GPU-hour by
-    GPU model, pricing model and hour; bound as :class:`Money`: integer micro-units on SQLite) and
-    ``tmp_ledger_node_models`` with the nodes' pricing models (``node_models``: by node id)."""
+    GPU model, pricing model and hour, None where the catalog has none; bound as :class:`Money`: integer
+    micro-units on SQLite) and ``tmp_ledger_node_models`` with the nodes' pricing models (``node_models``: by node
+    id)."""
     if rates:
         connection.execute(
             insert(_RATES),
             [
-                {"model": m, "pricing_model": str(p), "hour": h, "capacity": costmodel.capacity_cost(r, HOUR)}
+                {
+                    "model": m,
+                    "pricing_model": str(p),
+                    "hour": h,
+                    "capacity": None if r is None else costmodel.capacity_cost(r, HOUR),
+                }
                 for (m, p, h), r in rates.items()
             ],
         )
@@ -341,8 +351,9 @@ HELPER_SETTINGS = {"max_parallel_workers_per_gather": "0"}
 
 
 def fill_gpu_hours(connection: Connection, h0: int, end: int, default_model: PricingModel) -> None:
-    """Step 1: fill ``tmp_ledger_gpu_hours`` with the in-service GPU-hours [lo, hi) of [h0, end) that have a rate
-    in ``tmp_ledger_rates`` (:func:`load_prices`), under their node's pricing model or ``default_model``."""
+    """Step 1: fill ``tmp_ledger_gpu_hours`` with the in-service GPU-hours [lo, hi) of [h0, end) that have a row
+    in ``tmp_ledger_rates`` (:func:`load_prices`: a rate, or NULL when the model has none), under their node's
+    pricing model or ``default_model``."""
     connection.execute(_GPU_HOURS, {"h0": h0, "end": end, "default_model": str(default_model)})
 
 
@@ -376,6 +387,20 @@ def cost_common(connection: Connection, catalog: PriceCatalog, unallocated_team:
     parameters: dict[str, Any] = {"unallocated": unallocated_team, "currency": catalog.currency}
     parameters.update(setup(connection, catalog))
     connection.execute(statement, parameters)
+
+
+_GPU_SECONDS_BY_MODEL = text("""
+SELECT gh.model, CASE WHEN r.capacity IS NULL THEN 0 ELSE 1 END AS priced, SUM(gh.hi - gh.lo) AS gpu_seconds
+FROM tmp_ledger_gpu_hours gh
+JOIN tmp_ledger_rates r ON r.model = gh.model AND r.pricing_model = gh.pricing_model AND r.hour = gh.hour
+GROUP BY gh.model, CASE WHEN r.capacity IS NULL THEN 0 ELSE 1 END
+""")
+
+
+def gpu_seconds_by_model(connection: Connection) -> dict[tuple[str, bool], int]:
+    """In-service GPU-seconds of the chunk (step 1) by (GPU model, priced): what the rebuild wrote, priced and
+    unpriced."""
+    return {(r.model, bool(r.priced)): int(r.gpu_seconds) for r in connection.execute(_GPU_SECONDS_BY_MODEL)}
 
 
 def work_counts(connection: Connection) -> tuple[int, int]:

@@ -12,26 +12,32 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Connection, case, delete, func, insert, select
+from sqlalchemy import ColumnElement, Connection, case, delete, func, insert, literal, select
 from sqlalchemy.orm import Session
 
 from finops.db.models import LedgerEntry, LedgerTeamHour
+from finops.db.sqltypes import Money
 
 
 def ledger_team_sums() -> dict[str, ColumnElement[object]]:
-    """The aggregates of :class:`LedgerEntry` rows that make a :class:`LedgerTeamHour`, by its column names."""
+    """The aggregates of :class:`LedgerEntry` rows that make a :class:`LedgerTeamHour`, by its column names.
+
+    Money sums the priced rows (0 when there are none); an unpriced row (NULL money: no price for its GPU's model)
+    counts in ``seconds`` and ``unpriced_gpu_seconds``."""
     held = LedgerEntry.job_pk.is_not(None)
+    zero = literal(0, Money())
     return {
         "seconds": func.sum(LedgerEntry.seconds),
         "used_gpu_seconds": func.sum(LedgerEntry.used_gpu_seconds),
         "metered_gpu_seconds": func.sum(case((held & (LedgerEntry.sample_count > 0), LedgerEntry.seconds), else_=0)),
         "unmetered_gpu_seconds": func.sum(case((held & (LedgerEntry.sample_count == 0), LedgerEntry.seconds), else_=0)),
         "energy_joules": func.sum(LedgerEntry.energy_joules),
-        "allocated_cost": func.sum(LedgerEntry.allocated_cost),
-        "used_cost": func.sum(LedgerEntry.used_cost),
-        "idle_cost": func.sum(LedgerEntry.idle_cost),
+        "allocated_cost": func.coalesce(func.sum(LedgerEntry.allocated_cost), zero),
+        "used_cost": func.coalesce(func.sum(LedgerEntry.used_cost), zero),
+        "idle_cost": func.coalesce(func.sum(LedgerEntry.idle_cost), zero),
         "energy_cost": func.sum(LedgerEntry.energy_cost),
         "currency": func.min(LedgerEntry.currency),
+        "unpriced_gpu_seconds": func.sum(case((LedgerEntry.allocated_cost.is_(None), LedgerEntry.seconds), else_=0)),
     }
 
 

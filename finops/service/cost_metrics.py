@@ -17,6 +17,9 @@ catalog currency, named by a ``currency`` label (Prometheus has no money unit, a
   ``gpufinops_ledger_newest_hour_timestamp_seconds``: data freshness (a stalled collector fleet or rollup
   shows as a growing ``time() - …``);
   ``gpufinops_ledger_pending_rebuilds``: hours waiting for a rebuild.
+- ``gpufinops_unpriced_gpu_hours{model}``: GPU-hours of the current calendar month (UTC) in the ledger whose GPU
+  model has no price in the catalog (counted, never costed); absent when there are none. The fix: add a price for
+  the model to the catalog (``gpu-finops prices import FILE``) or set the node's model.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -31,8 +35,9 @@ from prometheus_client.registry import Collector
 from sqlalchemy import BigInteger, func, select, type_coerce
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.analysis.budgets import budget_status
+from finops.analysis.budgets import budget_status, month_start
 from finops.analysis.quality import newest_reading
+from finops.analysis.report import unpriced_by_model
 from finops.db.models import DirtyHour, Gpu, LedgerEntry, LedgerTeamHour, Team
 from finops.timeutil import utc_now
 
@@ -49,6 +54,7 @@ class _Snapshot:
     newest_sample: float | None = None
     newest_hour: float | None = None
     dirty_hours: int = 0
+    unpriced_gpu_hours: dict[str, float] = field(default_factory=dict)
 
 
 FRESHNESS_LOOKBACK_SECONDS = 86400
@@ -102,6 +108,9 @@ class CostMetrics(Collector):
             snapshot.newest_sample = None if newest_sample is None else float(newest_sample)
             snapshot.newest_hour = None if newest_hour is None else float(newest_hour)
             snapshot.dirty_hours = session.scalar(select(func.count()).select_from(DirtyHour)) or 0
+            now = utc_now()
+            for unpriced in unpriced_by_model(session, month_start(now), now + timedelta(hours=1)):
+                snapshot.unpriced_gpu_hours[unpriced.model] = unpriced.gpu_seconds / 3600
         with self._lock:
             self._snapshot = snapshot
 
@@ -146,3 +155,12 @@ class CostMetrics(Collector):
             "Ledger hours marked for a rebuild (a count; the current hour, marked by ingest, is one of them).",
             value=snapshot.dirty_hours,
         )
+        unpriced = GaugeMetricFamily(
+            "gpufinops_unpriced_gpu_hours",
+            "GPU-hours of this month (UTC) whose GPU model has no price: counted, not costed. Add a price for the "
+            "model to the catalog (gpu-finops prices import) or set the node's model.",
+            labels=["model"],
+        )
+        for model, hours in sorted(snapshot.unpriced_gpu_hours.items()):
+            unpriced.add_metric([model], hours)
+        yield unpriced

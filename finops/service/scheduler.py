@@ -22,7 +22,7 @@ from finops.analysis.budgets import record_budget_events
 from finops.analysis.idle import IdlePolicy, detect_idle
 from finops.ingest.partitions import Pruned, create_upcoming_partitions, prune_samples
 from finops.jobs.placement import reconcile_job_map
-from finops.ledger.rollup import rollup
+from finops.ledger.rollup import RollupResult, rollup
 from finops.pricing.catalog import Pricing
 from finops.pricing.store import pricing_in_force
 from finops.service.cost_metrics import CostMetrics
@@ -38,28 +38,31 @@ log = logging.getLogger(__name__)
 IDLE_LOOKBACK = timedelta(hours=6)
 
 
-def run_rollup(sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePolicy) -> tuple[int, int]:
+def run_rollup(sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePolicy) -> tuple[RollupResult, int]:
     """With the price catalog in force (the newest imported, else ``pricing``'s): move jobs onto the GPUs newly
     arrived samples name (:func:`finops.jobs.placement.reconcile_job_map`), rebuild dirty ledger hours up to now,
     re-judge idle episodes of the last 6 hours, and record budget threshold and spend anomaly events (each once).
 
-    Returns (hours rebuilt, idle episodes stored).
+    Returns (what the rollup rebuilt: hours, GPU-seconds priced and unpriced; idle episodes stored).
     """
     now = utc_now()
     with sessions.begin() as session:
         pricing = pricing_in_force(session, pricing)
         reconcile_job_map(session, to_epoch(now))
-        hours = rollup(session, pricing, to_epoch(now))
+        built = rollup(session, pricing, to_epoch(now))
         episodes = detect_idle(session, now - IDLE_LOOKBACK, now, policy, pricing)
         record_budget_events(session, now)
         record_anomaly_events(session, now)
-    log.info("rollup: %d ledger hours rebuilt, %d idle episodes", hours, episodes)
-    return hours, episodes
+    log.info(
+        "rollup: %d ledger hours rebuilt (%.2f GPU-hours priced, %.2f unpriced), %d idle episodes",
+        built.hours, built.priced_gpu_hours, built.unpriced_gpu_hours, episodes,
+    )  # fmt: skip
+    return built, episodes
 
 
 def run_rollup_and_alerts(
     sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePolicy, alerts: AlertRunner
-) -> tuple[int, int]:
+) -> tuple[RollupResult, int]:
     """:func:`run_rollup`, then the alert rules on what it built (in a transaction of their own: a failing
     evaluation is logged and leaves the rollup done). Returns what :func:`run_rollup` returns."""
     done = run_rollup(sessions, pricing, policy)

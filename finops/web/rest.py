@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from finops.analysis.budgets import budget_status, delete_budget, month_start, next_month_start, set_budget
 from finops.analysis.events import EVENT_KINDS, list_events
 from finops.analysis.idle import list_episodes
-from finops.analysis.report import GroupBy, cost_report, report_csv, report_dicts
+from finops.analysis.report import GroupBy, cost_report, report_csv, report_dicts, unpriced_by_model
 from finops.db.models import TEAM_RULE_KINDS
 from finops.jobs.teams import delete_rule, list_rules, set_rule
 from finops.pricing.catalog import CatalogError, OnPremRow, PriceCatalog, PricingModel, load_catalog
@@ -95,11 +95,23 @@ def create_router(
         group_by: Annotated[GroupBy, Query(description="team, job, user, node or gpu_model.")] = "team",
         format: Annotated[Literal["json", "csv"], Query(description="json or csv.")] = "json",
     ) -> Any:
-        """Cost per group over [start, end) from the hourly ledger, as in ``gpu-finops report``."""
-        rows = cost_report(db, instant(start, "start"), instant(end, "end"), group_by)
+        """Cost per group over [start, end) from the hourly ledger, as in ``gpu-finops report``. GPU-hours whose
+        model has no price are counted, not costed: ``unpriced_gpu_hours`` per row (its costs null when all its
+        GPU-hours are unpriced) and, in JSON, ``unpriced``: ``[{model, gpu_hours, fix}]``; CSV sends them in the
+        ``X-Unpriced-GPU-Hours`` header (``MODEL=HOURS; …``)."""
+        period = instant(start, "start"), instant(end, "end")
+        rows = cost_report(db, *period, group_by)
+        unpriced = unpriced_by_model(db, *period)
         if format == "csv":
-            return Response(report_csv(rows, group_by), media_type="text/csv")
-        return {"group_by": group_by, "start": start, "end": end, "rows": report_dicts(rows, group_by)}
+            headers = {"X-Unpriced-GPU-Hours": "; ".join(f"{u.model}={u.gpu_hours}" for u in unpriced)}
+            return Response(report_csv(rows, group_by), media_type="text/csv", headers=headers if unpriced else None)
+        return {
+            "group_by": group_by,
+            "start": start,
+            "end": end,
+            "rows": report_dicts(rows, group_by),
+            "unpriced": [{"model": u.model, "gpu_hours": u.gpu_hours, "fix": u.fix} for u in unpriced],
+        }
 
     @router.get("/budgets")
     def budgets(db: db, month: Annotated[str | None, Query(pattern=MONTH)] = None) -> list[BudgetOut]:

@@ -193,3 +193,45 @@ def test_ledger_foreign_key_migration_down_and_up(database_url: str) -> None:
     upgrade(engine)
     assert shape() == (["jobs"], 1)
     engine.dispose()
+
+
+def test_unpriced_ledger_migration_down_and_up(database_url: str) -> None:
+    """0011 lets the ledger's allocated, used and idle cost be NULL (unpriced GPU-hours) and gives the team-hours
+    their unpriced seconds; downgrading below it drops the unpriced rows and marks their hours dirty (the older
+    rollup's way of waiting for a price), keeping the priced rows; upgrading again allows NULL again."""
+    from sqlalchemy import inspect, text
+    from sqlalchemy.exc import IntegrityError
+
+    from finops.db.engine import downgrade
+
+    insert = text(
+        "INSERT INTO ledger (hour, gpu_id, team_id, seconds, used_gpu_seconds, sample_count, energy_joules, "
+        "allocated_cost, used_cost, idle_cost, energy_cost, currency) "
+        "SELECT :hour, gpus.id, teams.id, 3600, 0, 0, 0, :cost, :cost, :cost, 0, 'USD' FROM gpus, teams"
+    )
+    engine = make_engine(database_url)
+    upgrade(engine)
+    with engine.begin() as connection:
+        connection.execute(text("INSERT INTO nodes (hostname) VALUES ('gpu-a-01')"))
+        connection.execute(text("INSERT INTO teams (name) VALUES ('alpha')"))
+        connection.execute(
+            text("INSERT INTO gpus (uuid, node_id, gpu_index, model, in_service_from) "
+                 "SELECT 'GPU-1', id, 0, 'ACME Z9 64GB', 0 FROM nodes")
+        )  # fmt: skip
+        connection.execute(insert, {"hour": 1772445600, "cost": 2})
+        connection.execute(insert, {"hour": 1772449200, "cost": None})
+        assert "ix_ledger_unpriced" in {i["name"] for i in inspect(connection).get_indexes("ledger")}
+        assert "unpriced_gpu_seconds" in {c["name"] for c in inspect(connection).get_columns("ledger_team_hours")}
+    downgrade(engine, "0010")
+    with engine.begin() as connection:
+        assert connection.execute(text("SELECT hour FROM ledger")).scalars().all() == [1772445600]
+        assert connection.execute(text("SELECT hour FROM ledger_dirty_hours")).scalars().all() == [1772449200]
+        assert "unpriced_gpu_seconds" not in {c["name"] for c in inspect(connection).get_columns("ledger_team_hours")}
+    with pytest.raises(IntegrityError), engine.begin() as connection:
+        connection.execute(insert, {"hour": 1772449200, "cost": None})
+    upgrade(engine)
+    with engine.begin() as connection:
+        connection.execute(insert, {"hour": 1772449200, "cost": None})
+        assert connection.execute(text("SELECT count(*) FROM ledger WHERE allocated_cost IS NULL")).scalar_one() == 1
+    assert current_revision(engine) == head_revision()
+    engine.dispose()

@@ -236,7 +236,10 @@ def test_sql_costing_matches_the_python_cost_model(
     with sessions() as session:
         reference = _ledger(session)
         assert sorted(session.scalars(text("SELECT hour FROM ledger_dirty_hours"))) == dirty
-    assert dirty  # the A100 on on-prem pricing has no price: its hours stay dirty
+    assert dirty == [floor_hour(UNTIL - 1)]  # the newest hour keeps its mark; the unpriced hours are built
+    unpriced = [row for row in reference if row[LEDGER_COLUMNS.index("allocated_cost")] is None]
+    assert unpriced  # the A100 on on-prem pricing has no price: its rows are kept unpriced, by both paths
+    assert all(row[LEDGER_COLUMNS.index("used_cost")] is None for row in unpriced)
     assert len(fast) == len(reference) > 0
     for fast_row, reference_row in zip(fast, reference, strict=True):
         assert fast_row == reference_row
@@ -316,8 +319,8 @@ def test_metering_matches_the_readings(
     checked: list[int] = []
     real_rebuild = ledger.rebuild
 
-    def rebuild_and_check(session: Session, h0: int, h1: int, *args: Any, **kwargs: Any) -> set[int]:
-        unpriced = real_rebuild(session, h0, h1, *args, **kwargs)
+    def rebuild_and_check(session: Session, h0: int, h1: int, *args: Any, **kwargs: Any) -> ledger.ChunkBuilt:
+        built = real_rebuild(session, h0, h1, *args, **kwargs)
         end = min(h1, UNTIL)
         metered = {
             (gpu_id, hour, allocation_id): (samples, utilization, energy)
@@ -332,7 +335,7 @@ def test_metering_matches_the_readings(
             assert metered[key][0] == samples
             assert metered[key][1:] == pytest.approx((utilization, energy), rel=1e-12, abs=1e-6)
         checked.append(len(reference))
-        return unpriced
+        return built
 
     monkeypatch.setattr(ledger, "CHUNK_HOURS", 3)
     monkeypatch.setattr(ledger, "rebuild", rebuild_and_check)
@@ -427,7 +430,7 @@ def test_a_failing_chunk_fails_the_rollup_and_returns_the_connections(
     pricing = _slice_in_3_hour_chunks(sessions, monkeypatch, 2, "SQLite computes every chunk in the rollup's session")
     real_compute = ledger._compute
 
-    def compute(session: Session, h0: int, *args: Any) -> set[int]:
+    def compute(session: Session, h0: int, *args: Any) -> ledger.ChunkBuilt:
         if h0 == T0 + 3 * HOUR:
             raise RuntimeError("chunk failed")
         return real_compute(session, h0, *args)
@@ -458,7 +461,7 @@ def _mark_while_rebuilding(
 
     real_compute = ledger._compute
 
-    def compute(session: Session, h0: int, *args: Any) -> set[int]:
+    def compute(session: Session, h0: int, *args: Any) -> ledger.ChunkBuilt:
         if h0 <= hour < h0 + 3 * HOUR:
             writers.append(threading.Thread(target=mark_elsewhere))
             writers[-1].start()

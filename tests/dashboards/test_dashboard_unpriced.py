@@ -1,0 +1,67 @@
+"""The dashboard's Overview and Data quality pages show the GPU-hours whose model has no price, by model and with
+the fix, instead of silently leaving them out of the costs (tests/support/unpriced.py: one priced and one unpriced
+GPU)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from finops.db.engine import make_engine, session_factory, upgrade
+from finops.ledger.rollup import rollup
+from finops.pricing.catalog import Pricing, PricingModel, load_catalog
+from finops.timeutil import to_epoch
+from tests.support import scenario, unpriced
+
+APP = str(Path(__file__).resolve().parents[2] / "dashboards" / "app.py")
+MODEL = unpriced.UNPRICED_MODEL
+
+
+@pytest.fixture(autouse=True)
+def _empty_caches() -> Iterator[None]:
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    yield
+
+
+@pytest.fixture
+def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    url = f"sqlite:///{tmp_path / 'dash.sqlite'}"
+    monkeypatch.setenv("FINOPS_DATABASE_URL", url)
+    monkeypatch.delenv("FINOPS_PROMETHEUS_URL", raising=False)
+    engine = make_engine(url)
+    upgrade(engine)
+    t0 = scenario.start_hour()
+    with session_factory(engine).begin() as session:
+        unpriced.load(session, t0)
+        rollup(session, Pricing(load_catalog(), PricingModel.ON_DEMAND), to_epoch(t0 + timedelta(hours=2)))
+    return url
+
+
+def _run(page: str, **params: str) -> AppTest:
+    app = AppTest.from_file(APP, default_timeout=60)
+    for name, value in params.items():
+        app.query_params[name] = value
+    app.switch_page(page)
+    app.run()
+    assert not app.exception, [e.value for e in app.exception]
+    return app
+
+
+def test_overview_warns_of_the_unpriced_gpu_hours(database: str) -> None:
+    overview = _run("views/overview.py", period="7d")
+    (warning,) = [w.value for w in overview.warning if "no price" in w.value]
+    assert "2.00 GPU-hours" in warning and MODEL in warning and "gpu-finops prices import" in warning
+
+
+def test_quality_page_lists_the_unpriced_gpu_hours_by_model(database: str) -> None:
+    quality = _run("views/quality.py", period="7d")
+    assert {m.label: m.value for m in quality.metric}["GPU-hours counted but not costed"] == "2.00"
+    (frame,) = [f.value for f in quality.dataframe if "fix" in f.value.columns]
+    assert frame["GPU model"].tolist() == [MODEL] and frame["GPU-hours"].tolist() == [2.0]
+    assert "set the node's model" in frame["fix"][0]

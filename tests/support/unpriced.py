@@ -1,0 +1,68 @@
+"""The scenario slice (:mod:`tests.support.scenario`) with GPU 1 of a model the packaged catalog has no price for.
+
+GPU 0 (H100, priced) keeps the scenario's hand-computed costs: alpha r (hour 1) + r/2 (hour 2), ``__unallocated__``
+r/2; total 2 r. GPU 1 (``UNPRICED_MODEL``) keeps its 2 GPU-hours in the ledger unpriced: 0.5 h ``__unallocated__``
+and 1.5 h of job 502 (``__unmapped__``) at 50 %, with its energy. :func:`catalog_with_model` is the packaged catalog
+plus a price for that model, as an operator would import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from collector.contract.sample import Sample
+from collector.contract.wire import IngestBatch, gpu_info_dict, reading_dict
+from finops.pricing.catalog import DEFAULT_CATALOG
+from tests.support import scenario
+
+UNPRICED_MODEL = "ACME Z9 64GB"
+ADDED_RATE = "2.50"
+
+
+def samples(t0: datetime) -> list[Sample]:
+    """The scenario's readings with GPU 1's model replaced by :data:`UNPRICED_MODEL`."""
+    return [
+        replace(sample, labels={**sample.labels, "model": UNPRICED_MODEL}) if sample.labels["gpu"] == "1" else sample
+        for sample in scenario.samples(t0)
+    ]
+
+
+def batch(t0: datetime) -> IngestBatch:
+    """All readings as one ingest batch from ``scenario.NODE``."""
+    readings = samples(t0)
+    return IngestBatch.model_validate(
+        {
+            "node": scenario.NODE,
+            "gpus": [gpu_info_dict(s) for s in readings[:2]],
+            "samples": [reading_dict(s) for s in readings],
+        }
+    )
+
+
+def load(session, t0: datetime) -> None:  # type: ignore[no-untyped-def]
+    """Readings and jobs of the slice, with alpha's account mapped; no rollup."""
+    from finops.ingest.readings import Ingestor
+    from finops.jobs.slurm_import import import_sacct
+    from finops.jobs.teams import map_account
+
+    map_account(session, "acct-a", "alpha")
+    Ingestor().store(session, batch(t0))
+    result = import_sacct(session, scenario.sacct_lines(t0), source="scenario")
+    assert (result.jobs, result.errors) == (2, [])
+
+
+def catalog_with_model() -> str:
+    """The packaged catalog's YAML with a model matching :data:`UNPRICED_MODEL` (on-demand, from 2020)."""
+    return DEFAULT_CATALOG.read_text() + (
+        "  ACME-Z9:\n"
+        "    description: A GPU the packaged catalog does not price (tests).\n"
+        "    match: ['\\bACME Z9\\b']\n"
+        "    prices:\n"
+        "      - pricing_model: on-demand\n"
+        "        effective_from: 2020-01-01\n"
+        f"        rate: {ADDED_RATE}\n"
+        "        sources:\n"
+        "          - url: https://example.com/acme-z9\n"
+        "            note: A made-up price for the tests.\n"
+    )
