@@ -206,7 +206,7 @@ class LedgerEntry(Base):
     checking each of a month's ~800,000 rows guarded nothing and cost a third of writing them. ``job_pk`` keeps
     its foreign key: deleting a job sets it NULL.
 
-    An *unpriced* row (migration 0011) belongs to a GPU whose model has no price in the catalog in force: it keeps
+    An *unpriced* row (migration 0012) belongs to a GPU whose model has no price in the catalog in force: it keeps
     its seconds, utilisation, samples and energy, and ``allocated_cost``, ``used_cost`` and ``idle_cost`` are
     NULL (not 0: the cost is unknown); the model is its GPU's :attr:`Gpu.model`. ``energy_cost`` is priced by the
     catalog's tariff, not the GPU's rate, so it is kept. ``ix_ledger_unpriced`` indexes only unpriced rows.

@@ -196,7 +196,7 @@ def test_ledger_foreign_key_migration_down_and_up(database_url: str) -> None:
 
 
 def test_unpriced_ledger_migration_down_and_up(database_url: str) -> None:
-    """0011 lets the ledger's allocated, used and idle cost be NULL (unpriced GPU-hours) and gives the team-hours
+    """0012 lets the ledger's allocated, used and idle cost be NULL (unpriced GPU-hours) and gives the team-hours
     their unpriced seconds; downgrading below it drops the unpriced rows and marks their hours dirty (the older
     rollup's way of waiting for a price), keeping the priced rows; upgrading again allows NULL again."""
     from sqlalchemy import inspect, text
@@ -222,7 +222,7 @@ def test_unpriced_ledger_migration_down_and_up(database_url: str) -> None:
         connection.execute(insert, {"hour": 1772449200, "cost": None})
         assert "ix_ledger_unpriced" in {i["name"] for i in inspect(connection).get_indexes("ledger")}
         assert "unpriced_gpu_seconds" in {c["name"] for c in inspect(connection).get_columns("ledger_team_hours")}
-    downgrade(engine, "0010")
+    downgrade(engine, "0011")
     with engine.begin() as connection:
         assert connection.execute(text("SELECT hour FROM ledger")).scalars().all() == [1772445600]
         assert connection.execute(text("SELECT hour FROM ledger_dirty_hours")).scalars().all() == [1772449200]

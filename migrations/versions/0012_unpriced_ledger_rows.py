@@ -1,8 +1,8 @@
 """unpriced GPU-hours stay in the ledger: its allocated, used and idle cost may be NULL (no price for the GPU's
 model), ledger_team_hours counts their seconds, and a partial index finds them
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-11-24 10:00:00.000000
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
-down_revision = "0010"
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
