@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from sqlalchemy import delete, func, or_, select, text
 from sqlalchemy.orm import Session
@@ -212,6 +213,23 @@ class EpisodeView:
     def hours(self) -> float:
         """Duration in hours."""
         return (self.end - self.start).total_seconds() / 3600
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, as the REST API and ``gpu-finops idle list`` give it: times ISO 8601 UTC, hours rounded to
+        6 decimals, cost a decimal string."""
+        return {
+            "node": self.node,
+            "gpu_index": self.gpu_index,
+            "job_id": self.job_id,
+            "user": self.user,
+            "team": self.team,
+            "start": self.start.isoformat(),
+            "end": self.end.isoformat(),
+            "hours": round(self.hours, 6),
+            "memory_held": self.memory_held,
+            "cost": str(self.cost),
+            "currency": self.currency,
+        }
 
 
 def list_episodes(

@@ -10,6 +10,7 @@ from one module per command group:
 - :mod:`finops.cli.db`, :mod:`~finops.cli.imports`, :mod:`~finops.cli.teams`, :mod:`~finops.cli.prices`,
   :mod:`~finops.cli.budget`, :mod:`~finops.cli.alerts`, :mod:`~finops.cli.export`: ``db``, ``import``,
   ``team``, ``prices``, ``budget``, ``alerts``, ``export``;
+- :mod:`finops.cli.idle`: ``idle``, the idle GPU episodes;
 - :mod:`finops.cli.report`: ``report``, ``rollup``; :mod:`finops.cli.demo`: ``demo``.
 
 The collector runs on GPU nodes that have only the base dependencies, so it is registered first and the
@@ -42,7 +43,7 @@ app.callback()(base.configure_logging)
 app.add_typer(collector.app)
 
 try:
-    from finops.cli import alerts, budget, db, demo, export, imports, prices, report, serve, teams
+    from finops.cli import alerts, budget, db, demo, export, idle, imports, prices, report, serve, teams
 except ModuleNotFoundError as missing:
     if not base.missing_service_dependency(missing):
         raise
@@ -58,5 +59,6 @@ else:
     app.add_typer(prices.app, name="prices")
     app.add_typer(alerts.app, name="alerts")
     app.add_typer(export.app, name="export")
+    app.add_typer(idle.app, name="idle")
 
 __all__ = ["app"]

@@ -37,6 +37,7 @@ SERVICE_COMMANDS = (
     "prices",
     "alerts",
     "export",
+    "idle",
 )
 """Every top-level command but ``collector``: each needs the service extra (``gpu-finops[service]``)."""
 
