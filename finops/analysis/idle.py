@@ -10,35 +10,47 @@ The first ``grace_seconds`` of an allocation (a job loading data, compiling, wai
 judged: an episode starts no earlier than allocation start + grace. A Slurm partition can have its own
 threshold (an interactive partition may call 1 % idle where a batch partition uses 5 %): runs are found once
 per distinct threshold and kept for the allocations whose job's partition uses it.
+
+Episodes are re-judged over the hours a ledger rollup rebuilt (:func:`rejudge_idle`), which are the hours whose
+readings or allocations changed however late they arrived: each run of consecutive hours widened by the idle
+window (and the max gap) on both sides, and further to take in whole every stored episode it reaches
+(:func:`detect_idle`), so that episodes crossing its edges are judged whole. Re-judging any set of hours therefore
+stores the episodes that one detection over the whole period would.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
-from sqlalchemy import delete, or_, select, text
+from sqlalchemy import delete, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from finops.db.models import Allocation, Gpu, IdleEpisode, Job, Node, Team
 from finops.ledger.costmodel import capacity_cost
 from finops.pricing.catalog import PriceNotFound, Pricing
 from finops.pricing.rules import pricing_models_by_node
-from finops.timeutil import from_epoch, to_epoch
+from finops.timeutil import HOUR, from_epoch, to_epoch
 
 MEMORY_HELD_BYTES = 64 * 2**20
 """Memory in use above this (64 MiB) during an episode means a process still holds the GPU."""
 
 _COVERED_UNTIL = "CASE WHEN next_ts IS NULL THEN ts WHEN next_ts - ts > :max_gap THEN ts + :max_gap ELSE next_ts END"
+# A reading's next one, also when it lies past the scanned period (the last reading before ``:end``), so that a
+# run cut by the period's end covers what it covers in a scan of the whole history.
+_NEXT_TS = """COALESCE(LEAD(ts) OVER (PARTITION BY gpu_id ORDER BY ts),
+                    (SELECT MIN(later.ts) FROM gpu_samples later WHERE later.gpu_id = g.gpu_id AND later.ts >= :end
+                       AND later.utilization_ratio IS NOT NULL))"""
 _IDLE_RUNS = text(f"""
 WITH s AS (
     SELECT gpu_id, ts, utilization_ratio AS u, memory_used_bytes AS mem,
            LAG(ts) OVER (PARTITION BY gpu_id ORDER BY ts) AS prev_ts,
-           LEAD(ts) OVER (PARTITION BY gpu_id ORDER BY ts) AS next_ts
-    FROM gpu_samples
+           {_NEXT_TS} AS next_ts
+    FROM gpu_samples g
     WHERE gpu_id IN (SELECT id FROM gpus) AND ts >= :start AND ts < :end AND utilization_ratio IS NOT NULL
 ), runs AS (
     SELECT gpu_id, ts, u, mem, next_ts,
@@ -50,7 +62,7 @@ SELECT gpu_id, MIN(ts) AS first_ts, MAX({_COVERED_UNTIL}) AS covered_until, MAX(
 FROM runs WHERE u <= :threshold
 GROUP BY gpu_id, run
 HAVING MAX({_COVERED_UNTIL}) - MIN(ts) >= :window
-""")  # noqa: S608 - the f-string only inlines the constant expression above
+""")  # noqa: S608 - the f-string only inlines the constant expressions above
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,17 +85,20 @@ class IdlePolicy:
 def detect_idle(session: Session, start: datetime, end: datetime, policy: IdlePolicy, pricing: Pricing) -> int:
     """Re-judge idle episodes over [start, end) (UTC) and store them; returns how many are stored.
 
-    Episodes already stored that reach into the period are re-judged from their own start, so running
-    this again, or on overlapping periods, stores each episode once.
+    The period first grows to take in whole every stored episode that touches it, with the max gap to spare on
+    both sides (:func:`_span_of_stored`); the stored episodes in the grown period are replaced by those judged
+    over it, and those outside it are kept. Running this again, or on overlapping periods, stores each episode
+    once; episodes that start before ``start`` or end after ``end`` are judged whole when they are stored ones,
+    and :func:`rejudge_idle` widens the period for those that are not yet.
     """
-    earliest_open = session.scalar(
-        select(IdleEpisode.start).where(IdleEpisode.end >= start).order_by(IdleEpisode.start).limit(1)
+    scan_from, scan_until = _span_of_stored(session, to_epoch(start), to_epoch(end), policy.max_gap_seconds)
+    session.execute(
+        delete(IdleEpisode).where(IdleEpisode.end >= from_epoch(scan_from), IdleEpisode.start <= from_epoch(scan_until))
     )
-    scan_from = min(start, earliest_open) if earliest_open is not None else start
-    session.execute(delete(IdleEpisode).where(IdleEpisode.end >= scan_from))
+    end = from_epoch(scan_until)
     parameters = {
-        "start": to_epoch(scan_from),
-        "end": to_epoch(end),
+        "start": scan_from,
+        "end": scan_until,
         "max_gap": policy.max_gap_seconds,
         "window": policy.window_seconds,
     }
@@ -99,7 +114,7 @@ def detect_idle(session: Session, start: datetime, end: datetime, policy: IdlePo
         .where(
             Allocation.gpu_id.in_(gpu_ids),
             Allocation.start < end,
-            or_(Allocation.end.is_(None), Allocation.end > scan_from),
+            or_(Allocation.end.is_(None), Allocation.end > from_epoch(scan_from)),
         )
     ):
         until = None if allocated_until is None else to_epoch(allocated_until)
@@ -140,6 +155,45 @@ def detect_idle(session: Session, start: datetime, end: datetime, policy: IdlePo
     return stored
 
 
+def _span_of_stored(session: Session, start: int, end: int, margin: int) -> tuple[int, int]:
+    """[start, end) (epoch seconds) grown until every stored episode touching it lies inside it with ``margin``
+    seconds to spare on both sides (an episode reached by the growth is taken in too)."""
+    while True:
+        first, last = session.execute(
+            select(func.min(IdleEpisode.start), func.max(IdleEpisode.end)).where(
+                IdleEpisode.end >= from_epoch(start), IdleEpisode.start <= from_epoch(end)
+            )
+        ).one()
+        grown = (
+            min(start, to_epoch(first) - margin) if first is not None else start,
+            max(end, to_epoch(last) + margin) if last is not None else end,
+        )
+        if grown == (start, end):
+            return start, end
+        start, end = grown
+
+
+def rejudge_idle(session: Session, hours: Iterable[int], policy: IdlePolicy, pricing: Pricing) -> int:
+    """Re-judge idle episodes over the UTC hours ``hours`` (epoch starts; the hours a ledger rollup rebuilt) and
+    store them; returns how many are stored.
+
+    Each run of consecutive hours is widened by the idle window and the max gap on both sides, so that an episode
+    crossing its edges, with readings partly in the hours and partly outside, is judged whole, then judged by
+    :func:`detect_idle` (which widens it further for the stored episodes it reaches). Hours days apart (a late
+    backfill and the current hour) are separate periods: the readings between them are not read.
+    """
+    margin = policy.window_seconds + policy.max_gap_seconds
+    spans: list[list[int]] = []
+    for hour in sorted(set(hours)):
+        if spans and hour - margin <= spans[-1][1] + margin:
+            spans[-1][1] = hour + HOUR
+        else:
+            spans.append([hour, hour + HOUR])
+    return sum(
+        detect_idle(session, from_epoch(h0 - margin), from_epoch(h1 + margin), policy, pricing) for h0, h1 in spans
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class EpisodeView:
     """An idle episode as people read it: where, whose, how long, what it cost."""
@@ -159,6 +213,23 @@ class EpisodeView:
     def hours(self) -> float:
         """Duration in hours."""
         return (self.end - self.start).total_seconds() / 3600
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, as the REST API and ``gpu-finops idle list`` give it: times ISO 8601 UTC, hours rounded to
+        6 decimals, cost a decimal string."""
+        return {
+            "node": self.node,
+            "gpu_index": self.gpu_index,
+            "job_id": self.job_id,
+            "user": self.user,
+            "team": self.team,
+            "start": self.start.isoformat(),
+            "end": self.end.isoformat(),
+            "hours": round(self.hours, 6),
+            "memory_held": self.memory_held,
+            "cost": str(self.cost),
+            "currency": self.currency,
+        }
 
 
 def list_episodes(

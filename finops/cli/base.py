@@ -37,6 +37,7 @@ SERVICE_COMMANDS: dict[str, str] = {
     "budget": "budget",
     "prices": "prices",
     "nodes": "nodes",
+    "idle": "idle",
     "alerts": "alerts",
     "export": "export",
 }

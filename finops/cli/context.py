@@ -1,5 +1,6 @@
 """What the service commands share: the settings, the database (engine behind the migration gate, sessions),
-the price catalog and idle policy the settings name, ISO 8601 options, and reading input files.
+the price catalog and idle policy the settings name, the rollup that commands changing the ledger's inputs run
+before they return (and their ``--no-rollup``), ISO 8601 options, and reading input files.
 
 Everything here raises :class:`~finops.errors.FinopsError` (or :class:`typer.BadParameter` for an option) for
 a user error; the root group (:mod:`finops.cli.base`) shows it in one line and exits with code 2. This module
@@ -12,7 +13,7 @@ from __future__ import annotations
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Annotated, TextIO
 
 import typer
 from pydantic import ValidationError
@@ -23,7 +24,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from finops.analysis.idle import IdlePolicy
 from finops.db.engine import make_engine, require_migrated, session_factory
 from finops.errors import FinopsError
+from finops.ledger.rollup import unpriced_fix
 from finops.pricing.catalog import Pricing, load_catalog
+from finops.service.scheduler import run_rollup
 from finops.settings import Settings
 from finops.timeutil import parse_utc
 
@@ -78,6 +81,39 @@ def idle_policy(settings: Settings) -> IdlePolicy:
         settings.idle_grace_seconds,
         settings.idle_partition_thresholds,
     )
+
+
+NoRollup = Annotated[
+    bool,
+    typer.Option(
+        "--no-rollup",
+        help="Leave the ledger hours this changes pending (dirty) for the next rollup, instead of rolling them "
+        "up now: for bulk loads, rolled up once at the end (gpu-finops rollup).",
+    ),
+]
+"""The ``--no-rollup`` option of the commands that change what the ledger is built from."""
+
+
+def roll_up(settings: Settings) -> None:
+    """The scheduler's rollup (:func:`finops.service.scheduler.run_rollup`: dirty ledger hours rebuilt, their idle
+    episodes re-judged, budget and anomaly events recorded) run once; prints what it did in one line, then on
+    stderr, per model without a price, its GPU-hours and how to price them."""
+    built, episodes = run_rollup(open_sessions(settings), load_pricing(settings), idle_policy(settings))
+    typer.echo(
+        f"rollup: {built.hours} ledger hours rebuilt: {built.priced_gpu_hours:,.2f} GPU-hours priced, "
+        f"{built.unpriced_gpu_hours:,.2f} unpriced; {episodes} idle episodes"
+    )
+    for model, seconds in built.unpriced_gpu_seconds.items():
+        typer.echo(f"unpriced: {seconds / 3600:,.2f} GPU-hours of {model}: {unpriced_fix(model)}", err=True)
+
+
+def roll_up_unless(skip: bool, settings: Settings | None = None) -> None:
+    """After a command changed the ledger's inputs: :func:`roll_up` and print its line, or with ``skip``
+    (``--no-rollup``) say that the hours stay pending."""
+    if skip:
+        typer.echo("rollup: skipped (--no-rollup); the ledger hours changed stay pending until the next rollup")
+    else:
+        roll_up(settings or load_settings())
 
 
 def instant(text: str, option: str) -> datetime:

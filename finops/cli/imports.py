@@ -2,7 +2,9 @@
 and Kubernetes (``kubectl get pods`` output), and GPU telemetry from Prometheus (dcgm-exporter series).
 
 Lines or pods that cannot be imported are named on stderr and the rest is imported; the exit code is then 1,
-as it is when sacct or Prometheus fails.
+as it is when sacct or Prometheus fails. Each import then rolls up the ledger hours it touched, with their idle
+episodes (:func:`finops.cli.context.roll_up`), and prints what the rollup did in one line; ``--no-rollup`` leaves
+them pending for a bulk load's one rollup at the end.
 """
 
 from __future__ import annotations
@@ -15,7 +17,17 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import typer
 
 from finops.cli.base import INCOMPLETE
-from finops.cli.context import STDIN, instant, load_settings, open_engine, open_sessions, open_text, read_bytes
+from finops.cli.context import (
+    STDIN,
+    NoRollup,
+    instant,
+    load_settings,
+    open_engine,
+    open_sessions,
+    open_text,
+    read_bytes,
+    roll_up_unless,
+)
 from finops.db.engine import session_factory
 from finops.ingest.prometheus import LabelNames, PrometheusClient, PrometheusError, parse_step
 from finops.ingest.prometheus_pull import PullOptions, import_range
@@ -46,13 +58,14 @@ def import_sacct_command(
     timezone: Annotated[
         str, typer.Option(help="IANA time zone sacct printed its times in (the sacct host's local time).")
     ] = "UTC",
+    no_rollup: NoRollup = False,
 ) -> None:
     """Import Slurm jobs from `sacct --parsable2 --noheader --format=JobID,JobIDRaw,Cluster,Partition,Account,
     User,Submit,Start,End,Elapsed,State,AllocTRES,NodeList,JobName` output, or (--run) from sacct itself."""
     if run:
         if file is not None:
             raise typer.BadParameter("give FILE or --run, not both", param_hint="FILE")
-        _run_sacct(cluster)
+        _run_sacct(cluster, no_rollup)
         return
     if file is None:
         raise typer.BadParameter("give FILE (or - for standard input), or --run", param_hint="FILE")
@@ -60,19 +73,22 @@ def import_sacct_command(
         tz = ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise typer.BadParameter(f"unknown time zone {timezone!r}", param_hint="--timezone") from exc
-    engine = open_engine(load_settings())
+    settings = load_settings()
+    engine = open_engine(settings)
     with open_text(file) as handle, session_factory(engine).begin() as session:
         result = import_sacct(session, handle, source="<stdin>" if file == STDIN else file, cluster=cluster, tz=tz)
     for error in result.errors:
         typer.echo(f"skipped {error.message}", err=True)
     typer.echo(f"imported {result.jobs} GPU jobs; {result.without_gpus} without GPUs; {len(result.errors)} bad lines")
+    roll_up_unless(no_rollup, settings)
     if result.errors:
         raise typer.Exit(INCOMPLETE)
 
 
-def _run_sacct(cluster: str) -> None:
-    """``import sacct --run``: one :func:`finops.jobs.slurm_import.run_sacct` with the FINOPS_SACCT_* settings;
-    exit 1 (watermark not moved) when sacct fails, or when lines of its output are refused."""
+def _run_sacct(cluster: str, no_rollup: bool) -> None:
+    """``import sacct --run``: one :func:`finops.jobs.slurm_import.run_sacct` with the FINOPS_SACCT_* settings,
+    then the rollup unless ``no_rollup``; exit 1 (watermark not moved) when sacct fails, or when lines of its
+    output are refused."""
     settings = load_settings()
     try:
         done = run_sacct(
@@ -95,6 +111,7 @@ def _run_sacct(cluster: str) -> None:
         f"sacct from {window}: imported {result.jobs} GPU jobs; {result.without_gpus} without GPUs; "
         f"{len(result.errors)} bad lines; watermark {watermark_name(cluster)} at {done.end:%Y-%m-%dT%H:%M:%S}Z"
     )
+    roll_up_unless(no_rollup, settings)
     if result.errors:
         raise typer.Exit(INCOMPLETE)
 
@@ -123,9 +140,10 @@ def import_prometheus_command(
         int, typer.Option(min=1, max=11000, help="Readings per series per query (Prometheus allows 11,000).")
     ] = 1440,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for each query.")] = 60.0,
+    no_rollup: NoRollup = False,
 ) -> None:
     """Pull dcgm-exporter GPU telemetry over [start, end) from Prometheus (query_range) and store it like collector
-    readings; pulling a range again adds nothing."""
+    readings; pulling a range again adds nothing. The hours stored are rolled up, also when a query failed."""
     try:
         step_seconds = parse_step(step)
     except ValueError as exc:
@@ -141,12 +159,14 @@ def import_prometheus_command(
     begin, finish = instant(start, "--start"), instant(end, "--end")
     if finish < begin:
         raise typer.BadParameter("is before --start", param_hint="--end")
+    settings = load_settings()
     client = PrometheusClient(url, timeout_seconds=timeout)
     try:
-        result = import_range(open_sessions(load_settings()), client, begin, finish, options)
+        result = import_range(open_sessions(settings), client, begin, finish, options)
     except PrometheusError as exc:
         typer.echo(f"error: {exc}", err=True)
         typer.echo("the query windows before it are stored; pulling the range again adds nothing twice", err=True)
+        roll_up_unless(no_rollup, settings)
         raise typer.Exit(INCOMPLETE) from exc
     finally:
         client.close()
@@ -154,6 +174,7 @@ def import_prometheus_command(
         f"pulled {result.readings} readings of {len(result.gpus)} GPUs on {len(result.nodes)} nodes "
         f"in {result.chunks} query windows; {result.mig_readings} MIG instance readings left out"
     )
+    roll_up_unless(no_rollup, settings)
 
 
 @app.command("pods")
@@ -168,10 +189,12 @@ def import_pods_command(
         Path | None, typer.Option(help="kubectl get nodes -o json output: node labels (node pools, GPU product).")
     ] = None,
     listed_at: Annotated[str | None, typer.Option(help="When the listing was taken, ISO 8601 (default: now).")] = None,
+    no_rollup: NoRollup = False,
 ) -> None:
     """Import Kubernetes pods that hold NVIDIA GPUs (nvidia.com/gpu, nvidia.com/mig-<profile>) as jobs."""
     at = instant(listed_at, "--listed-at") if listed_at else utc_now()
-    engine = open_engine(load_settings())
+    settings = load_settings()
+    engine = open_engine(settings)
     source = "<stdin>" if file == STDIN else file
     text = read_bytes(file)
     node_labels: dict[str, dict[str, str]] | None = None
@@ -191,5 +214,6 @@ def import_pods_command(
         f"imported {result.jobs} GPU pods; {result.without_gpus} without GPUs; {result.not_started} not started; "
         f"{result.ended_missing} ended as gone; {result.nodes_labelled} node labels; {len(result.errors)} bad pods"
     )
+    roll_up_unless(no_rollup, settings)
     if result.errors or node_errors:
         raise typer.Exit(INCOMPLETE)

@@ -1,5 +1,6 @@
 """``gpu-finops prices …``: the price catalog in force (list it, import a new one) and the pricing rules that
-say which pricing model (on-demand, reserved, spot, on-prem) a node's GPUs are billed under."""
+say which pricing model (on-demand, reserved, spot, on-prem) a node's GPUs are billed under. Commands that change
+prices roll up the ledger hours they re-price before they return (``--no-rollup``: leave them pending)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from finops.cli.context import load_pricing, load_settings, open_sessions, read_text
+from finops.cli.context import NoRollup, load_pricing, load_settings, open_sessions, read_text, roll_up_unless
 from finops.pricing.catalog import OnPremRow, PricingModel
 from finops.pricing.rules import delete_pricing_rule, list_pricing_rules, set_pricing_rule
 from finops.pricing.store import catalog_in_force, import_catalog
@@ -39,14 +40,18 @@ def prices_list() -> None:
 @app.command("import")
 def prices_import(
     file: Annotated[Path, typer.Argument(help="Price catalog YAML (format: finops/pricing/price_catalog.yaml).")],
+    no_rollup: NoRollup = False,
 ) -> None:
-    """Validate a catalog and put it in force; ledger hours it prices differently are rebuilt on the next rollup.
-    Exit code 2 for a file that cannot be read or is not a valid catalog (the message names the field)."""
+    """Validate a catalog and put it in force; ledger hours it prices differently are rebuilt (now, or with
+    --no-rollup on the next rollup). Exit code 2 for a file that cannot be read or is not a valid catalog (the
+    message names the field)."""
     settings = load_settings()
     text = read_text(file)
     with open_sessions(settings).begin() as session:
         changed_from = import_catalog(session, text, str(file), load_pricing(settings).catalog)
     typer.echo(f"imported {file}; " + (f"ledger re-priced from {changed_from}" if changed_from else "no price changed"))
+    if changed_from is not None:
+        roll_up_unless(no_rollup, settings)
 
 
 def _selector(node: str | None, partition: str | None, node_label: str | None) -> tuple[str, str, str]:
@@ -71,6 +76,7 @@ def prices_assign(
     node: Annotated[str | None, _NODE] = None,
     partition: Annotated[str | None, _PARTITION] = None,
     node_label: Annotated[str | None, _NODE_LABEL] = None,
+    no_rollup: NoRollup = False,
 ) -> None:
     """Bill the GPUs of a node, a partition's nodes or labelled nodes under PRICING_MODEL (the ledger is re-priced)."""
     try:
@@ -78,9 +84,11 @@ def prices_assign(
     except ValueError as exc:
         raise typer.BadParameter(f"must be one of {', '.join(PricingModel)}", param_hint="PRICING_MODEL") from exc
     selector, key, value = _selector(node, partition, node_label)
-    with open_sessions(load_settings()).begin() as session:
+    settings = load_settings()
+    with open_sessions(settings).begin() as session:
         set_pricing_rule(session, selector, key, value, model)
     typer.echo(f"{selector} {key + '=' if key else ''}{value} → {model}")
+    roll_up_unless(no_rollup, settings)
 
 
 @app.command("unassign")
@@ -88,12 +96,15 @@ def prices_unassign(
     node: Annotated[str | None, _NODE] = None,
     partition: Annotated[str | None, _PARTITION] = None,
     node_label: Annotated[str | None, _NODE_LABEL] = None,
+    no_rollup: NoRollup = False,
 ) -> None:
     """Remove a pricing rule: those nodes go back to FINOPS_PRICING_MODEL (the ledger is re-priced)."""
     selector, key, value = _selector(node, partition, node_label)
-    with open_sessions(load_settings()).begin() as session:
+    settings = load_settings()
+    with open_sessions(settings).begin() as session:
         delete_pricing_rule(session, selector, key, value)
     typer.echo(f"{selector} {key + '=' if key else ''}{value} → default pricing model")
+    roll_up_unless(no_rollup, settings)
 
 
 @app.command("rules")

@@ -18,9 +18,8 @@ from finops.analysis.report import (
     unpriced_by_model,
 )
 from finops.cli.budget import budget_table
-from finops.cli.context import idle_policy, instant, load_pricing, load_settings, open_sessions
-from finops.ledger.rollup import unpriced_fix
-from finops.service.scheduler import run_rollup
+from finops.cli.context import instant, load_settings, open_sessions, roll_up
+from finops.db.hours import pending_hours
 from finops.timeutil import utc_now
 
 app = typer.Typer()
@@ -28,16 +27,8 @@ app = typer.Typer()
 
 @app.command()
 def rollup() -> None:
-    """Run the scheduled work once: rebuild dirty ledger hours, re-judge recent idle episodes."""
-    settings = load_settings()
-    policy = idle_policy(settings)
-    built, episodes = run_rollup(open_sessions(settings), load_pricing(settings), policy)
-    typer.echo(
-        f"{built.hours} ledger hours rebuilt: {built.priced_gpu_hours:,.2f} GPU-hours priced, "
-        f"{built.unpriced_gpu_hours:,.2f} unpriced; {episodes} idle episodes"
-    )
-    for model, seconds in built.unpriced_gpu_seconds.items():
-        typer.echo(f"unpriced: {seconds / 3600:,.2f} GPU-hours of {model}: {unpriced_fix(model)}", err=True)
+    """Run the scheduled work once: rebuild dirty ledger hours and re-judge their idle episodes."""
+    roll_up(load_settings())
 
 
 @app.command()
@@ -58,6 +49,8 @@ def report(
 ) -> None:
     """Cost per team, job, user, node or GPU model over [start, end), from the hourly ledger; the table adds
     this month's budgets (only the team's with --team; a budget covers its team on every cluster and partition).
+    When ledger hours of the period (before the current hour) are still pending a rollup, one line on stderr
+    says how many, and each JSON row carries the count as ``ledger_hours_pending``.
 
     --cluster, --team and --partition select the ledger rows as the dashboard's filters do (finops/analysis/filters.py),
     so the report equals the dashboard's for the same period and filters. GPU-hours whose model has no price are
@@ -68,13 +61,21 @@ def report(
         raise typer.BadParameter(f"must be one of {', '.join(GROUP_BYS)}", param_hint="--by")
     if output_format not in ("table", "json", "csv"):
         raise typer.BadParameter("must be table, json or csv", param_hint="--format")
-    period = instant(start, "--start"), instant(end, "--end")
+    begin, finish = instant(start, "--start"), instant(end, "--end")
     with open_sessions(load_settings())() as session:
-        rows = cost_report(session, *period, group, cluster=cluster, team=team, partition=partition)
-        unpriced = unpriced_by_model(session, *period, cluster=cluster, team=team, partition=partition)
+        rows = cost_report(session, begin, finish, group, cluster=cluster, team=team, partition=partition)
+        unpriced = unpriced_by_model(session, begin, finish, cluster=cluster, team=team, partition=partition)
         statuses = budget_status(session, utc_now(), team=team) if output_format == "table" else []
+        pending = pending_hours(session, begin, finish)
+    if pending:
+        typer.echo(
+            f"note: {pending} ledger hour{'s' if pending != 1 else ''} in this period {'are' if pending != 1 else 'is'}"
+            " pending (not rolled up yet): these numbers may change; run gpu-finops rollup for current ones",
+            err=True,
+        )
     if output_format == "json":
-        typer.echo(orjson.dumps(report_dicts(rows, group), option=orjson.OPT_INDENT_2).decode())
+        dicts = [{**row, "ledger_hours_pending": pending} for row in report_dicts(rows, group)]
+        typer.echo(orjson.dumps(dicts, option=orjson.OPT_INDENT_2).decode())
     elif output_format == "csv":
         typer.echo(report_csv(rows, group), nl=False)
     else:

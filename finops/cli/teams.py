@@ -1,5 +1,6 @@
 """``gpu-finops team …``: teams and the rules that give jobs their team (Slurm account, Kubernetes namespace,
-Kubernetes label → team)."""
+Kubernetes label → team). Commands that move jobs roll up the ledger hours they touched before they return
+(``--no-rollup``: leave them pending)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from finops.cli.context import load_settings, open_sessions
+from finops.cli.context import NoRollup, load_settings, open_sessions, roll_up_unless
 from finops.errors import FinopsError
 from finops.jobs.teams import delete_rule, find_rule, list_rules, map_account, set_rule
 
@@ -24,11 +25,13 @@ _RULE_KEY = typer.Option("--key", help="The label name, for --kind label (e.g. t
 
 
 @app.command("map")
-def team_map(account: str, team: str) -> None:
+def team_map(account: str, team: str, no_rollup: NoRollup = False) -> None:
     """Map Slurm ACCOUNT to TEAM (jobs already imported move too)."""
-    with open_sessions(load_settings()).begin() as session:
+    settings = load_settings()
+    with open_sessions(settings).begin() as session:
         moved = map_account(session, account, team)
     typer.echo(f"account {account} → team {team}; {moved} jobs moved")
+    roll_up_unless(no_rollup, settings)
 
 
 def _rule_text(kind: str, key: str, value: str) -> str:
@@ -41,14 +44,17 @@ def team_rule_set(
     team: Annotated[str, typer.Argument(help="Team name (created if new).")],
     kind: Annotated[str, _RULE_KIND],
     key: Annotated[str, _RULE_KEY] = "",
+    no_rollup: NoRollup = False,
 ) -> None:
     """Map VALUE (of the given kind) to TEAM, replacing the rule for the same selector; jobs already imported move."""
-    with open_sessions(load_settings()).begin() as session:
+    settings = load_settings()
+    with open_sessions(settings).begin() as session:
         try:
             moved = set_rule(session, kind, key, value, team)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--kind/--key") from exc
     typer.echo(f"{_rule_text(kind, key, value)} → team {team}; {moved} jobs moved")
+    roll_up_unless(no_rollup, settings)
 
 
 @rule_app.command("delete")
@@ -56,10 +62,12 @@ def team_rule_delete(
     value: Annotated[str, typer.Argument(help="Account name, namespace, or label value.")],
     kind: Annotated[str, _RULE_KIND],
     key: Annotated[str, _RULE_KEY] = "",
+    no_rollup: NoRollup = False,
 ) -> None:
     """Delete the rule for VALUE (of the given kind); the jobs it decided take their next matching rule.
     Exit code 2 when there is no such rule."""
-    with open_sessions(load_settings()).begin() as session:
+    settings = load_settings()
+    with open_sessions(settings).begin() as session:
         try:
             rule = find_rule(session, kind, key, value)
         except ValueError as exc:
@@ -68,6 +76,7 @@ def team_rule_delete(
             raise FinopsError(f"no rule for {_rule_text(kind, key, value)}")
         moved = delete_rule(session, kind, key, value)
     typer.echo(f"deleted {_rule_text(kind, key, value)} → team {rule.team}; {moved} jobs moved")
+    roll_up_unless(no_rollup, settings)
 
 
 @rule_app.command("list")

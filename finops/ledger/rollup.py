@@ -123,6 +123,7 @@ def rollup(
     *,
     sql_costing: bool = True,
     connections: int = ROLLUP_CONNECTIONS,
+    rebuilt: list[int] | None = None,
 ) -> RollupResult:
     """Bring the ledger up to ``until`` (epoch seconds): rebuild every dirty hour before it, and every hour
     from the newest hour in the ledger (or, for an empty ledger, the first GPU's entry into service) to it.
@@ -138,7 +139,8 @@ def rollup(
     rollup's transaction, which would have removed the mark, to end; the next rollup reads the mark and rebuilds
     the hour (which it would anyway when it is the ledger's newest), and the first rollup past it removes it.
     ``sql_costing`` as in :func:`rebuild`. Returns the hours rebuilt and the GPU-seconds written, priced and
-    unpriced (:class:`RollupResult`).
+    unpriced (:class:`RollupResult`); ``rebuilt``, when given, is extended by the start (epoch seconds) of
+    every hour rebuilt (what the idle episodes are re-judged over: :func:`finops.analysis.idle.rejudge_idle`).
 
     The hours are rebuilt in chunks of at most :data:`CHUNK_HOURS` consecutive hours (a day partition of readings
     each). On PostgreSQL, several chunks are computed at once on up to ``connections`` extra connections
@@ -159,6 +161,8 @@ def rollup(
     newest = session.scalar(select(func.max(LedgerEntry.hour))) or session.scalar(select(func.min(Gpu.in_service_from)))
     since = floor_hour(to_epoch(newest)) if newest is not None else floor_hour(until - 1)
     hours = sorted(dirty | set(range(min(since, floor_hour(until - 1)), until, HOUR)))
+    if rebuilt is not None:
+        rebuilt.extend(hours)
     helpers = connections > 1 and supports_helper_connections(session.connection())
     longest = CHUNK_HOURS
     if helpers and len(hours) >= CHUNK_HOURS // 2:

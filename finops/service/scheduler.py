@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -19,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from finops.analysis.anomalies import record_anomaly_events
 from finops.analysis.budgets import record_budget_events
-from finops.analysis.idle import IdlePolicy, detect_idle
+from finops.analysis.idle import IdlePolicy, rejudge_idle
 from finops.ingest.partitions import Pruned, create_upcoming_partitions, prune_samples
 from finops.jobs.placement import reconcile_job_map
 from finops.ledger.rollup import RollupResult, rollup
@@ -35,13 +34,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-IDLE_LOOKBACK = timedelta(hours=6)
-
 
 def run_rollup(sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePolicy) -> tuple[RollupResult, int]:
     """With the price catalog in force (the newest imported, else ``pricing``'s): move jobs onto the GPUs newly
     arrived samples name (:func:`finops.jobs.placement.reconcile_job_map`), rebuild dirty ledger hours up to now,
-    re-judge idle episodes of the last 6 hours, and record budget threshold and spend anomaly events (each once).
+    re-judge the idle episodes of the hours rebuilt (:func:`finops.analysis.idle.rejudge_idle`: readings that
+    arrived late, a spool after an outage or a backfill, get their episodes too), and record budget threshold and
+    spend anomaly events (each once).
 
     Returns (what the rollup rebuilt: hours, GPU-seconds priced and unpriced; idle episodes stored).
     """
@@ -49,8 +48,9 @@ def run_rollup(sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePo
     with sessions.begin() as session:
         pricing = pricing_in_force(session, pricing)
         reconcile_job_map(session, to_epoch(now))
-        built = rollup(session, pricing, to_epoch(now))
-        episodes = detect_idle(session, now - IDLE_LOOKBACK, now, policy, pricing)
+        rebuilt: list[int] = []
+        built = rollup(session, pricing, to_epoch(now), rebuilt=rebuilt)
+        episodes = rejudge_idle(session, rebuilt, policy, pricing)
         record_budget_events(session, now)
         record_anomaly_events(session, now)
     log.info(

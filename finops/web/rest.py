@@ -155,22 +155,7 @@ def create_router(
     @router.get("/idle-episodes")
     def idle_episodes(db: db, start: str, end: str) -> list[dict[str, Any]]:
         """Idle episodes overlapping [start, end), costliest first."""
-        return [
-            {
-                "node": e.node,
-                "gpu_index": e.gpu_index,
-                "job_id": e.job_id,
-                "user": e.user,
-                "team": e.team,
-                "start": e.start.isoformat(),
-                "end": e.end.isoformat(),
-                "hours": round(e.hours, 6),
-                "memory_held": e.memory_held,
-                "cost": str(e.cost),
-                "currency": e.currency,
-            }
-            for e in list_episodes(db, instant(start, "start"), instant(end, "end"))
-        ]
+        return [e.as_dict() for e in list_episodes(db, instant(start, "start"), instant(end, "end"))]
 
     @router.get("/events")
     def events(

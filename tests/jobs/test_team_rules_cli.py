@@ -38,11 +38,12 @@ def test_rules_set_list_and_delete_move_jobs(engine, sessions, database_url: str
 
     by_namespace = _invoke(database_url, "team", "rule", "set", "--kind", "namespace", "ml-train", "ml-platform")
     assert by_namespace.exit_code == 0, by_namespace.output
-    assert by_namespace.output.strip() == "namespace ml-train → team ml-platform; 3 jobs moved"
+    assert by_namespace.output.splitlines()[0] == "namespace ml-train → team ml-platform; 3 jobs moved"
+    assert by_namespace.output.splitlines()[1].startswith("rollup: "), "the moved jobs' hours are rolled up"
     by_label = _invoke(database_url, "team", "rule", "set", "--kind", "label", "--key", "team", "nlp", "nlp")
-    assert by_label.output.strip() == "label team=nlp → team nlp; 2 jobs moved"
+    assert by_label.output.splitlines()[0] == "label team=nlp → team nlp; 2 jobs moved"
     by_account = _invoke(database_url, "team", "rule", "set", "--kind", "account", "inference", "serving")
-    assert by_account.output.strip() == "account inference → team serving; 2 jobs moved"
+    assert by_account.output.splitlines()[0] == "account inference → team serving; 2 jobs moved"
     teams = _teams(sessions)
     assert teams["ml-train/llama-ft-0"] == "ml-platform"
     assert teams["ml-train/eval-7f9c"] == teams["ml-train/preproc-2"] == "nlp"  # label before namespace
@@ -58,7 +59,7 @@ def test_rules_set_list_and_delete_move_jobs(engine, sessions, database_url: str
     ]
 
     deleted = _invoke(database_url, "team", "rule", "delete", "--kind", "label", "--key", "team", "nlp")
-    assert deleted.output.strip() == "deleted label team=nlp → team nlp; 2 jobs moved"
+    assert deleted.output.splitlines()[0] == "deleted label team=nlp → team nlp; 2 jobs moved"
     assert _teams(sessions)["ml-train/eval-7f9c"] == "ml-platform"
     again = _invoke(database_url, "team", "rule", "delete", "--kind", "label", "--key", "team", "nlp")
     assert again.exit_code == 2 and "no rule for label team=nlp" in again.output

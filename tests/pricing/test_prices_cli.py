@@ -49,9 +49,9 @@ def test_import_reprices_from_the_changed_date(loaded, cli_env, tmp_path: Path) 
     sessions, t0, _, pricing = loaded
     path, changed_from = _cheaper_catalog(tmp_path)
     assert earliest_change(load_catalog(), parse_catalog(path.read_text(), "x")).isoformat() == changed_from
-    result = cli_env.invoke(app, ["prices", "import", str(path)])
+    result = cli_env.invoke(app, ["prices", "import", str(path), "--no-rollup"])
     assert result.exit_code == 0, result.output
-    assert f"re-priced from {changed_from}" in result.output
+    assert f"re-priced from {changed_from}" in result.output and "rollup: skipped (--no-rollup)" in result.output
     with sessions() as session:
         assert catalog_in_force(session, load_catalog()).rate(scenario.MODEL, PricingModel.ON_DEMAND, t0) == 5
         assert session.scalars(select(DirtyHour.hour).order_by(DirtyHour.hour)).first() <= t0
