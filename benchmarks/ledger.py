@@ -24,10 +24,11 @@ Workload, generated in SQL (``generate_series``, ``INSERT … SELECT``), determi
   on some nodes.
 
 Timed, each printed beside its goal: the data generation; ``finops.ledger.rollup.rollup`` of the whole month into an
-empty ledger (cold); a re-rollup after one day is marked dirty (incremental); ``finops.analysis.report.cost_report``
-of the month by team (median of ``--report-runs`` warm runs, after ``VACUUM ANALYZE ledger`` as autovacuum
-would run it after the bulk load); ``finops.analysis.budgets.budget_status``. The machine's load average is printed
-with the figures: they are wall-clock times.
+empty ledger (cold); ``finops.analysis.idle.rejudge_idle`` over the hours it rebuilt (what a month-old backfill
+costs besides the ledger); a re-rollup after one day is marked dirty (incremental);
+``finops.analysis.report.cost_report`` of the month by team (median of ``--report-runs`` warm runs, after ``VACUUM
+ANALYZE ledger`` as autovacuum would run it after the bulk load); ``finops.analysis.budgets.budget_status``. The
+machine's load average is printed with the figures: they are wall-clock times.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from finops.analysis.budgets import budget_status  # noqa: E402
+from finops.analysis.idle import IdlePolicy, rejudge_idle  # noqa: E402
 from finops.analysis.report import cost_report  # noqa: E402
 from finops.db.engine import downgrade, make_engine, session_factory, upgrade  # noqa: E402
 from finops.ledger.rollup import rollup  # noqa: E402
@@ -353,14 +355,25 @@ def main() -> None:
 
         load_before = os.getloadavg()[0]
         began = time.perf_counter()
+        hours: list[int] = []
         with sessions.begin() as session:
-            rebuilt = rollup(session, pricing, to_epoch(until)).hours
+            rebuilt = rollup(session, pricing, to_epoch(until), rebuilt=hours).hours
         cold = time.perf_counter() - began
         ledger_rows = counts(engine)["ledger"]
         print(
             f"rollup, whole month, cold: {cold:8.1f} s  goal ≤ {ROLLUP_GOAL_SECONDS:.0f} s  "
             f"ratio {cold / ROLLUP_GOAL_SECONDS:.2f}  ({rebuilt:,} hours, {ledger_rows:,} ledger rows, "
             f"{gpu_hours / cold:,.0f} GPU-hours/s)"
+        )
+        # The month is in the past: what a backfill of it costs besides the ledger is re-judging its idle episodes
+        # over the hours rebuilt, as every scheduled rollup does (finops.service.scheduler.run_rollup).
+        began = time.perf_counter()
+        with sessions.begin() as session:
+            episodes = rejudge_idle(session, hours, IdlePolicy(), pricing)
+        idle_seconds = time.perf_counter() - began
+        print(
+            f"idle re-judged, whole month: {idle_seconds:6.1f} s  ({episodes:,} episodes; "
+            f"{idle_seconds / cold:.2f} × the cold rollup)"
         )
         # What autovacuum does soon after a bulk load; the report's plan depends on it. Not timed.
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
