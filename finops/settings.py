@@ -243,21 +243,6 @@ class AlertSettings(SettingsGroup):
         return dict(self.alert_slack_webhooks or {})
 
 
-GROUPS: tuple[type[SettingsGroup], ...] = (
-    StorageSettings,
-    ApiSettings,
-    PricingSettings,
-    IdleSettings,
-    SchedulerSettings,
-    PrometheusPullSettings,
-    SacctSettings,
-    CollectorSettings,
-    DemoSettings,
-    AlertSettings,
-)
-"""The settings groups, in the order they are documented."""
-
-
 class Settings(
     StorageSettings,
     ApiSettings,
@@ -271,6 +256,12 @@ class Settings(
     AlertSettings,
 ):
     """All service settings, every group's. Each field is ``FINOPS_<NAME>`` in the environment."""
+
+
+GROUPS: tuple[type[SettingsGroup], ...] = tuple(
+    group for group in Settings.__bases__ if issubclass(group, SettingsGroup)
+)
+"""The settings groups, in the order they are documented (the order of :class:`Settings`' bases)."""
 
 
 def _secret(annotation: Any, text: str, where: str) -> object:
