@@ -4,7 +4,9 @@
 The inventory gives the model of GPUs no collector has reported (the placeholders a job import creates); a
 collector's reading of a GPU always wins. Models are price catalog models (the catalog in force): a GRES type or
 NVML name is resolved through the catalog's keys, aliases and match expressions
-(:meth:`finops.pricing.catalog.PriceCatalog.model_for`).
+(:meth:`finops.pricing.catalog.PriceCatalog.model_for`). ``import`` and ``set-model`` roll up the ledger hours whose
+GPUs changed model before they return, as the job imports do (:func:`finops.cli.context.roll_up_unless`;
+``--no-rollup``: leave them pending).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Annotated
 import typer
 
 from finops.cli.base import INCOMPLETE
-from finops.cli.context import STDIN, load_pricing, load_settings, open_sessions, open_text
+from finops.cli.context import STDIN, NoRollup, load_pricing, load_settings, open_sessions, open_text, roll_up_unless
 from finops.jobs.inventory import import_nodes, node_summaries, set_model
 from finops.pricing.store import catalog_in_force
 
@@ -26,13 +28,15 @@ app = typer.Typer(
 @app.command("import")
 def nodes_import(
     file: Annotated[str, typer.Argument(help="scontrol show node --oneliner output, or - for standard input.")],
+    no_rollup: NoRollup = False,
 ) -> None:
     """Record each node's GPU model and partitions from `scontrol show node --oneliner` output (Slurm's scontrol(1):
     one node per line, `NodeName=… Gres=gpu:a100:4(S:0-1) … Partitions=gpu,debug …`).
 
     The GRES type is resolved to a price catalog model; a type that names none is kept as it is and the node is
     named with the command that fixes it. Bad lines are named with their line number, the rest is imported, and
-    the exit code is then 1.
+    the exit code is then 1. The ledger hours of GPUs whose model changed are then rolled up (repriced), also when
+    lines were bad (--no-rollup: at the next rollup).
     """
     settings = load_settings()
     with open_sessions(settings).begin() as session:
@@ -47,6 +51,7 @@ def nodes_import(
         f"{result.nodes} nodes; {result.models_set} GPU models set, {result.gpus_changed} GPUs repriced; "
         f"{len(result.unresolved)} nodes without a catalog model; {len(result.errors)} bad lines"
     )
+    roll_up_unless(no_rollup, settings)
     if result.errors:
         raise typer.Exit(INCOMPLETE)
 
@@ -55,10 +60,12 @@ def nodes_import(
 def nodes_set_model(
     args: Annotated[list[str], typer.Argument(help="NODE MODEL, or MODEL with --partition.", metavar="[NODE] MODEL")],
     partition: Annotated[str | None, typer.Option(help="Set the model of every node in this partition.")] = None,
+    no_rollup: NoRollup = False,
 ) -> None:
     """Set the GPU model of NODE, or of every node in --partition, to MODEL: a price catalog model key or a name
     that resolves to one (`h100`, `NVIDIA A100-SXM4-80GB`). Placeholder GPUs of nodes no collector has reported
-    take it, and their ledger hours are repriced at the next rollup."""
+    take it, and their ledger hours are rolled up (repriced) before the command returns (--no-rollup: at the
+    next rollup)."""
     if partition is None and len(args) != 2:
         raise typer.BadParameter("give NODE MODEL, or --partition P MODEL", param_hint="[NODE] MODEL")
     if partition is not None and len(args) != 1:
@@ -71,6 +78,7 @@ def nodes_set_model(
             session, model, resolve=catalog.resolve, choices=sorted(catalog.models), node=node, partition=partition
         )
     typer.echo(f"{', '.join(hostnames)}: GPU model {key}; {changed} GPUs repriced")
+    roll_up_unless(no_rollup, settings)
 
 
 @app.command("list")

@@ -1,5 +1,6 @@
 """``gpu-finops nodes``: import the inventory from scontrol output (bad lines named, exit 1), set a model by node or
-partition (a model that names no catalog model is one error line naming the choices, exit 2), list it."""
+partition (a model that names no catalog model is one error line naming the choices, exit 2), list it; import and
+set-model roll up before they return unless ``--no-rollup``."""
 
 from __future__ import annotations
 
@@ -23,14 +24,17 @@ def test_nodes_import_set_model_and_list(cli_env) -> None:  # type: ignore[no-un
     imported = cli_env.invoke(app, ["nodes", "import", "-"], input=SCONTROL.read_text())
     assert imported.exit_code == 1, imported.output  # two bad lines, the rest imported
     assert "11 nodes; 8 GPU models set" in imported.stdout
+    assert imported.stdout.splitlines()[-1].startswith("rollup: "), "rolled up although lines were bad"
     assert "skipped <stdin>:9: " in imported.stderr and "skipped <stdin>:13: " in imported.stderr
     assert "gpu-finops nodes set-model gpu-v-01 MODEL" in imported.stderr
     by_node = cli_env.invoke(app, ["nodes", "set-model", "gpu-u-01", "h100_80gb"])
     assert by_node.exit_code == 0, by_node.output
     assert "gpu-u-01: GPU model H100-SXM-80GB" in by_node.output
-    by_partition = cli_env.invoke(app, ["nodes", "set-model", "--partition", "legacy", "mi250x"])
+    assert by_node.stdout.splitlines()[-1].startswith("rollup: ")
+    by_partition = cli_env.invoke(app, ["nodes", "set-model", "--partition", "legacy", "mi250x", "--no-rollup"])
     assert by_partition.exit_code == 0, by_partition.output
     assert "gpu-u-01, gpu-v-01: GPU model MI250X" in by_partition.output
+    assert by_partition.stdout.splitlines()[-1].startswith("rollup: skipped (--no-rollup)")
     refused = cli_env.invoke(app, ["nodes", "set-model", "gpu-v-01", "v100"])
     assert refused.exit_code == 2
     assert refused.stderr.strip().splitlines() == [
