@@ -7,7 +7,8 @@ still firing, or resolved when a rule stops returning them).
 - ``budget-50`` / ``budget-80`` / ``budget-100`` / ``budget-forecast`` / ``spend-anomaly``: one alert per event;
   a budget alert lasts until its month ends, an anomaly until the end of the day after the anomalous day.
 - ``idle-gpu``: idle episodes (:mod:`finops.analysis.idle`, already at least the idle window long) still open at ``now``
-  (their end within the idle max gap of ``now``), one alert per job with its GPUs, cost so far and owner.
+  (their end within the idle max gap of ``now``), one alert per job with its GPUs, cost so far and owner (an
+  episode on a GPU whose model has no price is said unpriced, with the fix, never counted as 0).
 - ``throttling``: an allocated GPU whose readings show a thermal (``sw_thermal``, ``hw_thermal``,
   ``hw_slowdown``) or power (``sw_power_cap``, ``hw_power_brake``) clocks-event reason on every reading from
   the first throttled reading after its newest unthrottled one to its newest reading, at least ``for`` apart,
@@ -167,7 +168,9 @@ def _anomaly_candidate(event: EventView, p: dict[str, Any]) -> Candidate:
 
 def idle_candidates(session: Session, now: datetime, window_seconds: int, max_gap_seconds: int) -> list[Candidate]:
     """One candidate per job holding GPUs in an idle episode still open at ``now`` (episode end at or after
-    ``now`` − ``max_gap_seconds``): its GPUs, cost of the open episodes so far, owner."""
+    ``now`` − ``max_gap_seconds``): its GPUs, cost of the open episodes so far, owner. Episodes on GPUs whose model
+    has no price are not counted in the cost as 0: the figures name their models (``unpriced_models``, ``cost``
+    null when no episode is priced) and the summary says they are unpriced and how to fix it."""
     since = now - timedelta(seconds=max_gap_seconds)
     by_job: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for episode in list_episodes(session, since, now + timedelta(seconds=1)):
@@ -178,16 +181,29 @@ def idle_candidates(session: Session, now: datetime, window_seconds: int, max_ga
         gpus = sorted({(e.node, e.gpu_index) for e in episodes})
         nodes = sorted({node for node, _ in gpus})
         currency = episodes[0].currency
-        cost = sum((e.cost for e in episodes), Decimal(0))
+        priced = [e.cost for e in episodes if e.cost is not None]
+        cost = sum(priced, Decimal(0)) if priced else None
+        fixes = {e.model: e.unpriced_fix for e in episodes if e.cost is None}
+        unpriced_gpus = sorted({(e.node, e.gpu_index) for e in episodes if e.cost is None})
         since_start = min(e.start for e in episodes)
         user = episodes[0].user
         held = any(e.memory_held for e in episodes)
         gpu_text = "; ".join(f"{node}: {', '.join(str(i) for n, i in gpus if n == node)}" for node in nodes)
         idle_for = duration_text((now - since_start).total_seconds())
+        unpriced = f"{len(unpriced_gpus)} unpriced GPU{'s' if len(unpriced_gpus) != 1 else ''}"
+        if cost is None:
+            costing, cost_text = "their cost unknown (unpriced)", "unpriced"
+        elif fixes:
+            costing = f"costing {money(cost, currency)} so far, not counting {unpriced}"
+            cost_text = f"{money(cost, currency)} + {unpriced}"
+        else:
+            costing, cost_text = f"costing {money(cost, currency)} so far", money(cost, currency)
+        unpriced_text = "No price for " + "; ".join(f"{model!r}: {fix}" for model, fix in sorted(fixes.items()))
         summary = (
             f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''} of job {job_id} (user {user}, team {team}) have been "
-            f"idle for {idle_for}, costing {money(cost, currency)} so far"
+            f"idle for {idle_for}, {costing}"
             + (" while holding GPU memory." if held else ".")
+            + (f" {unpriced_text}." if fixes else "")
         )
         fields = [
             ["Team", team],
@@ -195,9 +211,11 @@ def idle_candidates(session: Session, now: datetime, window_seconds: int, max_ga
             ["User", user],
             ["GPUs", f"{len(gpus)} ({gpu_text})"],
             ["Idle since", f"{since_start:%Y-%m-%d %H:%M} UTC ({idle_for})"],
-            ["Cost so far", money(cost, currency)],
+            ["Cost so far", cost_text],
             ["Memory held", "yes" if held else "no"],
         ]
+        if fixes:
+            fields.append(["Unpriced", unpriced_text])
         found.append(
             Candidate(
                 rule="idle-gpu",
@@ -212,8 +230,9 @@ def idle_candidates(session: Session, now: datetime, window_seconds: int, max_ga
                 figures={
                     "gpus": [[n, i] for n, i in gpus],
                     "nodes": nodes,
-                    "cost": str(cost),
+                    "cost": None if cost is None else str(cost),
                     "currency": currency,
+                    "unpriced_models": sorted(fixes),
                     "idle_since": since_start.isoformat(),
                     "memory_held": held,
                 },

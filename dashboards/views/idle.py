@@ -1,14 +1,14 @@
-"""Idle GPUs: allocated GPUs that sat at or below the idle threshold for at least the window."""
+"""Idle GPUs: allocated GPUs that sat at or below the idle threshold for at least the window (an episode on a GPU
+whose model has no price is shown unpriced, with the model and the fix, and left out of the cost, not counted as 0)."""
 
 from __future__ import annotations
-
-from decimal import Decimal
 
 import pandas as pd
 import streamlit as st
 
 from dashboards import data, filters
 from dashboards.format import cents, money, table
+from finops.analysis.idle import episode_totals
 
 st.title("Idle GPUs")
 view = filters.sidebar()
@@ -18,7 +18,18 @@ if not found:
     st.success("No idle episodes in this period.")
     st.stop()
 currency = found[0].currency
-st.metric("Cost of idle episodes", money(sum((e.cost for e in found), Decimal(0)), currency))
+(totals,) = [t for t in episode_totals(found) if t.currency == currency]
+st.metric("Cost of idle episodes", "unpriced" if totals.all_unpriced else money(totals.cost, currency))
+fixes = {e.model: e.unpriced_fix for e in found if e.cost is None}
+if totals.unpriced_gpu_hours:
+    st.warning(
+        f"{sum(totals.unpriced_gpu_hours.values()):,.2f} GPU-hours of idle episodes have no price, so their cost is "
+        "not in the figure above (it is unknown, not 0): "
+        + "; ".join(
+            f"{model}: {hours:,.2f} GPU-hours, {fixes[model]}"
+            for model, hours in sorted(totals.unpriced_gpu_hours.items())
+        )
+    )
 frame = pd.DataFrame(
     [
         {
@@ -30,7 +41,8 @@ frame = pd.DataFrame(
             "start (UTC)": e.start,
             "hours": round(e.hours, 2),
             "memory held": e.memory_held,
-            f"cost ({currency})": cents(e.cost),
+            f"cost ({currency})": None if e.cost is None else cents(e.cost),
+            "unpriced (GPU model)": e.unpriced_model or "",
         }
         for e in found
     ]

@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 
 from finops.db.models import Allocation, Gpu, IdleEpisode, Job, Node, Team
 from finops.ledger.costmodel import capacity_cost
+from finops.ledger.rollup import unpriced_fix
 from finops.pricing.catalog import PriceNotFound, Pricing
 from finops.pricing.rules import pricing_models_by_node
 from finops.timeutil import HOUR, from_epoch, to_epoch
@@ -134,11 +135,12 @@ def detect_idle(session: Session, start: datetime, end: datetime, policy: IdlePo
                 hi = run.covered_until if a_end is None else min(run.covered_until, a_end)
                 if hi - lo < policy.window_seconds:
                     continue
+                cost: Decimal | None
                 try:
                     rate = pricing.catalog.rate(*priced_as[run.gpu_id], from_epoch(lo))
                     cost = capacity_cost(rate, hi - lo)
                 except PriceNotFound:
-                    cost = Decimal(0)
+                    cost = None  # unpriced, never 0: the rollup after a catalog import that prices it re-judges it
                 session.add(
                     IdleEpisode(
                         gpu_id=run.gpu_id,
@@ -196,7 +198,9 @@ def rejudge_idle(session: Session, hours: Iterable[int], policy: IdlePolicy, pri
 
 @dataclass(frozen=True, slots=True)
 class EpisodeView:
-    """An idle episode as people read it: where, whose, how long, what it cost."""
+    """An idle episode as people read it: where, whose, how long, what it cost. ``cost`` is None (unpriced) when
+    the GPU's model (``model``) had no price in effect: :attr:`unpriced_model` and :attr:`unpriced_fix` say which
+    and what to do."""
 
     node: str
     gpu_index: int
@@ -206,17 +210,29 @@ class EpisodeView:
     start: datetime
     end: datetime
     memory_held: bool
-    cost: Decimal
+    cost: Decimal | None
     currency: str
+    model: str = ""
 
     @property
     def hours(self) -> float:
         """Duration in hours."""
         return (self.end - self.start).total_seconds() / 3600
 
+    @property
+    def unpriced_model(self) -> str | None:
+        """The GPU model that has no price, when the episode is unpriced; else None."""
+        return self.model if self.cost is None else None
+
+    @property
+    def unpriced_fix(self) -> str | None:
+        """What to do to give the episode its cost (:func:`finops.ledger.rollup.unpriced_fix`), when unpriced."""
+        return None if self.cost is not None else unpriced_fix(self.model)
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, as the REST API and ``gpu-finops idle list`` give it: times ISO 8601 UTC, hours rounded to
-        6 decimals, cost a decimal string."""
+        6 decimals, cost a decimal string, or null when unpriced, with ``unpriced_model`` and ``unpriced_fix`` set
+        (null for a priced episode)."""
         return {
             "node": self.node,
             "gpu_index": self.gpu_index,
@@ -227,9 +243,48 @@ class EpisodeView:
             "end": self.end.isoformat(),
             "hours": round(self.hours, 6),
             "memory_held": self.memory_held,
-            "cost": str(self.cost),
+            "cost": None if self.cost is None else str(self.cost),
             "currency": self.currency,
+            "unpriced_model": self.unpriced_model,
+            "unpriced_fix": self.unpriced_fix,
         }
+
+
+@dataclass(slots=True)
+class EpisodeTotals:
+    """What some episodes of one currency add up to: GPU-hours, the cost of the priced ones, and the GPU-hours of
+    the unpriced ones by model (never counted as 0 in the cost)."""
+
+    currency: str
+    count: int = 0
+    gpu_hours: float = 0.0
+    cost: Decimal = Decimal(0)
+    priced_count: int = 0
+    unpriced_gpu_hours: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def all_unpriced(self) -> bool:
+        """True when none of the episodes has a price: their cost is unknown, not 0."""
+        return self.count > 0 and self.priced_count == 0
+
+    def add(self, episode: EpisodeView) -> None:
+        """Count ``episode`` in (same currency)."""
+        self.count += 1
+        self.gpu_hours += episode.hours
+        if episode.cost is None:
+            self.unpriced_gpu_hours[episode.model] = self.unpriced_gpu_hours.get(episode.model, 0.0) + episode.hours
+        else:
+            self.cost += episode.cost
+            self.priced_count += 1
+
+
+def episode_totals(episodes: Iterable[EpisodeView]) -> list[EpisodeTotals]:
+    """Totals of ``episodes`` per currency, sorted by currency: the cost sums the priced episodes only, and the
+    unpriced ones are counted in GPU-hours by model."""
+    totals: dict[str, EpisodeTotals] = {}
+    for e in episodes:
+        totals.setdefault(e.currency, EpisodeTotals(e.currency)).add(e)
+    return [totals[c] for c in sorted(totals)]
 
 
 def list_episodes(
@@ -241,16 +296,21 @@ def list_episodes(
     team: str | None = None,
     partition: str | None = None,
 ) -> list[EpisodeView]:
-    """Idle episodes overlapping [start, end), costliest first; only those of jobs of ``cluster``, ``team`` and
-    ``partition`` when given."""
+    """Idle episodes overlapping [start, end), costliest first, then the unpriced ones (no price for the GPU's
+    model) longest first; only those of jobs of ``cluster``, ``team`` and ``partition`` when given."""
     query = (
-        select(IdleEpisode, Node.hostname, Gpu.gpu_index, Job.job_id, Job.user, Team.name)
+        select(IdleEpisode, Node.hostname, Gpu.gpu_index, Gpu.model, Job.job_id, Job.user, Team.name)
         .join(Gpu, Gpu.id == IdleEpisode.gpu_id)
         .join(Node, Node.id == Gpu.node_id)
         .join(Job, Job.id == IdleEpisode.job_pk)
         .join(Team, Team.id == Job.team_id)
         .where(IdleEpisode.start < end, IdleEpisode.end > start)
-        .order_by(IdleEpisode.cost.desc(), IdleEpisode.start)
+        .order_by(
+            IdleEpisode.cost.is_(None),
+            IdleEpisode.cost.desc(),
+            (IdleEpisode.end - IdleEpisode.start).desc(),
+            IdleEpisode.start,
+        )
     )
     if cluster is not None:
         query = query.where(Job.cluster == cluster)
@@ -259,6 +319,6 @@ def list_episodes(
     if partition is not None:
         query = query.where(Job.partition == partition)
     return [
-        EpisodeView(host, index, job_id, user, team, ep.start, ep.end, ep.memory_held, ep.cost, ep.currency)
-        for ep, host, index, job_id, user, team in session.execute(query)
+        EpisodeView(host, index, job_id, user, team, ep.start, ep.end, ep.memory_held, ep.cost, ep.currency, model)
+        for ep, host, index, model, job_id, user, team in session.execute(query)
     ]

@@ -5,21 +5,35 @@ from __future__ import annotations
 
 import csv
 import io
-from decimal import Decimal
 from typing import Annotated
 
 import orjson
 import typer
 
-from finops.analysis.idle import EpisodeView, list_episodes
+from finops.analysis.idle import EpisodeView, episode_totals, list_episodes
 from finops.cli.context import instant, load_settings, open_sessions
+from finops.ledger.rollup import unpriced_fix
 
 app = typer.Typer(
     name="idle", help="Idle GPU episodes: allocated GPUs at or below the idle threshold.", no_args_is_help=True
 )
 
 FORMATS = ("table", "json", "csv")
-_COLUMNS = ("node", "gpu_index", "job_id", "user", "team", "start", "end", "hours", "memory_held", "cost", "currency")
+_COLUMNS = (
+    "node",
+    "gpu_index",
+    "job_id",
+    "user",
+    "team",
+    "start",
+    "end",
+    "hours",
+    "memory_held",
+    "cost",
+    "currency",
+    "unpriced_model",
+    "unpriced_fix",
+)
 
 
 @app.command("list")
@@ -30,7 +44,8 @@ def idle_list(
     output_format: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
 ) -> None:
     """Idle episodes overlapping [start, end), costliest first: node, GPU, job, user, team, when, how long,
-    whether GPU memory stayed held, what the idle time cost. JSON as the REST API gives it."""
+    whether GPU memory stayed held, what the idle time cost. An episode on a GPU whose model has no price is
+    "unpriced" (after the priced ones, longest first), with the model and the fix. JSON as the REST API gives it."""
     if output_format not in FORMATS:
         raise typer.BadParameter(f"must be one of {', '.join(FORMATS)}", param_hint="--format")
     begin, finish = instant(start, "--start"), instant(end, "--end")
@@ -47,7 +62,7 @@ def idle_list(
 
 
 def episodes_csv(episodes: list[EpisodeView]) -> str:
-    """The episodes as CSV with a header line, the fields of the JSON."""
+    """The episodes as CSV with a header line, the fields of the JSON (null as an empty field)."""
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=_COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -56,20 +71,30 @@ def episodes_csv(episodes: list[EpisodeView]) -> str:
 
 
 def episodes_table(episodes: list[EpisodeView]) -> str:
-    """The episodes as a text table, with a total line (cost per currency)."""
+    """The episodes as a text table, with a total line (GPU-hours and the cost of the priced episodes per currency,
+    and the unpriced GPU-hours by model) and, when some are unpriced, one line per model saying how to price it."""
     lines = [
         f"{'node':<16} {'gpu':>3} {'job':<20} {'user':<12} {'team':<16} {'start (UTC)':<16} {'hours':>7} mem "
         f"{'cost':>12}"
     ]
     for e in episodes:
+        cost = f"{'unpriced':>12} ({e.model})" if e.cost is None else f"{e.cost:>12.2f} {e.currency}"
         lines.append(
             f"{e.node:<16} {e.gpu_index:>3} {e.job_id:<20} {e.user:<12} {e.team:<16} {e.start:%Y-%m-%d %H:%M} "
-            f"{e.hours:>7.2f} {'yes' if e.memory_held else 'no ':<3} {e.cost:>12.2f} {e.currency}"
+            f"{e.hours:>7.2f} {'yes' if e.memory_held else 'no ':<3} {cost}"
         )
-    totals: dict[str, tuple[float, Decimal]] = {}
-    for e in episodes:
-        hours, cost = totals.get(e.currency, (0.0, Decimal(0)))
-        totals[e.currency] = (hours + e.hours, cost + e.cost)
-    summary = "; ".join(f"{hours:.2f} GPU-hours, {cost:.2f} {c}" for c, (hours, cost) in sorted(totals.items()))
+    parts = []
+    models: dict[str, float] = {}
+    for t in episode_totals(episodes):
+        part = f"{t.gpu_hours:.2f} GPU-hours, " + ("unpriced" if t.all_unpriced else f"{t.cost:.2f} {t.currency}")
+        unpriced_hours = sum(t.unpriced_gpu_hours.values())
+        if t.unpriced_gpu_hours and not t.all_unpriced:
+            part += f" + {unpriced_hours:.2f} unpriced GPU-hours"
+        parts.append(part)
+        for model, hours in t.unpriced_gpu_hours.items():
+            models[model] = models.get(model, 0.0) + hours
+    summary = "; ".join(parts)
     lines.append(f"{len(episodes)} episode{'s' if len(episodes) != 1 else ''}" + (f": {summary}" if summary else ""))
+    for model, hours in sorted(models.items()):
+        lines.append(f"unpriced: {hours:.2f} GPU-hours of {model!r}, which has no price: {unpriced_fix(model)}")
     return "\n".join(lines)

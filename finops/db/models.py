@@ -281,7 +281,8 @@ class IdleEpisode(Base):
     start: Mapped[datetime] = mapped_column(EpochSeconds)
     end: Mapped[datetime] = mapped_column(EpochSeconds)
     memory_held: Mapped[bool] = mapped_column(Boolean)
-    cost: Mapped[Decimal] = mapped_column(Money)
+    cost: Mapped[Decimal | None] = mapped_column(Money)
+    """The capacity cost of [start, end); None (unpriced) when the GPU's model has no price in effect."""
     currency: Mapped[str] = mapped_column(String(3))
 
 

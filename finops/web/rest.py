@@ -154,7 +154,8 @@ def create_router(
 
     @router.get("/idle-episodes")
     def idle_episodes(db: db, start: str, end: str) -> list[dict[str, Any]]:
-        """Idle episodes overlapping [start, end), costliest first."""
+        """Idle episodes overlapping [start, end), costliest first; an episode on a GPU whose model has no price
+        has cost null, ``unpriced_model`` and ``unpriced_fix``, and comes after the priced ones."""
         return [e.as_dict() for e in list_episodes(db, instant(start, "start"), instant(end, "end"))]
 
     @router.get("/events")

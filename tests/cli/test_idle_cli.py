@@ -41,7 +41,8 @@ def test_idle_list_formats_and_team(loaded) -> None:  # type: ignore[no-untyped-
     assert (episode["node"], episode["job_id"], episode["team"]) == ("gpu-a-01", "501", "alpha")
 
     rows = list(csv.DictReader(io.StringIO(idle_list("--format", "csv").stdout)))
-    assert rows == [{key: str(value) for key, value in episode.items()}]
+    assert rows == [{key: "" if value is None else str(value) for key, value in episode.items()}]
+    assert (episode["unpriced_model"], episode["unpriced_fix"]) == (None, None)
 
     table = idle_list().stdout.splitlines()
     assert table[0].split()[:5] == ["node", "gpu", "job", "user", "team"]

@@ -12,6 +12,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from finops.analysis.idle import IdlePolicy, detect_idle
 from finops.db.engine import make_engine, session_factory, upgrade
 from finops.ledger.rollup import rollup
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
@@ -65,3 +66,23 @@ def test_quality_page_lists_the_unpriced_gpu_hours_by_model(database: str) -> No
     (frame,) = [f.value for f in quality.dataframe if "fix" in f.value.columns]
     assert frame["GPU model"].tolist() == [MODEL] and frame["GPU-hours"].tolist() == [2.0]
     assert "set the node's model" in frame["fix"][0]
+
+
+def test_idle_page_shows_the_unpriced_episode_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"sqlite:///{tmp_path / 'idle.sqlite'}"
+    monkeypatch.setenv("FINOPS_DATABASE_URL", url)
+    monkeypatch.delenv("FINOPS_PROMETHEUS_URL", raising=False)
+    engine = make_engine(url)
+    upgrade(engine)
+    t0 = scenario.start_hour()
+    pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
+    with session_factory(engine).begin() as session:
+        unpriced.load(session, t0, unpriced_gpu="0")  # the slice's idle episode lies on the unpriced GPU
+        rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
+        assert detect_idle(session, t0, t0 + timedelta(hours=2), IdlePolicy(), pricing) == 1
+    page = _run("views/idle.py", period="7d")
+    assert {m.label: m.value for m in page.metric}["Cost of idle episodes"] == "unpriced"
+    (warning,) = [w.value for w in page.warning if "no price" in w.value]
+    assert "0.50 GPU-hours" in warning and MODEL in warning and "gpu-finops prices import" in warning
+    (frame,) = [f.value for f in page.dataframe if "unpriced (GPU model)" in f.value.columns]
+    assert frame["unpriced (GPU model)"].tolist() == [MODEL] and frame["cost (USD)"].isna().all()

@@ -65,15 +65,16 @@ class Cluster:
         step: timedelta = timedelta(minutes=1),
         values: Values = busy,
         job: str | None = None,
+        model: str = MODEL,
     ) -> int:
-        """Store one reading per GPU every ``step`` over [start, end); returns how many."""
+        """Store one reading per GPU every ``step`` over [start, end), the GPUs of ``model``; returns how many."""
         samples = []
         at = start
         energy = 0.0
         while at < end:
             for index in gpus:
                 reading = {**values(index, at), m.GPU_ENERGY: energy, m.GPU_MEMORY_TOTAL: 80.0 * 2**30}
-                labels = {"gpu": str(index), "uuid": gpu_uuid(node, index), "model": MODEL}
+                labels = {"gpu": str(index), "uuid": gpu_uuid(node, index), "model": model}
                 samples.append(Sample("gpu", labels, reading, at, job))
             energy += 600.0 * step.total_seconds()
             at += step

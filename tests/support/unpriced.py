@@ -4,6 +4,9 @@ GPU 0 (H100, priced) keeps the scenario's hand-computed costs: alpha r (hour 1) 
 r/2; total 2 r. GPU 1 (``UNPRICED_MODEL``) keeps its 2 GPU-hours in the ledger unpriced: 0.5 h ``__unallocated__``
 and 1.5 h of job 502 (``__unmapped__``) at 50 %, with its energy. :func:`catalog_with_model` is the packaged catalog
 plus a price for that model, as an operator would import it.
+
+With ``unpriced_gpu="0"`` it is GPU 0 instead that has no price: then the slice's one idle episode (job 501, alpha,
+GPU 0 over [T+60 min, T+90 min)) lies on the unpriced GPU.
 """
 
 from __future__ import annotations
@@ -20,17 +23,19 @@ UNPRICED_MODEL = "ACME Z9 64GB"
 ADDED_RATE = "2.50"
 
 
-def samples(t0: datetime) -> list[Sample]:
-    """The scenario's readings with GPU 1's model replaced by :data:`UNPRICED_MODEL`."""
+def samples(t0: datetime, unpriced_gpu: str = "1") -> list[Sample]:
+    """The scenario's readings with GPU ``unpriced_gpu``'s model replaced by :data:`UNPRICED_MODEL`."""
     return [
-        replace(sample, labels={**sample.labels, "model": UNPRICED_MODEL}) if sample.labels["gpu"] == "1" else sample
+        replace(sample, labels={**sample.labels, "model": UNPRICED_MODEL})
+        if sample.labels["gpu"] == unpriced_gpu
+        else sample
         for sample in scenario.samples(t0)
     ]
 
 
-def batch(t0: datetime) -> IngestBatch:
+def batch(t0: datetime, unpriced_gpu: str = "1") -> IngestBatch:
     """All readings as one ingest batch from ``scenario.NODE``."""
-    readings = samples(t0)
+    readings = samples(t0, unpriced_gpu)
     return IngestBatch.model_validate(
         {
             "node": scenario.NODE,
@@ -40,14 +45,14 @@ def batch(t0: datetime) -> IngestBatch:
     )
 
 
-def load(session, t0: datetime) -> None:  # type: ignore[no-untyped-def]
+def load(session, t0: datetime, unpriced_gpu: str = "1") -> None:  # type: ignore[no-untyped-def]
     """Readings and jobs of the slice, with alpha's account mapped; no rollup."""
     from finops.ingest.readings import Ingestor
     from finops.jobs.slurm_import import import_sacct
     from finops.jobs.teams import map_account
 
     map_account(session, "acct-a", "alpha")
-    Ingestor().store(session, batch(t0))
+    Ingestor().store(session, batch(t0, unpriced_gpu))
     result = import_sacct(session, scenario.sacct_lines(t0), source="scenario")
     assert (result.jobs, result.errors) == (2, [])
 
