@@ -11,6 +11,7 @@ one guarded place.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, TextIO
@@ -22,6 +23,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session, sessionmaker
 
 from finops.analysis.idle import IdlePolicy
+from finops.cli.base import INCOMPLETE
 from finops.db.engine import make_engine, require_migrated, session_factory
 from finops.errors import FinopsError
 from finops.ledger.rollup import unpriced_fix
@@ -114,6 +116,19 @@ def roll_up_unless(skip: bool, settings: Settings | None = None) -> None:
         typer.echo("rollup: skipped (--no-rollup); the ledger hours changed stay pending until the next rollup")
     else:
         roll_up(settings or load_settings())
+
+
+def finish_import(skipped: Iterable[str], summary: str, no_rollup: bool, settings: Settings) -> None:
+    """The end of every import command: each refused record on stderr (``skipped <message>``), the one-line
+    ``summary``, the rollup (:func:`roll_up_unless`), then exit code 1 when anything was refused."""
+    refused = 0
+    for message in skipped:
+        typer.echo(f"skipped {message}", err=True)
+        refused += 1
+    typer.echo(summary)
+    roll_up_unless(no_rollup, settings)
+    if refused:
+        raise typer.Exit(INCOMPLETE)
 
 
 def instant(text: str, option: str) -> datetime:

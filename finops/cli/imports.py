@@ -20,6 +20,7 @@ from finops.cli.base import INCOMPLETE
 from finops.cli.context import (
     STDIN,
     NoRollup,
+    finish_import,
     instant,
     load_settings,
     open_engine,
@@ -77,12 +78,12 @@ def import_sacct_command(
     engine = open_engine(settings)
     with open_text(file) as handle, session_factory(engine).begin() as session:
         result = import_sacct(session, handle, source="<stdin>" if file == STDIN else file, cluster=cluster, tz=tz)
-    for error in result.errors:
-        typer.echo(f"skipped {error.message}", err=True)
-    typer.echo(f"imported {result.jobs} GPU jobs; {result.without_gpus} without GPUs; {len(result.errors)} bad lines")
-    roll_up_unless(no_rollup, settings)
-    if result.errors:
-        raise typer.Exit(INCOMPLETE)
+    finish_import(
+        (error.message for error in result.errors),
+        f"imported {result.jobs} GPU jobs; {result.without_gpus} without GPUs; {len(result.errors)} bad lines",
+        no_rollup,
+        settings,
+    )
 
 
 def _run_sacct(cluster: str, no_rollup: bool) -> None:
@@ -104,16 +105,14 @@ def _run_sacct(cluster: str, no_rollup: bool) -> None:
         typer.echo(f"watermark {watermark_name(cluster)} not moved", err=True)
         raise typer.Exit(INCOMPLETE) from exc
     result = done.result
-    for error in result.errors:
-        typer.echo(f"skipped {error.message}", err=True)
     window = f"{done.start:%Y-%m-%dT%H:%M:%S}Z to {done.end:%Y-%m-%dT%H:%M:%S}Z"
-    typer.echo(
+    finish_import(
+        (error.message for error in result.errors),
         f"sacct from {window}: imported {result.jobs} GPU jobs; {result.without_gpus} without GPUs; "
-        f"{len(result.errors)} bad lines; watermark {watermark_name(cluster)} at {done.end:%Y-%m-%dT%H:%M:%S}Z"
+        f"{len(result.errors)} bad lines; watermark {watermark_name(cluster)} at {done.end:%Y-%m-%dT%H:%M:%S}Z",
+        no_rollup,
+        settings,
     )
-    roll_up_unless(no_rollup, settings)
-    if result.errors:
-        raise typer.Exit(INCOMPLETE)
 
 
 @app.command("prometheus")
@@ -206,14 +205,10 @@ def import_pods_command(
         result = import_pods(
             session, document, source=source, listed_at=at, cluster=cluster, complete=complete, nodes=node_labels
         )
-    for message in node_errors:
-        typer.echo(f"skipped {message}", err=True)
-    for error in result.errors:
-        typer.echo(f"skipped {error.message}", err=True)
-    typer.echo(
+    finish_import(
+        [*node_errors, *(error.message for error in result.errors)],
         f"imported {result.jobs} GPU pods; {result.without_gpus} without GPUs; {result.not_started} not started; "
-        f"{result.ended_missing} ended as gone; {result.nodes_labelled} node labels; {len(result.errors)} bad pods"
+        f"{result.ended_missing} ended as gone; {result.nodes_labelled} node labels; {len(result.errors)} bad pods",
+        no_rollup,
+        settings,
     )
-    roll_up_unless(no_rollup, settings)
-    if result.errors or node_errors:
-        raise typer.Exit(INCOMPLETE)

@@ -15,8 +15,16 @@ from typing import Annotated
 
 import typer
 
-from finops.cli.base import INCOMPLETE
-from finops.cli.context import STDIN, NoRollup, load_pricing, load_settings, open_sessions, open_text, roll_up_unless
+from finops.cli.context import (
+    STDIN,
+    NoRollup,
+    finish_import,
+    load_pricing,
+    load_settings,
+    open_sessions,
+    open_text,
+    roll_up_unless,
+)
 from finops.jobs.inventory import import_nodes, node_summaries, set_model
 from finops.pricing.store import catalog_in_force
 
@@ -43,17 +51,15 @@ def nodes_import(
         catalog = catalog_in_force(session, load_pricing(settings).catalog)
         with open_text(file) as handle:
             result = import_nodes(session, handle, source="<stdin>" if file == STDIN else file, resolve=catalog.resolve)
-    for error in result.errors:
-        typer.echo(f"skipped {error.message}", err=True)
     for problem in result.unresolved:
         typer.echo(f"model unknown: {problem}", err=True)
-    typer.echo(
+    finish_import(
+        (error.message for error in result.errors),
         f"{result.nodes} nodes; {result.models_set} GPU models set, {result.gpus_changed} GPUs repriced; "
-        f"{len(result.unresolved)} nodes without a catalog model; {len(result.errors)} bad lines"
+        f"{len(result.unresolved)} nodes without a catalog model; {len(result.errors)} bad lines",
+        no_rollup,
+        settings,
     )
-    roll_up_unless(no_rollup, settings)
-    if result.errors:
-        raise typer.Exit(INCOMPLETE)
 
 
 @app.command("set-model")
