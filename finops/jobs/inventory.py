@@ -36,13 +36,13 @@ from sqlalchemy.orm import Session
 from finops.db.hours import HourMarks
 from finops.db.models import Gpu, Node
 from finops.errors import FinopsError
+from finops.jobs.mig import gres_mig_type
 from finops.jobs.placement import effective_model, ensure_nodes
 
 Resolver = Callable[[str], str | None]
 """A GPU name (GRES type, NVML name, catalog key) to the catalog model key it names, or None."""
 
 _FIELD = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_]*)=")
-_MIG = re.compile(r"(?:^|_)[1-9][0-9]?g\.[0-9]+gb(?:[+.][a-z][a-z.]*)?$")
 _COUNT = re.compile(r"^([0-9]+)$")
 
 
@@ -76,12 +76,11 @@ class ScontrolNode:
         for gres_type, _ in self.gpus:
             if gres_type is None:
                 continue
-            if _MIG.search(gres_type):
-                parent = _MIG.sub("", gres_type)
-                if parent:
-                    types.add(parent)
-            else:
+            mig = gres_mig_type(gres_type)
+            if mig is None:
                 types.add(gres_type)
+            elif mig[0]:
+                types.add(mig[0])
         return sorted(types)
 
 

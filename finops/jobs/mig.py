@@ -89,3 +89,16 @@ def mig_share(profile: str, model: str | None) -> Fraction:
     if compute > slices:
         raise ValueError(f"MIG profile {profile!r} has {compute} compute slices; GPU model {model!r} has {slices}")
     return Fraction(compute, slices)
+
+
+_GRES_TYPE_RE = re.compile(r"(?:^|_)([1-9][0-9]?g\.[0-9]+gb(?:[+.][a-z][a-z.]*)?)$")
+
+
+def gres_mig_type(gres_type: str | None) -> tuple[str, str] | None:
+    """(board type, MIG profile) of a Slurm GRES type that names a MIG profile: ``3g.40gb`` -> ("", "3g.40gb"),
+    ``a100_1g.5gb`` -> ("a100", "1g.5gb"); None for a whole-GPU type (``a100``) or no type (gres.conf ``Type=``,
+    profiles as the NVIDIA MIG user guide names them)."""
+    match = _GRES_TYPE_RE.search(gres_type or "")
+    if match is None:
+        return None
+    return (gres_type or "")[: match.start()], match.group(1)

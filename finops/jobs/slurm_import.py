@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shlex
 import subprocess
 from collections.abc import Iterable, Sequence
@@ -27,7 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from finops.db.hours import HourMarks
 from finops.db.models import Job, Watermark
 from finops.errors import FinopsError
-from finops.jobs.mig import mig_share
+from finops.jobs.mig import gres_mig_type, mig_share
 from finops.jobs.placement import PlacementRequest, Unit, ensure_nodes, job_keys, node_models, place_jobs
 from finops.jobs.slurm import SACCT_FIELDS, SacctJob, SacctLineError, parse_sacct
 from finops.jobs.store import replace_job, update_end
@@ -35,8 +34,6 @@ from finops.jobs.teams import TeamRules
 from finops.timeutil import to_epoch, utc_now
 
 log = logging.getLogger(__name__)
-
-_MIG_GRES_TYPE = re.compile(r"(?:^|_)([1-9][0-9]?g\.[0-9]+gb(?:[+.][a-z][a-z.]*)?)$")
 
 
 @dataclass
@@ -85,7 +82,7 @@ def import_sacct(
     teams = TeamRules(session)
     marks = HourMarks()
     added: list[tuple[Job, SacctJob]] = []
-    mig_jobs = [record for record in jobs if _mig_profile(record.gpu_type)]
+    mig_jobs = [record for record in jobs if _profile_of(record.gpu_type)]
     models = node_models(session, (n for record in mig_jobs for n in record.nodes)) if mig_jobs else {}
     # No flush until all are added (update_end's UPDATE would flush): the new jobs go in batched inserts.
     with session.no_autoflush:
@@ -149,16 +146,16 @@ def _new_job(record: SacctJob, cluster: str, team_id: int) -> Job:
     )
 
 
-def _mig_profile(gpu_type: str | None) -> str | None:
-    """The MIG profile a GRES type names (``3g.40gb``, ``a100_1g.5gb`` -> ``1g.5gb``), else None."""
-    match = _MIG_GRES_TYPE.search(gpu_type or "")
-    return match.group(1) if match else None
+def _profile_of(gpu_type: str | None) -> str | None:
+    """The MIG profile a job's GRES type names, else None (:func:`finops.jobs.mig.gres_mig_type`)."""
+    mig = gres_mig_type(gpu_type)
+    return mig[1] if mig else None
 
 
 def _request(job: Job, record: SacctJob, models: dict[str, str | None]) -> PlacementRequest:
     """What to place for a new job: its GPUs split over its nodes, whole or MIG instances."""
     assert record.start is not None
-    profile = _mig_profile(record.gpu_type)
+    profile = _profile_of(record.gpu_type)
     nodes: list[tuple[str, Sequence[Unit]]] = []
     for hostname, count in zip(record.nodes, per_node_counts(record.gpus, len(record.nodes)), strict=True):
         unit = Unit()
