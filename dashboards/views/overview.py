@@ -30,7 +30,8 @@ used.metric("Used (useful work)", money(summary.used_cost, currency))
 idle.metric("Idle cost (waste)", money(summary.idle_cost, currency))
 utilization.metric("Utilisation of allocated GPUs", f"{summary.utilization:.1%}")
 st.caption(f"{summary.allocated_share:.1%} of GPU-hours were held by a job.")
-unpriced = data.unpriced(url, view.start, view.end, view.scope)
+# The report's rows count unpriced GPU-seconds: the by-model query runs only when there are some.
+unpriced = data.unpriced(url, view.start, view.end, view.scope) if any(r.unpriced_gpu_seconds for r in rows) else []
 if unpriced:
     hours = sum(u.gpu_hours for u in unpriced)
     st.warning(
