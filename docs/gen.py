@@ -157,10 +157,12 @@ def settings_tables() -> str:
     """A section per settings group: its purpose, then a row per variable (name, type, default, description)."""
     out: list[str] = []
     for group in GROUPS:
-        title = TITLES.get(group.__name__) or re.sub(
-            r"(?<=[a-z])(?=[A-Z])", " ", group.__name__.removesuffix("Settings")
-        )
-        out += [f"## {title}", "", f"{_inline(_docstring(group))} Class `finops.settings.{group.__name__}`.", ""]
+        out += [
+            f"## {_title(group)}",
+            "",
+            f"{_inline(_docstring(group))} Class `finops.settings.{group.__name__}`.",
+            "",
+        ]
         out += ["| variable | type | default | description |", "|---|---|---|---|"]
         files = secret_file_fields(group)
         for name, field in group.model_fields.items():
@@ -197,6 +199,7 @@ def _env(name: str) -> str:
 
 
 def _title(group: type[SettingsGroup]) -> str:
+    """The section title of a settings group: :data:`TITLES`, else its class name in words."""
     name = group.__name__
     return TITLES.get(name) or re.sub(r"(?<=[a-z])(?=[A-Z])", " ", name.removesuffix("Settings"))
 

@@ -109,13 +109,13 @@ def roll_up(settings: Settings) -> None:
         typer.echo(f"unpriced: {seconds / 3600:,.2f} GPU-hours of {model}: {unpriced_fix(model)}", err=True)
 
 
-def roll_up_unless(skip: bool, settings: Settings | None = None) -> None:
+def roll_up_unless(skip: bool, settings: Settings) -> None:
     """After a command changed the ledger's inputs: :func:`roll_up` and print its line, or with ``skip``
     (``--no-rollup``) say that the hours stay pending."""
     if skip:
         typer.echo("rollup: skipped (--no-rollup); the ledger hours changed stay pending until the next rollup")
     else:
-        roll_up(settings or load_settings())
+        roll_up(settings)
 
 
 def finish_import(skipped: Iterable[str], summary: str, no_rollup: bool, settings: Settings) -> None:

@@ -23,13 +23,11 @@ from finops.cli.context import (
     finish_import,
     instant,
     load_settings,
-    open_engine,
     open_sessions,
     open_text,
     read_bytes,
     roll_up_unless,
 )
-from finops.db.engine import session_factory
 from finops.ingest.prometheus import LabelNames, PrometheusClient, PrometheusError, parse_step
 from finops.ingest.prometheus_pull import PullOptions, import_range
 from finops.jobs.kubernetes import load_document, parse_nodes
@@ -75,8 +73,7 @@ def import_sacct_command(
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise typer.BadParameter(f"unknown time zone {timezone!r}", param_hint="--timezone") from exc
     settings = load_settings()
-    engine = open_engine(settings)
-    with open_text(file) as handle, session_factory(engine).begin() as session:
+    with open_text(file) as handle, open_sessions(settings).begin() as session:
         result = import_sacct(session, handle, source="<stdin>" if file == STDIN else file, cluster=cluster, tz=tz)
     finish_import(
         (error.message for error in result.errors),
@@ -193,7 +190,7 @@ def import_pods_command(
     """Import Kubernetes pods that hold NVIDIA GPUs (nvidia.com/gpu, nvidia.com/mig-<profile>) as jobs."""
     at = instant(listed_at, "--listed-at") if listed_at else utc_now()
     settings = load_settings()
-    engine = open_engine(settings)
+    sessions = open_sessions(settings)
     source = "<stdin>" if file == STDIN else file
     text = read_bytes(file)
     node_labels: dict[str, dict[str, str]] | None = None
@@ -201,7 +198,7 @@ def import_pods_command(
     if nodes is not None:
         node_labels, node_errors = parse_nodes(load_document(read_bytes(nodes), source=str(nodes)), source=str(nodes))
     document = load_document(text, source=source)
-    with session_factory(engine).begin() as session:
+    with sessions.begin() as session:
         result = import_pods(
             session, document, source=source, listed_at=at, cluster=cluster, complete=complete, nodes=node_labels
         )

@@ -15,7 +15,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from alerts.service import AlertRunner, AlertService
 from finops.cli.context import idle_policy, load_pricing, load_settings, open_engine, open_sessions
-from finops.db.engine import session_factory
 from finops.errors import FinopsError
 from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import PullOptions, ScheduledPull
@@ -83,11 +82,10 @@ def serve(
 ) -> None:
     """Run the service: ingest API, /healthz, /metrics and (by default) the scheduled jobs."""
     settings = load_settings()
-    engine = open_engine(settings)
+    sessions = open_sessions(settings)
     token = settings.ingest_token.get_secret_value() if settings.ingest_token else None
     if token is None and not insecure_no_token:
         raise FinopsError("set FINOPS_INGEST_TOKEN or FINOPS_INGEST_TOKEN_FILE (or pass --insecure-no-token)")
-    sessions = session_factory(engine)
     metrics = ServiceMetrics()
     pricing = load_pricing(settings)
     running = _start_jobs(settings, sessions, pricing, metrics.registry) if scheduler else None
