@@ -72,10 +72,12 @@ class UnpricedModel:
 
     @property
     def gpu_hours(self) -> float:
+        """The model's unpriced GPU-hours (:func:`_hours` of its seconds)."""
         return _hours(self.gpu_seconds)
 
     @property
     def fix(self) -> str:
+        """How to price the model, in one sentence (:func:`finops.ledger.rollup.unpriced_fix`)."""
         return unpriced_fix(self.model)
 
 

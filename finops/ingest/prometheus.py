@@ -282,5 +282,6 @@ def _describe_raw(raw: Any) -> str:
 
 
 def validation_message(exc: ValidationError) -> str:
+    """The first error of a pydantic ValidationError as ``<dotted location>: <message>`` (``(top)`` for none)."""
     error = exc.errors()[0]
     return f"{'.'.join(map(str, error['loc'])) or '(top)'}: {error['msg']}"

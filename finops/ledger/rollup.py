@@ -93,6 +93,7 @@ class ChunkBuilt:
     reasons: dict[str, str] = field(default_factory=dict)
 
     def add(self, other: ChunkBuilt) -> None:
+        """Fold ``other`` in: GPU-seconds added per model, the first reason kept for each unpriced model."""
         self.gpu_seconds.update(other.gpu_seconds)
         for model, reason in other.reasons.items():
             self.reasons.setdefault(model, reason)
@@ -109,10 +110,12 @@ class RollupResult:
 
     @property
     def priced_gpu_hours(self) -> float:
+        """GPU-hours written with a price (seconds ÷ 3600, not rounded)."""
         return self.priced_gpu_seconds / 3600
 
     @property
     def unpriced_gpu_hours(self) -> float:
+        """GPU-hours written unpriced, all models together (seconds ÷ 3600, not rounded)."""
         return sum(self.unpriced_gpu_seconds.values()) / 3600
 
 
