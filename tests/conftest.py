@@ -4,6 +4,8 @@ hand-computed slice (``loaded``)."""
 from __future__ import annotations
 
 import os
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,40 @@ def shared_data() -> Path:
     return path
 
 
-POSTGRES_URL = os.environ.get("FINOPS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+POSTGRES_SERVER_URL = os.environ.get("FINOPS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+"""Where the run's own PostgreSQL database is created: a URL of any database on the server, used only to create and
+drop ``finops_test_<pid>_<random>``; tests never write to it."""
+
+
+def _unavailable(message: str) -> None:
+    """Skip, or fail under ``CI=true``, because PostgreSQL cannot be used."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def postgres_run_url() -> Iterator[str]:
+    """The URL of a PostgreSQL database of this test run's own, created on first use and dropped when the run ends,
+    so two runs on one machine never touch each other's data. Skips (fails under ``CI=true``) when the server at
+    ``FINOPS_TEST_POSTGRES_URL`` cannot be reached or refuses ``CREATE DATABASE``."""
+    from sqlalchemy import create_engine, make_url, text
+
+    server = make_url(POSTGRES_SERVER_URL)
+    name = f"finops_test_{os.getpid()}_{secrets.token_hex(4)}"
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:  # any connection failure means "no PostgreSQL here"
+        admin.dispose()
+        _unavailable(f"PostgreSQL at {POSTGRES_SERVER_URL} is unavailable: {exc.__class__.__name__}: {exc}")
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 def _reset_postgres(url: str) -> None:
@@ -38,18 +73,13 @@ def _reset_postgres(url: str) -> None:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty database URL, once on an SQLite file and once on PostgreSQL (skipped if PostgreSQL is down,
-    a failure under ``CI=true``)."""
+    """An empty database URL, once on an SQLite file and once on this run's own PostgreSQL database (skipped if
+    PostgreSQL is down, a failure under ``CI=true``)."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'finops.sqlite'}"
-    try:
-        _reset_postgres(POSTGRES_URL)
-    except Exception as exc:  # any connection failure means "no PostgreSQL here"
-        message = f"PostgreSQL at {POSTGRES_URL} is unavailable: {exc.__class__.__name__}: {exc}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return POSTGRES_URL
+    url: str = request.getfixturevalue("postgres_run_url")
+    _reset_postgres(url)
+    return url
 
 
 @pytest.fixture

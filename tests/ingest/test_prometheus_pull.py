@@ -285,7 +285,9 @@ def test_pull_stores_dcgm_series_with_units_jobs_and_no_mig(
 
 def test_pulled_readings_match_prometheus_at_each_step(telemetry: Telemetry) -> None:
     """The instants are multiples of the step, and each value is Prometheus' own answer at that instant."""
-    end = utc_now().replace(microsecond=0) - timedelta(seconds=1)
+    # End at the newest scrape already stored, so no later scrape can change the answer at any pulled instant.
+    (latest,) = wait_for(telemetry.url, f'timestamp(DCGM_FI_DEV_FB_USED{{UUID="{H100}"}})')
+    end = from_epoch(int(float(latest["value"][1])))
     start = end - timedelta(seconds=30)
     client = PrometheusClient(telemetry.url)
     chunks = list(pull(client, start, end, PullOptions(step_seconds=5, max_points_per_query=2)))
