@@ -34,13 +34,12 @@ from sqlalchemy.orm import Session
 
 from alerts.config import DataQualityConfig, SilenceConfig, ThrottlingConfig
 from collector.contract.clocks_events import CLOCKS_EVENT_REASONS
-from finops.analysis.budgets import next_month_start
 from finops.analysis.events import BUDGET_FORECAST, BUDGET_THRESHOLD, SPEND_ANOMALY, EventView
 from finops.analysis.idle import list_episodes
 from finops.analysis.quality import coverage
 from finops.analysis.report import cost_report
 from finops.db.models import Allocation, Gpu, Job, Node, Team
-from finops.timeutil import from_epoch, to_epoch
+from finops.timeutil import from_epoch, next_month_start, to_epoch
 
 THERMAL_REASONS = ("sw_thermal", "hw_thermal", "hw_slowdown")
 POWER_REASONS = ("sw_power_cap", "hw_power_brake")

@@ -327,9 +327,9 @@ def time_pages(database: str, browser: Browser, runs: int) -> list[Timing]:
 
 def time_queries(url: str, now: datetime) -> None:
     """The query functions behind Overview and Teams, each timed once on a new engine (no Streamlit)."""
-    from finops.analysis.budgets import month_start
     from finops.analysis.dashboard_queries import ledger_cube, month_overview
     from finops.analysis.report import cost_report
+    from finops.timeutil import month_start
 
     engine = make_engine(url)
     start = month_start(now)
@@ -356,8 +356,8 @@ def explain(engine: Engine, now: datetime) -> None:
     """EXPLAIN ANALYZE of the ledger queries the Overview runs (month to date, no filter)."""
     from sqlalchemy import event
 
-    from finops.analysis.budgets import month_start
     from finops.analysis.dashboard_queries import ledger_cube, month_overview
+    from finops.timeutil import month_start
 
     start = month_start(now)
     end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)

@@ -20,9 +20,8 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from dashboards import data
-from finops.analysis.budgets import month_start
 from finops.analysis.filters import Scope
-from finops.timeutil import utc_now
+from finops.timeutil import month_start, utc_now
 
 PERIODS: dict[str, str] = {
     "mtd": "Month to date",

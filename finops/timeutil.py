@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 
 HOUR = 3600
 
@@ -33,3 +34,36 @@ def parse_utc(text: str) -> datetime:
     """ISO 8601 text to an aware UTC datetime; text without an offset is taken as UTC."""
     parsed = datetime.fromisoformat(text)
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def month_start(at: datetime) -> datetime:
+    """First instant (UTC) of the calendar month holding ``at``."""
+    at = at.astimezone(UTC)
+    return datetime(at.year, at.month, 1, tzinfo=UTC)
+
+
+def next_month_start(at: datetime) -> datetime:
+    """First instant (UTC) of the month after the one holding ``at``."""
+    start = month_start(at)
+    return datetime(start.year + start.month // 12, start.month % 12 + 1, 1, tzinfo=UTC)
+
+
+_MONTH = re.compile(r"^\d{4}-\d{2}$")
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def period_bound(text: str, *, end: bool) -> datetime:
+    """One bound of a period [start, end) as an aware UTC datetime, from ISO 8601 ``text``.
+
+    A calendar month (``2026-11``) or day (``2026-11-24``) names all of it: as a start, its first instant; as an
+    end (``end=True``), the first instant after it, so ``--start 2026-11 --end 2026-11`` is November and
+    ``--start 2026-11-01 --end 2026-11-07`` the first week, 7 days. Any other text is an instant (:func:`parse_utc`),
+    exclusive as an end. ValueError for text that is none of these."""
+    text = text.strip()
+    if _MONTH.match(text):
+        first = parse_utc(f"{text}-01")
+        return next_month_start(first) if end else first
+    day = parse_utc(text)
+    if _DAY.match(text) and end:
+        return day + timedelta(days=1)
+    return day

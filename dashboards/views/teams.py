@@ -11,10 +11,9 @@ import streamlit as st
 
 from dashboards import charts, data, filters
 from dashboards.format import PERCENT, cents, money, money_column, table
-from finops.analysis.budgets import month_start, next_month_start
 from finops.analysis.filters import Scope
 from finops.analysis.report import MONEY_FIELDS
-from finops.timeutil import utc_now
+from finops.timeutil import month_start, next_month_start, utc_now
 
 st.title("Cost by team")
 view = filters.sidebar()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from sqlalchemy import ColumnElement, case, func, literal, select
@@ -20,21 +20,10 @@ from finops.analysis.filters import Scope, ledger_conditions
 from finops.db.models import Budget, Job, LedgerEntry, LedgerTeamHour, Team
 from finops.jobs.teams import team_by_name, team_ids_by_name
 from finops.ledger.costmodel import quantize
+from finops.timeutil import month_start, next_month_start
 
 RUN_RATE_WINDOW = timedelta(days=7)
 THRESHOLDS_PERCENT = (50, 80, 100)
-
-
-def month_start(at: datetime) -> datetime:
-    """First instant (UTC) of the calendar month holding ``at``."""
-    at = at.astimezone(UTC)
-    return datetime(at.year, at.month, 1, tzinfo=UTC)
-
-
-def next_month_start(at: datetime) -> datetime:
-    """First instant (UTC) of the month after the one holding ``at``."""
-    start = month_start(at)
-    return datetime(start.year + start.month // 12, start.month % 12 + 1, 1, tzinfo=UTC)
 
 
 def set_budget(

@@ -28,7 +28,7 @@ from collector.agent import Agent
 from collector.exposition import LatestSamples
 from collector.shipper import Shipper
 from collector.sources.replay import ReplaySource
-from finops.analysis.budgets import budget_status, month_start, next_month_start, set_budget
+from finops.analysis.budgets import budget_status, set_budget
 from finops.analysis.idle import IdlePolicy, detect_idle
 from finops.analysis.report import cost_report, report_dicts, report_table
 from finops.db.engine import downgrade, make_engine, session_factory, upgrade
@@ -42,7 +42,7 @@ from finops.jobs.teams import map_account
 from finops.ledger.rollup import rollup
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.service.dashboard_server import serve_dashboard
-from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch, utc_now
+from finops.timeutil import HOUR, floor_hour, from_epoch, month_start, next_month_start, to_epoch, utc_now
 
 H100_CAPTURE = "nvidia-smi-captures/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
 COLLECTOR_THREADS = 3

@@ -39,11 +39,11 @@ from typing import Any, Literal
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from finops.analysis.budgets import month_start, next_month_start
 from finops.db.models import Gpu, Job, LedgerEntry, Node, Team
 from finops.errors import FinopsError
 from finops.ledger.costmodel import JOULES_PER_KWH, QUANTUM, SECONDS_PER_HOUR
 from finops.pricing.catalog import PriceNotFound, Pricing, PricingModel
+from finops.timeutil import month_start, next_month_start
 
 log = logging.getLogger(__name__)
 

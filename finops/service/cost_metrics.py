@@ -35,11 +35,11 @@ from prometheus_client.registry import Collector
 from sqlalchemy import BigInteger, func, select, type_coerce
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.analysis.budgets import budget_status, month_start
+from finops.analysis.budgets import budget_status
 from finops.analysis.quality import newest_reading
 from finops.analysis.report import unpriced_by_model
 from finops.db.models import DirtyHour, Gpu, LedgerEntry, LedgerTeamHour, Team
-from finops.timeutil import utc_now
+from finops.timeutil import month_start, utc_now
 
 _MONEY = ("allocated", "used", "idle", "energy")
 

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Res
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.analysis.budgets import budget_status, delete_budget, month_start, next_month_start, set_budget
+from finops.analysis.budgets import budget_status, delete_budget, set_budget
 from finops.analysis.events import EVENT_KINDS, list_events
 from finops.analysis.idle import list_episodes
 from finops.analysis.report import GroupBy, cost_report, report_csv, report_dicts, unpriced_by_model
@@ -24,7 +24,7 @@ from finops.jobs.teams import delete_rule, list_rules, set_rule
 from finops.pricing.catalog import CatalogError, OnPremRow, PriceCatalog, PricingModel, load_catalog
 from finops.pricing.rules import delete_pricing_rule, list_pricing_rules, set_pricing_rule
 from finops.pricing.store import catalog_in_force, import_catalog
-from finops.timeutil import utc_now
+from finops.timeutil import month_start, next_month_start, utc_now
 from finops.web.auth import require_bearer
 from finops.web.deps import instant, one_of, transaction, unprocessable
 

@@ -17,12 +17,12 @@ from alerts.rules import money
 from alerts.store import list_alerts
 from collector.contract import metric_names as m
 from collector.contract.clocks_events import CLOCKS_EVENT_REASONS
-from finops.analysis.budgets import budget_status, month_start, next_month_start, record_budget_events, set_budget
+from finops.analysis.budgets import budget_status, record_budget_events, set_budget
 from finops.analysis.events import SPEND_ANOMALY, list_events, record_event
 from finops.analysis.idle import IdlePolicy, detect_idle, list_episodes
 from finops.ledger.rollup import rollup
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
-from finops.timeutil import to_epoch, utc_now
+from finops.timeutil import month_start, next_month_start, to_epoch, utc_now
 from tests.support.alert_cluster import Cluster, busy, idle, minute_floor
 from tests.support.scenario import seed_dashboard_database
 

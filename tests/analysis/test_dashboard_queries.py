@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.clocks_events import CLOCKS_EVENT_REASONS
-from finops.analysis.budgets import budget_status, month_start
+from finops.analysis.budgets import budget_status
 from finops.analysis.dashboard_queries import filter_choices, ledger_cube, month_overview, node_names, top_idle
 from finops.analysis.report import GROUP_BYS, ReportRow, cost_report
 from finops.analysis.telemetry import bucket_seconds, job_telemetry, node_buckets
@@ -20,7 +20,7 @@ from finops.db.engine import make_engine, session_factory, upgrade
 from finops.db.models import UNALLOCATED_TEAM
 from finops.ledger.costmodel import quantize
 from finops.pricing.catalog import PricingModel, load_catalog
-from finops.timeutil import utc_now
+from finops.timeutil import month_start, utc_now
 from tests.support import scenario
 from tests.support.two_clusters import NODE_B, seed_two_clusters
 

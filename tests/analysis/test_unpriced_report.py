@@ -19,7 +19,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from finops.analysis.budgets import month_start
 from finops.analysis.dashboard_queries import ledger_cube
 from finops.analysis.report import cost_report, report_csv, report_dicts, report_table, unpriced_by_model
 from finops.cli import app
@@ -27,7 +26,7 @@ from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM
 from finops.ledger.rollup import rollup
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.service.cost_metrics import CostMetrics
-from finops.timeutil import to_epoch, utc_now
+from finops.timeutil import month_start, to_epoch, utc_now
 from finops.web.app import create_app
 from tests.support import scenario, unpriced
 from tests.support.servers import running

@@ -21,13 +21,13 @@ from alerts.store import list_silences, select_alerts
 from dashboards import filters
 from dashboards.filters import period_bounds
 from finops import timeutil
-from finops.analysis.budgets import budget_status, month_start
+from finops.analysis.budgets import budget_status
 from finops.analysis.dashboard_queries import top_idle
 from finops.analysis.report import cost_report, fleet_summary
 from finops.db.engine import make_engine, session_factory, upgrade
 from finops.ledger.costmodel import CENT
 from finops.pricing.catalog import load_catalog
-from finops.timeutil import utc_now
+from finops.timeutil import month_start, utc_now
 from tests.support import scenario
 from tests.support.environment import debian_binary
 from tests.support.node_fixture import fixture_node_registry
