@@ -96,6 +96,12 @@ class StorageSettings(SettingsGroup):
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'gpu-finops.sqlite').resolve()}"
 
+    @property
+    def demo_database_url(self) -> str:
+        """The SQLite file ``gpu-finops demo`` writes afresh on each run, apart from the site's own database:
+        ``sqlite:///<data_dir>/demo.sqlite``."""
+        return f"sqlite:///{(self.data_dir / 'demo.sqlite').resolve()}"
+
 
 class ApiSettings(SettingsGroup):
     """Bearer tokens of the ingest API (collectors) and the REST API (people and programs)."""

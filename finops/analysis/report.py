@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal
@@ -26,10 +26,31 @@ from finops.db.models import UNALLOCATED_TEAM, Gpu, Job, LedgerEntry, LedgerTeam
 from finops.ledger.costmodel import JOULES_PER_KWH, quantize, round_preserving_total
 from finops.ledger.rollup import unpriced_fix
 from finops.ledger.team_hours import ledger_team_sums
+from finops.pricing.catalog import PriceCatalog
 
 GroupBy = Literal["team", "job", "user", "node", "gpu_model"]
 GROUP_BYS: tuple[GroupBy, ...] = ("team", "job", "user", "node", "gpu_model")
 MONEY_FIELDS = ("allocated_cost", "used_cost", "idle_cost", "energy_cost")
+_SUMMED_FIELDS = (
+    "allocated_gpu_seconds",
+    "used_gpu_seconds",
+    "idle_gpu_seconds",
+    "unmetered_gpu_seconds",
+    *MONEY_FIELDS,
+    "energy_joules",
+    "unpriced_gpu_seconds",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    """What a job row of a report says of its job beside the id: its name (Slurm JobName, the pod's name), when it
+    ran (``end`` None while it runs) and the GPUs it requested (AllocTRES ``gres/gpu``, the pod's GPU limit)."""
+
+    name: str
+    start: datetime | None
+    end: datetime | None
+    gpus: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +77,7 @@ class ReportRow:
     energy_cost: Decimal
     currency: str
     unpriced_gpu_seconds: int = 0
+    job: JobFacts | None = None
 
     @property
     def unpriced_only(self) -> bool:
@@ -117,12 +139,16 @@ def cost_report(
     cluster: str | None = None,
     team: str | None = None,
     partition: str | None = None,
+    catalog: PriceCatalog | None = None,
 ) -> list[ReportRow]:
     """Ledger totals for hours starting in [start, end), one row per group, by cost descending.
 
-    ``by``: ``team``; ``job`` (capacity no job held is one ``__unallocated__`` row); ``user`` (the job's Slurm
-    user or pod ``user`` label; unheld capacity is ``__unallocated__``); ``node`` (hostname); ``gpu_model``
-    (NVML product name). Raises ValueError for an unknown ``by``.
+    ``by``: ``team``; ``job`` (capacity no job held is one ``__unallocated__`` row; each job row has its
+    :class:`JobFacts`); ``user`` (the job's Slurm user or pod ``user`` label; unheld capacity is
+    ``__unallocated__``); ``node`` (hostname); ``gpu_model``: the ``catalog``'s models, each the one row of every
+    GPU name it covers (``h100`` from a GRES type and ``NVIDIA H100 80GB HBM3`` from NVML are both
+    ``H100-SXM-80GB``), a name no model covers its own row. Raises ValueError for an unknown ``by``, or
+    ``gpu_model`` without a ``catalog``.
 
     ``cluster``, ``team``, ``partition``: only the ledger rows those filters select (:mod:`finops.analysis.filters`);
     None (the default) for all rows. By team without a cluster or partition filter, the totals are those of the
@@ -130,6 +156,8 @@ def cost_report(
     """
     if by not in GROUP_BYS:
         raise ValueError(f"group by must be one of {', '.join(GROUP_BYS)}, not {by!r}")
+    if by == "gpu_model" and catalog is None:
+        raise ValueError("a report by gpu_model needs the price catalog whose models it groups by")
     if by == "team" and cluster is None and partition is None:
         query = _team_hours_query(start, end, team)
     else:
@@ -150,9 +178,14 @@ def cost_report(
             energy_cost=Decimal(r.energy_cost),
             currency=r.currency,
             unpriced_gpu_seconds=int(r.unpriced_gpu_seconds),
+            job=JobFacts(r.job_name, r.job_start, r.job_end, int(r.job_gpus))
+            if by == "job" and r.job_name is not None
+            else None,
         )
         for r in session.execute(query)
     ]
+    if catalog is not None and by == "gpu_model":
+        rows = _by_catalog_model(rows, catalog)
     return sorted(rows, key=lambda row: (row.key == UNALLOCATED_TEAM, -row.allocated_cost, row.key))
 
 
@@ -187,11 +220,15 @@ def _ledger_query(start: datetime, end: datetime, by: GroupBy, scope: Scope) -> 
                 func.coalesce(Job.job_id, UNALLOCATED_TEAM).label("key"),
                 Team.name.label("team"),
                 Job.user.label("user"),
+                Job.name.label("job_name"),
+                Job.start.label("job_start"),
+                Job.end.label("job_end"),
+                Job.gpus.label("job_gpus"),
                 *columns,
             )
             .join(Team, Team.id == LedgerEntry.team_id)
             .outerjoin(Job, Job.id == LedgerEntry.job_pk)
-            .group_by(Job.id, Job.job_id, Team.name, Job.user)
+            .group_by(Job.id, Job.job_id, Team.name, Job.user, Job.name, Job.start, Job.end, Job.gpus)
         )
     elif by == "user":
         user = func.coalesce(Job.user, UNALLOCATED_TEAM)
@@ -211,6 +248,18 @@ def _ledger_query(start: datetime, end: datetime, by: GroupBy, scope: Scope) -> 
     return query.where(LedgerEntry.hour >= start, LedgerEntry.hour < end, *ledger_conditions(scope))
 
 
+def _by_catalog_model(rows: Sequence[ReportRow], catalog: PriceCatalog) -> list[ReportRow]:
+    """``rows`` by GPU name merged into one row per catalog model (:meth:`PriceCatalog.resolve`); a name no model
+    covers keeps its row."""
+    groups: dict[str, list[ReportRow]] = {}
+    for row in rows:
+        groups.setdefault(catalog.resolve(row.key) or row.key, []).append(row)
+    return [
+        replace(group[0], key=key, **{name: sum(getattr(row, name) for row in group) for name in _SUMMED_FIELDS})
+        for key, group in groups.items()
+    ]
+
+
 def _hours(seconds: float) -> float:
     return round(seconds / 3600, 6)
 
@@ -218,7 +267,8 @@ def _hours(seconds: float) -> float:
 def report_dicts(rows: Sequence[ReportRow], by: GroupBy = "team") -> list[dict[str, object]]:
     """JSON-ready rows: ``{team|job, allocated_gpu_hours, used_gpu_hours, idle_gpu_hours, allocated_cost,
     used_cost, idle_cost, energy_kwh, energy_cost, currency}`` plus ``allocated_gpu_seconds``,
-    ``unmetered_gpu_hours`` and ``unpriced_gpu_hours``; money as decimal strings in cents that add up to the rounded
+    ``unmetered_gpu_hours`` and ``unpriced_gpu_hours``; by job also ``name``, ``team``, ``user``, ``start``, ``end``
+    (ISO 8601 UTC, null while running) and ``gpus``; money as decimal strings in cents that add up to the rounded
     totals. The money of the GPU-hours with a price only; a row whose GPU-hours are all unpriced has allocated,
     used and idle cost None (unknown, not 0)."""
     rounded = {name: round_preserving_total([getattr(row, name) for row in rows]) for name in MONEY_FIELDS}
@@ -226,7 +276,15 @@ def report_dicts(rows: Sequence[ReportRow], by: GroupBy = "team") -> list[dict[s
     for i, row in enumerate(rows):
         item: dict[str, object] = {by: row.key}
         if by == "job":
-            item.update(team=row.team, user=row.user)
+            job = row.job
+            item.update(
+                name=job.name if job else None,
+                team=row.team,
+                user=row.user,
+                start=job.start.isoformat() if job and job.start else None,
+                end=job.end.isoformat() if job and job.end else None,
+                gpus=job.gpus if job else None,
+            )
         item.update(
             allocated_gpu_hours=_hours(row.allocated_gpu_seconds),
             allocated_gpu_seconds=row.allocated_gpu_seconds,
@@ -262,36 +320,49 @@ def report_table(rows: Sequence[ReportRow], by: GroupBy = "team", unpriced: Sequ
     priced GPU-hours only), and a line per model of ``unpriced`` (:func:`unpriced_by_model`) says how to fix it."""
     dicts = report_dicts(rows, by)
     with_unpriced = any(row.unpriced_gpu_seconds for row in rows) or bool(unpriced)
-    headers = [by, "alloc GPU-h", "used GPU-h", "idle GPU-h", "allocated", "used", "idle", "energy kWh", "energy"]
-    keys = [
-        by,
-        "allocated_gpu_hours",
-        "used_gpu_hours",
-        "idle_gpu_hours",
-        *MONEY_FIELDS[:3],
-        "energy_kwh",
-        "energy_cost",
-    ]
+    headers = ["alloc GPU-h", "used GPU-h", "idle GPU-h", "allocated", "used", "idle", "energy kWh", "energy"]
+    keys = ["allocated_gpu_hours", "used_gpu_hours", "idle_gpu_hours", *MONEY_FIELDS[:3], "energy_kwh", "energy_cost"]
     if with_unpriced:
-        headers.insert(4, "unpriced GPU-h")
-        keys.insert(4, "unpriced_gpu_hours")
-    lines = [[str(d[by]), *(_cell(d[k]) for k in keys[1:])] for d in dicts]
-    totals = ["TOTAL"] + [_cell(sum((Decimal(str(d[k] or 0)) for d in dicts), Decimal(0))) for k in keys[1:]]
+        headers.insert(3, "unpriced GPU-h")
+        keys.insert(3, "unpriced_gpu_hours")
+    labels = [by, *(_JOB_HEADERS if by == "job" else ())]
+    lines = [[*_labels(row, d[by], by), *(_cell(d[k]) for k in keys)] for row, d in zip(rows, dicts, strict=True)]
+    totals = ["TOTAL", *[""] * (len(labels) - 1)]
+    totals += [_cell(sum((Decimal(str(d[k] or 0)) for d in dicts), Decimal(0))) for k in keys]
+    headers = [*labels, *headers]
     widths = [max(len(h), *(len(line[i]) for line in [*lines, totals])) for i, h in enumerate(headers)]
     currency = dicts[0]["currency"] if dicts else ""
     out = [f"Costs in {currency}" if currency else "No ledger rows in this period."]
     for line in [headers, *lines, totals]:
         cells = [
-            cell.rjust(width) if i else cell.ljust(width)
+            cell.ljust(width) if i < len(labels) else cell.rjust(width)
             for i, (cell, width) in enumerate(zip(line, widths, strict=True))
         ]
-        out.append("  ".join(cells))
+        out.append("  ".join(cells).rstrip())
     if with_unpriced:
         seconds = sum(row.unpriced_gpu_seconds for row in rows)
         models = ", ".join(u.model for u in unpriced) or "see gpu_model report"
         out[-1] += f"  + {seconds / 3600:,.2f} unpriced GPU-hours (models {models})"
         out.extend(f"unpriced: {u.gpu_hours:,.2f} GPU-hours of {u.model}: {u.fix}" for u in unpriced)
     return "\n".join(out)
+
+
+_JOB_HEADERS = ("name", "team", "user", "start (UTC)", "end (UTC)", "GPUs")
+_JOB_NAME_WIDTH = 24
+
+
+def _labels(row: ReportRow, key: object, by: GroupBy) -> list[str]:
+    """The left-hand cells of a table row: the group's key, and by job its name (cut to 24 characters), team,
+    user, start and end (``running`` while it runs) and GPUs."""
+    if by != "job":
+        return [str(key)]
+    job = row.job
+    if job is None:
+        return [str(key), "", row.team or "", "", "", "", ""]
+    name = job.name if len(job.name) <= _JOB_NAME_WIDTH else job.name[: _JOB_NAME_WIDTH - 1] + "…"
+    start = f"{job.start:%Y-%m-%d %H:%M}" if job.start else ""
+    end = f"{job.end:%Y-%m-%d %H:%M}" if job.end else "running"
+    return [str(key), name, row.team or "", row.user or "", start, end, str(job.gpus)]
 
 
 def _cell(value: object) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -52,7 +53,8 @@ SERVICE_DEPENDENCIES = frozenset(
 
 
 class FinopsGroup(TyperGroup):
-    """The root ``gpu-finops`` group: a :class:`~finops.errors.FinopsError` raised by any command below it is
+    """The root ``gpu-finops`` group: a user error raised by any command below it (a
+    :class:`~finops.errors.FinopsError`, a missing file, an unreachable database: :func:`user_error_message`) is
     printed as ``error: <message>`` on stderr and ends the process with exit code 2 (:data:`USER_ERROR`).
 
     Commands therefore just raise; this is the one place that turns user errors into an exit code. Other
@@ -75,12 +77,38 @@ class FinopsGroup(TyperGroup):
         return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: Any) -> Any:  # click's Context, vendored by typer as typer._click
-        """Run the command line; FinopsError → ``error: …`` on stderr and ``typer.Exit(2)``."""
+        """Run the command line; a user error (:func:`user_error_message`) → ``error: …`` on stderr, the traceback
+        at DEBUG (``--verbose``), and ``typer.Exit(2)``."""
         try:
             return super().invoke(ctx)
-        except FinopsError as exc:
-            typer.echo(f"error: {exc}", err=True)
+        except Exception as exc:
+            message = user_error_message(exc)
+            if message is None:
+                raise
+            logging.getLogger(__name__).debug("user error", exc_info=exc)
+            typer.echo(f"error: {message}", err=True)
             raise typer.Exit(USER_ERROR) from exc
+
+
+ENVIRONMENT_ERRORS: dict[type[Exception], Callable[[Exception], str]] = {}
+"""Errors of the environment rather than of the code, by class → their one-line message; a module that meets one
+registers it (:mod:`finops.cli.context` registers the database driver's "cannot connect" error)."""
+
+
+def user_error_message(exc: Exception) -> str | None:
+    """The one line a user is shown for ``exc`` when it is theirs to fix, else None (a bug: its traceback stays).
+
+    Theirs: a :class:`~finops.errors.FinopsError`; an ``OSError`` (a file or folder missing or unreadable, a port
+    taken: ``<file>: <reason>``); an error class in :data:`ENVIRONMENT_ERRORS`."""
+    if isinstance(exc, FinopsError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return where + (exc.strerror or str(exc))
+    for kind, describe in ENVIRONMENT_ERRORS.items():
+        if isinstance(exc, kind):
+            return " ".join(describe(exc).split())
+    return None
 
 
 def command_tree(command: Any, path: list[str]) -> list[tuple[list[str], Any]]:

@@ -18,22 +18,31 @@ from typing import Annotated, TextIO
 
 import typer
 from pydantic import ValidationError
-from sqlalchemy import Engine
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy import Engine, make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from finops.analysis.idle import IdlePolicy
-from finops.cli.base import INCOMPLETE
-from finops.db.engine import make_engine, require_migrated, session_factory
+from finops.cli.base import ENVIRONMENT_ERRORS, INCOMPLETE
+from finops.db.engine import NotMigratedError, current_revision, make_engine, require_migrated, session_factory
 from finops.errors import FinopsError
 from finops.ledger.rollup import unpriced_fix
 from finops.pricing.catalog import Pricing, load_catalog
 from finops.service.scheduler import run_rollup
 from finops.settings import Settings
-from finops.timeutil import parse_utc
+from finops.timeutil import month_start, parse_utc, period_bound, utc_now
 
 STDIN = "-"
 """The file name that means standard input."""
+
+
+def _database_unavailable(exc: Exception) -> str:
+    """SQLAlchemy's OperationalError (the server refuses or is down, the file is locked) in one line."""
+    assert isinstance(exc, OperationalError)
+    return f"database: {exc.orig if exc.orig is not None else exc}"
+
+
+ENVIRONMENT_ERRORS[OperationalError] = _database_unavailable
 
 
 def load_settings() -> Settings:
@@ -59,8 +68,19 @@ def open_engine(settings: Settings, *, migrated: bool = True) -> Engine:
     except OSError as exc:
         raise FinopsError(f"FINOPS_DATABASE_URL: {exc.filename}: {exc.strerror}") from exc
     if migrated:
-        require_migrated(engine)
+        try:
+            require_migrated(engine)
+        except NotMigratedError as exc:
+            raise _with_demo_hint(exc, settings, engine) from exc
     return engine
+
+
+def _with_demo_hint(exc: NotMigratedError, settings: Settings, engine: Engine) -> FinopsError:
+    """``exc``, or when the default database is empty and the demo's exists, ``exc`` saying how to use the demo's."""
+    demo = make_url(settings.demo_database_url).database
+    if settings.database_url or current_revision(engine) is not None or demo is None or not Path(demo).is_file():
+        return exc
+    return FinopsError(f"{exc}; or, for the demo's data: export FINOPS_DATABASE_URL={settings.demo_database_url}")
 
 
 def open_sessions(settings: Settings) -> sessionmaker[Session]:
@@ -137,6 +157,46 @@ def instant(text: str, option: str) -> datetime:
         return parse_utc(text)
     except ValueError as exc:
         raise typer.BadParameter(f"{text!r} is not an ISO 8601 time", param_hint=option) from exc
+
+
+def bound(text: str, option: str, *, end: bool) -> datetime:
+    """``text`` as one bound of a period (:func:`finops.timeutil.period_bound`: a month or a day names all of it);
+    BadParameter naming ``option``."""
+    try:
+        return period_bound(text, end=end)
+    except ValueError as exc:
+        raise typer.BadParameter(
+            f"{text!r} is neither a month (2026-11), a day (2026-11-24) nor an ISO 8601 time", param_hint=option
+        ) from exc
+
+
+PeriodStart = Annotated[
+    str | None,
+    typer.Option(
+        help="Period start: a month (2026-11), a day (2026-11-24) or an ISO 8601 time (UTC if no offset). "
+        "Default: the first of this month."
+    ),
+]
+"""The ``--start`` of the commands that report on a period (:func:`period`)."""
+
+PeriodEnd = Annotated[
+    str | None,
+    typer.Option(
+        help="Period end: a month or a day (the period runs through it) or an ISO 8601 time (exclusive). Default: now."
+    ),
+]
+"""The ``--end`` of the commands that report on a period (:func:`period`)."""
+
+
+def period(start: str | None, end: str | None) -> tuple[datetime, datetime]:
+    """The period [start, end) of ``--start`` and ``--end`` (:func:`bound`), month to date by default;
+    BadParameter when it is empty."""
+    now = utc_now()
+    begin = bound(start, "--start", end=False) if start is not None else month_start(now)
+    finish = bound(end, "--end", end=True) if end is not None else now
+    if finish <= begin:
+        raise typer.BadParameter(f"must be after --start ({begin:%Y-%m-%d %H:%M:%S} UTC)", param_hint="--end")
+    return begin, finish
 
 
 def read_bytes(file: str | Path) -> bytes:

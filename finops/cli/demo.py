@@ -10,6 +10,7 @@ import typer
 
 from finops.cli.context import load_settings
 from finops.demo.runner import DemoOptions, run_demo
+from finops.service.dashboard_server import require_dashboard_extra
 
 app = typer.Typer()
 
@@ -33,14 +34,22 @@ def demo(
 ) -> None:
     """Replay a GPU-cluster week through collector → service → ledger → report → dashboard.
 
-    Exit code 2 for a Helios folder that is missing or cannot be replayed (the message names the file)."""
+    Exit code 2 for a Helios folder that is missing or cannot be replayed (the message names the file), and without
+    --headless when the dashboard extra is not installed (the message names it)."""
+    if not headless:
+        require_dashboard_extra("demo")
     settings = load_settings()
     if trace is not None and not trace.startswith("helios:"):
         raise typer.BadParameter("expected helios:DIR", param_hint="--trace")
     if trace is not None:
         trace_dir = Path(trace.removeprefix("helios:"))
         if not trace_dir.is_dir():
-            raise typer.BadParameter(f"{trace_dir} is not a folder", param_hint="--trace")
+            raise typer.BadParameter(
+                f"{trace_dir} is not a folder. The Helios week comes with the shared data folder "
+                "(HeliosArtifact's Earth cluster, CC-BY-4.0: docs/demo.md); without --trace the demo replays it "
+                "from FINOPS_SHARED_DATA when there, else a synthetic week",
+                param_hint="--trace",
+            )
         helios_dir: Path | None = trace_dir
     else:
         default = settings.shared_data / "helios-earth-vc-allocation"
@@ -51,7 +60,7 @@ def demo(
         helios_dir=helios_dir,
         headless=headless,
         report_json=report_json,
-        database_url=database_url or f"sqlite:///{(settings.data_dir / 'demo.sqlite').resolve()}",
+        database_url=database_url or settings.demo_database_url,
         dashboard_port=dashboard_port,
         price_catalog=settings.price_catalog,
         pricing_model=settings.pricing_model,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from finops.cli.context import instant, load_pricing, load_settings, open_sessions
+from finops.cli.context import bound, load_pricing, load_settings, open_sessions
 from finops.export.focus import FocusAccount, FocusExportError, check_period, export_focus, output_format
 from finops.pricing.store import pricing_in_force
 
@@ -16,8 +16,12 @@ app = typer.Typer(name="export", help="Export the ledger in standard cost format
 
 @app.command("focus")
 def export_focus_command(
-    start: Annotated[str, typer.Option(help="First hour, ISO 8601 on a whole hour (UTC if no offset).")],
-    end: Annotated[str, typer.Option(help="End hour (exclusive), ISO 8601 on a whole hour.")],
+    start: Annotated[
+        str, typer.Option(help="First hour: a month (2026-11), a day or an ISO 8601 whole hour (UTC if no offset).")
+    ],
+    end: Annotated[
+        str, typer.Option(help="End: a month or a day (through its end) or an ISO 8601 whole hour (exclusive).")
+    ],
     output: Annotated[Path, typer.Option("--output", "-o", help="FILE.csv or FILE.parquet to write.")],
     provider: Annotated[
         str, typer.Option(help="ProviderName, PublisherName and InvoiceIssuerName: who runs the GPUs.")
@@ -33,7 +37,7 @@ def export_focus_command(
         output_format(output)
     except FocusExportError as exc:
         raise typer.BadParameter(str(exc), param_hint="--output/-o") from exc
-    begin, finish = instant(start, "--start"), instant(end, "--end")
+    begin, finish = bound(start, "--start", end=False), bound(end, "--end", end=True)
     try:
         check_period(begin, finish)
     except FocusExportError as exc:

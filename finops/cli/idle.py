@@ -11,7 +11,7 @@ import orjson
 import typer
 
 from finops.analysis.idle import EpisodeView, episode_totals, list_episodes
-from finops.cli.context import instant, load_settings, open_sessions
+from finops.cli.context import PeriodEnd, PeriodStart, load_settings, open_sessions, period
 from finops.ledger.rollup import unpriced_fix
 
 app = typer.Typer(
@@ -38,19 +38,18 @@ _COLUMNS = (
 
 @app.command("list")
 def idle_list(
-    start: Annotated[str, typer.Option(help="Period start, ISO 8601 (UTC if no offset).")],
-    end: Annotated[str, typer.Option(help="Period end (exclusive), ISO 8601.")],
+    start: PeriodStart = None,
+    end: PeriodEnd = None,
     team: Annotated[str | None, typer.Option(help="Only the episodes of this team's jobs.")] = None,
     output_format: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
 ) -> None:
-    """Idle episodes overlapping [start, end), costliest first: node, GPU, job, user, team, when, how long,
-    whether GPU memory stayed held, what the idle time cost. An episode on a GPU whose model has no price is
-    "unpriced" (after the priced ones, longest first), with the model and the fix. JSON as the REST API gives it."""
+    """Idle episodes overlapping [start, end) (default: this month to date), costliest first: node, GPU, job, user,
+    team, when, how long, whether GPU memory stayed held, what the idle time cost. An episode on a GPU whose model has
+    no price is "unpriced" (after the priced ones, longest first), with the model and the fix. JSON as the REST API
+    gives it."""
     if output_format not in FORMATS:
         raise typer.BadParameter(f"must be one of {', '.join(FORMATS)}", param_hint="--format")
-    begin, finish = instant(start, "--start"), instant(end, "--end")
-    if finish < begin:
-        raise typer.BadParameter("is before --start", param_hint="--end")
+    begin, finish = period(start, end)
     with open_sessions(load_settings())() as session:
         episodes = list_episodes(session, begin, finish, team=team)
     if output_format == "json":

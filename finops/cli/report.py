@@ -18,8 +18,9 @@ from finops.analysis.report import (
     unpriced_by_model,
 )
 from finops.cli.budget import budget_table
-from finops.cli.context import instant, load_settings, open_sessions, roll_up
+from finops.cli.context import PeriodEnd, PeriodStart, load_pricing, load_settings, open_sessions, period, roll_up
 from finops.db.hours import pending_hours
+from finops.pricing.store import pricing_in_force
 from finops.timeutil import utc_now
 
 app = typer.Typer()
@@ -33,8 +34,8 @@ def rollup() -> None:
 
 @app.command()
 def report(
-    start: Annotated[str, typer.Option(help="Period start, ISO 8601 (UTC if no offset).")],
-    end: Annotated[str, typer.Option(help="Period end (exclusive), ISO 8601.")],
+    start: PeriodStart = None,
+    end: PeriodEnd = None,
     by: Annotated[str, typer.Option(help="team, job, user, node or gpu_model.")] = "team",
     output_format: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
     cluster: Annotated[
@@ -47,7 +48,9 @@ def report(
         str | None, typer.Option(help="Only jobs of this partition, and the capacity no job held on its nodes.")
     ] = None,
 ) -> None:
-    """Cost per team, job, user, node or GPU model over [start, end), from the hourly ledger; the table adds
+    """Cost per team, job, user, node or GPU model over [start, end) (default: this month to date), from the hourly
+    ledger; by job with each job's name, team, user, start, end and GPUs; by GPU model one row per price catalog
+    model, whatever names the GPUs were reported under. The table adds
     this month's budgets (only the team's with --team; a budget covers its team on every cluster and partition).
     When ledger hours of the period (before the current hour) are still pending a rollup, one line on stderr
     says how many, and each JSON row carries the count as ``ledger_hours_pending``.
@@ -61,9 +64,13 @@ def report(
         raise typer.BadParameter(f"must be one of {', '.join(GROUP_BYS)}", param_hint="--by")
     if output_format not in ("table", "json", "csv"):
         raise typer.BadParameter("must be table, json or csv", param_hint="--format")
-    begin, finish = instant(start, "--start"), instant(end, "--end")
-    with open_sessions(load_settings())() as session:
-        rows = cost_report(session, begin, finish, group, cluster=cluster, team=team, partition=partition)
+    begin, finish = period(start, end)
+    settings = load_settings()
+    with open_sessions(settings)() as session:
+        catalog = pricing_in_force(session, load_pricing(settings)).catalog
+        rows = cost_report(
+            session, begin, finish, group, cluster=cluster, team=team, partition=partition, catalog=catalog
+        )
         unpriced = unpriced_by_model(session, begin, finish, cluster=cluster, team=team, partition=partition)
         statuses = budget_status(session, utc_now(), team=team) if output_format == "table" else []
         pending = pending_hours(session, begin, finish)

@@ -21,7 +21,7 @@ from finops.ingest.prometheus_pull import PullOptions, ScheduledPull
 from finops.jobs.slurm_import import ScheduledSacct
 from finops.pricing.catalog import Pricing
 from finops.service.cost_metrics import CostMetrics
-from finops.service.dashboard_server import serve_dashboard
+from finops.service.dashboard_server import require_dashboard_extra, serve_dashboard
 from finops.service.scheduler import start_scheduler
 from finops.settings import Settings
 from finops.web.app import ServiceMetrics, create_app
@@ -121,5 +121,6 @@ def dashboard(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
 ) -> None:
     """Serve the Streamlit dashboard on the configured database."""
+    require_dashboard_extra("dashboard")
     open_engine(load_settings())
     serve_dashboard(host, port)

@@ -209,9 +209,31 @@ def run_demo(options: DemoOptions) -> int:
     total = time.perf_counter() - began
     print(f"\ndemo: {accepted:,} GPU readings, {total:.1f} s end to end, {accepted / total:,.0f} readings/s overall")
     engine.dispose()
+    print(explore_hint(options.database_url, trace.start))
     if options.headless:
         return 0
     return serve_dashboard("127.0.0.1", options.dashboard_port, options.database_url)
+
+
+def explore_hint(database_url: str, since: datetime) -> str:
+    """What the demo prints last: where its database is, and the commands that explore the replayed days from
+    ``since`` (its first day) on."""
+    day = f"{since:%Y-%m-%d}"
+    commands = (
+        (f"report --start {day} --by job", "cost per job: name, team, user, start, end, GPUs"),
+        (f"report --start {day} --by gpu_model", "cost per GPU model of the price catalog"),
+        ("budget status", "each team's budget this month, spend and forecast"),
+        (f"idle list --start {day}", "idle episodes, costliest first"),
+        ("alerts list", "firing alerts"),
+        ("dashboard", "the dashboard on http://127.0.0.1:8501"),
+    )
+    return "\n".join(
+        [
+            f"\nThe demo's data is in {database_url}. To explore it with the other commands, in this shell:",
+            f"  export FINOPS_DATABASE_URL={database_url}",
+            *(f"  gpu-finops {command:<40} # {what}" for command, what in commands),
+        ]
+    )
 
 
 def _set_demo_budgets(

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
 from typing import NoReturn
 
 import dashboards
+from finops.errors import FinopsError
+
+DASHBOARD_DEPENDENCIES = ("streamlit", "altair", "pandas")
+"""Top-level modules of the dashboard extra's packages."""
+
+
+def require_dashboard_extra(command: str) -> None:
+    """FinopsError naming the extra to install unless the dashboard extra's packages are importable, so ``command``
+    fails at once instead of in Streamlit's child process."""
+    missing = [name for name in DASHBOARD_DEPENDENCIES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise FinopsError(
+            f"gpu-finops {command} needs the dashboard extra ({', '.join(missing)} missing): "
+            "pip install 'gpu-finops[dashboard]'"
+        )
 
 
 def dashboard_command(host: str, port: int) -> list[str]:

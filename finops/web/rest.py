@@ -95,12 +95,12 @@ def create_router(
         group_by: Annotated[GroupBy, Query(description="team, job, user, node or gpu_model.")] = "team",
         format: Annotated[Literal["json", "csv"], Query(description="json or csv.")] = "json",
     ) -> Any:
-        """Cost per group over [start, end) from the hourly ledger, as in ``gpu-finops report``. GPU-hours whose
-        model has no price are counted, not costed: ``unpriced_gpu_hours`` per row (its costs null when all its
-        GPU-hours are unpriced) and, in JSON, ``unpriced``: ``[{model, gpu_hours, fix}]``; CSV sends them in the
-        ``X-Unpriced-GPU-Hours`` header (``MODEL=HOURS; …``)."""
+        """Cost per group over [start, end) from the hourly ledger, as in ``gpu-finops report`` (by ``gpu_model``,
+        one row per price catalog model). GPU-hours whose model has no price are counted, not costed:
+        ``unpriced_gpu_hours`` per row (its costs null when all its GPU-hours are unpriced) and, in JSON, ``unpriced``:
+        ``[{model, gpu_hours, fix}]``; CSV sends them in the ``X-Unpriced-GPU-Hours`` header (``MODEL=HOURS; …``)."""
         period = instant(start, "start"), instant(end, "end")
-        rows = cost_report(db, *period, group_by)
+        rows = cost_report(db, *period, group_by, catalog=catalog_in_force(db, fallback_catalog))
         unpriced = unpriced_by_model(db, *period)
         if format == "csv":
             headers = {"X-Unpriced-GPU-Hours": "; ".join(f"{u.model}={u.gpu_hours}" for u in unpriced)}
