@@ -331,8 +331,9 @@ def report_table(rows: Sequence[ReportRow], by: GroupBy = "team", unpriced: Sequ
     totals += [_cell(sum((Decimal(str(d[k] or 0)) for d in dicts), Decimal(0))) for k in keys]
     headers = [*labels, *headers]
     widths = [max(len(h), *(len(line[i]) for line in [*lines, totals])) for i, h in enumerate(headers)]
-    currency = dicts[0]["currency"] if dicts else ""
-    out = [f"Costs in {currency}" if currency else "No ledger rows in this period."]
+    if not dicts:
+        return "No ledger rows in this period."
+    out = [f"Costs in {dicts[0]['currency']}"]
     for line in [headers, *lines, totals]:
         cells = [
             cell.ljust(width) if i < len(labels) else cell.rjust(width)

@@ -96,9 +96,10 @@ def test_filters_split_the_capacity_without_losing_or_doubling_a_cent(seeded) ->
         vega = {row.key: row for row in cost_report(session, *window, "team", cluster="vega")}
         assert set(vega) == {"gamma", UNALLOCATED_TEAM}
         for by in GROUP_BYS:
-            assert cost_report(session, *window, by, cluster=None, team=None, partition=None) == cost_report(
-                session, *window, by
-            ), "no filter is the report as before"
+            catalog = load_catalog()
+            assert cost_report(
+                session, *window, by, cluster=None, team=None, partition=None, catalog=catalog
+            ) == cost_report(session, *window, by, catalog=catalog), "no filter is the report as before"
 
 
 def test_filter_choices_and_nodes(seeded) -> None:  # type: ignore[no-untyped-def]

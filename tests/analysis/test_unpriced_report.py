@@ -32,6 +32,7 @@ from tests.support import scenario, unpriced
 from tests.support.servers import running
 
 MODEL = unpriced.UNPRICED_MODEL
+H100 = load_catalog().model_for(scenario.MODEL)
 TOKEN = "unpriced-token"
 
 
@@ -51,7 +52,7 @@ def test_report_counts_unpriced_gpu_hours_by_model_and_costs_only_the_priced(sli
     end = t0 + timedelta(hours=2)
     with sessions() as session:
         teams = {row.key: row for row in cost_report(session, t0, end)}
-        models = {row.key: row for row in cost_report(session, t0, end, "gpu_model")}
+        models = {row.key: row for row in cost_report(session, t0, end, "gpu_model", catalog=load_catalog())}
         found = unpriced_by_model(session, t0, end)
         cube = {row.key: row for row in ledger_cube(session, t0, end).report("team")}
     assert [(u.model, u.gpu_seconds) for u in found] == [(MODEL, 7200)]
@@ -67,11 +68,11 @@ def test_report_counts_unpriced_gpu_hours_by_model_and_costs_only_the_priced(sli
         key: row.unpriced_gpu_seconds for key, row in teams.items()
     }
     assert teams[UNMAPPED_TEAM].unpriced_only and teams[UNMAPPED_TEAM].used_gpu_seconds == pytest.approx(2700)
-    assert models[MODEL].unpriced_only and not models[scenario.MODEL].unpriced_only
+    assert models[MODEL].unpriced_only and not models[H100].unpriced_only
 
     dicts = {d["gpu_model"]: d for d in report_dicts(list(models.values()), "gpu_model")}
     assert dicts[MODEL]["allocated_cost"] is None and dicts[MODEL]["unpriced_gpu_hours"] == 2.0
-    assert dicts[scenario.MODEL]["allocated_cost"] == str((2 * rate).quantize(Decimal("0.01")))
+    assert dicts[H100]["allocated_cost"] == str((2 * rate).quantize(Decimal("0.01")))
     rows = list(csv.DictReader(io.StringIO(report_csv(list(teams.values())))))
     assert {row["team"]: row["unpriced_gpu_hours"] for row in rows} == {
         "alpha": "0.0",

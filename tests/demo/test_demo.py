@@ -109,8 +109,29 @@ def test_demo_on_a_helios_slice_keeps_allocation_and_conserves_cost(
     assert sum(Decimal(row["allocated_cost"]) for row in rows.values()) == capacity
 
 
-def test_demo_without_shared_data_says_it_is_synthetic(tmp_path: Path) -> None:
+def test_demo_without_shared_data_says_it_is_synthetic_and_every_command_it_names_works(tmp_path: Path) -> None:
     run = _demo(tmp_path, "--minutes", "30", shared=str(tmp_path / "absent"))
     assert "SYNTHETIC" in run.stdout
     assert "nominal" in run.stdout
     assert "TOTAL" in run.stdout
+    # The demo ends by naming its database and the commands that explore it: each works as printed.
+    explore = run.stdout.split("To explore it with the other commands, in this shell:\n")[1].splitlines()
+    assert explore[0].startswith("  export FINOPS_DATABASE_URL=sqlite:///") and "demo.sqlite" in explore[0]
+    env = {**os.environ, "FINOPS_DATA_DIR": str(tmp_path / "data")}
+    env["FINOPS_DATABASE_URL"] = explore[0].split("=", 1)[1]
+    commands = [line.split("#")[0].split()[1:] for line in explore[1:]]
+    assert commands[0][0] == "report" and commands[0][-2:] == ["--by", "job"]
+    for command in commands:
+        if command == ["dashboard"]:
+            continue  # serves until stopped: tests/dashboards start it
+        done = subprocess.run(
+            [sys.executable, "-m", "finops.cli", *command], capture_output=True, text=True, env=env, timeout=300
+        )
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stdout, done.stderr)
+        assert done.stdout.strip(), command
+    by_job = subprocess.run(
+        [sys.executable, "-m", "finops.cli", *commands[0], "--format", "json"],
+        capture_output=True, text=True, env=env, timeout=300, check=True,
+    )  # fmt: skip
+    rows = [row for row in orjson.loads(by_job.stdout) if row["job"] != "__unallocated__"]
+    assert rows and all(row["name"] and row["team"] and row["user"] and row["start"] and row["gpus"] for row in rows)
