@@ -348,26 +348,44 @@ def test_the_scheduler_pulls_when_a_url_is_configured(
     assert {row[1] for row in rows} == {L40S} and all(to_epoch(row[2]) % 5 == 0 for row in rows)
 
 
+def _newest_vllm_scrape(url: str, samples: int, window: str) -> datetime:
+    """The instant of the newest scrape of the fixture vLLM once the ``window`` before it holds ``samples`` scrapes
+    (waits, bounded, for the machine to have scraped that often)."""
+    deadline = time.monotonic() + 60
+    while True:
+        (newest,) = wait_for(url, 'timestamp(vllm:generation_tokens_total{pod="vllm-0"})')
+        at = float(newest["value"][1])
+        counted = httpx.get(
+            f"{url}/api/v1/query",
+            params={"query": f'count_over_time(vllm:generation_tokens_total{{pod="vllm-0"}}[{window}])', "time": at},
+        ).json()["data"]["result"]
+        if counted and float(counted[0]["value"][1]) >= samples:
+            return from_epoch(0) + timedelta(seconds=at)
+        assert time.monotonic() < deadline, f"fewer than {samples} vLLM scrapes in {window} after 60 s"
+        time.sleep(0.5)
+
+
 def test_tokens_of_vllm_jobs_from_a_real_prometheus(telemetry: Telemetry) -> None:
-    end = utc_now().replace(microsecond=0) - timedelta(seconds=1)
+    # The window ends 1 ms after the newest scrape stored: no later scrape can change what it holds.
+    end = _newest_vllm_scrape(telemetry.url, 3, "4s") + timedelta(milliseconds=1)
     start = end - timedelta(seconds=4)
     client = PrometheusClient(telemetry.url)
     for job, labels in (("llm/vllm-0", 'namespace="llm",pod="vllm-0"'), ("llm/vllm-1", 'namespace="llm",pod="vllm-1"'),
                         ("4242", 'hpc_job="4242"')):  # fmt: skip
         tokens = generated_tokens(client, job, start, end)
-        # increase() lies between the growth Prometheus saw inside the window and that slope over the whole window.
         raw = httpx.get(
             f"{telemetry.url}/api/v1/query",
             params={"query": f"vllm:generation_tokens_total{{{labels}}}[4000ms]", "time": end.timestamp() - 0.001},
         ).json()["data"]["result"][0]["values"]
-        seen = float(raw[-1][1]) - float(raw[0][1])
-        rate = VLLM_RATES[labels]
         assert len(raw) >= 3
-        assert seen - 1 <= tokens <= rate * (4 + 0.25), job
+        seen, span = float(raw[-1][1]) - float(raw[0][1]), float(raw[-1][0]) - float(raw[0][0])
+        # increase() is the growth Prometheus saw, extrapolated from the samples' span to at most the whole window.
+        assert seen - 1 <= tokens <= seen * 4 / span + 1, job
+        assert 0.5 < seen / span / VLLM_RATES[labels] < 1.5, f"{job}: each series grows at its own rate"
     assert generated_tokens(client, "llm/nobody", start, end) == 0
     tokens = generated_tokens(client, "llm/vllm-0", start, end)
     per_million = cost_per_million_tokens(Decimal("0.50"), tokens)
-    assert per_million is not None and Decimal("100") < per_million < Decimal("150")  # $0.50 for ≈ 4,000 tokens
+    assert per_million is not None and abs(per_million * tokens / 1_000_000 - Decimal("0.50")) < Decimal("0.01")
 
 
 # --- against httpx.MockTransport ------------------------------------------------------------------------------------
