@@ -229,8 +229,9 @@ class BudgetStatus:
     has one decimal.
 
     ``budget`` is in ``currency``; spend and forecast are in ``spend_currency``, the ledger's. When they differ (a
-    budget stored before budgets had to be in the price catalogue's currency) the budget is not
-    :attr:`comparable`: ``used_percent`` is NaN, no threshold is judged, and :attr:`problem` says what to do.
+    budget stored before budgets had to be in the price catalogue's currency, or before a catalogue in another
+    currency was imported) the budget is not :attr:`comparable`: ``used_percent`` is NaN, no threshold is judged,
+    and :attr:`problem` says what to do.
     """
 
     team: str

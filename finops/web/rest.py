@@ -4,7 +4,8 @@ price catalog and pricing rules.
 Every route needs ``Authorization: Bearer <token>`` when the app has a token (``FINOPS_API_TOKEN``, else the
 ingest token). Money is a decimal string (exact, 6 decimals in the ledger; cost reports round to cents so rows
 add up to the total); times are ISO 8601 UTC; periods are [start, end). Errors are JSON
-``{"detail": "…"}`` naming the offending parameter, with 400/404/422 as FastAPI gives them.
+``{"detail": "…"}`` naming the offending parameter, with 400/404/422 as FastAPI gives them; a budget refused
+answers 422 as FastAPI's own validation does, ``{"detail": [{"type", "loc", "msg"}]}`` with the field's place.
 """
 
 from collections.abc import Iterator
@@ -39,7 +40,7 @@ from finops.timeutil import utc_now
 from finops.web.auth import require_bearer
 from finops.web.deps import instant, one_of, transaction, unprocessable
 
-MONTH = "Month as YYYY-MM."
+MONTH_HELP = "Month as YYYY-MM (a year from 2000 to 2999)."
 
 
 class BudgetIn(BaseModel):
@@ -49,7 +50,7 @@ class BudgetIn(BaseModel):
 
     # Infinity and NaN reach set_budget to be refused there: refused here, FastAPI would fail to render the input.
     amount: Annotated[Decimal, Field(allow_inf_nan=True)] | str = Field(
-        description="Decimal number or text, e.g. 25000 or \"25000.00\"."
+        description='Decimal number or text, e.g. 25000 or "25000.00".'
     )
     currency: str | None = None
 
@@ -147,7 +148,7 @@ def create_router(
         }
 
     @router.get("/budgets")
-    def budgets(db: db, month: Annotated[str | None, Query(description=MONTH)] = None) -> list[BudgetOut]:
+    def budgets(db: db, month: Annotated[str | None, Query(description=MONTH_HELP)] = None) -> list[BudgetOut]:
         """Every budget of a month (default: this month, UTC) with spend, % used and forecast as of now (a
         past month: as of its end)."""
         with _budget_refused(month="query"):
@@ -174,7 +175,7 @@ def create_router(
     def put_budget(
         db: db,
         team: str,
-        month: Annotated[str, Path(description=MONTH)],
+        month: Annotated[str, Path(description=MONTH_HELP)],
         body: BudgetIn,
         project: Annotated[str, Query(description="Only this project of the team; default: the whole team.")] = "",
         allow_unknown_team: Annotated[
@@ -192,7 +193,9 @@ def create_router(
         return Response(status_code=204)
 
     @router.delete("/budgets/{team}/{month}", status_code=204)
-    def remove_budget(db: db, team: str, month: Annotated[str, Path(description=MONTH)], project: str = "") -> Response:
+    def remove_budget(
+        db: db, team: str, month: Annotated[str, Path(description=MONTH_HELP)], project: str = ""
+    ) -> Response:
         """Remove a budget; 404 if there is none, 422 for a month, team or project no budget can have."""
         with _budget_refused():
             first = parse_month(month)
