@@ -136,12 +136,13 @@ def _name(text: str, field: str, *, empty: bool = False) -> str:
 def known_teams(session: Session) -> list[str]:
     """Names of the known teams, sorted: those with a team rule, a job, a ledger hour or a budget (any month).
 
-    A team row alone does not count: one is created for any name a rule, a job or a budget has named."""
+    A team row alone does not count: one is created for any name a rule, a job or a budget has named. The small
+    tables are asked first, the jobs last (a team's jobs follow its rules, so few teams get that far)."""
     owned = [
         select(TeamRule.team_id).where(TeamRule.team_id == Team.id).exists(),
-        select(Job.id).where(Job.team_id == Team.id).exists(),
-        select(LedgerTeamHour.hour).where(LedgerTeamHour.team_id == Team.id).exists(),
         select(Budget.month).where(Budget.team_id == Team.id).exists(),
+        select(LedgerTeamHour.hour).where(LedgerTeamHour.team_id == Team.id).exists(),
+        select(Job.id).where(Job.team_id == Team.id).exists(),
     ]
     return sorted(session.scalars(select(Team.name).where(or_(*owned))))
 
