@@ -264,6 +264,14 @@ def _hours(seconds: float) -> float:
     return round(seconds / 3600, 6)
 
 
+def printed_cents(rows: Sequence[ReportRow], field: str) -> list[Decimal]:
+    """Money column ``field`` (one of :data:`MONEY_FIELDS`) of ``rows``, in row order, in the cents the report
+    prints: :func:`finops.ledger.costmodel.round_preserving_total` of the exact amounts, so they add up to the
+    rounded total. A row's cents can thus differ by one from its own amount rounded alone; whatever shows a group's
+    cost beside a report (the budgets' month-to-date spend) takes it from here to agree to the cent."""
+    return round_preserving_total([getattr(row, field) for row in rows])
+
+
 def report_dicts(rows: Sequence[ReportRow], by: GroupBy = "team") -> list[dict[str, object]]:
     """JSON-ready rows: ``{team|job, allocated_gpu_hours, used_gpu_hours, idle_gpu_hours, allocated_cost,
     used_cost, idle_cost, energy_kwh, energy_cost, currency}`` plus ``allocated_gpu_seconds``,
@@ -271,7 +279,7 @@ def report_dicts(rows: Sequence[ReportRow], by: GroupBy = "team") -> list[dict[s
     (ISO 8601 UTC, null while running) and ``gpus``; money as decimal strings in cents that add up to the rounded
     totals. The money of the GPU-hours with a price only; a row whose GPU-hours are all unpriced has allocated,
     used and idle cost None (unknown, not 0)."""
-    rounded = {name: round_preserving_total([getattr(row, name) for row in rows]) for name in MONEY_FIELDS}
+    rounded = {name: printed_cents(rows, name) for name in MONEY_FIELDS}
     result = []
     for i, row in enumerate(rows):
         item: dict[str, object] = {by: row.key}

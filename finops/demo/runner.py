@@ -244,4 +244,4 @@ def _set_demo_budgets(
     rate = pricing.catalog.rate(gpu_model, pricing.model, at)
     for team in series:
         amount = (team.quota * hours_in_month * rate * PLANNED_QUOTA_USE).quantize(Decimal("1"))
-        set_budget(session, team.team, amount, at, pricing.catalog.currency)
+        set_budget(session, team.team, amount, at, catalog=pricing.catalog)

@@ -4,10 +4,13 @@ price catalog and pricing rules.
 Every route needs ``Authorization: Bearer <token>`` when the app has a token (``FINOPS_API_TOKEN``, else the
 ingest token). Money is a decimal string (exact, 6 decimals in the ledger; cost reports round to cents so rows
 add up to the total); times are ISO 8601 UTC; periods are [start, end). Errors are JSON
-``{"detail": "…"}`` naming the offending parameter, with 400/404/422 as FastAPI gives them.
+``{"detail": "…"}`` naming the offending parameter, with 400/404/422 as FastAPI gives them; a budget refused
+answers 422 as FastAPI's own validation does, ``{"detail": [{"type", "loc", "msg"}]}`` with the field's place.
 """
 
-from datetime import datetime, timedelta
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
@@ -15,7 +18,14 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Res
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.analysis.budgets import budget_status, delete_budget, set_budget
+from finops.analysis.budgets import (
+    BudgetError,
+    UnknownTeam,
+    budget_status,
+    delete_budget,
+    parse_month,
+    set_budget,
+)
 from finops.analysis.events import EVENT_KINDS, list_events
 from finops.analysis.idle import list_episodes
 from finops.analysis.report import GroupBy, cost_report, report_csv, report_dicts, unpriced_by_model
@@ -28,27 +38,37 @@ from finops.timeutil import month_start, next_month_start, utc_now
 from finops.web.auth import require_bearer
 from finops.web.deps import instant, one_of, transaction, unprocessable
 
-MONTH = r"^\d{4}-\d{2}$"
+MONTH_HELP = "Month as YYYY-MM (a year from 2000 to 2999)."
 
 
 class BudgetIn(BaseModel):
-    """A budget to set: amount in ``currency`` (decimal text or number, >= 0)."""
+    """A budget to set: ``amount`` (decimal text or number: more than 0, below 10¹², at most 6 decimals) in
+    ``currency`` (ISO 4217), which must be the price catalog's and defaults to it. Checked by
+    :func:`finops.analysis.budgets.set_budget`, as on the command line."""
 
-    amount: Decimal = Field(ge=0, allow_inf_nan=False)
-    currency: str = Field(pattern=r"^[A-Z]{3}$")
+    # Infinity and NaN reach set_budget to be refused there: refused here, FastAPI would fail to render the input.
+    amount: Annotated[Decimal, Field(allow_inf_nan=True)] | str = Field(
+        description='Decimal number or text, e.g. 25000 or "25000.00".'
+    )
+    currency: str | None = None
 
 
 class BudgetOut(BaseModel):
-    """A budget's month-to-date status (money as decimal strings)."""
+    """A budget's month-to-date status (money as decimal strings; ``spent`` in cents, as the cost report by team
+    over the month so far prints it). ``budget`` is in ``currency``, spend and forecast in ``spend_currency``; when
+    they differ the budget is not ``comparable``: ``used_percent`` is null and ``problem`` says how to fix it."""
 
     team: str
     project: str
     month: str
     budget: str
     spent: str
-    used_percent: str
+    used_percent: str | None
     forecast: str
     currency: str
+    spend_currency: str
+    comparable: bool
+    problem: str | None
 
 
 class PricingRuleIn(BaseModel):
@@ -69,11 +89,23 @@ class TeamRuleIn(BaseModel):
     team: str = Field(min_length=1)
 
 
-def _month(text: str | None) -> datetime:
-    """First instant of month ``YYYY-MM`` (default: this month), UTC."""
-    if text is None:
-        return month_start(utc_now())
-    return month_start(instant(f"{text}-01T00:00:00+00:00", "month"))
+_BUDGET_FIELDS = {"team": "path", "month": "path", "project": "query", "amount": "body", "currency": "body"}
+"""Where each field a :class:`~finops.analysis.budgets.BudgetError` names is in a budget route's request."""
+
+
+@contextmanager
+def _budget_refused(**where: str) -> Iterator[None]:
+    """Turn a BudgetError raised in the block into 422 with a field-level detail, as FastAPI's own validation
+    gives: ``[{"type": "value_error", "loc": [<path|query|body>, <field>], "msg": "…"}]``. ``where`` overrides
+    :data:`_BUDGET_FIELDS` for the route (``month="query"``)."""
+    try:
+        yield
+    except BudgetError as exc:
+        message = str(exc)
+        if isinstance(exc, UnknownTeam):
+            message += "; add allow_unknown_team=true to the query to set its budget anyway"
+        location = {**_BUDGET_FIELDS, **where}[exc.field]
+        raise HTTPException(422, [{"type": "value_error", "loc": [location, exc.field], "msg": message}]) from exc
 
 
 def create_router(
@@ -114,10 +146,11 @@ def create_router(
         }
 
     @router.get("/budgets")
-    def budgets(db: db, month: Annotated[str | None, Query(pattern=MONTH)] = None) -> list[BudgetOut]:
+    def budgets(db: db, month: Annotated[str | None, Query(description=MONTH_HELP)] = None) -> list[BudgetOut]:
         """Every budget of a month (default: this month, UTC) with spend, % used and forecast as of now (a
         past month: as of its end)."""
-        first = _month(month)
+        with _budget_refused(month="query"):
+            first = month_start(utc_now()) if month is None else parse_month(month)
         instant = max(first, min(utc_now(), next_month_start(first) - timedelta(seconds=1)))
         return [
             BudgetOut(
@@ -126,9 +159,12 @@ def create_router(
                 month=f"{s.month:%Y-%m}",
                 budget=str(s.budget),
                 spent=str(s.spent),
-                used_percent=str(s.used_percent),
+                used_percent=str(s.used_percent) if s.comparable else None,
                 forecast=str(s.forecast),
                 currency=s.currency,
+                spend_currency=s.spend_currency,
+                comparable=s.comparable,
+                problem=s.problem,
             )
             for s in budget_status(db, instant)
         ]
@@ -137,19 +173,32 @@ def create_router(
     def put_budget(
         db: db,
         team: str,
-        month: Annotated[str, Path(pattern=MONTH)],
+        month: Annotated[str, Path(description=MONTH_HELP)],
         body: BudgetIn,
-        project: str = "",
+        project: Annotated[str, Query(description="Only this project of the team; default: the whole team.")] = "",
+        allow_unknown_team: Annotated[
+            bool, Query(description="Set it even if the team has no jobs, rules, ledger hours or budgets yet.")
+        ] = False,
     ) -> Response:
-        """Set a team's (or its project's) budget for month YYYY-MM."""
-        set_budget(db, team, body.amount, _month(month), body.currency, project)
+        """Set a team's (or its project's) budget for month YYYY-MM, replacing any. 422 naming the field
+        (``loc``) for an amount, currency (not the price catalog's), month, team or project refused, and for a
+        team not known yet unless ``allow_unknown_team=true``."""
+        with _budget_refused():
+            set_budget(
+                db, team, body.amount, parse_month(month), body.currency, project,
+                catalog=fallback_catalog, allow_unknown_team=allow_unknown_team,
+            )  # fmt: skip
         return Response(status_code=204)
 
     @router.delete("/budgets/{team}/{month}", status_code=204)
-    def remove_budget(db: db, team: str, month: str, project: str = "") -> Response:
-        """Remove a budget; 404 if there is none."""
-        if not delete_budget(db, team, _month(month), project):
-            raise HTTPException(404, f"no budget for team {team!r} project {project!r} in {month}")
+    def remove_budget(
+        db: db, team: str, month: Annotated[str, Path(description=MONTH_HELP)], project: str = ""
+    ) -> Response:
+        """Remove a budget; 404 if there is none, 422 for a month, team or project no budget can have."""
+        with _budget_refused():
+            first = parse_month(month)
+            if not delete_budget(db, team, first, project):
+                raise HTTPException(404, f"no budget for team {team!r} project {project!r} in {first:%Y-%m}")
         return Response(status_code=204)
 
     @router.get("/idle-episodes")

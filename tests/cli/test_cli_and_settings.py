@@ -94,7 +94,7 @@ def test_scheduler_rolls_up_the_ledger_in_the_background(sessions) -> None:  # t
 
 def test_scheduler_command_serves_budget_gauges(tmp_path: Path) -> None:
     env = {**os.environ, "FINOPS_DATABASE_URL": f"sqlite:///{tmp_path / 'finops.sqlite'}"}
-    for args in (["db", "upgrade"], ["budget", "set", "vision", "1000"]):
+    for args in (["db", "upgrade"], ["budget", "set", "vision", "1000", "--yes"]):
         subprocess.run([sys.executable, "-m", "finops.cli", *args], env=env, check=True, capture_output=True)
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "finops.cli", "scheduler", "--metrics-port", str(port)], env=env)
