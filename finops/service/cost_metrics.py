@@ -13,6 +13,7 @@ catalog currency, named by a ``currency`` label (Prometheus has no money unit, a
   and GPU-seconds × utilisation.
 - ``gpufinops_budget_used_ratio{team,project}``: month-to-date spend ÷ budget.
 - ``gpufinops_budget_forecast_ratio{team,project}``: forecast month-end spend ÷ budget.
+  Neither for a budget in another currency than the spend (not comparable: ``gpu-finops budget status`` says so).
 - ``gpufinops_newest_sample_timestamp_seconds`` (within the last day),
   ``gpufinops_ledger_newest_hour_timestamp_seconds``: data freshness (a stalled collector fleet or rollup
   shows as a growing ``time() - …``);
@@ -100,6 +101,8 @@ class CostMetrics(Collector):
                 snapshot.gpu_seconds[team] = float(seconds)
                 snapshot.used_gpu_seconds[team] = float(used_seconds)
             for status in budget_status(session, utc_now()):
+                if not status.comparable:  # budget and spend in two currencies: no ratio (the pages say why)
+                    continue
                 snapshot.budget_used[status.team, status.project] = status.used_ratio
                 forecast = float(status.forecast / status.budget) if status.budget else 0.0
                 snapshot.budget_forecast[status.team, status.project] = forecast
