@@ -83,12 +83,13 @@ def group_fingerprint(route: str, labels: Mapping[str, str]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RuleInputs:
-    """What the rules need besides the configuration: the idle policy's window and max gap (seconds) and the
-    collector interval (seconds)."""
+    """What the rules need besides the configuration: the idle policy's window and max gap (seconds) and threshold
+    (utilisation ratio), and the collector interval (seconds)."""
 
     idle_window_seconds: int = 1800
     idle_max_gap_seconds: int = 150
     collector_interval_seconds: float = 10.0
+    idle_threshold_ratio: float = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +131,12 @@ def _condition_rules(
             },
         ),
         (("collector-silent", "gpu-lost"), silence),
-        (("data-quality",), lambda: {"data-quality": data_quality_candidates(session, now, rules.data_quality)}),
+        (
+            ("data-quality",),
+            lambda: {
+                "data-quality": data_quality_candidates(session, now, rules.data_quality, inputs.idle_threshold_ratio)
+            },
+        ),
     ]
 
 
