@@ -151,7 +151,8 @@ def evaluate(session: Session, config: AlertConfig, inputs: RuleInputs, now: dat
     """Run every enabled rule at ``now`` and store the result in the caller's transaction (module docstring).
 
     Events are consumed here, so committing this transaction is what makes them alerts; a rule that raises is
-    logged and its alerts are left as they were (savepoint), the others go on.
+    logged and its alerts are left as they were (savepoint), the others go on. Logs one line: at INFO when events
+    were taken, alerts started or resolved, or a rule failed; else at DEBUG.
     """
     if session.get_bind().dialect.name == "postgresql":
         session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _EVALUATION_LOCK})
@@ -224,7 +225,8 @@ def evaluate(session: Session, config: AlertConfig, inputs: RuleInputs, now: dat
     )
     session.flush()
     firing = sum(1 for i in instances.values() if i.state == "firing")
-    log.info(
+    log.log(
+        logging.INFO if events or started or resolved or failed else logging.DEBUG,
         "alerts: %d events taken, %d firing, %d started, %d resolved%s",
         len(events),
         firing,
