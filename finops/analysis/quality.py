@@ -1,9 +1,8 @@
-"""Data quality: how fresh each node's readings are, how much of the GPU time is attributed and metered, and why the
-rest is not attributed.
+"""Data quality: how fresh each node's readings are, and how much of the GPU time is attributed and metered.
 
 Attribution and metering come from the cost report (:func:`finops.analysis.report.cost_report`); freshness is the newest
-reading per node in ``gpu_samples``; the causes of unattributed GPU time (:func:`unattributed_causes`) from the
-ledger's ``__unallocated__`` rows and the readings of their GPU-hours.
+reading per node in ``gpu_samples``; why the rest of the GPU time is not attributed (:func:`unattributed_causes`) from
+the ledger's ``__unallocated__`` rows and the readings of their GPU-hours.
 """
 
 from __future__ import annotations
