@@ -487,7 +487,7 @@ def data_quality_candidates(
         f"is normal) and {unknown:.1%} ran jobs the service does not know (readings that name a job or show the GPU "
         "busy while no imported job held it)."
     )
-    if causes.unknown_job_gpu_seconds:
+    if unknown >= 0.0005:  # shown as 0.1% or more
         summary += (
             " Check that the job import (sacct or Kubernetes) runs, and that the job ids the collectors read are "
             "those of the imported jobs."
