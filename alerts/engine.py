@@ -83,12 +83,13 @@ def group_fingerprint(route: str, labels: Mapping[str, str]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RuleInputs:
-    """What the rules need besides the configuration: the idle policy's window and max gap (seconds) and the
-    collector interval (seconds)."""
+    """What the rules need besides the configuration: the idle policy's window and max gap (seconds) and threshold
+    (utilisation ratio), and the collector interval (seconds)."""
 
     idle_window_seconds: int = 1800
     idle_max_gap_seconds: int = 150
     collector_interval_seconds: float = 10.0
+    idle_threshold_ratio: float = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +131,12 @@ def _condition_rules(
             },
         ),
         (("collector-silent", "gpu-lost"), silence),
-        (("data-quality",), lambda: {"data-quality": data_quality_candidates(session, now, rules.data_quality)}),
+        (
+            ("data-quality",),
+            lambda: {
+                "data-quality": data_quality_candidates(session, now, rules.data_quality, inputs.idle_threshold_ratio)
+            },
+        ),
     ]
 
 
@@ -145,7 +151,8 @@ def evaluate(session: Session, config: AlertConfig, inputs: RuleInputs, now: dat
     """Run every enabled rule at ``now`` and store the result in the caller's transaction (module docstring).
 
     Events are consumed here, so committing this transaction is what makes them alerts; a rule that raises is
-    logged and its alerts are left as they were (savepoint), the others go on.
+    logged and its alerts are left as they were (savepoint), the others go on. Logs one line: at INFO when events
+    were taken, alerts started or resolved, or a rule failed; else at DEBUG.
     """
     if session.get_bind().dialect.name == "postgresql":
         session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _EVALUATION_LOCK})
@@ -218,7 +225,8 @@ def evaluate(session: Session, config: AlertConfig, inputs: RuleInputs, now: dat
     )
     session.flush()
     firing = sum(1 for i in instances.values() if i.state == "firing")
-    log.info(
+    log.log(
+        logging.INFO if events or started or resolved or failed else logging.DEBUG,
         "alerts: %d events taken, %d firing, %d started, %d resolved%s",
         len(events),
         firing,

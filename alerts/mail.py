@@ -1,7 +1,11 @@
 """E-mail notifications over SMTP: multipart text + HTML, STARTTLS required by default.
 
 Message format: RFC 5322 through :class:`email.message.EmailMessage` (``Date`` in UTC, a ``Message-ID`` from
-:func:`email.utils.make_msgid`), ``multipart/alternative`` with a text and an HTML part. Transport: RFC 3207
+:func:`email.utils.make_msgid`), ``multipart/alternative`` with a text and an HTML part. The HTML is written for
+mail clients, which drop ``<style>`` blocks and external CSS (Gmail, Outlook): a table layout 600 px wide at most,
+every style inline, a system sans-serif font stack, the facts as a bordered table with zebra rows whose amounts are
+right-aligned in tabular figures, and the dashboard link as a "bulletproof" button (a styled link in a table cell,
+so it stays a button where padding on links is ignored). Every value is HTML-escaped. Transport: RFC 3207
 STARTTLS (``tls="starttls"``, the default) or implicit TLS (``tls="implicit"``, RFC 8314 port 465); credentials
 are only ever sent on an encrypted connection: a server that does not offer STARTTLS gets none and the attempt
 is refused. ``tls="none"`` exists for a local relay without authentication and refuses credentials.
@@ -10,6 +14,7 @@ is refused. ``tls="none"`` exists for a local relay without authentication and r
 from __future__ import annotations
 
 import html
+import re
 import smtplib
 import ssl
 from dataclasses import dataclass
@@ -20,6 +25,14 @@ from alerts.message import Message
 from alerts.slack import Attempt
 
 TRANSIENT_SMTP_CODES = range(400, 500)
+FONT = "-apple-system, BlinkMacSystemFont, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
+"""System sans-serif fonts: each client's own UI font, Arial where none of them is installed."""
+SEVERITY_COLOURS = {"critical": "#cf222e", "warning": "#bf8700", "info": "#0969da"}
+"""The colour of the bar above a message, by severity (unknown severities: the warning colour)."""
+BUTTON_COLOUR = "#0969da"
+BORDER = "1px solid #d0d7de"
+ZEBRA = ("#ffffff", "#f6f8fa")
+_NUMBER = re.compile(r"[+-]?\d[\d,]*(?:\.\d+)?(?: ?[^\d\s]+)?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +58,84 @@ class SmtpSettings:
     timeout_seconds: float = 30.0
 
 
+def _cell(text: str, style: str, tag: str = "td", **attributes: str) -> str:
+    """``<td>`` (or ``tag``) holding ``text`` escaped, with an inline ``style`` and escaped attributes."""
+    extra = "".join(f' {name}="{html.escape(value, quote=True)}"' for name, value in attributes.items())
+    return f'<{tag}{extra} style="{style}">{html.escape(text)}</{tag}>'
+
+
+def is_amount(value: str) -> bool:
+    """Whether a field's value is an amount, right-aligned: one number with a unit, decimals or thousands
+    separators (``1,234.50 USD``, ``85.0 %``, ``12.5``, ``70 °C``). A bare integer is an identifier (a job id, a GPU
+    index) and, like dates (``2026-11``), durations (``1 h 30 min``) and text, is not."""
+    return _NUMBER.fullmatch(value) is not None and not value.lstrip("+-").isdigit()
+
+
+def _fact_rows(fields: list[tuple[str, str]]) -> str:
+    """One zebra row per field: the name as a row header, the value (right-aligned when :func:`is_amount`)."""
+    cell = f"font-family:{FONT};color:#1f2328;font-size:14px;line-height:20px;padding:8px 12px;border:{BORDER};"
+    rows = []
+    for number, (name, value) in enumerate(fields):
+        header = _cell(name, f"{cell}text-align:left;font-weight:600;white-space:nowrap;", "th", scope="row")
+        if is_amount(value):
+            amount = f"{cell}text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap;"
+            data = _cell(value, amount, align="right")
+        else:
+            data = _cell(value, f"{cell}text-align:left;", align="left")
+        rows.append(f'<tr style="background-color:{ZEBRA[number % 2]};">{header}{data}</tr>')
+    return "".join(rows)
+
+
+def _button(label: str, url: str) -> str:
+    """A bulletproof button: the link styled as one, inside a table cell of the button's colour."""
+    link_style = (
+        f"display:inline-block;padding:10px 20px;font-family:{FONT};font-size:15px;line-height:20px;"
+        "font-weight:600;color:#ffffff;text-decoration:none;border-radius:6px;"
+    )
+    return (
+        '<table role="presentation" cellpadding="0" cellspacing="0"><tr>'
+        f'<td align="center" bgcolor="{BUTTON_COLOUR}" style="border-radius:6px;background-color:{BUTTON_COLOUR};">'
+        f'<a href="{html.escape(url, quote=True)}" target="_blank" style="{link_style}">{html.escape(label)}</a>'
+        "</td></tr></table>"
+    )
+
+
+def html_body(message: Message) -> str:
+    """The HTML part of ``message`` (module docstring): under a bar of its severity's colour, the title, the
+    summary, the fields as a table (:func:`_fact_rows`) and a button to ``message.link``, if any; a footer."""
+    text = f"font-family:{FONT};color:#1f2328;"
+    rows = [
+        _cell(message.title, f"{text}padding:20px 24px 8px 24px;font-size:20px;line-height:28px;font-weight:600;"),
+        _cell(message.summary, f"{text}padding:0 24px 20px 24px;font-size:15px;line-height:22px;"),
+    ]
+    if message.fields:
+        rows.append(
+            '<td style="padding:0 24px 20px 24px;"><table width="100%" cellpadding="0" cellspacing="0" '
+            f'style="width:100%;border-collapse:collapse;border:{BORDER};">{_fact_rows(message.fields)}</table></td>'
+        )
+    if message.link is not None:
+        rows.append(f'<td style="padding:0 24px 24px 24px;">{_button(*message.link)}</td>')
+    footer = f"font-family:{FONT};color:#656d76;font-size:12px;line-height:16px;padding:12px 24px;border-top:{BORDER};"
+    rows.append(_cell(f"Sent by gpu-finops, severity {message.severity}.", footer))
+    colour = SEVERITY_COLOURS.get(message.severity, SEVERITY_COLOURS["warning"])
+    card = f"width:100%;max-width:600px;background-color:#ffffff;border:{BORDER};border-top:4px solid {colour};"
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(message.title)}</title></head>"
+        f'<body style="margin:0;padding:0;background-color:#f3f4f6;font-family:{FONT};">'
+        '<table role="presentation" width="100%" cellpadding="0" cellspacing="0" '
+        f'style="background-color:#f3f4f6;font-family:{FONT};">'
+        '<tr><td align="center" style="padding:24px 12px;">'
+        f'<table role="presentation" width="600" cellpadding="0" cellspacing="0" style="{card}">'
+        + "".join(f"<tr>{row}</tr>" for row in rows)
+        + "</table></td></tr></table></body></html>"
+    )
+
+
 def build_email(message: Message, sender: str, recipients: list[str]) -> EmailMessage:
-    """The RFC 5322 message: subject = title, text part and an HTML part with the same content."""
+    """The RFC 5322 message: subject = title, a plain-text part (:meth:`Message.plain_text`) and its HTML
+    alternative (:func:`html_body`)."""
     email = EmailMessage()
     email["From"] = sender
     email["To"] = ", ".join(recipients)
@@ -54,19 +143,7 @@ def build_email(message: Message, sender: str, recipients: list[str]) -> EmailMe
     email["Date"] = formatdate(usegmt=True)
     email["Message-ID"] = make_msgid(domain=sender.rpartition("@")[2] or None)
     email.set_content(message.plain_text())
-    rows = "".join(
-        f"<tr><th align='left'>{html.escape(name)}</th><td>{html.escape(value)}</td></tr>"
-        for name, value in message.fields
-    )
-    link = ""
-    if message.link is not None:
-        label, url = message.link
-        link = f"<p><a href='{html.escape(url, quote=True)}'>{html.escape(label)}</a></p>"
-    email.add_alternative(
-        f"<html><body><h2>{html.escape(message.title)}</h2><p>{html.escape(message.summary)}</p>"
-        f"<table>{rows}</table>{link}</body></html>",
-        subtype="html",
-    )
+    email.add_alternative(html_body(message), subtype="html")
     return email
 
 

@@ -55,14 +55,15 @@ def _status(firing: int, resolved: int) -> str:
 def render_group(
     firing: Sequence[Shown], resolved: Sequence[Shown], group_labels: Mapping[str, str], dashboard_url: str
 ) -> Message:
-    """The message for a group notification (at least one alert in ``firing`` or ``resolved``)."""
+    """The message for a group notification (at least one alert in ``firing`` or ``resolved``), with a link to the
+    first alert's dashboard page under ``dashboard_url`` (none when ``dashboard_url`` is empty)."""
     shown = [*firing, *resolved]
     if not shown:
         raise ValueError("a notification needs at least one alert")
     status = _status(len(firing), len(resolved))
     severity = max((a.severity for a in firing or resolved), key=_rank)
     page = str(shown[0].annotations.get("page", ""))
-    link = ("Open in gpu-finops", f"{dashboard_url.rstrip('/')}/{page}") if page else None
+    link = ("Open in gpu-finops", f"{dashboard_url.rstrip('/')}/{page}") if page and dashboard_url else None
     if len(shown) == 1:
         only = shown[0].annotations
         own = [(str(n), str(v)) for n, v in only.get("fields", [])]

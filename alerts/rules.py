@@ -17,7 +17,11 @@ still firing, or resolved when a rule stops returning them).
 - ``collector-silent``: a node that has reported (its GPUs have UUIDs) with no reading for ``intervals`` ×
   the collector interval; ``gpu-lost``: a GPU with no reading for as long while its node still reports.
 - ``data-quality``: over the last ``period``, the share of GPU time no job held (``__unallocated__``,
-  :func:`finops.analysis.quality.coverage`) above ``max_unattributed_share``.
+  :func:`finops.analysis.quality.coverage`) above ``max_unattributed_share``; the message splits it into no job on
+  the GPU (idle capacity, normal) and jobs the service does not know (a job import or job id problem, with the fix):
+  :func:`finops.analysis.quality.unattributed_causes`.
+
+Names (teams, users, jobs, nodes) are shown exactly as stored: never re-cased.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from alerts.config import DataQualityConfig, SilenceConfig, ThrottlingConfig
 from collector.contract.clocks_events import CLOCKS_EVENT_REASONS
 from finops.analysis.events import BUDGET_FORECAST, BUDGET_THRESHOLD, SPEND_ANOMALY, EventView
 from finops.analysis.idle import list_episodes
-from finops.analysis.quality import coverage
+from finops.analysis.quality import coverage, unattributed_causes
 from finops.analysis.report import cost_report
 from finops.db.models import Allocation, Gpu, Job, Node, Team
 from finops.timeutil import from_epoch, next_month_start, to_epoch
@@ -102,13 +106,14 @@ def event_candidates(events: Sequence[EventView]) -> list[Candidate]:
 def _budget_candidate(event: EventView, p: dict[str, Any]) -> Candidate:
     team, project, month, currency = str(p["team"]), str(p.get("project") or ""), str(p["month"]), str(p["currency"])
     month_start = datetime.strptime(f"{month}-01", "%Y-%m-%d").replace(tzinfo=UTC)
-    who = f"team {team}" + (f", project {project}" if project else "")
+    scope = team + (f", project {project}" if project else "")
+    who = f"team {scope}"
     spent, budget, forecast = money(p["spent"], currency), money(p["budget"], currency), money(p["forecast"], currency)
     if event.kind == BUDGET_THRESHOLD:
         threshold = int(p["threshold_percent"])
         rule = f"budget-{threshold}"
         title = f"Budget {threshold} % reached: {who}"
-        summary = f"{who.capitalize()} has spent {spent} of its {budget} budget for {month} ({p['used_percent']} %)."
+        summary = f"Team {scope} has spent {spent} of its {budget} budget for {month} ({p['used_percent']} %)."
     else:
         rule = "budget-forecast"
         title = f"Budget forecast above budget: {who}"
@@ -456,8 +461,13 @@ def _lost_gpu(
 # --- data quality -------------------------------------------------------------------------------------------
 
 
-def data_quality_candidates(session: Session, now: datetime, config: DataQualityConfig) -> list[Candidate]:
-    """One candidate when, over [now − period, now), the share of GPU time no job held exceeds the limit."""
+def data_quality_candidates(
+    session: Session, now: datetime, config: DataQualityConfig, idle_threshold: float
+) -> list[Candidate]:
+    """One candidate when, over [now − period, now), the share of GPU time no job held exceeds the limit. Its
+    message names the two shares of that time (:func:`finops.analysis.quality.unattributed_causes`, readings at or
+    below ``idle_threshold`` utilisation are idle): no job on the GPU, which is normal, and jobs the service does not
+    know, with the fix for those only."""
     start = now - config.period
     found = coverage(cost_report(session, start, now, "team"))
     if not found.capacity_gpu_seconds:
@@ -465,14 +475,26 @@ def data_quality_candidates(session: Session, now: datetime, config: DataQuality
     unattributed = 1 - found.attributed_share
     if unattributed <= config.max_unattributed_share:
         return []
+    causes = unattributed_causes(session, start, now, idle_threshold)
+    no_job = causes.no_job_gpu_seconds / found.capacity_gpu_seconds
+    unknown = causes.unknown_job_gpu_seconds / found.capacity_gpu_seconds
     hours = found.capacity_gpu_seconds / 3600
     summary = (
         f"{unattributed:.1%} of the {hours:,.1f} GPU-hours since {start:%Y-%m-%d %H:%M} UTC were held by no known "
-        f"job (limit {config.max_unattributed_share:.0%}): job imports may be failing, so their cost goes to "
-        "__unallocated__ instead of a team."
+        f"job (limit {config.max_unattributed_share:.0%}), so their cost goes to __unallocated__ instead of a team: "
+        f"{no_job:.1%} had no job on the GPU (readings without a job id, the GPU idle: capacity between jobs, which "
+        f"is normal) and {unknown:.1%} ran jobs the service does not know (readings that name a job or show the GPU "
+        "busy while no imported job held it)."
     )
+    if unknown >= 0.0005:  # shown as 0.1% or more
+        summary += (
+            " Check that the job import (sacct or Kubernetes) runs, and that the job ids the collectors read are "
+            "those of the imported jobs."
+        )
     fields = [
         ["Unattributed share", f"{unattributed:.1%}"],
+        ["No job on the GPU", f"{no_job:.1%}"],
+        ["Unknown jobs", f"{unknown:.1%}"],
         ["Limit", f"{config.max_unattributed_share:.0%}"],
         ["GPU-hours", f"{hours:,.1f}"],
         ["Metered share of held time", f"{found.metered_share:.1%}"],
@@ -482,7 +504,10 @@ def data_quality_candidates(session: Session, now: datetime, config: DataQuality
             rule="data-quality",
             labels={},
             annotations={
-                "title": f"Data quality: {unattributed:.0%} of GPU time unattributed",
+                "title": (
+                    f"Data quality: {unattributed:.0%} of GPU time unattributed "
+                    f"({no_job:.0%} no job on the GPU, {unknown:.0%} unknown jobs)"
+                ),
                 "name": "cluster",
                 "summary": summary,
                 "fields": fields,
@@ -490,6 +515,8 @@ def data_quality_candidates(session: Session, now: datetime, config: DataQuality
             },
             figures={
                 "unattributed_share": round(unattributed, 6),
+                "no_job_share": round(no_job, 6),
+                "unknown_job_share": round(unknown, 6),
                 "capacity_gpu_seconds": found.capacity_gpu_seconds,
                 "metered_share": round(found.metered_share, 6),
             },

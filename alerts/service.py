@@ -69,6 +69,7 @@ class AlertService:
                 idle_window_seconds=settings.idle_window_seconds,
                 idle_max_gap_seconds=settings.idle_max_gap_seconds,
                 collector_interval_seconds=settings.collector_interval_seconds,
+                idle_threshold_ratio=settings.idle_threshold_ratio,
             ),
             channels=Channels(slack_webhooks=settings.slack_webhooks, policy=policy, smtp=smtp),
             dashboard_url=settings.alert_dashboard_url,

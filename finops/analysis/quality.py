@@ -1,7 +1,8 @@
 """Data quality: how fresh each node's readings are, and how much of the GPU time is attributed and metered.
 
 Attribution and metering come from the cost report (:func:`finops.analysis.report.cost_report`); freshness is the newest
-reading per node in ``gpu_samples``.
+reading per node in ``gpu_samples``; why the rest of the GPU time is not attributed (:func:`unattributed_causes`) from
+the ledger's ``__unallocated__`` rows and the readings of their GPU-hours.
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import BigInteger, ScalarSelect, func, select, type_coerce
+from sqlalchemy import BigInteger, ScalarSelect, and_, case, func, or_, select, type_coerce
 from sqlalchemy.orm import Session
 
 from finops.analysis.report import UNALLOCATED_TEAM, ReportRow
-from finops.db.models import Gpu, GpuSample, Node
-from finops.timeutil import from_epoch
+from finops.db.models import Gpu, GpuSample, LedgerEntry, Node, Team
+from finops.timeutil import HOUR, from_epoch, to_epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,3 +76,65 @@ def coverage(rows: Sequence[ReportRow]) -> Coverage:
         metered_share=(attributed - unmetered) / attributed if attributed else 0.0,
         unmetered_gpu_seconds=unmetered,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class UnattributedCauses:
+    """The GPU time of a period that no job held (the ledger's ``__unallocated__`` rows), in GPU-seconds, by cause.
+
+    ``unknown_job_gpu_seconds``: a job was on the GPU that no imported job accounts for. Counted in the GPU-hours
+    no job held at all (the GPU-hour's only ledger row is ``__unallocated__``): each such hour's seconds × the share
+    of its readings that carry a job id or show the GPU busy (utilisation above the idle threshold). The job import
+    (sacct, Kubernetes) is failing, or the collectors' job ids are not those of the imported jobs.
+
+    ``no_job_gpu_seconds``: the rest, no job on the GPU: readings with no job id and the GPU idle, no readings at
+    all, and the unheld part of GPU-hours a job held for the other part (the gap at a job's start or end). Idle
+    capacity between jobs: normal.
+    """
+
+    no_job_gpu_seconds: float
+    unknown_job_gpu_seconds: float
+
+
+def unattributed_causes(session: Session, start: datetime, end: datetime, idle_threshold: float) -> UnattributedCauses:
+    """:class:`UnattributedCauses` of the ledger hours starting in [start, end) (those of
+    :func:`finops.analysis.report.cost_report`); ``idle_threshold``: the utilisation ratio at or below which a GPU is
+    idle (``FINOPS_IDLE_THRESHOLD_RATIO``).
+
+    One query: the period's ledger rows summed per GPU-hour, and for the GPU-hours no job held at all, their readings
+    counted by a range seek on the readings' (gpu_id, ts) key each.
+    """
+    unallocated = select(Team.id).where(Team.name == UNALLOCATED_TEAM).scalar_subquery()
+    is_unheld = LedgerEntry.team_id == unallocated
+    hour = type_coerce(LedgerEntry.hour, BigInteger)
+    per_gpu_hour = (
+        select(
+            LedgerEntry.gpu_id.label("gpu_id"),
+            hour.label("hour"),
+            func.sum(case((is_unheld, LedgerEntry.seconds), else_=0)).label("unheld"),
+            func.sum(case((is_unheld, 0), else_=1)).label("held_rows"),
+        )
+        .where(LedgerEntry.hour >= start, LedgerEntry.hour < end)
+        .group_by(LedgerEntry.gpu_id, hour)
+        .subquery()
+    )
+    ts = type_coerce(GpuSample.ts, BigInteger)
+    in_hour = and_(
+        per_gpu_hour.c.held_rows == 0,
+        GpuSample.gpu_id == per_gpu_hour.c.gpu_id,
+        ts >= per_gpu_hour.c.hour,
+        ts < per_gpu_hour.c.hour + HOUR,
+        ts >= to_epoch(start),  # constant bounds: PostgreSQL reads only the period's day partitions
+        ts < to_epoch(end) + HOUR,
+    )
+    shows_job = or_(GpuSample.job_id.is_not(None), GpuSample.utilization_ratio > idle_threshold)
+    rows = session.execute(
+        select(per_gpu_hour.c.unheld, func.count(GpuSample.ts), func.count(case((shows_job, 1))))
+        .select_from(per_gpu_hour)
+        .outerjoin(GpuSample, in_hour)
+        .where(per_gpu_hour.c.unheld > 0)
+        .group_by(per_gpu_hour.c.gpu_id, per_gpu_hour.c.hour, per_gpu_hour.c.unheld)
+    ).all()
+    unheld = sum(int(seconds) for seconds, _, _ in rows)
+    unknown = sum(int(seconds) * showing / readings for seconds, readings, showing in rows if readings)
+    return UnattributedCauses(no_job_gpu_seconds=unheld - unknown, unknown_job_gpu_seconds=unknown)

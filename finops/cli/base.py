@@ -125,8 +125,9 @@ def command_tree(command: Any, path: list[str]) -> list[tuple[list[str], Any]]:
 def configure_logging(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at DEBUG level.")] = False,
 ) -> None:
-    """The root callback: log to stderr at INFO (DEBUG with ``--verbose``); httpx and Alembic from WARNING."""
-    for chatty in ("httpx", "alembic"):
+    """The root callback: log to stderr at INFO (DEBUG with ``--verbose``); httpx, Alembic and APScheduler (a line
+    as each scheduled run starts and ends) from WARNING."""
+    for chatty in ("httpx", "alembic", "apscheduler"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -5,27 +5,34 @@ evaluation right after each rollup, and dispatch plus delivery of alert messages
 
 Runs in the ``serve`` process by default (``--no-scheduler`` leaves it to another process). Each job
 opens its own session and transaction; a failing run is logged by APScheduler and retried next interval.
+
+Logging: a run with nothing to do logs at DEBUG; a rollup that took in something new logs one INFO line
+(:class:`RollupProgress` says what is new). APScheduler's own line per run is left to its loggers, which
+:func:`finops.cli.base.configure_logging` sets to WARNING.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import BigInteger, func, select, type_coerce
 from sqlalchemy.orm import Session, sessionmaker
 
 from finops.analysis.anomalies import record_anomaly_events
 from finops.analysis.budgets import record_budget_events
 from finops.analysis.idle import IdlePolicy, rejudge_idle
+from finops.db.models import LedgerEntry
 from finops.ingest.partitions import Pruned, create_upcoming_partitions, prune_samples
 from finops.jobs.placement import reconcile_job_map
 from finops.ledger.rollup import RollupResult, rollup
 from finops.pricing.catalog import Pricing
 from finops.pricing.store import pricing_in_force
 from finops.service.cost_metrics import CostMetrics
-from finops.timeutil import to_epoch, utc_now
+from finops.timeutil import from_epoch, to_epoch, utc_now
 
 if TYPE_CHECKING:
     from alerts.service import AlertRunner
@@ -35,12 +42,53 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def run_rollup(sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePolicy) -> tuple[RollupResult, int]:
+@dataclass
+class RollupProgress:
+    """Where the scheduler's rollups have got to, to tell a rollup that took in something new from one that only
+    brought the ledger's newest hour up to now (which every rollup does: capacity accrues without readings).
+
+    ``hour``: the newest ledger hour (epoch seconds) the previous rollup built, None before the first;
+    ``metered``: the readings the ledger counted (``sample_count``) in that hour and after, once it was built.
+    """
+
+    hour: int | None = None
+    metered: int = 0
+
+    def took_in_news(self, session: Session, rebuilt: Sequence[int], built: RollupResult) -> bool:
+        """Whether the rollup that just rebuilt the hours ``rebuilt`` (epoch starts) and wrote ``built`` took in
+        something new: hours before the previous rollup's newest (their readings, jobs or prices changed), or more
+        readings from that hour on than the previous rollup counted; the first rollup, any GPU time written. Then
+        moves on to this rollup's newest hour. Reads the ledger rows of those hours (one or two, usually)."""
+        newest = max(rebuilt)
+        since = newest if self.hour is None else min(self.hour, newest)
+        hour = type_coerce(LedgerEntry.hour, BigInteger)
+        counted = dict(
+            session.execute(
+                select(hour, func.sum(LedgerEntry.sample_count))
+                .where(LedgerEntry.hour >= from_epoch(since))
+                .group_by(hour)
+            ).all()
+        )
+        if self.hour is None:
+            news = built.priced_gpu_seconds > 0 or bool(built.unpriced_gpu_seconds)
+        else:
+            news = min(rebuilt) < self.hour or sum(int(n) for n in counted.values()) > self.metered
+        self.hour = newest
+        self.metered = sum(int(n) for h, n in counted.items() if h >= newest)
+        return news
+
+
+def run_rollup(
+    sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePolicy, progress: RollupProgress | None = None
+) -> tuple[RollupResult, int]:
     """With the price catalog in force (the newest imported, else ``pricing``'s): move jobs onto the GPUs newly
     arrived samples name (:func:`finops.jobs.placement.reconcile_job_map`), rebuild dirty ledger hours up to now,
     re-judge the idle episodes of the hours rebuilt (:func:`finops.analysis.idle.rejudge_idle`: readings that
     arrived late, a spool after an outage or a backfill, get their episodes too), and record budget threshold and
     spend anomaly events (each once).
+
+    Logs what it did in one line: at INFO, unless ``progress`` (the scheduler's) says it took in nothing new and
+    it stored no idle episode, then at DEBUG.
 
     Returns (what the rollup rebuilt: hours, GPU-seconds priced and unpriced; idle episodes stored).
     """
@@ -53,7 +101,9 @@ def run_rollup(sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePo
         episodes = rejudge_idle(session, rebuilt, policy, pricing)
         record_budget_events(session, now)
         record_anomaly_events(session, now)
-    log.info(
+        news = progress is None or progress.took_in_news(session, rebuilt, built)
+    log.log(
+        logging.INFO if news or episodes else logging.DEBUG,
         "rollup: %d ledger hours rebuilt (%.2f GPU-hours priced, %.2f unpriced), %d idle episodes",
         built.hours, built.priced_gpu_hours, built.unpriced_gpu_hours, episodes,
     )  # fmt: skip
@@ -61,11 +111,15 @@ def run_rollup(sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePo
 
 
 def run_rollup_and_alerts(
-    sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePolicy, alerts: AlertRunner
+    sessions: sessionmaker[Session],
+    pricing: Pricing,
+    policy: IdlePolicy,
+    alerts: AlertRunner,
+    progress: RollupProgress | None = None,
 ) -> tuple[RollupResult, int]:
     """:func:`run_rollup`, then the alert rules on what it built (in a transaction of their own: a failing
     evaluation is logged and leaves the rollup done). Returns what :func:`run_rollup` returns."""
-    done = run_rollup(sessions, pricing, policy)
+    done = run_rollup(sessions, pricing, policy, progress)
     try:
         alerts.evaluate()
     except Exception:
@@ -84,7 +138,7 @@ def run_sample_maintenance(sessions: sessionmaker[Session], retention_days: int)
         create_upcoming_partitions(session, now)
     with sessions.begin() as session:
         pruned = prune_samples(session, retention_days, now)
-    log.info("sample retention: samples before %s removed", pruned.before.isoformat())
+    log.debug("sample retention: samples before %s removed", pruned.before.isoformat())  # prune_samples logs what went
     return pruned
 
 
@@ -129,10 +183,12 @@ def start_scheduler(
         every("sacct_import", sacct.run, [sessions], seconds=sacct.interval_seconds)
     if prometheus is not None:
         every("prometheus_pull", prometheus.run, [sessions], seconds=rollup_interval_seconds)
+    progress = RollupProgress()
     if alerts is None:
-        every("rollup", run_rollup, [sessions, pricing, policy], seconds=rollup_interval_seconds)
+        every("rollup", run_rollup, [sessions, pricing, policy, progress], seconds=rollup_interval_seconds)
     else:
-        every("rollup", run_rollup_and_alerts, [sessions, pricing, policy, alerts], seconds=rollup_interval_seconds)
+        arguments = [sessions, pricing, policy, alerts, progress]
+        every("rollup", run_rollup_and_alerts, arguments, seconds=rollup_interval_seconds)
     every("cost_metrics", metrics.refresh, [sessions], seconds=rollup_interval_seconds)
     scheduler.start()
     return scheduler

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from aiosmtpd.controller import Controller
 
-from alerts.mail import SmtpSettings, send_email
+from alerts.mail import SmtpSettings, html_body, is_amount, send_email
 from alerts.message import Message
 from alerts.slack import FIELDS_PER_SECTION, HEADER_LIMIT, post_to_slack, slack_payload
 from alerts.webhooks import WebhookPolicy, WebhookRefused, redact
@@ -113,6 +113,24 @@ def test_email_over_starttls_with_text_and_html(certificates: tuple[ssl.SSLConte
     html = email.get_body(("html",))
     assert text is not None and "Cost so far: 41.28 USD" in text.get_content()
     assert html is not None and "&lt;vision&gt;" in html.get_content()
+
+
+def test_email_html_escapes_every_value_and_right_aligns_only_amounts() -> None:
+    amounts = ["41.28 USD", "1,234.50 USD", "85.0 %", "12.5", "-3.2", "70 °C", "650 W"]
+    others = ["4242", "2026-11", "2026-11-24 08:00 UTC (1 h 30 min)", "8 (gpu-a-01: 0, 1)", "unpriced", "yes", ""]
+    assert [is_amount(v) for v in amounts] == [True] * len(amounts)
+    assert [is_amount(v) for v in others] == [False] * len(others)
+    hostile = Message(
+        title="[FIRING] <b>x</b>",
+        summary="a & b",
+        fields=[("<th>", "<script>alert(1)</script>")],
+        link=("Open <now>", 'http://dash/x?a=1&b="2"'),
+    )
+    body = html_body(hostile)
+    assert "<script>" not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert "&lt;b&gt;x&lt;/b&gt;" in body and "a &amp; b" in body and "Open &lt;now&gt;" in body
+    assert 'href="http://dash/x?a=1&amp;b=&quot;2&quot;"' in body
+    assert "<style" not in body and "<a " not in html_body(Message("t", "s")), "no button without a link"
 
 
 def test_a_server_without_starttls_gets_no_credentials() -> None:

@@ -22,7 +22,7 @@ from alerts.config import parse_config
 from alerts.delivery import Channels
 from alerts.engine import RuleInputs
 from alerts.mail import SmtpSettings
-from alerts.models import AlertDelivery, AlertInstance
+from alerts.models import AlertDelivery, AlertGroup, AlertInstance
 from alerts.rules import money
 from alerts.service import AlertRunner, AlertService
 from alerts.webhooks import WebhookPolicy
@@ -41,7 +41,9 @@ from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.service.cost_metrics import CostMetrics
 from finops.service.scheduler import run_rollup_and_alerts, start_scheduler
 from finops.timeutil import utc_now
+from tests.service.job_runs import JobRuns
 from tests.support.alert_cluster import Cluster, minute_floor
+from tests.support.alert_cluster import idle as idle_readings
 from tests.support.alert_servers import SECRET_PATH, Certificates, Mailbox, Webhook, starttls_smtp
 from tests.support.scenario import seed_dashboard_database
 
@@ -210,7 +212,11 @@ def test_restarts_between_firing_and_delivery_send_exactly_one_message(tmp_path:
     try:
         first = _cli(env, "alerts", "evaluate")  # fires; the group waits 3 s
         assert first.endswith("0 notifications queued; 0 of 0 deliveries sent"), first
-        time.sleep(3.5)
+        with sessions() as session:
+            (group,) = session.scalars(select(AlertGroup)).all()
+        assert group.next_check_at is not None
+        while utc_now() < group.next_check_at:  # the stored group_wait, as the next process reads it
+            time.sleep(0.1)
         second = _cli(env, "alerts", "evaluate")  # a new process: queues once, the webhook answers 503
         assert second.endswith("1 notifications queued; 0 of 1 deliveries sent"), second
         with sessions() as session:
@@ -230,21 +236,31 @@ def test_restarts_between_firing_and_delivery_send_exactly_one_message(tmp_path:
 
 def test_the_scheduler_evaluates_after_its_rollup_and_delivers(sessions) -> None:  # type: ignore[no-untyped-def]
     now = minute_floor(utc_now())
-    Cluster(sessions).readings("gpu-r-02", [0], now - timedelta(minutes=10), now - timedelta(minutes=5))
+    Cluster(sessions).readings(
+        "gpu-r-02", [0], now - timedelta(minutes=10), now - timedelta(minutes=5), values=idle_readings
+    )
     webhook = Webhook()
     config = parse_config({"timers": {"group_wait": "1s"}, "default_route": {"slack": ["ops"]}}, "test")
     service = AlertService(config, channels=Channels({"ops": SecretStr(webhook.url)}, LOCAL), poll_seconds=0.2)
     runner = AlertRunner(service, sessions)
     scheduler = start_scheduler(sessions, PRICING, IdlePolicy(), CostMetrics(CollectorRegistry()), 1, alerts=runner)
     try:
+        runs = JobRuns(scheduler)
         deadline = time.monotonic() + 60
-        while not webhook.delivered and time.monotonic() < deadline:
+        while len(webhook.delivered) < 2:  # the collector-silent and data-quality messages
+            assert time.monotonic() < deadline, f"delivered in 60 s: {webhook.delivered}"
             time.sleep(0.1)
-        time.sleep(2.5)  # more rollups, evaluations and delivery passes: nothing more is sent
+        # More evaluations after rollups, then delivery passes after them: nothing more is sent.
+        runs.wait("rollup", 2)
+        runs.wait("alert_delivery", 2)
     finally:
         scheduler.shutdown(wait=True)
         runner.close()
         webhook.close()
-    # The data-quality alert needs the ledger the rollup built: no job held the GPU, all of it is unattributed.
-    titles = sorted(body["blocks"][0]["text"]["text"] for body in webhook.delivered)
-    assert titles == ["[FIRING] Collector silent: gpu-r-02", "[FIRING] Data quality: 100% of GPU time unattributed"]
+    # The data-quality alert needs the ledger the rollup built: no job held the GPU, all of it is unattributed, and
+    # its readings name no job and show it idle: no job on the GPU, nothing to fix.
+    by_title = {body["blocks"][0]["text"]["text"]: body for body in webhook.delivered}
+    quality = "[FIRING] Data quality: 100% of GPU time unattributed (100% no job on the GPU, 0% unknown jobs)"
+    assert sorted(by_title) == ["[FIRING] Collector silent: gpu-r-02", quality]
+    assert len(webhook.delivered) == 2
+    assert "Check that" not in by_title[quality]["text"]

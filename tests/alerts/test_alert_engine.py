@@ -247,3 +247,4 @@ def test_render_group_titles_and_fields() -> None:
     assert two.fields == [("job 1", "8 GPUs idle"), ("job 2", "4 GPUs idle")]
     gone = render_group([], [idle], {"team": "vision", "rule": "idle-gpu"}, "http://dash")
     assert gone.title == "[RESOLVED] Idle GPUs: job 1" and gone.summary == "Resolved: 8 GPUs idle"
+    assert render_group([idle], [], {"team": "vision", "rule": "idle-gpu"}, "").link is None, "no dashboard URL"

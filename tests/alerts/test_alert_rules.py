@@ -202,19 +202,27 @@ def test_a_silent_node_inhibits_its_idle_and_throttling_alerts(sessions) -> None
     }
 
 
-def test_data_quality_fires_above_the_unattributed_share(engine, sessions) -> None:  # type: ignore[no-untyped-def]
+def test_data_quality_fires_above_the_unattributed_share_and_names_its_causes(engine, sessions) -> None:  # type: ignore[no-untyped-def]
     now = minute_floor(utc_now())
     cluster = Cluster(sessions)
     start = now - timedelta(hours=3)
-    cluster.readings("gpu-d-01", [0, 1, 2, 3], start, now)
+    cluster.readings("gpu-d-01", [0], start, now, job="9101")
+    cluster.readings("gpu-d-01", [1, 2], start, now)  # busy with no job id and no imported job: unknown jobs
+    cluster.readings("gpu-d-01", [3], start, now, values=idle)  # no job on the GPU
     cluster.job("9101", "cv-lab", "erin", "gpu-d-01", 1, start, team="vision")
     with sessions.begin() as session:
         rollup(session, PRICING, to_epoch(now))
     _evaluate(sessions, now, parse_config({"rules": {"collector-silent": {"enabled": False}}}, "test"))
     (alert,) = _firing(sessions, now, "data-quality")
     assert alert.labels == {"rule": "data-quality", "severity": "warning"}
-    share = _instance(sessions, "data-quality").figures["unattributed_share"]
-    assert share == pytest.approx(0.75, abs=0.01), "3 of 4 GPUs held by no job"
+    instance = _instance(sessions, "data-quality")
+    shares = [instance.figures[f"{name}_share"] for name in ("unattributed", "no_job", "unknown_job")]
+    assert shares == pytest.approx([0.75, 0.25, 0.5], abs=0.01), "3 of 4 GPUs held by no job, 2 of them busy"
+    title = "Data quality: 75% of GPU time unattributed (25% no job on the GPU, 50% unknown jobs)"
+    assert instance.annotations["title"] == title
+    summary = instance.annotations["summary"]
+    assert "25.0% had no job on the GPU" in summary and "50.0% ran jobs the service does not know" in summary
+    assert summary.endswith("that the job ids the collectors read are those of the imported jobs.")
     relaxed = parse_config({"rules": {"data-quality": {"max_unattributed_share": 0.8}}}, "test")
     _evaluate(sessions, now + timedelta(minutes=1), relaxed)
     assert _firing(sessions, now, "data-quality") == []
