@@ -110,5 +110,7 @@ def test_the_scheduler_is_quiet_until_a_rollup_takes_in_readings(
     finally:
         scheduler.shutdown(wait=True)
         runner.close()
-    (line,) = _info_and_above(service_logging)
+    lines = _info_and_above(service_logging)
+    assert len(lines) == 1, lines
+    (line,) = lines
     assert line.startswith(f"{ROLLUP_LOGGER} INFO: rollup: ") and "GPU-hours priced" in line
