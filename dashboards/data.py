@@ -54,6 +54,21 @@ from finops.pricing.store import catalog_in_force
 from finops.settings import Settings
 
 TTL_SECONDS = 60
+TEAM_COLUMNS = [
+    "team",
+    "allocated_cost",
+    "used_cost",
+    "idle_cost",
+    "allocated_gpu_hours",
+    "used_gpu_hours",
+    "idle_gpu_hours",
+    "unmetered_gpu_hours",
+    "unpriced_gpu_hours",
+    "energy_kwh",
+    "energy_cost",
+]
+"""The columns of the Teams page's table (fields of :func:`finops.analysis.report.report_dicts`; the money columns'
+headers name the currency, and GPU-seconds are GPU-hours there)."""
 NO_CHOICES = FilterChoices([], [], [])
 EVERYTHING = Scope()
 """No filter: every cluster, team and partition."""
@@ -181,7 +196,7 @@ def team_costs(
     """The cost report by team for the period and filters, as the Teams page shows it: the bars of used, idle and
     unallocated cost per team (:func:`dashboards.charts.team_cost_spec`) and the report's rows with the fields of
     ``gpu-finops report --by team --format json`` (:func:`finops.analysis.report.report_dicts`, money as exact
-    decimals in cents), less the GPU-seconds and the currency (the money columns' headers name it)."""
+    decimals in cents) in the order of :data:`TEAM_COLUMNS`, money first."""
     rows = report(url, start, end, "team", scope)
     frame = pd.DataFrame(report_dicts(rows, "team"))
     if not rows:
@@ -189,7 +204,7 @@ def team_costs(
     spec = charts.team_cost_spec(frame, rows[0].currency)
     for field in MONEY_FIELDS:
         frame[field] = frame[field].map(lambda amount: None if amount is None else Decimal(amount))
-    return spec, frame.drop(columns=["allocated_gpu_seconds", "currency"])
+    return spec, frame[TEAM_COLUMNS]
 
 
 @st.cache_data(ttl=TTL_SECONDS)

@@ -28,7 +28,7 @@ PAGES = [
     ("teams", "Cost by team"),
     ("jobs", "Cost of jobs"),
     ("gpus", "Utilisation by node"),
-    ("idle", "Cost of idle episodes"),  # shown only when the scenario's idle episode is found
+    ("idle", "Idle-episode cost"),  # shown only when the scenario's idle episode is found
     ("alerts", "Firing alerts"),  # shown only when the seeded firing alerts are found
     ("quality", "GPU-hours held by a job"),
     ("prices", "Per GPU-hour, in USD"),
@@ -107,7 +107,7 @@ def test_a_filtered_url_shows_the_filtered_view_and_keeps_it_across_pages(dashbo
     expect(_sidebar_select(page, "Team")).to_have_value("alpha")
     expect(_sidebar_select(page, "Period")).to_have_value("Last 7 days")
     expect(page.get_by_text("Spent in ")).to_be_visible()  # the burn-down of the chosen team
-    expect(page.get_by_text("1,000.00 USD").first).to_be_visible()  # alpha's budget
+    expect(page.get_by_text("1.00k USD").first).to_be_visible()  # alpha's budget
     expect(page.get_by_text("Choose a team in the sidebar")).to_have_count(0)
     page.locator('[data-testid="stSidebarNav"]').get_by_text("GPUs & nodes").click()
     page.get_by_text("Utilisation by node").wait_for(timeout=60_000)
@@ -133,8 +133,8 @@ def test_download_csv_gives_the_tables_rows(dashboard: str, page: Page) -> None:
         page.get_by_role("button", name="Download CSV").first.click()
     assert download.value.suggested_filename == "cost-by-job.csv"
     rows = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text())))
-    assert sorted(row["job"] for row in rows) == ["501", "502", "601"]
-    assert {row["team"] for row in rows} == {"alpha", "__unmapped__", "gamma"}
-    assert all(row["cost (USD)"].replace(".", "", 1).isdigit() for row in rows), (
+    assert sorted(row["Job"] for row in rows) == ["501", "502", "601"], "the headers the table shows"
+    assert {row["Team"] for row in rows} == {"alpha", "__unmapped__", "gamma"}
+    assert all(row["Allocated cost (USD)"].replace(".", "", 1).isdigit() for row in rows), (
         "plain decimals, currency in the header"
     )
