@@ -16,6 +16,7 @@ import pandas as pd
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
+from dashboards.charts import COST_COLOURS, USED
 from finops.ledger.costmodel import CENT
 
 Number = Decimal | float | int
@@ -106,9 +107,10 @@ class Column:
     """How a table shows a column: its header (``{currency}`` is replaced by the table's currency) and its kind:
 
     ``money`` in the currency and ``number`` a quantity, both with ``places`` decimals; ``count`` a whole number;
-    ``percent`` a number of percent (12.5 is ``12.5%``); ``share`` a ratio 0–1 drawn as a bar with its percent;
-    ``time`` an instant, ``day`` a date; ``flag`` a yes/no box; ``link`` a URL; ``text`` anything else. Numbers have
-    thousands separators and are right-aligned. ``help`` is the header's tooltip."""
+    ``percent`` a number of percent (12.5 is ``12.5%``); ``share`` a ratio 0–1 (utilisation) drawn as a bar in the
+    colour of used cost, with its percent; ``time`` an instant, ``day`` a date; ``flag`` a yes/no box; ``link`` a
+    URL; ``text`` anything else. Numbers have thousands separators and are right-aligned. ``help`` is the header's
+    tooltip."""
 
     label: str
     kind: ColumnKind = "text"
@@ -131,7 +133,9 @@ class Column:
             return config.NumberColumn(label, help=self.help, format=numbers[self.kind], alignment="right")
         match self.kind:
             case "share":
-                return config.ProgressColumn(label, help=self.help, min_value=0.0, max_value=1.0, format="percent")
+                return config.ProgressColumn(
+                    label, help=self.help, min_value=0.0, max_value=1.0, format="percent", color=COST_COLOURS[USED]
+                )
             case "time":
                 return config.DatetimeColumn(label, help=self.help, format="YYYY-MM-DD HH:mm")
             case "day":

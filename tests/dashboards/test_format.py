@@ -95,7 +95,7 @@ def test_columns_have_human_headers_with_units_and_number_formats() -> None:
         "min_value": 0.0,
         "max_value": 1.0,
         "step": None,
-        "color": None,
+        "color": charts.COST_COLOURS["Used"],
     }
     for name, column in COLUMNS.items():
         label = column.header("USD")

@@ -1,0 +1,189 @@
+"""Every dashboard page read as a person sees it, in Debian's headless Chromium at the default 1280 × 720 window, on
+the demo's database (the first two hours of the real Helios week: 512 GPUs, six teams, budgets of hundreds of
+thousands of dollars): no headline figure is cut off, its exact value is in its tooltip, table headers are human
+words with units (no raw field names), the two idle measures are named and explained, and a screenshot of each
+whole page is saved under the test's tmp_path."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect, sync_playwright
+
+from dashboards.measures import EPISODE_COST, UNUSED_COST
+from tests.support.environment import debian_binary
+from tests.support.servers import free_port
+
+DEMO_MINUTES = 120
+TIMEOUT_MS = 60_000
+THOUSANDS = re.compile(r"\d{1,3}(,\d{3})+\.\d{2} USD")
+"""An exact money figure of at least 1,000 with its thousands separators: ``1,902,183.00 USD``."""
+
+
+PAGES = [
+    # path, text the page shows once its data is in, headers its first tables show, the metric whose tooltip holds
+    # a figure of thousands, the idle measure it explains
+    ("", "GPU capacity cost", {"Team", "Budget (USD)", "Forecast month-end (USD)"}, "Budgets this month", UNUSED_COST),
+    ("teams", "Cost by team", {"Team", "Allocated cost (USD)", "Unused cost (USD)"}, None, UNUSED_COST),
+    ("teams?team=vc6YE", "Budget burn-down", {"Day (UTC)", "Cumulative spend (USD)"}, "Budget", UNUSED_COST),
+    ("jobs", "Cost of jobs", {"Job", "Allocated GPU-hours", "Utilisation"}, "Cost of jobs", UNUSED_COST),
+    ("gpus", "Utilisation by node", {"Node", "Readings", "GPU idle (% of readings)"}, None, None),
+    ("idle", EPISODE_COST, {"Duration (hours)", "Memory held", "Episode cost (USD)"}, None, EPISODE_COST),
+    ("alerts", "Silences", set(), None, None),
+    ("quality", "GPU-hours held by a job", {"Node", "Newest reading (UTC)"}, None, None),
+    ("prices", "Per GPU-hour, in USD", {"GPU model", "Pricing model", "Per GPU-hour (USD)"}, None, None),
+    ("planning", "Inference: weights + KV cache", {"ZeRO stage", "Training state per GPU (GB)"}, None, None),
+]
+POINTERS = {UNUSED_COST: EPISODE_COST.lower(), EPISODE_COST: UNUSED_COST.lower()}
+"""Each measure's caption names the other one."""
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Iterator[str]:
+    """The dashboard on the demo's database; yields its URL once Streamlit answers its health check."""
+    folder = tmp_path_factory.mktemp("readability")
+    url = f"sqlite:///{folder / 'demo.sqlite'}"
+    trace = f"helios:{shared_data / 'helios-earth-vc-allocation'}"
+    demo = [sys.executable, "-m", "finops.cli", "demo", "--headless", "--database-url", url, "--trace", trace]
+    subprocess.run([*demo, "--minutes", str(DEMO_MINUTES)], check=True, capture_output=True, timeout=600)
+    port = free_port()
+    environment = {k: v for k, v in os.environ.items() if k != "FINOPS_PROMETHEUS_URL"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "finops.cli", "dashboard", "--port", str(port)],
+        env={**environment, "FINOPS_DATABASE_URL": url},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{base}/_stcore/health").status_code == 200:
+                    break
+            assert time.monotonic() < deadline and process.poll() is None, "the dashboard did not start"
+            time.sleep(0.3)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def browser_page() -> Iterator[Page]:
+    """One Chromium tab at Playwright's default window (1280 × 720), reused page after page."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(debian_binary("chromium")), args=["--no-sandbox"])
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
+
+
+def _drawn(page: Page) -> None:
+    """Wait until the script has run to its end and every visible table and chart is drawn (the tables' headers
+    are in their accessible grid, which the grid fills after drawing, and the charts have their marks); tables in
+    a closed expander or another tab are not drawn, and not waited for."""
+    page.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]', timeout=TIMEOUT_MS)
+    page.wait_for_function(
+        """() => {
+            const visible = (e) => e.checkVisibility({checkOpacity: true, checkVisibilityCSS: true});
+            const tables = [...document.querySelectorAll('[data-testid="stDataFrame"]')].filter(visible);
+            const charts = [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')].filter(visible);
+            const named = (t) => [...t.querySelectorAll('th[role="columnheader"]')].some((h) => h.textContent.trim());
+            return tables.every(named)
+                && charts.every((c) => c.querySelector('svg.marks, canvas.marks'));
+        }""",
+        timeout=TIMEOUT_MS,
+    )
+
+
+def _cut_off(page: Page) -> list[str]:
+    """The texts of headline figures (label, value, delta and its description) wider than their box, which the
+    page ends with an ellipsis."""
+    cut: list[str] = page.evaluate(
+        """() => [...document.querySelectorAll('[data-testid="stMetric"] .stMarkdownEllipsis')]
+            .filter((e) => e.scrollWidth > e.clientWidth)
+            .map((e) => e.innerText)"""
+    )
+    return cut
+
+
+def _screenshot(page: Page, path: Path) -> None:
+    """The whole page (Streamlit scrolls inside its main area, so the window is made as tall as that area) as a
+    PNG at ``path``; the window is set back to 1280 × 720 after."""
+    height = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+    page.set_viewport_size({"width": 1280, "height": min(max(height, 720), 8000)})
+    try:
+        page.wait_for_function(
+            "() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight <= window.innerHeight + 1",
+            timeout=TIMEOUT_MS,
+        )
+        _drawn(page)
+        page.screenshot(path=str(path))
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 720})
+
+
+@pytest.mark.parametrize(
+    ("path", "ready", "headers", "tooltip", "measure"), PAGES, ids=[p[0].split("?")[0] or "overview" for p in PAGES]
+)
+def test_page_reads_well_at_the_default_width(
+    dashboard: str,
+    browser_page: Page,
+    tmp_path: Path,
+    path: str,
+    ready: str,
+    headers: set[str],
+    tooltip: str | None,
+    measure: str | None,
+) -> None:
+    page = browser_page
+    separator = "&" if "?" in path else "?"
+    page.goto(f"{dashboard}/{path}{separator}period=7d")
+    page.get_by_text(ready).first.wait_for(timeout=TIMEOUT_MS)
+    _drawn(page)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert page.viewport_size == {"width": 1280, "height": 720}
+
+    assert _cut_off(page) == [], "headline figures fit their columns"
+    shown = set(
+        page.evaluate(
+            """() => [...document.querySelectorAll('[data-testid="stDataFrame"] th[role="columnheader"]')]
+                .map((h) => h.textContent)"""
+        )
+    )
+    assert headers <= shown, f"human headers: {sorted(shown)}"
+    assert not [h for h in shown if "_" in h], f"no raw field names among {sorted(shown)}"
+
+    if tooltip is not None:
+        metric = page.locator('[data-testid="stMetric"]').filter(
+            has=page.locator('[data-testid="stMetricLabel"]').get_by_text(tooltip, exact=True)
+        )
+        value = metric.locator('[data-testid="stMetricValue"]').inner_text()
+        assert re.fullmatch(r"-?\d{1,3}(\.\d{1,2})?[kMBT]? USD", value), f"{tooltip} is compact: {value!r}"
+        metric.locator('[data-testid="stTooltipHoverTarget"]').hover()
+        help_text = page.locator('[data-testid="stTooltipContent"]')
+        expect(help_text).to_contain_text(THOUSANDS, timeout=TIMEOUT_MS)
+        assert help_text.inner_text().startswith("Exact: ")
+        page.mouse.move(0, 0)
+        expect(help_text).to_be_hidden(timeout=TIMEOUT_MS)  # not in the screenshot
+
+    if measure is not None:
+        caption = page.locator('[data-testid="stCaptionContainer"]').filter(has_text=f"{measure}:")
+        expect(caption).to_have_count(1)
+        expect(caption).to_contain_text(POINTERS[measure])
+
+    picture = tmp_path / f"{path.replace('?', '-').replace('=', '-') or 'overview'}.png"
+    _screenshot(page, picture)
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert _cut_off(page) == [], "nothing was cut off either once the window is tall"
