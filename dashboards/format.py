@@ -1,6 +1,7 @@
-"""How the pages show numbers: compact headline figures with the exact value on hover, money with its currency, and
-tables whose columns have human names with their units, thousands separators and right-aligned numbers, each with
-a CSV download of the same rows.
+"""How the pages show numbers: compact headline figures with the exact value on hover, and tables with human headers.
+
+Tables' columns have human names with their units, thousands separators and right-aligned numbers (:data:`COLUMNS`,
+the one mapping from a page's column to its header and format), each table with a CSV download of the same rows.
 
 Money stays :class:`~decimal.Decimal` up to here; rounding is half-even (the ledger's rule) and done only for show.
 """

@@ -86,3 +86,11 @@ def test_idle_page_shows_the_unpriced_episode_with_the_fix(tmp_path: Path, monke
     assert "0.50 GPU-hours" in warning and MODEL in warning and "gpu-finops prices import" in warning
     (frame,) = [f.value for f in page.dataframe if "unpriced_model" in f.value.columns]
     assert frame["unpriced_model"].tolist() == [MODEL] and frame["episode_cost"].isna().all()
+
+
+def test_teams_page_shows_a_team_whose_gpu_hours_are_all_unpriced_without_a_cost(database: str) -> None:
+    teams = _run("views/teams.py", period="7d")
+    (frame,) = [f.value for f in teams.dataframe if "energy_kwh" in f.value.columns]
+    unknown = frame[frame["allocated_cost"].isna()]
+    assert unknown["team"].tolist() == ["__unmapped__"], "unknown, not 0 (and no error making the table)"
+    assert unknown["unpriced_gpu_hours"].tolist() == unknown["allocated_gpu_hours"].tolist() == [1.5]
