@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from dashboards.measures import EPISODE_COST, UNUSED_COST
 from tests.support.environment import debian_binary
@@ -43,6 +44,8 @@ PAGES = [
     ("prices", "Per GPU-hour, in USD", {"GPU model", "Pricing model", "Per GPU-hour (USD)"}, None, None),
     ("planning", "Inference: weights + KV cache", {"ZeRO stage", "Training state per GPU (GB)"}, None, None),
 ]
+WITHOUT_FIGURES = {"teams", "gpus", "alerts", "prices"}
+"""Pages with no headline figure on the demo's data (Teams shows its figures once a team is chosen; no alert fires)."""
 POINTERS = {UNUSED_COST: EPISODE_COST.lower(), EPISODE_COST: UNUSED_COST.lower()}
 """Each measure's caption names the other one."""
 
@@ -109,13 +112,30 @@ def _drawn(page: Page) -> None:
 
 def _cut_off(page: Page) -> list[str]:
     """The texts of headline figures (label, value, delta and its description) wider than their box, which the
-    page ends with an ellipsis."""
-    cut: list[str] = page.evaluate(
-        """() => [...document.querySelectorAll('[data-testid="stMetric"] .stMarkdownEllipsis')]
-            .filter((e) => e.scrollWidth > e.clientWidth)
-            .map((e) => e.innerText)"""
+    page ends with an ellipsis; every figure the page shows is looked at (it fails without any)."""
+    texts = page.locator('[data-testid="stMetric"] .stMarkdownEllipsis')
+    expect(texts.first).to_be_attached(timeout=TIMEOUT_MS)
+    cut: list[str] = texts.evaluate_all(
+        "(texts) => texts.filter((e) => e.scrollWidth > e.clientWidth).map((e) => e.innerText)"
     )
     return cut
+
+
+HEADERS = """() => [...document.querySelectorAll('[data-testid="stDataFrame"] th[role="columnheader"]')]
+    .map((h) => h.textContent)"""
+
+
+def _headers(page: Page, expected: set[str]) -> set[str]:
+    """The column headers the page's tables show, once all of ``expected`` are among them (a rerun may draw a grid
+    anew, which fills its headers again), else when the timeout is up (the caller's assertion then says what was
+    shown)."""
+    with contextlib.suppress(PlaywrightTimeoutError):
+        page.wait_for_function(
+            f"(expected) => expected.every((h) => ({HEADERS})().includes(h))",
+            arg=sorted(expected),
+            timeout=TIMEOUT_MS,
+        )
+    return set(page.evaluate(HEADERS))
 
 
 def _screenshot(page: Page, path: Path) -> None:
@@ -155,13 +175,9 @@ def test_page_reads_well_at_the_default_width(
     assert page.locator('[data-testid="stException"]').count() == 0
     assert page.viewport_size == {"width": 1280, "height": 720}
 
-    assert _cut_off(page) == [], "headline figures fit their columns"
-    shown = set(
-        page.evaluate(
-            """() => [...document.querySelectorAll('[data-testid="stDataFrame"] th[role="columnheader"]')]
-                .map((h) => h.textContent)"""
-        )
-    )
+    if path not in WITHOUT_FIGURES:
+        assert _cut_off(page) == [], "headline figures fit their columns"
+    shown = _headers(page, headers)
     assert headers <= shown, f"human headers: {sorted(shown)}"
     assert not [h for h in shown if "_" in h], f"no raw field names among {sorted(shown)}"
 
@@ -186,4 +202,5 @@ def test_page_reads_well_at_the_default_width(
     picture = tmp_path / f"{path.replace('?', '-').replace('=', '-') or 'overview'}.png"
     _screenshot(page, picture)
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert _cut_off(page) == [], "nothing was cut off either once the window is tall"
+    if path not in WITHOUT_FIGURES:
+        assert _cut_off(page) == [], "nothing was cut off either once the window is tall"
