@@ -33,5 +33,6 @@ for name, model in catalog.models.items():
             }
         entry["source"] = row.sources[0].url
         rows.append(entry)
-frame = pd.DataFrame(rows)
+columns = ["model", "pricing model", "from", "per_gpu_hour", "capex", "energy", "support", "source"]
+frame = pd.DataFrame(rows, columns=columns)
 table(frame, "prices.csv", currency=currency)
