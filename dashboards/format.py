@@ -18,6 +18,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from dashboards.charts import COST_COLOURS, USED
+from finops.analysis.idle import MEMORY_HELD_BYTES
 from finops.ledger.costmodel import CENT
 
 Number = Decimal | float | int
@@ -53,15 +54,15 @@ def compact(value: Number, places: int = 2) -> str:
     magnitude = abs(number)
     if _rounded(magnitude, places) < 1000:
         return exact(number, places)
-    for power, suffix in enumerate(SUFFIXES[1:], start=1):
+    for power in range(1, len(SUFFIXES)):
         scaled = magnitude.scaleb(-3 * power)
         for decimals in (2, 1, 0):
             shown = _rounded(scaled, decimals)
             if shown < 10 ** (3 - decimals):
                 break
-        if shown < 1000 or suffix == SUFFIXES[-1]:
-            return _signed(f"{shown:,.{decimals}f}{suffix}", number < 0)
-    raise AssertionError("unreachable: the last suffix always returns")
+        if shown < 1000:
+            break  # else the next suffix; past the last one, more digits
+    return _signed(f"{shown:,.{decimals}f}{SUFFIXES[power]}", number < 0)
 
 
 def money(amount: Decimal, currency: str) -> str:
@@ -187,7 +188,7 @@ COLUMNS: dict[str, Column] = {
     # idle episodes
     "start": Column("Start (UTC)", "time"),
     "hours": Column("Duration (hours)", "number"),
-    "memory_held": Column("Memory held", "flag", help="More than 64 MiB of GPU memory in use during the episode"),
+    "memory_held": Column("Memory held", "flag", help=f"Over {MEMORY_HELD_BYTES // 2**20} MiB of GPU memory in use"),
     "episode_cost": Column("Episode cost ({currency})", "money"),
     "unpriced_model": Column("Unpriced GPU model"),
     # readings
