@@ -50,6 +50,11 @@ POINTERS = {UNUSED_COST: EPISODE_COST.lower(), EPISODE_COST: UNUSED_COST.lower()
 """Each measure's caption names the other one."""
 
 
+def _name(path: str) -> str:
+    """A page's name for its test and screenshot: ``overview``, ``teams-team-vc6YE``."""
+    return path.replace("?", "-").replace("=", "-") or "overview"
+
+
 @pytest.fixture(scope="module")
 def dashboard(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Iterator[str]:
     """The dashboard on the demo's database; yields its URL once Streamlit answers its health check."""
@@ -154,9 +159,7 @@ def _screenshot(page: Page, path: Path) -> None:
         page.set_viewport_size({"width": 1280, "height": 720})
 
 
-@pytest.mark.parametrize(
-    ("path", "ready", "headers", "tooltip", "measure"), PAGES, ids=[p[0].split("?")[0] or "overview" for p in PAGES]
-)
+@pytest.mark.parametrize(("path", "ready", "headers", "tooltip", "measure"), PAGES, ids=[_name(p[0]) for p in PAGES])
 def test_page_reads_well_at_the_default_width(
     dashboard: str,
     browser_page: Page,
@@ -199,7 +202,7 @@ def test_page_reads_well_at_the_default_width(
         expect(caption).to_have_count(1)
         expect(caption).to_contain_text(POINTERS[measure])
 
-    picture = tmp_path / f"{path.replace('?', '-').replace('=', '-') or 'overview'}.png"
+    picture = tmp_path / f"{_name(path)}.png"
     _screenshot(page, picture)
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if path not in WITHOUT_FIGURES:
