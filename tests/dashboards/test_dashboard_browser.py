@@ -4,23 +4,16 @@ viewer to other pages; a table's "Download CSV" button downloads its rows."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from playwright.sync_api import Locator, Page, expect, sync_playwright
+from playwright.sync_api import Locator, Page, expect
 
 from finops.db.engine import make_engine, upgrade
-from tests.support.environment import debian_binary
-from tests.support.servers import free_port
+from tests.dashboards.browser import chromium_page, served_dashboard
 from tests.support.two_clusters import seed_two_clusters
 
 PAGES = [
@@ -39,42 +32,18 @@ TITLES = ("Overview", "Teams", "Jobs", "GPUs & nodes", "Idle GPUs", "Alerts", "D
 
 @pytest.fixture
 def dashboard(tmp_path: Path) -> Iterator[str]:
-    """The dashboard on the seeded two-cluster database; yields its URL once Streamlit answers its health check."""
+    """The dashboard on the seeded two-cluster database."""
     url = f"sqlite:///{tmp_path / 'dash.sqlite'}"
     upgrade(make_engine(url))
     seed_two_clusters(url)
-    port = free_port()
-    environment = {k: v for k, v in os.environ.items() if k != "FINOPS_PROMETHEUS_URL"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "finops.cli", "dashboard", "--port", str(port)],
-        env={**environment, "FINOPS_DATABASE_URL": url},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{base}/_stcore/health").status_code == 200:
-                    break
-            assert time.monotonic() < deadline and process.poll() is None, "the dashboard did not start"
-            time.sleep(0.3)
+    with served_dashboard(url) as base:
         yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @pytest.fixture
 def page() -> Iterator[Page]:
-    chromium = debian_binary("chromium")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(chromium), args=["--no-sandbox"])
-        try:
-            yield browser.new_page(accept_downloads=True)
-        finally:
-            browser.close()
+    with chromium_page() as tab:
+        yield tab
 
 
 def _finished(page: Page) -> None:

@@ -7,22 +7,18 @@ whole page is saved under the test's tmp_path."""
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from dashboards.measures import EPISODE_COST, UNUSED_COST
-from tests.support.environment import debian_binary
-from tests.support.servers import free_port
+from tests.dashboards.browser import chromium_page, served_dashboard
 
 DEMO_MINUTES = 120
 TIMEOUT_MS = 60_000
@@ -63,38 +59,15 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> It
     trace = f"helios:{shared_data / 'helios-earth-vc-allocation'}"
     demo = [sys.executable, "-m", "finops.cli", "demo", "--headless", "--database-url", url, "--trace", trace]
     subprocess.run([*demo, "--minutes", str(DEMO_MINUTES)], check=True, capture_output=True, timeout=600)
-    port = free_port()
-    environment = {k: v for k, v in os.environ.items() if k != "FINOPS_PROMETHEUS_URL"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "finops.cli", "dashboard", "--port", str(port)],
-        env={**environment, "FINOPS_DATABASE_URL": url},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{base}/_stcore/health").status_code == 200:
-                    break
-            assert time.monotonic() < deadline and process.poll() is None, "the dashboard did not start"
-            time.sleep(0.3)
+    with served_dashboard(url) as base:
         yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
 def browser_page() -> Iterator[Page]:
-    """One Chromium tab at Playwright's default window (1280 × 720), reused page after page."""
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(debian_binary("chromium")), args=["--no-sandbox"])
-        try:
-            yield browser.new_page()
-        finally:
-            browser.close()
+    """One Chromium tab at the default window, reused page after page."""
+    with chromium_page() as tab:
+        yield tab
 
 
 def _drawn(page: Page) -> None:
