@@ -24,6 +24,35 @@ from finops.ledger.costmodel import CENT
 LEGEND_LIMIT = 20
 """More series than this and the colour legend is left out (the table under the chart names them)."""
 
+USED, UNUSED, UNALLOCATED = "Used", "Unused", "Unallocated"
+COST_COLOURS: dict[str, str] = {USED: "#009E73", UNUSED: "#E69F00", UNALLOCATED: "#A0A0A0"}
+"""The colour of each kind of cost, in every chart that shows it: used bluish green, unused (allocated, not used)
+amber, capacity no job held grey (Okabe and Ito's colour-blind-safe palette; grey for "nobody's")."""
+TEAM_COLOURS = ["#4C78A8", "#F58518", "#E45756", "#72B7B2", "#54A24B", "#EECA3B", "#B279A2", "#FF9DA6", "#9D755D"]
+"""Colours of teams, in turn (Vega's ``tableau10`` without its grey, which is :data:`UNALLOCATED`'s)."""
+
+
+def cost_colour(field: str) -> alt.Color:
+    """Colour by ``field``, whose values are kinds of cost (keys of :data:`COST_COLOURS`), in their colours."""
+    return alt.Color(
+        f"{field}:N", title="Cost", scale=alt.Scale(domain=list(COST_COLOURS), range=list(COST_COLOURS.values()))
+    )
+
+
+def team_colour(field: str, teams: Sequence[str]) -> alt.Color:
+    """Colour by ``field``, whose values are ``teams``: each team its colour of :data:`TEAM_COLOURS` (in turn, in
+    sorted order), capacity no job held (``__unallocated__``) the grey of :data:`COST_COLOURS`."""
+    domain = sorted(set(teams))
+    held = [team for team in domain if team != UNALLOCATED_TEAM]
+    colours = {team: TEAM_COLOURS[i % len(TEAM_COLOURS)] for i, team in enumerate(held)}
+    colours[UNALLOCATED_TEAM] = COST_COLOURS[UNALLOCATED]
+    return alt.Color(
+        f"{field}:N",
+        title="Team",
+        scale=alt.Scale(domain=domain, range=[colours[team] for team in domain]),
+        legend=legend(len(domain)),
+    )
+
 
 def time_x(field: str, title: str = "Time (UTC)", start: datetime | None = None, end: datetime | None = None) -> alt.X:
     """An x axis of UTC instants (shown in UTC whatever the viewer's time zone), over [start, end] when given."""
@@ -61,10 +90,10 @@ def render(spec: dict[str, Any]) -> None:
     st.vega_lite_chart(spec=spec, width="stretch")
 
 
-def daily_frame(days: Sequence[DailyCost], currency: str) -> pd.DataFrame:
-    """One row per day and team: ``day (UTC)``, ``team``, ``cost (<currency>)``, ``used cost (…)``,
-    ``idle cost (…)`` in cents."""
-    columns = ["day (UTC)", "team", f"cost ({currency})", f"used cost ({currency})", f"idle cost ({currency})"]
+def daily_frame(days: Sequence[DailyCost]) -> pd.DataFrame:
+    """One row per day and team: ``day`` (UTC), ``team``, ``allocated_cost``, ``used_cost``, ``idle_cost`` (money in
+    cents, shown as :data:`dashboards.format.COLUMNS` names them)."""
+    columns = ["day", "team", "allocated_cost", "used_cost", "idle_cost"]
     return pd.DataFrame(
         [
             [
@@ -100,7 +129,7 @@ def daily_spend_spec(days: Sequence[DailyCost], currency: str, start: datetime, 
             x=time_x("day", "Day (UTC)", first, last),
             x2="end:T",
             y=alt.Y("sum(cost):Q", title=f"Spend ({currency})", stack="zero"),
-            color=alt.Color("team:N", title="Team", legend=legend(frame["team"].nunique())),
+            color=team_colour("team", frame["team"].tolist()),
             tooltip=[
                 alt.Tooltip("utcyearmonthdate(day):T", title="Day (UTC)"),
                 alt.Tooltip("team:N", title="Team"),
@@ -112,21 +141,31 @@ def daily_spend_spec(days: Sequence[DailyCost], currency: str, start: datetime, 
 
 
 def team_cost_spec(frame: pd.DataFrame, currency: str) -> dict[str, Any]:
-    """Stacked bars per team of a cost report by team (:func:`finops.analysis.report.report_dicts`): used, idle and (for
-    capacity no job held) unallocated cost, most expensive team on top (a :func:`vega_lite` spec)."""
+    """Stacked bars per team of a cost report by team (:func:`finops.analysis.report.report_dicts`): used, unused and
+    (for capacity no job held) unallocated cost in :data:`COST_COLOURS`, most expensive team on top (a
+    :func:`vega_lite` spec)."""
     costs = frame.assign(
-        used=frame["used_cost"].astype(float),
-        idle=frame["idle_cost"].astype(float),
-        unallocated=frame["allocated_cost"].astype(float).where(frame["team"] == UNALLOCATED_TEAM, 0.0),
-    ).melt(id_vars="team", value_vars=["used", "idle", "unallocated"], var_name="kind", value_name="cost")
+        **{
+            USED: frame["used_cost"].astype(float),
+            UNUSED: frame["idle_cost"].astype(float),
+            UNALLOCATED: frame["allocated_cost"].astype(float).where(frame["team"] == UNALLOCATED_TEAM, 0.0),
+        }
+    ).melt(id_vars="team", value_vars=list(COST_COLOURS), var_name="kind", value_name="cost")
+    costs["order"] = costs["kind"].map(list(COST_COLOURS).index)
     data, datasets = dataset("teams", costs)
     chart = (
         alt.Chart(data)
         .mark_bar()
         .encode(
-            x=alt.X("cost:Q", title=f"Cost ({currency})"),
+            x=alt.X("sum(cost):Q", title=f"Cost ({currency})"),
             y=alt.Y("team:N", sort="-x", title="Team"),
-            color=alt.Color("kind:N", title="Cost"),
+            color=cost_colour("kind"),
+            order=alt.Order("order:Q"),
+            tooltip=[
+                alt.Tooltip("team:N", title="Team"),
+                alt.Tooltip("kind:N", title="Cost"),
+                alt.Tooltip("sum(cost):Q", title=f"Cost ({currency})", format=",.2f"),
+            ],
         )
     )
     return vega_lite(chart, datasets)

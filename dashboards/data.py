@@ -54,6 +54,21 @@ from finops.pricing.store import catalog_in_force
 from finops.settings import Settings
 
 TTL_SECONDS = 60
+TEAM_COLUMNS = [
+    "team",
+    "allocated_cost",
+    "used_cost",
+    "idle_cost",
+    "allocated_gpu_hours",
+    "used_gpu_hours",
+    "idle_gpu_hours",
+    "unmetered_gpu_hours",
+    "unpriced_gpu_hours",
+    "energy_kwh",
+    "energy_cost",
+]
+"""The columns of the Teams page's table (fields of :func:`finops.analysis.report.report_dicts`; the money columns'
+headers name the currency, and GPU-seconds are GPU-hours there)."""
 NO_CHOICES = FilterChoices([], [], [])
 EVERYTHING = Scope()
 """No filter: every cluster, team and partition."""
@@ -168,10 +183,10 @@ def spend_by_day(
     url: str, start: datetime, end: datetime, currency: str, scope: Scope = EVERYTHING
 ) -> tuple[dict[str, Any], pd.DataFrame]:
     """The spend by day for the period and filters, as the pages show it: the stacked bars' Vega-Lite spec
-    (:func:`dashboards.charts.daily_spend_spec`, for ``st.vega_lite_chart``) and the table under them
-    (:func:`dashboards.charts.daily_frame`), money labelled in ``currency``."""
+    (:func:`dashboards.charts.daily_spend_spec`, for ``st.vega_lite_chart``, its axis in ``currency``) and the table
+    under them (:func:`dashboards.charts.daily_frame`)."""
     days = daily(url, start, end, scope)
-    return charts.daily_spend_spec(days, currency, start, end), charts.daily_frame(days, currency)
+    return charts.daily_spend_spec(days, currency, start, end), charts.daily_frame(days)
 
 
 @st.cache_data(ttl=TTL_SECONDS)
@@ -179,28 +194,26 @@ def team_costs(
     url: str, start: datetime, end: datetime, scope: Scope = EVERYTHING
 ) -> tuple[dict[str, Any], pd.DataFrame]:
     """The cost report by team for the period and filters, as the Teams page shows it: the bars of used, idle and
-    unallocated cost per team (:func:`dashboards.charts.team_cost_spec`) and the report's rows as ``gpu-finops
-    report --by team --format csv`` writes them (:func:`finops.analysis.report.report_dicts`, money as exact
-    decimals)."""
+    unallocated cost per team (:func:`dashboards.charts.team_cost_spec`) and the report's rows with the fields of
+    ``gpu-finops report --by team --format json`` (:func:`finops.analysis.report.report_dicts`, money as exact
+    decimals in cents) in the order of :data:`TEAM_COLUMNS`, money first."""
     rows = report(url, start, end, "team", scope)
     frame = pd.DataFrame(report_dicts(rows, "team"))
     if not rows:
         return {}, frame
     spec = charts.team_cost_spec(frame, rows[0].currency)
     for field in MONEY_FIELDS:
-        frame[field] = frame[field].map(Decimal)
-    return spec, frame
+        frame[field] = frame[field].map(lambda amount: None if amount is None else Decimal(amount))
+    return spec, frame[TEAM_COLUMNS]
 
 
 @st.cache_data(ttl=TTL_SECONDS)
-def breakdown(
-    url: str, start: datetime, end: datetime, by: CubeBy, currency: str, scope: Scope = EVERYTHING
-) -> pd.DataFrame:
+def breakdown(url: str, start: datetime, end: datetime, by: CubeBy, scope: Scope = EVERYTHING) -> pd.DataFrame:
     """The cost report by job or by user for the period and filters as a table (capacity no job held left out):
-    the job or user, for a job its team and user, GPU-hours, and cost, used and idle cost in cents labelled in
-    ``currency``; in the report's order (most expensive first)."""
-    columns = [by, *(["team", "user"] if by == "job" else []), "GPU-hours"]
-    columns += [f"cost ({currency})", f"used ({currency})", f"idle ({currency})"]
+    ``job`` or ``user``, for a job its ``team`` and ``user``, ``allocated_gpu_hours``, and ``allocated_cost``,
+    ``used_cost`` and ``idle_cost`` in cents; in the report's order (most expensive first)."""
+    columns = [by, *(["team", "user"] if by == "job" else []), "allocated_gpu_hours"]
+    columns += ["allocated_cost", "used_cost", "idle_cost"]
     return pd.DataFrame(
         [
             [

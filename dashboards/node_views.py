@@ -14,8 +14,28 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
+from collector.contract.clocks_events import CLOCKS_EVENT_REASONS
 from dashboards import charts
+from dashboards.format import Column
 from finops.analysis.telemetry import NodeBucket
+
+
+def reason_label(reason: str) -> str:
+    """A clocks-event reason's NVML name as people read it: ``sw_power_cap`` is ``SW power cap``."""
+    words = [word.upper() if word in ("gpu", "sw", "hw") else word for word in reason.split("_")]
+    return " ".join(words)[:1].upper() + " ".join(words)[1:]
+
+
+REASON_COLUMNS: dict[str, Column] = {
+    **{
+        f"{reason} (readings)": Column(f"{reason_label(reason)} (readings)", "count") for reason in CLOCKS_EVENT_REASONS
+    },
+    **{
+        f"{reason} (%)": Column(f"{reason_label(reason)} (% of readings)", "percent") for reason in CLOCKS_EVENT_REASONS
+    },
+}
+"""How the tables of :class:`NodeViews` show their per-reason columns (``<reason> (readings)``, ``<reason> (%)``,
+by NVML name), for :func:`dashboards.format.table`."""
 
 
 @dataclass(frozen=True, slots=True)

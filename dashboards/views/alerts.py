@@ -20,7 +20,6 @@ from dashboards.format import table
 from finops.timeutil import utc_now
 
 SILENCE_CHOICES = {"current": "In force or upcoming", "all": "All, expired included"}
-MUTED = st.column_config.CheckboxColumn("muted", help="Held back by a silence or an inhibition")
 
 
 def _labels(labels: Mapping[str, str]) -> str:
@@ -60,7 +59,7 @@ else:
             for a in firing
         ]
     )
-    table(frame, "alerts-firing.csv", column_config={"muted": MUTED})
+    table(frame, "alerts-firing.csv")
 
 st.subheader("Resolved in the period")
 resolved = alert_data.resolved(url, view.start, view.end, now, view.team)
@@ -77,8 +76,8 @@ else:
                 "severity": a.severity,
                 "rule": a.rule,
                 "labels": _labels(a.labels),
-                "start (UTC)": a.starts_at,
-                "end (UTC)": a.ends_at,
+                "start": a.starts_at,
+                "end": a.ends_at,
                 "hours": None if a.ends_at is None else round((a.ends_at - a.starts_at).total_seconds() / 3600, 2),
                 "summary": a.summary,
             }

@@ -11,6 +11,7 @@ import streamlit as st
 
 from dashboards import charts, data, filters
 from dashboards.format import duration, table
+from dashboards.node_views import REASON_COLUMNS
 from finops.analysis.telemetry import bucket_seconds
 from finops.ingest.prometheus import PrometheusError
 from finops.timeutil import utc_now
@@ -38,10 +39,10 @@ else:
     charts.render(page.temperature)
     st.subheader("Clocks-event (throttle) reasons")
     charts.render(page.reasons)
-    table(page.reasons_by_node, "throttle-reasons-by-node.csv")
+    table(page.reasons_by_node, "throttle-reasons-by-node.csv", columns=REASON_COLUMNS)
     st.caption("Share of each node's readings with the reason's bit set in the GPU's clocks-event reasons bitmask.")
     with st.expander("Per node and time bucket (the heatmap's data)"):
-        table(page.cells, "gpu-nodes-by-time.csv")
+        table(page.cells, "gpu-nodes-by-time.csv", columns=REASON_COLUMNS)
 
 st.subheader("InfiniBand and storage throughput")
 prometheus = data.prometheus_url()

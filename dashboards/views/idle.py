@@ -7,19 +7,24 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import data, filters
-from dashboards.format import cents, money, table
+from dashboards.format import cents, headline, table
+from dashboards.measures import EPISODE_COST, episode_cost_caption
 from finops.analysis.idle import episode_totals
 
 st.title("Idle GPUs")
 view = filters.sidebar()
 st.caption(view.describe())
+st.caption(episode_cost_caption(data.settings()))
 found = data.episodes(data.database_url(), view.start, view.end, view.scope)
 if not found:
     st.success("No idle episodes in this period.")
     st.stop()
 currency = found[0].currency
 (totals,) = [t for t in episode_totals(found) if t.currency == currency]
-st.metric("Cost of idle episodes", "unpriced" if totals.all_unpriced else money(totals.cost, currency))
+if totals.all_unpriced:
+    st.metric(EPISODE_COST, "unpriced")
+else:
+    headline(EPISODE_COST, totals.cost, currency)
 fixes = {e.model: e.unpriced_fix for e in found if e.cost is None}
 if totals.unpriced_gpu_hours:
     st.warning(
@@ -38,11 +43,11 @@ frame = pd.DataFrame(
             "job": e.job_id,
             "node": e.node,
             "gpu": e.gpu_index,
-            "start (UTC)": e.start,
+            "start": e.start,
             "hours": round(e.hours, 2),
-            "memory held": e.memory_held,
-            f"cost ({currency})": None if e.cost is None else cents(e.cost),
-            "unpriced (GPU model)": e.unpriced_model or "",
+            "memory_held": e.memory_held,
+            "episode_cost": None if e.cost is None else cents(e.cost),
+            "unpriced_model": e.unpriced_model or "",
         }
         for e in found
     ]

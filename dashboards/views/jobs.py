@@ -1,4 +1,4 @@
-"""Jobs: cost, GPU-hours, utilisation and idle cost per job for the period (the numbers of
+"""Jobs: cost, GPU-hours, utilisation and unused allocated cost per job for the period (the numbers of
 ``gpu-finops report --by job``), most expensive first; then one job's per-GPU utilisation and power over time."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, data, filters
-from dashboards.format import cents, duration, money, table
+from dashboards.format import cents, duration, headline, table
+from dashboards.measures import unused_cost_caption
 from finops.db.models import UNALLOCATED_TEAM
 from finops.timeutil import utc_now
 
@@ -32,25 +33,21 @@ frame = pd.DataFrame(
             "job": row.key,
             "team": row.team,
             "user": row.user,
-            "GPU-hours": round(row.allocated_gpu_seconds / 3600, 2),
-            "utilisation": (
+            "allocated_gpu_hours": round(row.allocated_gpu_seconds / 3600, 2),
+            "utilization": (
                 row.used_gpu_seconds / (row.allocated_gpu_seconds - row.unmetered_gpu_seconds)
                 if row.allocated_gpu_seconds > row.unmetered_gpu_seconds
                 else None
             ),
-            f"cost ({currency})": cents(row.allocated_cost),
-            f"idle cost ({currency})": cents(row.idle_cost),
+            "allocated_cost": cents(row.allocated_cost),
+            "idle_cost": cents(row.idle_cost),
         }
         for row in ordered
     ]
 )
-st.metric("Cost of jobs", money(sum((row.allocated_cost for row in rows), Decimal(0)), currency))
-table(
-    frame,
-    "cost-by-job.csv",
-    currency=currency,
-    column_config={"utilisation": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="percent")},
-)
+headline("Cost of jobs", sum((row.allocated_cost for row in rows), Decimal(0)), currency)
+st.caption(unused_cost_caption(data.settings()))
+table(frame, "cost-by-job.csv", currency=currency)
 
 st.subheader("A job's GPUs over time")
 job_ids = list(dict.fromkeys(row.key for row in ordered))

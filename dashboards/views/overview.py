@@ -1,6 +1,6 @@
-"""Overview: spend, utilisation and idle cost for the period (and the GPU-hours left out of it for want of a
-price); this month's spend against budgets and its forecast; the five biggest wasters (jobs and teams by idle
-cost); spend by day."""
+"""Overview: spend, utilisation and unused allocated cost for the period (and the GPU-hours left out of it for want
+of a price); this month's spend against budgets and its forecast; the five biggest wasters (jobs and teams by unused
+allocated cost); spend by day."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, data, filters
-from dashboards.format import PERCENT, cents, money, table
+from dashboards.format import cents, headline, table
+from dashboards.measures import UNUSED_COST, unused_cost_caption
 from finops.analysis.report import fleet_summary
 from finops.timeutil import utc_now
 
@@ -25,11 +26,12 @@ if not rows:
 summary = fleet_summary(rows)
 currency = summary.currency
 spend, used, idle, utilization = st.columns(4)
-spend.metric("GPU capacity cost", money(summary.capacity_cost, currency))
-used.metric("Used (useful work)", money(summary.used_cost, currency))
-idle.metric("Idle cost (waste)", money(summary.idle_cost, currency))
+headline("GPU capacity cost", summary.capacity_cost, currency, place=spend)
+headline("Used (useful work)", summary.used_cost, currency, place=used)
+headline(UNUSED_COST, summary.idle_cost, currency, place=idle)
 utilization.metric("Utilisation of allocated GPUs", f"{summary.utilization:.1%}")
 st.caption(f"{summary.allocated_share:.1%} of GPU-hours were held by a job.")
+st.caption(unused_cost_caption(data.settings()))
 # The report's rows count unpriced GPU-seconds: the by-model query runs only when there are some.
 unpriced = data.unpriced(url, view.start, view.end, view.scope) if any(r.unpriced_gpu_seconds for r in rows) else []
 if unpriced:
@@ -47,16 +49,20 @@ st.subheader(f"This month ({month.month:%B %Y}, to {now:%d %b %H:%M} UTC)")
 team_budgets = [s for s in statuses if not s.project]
 month_currency = month.currency or currency
 spent_column, forecast_column, budget_column, budgeted_column = st.columns(4)
-spent_column.metric("Spent this month", money(month.spent, month_currency))
-forecast_column.metric("Forecast month-end", money(month.forecast, month_currency))
+headline("Spent this month", month.spent, month_currency, place=spent_column)
+headline("Forecast month-end", month.forecast, month_currency, place=forecast_column)
 if team_budgets:
     budget_total = sum((s.budget for s in team_budgets), Decimal(0))
     budgeted = sum((s.forecast for s in team_budgets), Decimal(0))
-    budget_column.metric("Budgets this month", money(budget_total, month_currency), f"{len(team_budgets)} teams", "off")
-    budgeted_column.metric(
+    headline("Budgets this month", budget_total, month_currency, place=budget_column)
+    budget_column.caption(f"{len(team_budgets)} teams")
+    headline(
         "Budgeted teams' forecast",
-        money(budgeted, month_currency),
-        delta=f"{money(budgeted - budget_total, month_currency)} vs their budgets",
+        budgeted,
+        month_currency,
+        place=budgeted_column,
+        delta=budgeted - budget_total,
+        delta_description="vs budgets",
         delta_color="inverse",
     )
 else:
@@ -69,20 +75,20 @@ if statuses:
             {
                 "team": s.team,
                 "project": s.project or "(whole team)",
-                f"budget ({s.currency})": cents(s.budget),
-                f"spent ({s.currency})": cents(s.spent),
-                "used %": float(s.used_percent),
-                f"forecast month-end ({s.currency})": cents(s.forecast),
-                "forecast over budget": s.forecast > s.budget,
+                "budget": cents(s.budget),
+                "spent": cents(s.spent),
+                "used_percent": float(s.used_percent),
+                "forecast": cents(s.forecast),
+                "over_budget": s.forecast > s.budget,
             }
             for s in statuses
         ]
     )
-    table(budget_frame, "budgets.csv", currency=statuses[0].currency, column_config={"used %": PERCENT})
+    table(budget_frame, "budgets.csv", currency=statuses[0].currency)
 else:
     st.write("No budgets set. `gpu-finops budget set TEAM AMOUNT` adds one.")
 
-st.subheader("Top five wasters: idle cost in the period")
+st.subheader(f"Top five wasters: {UNUSED_COST.lower()} in the period")
 by_job, by_team = st.tabs(["Jobs", "Teams"])
 with by_job:
     job_rows = data.wasters(url, view.start, view.end, "job", view.scope)
@@ -93,16 +99,16 @@ with by_job:
                     "job": r.key,
                     "team": r.team,
                     "user": r.user,
-                    f"idle cost ({currency})": cents(r.idle_cost),
-                    "idle GPU-hours": round(r.idle_gpu_seconds / 3600, 2),
-                    f"cost ({currency})": cents(r.allocated_cost),
+                    "idle_cost": cents(r.idle_cost),
+                    "idle_gpu_hours": round(r.idle_gpu_seconds / 3600, 2),
+                    "allocated_cost": cents(r.allocated_cost),
                 }
                 for r in job_rows
             ]
         )
         table(wasters, "top-idle-jobs.csv", currency=currency)
     else:
-        st.write("No job sat idle in this period.")
+        st.write("No job left allocated GPU time unused in this period.")
 with by_team:
     team_rows = data.wasters(url, view.start, view.end, "team", view.scope)
     if team_rows:
@@ -110,16 +116,16 @@ with by_team:
             [
                 {
                     "team": r.key,
-                    f"idle cost ({currency})": cents(r.idle_cost),
-                    "idle GPU-hours": round(r.idle_gpu_seconds / 3600, 2),
-                    f"cost ({currency})": cents(r.allocated_cost),
+                    "idle_cost": cents(r.idle_cost),
+                    "idle_gpu_hours": round(r.idle_gpu_seconds / 3600, 2),
+                    "allocated_cost": cents(r.allocated_cost),
                 }
                 for r in team_rows
             ]
         )
         table(team_wasters, "top-idle-teams.csv", currency=currency)
     else:
-        st.write("No team sat idle in this period.")
+        st.write("No team left allocated GPU time unused in this period.")
 
 st.subheader("Spend by day")
 spend_chart, spend_table = data.spend_by_day(url, view.start, view.end, currency, view.scope)

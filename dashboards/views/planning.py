@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import data
-from dashboards.format import money, table
+from dashboards.format import headline, money, table
 from finops.analysis import planning
 from finops.timeutil import utc_now
 
@@ -51,7 +51,7 @@ with memory:
         stage: round(planning.training_state_bytes_per_gpu(parameters, gpus, stage) / GB, 1) for stage in (0, 1, 2, 3)
     }
     table(
-        pd.DataFrame([{"ZeRO stage": stage, "training state per GPU (GB)": size} for stage, size in sharded.items()]),
+        pd.DataFrame([{"zero_stage": stage, "training_state_gb": size} for stage, size in sharded.items()]),
         "training-state-per-gpu.csv",
     )
 
@@ -63,8 +63,8 @@ with training:
     price = st.number_input(f"Price per GPU-hour ({currency})", min_value=0.0, value=default_price)
     estimate = planning.training_estimate(train_parameters, tokens, train_gpus, achieved, Decimal(repr(price)))
     st.metric("Wall time", f"{estimate.wall_seconds / 86400:,.1f} days")
-    st.metric("GPU-hours", f"{estimate.gpu_hours:,.0f}")
-    st.metric("Cost", money(estimate.cost, currency))
+    headline("GPU-hours", estimate.gpu_hours, "GPU-h", places=0)
+    headline("Cost", estimate.cost, currency)
 
 with inference:
     qps = st.number_input("Peak requests per second", min_value=0.0, value=200.0)

@@ -22,16 +22,17 @@ for name, model in catalog.models.items():
     for row in model.prices:
         entry = {"model": name, "pricing model": str(row.pricing_model), "from": row.effective_from}
         if isinstance(row, RateRow):
-            entry[f"per GPU-hour ({currency})"] = row.rate
+            entry["per_gpu_hour"] = row.rate
         elif isinstance(row, OnPremRow):
             parts = catalog.parts_of(row)
             entry |= {
-                f"per GPU-hour ({currency})": parts.total,
-                f"capex ({currency})": parts.capex_per_hour,
-                f"energy ({currency})": parts.energy_per_hour,
-                f"support ({currency})": parts.support_per_hour,
+                "per_gpu_hour": parts.total,
+                "capex": parts.capex_per_hour,
+                "energy": parts.energy_per_hour,
+                "support": parts.support_per_hour,
             }
         entry["source"] = row.sources[0].url
         rows.append(entry)
-frame = pd.DataFrame(rows)
-table(frame, "prices.csv", currency=currency, column_config={"source": st.column_config.LinkColumn()})
+columns = ["model", "pricing model", "from", "per_gpu_hour", "capex", "energy", "support", "source"]
+frame = pd.DataFrame(rows, columns=columns)
+table(frame, "prices.csv", currency=currency)

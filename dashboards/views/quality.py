@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import data, filters
-from dashboards.format import table
+from dashboards.format import headline, table
 from finops.analysis.quality import coverage
 from finops.timeutil import utc_now
 
@@ -19,12 +19,12 @@ quality = coverage(data.report(url, view.start, view.end, "team", view.scope))
 left, middle, right = st.columns(3)
 left.metric("GPU-hours held by a job", f"{quality.attributed_share:.1%}")
 middle.metric("Held GPU-hours with readings", f"{quality.metered_share:.1%}")
-right.metric("Held GPU-hours without readings", f"{quality.unmetered_gpu_seconds / 3600:,.1f}")
+headline("Held GPU-hours without readings", quality.unmetered_gpu_seconds / 3600, "GPU-h", place=right)
 st.subheader("GPU-hours without a price")
 unpriced = data.unpriced(url, view.start, view.end, view.scope)
 if unpriced:
-    st.metric("GPU-hours counted but not costed", f"{sum(u.gpu_hours for u in unpriced):,.2f}")
-    frame = pd.DataFrame([{"GPU model": u.model, "GPU-hours": round(u.gpu_hours, 2), "fix": u.fix} for u in unpriced])
+    headline("GPU-hours counted but not costed", sum(u.gpu_hours for u in unpriced), "GPU-h")
+    frame = pd.DataFrame([{"model": u.model, "GPU-hours": round(u.gpu_hours, 2), "fix": u.fix} for u in unpriced])
     table(frame, "unpriced-gpu-hours.csv")
 else:
     st.write("Every GPU-hour in this period has a price.")

@@ -1,5 +1,5 @@
-"""Teams: cost, use and waste per team for the period (the same numbers as ``gpu-finops report``), spend by day,
-a team's budget burn-down over its month, and the cost by job and by user."""
+"""Teams: cost, use and unused allocated cost per team for the period (the same numbers as ``gpu-finops report``),
+spend by day, a team's budget burn-down over its month, and the cost by job and by user."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, data, filters
-from dashboards.format import PERCENT, cents, money, money_column, table
+from dashboards.format import cents, headline, table
+from dashboards.measures import unused_cost_caption
 from finops.analysis.filters import Scope
-from finops.analysis.report import MONEY_FIELDS
 from finops.timeutil import month_start, next_month_start, utc_now
 
 st.title("Cost by team")
@@ -26,14 +26,8 @@ if not rows:
 currency = rows[0].currency
 cost_chart, frame = data.team_costs(url, view.start, view.end, view.scope)
 charts.render(cost_chart)
-table(  # the CSV is that of `gpu-finops report --by team --format csv`
-    frame,
-    "cost-by-team.csv",
-    column_config={
-        "allocated_gpu_seconds": None,
-        **{field: money_column(currency, f"{field.replace('_', ' ')} ({currency})") for field in MONEY_FIELDS},
-    },
-)
+st.caption(unused_cost_caption(data.settings()))
+table(frame, "cost-by-team.csv", currency=currency)
 
 st.subheader("Spend by day")
 spend_chart, spend_table = data.spend_by_day(url, view.start, view.end, currency, view.scope)
@@ -63,16 +57,20 @@ else:
         points.append((min(day.day + timedelta(days=1), at), float(running), "spent"))
     budget_currency = budget.currency if budget else currency
     left, middle, right = st.columns(3)
-    left.metric(f"Spent in {first:%B %Y}", money(spent, budget_currency))
+    headline(f"Spent in {first:%B %Y}", spent, budget_currency, place=left)
     if budget is None:
         middle.metric("Budget", "none set")
         st.caption(f"`gpu-finops budget set {view.team} AMOUNT --month {first:%Y-%m}` sets one.")
     else:
-        middle.metric("Budget", money(budget.budget, budget.currency), f"{budget.used_percent}% used", "off")
-        right.metric(
+        headline("Budget", budget.budget, budget.currency, place=middle)
+        middle.caption(f"{budget.used_percent}% used")
+        headline(
             "Forecast month-end",
-            money(budget.forecast, budget.currency),
-            delta=f"{money(budget.forecast - budget.budget, budget.currency)} vs budget",
+            budget.forecast,
+            budget.currency,
+            place=right,
+            delta=budget.forecast - budget.budget,
+            delta_description="vs budget",
             delta_color="inverse",
         )
         points += [
@@ -87,10 +85,9 @@ else:
         )
     )
     cumulative = pd.DataFrame(
-        [{"day (UTC)": d.day.date(), f"spend ({budget_currency})": cents(d.allocated_cost)} for d in month_days],
-        columns=["day (UTC)", f"spend ({budget_currency})"],
+        [{"day": d.day.date(), "spend": cents(d.allocated_cost)} for d in month_days], columns=["day", "spend"]
     )
-    cumulative[f"cumulative ({budget_currency})"] = cumulative[f"spend ({budget_currency})"].cumsum()
+    cumulative["cumulative_spend"] = cumulative["spend"].cumsum()
     table(cumulative, "budget-burn-down.csv", currency=budget_currency)
     if statuses:
         table(
@@ -98,17 +95,16 @@ else:
                 [
                     {
                         "project": s.project or "(whole team)",
-                        f"budget ({s.currency})": cents(s.budget),
-                        f"spent ({s.currency})": cents(s.spent),
-                        "used %": float(s.used_percent),
-                        f"forecast month-end ({s.currency})": cents(s.forecast),
+                        "budget": cents(s.budget),
+                        "spent": cents(s.spent),
+                        "used_percent": float(s.used_percent),
+                        "forecast": cents(s.forecast),
                     }
                     for s in statuses
                 ]
             ),
             "team-budgets.csv",
             currency=statuses[0].currency,
-            column_config={"used %": PERCENT},
         )
     if view.cluster or view.partition:
         st.caption(
@@ -123,13 +119,13 @@ if view.team is None:
 job_tab, user_tab = st.tabs(["By job", "By user"])
 with job_tab:
     table(
-        data.breakdown(url, view.start, view.end, "job", currency, view.scope),
+        data.breakdown(url, view.start, view.end, "job", view.scope),
         "team-cost-by-job.csv",
         currency=currency,
     )
 with user_tab:
     table(
-        data.breakdown(url, view.start, view.end, "user", currency, view.scope),
+        data.breakdown(url, view.start, view.end, "user", view.scope),
         "team-cost-by-user.csv",
         currency=currency,
     )

@@ -18,8 +18,9 @@ from prometheus_client import start_http_server
 from streamlit.testing.v1 import AppTest
 
 from alerts.store import list_silences, select_alerts
-from dashboards import filters
+from dashboards import charts, filters
 from dashboards.filters import period_bounds
+from dashboards.format import compact
 from finops import timeutil
 from finops.analysis.budgets import budget_status
 from finops.analysis.dashboard_queries import top_idle
@@ -95,6 +96,11 @@ def _metrics(app: AppTest) -> dict[str, str]:
     return {m.label: m.value for m in app.metric}
 
 
+def _exact(app: AppTest) -> dict[str, str]:
+    """The exact value of each headline figure, from its tooltip (``Exact: 1,234.57 USD``)."""
+    return {m.label: m.proto.help.removeprefix("Exact: ").split(";")[0] for m in app.metric if m.proto.help}
+
+
 def _frames(app: AppTest) -> list[pd.DataFrame]:
     return [frame.value for frame in app.dataframe]
 
@@ -145,6 +151,37 @@ def test_every_table_downloads_as_csv_and_every_axis_names_its_unit(seeded: str,
         assert titles and all(title and any(unit in title for unit in UNITS) for title in titles), titles
 
 
+@pytest.mark.parametrize("page", PAGES)
+def test_every_table_column_has_a_human_header_and_numbers_have_thousands_separators(seeded: str, page: str) -> None:
+    app = _run(page, period="7d", team="alpha", job="501")
+    for frame in app.dataframe:
+        config = {k: v for k, v in json.loads(frame.proto.columns).items() if k != "_index"}  # the index, hidden
+        assert set(config) == {str(c) for c in frame.value.columns}, "every column is described"
+        for name, column in config.items():
+            label = column["label"]
+            assert "_" not in label and label[0] == label[0].upper(), f"{name}: {label!r}"
+            if column["type_config"]["type"] == "number":
+                assert "," in column["type_config"]["format"] and column["alignment"] == "right", name
+            if "(USD)" in label and column["type_config"]["type"] == "number":
+                assert column["type_config"]["format"].endswith(".2f") or "GPU-hour" in label, "money in cents"
+    for metric in app.metric:
+        if metric.proto.help:
+            assert metric.proto.help.startswith("Exact: "), "compact figures carry their exact value"
+
+
+def test_teams_chart_colours_used_unused_and_unallocated_cost(seeded: str) -> None:
+    app = _run("views/teams.py", period="7d")
+    (costs,) = [spec for spec in _chart_specs(app) if spec["encoding"]["color"].get("title") == "Cost"]
+    scale = costs["encoding"]["color"]["scale"]
+    assert dict(zip(scale["domain"], scale["range"], strict=True)) == charts.COST_COLOURS
+    (days,) = [spec for spec in _chart_specs(app) if spec["encoding"]["color"].get("title") == "Team"]
+    scale = days["encoding"]["color"]["scale"]
+    assert (
+        dict(zip(scale["domain"], scale["range"], strict=True))["__unallocated__"]
+        == charts.COST_COLOURS[charts.UNALLOCATED]
+    )
+
+
 @pytest.mark.parametrize(
     "params",
     [{}, {"period": "7d"}, {"period": "30d", "team": "alpha"}, {"cluster": "vega"}, {"partition": "gpu"}],
@@ -158,26 +195,28 @@ def test_overview_shows_the_report_for_the_period_and_filters(
     filters = {k: v for k, v in params.items() if k != "period"}
     rows = _report(seeded, start, end, **filters)
     summary = fleet_summary(rows)
-    metrics = _metrics(app)
-    assert metrics["GPU capacity cost"] == _usd(summary.capacity_cost)
-    assert metrics["Used (useful work)"] == _usd(summary.used_cost)
-    assert metrics["Idle cost (waste)"] == _usd(summary.idle_cost)
+    metrics, exact = _metrics(app), _exact(app)
+    assert exact["GPU capacity cost"] == _usd(summary.capacity_cost)
+    assert metrics["GPU capacity cost"] == f"{compact(summary.capacity_cost)} USD"
+    assert exact["Used (useful work)"] == _usd(summary.used_cost)
+    assert exact["Unused allocated cost"] == _usd(summary.idle_cost)
     assert metrics["Utilisation of allocated GPUs"] == f"{summary.utilization:.1%}"
+    assert any(c.value.startswith("**Unused allocated cost**") for c in app.caption), "the measure is explained"
     at = now.replace(second=0, microsecond=0)
     month_rows = _report(seeded, month_start(at), at, **filters)
-    assert metrics["Spent this month"] == _usd(sum((r.allocated_cost for r in month_rows), Decimal(0)))
+    assert exact["Spent this month"] == _usd(sum((r.allocated_cost for r in month_rows), Decimal(0)))
     with session_factory(make_engine(seeded))() as session:
         statuses = budget_status(session, at, team=filters.get("team"))
-    budgets = _frame_with(app, "forecast over budget")
+    budgets = _frame_with(app, "over_budget")
     assert budgets["team"].tolist() == [s.team for s in statuses] == ["alpha"]
-    assert [Decimal(str(v)) for v in budgets["spent (USD)"]] == [s.spent.quantize(CENT) for s in statuses]
-    wasters = _frame_with(app, "job", "idle GPU-hours")
+    assert [Decimal(str(v)) for v in budgets["spent"]] == [s.spent.quantize(CENT) for s in statuses]
+    wasters = _frame_with(app, "job", "idle_gpu_hours")
     expected = top_idle(_report(seeded, start, end, "job", **filters))
     assert wasters["job"].tolist() == [r.key for r in expected]
-    assert [Decimal(str(v)) for v in wasters["idle cost (USD)"]] == [r.idle_cost.quantize(CENT) for r in expected]
-    days = _frame_with(app, "day (UTC)")
+    assert [Decimal(str(v)) for v in wasters["idle_cost"]] == [r.idle_cost.quantize(CENT) for r in expected]
+    days = _frame_with(app, "day")
     for team_row in rows:
-        spent = sum(Decimal(str(v)) for v in days[days["team"] == team_row.key]["cost (USD)"])
+        spent = sum(Decimal(str(v)) for v in days[days["team"] == team_row.key]["allocated_cost"])
         assert abs(spent - team_row.allocated_cost) <= CENT * len(days), "days add up to the period (to the cent)"
 
 
@@ -190,13 +229,13 @@ def test_filters_come_from_the_url_stay_in_it_and_follow_to_other_pages(seeded: 
     assert not app.exception
     assert app.selectbox(key="url_team").value == "alpha", "the filter follows to the next page"
     assert app.query_params["team"] == "alpha", "and is written back into its URL"
-    assert set(_frame_with(app, "allocated_cost")["team"]) == {"alpha"}
+    assert set(_frame_with(app, "energy_kwh")["team"]) == {"alpha"}
     app.selectbox(key="url_team").select("All").run()
     assert "team" not in app.query_params, "the default leaves the URL"
-    assert set(_frame_with(app, "allocated_cost")["team"]) == {"alpha", "gamma", "__unmapped__", "__unallocated__"}
+    assert set(_frame_with(app, "energy_kwh")["team"]) == {"alpha", "gamma", "__unmapped__", "__unallocated__"}
     app.selectbox(key="url_cluster").select("vega").run()
     assert app.query_params["cluster"] == "vega"
-    assert set(_frame_with(app, "allocated_cost")["team"]) == {"gamma", "__unallocated__"}
+    assert set(_frame_with(app, "energy_kwh")["team"]) == {"gamma", "__unallocated__"}
 
 
 def test_a_bad_url_value_is_ignored_with_a_warning(seeded: str) -> None:
@@ -213,7 +252,7 @@ def test_custom_period_from_the_url(seeded: str) -> None:
     app = _run("views/teams.py", period="custom", **{"from": first.isoformat(), "to": last.isoformat()})
     start, end = period_bounds("custom", utc_now(), first, last)
     rows = _report(seeded, start, end)
-    frame = _frame_with(app, "allocated_cost")
+    frame = _frame_with(app, "energy_kwh")
     assert frame["team"].tolist() == [r.key for r in rows]
 
 
@@ -222,19 +261,19 @@ def test_teams_page_burn_down_and_breakdown_of_a_team(seeded: str, now: datetime
     at = now.replace(second=0, microsecond=0)
     with session_factory(make_engine(seeded))() as session:
         (status,) = budget_status(session, at, team="alpha")
-    metrics = _metrics(app)
-    assert metrics[f"Spent in {at:%B %Y}"] == _usd(status.spent)
-    assert metrics["Budget"] == "1,000.00 USD"
-    assert metrics["Forecast month-end"] == _usd(status.forecast)
-    burn = _frame_with(app, "cumulative (USD)")
-    assert Decimal(str(burn["cumulative (USD)"].iloc[-1])) == status.spent.quantize(CENT)
+    metrics, exact = _metrics(app), _exact(app)
+    assert exact[f"Spent in {at:%B %Y}"] == _usd(status.spent)
+    assert (metrics["Budget"], exact["Budget"]) == ("1.00k USD", "1,000.00 USD")
+    assert exact["Forecast month-end"] == _usd(status.forecast)
+    burn = _frame_with(app, "cumulative_spend")
+    assert Decimal(str(burn["cumulative_spend"].iloc[-1])) == status.spent.quantize(CENT)
     titles = [title for spec in _chart_specs(app) for title in _axis_titles(spec)]
     assert "Cumulative spend (USD)" in titles
     start, end = period_bounds("7d", now)
-    jobs = _frame_with(app, "job", "GPU-hours")
+    jobs = _frame_with(app, "job", "allocated_gpu_hours")
     expected = [r for r in _report(seeded, start, end, "job", team="alpha") if r.key != "__unallocated__"]
     assert jobs["job"].tolist() == [r.key for r in expected] == ["501"]
-    assert [Decimal(str(v)) for v in jobs["cost (USD)"]] == [r.allocated_cost.quantize(CENT) for r in expected]
+    assert [Decimal(str(v)) for v in jobs["allocated_cost"]] == [r.allocated_cost.quantize(CENT) for r in expected]
     users = _frame_with(app, "user", without=("job",))
     assert users["user"].tolist() == ["alice"]
 
@@ -243,15 +282,15 @@ def test_teams_page_without_a_team_asks_for_one(seeded: str) -> None:
     app = _run("views/teams.py", period="7d")
     assert any("Choose a team" in i.value for i in app.info)
     rows = _report(seeded, *period_bounds("7d", utc_now()))
-    assert _frame_with(app, "allocated_cost")["team"].tolist() == [r.key for r in rows]
+    assert _frame_with(app, "energy_kwh")["team"].tolist() == [r.key for r in rows]
 
 
 def test_jobs_page_lists_the_report_and_a_jobs_gpus_over_time(seeded: str) -> None:
     app = _run("views/jobs.py", period="7d", job="501")
     rows = [r for r in _report(seeded, *period_bounds("7d", utc_now()), "job") if r.key != "__unallocated__"]
-    frame = _frame_with(app, "GPU-hours")
+    frame = _frame_with(app, "allocated_gpu_hours")
     assert sorted(frame["job"]) == sorted(r.key for r in rows)
-    assert [Decimal(str(c)) for c in frame["cost (USD)"]] == sorted(
+    assert [Decimal(str(c)) for c in frame["allocated_cost"]] == sorted(
         (r.allocated_cost.quantize(CENT) for r in rows), reverse=True
     ), "most expensive first, to the cent"
     assert app.selectbox(key="url_job").value == "501"
@@ -335,7 +374,7 @@ def test_alerts_page_shows_the_stores_firing_and_resolved_alerts_and_silences(se
     assert shown["severity"].tolist() == ["critical", "warning"]
     assert shown["labels"].tolist()[1] == f'gpu="0", job="601", node="{NODE_B}", team="gamma"'
     assert shown["summary"].tolist() == [a.summary for a in firing]
-    history = _frame_with(app, "end (UTC)")
+    history = _frame_with(app, "end")
     assert history["rule"].tolist() == [a.rule for a in resolved] == ["idle-gpu"]
     assert history["hours"].tolist() == [0.5]
     silences = _frame_with(app, "matchers")
@@ -364,7 +403,7 @@ def test_alerts_page_team_filter_keeps_the_alerts_labelled_with_the_team(seeded:
     alpha = _run("views/alerts.py", period="7d", team="alpha")
     assert [s.value for s in alpha.success] == ["No alert is firing."]
     assert _metrics(alpha)["Resolved alerts"] == str(len(resolved)) == "1"
-    assert _frame_with(alpha, "end (UTC)")["labels"].tolist() == ['job="501", team="alpha", user="alice"']
+    assert _frame_with(alpha, "end")["labels"].tolist() == ['job="501", team="alpha", user="alice"']
 
 
 def test_alerts_page_history_follows_the_period(seeded: str) -> None:
@@ -407,6 +446,6 @@ def test_prices_page_lists_every_catalog_row_with_on_prem_parts(database: str) -
     h100 = frame[(frame["model"] == "H100-SXM-80GB") & (frame["pricing model"] == "on-prem")]
     current = h100[h100["from"] <= utc_now().date()].sort_values("from").iloc[-1]
     parts = catalog.onprem_parts("NVIDIA H100 80GB HBM3", utc_now())
-    assert current["per GPU-hour (USD)"] == parts.total
-    assert current["capex (USD)"] == parts.capex_per_hour
-    assert current["energy (USD)"] == parts.energy_per_hour
+    assert current["per_gpu_hour"] == parts.total
+    assert current["capex"] == parts.capex_per_hour
+    assert current["energy"] == parts.energy_per_hour

@@ -4,23 +4,16 @@ viewer to other pages; a table's "Download CSV" button downloads its rows."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from playwright.sync_api import Locator, Page, expect, sync_playwright
+from playwright.sync_api import Locator, Page, expect
 
 from finops.db.engine import make_engine, upgrade
-from tests.support.environment import debian_binary
-from tests.support.servers import free_port
+from tests.dashboards.browser import chromium_page, served_dashboard
 from tests.support.two_clusters import seed_two_clusters
 
 PAGES = [
@@ -28,7 +21,7 @@ PAGES = [
     ("teams", "Cost by team"),
     ("jobs", "Cost of jobs"),
     ("gpus", "Utilisation by node"),
-    ("idle", "Cost of idle episodes"),  # shown only when the scenario's idle episode is found
+    ("idle", "Idle-episode cost"),  # shown only when the scenario's idle episode is found
     ("alerts", "Firing alerts"),  # shown only when the seeded firing alerts are found
     ("quality", "GPU-hours held by a job"),
     ("prices", "Per GPU-hour, in USD"),
@@ -39,42 +32,18 @@ TITLES = ("Overview", "Teams", "Jobs", "GPUs & nodes", "Idle GPUs", "Alerts", "D
 
 @pytest.fixture
 def dashboard(tmp_path: Path) -> Iterator[str]:
-    """The dashboard on the seeded two-cluster database; yields its URL once Streamlit answers its health check."""
+    """The dashboard on the seeded two-cluster database."""
     url = f"sqlite:///{tmp_path / 'dash.sqlite'}"
     upgrade(make_engine(url))
     seed_two_clusters(url)
-    port = free_port()
-    environment = {k: v for k, v in os.environ.items() if k != "FINOPS_PROMETHEUS_URL"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "finops.cli", "dashboard", "--port", str(port)],
-        env={**environment, "FINOPS_DATABASE_URL": url},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{base}/_stcore/health").status_code == 200:
-                    break
-            assert time.monotonic() < deadline and process.poll() is None, "the dashboard did not start"
-            time.sleep(0.3)
+    with served_dashboard(url) as base:
         yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @pytest.fixture
 def page() -> Iterator[Page]:
-    chromium = debian_binary("chromium")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(chromium), args=["--no-sandbox"])
-        try:
-            yield browser.new_page(accept_downloads=True)
-        finally:
-            browser.close()
+    with chromium_page() as tab:
+        yield tab
 
 
 def _finished(page: Page) -> None:
@@ -107,7 +76,7 @@ def test_a_filtered_url_shows_the_filtered_view_and_keeps_it_across_pages(dashbo
     expect(_sidebar_select(page, "Team")).to_have_value("alpha")
     expect(_sidebar_select(page, "Period")).to_have_value("Last 7 days")
     expect(page.get_by_text("Spent in ")).to_be_visible()  # the burn-down of the chosen team
-    expect(page.get_by_text("1,000.00 USD").first).to_be_visible()  # alpha's budget
+    expect(page.get_by_text("1.00k USD").first).to_be_visible()  # alpha's budget
     expect(page.get_by_text("Choose a team in the sidebar")).to_have_count(0)
     page.locator('[data-testid="stSidebarNav"]').get_by_text("GPUs & nodes").click()
     page.get_by_text("Utilisation by node").wait_for(timeout=60_000)
@@ -133,8 +102,8 @@ def test_download_csv_gives_the_tables_rows(dashboard: str, page: Page) -> None:
         page.get_by_role("button", name="Download CSV").first.click()
     assert download.value.suggested_filename == "cost-by-job.csv"
     rows = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text())))
-    assert sorted(row["job"] for row in rows) == ["501", "502", "601"]
-    assert {row["team"] for row in rows} == {"alpha", "__unmapped__", "gamma"}
-    assert all(row["cost (USD)"].replace(".", "", 1).isdigit() for row in rows), (
+    assert sorted(row["Job"] for row in rows) == ["501", "502", "601"], "the headers the table shows"
+    assert {row["Team"] for row in rows} == {"alpha", "__unmapped__", "gamma"}
+    assert all(row["Allocated cost (USD)"].replace(".", "", 1).isdigit() for row in rows), (
         "plain decimals, currency in the header"
     )

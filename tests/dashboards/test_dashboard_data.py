@@ -59,7 +59,7 @@ def test_each_scope_reads_the_ledger_once_and_only_for_itself(url: str, monkeypa
             assert data.report(url, START, END, "team", scope) == []
             assert data.daily(url, START, END, scope) == []
             data.spend_by_day(url, START, END, "USD", scope)
-            data.breakdown(url, START, END, "job", "USD", scope)
+            data.breakdown(url, START, END, "job", scope)
     assert read == [{"cluster": s.cluster, "team": s.team, "partition": s.partition} for s in SCOPES]
 
 

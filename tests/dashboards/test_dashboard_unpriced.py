@@ -62,9 +62,9 @@ def test_overview_warns_of_the_unpriced_gpu_hours(database: str) -> None:
 
 def test_quality_page_lists_the_unpriced_gpu_hours_by_model(database: str) -> None:
     quality = _run("views/quality.py", period="7d")
-    assert {m.label: m.value for m in quality.metric}["GPU-hours counted but not costed"] == "2.00"
+    assert {m.label: m.value for m in quality.metric}["GPU-hours counted but not costed"] == "2.00 GPU-h"
     (frame,) = [f.value for f in quality.dataframe if "fix" in f.value.columns]
-    assert frame["GPU model"].tolist() == [MODEL] and frame["GPU-hours"].tolist() == [2.0]
+    assert frame["model"].tolist() == [MODEL] and frame["GPU-hours"].tolist() == [2.0]
     assert "set the node's model" in frame["fix"][0]
 
 
@@ -81,8 +81,16 @@ def test_idle_page_shows_the_unpriced_episode_with_the_fix(tmp_path: Path, monke
         rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
         assert detect_idle(session, t0, t0 + timedelta(hours=2), IdlePolicy(), pricing) == 1
     page = _run("views/idle.py", period="7d")
-    assert {m.label: m.value for m in page.metric}["Cost of idle episodes"] == "unpriced"
+    assert {m.label: m.value for m in page.metric}["Idle-episode cost"] == "unpriced"
     (warning,) = [w.value for w in page.warning if "no price" in w.value]
     assert "0.50 GPU-hours" in warning and MODEL in warning and "gpu-finops prices import" in warning
-    (frame,) = [f.value for f in page.dataframe if "unpriced (GPU model)" in f.value.columns]
-    assert frame["unpriced (GPU model)"].tolist() == [MODEL] and frame["cost (USD)"].isna().all()
+    (frame,) = [f.value for f in page.dataframe if "unpriced_model" in f.value.columns]
+    assert frame["unpriced_model"].tolist() == [MODEL] and frame["episode_cost"].isna().all()
+
+
+def test_teams_page_shows_a_team_whose_gpu_hours_are_all_unpriced_without_a_cost(database: str) -> None:
+    teams = _run("views/teams.py", period="7d")
+    (frame,) = [f.value for f in teams.dataframe if "energy_kwh" in f.value.columns]
+    unknown = frame[frame["allocated_cost"].isna()]
+    assert unknown["team"].tolist() == ["__unmapped__"], "unknown, not 0 (and no error making the table)"
+    assert unknown["unpriced_gpu_hours"].tolist() == unknown["allocated_gpu_hours"].tolist() == [1.5]
