@@ -46,7 +46,9 @@ now = utc_now().replace(second=0, microsecond=0)
 month = data.month(url, now, view.scope)
 statuses = month.budgets
 st.subheader(f"This month ({month.month:%B %Y}, to {now:%d %b %H:%M} UTC)")
-team_budgets = [s for s in statuses if not s.project]
+team_budgets = [s for s in statuses if not s.project and s.comparable]
+for problem in sorted({s.problem for s in statuses if s.problem}):
+    st.warning(f"Left out of the budget totals: {problem}.")
 month_currency = month.currency or currency
 spent_column, forecast_column, budget_column, budgeted_column = st.columns(4)
 headline("Spent this month", month.spent, month_currency, place=spent_column)
@@ -79,7 +81,7 @@ if statuses:
                 "spent": cents(s.spent),
                 "used_percent": float(s.used_percent),
                 "forecast": cents(s.forecast),
-                "over_budget": s.forecast > s.budget,
+                "over_budget": s.comparable and s.forecast > s.budget,
             }
             for s in statuses
         ]

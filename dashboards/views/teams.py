@@ -45,6 +45,9 @@ else:
     team_only = Scope(team=view.team)
     statuses = data.month(url, at - timedelta(seconds=1) if at == following else at, team_only).budgets
     budget = next((s for s in statuses if not s.project), None)
+    if budget is not None and budget.problem:
+        st.warning(f"This team's budget is left out: {budget.problem}.")
+        budget = None
     # The ledger hours that start before `at` are those before the next whole hour: read up to that hour, the
     # month to date is the cube of the period when the period is the month to date.
     whole_hour = at.replace(minute=0, second=0, microsecond=0)

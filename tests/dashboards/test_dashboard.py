@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import streamlit as st
 from prometheus_client import start_http_server
+from sqlalchemy import update
 from streamlit.testing.v1 import AppTest
 
 from alerts.store import list_silences, select_alerts
@@ -26,6 +27,7 @@ from finops.analysis.budgets import budget_status
 from finops.analysis.dashboard_queries import top_idle
 from finops.analysis.report import cost_report, fleet_summary
 from finops.db.engine import make_engine, session_factory, upgrade
+from finops.db.models import Budget
 from finops.ledger.costmodel import CENT
 from finops.pricing.catalog import load_catalog
 from finops.timeutil import month_start, utc_now
@@ -449,3 +451,17 @@ def test_prices_page_lists_every_catalog_row_with_on_prem_parts(database: str) -
     assert current["per_gpu_hour"] == parts.total
     assert current["capex"] == parts.capex_per_hour
     assert current["energy"] == parts.energy_per_hour
+
+
+def test_a_budget_in_another_currency_is_left_out_and_said(seeded: str, now: datetime) -> None:
+    """A budget stored in EUR before budgets had to be in the catalogue's currency: the pages say it is not
+    comparable with the USD spend and leave it out of the totals and the burn-down, without failing."""
+    with session_factory(make_engine(seeded)).begin() as session:
+        session.execute(update(Budget).values(currency="EUR"))
+    overview = _run("views/overview.py", period="7d")
+    (warning,) = [w.value for w in overview.warning if "budget" in w.value]
+    assert "budget in EUR but spend in USD: not comparable" in warning
+    assert _metrics(overview)["Budgets this month"] == "none set"
+    teams = _run("views/teams.py", team="alpha", period="7d")
+    assert any("This team's budget is left out: budget in EUR" in w.value for w in teams.warning)
+    assert _metrics(teams)["Budget"] == "none set"
