@@ -304,10 +304,11 @@ class ScheduledPull:
         self._ingestor = Ingestor()
 
     def run(self, sessions: sessionmaker[Session]) -> PullResult:
-        """Pull and store the lookback window ending now."""
+        """Pull and store the lookback window ending now; logs what came at INFO, at DEBUG when nothing did."""
         now = self._clock()
         result = import_range(sessions, self.client, now - self.lookback, now, self.options, self._ingestor)
-        log.info(
+        log.log(
+            logging.INFO if result.readings else logging.DEBUG,  # quiet when nothing came
             "prometheus pull: %d readings of %d GPUs on %d nodes from %s",
             result.readings,
             len(result.gpus),

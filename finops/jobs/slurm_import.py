@@ -278,7 +278,9 @@ def run_sacct(
             mark.value = end
     for error in result.errors:
         log.warning("skipped %s", error.message)
-    log.info(
+    anything = result.jobs or result.without_gpus or result.errors
+    log.log(
+        logging.INFO if anything else logging.DEBUG,  # quiet when sacct had nothing new
         "%s: %d GPU jobs imported, %d without GPUs, %d bad lines; watermark %s at %s",
         source, result.jobs, result.without_gpus, len(result.errors), name, end.isoformat(),
     )  # fmt: skip

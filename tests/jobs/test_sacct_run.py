@@ -120,6 +120,19 @@ def test_runs_move_the_watermark_and_reread_running_jobs(sessions, fake_sacct: F
     )
 
 
+def test_a_run_logs_at_info_only_when_sacct_had_something(  # type: ignore[no-untyped-def]
+    sessions, fake_sacct: FakeSacct, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="finops.jobs.slurm_import")
+    run_sacct(sessions, command=str(fake_sacct.path), cluster="orion", now=NOW)
+    assert [r.levelno for r in caplog.records if "GPU jobs imported" in r.getMessage()] == [logging.DEBUG]
+    caplog.clear()
+    fake_sacct.prints(_line(42, "2026-01-05T09:00:00", "Unknown", "RUNNING"))
+    run_sacct(sessions, command=str(fake_sacct.path), cluster="orion", now=NOW + timedelta(minutes=5))
+    (record,) = [r for r in caplog.records if "GPU jobs imported" in r.getMessage()]
+    assert record.levelno == logging.INFO and ": 1 GPU jobs imported" in record.getMessage()
+
+
 def test_a_failing_sacct_is_logged_and_leaves_the_watermark(  # type: ignore[no-untyped-def]
     sessions, fake_sacct: FakeSacct, caplog: pytest.LogCaptureFixture
 ) -> None:
