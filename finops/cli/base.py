@@ -122,15 +122,23 @@ def command_tree(command: Any, path: list[str]) -> list[tuple[list[str], Any]]:
     return found
 
 
+LONG_RUNNING_COMMANDS = frozenset({"serve", "scheduler", "dashboard", "collector"})
+"""Commands that run until stopped: their log is all they say, so it starts at INFO. The others print what they did
+themselves, and log from WARNING."""
+
+
 def configure_logging(
+    ctx: typer.Context,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at DEBUG level.")] = False,
 ) -> None:
-    """The root callback: log to stderr at INFO (DEBUG with ``--verbose``); httpx, Alembic and APScheduler (a line
-    as each scheduled run starts and ends) from WARNING."""
+    """The root callback: log to stderr, at INFO for the long-running commands (:data:`LONG_RUNNING_COMMANDS`), from
+    WARNING for the others, at DEBUG with ``--verbose``; httpx, Alembic and APScheduler (a line as each scheduled run
+    starts and ends) from WARNING."""
     for chatty in ("httpx", "alembic", "apscheduler"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
+    level = logging.INFO if ctx.invoked_subcommand in LONG_RUNNING_COMMANDS else logging.WARNING
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=logging.DEBUG if verbose else level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
 

@@ -214,3 +214,18 @@ def test_the_dashboard_commands_name_their_extra(args: list[str], tmp_path: Path
         f"error: gpu-finops {args[0]} needs the dashboard extra (streamlit, altair, pandas missing): "
         "pip install 'gpu-finops[dashboard]'"
     ]
+
+
+def test_one_shot_commands_print_their_line_and_log_only_warnings(tmp_path: Path) -> None:
+    """``gpu-finops rollup`` says what it did once, on stdout; its INFO log line appears with ``--verbose`` only."""
+    url = f"sqlite:///{tmp_path / 'finops.sqlite'}"
+    upgrade(make_engine(url))
+    env = {"PATH": "/usr/bin:/bin", "FINOPS_DATA_DIR": str(tmp_path), "FINOPS_DATABASE_URL": url}
+    for verbose in ([], ["--verbose"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "finops.cli", *verbose, "rollup"], capture_output=True, text=True, env=env,
+            timeout=120, check=True,
+        )  # fmt: skip
+        assert done.stdout.startswith("rollup: ") and len(done.stdout.splitlines()) == 1, done.stdout
+        logged = [line for line in done.stderr.splitlines() if " INFO finops.service.scheduler: rollup: " in line]
+        assert len(logged) == (1 if verbose else 0), done.stderr
