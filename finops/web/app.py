@@ -33,8 +33,8 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 import anyio
-import orjson
 import psycopg
+import pydantic_core
 from fastapi import FastAPI, Header, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
@@ -278,7 +278,9 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]]]:
             bad_series.setdefault(loc[1], {"series": loc[1], **entry})
         else:
             return None, _batch_errors(errors)
-    data = orjson.loads(body)
+    # Parsed as pydantic parsed it: Infinity/NaN literals and huge numbers (refused above, by field) load as floats,
+    # large integers stay integers.
+    data = pydantic_core.from_json(body, allow_inf_nan=True)
     series = data.get("series") or []
     for index, item in enumerate(series):
         # Unequal column lengths are judged only once every value passed: judge them here too.
