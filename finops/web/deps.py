@@ -1,5 +1,7 @@
-"""What the API routers share besides authentication (:mod:`finops.web.auth`): the database session dependency,
-the bounds of path ids and times, and the parsing of request values into ``422 {"detail": "<name>: …"}`` answers."""
+"""What the API routers share besides authentication (:mod:`finops.web.auth`): the database session dependency
+and the parsing of request values into ``422 {"detail": "<name>: …"}`` answers.
+
+Path ids are bounded (:data:`RowId`) and so is time text (:data:`INSTANT_MAX_LENGTH`)."""
 
 # No ``from __future__ import annotations``: FastAPI resolves the dependency's annotations when routes are defined.
 
