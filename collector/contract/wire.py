@@ -48,8 +48,15 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 from collector.contract import metric_names as m
 from collector.contract.sample import Sample
 
+INT32_MAX = 2**31 - 1
+"""Largest value of a 32-bit signed integer column (PostgreSQL ``integer``): a GPU index, a row id."""
 INT64_MAX = 2**63 - 1
+"""Largest value of a 64-bit signed integer column (``bigint``): byte counts, counters."""
 LAST_EPOCH_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z, the last instant a datetime can hold
+
+_FINITE = ConfigDict(extra="forbid", allow_inf_nan=False)
+"""Every model of the format refuses unknown fields and non-finite numbers: the JSON literals ``Infinity``,
+``-Infinity`` and ``NaN``, text such as ``"inf"`` or ``"nan"``, and a number too large for a double (``1e400``)."""
 
 Ratio = Annotated[float, Field(ge=0, le=1)]
 NonNegative = Annotated[float, Field(ge=0)]
@@ -62,19 +69,20 @@ JobId = Annotated[str, Field(max_length=JOB_ID_MAX_LENGTH)]
 
 
 class GpuInfo(BaseModel):
-    """Inventory of one GPU on the node (NVML UUID, index and product name)."""
+    """Inventory of one GPU on the node (NVML UUID, index from 0 to :data:`INT32_MAX` and product name)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _FINITE
     uuid: str = Field(min_length=1, max_length=64)
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, le=INT32_MAX)
     model: str = Field(min_length=1, max_length=128)
     memory_total_bytes: int | None = Field(None, ge=0, le=INT64_MAX)
 
 
 class GpuReading(BaseModel):
-    """One GPU at one instant (a row). Ratios are 0..1; bytes, watts, joules, °C and Hz as named."""
+    """One GPU at one instant (a row). Ratios are 0..1; bytes, watts, joules, °C and Hz as named; integers up to
+    :data:`INT64_MAX`; infinities and NaN are refused."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _FINITE
     uuid: str = Field(min_length=1, max_length=64)
     ts: AwareDatetime
     utilization_ratio: Ratio | None = None
@@ -98,10 +106,10 @@ READING_COLUMNS = (
 class GpuSeries(BaseModel):
     """One GPU's readings as columns: ``ts`` (epoch seconds, UTC) and, per reading field, a list as long as ``ts``
     (its values in the same units and bounds as :class:`GpuReading`'s; null where not read). A field left out
-    is null for every reading. Infinities and NaN are refused (JSON has neither).
+    is null for every reading. Infinities and NaN are refused (JSON has neither, some encoders write them).
     """
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = _FINITE
     uuid: str = Field(min_length=1, max_length=64)
     ts: list[EpochSecond]
     utilization_ratio: list[Ratio | None] | None = None
@@ -132,7 +140,7 @@ class JobUtilization(BaseModel):
     NVML ``smUtil`` / 100, capped at 1). Infinities and NaN are refused.
     """
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = _FINITE
     uuid: str = Field(min_length=1, max_length=64)
     ts: EpochSecond
     job_id: str = Field(min_length=1, max_length=JOB_ID_MAX_LENGTH)

@@ -7,7 +7,7 @@ Same conventions as :mod:`finops.web.rest`: ``Authorization: Bearer <token>``, t
 - ``GET /alerts/silences?include_expired=``: silences;
 - ``POST /alerts/silences`` ``{"matchers": ["team=\\"vision\\""], "ends_at", "starts_at"?, "comment",
   "created_by"}``: 201 ``{"id"}``;
-- ``DELETE /alerts/silences/{id}``: expire it now (204; 404 if none is in force);
+- ``DELETE /alerts/silences/{id}``: expire it now (204; 404 if none is in force; 422 for an id out of range);
 - ``GET /alerts/deliveries?status=failed&status=refused``: outbox rows (default failed and refused);
 - ``POST /alerts/deliveries/{id}/retry``, ``POST /alerts/deliveries/retry`` (every failed or refused one): queue
   again.
@@ -34,19 +34,29 @@ from alerts.store import (
 )
 from finops.timeutil import utc_now
 from finops.web.auth import require_bearer
-from finops.web.deps import instant, transaction, unprocessable
+from finops.web.deps import RowId, instant, transaction, unprocessable
 
 DEFAULT_DEADLINE = timedelta(hours=1)
+MAX_MATCHERS = 64
+"""Most matchers a silence may have."""
+MATCHER_MAX_LENGTH = 1024
+"""Longest matcher text (characters), e.g. ``team="vision"``."""
+COMMENT_MAX_LENGTH = 10_000
+"""Longest silence comment (characters)."""
+CREATED_BY_MAX_LENGTH = 128
+"""Longest ``created_by`` (characters): the width of ``alert_silences.created_by``."""
 
 
 class SilenceIn(BaseModel):
-    """A silence to create: Alertmanager matchers, until ``ends_at`` (from ``starts_at``, default now)."""
+    """A silence to create: 1 to :data:`MAX_MATCHERS` Alertmanager matchers (each up to :data:`MATCHER_MAX_LENGTH`
+    characters), until ``ends_at`` (from ``starts_at``, default now), ``comment`` up to :data:`COMMENT_MAX_LENGTH`
+    and ``created_by`` up to :data:`CREATED_BY_MAX_LENGTH` characters; longer is refused with 422."""
 
-    matchers: list[str] = Field(min_length=1)
+    matchers: list[Annotated[str, Field(max_length=MATCHER_MAX_LENGTH)]] = Field(min_length=1, max_length=MAX_MATCHERS)
     ends_at: str
     starts_at: str | None = None
-    comment: str = ""
-    created_by: str = ""
+    comment: str = Field("", max_length=COMMENT_MAX_LENGTH)
+    created_by: str = Field("", max_length=CREATED_BY_MAX_LENGTH)
 
 
 def create_alerts_router(
@@ -106,8 +116,8 @@ def create_alerts_router(
         return {"id": silence_id}
 
     @router.delete("/silences/{silence_id}", status_code=204)
-    def delete_silence(db: db, silence_id: int) -> Response:
-        """Expire a silence now; 404 if there is none still in force."""
+    def delete_silence(db: db, silence_id: RowId) -> Response:
+        """Expire a silence now; 404 if there is none still in force, 422 for an id no row can have."""
         if not expire_silence(db, silence_id, utc_now()):
             raise HTTPException(404, f"no silence {silence_id} in force")
         return Response(status_code=204)
@@ -131,8 +141,9 @@ def create_alerts_router(
         return {"retried": retry_deliveries(db, utc_now(), deadline)}
 
     @router.post("/deliveries/{delivery_id}/retry")
-    def retry_one(db: db, delivery_id: int) -> dict[str, list[int]]:
-        """Queue one failed or refused delivery again; 409 if it is pending or delivered, 404 if unknown."""
+    def retry_one(db: db, delivery_id: RowId) -> dict[str, list[int]]:
+        """Queue one failed or refused delivery again; 409 if it is pending or delivered, 404 if unknown, 422 for an
+        id no row can have."""
         retried = retry_deliveries(db, utc_now(), deadline, [delivery_id])
         if not retried:
             if db.get(AlertDelivery, delivery_id) is None:

@@ -17,7 +17,9 @@ with ``{"accepted": n, "rejected": [...]}`` naming each rejected reading:
   "readings": 0}`` when the field is not a list (every entry left out).
 
 A batch-level error (``node``, ``gpus``, not JSON) stores nothing. Collectors do not retry a 422. A body over
-``MAX_BODY_BYTES``, sent or once decompressed, is refused with ``413`` and nothing stored.
+``MAX_BODY_BYTES``, sent or once decompressed, is refused with ``413`` and nothing stored; the body of any other
+request, over ``REST_MAX_BODY_BYTES``, too. A request that finds the database busy (a lock another transaction
+holds) is answered ``503`` with ``Retry-After``.
 Decompression, validation and storage run in a worker thread (``INGEST_CONCURRENCY`` at once), one database
 transaction per batch; a transaction PostgreSQL aborts to break a deadlock is run again (up to
 ``DEADLOCK_ATTEMPTS`` tries).
@@ -28,13 +30,14 @@ from __future__ import annotations
 import gzip
 import io
 import logging
+import sqlite3
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 import anyio
-import orjson
 import psycopg
+import pydantic_core
 from fastapi import FastAPI, Header, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
@@ -42,6 +45,7 @@ from pydantic import ValidationError
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from collector.contract.wire import READING_COLUMNS, IngestBatch
 from finops.ingest.readings import Ingestor
@@ -63,6 +67,68 @@ MAX_BODY_BYTES = 16 * 2**20
 :class:`collector.delivery.Delivery`: about 1.5 MB of JSON); a larger one is answered 413 without being read or
 decompressed further. Bodies are read only within one of the ``INGEST_CONCURRENCY`` slots, so at most that many
 are held at once."""
+REST_MAX_BODY_BYTES = 4 * 2**20
+"""Largest body of any request but ingest: the price catalog YAML of ``PUT /api/v1/prices``, the largest, is about
+20 KB (``finops/pricing/price_catalog.yaml``), the JSON bodies a few hundred bytes. A larger one is answered 413
+before the route runs."""
+RETRY_AFTER_SECONDS = 5
+"""``Retry-After`` of the 503 answered when the database is busy (a write lock held by a rollup, a lock wait
+that timed out): long enough for a rollup's transaction to end, short against a collector's cycle."""
+INGEST_PATH = "/api/v1/ingest"
+
+
+def _too_large(limit: int, when: str = "") -> dict[str, str]:
+    """The 413 answer's body for a request body over ``limit`` bytes (``when``: e.g. " once decompressed")."""
+    return {"detail": f"body larger than {limit} bytes{when}"}
+
+
+class _BodyLimit:
+    """ASGI middleware bounding request bodies: a body over ``limit`` bytes, declared (``Content-Length``) or as
+    read, is answered 413 (:func:`_too_large`) before the route runs, holding at most ``limit`` bytes; a body within
+    it is read whole and handed on. Requests to ``exempt`` paths pass untouched (ingest bounds its own body)."""
+
+    def __init__(self, app: ASGIApp, limit: int, exempt: frozenset[str]) -> None:
+        self.app, self.limit, self.exempt = app, limit, exempt
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.exempt:
+            await self.app(scope, receive, send)
+            return
+        refused = JSONResponse(_too_large(self.limit), status_code=413)
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            await refused(scope, receive, send)
+            return
+        body, more = bytearray(), True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if len(body) > self.limit:
+                await refused(scope, receive, send)
+                return
+            more = message.get("more_body", False)
+        whole: Message | None = {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        async def replay() -> Message:
+            nonlocal whole
+            if whole is None:
+                return await receive()
+            message, whole = whole, None
+            return message
+
+        await self.app(scope, replay, send)
+
+
+def _busy(exc: OperationalError) -> bool:
+    """Whether ``exc`` is the database busy rather than broken: SQLite's "database is locked" (its busy timeout ran
+    out while another connection held the write lock), PostgreSQL's ``lock_not_available`` (a lock wait that
+    timed out) or ``deadlock_detected`` (once ingest's retries are spent)."""
+    cause = exc.orig
+    if isinstance(cause, psycopg.errors.LockNotAvailable | psycopg.errors.DeadlockDetected):
+        return True
+    return isinstance(cause, sqlite3.OperationalError) and "locked" in str(cause)
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:
@@ -105,6 +171,7 @@ def create_app(
     in force until one is imported.
     """
     app = FastAPI(title="gpu-finops", version="0.1.0")
+    app.add_middleware(_BodyLimit, limit=REST_MAX_BODY_BYTES, exempt=frozenset({INGEST_PATH}))
     rest_token = api_token if api_token is not None else token
     app.include_router(create_router(sessions, rest_token, catalog))
     app.include_router(create_alerts_router(sessions, rest_token))
@@ -117,7 +184,22 @@ def create_app(
         metrics.requests.labels(code=str(code)).inc()
         return JSONResponse(body, status_code=code)
 
-    @app.post("/api/v1/ingest")
+    @app.exception_handler(OperationalError)
+    async def database_busy(request: Request, exc: OperationalError) -> JSONResponse:
+        """503 with ``Retry-After`` (:data:`RETRY_AFTER_SECONDS`) when the database is busy (:func:`_busy`), logged;
+        any other OperationalError goes on to be a 500."""
+        if not _busy(exc):
+            raise exc
+        log.warning("database busy, %s %s answered 503: %s", request.method, request.url.path, exc.orig)
+        if request.url.path == INGEST_PATH:
+            metrics.requests.labels(code="503").inc()
+        return JSONResponse(
+            {"detail": "the database is busy (a lock held by another transaction); try again later"},
+            status_code=503,
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
+
+    @app.post(INGEST_PATH)
     async def ingest(
         request: Request,
         authorization: Annotated[str | None, Header()] = None,
@@ -127,7 +209,7 @@ def create_app(
         if not bearer_ok(authorization, token):
             metrics.requests.labels(code="401").inc()
             raise unauthorised()
-        too_large = {"detail": f"body larger than {MAX_BODY_BYTES} bytes"}
+        too_large = _too_large(MAX_BODY_BYTES)
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
             return reply(413, too_large)
@@ -170,7 +252,7 @@ def _ingest(
         except (OSError, EOFError, zlib.error) as exc:
             return 400, {"detail": f"body is not valid gzip: {exc}"}
         except _TooLarge:
-            return 413, {"detail": f"body larger than {MAX_BODY_BYTES} bytes once decompressed"}
+            return 413, _too_large(MAX_BODY_BYTES, " once decompressed")
     batch, rejected = _validate(body)
     if batch is None:
         return (422 if rejected else 400), {"accepted": 0, "rejected": rejected, "detail": "batch rejected"}
@@ -278,7 +360,9 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]]]:
             bad_series.setdefault(loc[1], {"series": loc[1], **entry})
         else:
             return None, _batch_errors(errors)
-    data = orjson.loads(body)
+    # Parsed as pydantic parsed it: Infinity/NaN literals and huge numbers (refused above, by field) load as floats,
+    # large integers stay integers.
+    data = pydantic_core.from_json(body, allow_inf_nan=True)
     series = data.get("series") or []
     for index, item in enumerate(series):
         # Unequal column lengths are judged only once every value passed: judge them here too.

@@ -15,10 +15,11 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints
 from sqlalchemy.orm import Session, sessionmaker
 
 from finops.analysis.budgets import (
+    MAX_NAME,
     BudgetError,
     UnknownTeam,
     budget_status,
@@ -39,6 +40,15 @@ from finops.web.auth import require_bearer
 from finops.web.deps import instant, one_of, transaction, unprocessable
 
 MONTH_HELP = "Month as YYYY-MM (a year from 2000 to 2999)."
+RULE_KEY_MAX_LENGTH = 253
+"""Longest label name of a team or pricing rule (characters): the width of ``team_rules.key`` and
+``pricing_rules.key`` (a Kubernetes label prefix is a DNS subdomain of up to 253)."""
+RULE_VALUE_MAX_LENGTH = 255
+"""Longest value of a team or pricing rule (characters): the width of ``team_rules.value`` and
+``pricing_rules.value``."""
+# StringConstraints, not Field: they hold in a body model and in a Query() alike.
+RuleKey = Annotated[str, StringConstraints(max_length=RULE_KEY_MAX_LENGTH)]
+RuleValue = Annotated[str, StringConstraints(min_length=1, max_length=RULE_VALUE_MAX_LENGTH)]
 
 
 class BudgetIn(BaseModel):
@@ -72,21 +82,24 @@ class BudgetOut(BaseModel):
 
 
 class PricingRuleIn(BaseModel):
-    """A pricing rule: ``selector`` node|node_label|partition, ``key`` the label name (node_label only)."""
+    """A pricing rule: ``selector`` node|node_label|partition, ``key`` the label name (node_label only; up to
+    :data:`RULE_KEY_MAX_LENGTH` characters), ``value`` (up to :data:`RULE_VALUE_MAX_LENGTH`)."""
 
     selector: Literal["node", "node_label", "partition"]
-    key: str = ""
-    value: str = Field(min_length=1)
+    key: RuleKey = ""
+    value: RuleValue
     pricing_model: PricingModel
 
 
 class TeamRuleIn(BaseModel):
-    """A team rule: ``kind`` account|namespace|label, ``key`` the label name (label rules only), ``value``."""
+    """A team rule: ``kind`` account|namespace|label, ``key`` the label name (label rules only; up to
+    :data:`RULE_KEY_MAX_LENGTH` characters), ``value`` (up to :data:`RULE_VALUE_MAX_LENGTH`), ``team`` (up to
+    :data:`finops.analysis.budgets.MAX_NAME`, the width of ``teams.name``)."""
 
     kind: Literal["label", "namespace", "account"]
-    key: str = ""
-    value: str = Field(min_length=1)
-    team: str = Field(min_length=1)
+    key: RuleKey = ""
+    value: RuleValue
+    team: str = Field(min_length=1, max_length=MAX_NAME)
 
 
 _BUDGET_FIELDS = {"team": "path", "month": "path", "project": "query", "amount": "body", "currency": "body"}
@@ -244,7 +257,9 @@ def create_router(
             return {"jobs_moved": set_rule(db, rule.kind, rule.key, rule.value, rule.team)}
 
     @router.delete("/team-rules/{kind}")
-    def remove_team_rule(db: db, kind: str, value: str, key: str = "") -> dict[str, int]:
+    def remove_team_rule(
+        db: db, kind: str, value: Annotated[RuleValue, Query()], key: Annotated[RuleKey, Query()] = ""
+    ) -> dict[str, int]:
         """Remove a rule; returns how many jobs moved team."""
         one_of(kind, "kind", TEAM_RULE_KINDS)
         with unprocessable():
@@ -300,7 +315,9 @@ def create_router(
         return Response(status_code=204)
 
     @router.delete("/pricing-rules/{selector}", status_code=204)
-    def remove_pricing_rule(db: db, selector: str, value: str, key: str = "") -> Response:
+    def remove_pricing_rule(
+        db: db, selector: str, value: Annotated[RuleValue, Query()], key: Annotated[RuleKey, Query()] = ""
+    ) -> Response:
         """Remove a pricing rule."""
         with unprocessable():
             delete_pricing_rule(db, selector, key, value)
