@@ -10,10 +10,11 @@ import pytest
 from finops.analysis.anomalies import find_anomalies, is_anomalous, modified_z, record_anomaly_events
 from finops.analysis.budgets import budget_status, record_budget_events, set_budget
 from finops.analysis.events import BUDGET_FORECAST, BUDGET_THRESHOLD, SPEND_ANOMALY, list_events, take_events
-from finops.db.models import Gpu, LedgerEntry, Node
+from finops.db.models import LedgerEntry
 from finops.jobs.teams import team_by_name
 from finops.ledger.team_hours import refresh_team_hours
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
+from tests.support import scenario
 
 
 def test_thresholds_are_recorded_once_each(loaded) -> None:  # type: ignore[no-untyped-def]
@@ -81,17 +82,7 @@ def spend_history(sessions):  # type: ignore[no-untyped-def]
     day0 = date(2026, 10, 1)
     pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
     with sessions.begin() as session:
-        node = Node(hostname="n1")
-        session.add(node)
-        session.flush()
-        gpu = Gpu(
-            node_id=node.id,
-            gpu_index=0,
-            model="NVIDIA H100 80GB HBM3",
-            in_service_from=datetime(2026, 1, 1, tzinfo=UTC),
-        )
-        session.add(gpu)
-        session.flush()
+        gpu = scenario.one_gpu_node(session)
         teams = {name: team_by_name(session, name).id for name in ("vision", "nlp")}
         for i in range(15):
             hour = datetime.combine(day0 + timedelta(days=i), datetime.min.time(), UTC) + timedelta(hours=5)

@@ -24,12 +24,13 @@ from finops.analysis.budgets import (
 )
 from finops.analysis.events import list_events
 from finops.analysis.report import cost_report, report_dicts
-from finops.db.models import UNALLOCATED_TEAM, Budget, Gpu, LedgerEntry, Node
+from finops.db.models import UNALLOCATED_TEAM, Budget, LedgerEntry
 from finops.jobs.teams import set_rule, team_by_name
 from finops.ledger.costmodel import quantize
 from finops.ledger.team_hours import refresh_team_hours
 from finops.pricing.catalog import DEFAULT_CATALOG, load_catalog
 from finops.pricing.store import import_catalog
+from tests.support import scenario
 
 DEMO_SPEND = {
     "vision": Decimal("213282.637369"),
@@ -75,17 +76,7 @@ def test_spent_equals_the_report_for_every_team(loaded) -> None:  # type: ignore
 def demo_month(sessions):  # type: ignore[no-untyped-def]
     """:data:`DEMO_SPEND` as one ledger hour per team in November 2026, with their team-hours; (sessions, at)."""
     with sessions.begin() as session:
-        node = Node(hostname="n1")
-        session.add(node)
-        session.flush()
-        gpu = Gpu(
-            node_id=node.id,
-            gpu_index=0,
-            model="NVIDIA H100 80GB HBM3",
-            in_service_from=datetime(2026, 1, 1, tzinfo=UTC),
-        )
-        session.add(gpu)
-        session.flush()
+        gpu = scenario.one_gpu_node(session)
         first = datetime(2026, 11, 19, tzinfo=UTC)
         for i, (team, amount) in enumerate(DEMO_SPEND.items()):
             session.add(

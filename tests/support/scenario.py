@@ -16,10 +16,16 @@ predecessor) = 4.284 MJ = 1.19 kWh.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from collector.contract import metric_names as m
 from collector.contract.sample import Sample
 from collector.contract.wire import IngestBatch, gpu_info_dict, reading_dict
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from finops.db.models import Gpu
 
 MODEL = "NVIDIA H100 80GB HBM3"
 NODE = "gpu-a-01"
@@ -97,3 +103,17 @@ def seed_dashboard_database(url: str) -> None:
         rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
         detect_idle(session, t0, t0 + timedelta(hours=2), IdlePolicy(), pricing)
         set_budget(session, "alpha", Decimal("1000"), utc_now(), "USD")
+
+
+def one_gpu_node(session: Session) -> Gpu:
+    """Node ``n1`` with one GPU of :data:`MODEL` (index 0, in service since 2026-01-01), flushed: for tests that
+    write ledger rows directly."""
+    from finops.db.models import Gpu, Node
+
+    node = Node(hostname="n1")
+    session.add(node)
+    session.flush()
+    gpu = Gpu(node_id=node.id, gpu_index=0, model=MODEL, in_service_from=datetime(2026, 1, 1, tzinfo=UTC))
+    session.add(gpu)
+    session.flush()
+    return gpu
