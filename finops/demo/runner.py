@@ -217,8 +217,10 @@ def run_demo(options: DemoOptions) -> int:
 
 def explore_hint(database_url: str, since: datetime) -> str:
     """What the demo prints last: where its database is, and the commands that explore the replayed days from
-    ``since`` (its first day) on."""
+    ``since`` (its first day) on, with the program named as it was run (``.venv/bin/gpu-finops``, or
+    ``gpu-finops``)."""
     day = f"{since:%Y-%m-%d}"
+    program = sys.argv[0] if Path(sys.argv[0]).name == "gpu-finops" else "gpu-finops"  # as the user ran it
     commands = (
         (f"report --start {day} --by job", "cost per job: name, team, user, start, end, GPUs"),
         (f"report --start {day} --by gpu_model", "cost per GPU model of the price catalog"),
@@ -231,7 +233,7 @@ def explore_hint(database_url: str, since: datetime) -> str:
         [
             f"\nThe demo's data is in {database_url}. To explore it with the other commands, in this shell:",
             f"  export FINOPS_DATABASE_URL={database_url}",
-            *(f"  gpu-finops {command:<40} # {what}" for command, what in commands),
+            *(f"  {program} {command:<40} # {what}" for command, what in commands),
         ]
     )
 
