@@ -131,15 +131,18 @@ def configure_logging(
     ctx: typer.Context,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at DEBUG level.")] = False,
 ) -> None:
-    """The root callback: log to stderr, at INFO for the long-running commands (:data:`LONG_RUNNING_COMMANDS`), from
-    WARNING for the others, at DEBUG with ``--verbose``; httpx, Alembic and APScheduler (a line as each scheduled run
-    starts and ends) from WARNING."""
+    """The root callback: :func:`log_to_stderr` at INFO for the long-running commands (:data:`LONG_RUNNING_COMMANDS`),
+    from WARNING for the others, at DEBUG with ``--verbose``."""
+    long_running = ctx.invoked_subcommand in LONG_RUNNING_COMMANDS
+    log_to_stderr(logging.DEBUG if verbose else logging.INFO if long_running else logging.WARNING)
+
+
+def log_to_stderr(level: int) -> None:
+    """Log records from ``level`` up to stderr, one line each; httpx, Alembic and APScheduler (a line as each
+    scheduled run starts and ends) from WARNING."""
     for chatty in ("httpx", "alembic", "apscheduler"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
-    level = logging.INFO if ctx.invoked_subcommand in LONG_RUNNING_COMMANDS else logging.WARNING
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def missing_service_dependency(exc: ModuleNotFoundError) -> bool:

@@ -8,7 +8,7 @@ opens its own session and transaction; a failing run is logged by APScheduler an
 
 Logging: a run with nothing to do logs at DEBUG; a rollup that took in something new logs one INFO line
 (:class:`RollupProgress` says what is new). APScheduler's own line per run is left to its loggers, which
-:func:`finops.cli.base.configure_logging` sets to WARNING.
+:func:`finops.cli.base.log_to_stderr` sets to WARNING.
 """
 
 from __future__ import annotations

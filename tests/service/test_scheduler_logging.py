@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from alerts.config import parse_config
 from alerts.service import AlertRunner, AlertService
 from finops.analysis.idle import IdlePolicy
-from finops.cli.base import configure_logging
+from finops.cli.base import log_to_stderr
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.service.cost_metrics import CostMetrics
 from finops.service.scheduler import RollupProgress, run_rollup, start_scheduler
@@ -29,11 +29,11 @@ ROLLUP_LOGGER = "finops.service.scheduler"
 
 @pytest.fixture
 def service_logging(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    """The log levels of the ``serve`` process (:func:`finops.cli.base.configure_logging`), every record captured
+    """The log levels of the ``serve`` process (:func:`finops.cli.base.log_to_stderr` at INFO), every record captured
     from DEBUG up; each logger's level is put back afterwards."""
     loggers = [logging.getLogger(), *(logging.getLogger(name) for name in logging.Logger.manager.loggerDict)]
     levels = {logger: logger.level for logger in loggers}
-    configure_logging()
+    log_to_stderr(logging.INFO)
     try:
         with caplog.at_level(logging.DEBUG):
             yield caplog
