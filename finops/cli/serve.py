@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from alerts.service import AlertRunner, AlertService
 from finops.cli.context import idle_policy, load_pricing, load_settings, open_engine, open_sessions
 from finops.errors import FinopsError
+from finops.ingest.limits import IngestLimits
 from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import PullOptions, ScheduledPull
 from finops.jobs.slurm_import import ScheduledSacct
@@ -73,6 +74,11 @@ def _start_jobs(
     )
 
 
+def ingest_limits(settings: Settings) -> IngestLimits:
+    """What ingest accepts of a node, from the settings."""
+    return IngestLimits(retention_days=settings.sample_retention_days)
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
@@ -92,7 +98,10 @@ def serve(
     try:
         api_token = settings.api_token.get_secret_value() if settings.api_token else None
         uvicorn.run(
-            create_app(sessions, token, metrics, api_token, pricing.catalog), host=host, port=port, log_level="warning"
+            create_app(sessions, token, metrics, api_token, pricing.catalog, limits=ingest_limits(settings)),
+            host=host,
+            port=port,
+            log_level="warning",
         )
     finally:
         if running is not None:

@@ -31,8 +31,9 @@ import gzip
 import io
 import logging
 import sqlite3
+import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any
 
 import anyio
@@ -48,6 +49,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from collector.contract.wire import READING_COLUMNS, IngestBatch
+from finops.ingest.limits import IngestLimits, TimeWindow
 from finops.ingest.readings import Ingestor
 from finops.pricing.catalog import PriceCatalog
 from finops.web.alerts import create_alerts_router
@@ -163,13 +165,17 @@ def create_app(
     metrics: ServiceMetrics | None = None,
     api_token: str | None = None,
     catalog: PriceCatalog | None = None,
+    limits: IngestLimits | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> FastAPI:
     """The FastAPI application: ingest, health, metrics and the REST API (:mod:`finops.web.rest`).
 
     ``token`` guards ingest and, when ``api_token`` is None, the REST API too; None disables authentication
     (refused by ``serve`` unless asked). ``catalog`` is the configured price catalog (default: the packaged one),
-    in force until one is imported.
+    in force until one is imported. ``limits``: what ingest accepts beyond the format (:class:`IngestLimits`, default
+    its defaults); ``clock``: the wall clock in epoch seconds that readings' times are judged against.
     """
+    limits = limits or IngestLimits()
     app = FastAPI(title="gpu-finops", version="0.1.0")
     app.add_middleware(_BodyLimit, limit=REST_MAX_BODY_BYTES, exempt=frozenset({INGEST_PATH}))
     rest_token = api_token if api_token is not None else token
@@ -219,8 +225,9 @@ def create_app(
                 body += chunk
                 if len(body) > MAX_BODY_BYTES:
                     return reply(413, too_large)
+            window = TimeWindow.at(clock(), limits.retention_days, limits.future_grace_seconds)
             code, answer = await anyio.to_thread.run_sync(
-                _ingest, sessions, ingestor, bytes(body), content_encoding == "gzip"
+                _ingest, sessions, ingestor, bytes(body), content_encoding == "gzip", window
             )
         if "detail" not in answer:  # stored: count what was kept and what was left out
             metrics.samples.inc(answer["accepted"])
@@ -243,7 +250,7 @@ def create_app(
 
 
 def _ingest(
-    sessions: sessionmaker[Session], ingestor: Ingestor, body: bytes, gzipped: bool
+    sessions: sessionmaker[Session], ingestor: Ingestor, body: bytes, gzipped: bool, window: TimeWindow
 ) -> tuple[int, dict[str, Any]]:
     """Decompress, validate and store one request body; returns the HTTP status and the answer's JSON."""
     if gzipped:
@@ -253,9 +260,11 @@ def _ingest(
             return 400, {"detail": f"body is not valid gzip: {exc}"}
         except _TooLarge:
             return 413, _too_large(MAX_BODY_BYTES, " once decompressed")
-    batch, rejected = _validate(body)
+    batch, rejected, origins = _validate(body)
     if batch is None:
         return (422 if rejected else 400), {"accepted": 0, "rejected": rejected, "detail": "batch rejected"}
+    batch, untimely = _outside_window(batch, origins, window)
+    rejected += untimely
     for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
         try:
             with sessions.begin() as session:
@@ -328,10 +337,89 @@ def _series_length(item: object) -> int:
     return len(ts) if isinstance(ts, list) else 0
 
 
-def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]]]:
-    """The batch with its valid readings, and the rejected ones; (None, errors) if the batch itself is bad."""
+class _Origins:
+    """Where the entries of a batch left after validation refused some stood in the body, so that later refusals
+    name them by their place as sent. ``None`` lists: nothing was left out."""
+
+    def __init__(
+        self,
+        rows: list[int] | None = None,
+        series: list[int] | None = None,
+        values: dict[int, set[int]] | None = None,
+        shares: list[int] | None = None,
+    ) -> None:
+        self.rows, self.series, self.values, self.shares = rows, series, values or {}, shares
+
+    def row(self, index: int) -> int:
+        return index if self.rows is None else self.rows[index]
+
+    def share(self, index: int) -> int:
+        return index if self.shares is None else self.shares[index]
+
+    def series_of(self, index: int) -> int:
+        return index if self.series is None else self.series[index]
+
+    def value(self, series: int, index: int) -> int:
+        """The place in series ``series`` (as sent) of the ``index``-th value left in it."""
+        gone = self.values.get(series)
+        if not gone:
+            return index
+        return [k for k in range(index + len(gone) + 1) if k not in gone][index]
+
+
+_AS_SENT = _Origins()
+
+
+def _outside_window(
+    batch: IngestBatch, origins: _Origins, window: TimeWindow
+) -> tuple[IngestBatch, list[dict[str, Any]]]:
+    """``batch`` without its readings and ``job_utilization`` entries stamped outside ``window``, and their
+    rejections, named by their place as sent (``series[s].ts[k]``, ``samples[i].ts``, ``job_utilization[j].ts``)."""
+    rejected: list[dict[str, Any]] = []
+    update: dict[str, Any] = {}
+    series = batch.series
+    if any(s.ts and not (window.holds(min(s.ts)) and window.holds(max(s.ts))) for s in series):
+        kept_series = []
+        for position, item in enumerate(series):
+            bad = [k for k, ts in enumerate(item.ts) if not window.holds(ts)]
+            if not bad:
+                kept_series.append(item)
+                continue
+            sent = origins.series_of(position)
+            for k in bad:
+                place, error = origins.value(sent, k), window.reason(item.ts[k])
+                field = f"series[{sent}].ts[{place}]"
+                rejected.append({"series": sent, "index": place, "field": field, "error": error})
+            gone = set(bad)
+            columns = {
+                name: [v for k, v in enumerate(getattr(item, name)) if k not in gone]
+                for name in ("ts", *READING_COLUMNS)
+                if getattr(item, name) is not None
+            }
+            kept_series.append(item.model_copy(update=columns))
+        update["series"] = kept_series
+    epochs = [int(r.ts.timestamp()) for r in batch.samples]
+    if not all(map(window.holds, epochs)):
+        update["samples"] = [r for r, ts in zip(batch.samples, epochs, strict=True) if window.holds(ts)]
+        for position, ts in enumerate(epochs):
+            if not window.holds(ts):
+                sent = origins.row(position)
+                rejected.append({"index": sent, "field": f"samples[{sent}].ts", "error": window.reason(ts)})
+    if not all(window.holds(j.ts) for j in batch.job_utilization):
+        update["job_utilization"] = [j for j in batch.job_utilization if window.holds(j.ts)]
+        for position, share in enumerate(batch.job_utilization):
+            if not window.holds(share.ts):
+                sent = origins.share(position)
+                field, error = f"job_utilization[{sent}].ts", window.reason(share.ts)
+                rejected.append({"job_utilization": sent, "field": field, "error": error, "readings": 0})
+    return (batch.model_copy(update=update) if update else batch), rejected
+
+
+def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]], _Origins]:
+    """The batch with its valid readings, the rejected ones, and where what is left stood in the body; (None,
+    errors, …) if the batch itself is bad."""
     try:
-        return IngestBatch.model_validate_json(body), []
+        return IngestBatch.model_validate_json(body), [], _AS_SENT
     except ValidationError as exc:
         errors = exc.errors()
     rejected: list[dict[str, Any]] = []
@@ -359,7 +447,7 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]]]:
         elif len(loc) >= 2 and loc[0] == "series" and isinstance(loc[1], int):
             bad_series.setdefault(loc[1], {"series": loc[1], **entry})
         else:
-            return None, _batch_errors(errors)
+            return None, _batch_errors(errors), _AS_SENT
     # Parsed as pydantic parsed it: Infinity/NaN literals and huge numbers (refused above, by field) load as floats,
     # large integers stay integers.
     data = pydantic_core.from_json(body, allow_inf_nan=True)
@@ -374,20 +462,22 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]]]:
                 bad_series[index] = {"series": index, "field": f"series[{index}]", "error": message}
     for index, entry in sorted(bad_series.items()):
         rejected.append({**entry, "readings": _series_length(series[index])})
+    origins = _Origins(values=bad_values)
     if bad_rows:
-        data["samples"] = [s for i, s in enumerate(data["samples"]) if i not in bad_rows]
+        origins.rows = [i for i in range(len(data["samples"])) if i not in bad_rows]
+        data["samples"] = [data["samples"][i] for i in origins.rows]
     if every_share_bad:
         del data["job_utilization"]
     elif bad_shares:
-        data["job_utilization"] = [j for i, j in enumerate(data["job_utilization"]) if i not in bad_shares]
+        origins.shares = [i for i in range(len(data["job_utilization"])) if i not in bad_shares]
+        data["job_utilization"] = [data["job_utilization"][i] for i in origins.shares]
     if series:
-        data["series"] = [
-            _without(item, bad_values.get(index, set())) for index, item in enumerate(series) if index not in bad_series
-        ]
+        origins.series = [index for index in range(len(series)) if index not in bad_series]
+        data["series"] = [_without(series[index], bad_values.get(index, set())) for index in origins.series]
     try:
-        return IngestBatch.model_validate(data), rejected
+        return IngestBatch.model_validate(data), rejected, origins
     except ValidationError as exc:  # not expected: whatever is left is refused as a whole
-        return None, _batch_errors(exc.errors())
+        return None, _batch_errors(exc.errors()), _AS_SENT
 
 
 def _without(item: dict[str, Any], positions: set[int]) -> dict[str, Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -18,6 +17,13 @@ from tests.support.servers import running
 
 TOKEN = "s3cret-token"
 GPU = {"uuid": "GPU-11111111-2222-3333-4444-555555555555", "index": 0, "model": "NVIDIA H100 80GB HBM3"}
+NOW = 1772445600 + 12 * 3600
+"""The service's clock in these tests (2026-03-02T22:00Z, the day of their readings): readings are judged against it
+(:class:`finops.ingest.limits.TimeWindow`)."""
+
+
+def _clock() -> float:
+    return NOW
 
 
 def _batch(n: int = 3) -> dict[str, object]:
@@ -43,7 +49,7 @@ def _post(url: str, body: object, token: str | None = TOKEN, gzipped: bool = Tru
 
 @pytest.fixture
 def service(sessions):  # type: ignore[no-untyped-def]
-    with running(create_app(sessions, TOKEN)) as url:
+    with running(create_app(sessions, TOKEN, clock=_clock)) as url:
         yield url
 
 
@@ -252,7 +258,7 @@ def test_what_the_shipper_sends_is_stored_and_odd_readings_are_named(service: st
 def test_many_collectors_at_once_with_new_gpus_and_new_days(service: str, sessions) -> None:  # type: ignore[no-untyped-def]
     """Twelve nodes (more than are stored at once) POST their first batches together, each with new GPUs and
     readings on three days that have no partition yet: every POST is taken whole."""
-    day = (int(time.time()) // 86400 + 20) * 86400
+    day = (NOW // 86400 - 10) * 86400
     instants = [day + 10, day + 86400 + 10, day + 2 * 86400 + 10]
 
     def node(n: int) -> list[int]:

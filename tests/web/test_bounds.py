@@ -97,7 +97,7 @@ ATTEMPTS: list[tuple[str, str, str, str, int, str]] = [
 
 @pytest.fixture
 def service(sessions) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    with running(create_app(sessions, TOKEN)) as url:
+    with running(create_app(sessions, TOKEN, clock=lambda: TS + 86400)) as url:
         yield url
 
 
@@ -135,7 +135,8 @@ def test_a_write_lock_held_on_sqlite_answers_503_with_retry_after(engine, databa
     rule = '{"kind": "account", "value": "acct-a", "team": "alpha"}'
     holder = sqlite3.connect(database_url.removeprefix("sqlite:///"), isolation_level=None)
     try:
-        with running(create_app(session_factory(impatient), TOKEN)) as url, caplog.at_level(logging.WARNING):
+        app = create_app(session_factory(impatient), TOKEN, clock=lambda: TS + 86400)
+        with running(app) as url, caplog.at_level(logging.WARNING):
             holder.execute("BEGIN IMMEDIATE")
             refused = [_good_ingest(url, TS), httpx.put(f"{url}/api/v1/team-rules", content=rule, headers=HEADERS)]
             for response in refused:
