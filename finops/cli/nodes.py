@@ -100,3 +100,31 @@ def nodes_list() -> None:
         for n in nodes
     ]
     typer.echo("\n".join(lines))
+
+
+gpu_app = typer.Typer(name="gpu", help="One GPU slot of a node (node and NVML index).", no_args_is_help=True)
+app.add_typer(gpu_app)
+
+
+@gpu_app.command("replace")
+def nodes_gpu_replace(
+    node: Annotated[str, typer.Argument(help="The node's hostname, as its collector names it.")],
+    index: Annotated[int, typer.Argument(help="The GPU's NVML index on the node.")],
+) -> None:
+    """Free GPU INDEX of NODE for a new board after a hardware swap: the slot forgets its UUID, and the next batch
+    of NODE describing that index registers its UUID, model and memory in it (ingest refuses a batch that
+    re-registers a slot under another UUID or model until this is run). The slot keeps its history: its samples
+    and ledger hours stay on it."""
+    from sqlalchemy import select, update
+
+    from finops.db.models import Gpu, Node
+
+    with open_sessions(load_settings()).begin() as session:
+        slot = select(Gpu.id, Gpu.uuid).join(Node).where((Node.hostname == node) & (Gpu.gpu_index == index))
+        found = session.execute(slot).one_or_none()
+        if found is None:
+            raise typer.BadParameter(f"node {node} has no GPU {index}", param_hint="NODE INDEX")
+        session.execute(update(Gpu).where(Gpu.id == found.id).values(uuid=None))
+    typer.echo(
+        f"{node} GPU {index}: {found.uuid or 'no UUID'} released; the next batch of {node} registers the new board"
+    )

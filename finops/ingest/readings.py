@@ -140,6 +140,47 @@ class Ingestor:
             return set()
         return set(candidates) - set(session.scalars(select(Gpu.uuid).where(Gpu.uuid.in_(candidates))))
 
+    @staticmethod
+    def conflicts(session: Session, batch: IngestBatch) -> dict[str, str]:
+        """UUIDs of ``batch`` it may not write, each with the reason: a GPU registered to another node ("belongs to
+        node X"), or a ``gpus`` entry that would re-register a GPU of the batch's node, its index under another UUID
+        or its UUID as another model (only ``gpu-finops nodes gpu replace NODE INDEX`` frees a slot for a new
+        board). A slot whose UUID is unknown (a job placement's placeholder) may be taken. One query."""
+        entries = {info.uuid: info for info in batch.gpus}
+        uuids = (
+            {s.uuid for s in batch.series} | {r.uuid for r in batch.samples} | {j.uuid for j in batch.job_utilization}
+        )
+        uuids |= set(entries)
+        indexes = sorted({info.index for info in batch.gpus})
+        query = (
+            select(Gpu.uuid, Gpu.gpu_index, Gpu.model, Node.hostname)
+            .join(Node, Node.id == Gpu.node_id)
+            .where(Gpu.uuid.in_(sorted(uuids)) | ((Node.hostname == batch.node) & Gpu.gpu_index.in_(indexes)))
+        )
+        by_uuid, by_slot = {}, {}
+        for row in session.execute(query):
+            if row.uuid in uuids:
+                by_uuid[row.uuid] = row
+            if row.hostname == batch.node and row.uuid is not None:
+                by_slot[row.gpu_index] = row
+        refused: dict[str, str] = {}
+        for uuid in sorted(uuids):
+            known, entry = by_uuid.get(uuid), entries.get(uuid)
+            if known is not None and known.hostname != batch.node:
+                refused[uuid] = f"{uuid} belongs to node {known.hostname}"
+            elif known is not None and entry is not None and entry.model != known.model:
+                refused[uuid] = (
+                    f"{uuid} is registered as {known.model}, not {entry.model}; a GPU changes model only by "
+                    f"`gpu-finops nodes gpu replace {batch.node} {known.gpu_index}`"
+                )
+            elif known is None and entry is not None and entry.index in by_slot:
+                holder = by_slot[entry.index].uuid
+                refused[uuid] = (
+                    f"index {entry.index} of node {batch.node} is {holder}; after a hardware swap run "
+                    f"`gpu-finops nodes gpu replace {batch.node} {entry.index}`"
+                )
+        return refused
+
     def _insert(self, session: Session, rows: list[tuple[Any, ...]], days: set[int], first: str) -> None:
         table: Any = GpuSample.__table__
         try:

@@ -268,11 +268,16 @@ def _ingest(
     for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
         try:
             with sessions.begin() as session:
-                unknown = ingestor.unregistered(session, batch)
-                kept = _without_gpus(batch, unknown) if unknown else batch
+                refused = ingestor.conflicts(session, batch)
+                unknown = ingestor.unregistered(session, batch) - set(refused)
+                kept = _without_gpus(batch, unknown | set(refused)) if unknown or refused else batch
                 accepted = ingestor.store(session, kept)
-            if unknown:
-                rejected = rejected + _unknown_gpu_errors(batch, unknown)
+            if unknown or refused:
+                unknown_error = (
+                    "readings of GPU {}, which the batch's gpus do not describe and the service does not know"
+                )
+                reasons = {uuid: unknown_error.format(uuid) for uuid in unknown} | refused
+                rejected = rejected + _gpu_errors(batch, reasons)
             break
         except (OperationalError, psycopg.errors.DeadlockDetected) as exc:
             deadlock = isinstance(getattr(exc, "orig", exc), psycopg.errors.DeadlockDetected)
@@ -299,9 +304,10 @@ def _gunzip(body: bytes) -> bytes:
 
 
 def _without_gpus(batch: IngestBatch, uuids: set[str]) -> IngestBatch:
-    """``batch`` without the readings and ``job_utilization`` entries of ``uuids``."""
+    """``batch`` without the ``gpus`` entries, readings and ``job_utilization`` entries of ``uuids``."""
     return batch.model_copy(
         update={
+            "gpus": [g for g in batch.gpus if g.uuid not in uuids],
             "series": [s for s in batch.series if s.uuid not in uuids],
             "samples": [r for r in batch.samples if r.uuid not in uuids],
             "job_utilization": [j for j in batch.job_utilization if j.uuid not in uuids],
@@ -309,22 +315,17 @@ def _without_gpus(batch: IngestBatch, uuids: set[str]) -> IngestBatch:
     )
 
 
-def _unknown_gpu_errors(batch: IngestBatch, uuids: set[str]) -> list[dict[str, Any]]:
-    """One rejection per GPU of ``uuids``, with the number of its readings left out."""
-    readings = dict.fromkeys(uuids, 0)
+def _gpu_errors(batch: IngestBatch, reasons: dict[str, str]) -> list[dict[str, Any]]:
+    """One rejection per GPU of ``reasons`` (UUID -> why its readings were left out), with their number."""
+    readings = dict.fromkeys(reasons, 0)
     for series in batch.series:
-        if series.uuid in uuids:
+        if series.uuid in reasons:
             readings[series.uuid] += len(series.ts)
     for reading in batch.samples:
-        if reading.uuid in uuids:
+        if reading.uuid in reasons:
             readings[reading.uuid] += 1
     return [
-        {
-            "uuid": uuid,
-            "field": "gpus",
-            "error": f"readings of GPU {uuid}, which the batch's gpus do not describe and the service does not know",
-            "readings": count,
-        }
+        {"uuid": uuid, "field": "gpus", "error": reasons[uuid], "readings": count}
         for uuid, count in sorted(readings.items())
     ]
 

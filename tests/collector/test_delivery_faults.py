@@ -70,7 +70,7 @@ def test_two_hour_outage_at_8_gpus_every_10_s_loses_and_doubles_nothing(
             delay = delivery.send_next()
             assert delay is not None and delay > 0
     assert delivery.spool.pending_samples == OUTAGE_CYCLES * GPUS
-    with running(create_app(sessions, TOKEN), port):
+    with running(create_app(sessions, TOKEN, clock=lambda: clock.now.timestamp()), port):  # the node's clock
         rate = _drain(delivery)
     print(f"\nbacklog of {OUTAGE_CYCLES * GPUS} readings drained at {rate:,.0f} readings/s")
     assert _stored(sessions) == (OUTAGE_CYCLES * GPUS, OUTAGE_CYCLES * GPUS)
@@ -97,7 +97,8 @@ def test_kill_9_during_an_outage_loses_at_most_the_last_interval(
     process.send_signal(signal.SIGKILL)
     process.wait()
     delivery = Delivery(Spool(spool_dir), Shipper(f"http://127.0.0.1:{port}", TOKEN, "gpu-fault-01"))
-    with running(create_app(sessions, TOKEN), port):
+    node_clock = ManualClock().now.timestamp() + 3600  # the process's manual clock, past its cycles
+    with running(create_app(sessions, TOKEN, clock=lambda: node_clock), port):
         _drain(delivery)
     rows, distinct = _stored(sessions)
     assert rows == distinct

@@ -115,3 +115,53 @@ def test_places_are_those_sent_when_malformed_entries_were_left_out_first(servic
         "series[1].utilization_ratio[0]",
     ]
     assert _stored(sessions) == [NOW + 1]
+
+
+def _one(node: str, gpu: dict[str, object], ts: int = NOW) -> dict[str, object]:
+    return {"node": node, "gpus": [gpu], "series": [{"uuid": gpu["uuid"], "ts": [ts], "power_watts": [300.0]}]}
+
+
+def _gpus(sessions) -> list[tuple[str, int, str | None, str]]:  # type: ignore[no-untyped-def]
+    from finops.db.models import Node
+
+    with sessions() as session:
+        rows = session.execute(select(Node.hostname, Gpu.gpu_index, Gpu.uuid, Gpu.model).join(Node)).all()
+    return sorted((h, i, u, m) for h, i, u, m in rows)
+
+
+def test_another_nodes_gpu_cannot_be_written_nor_its_slot_re_registered(service, sessions) -> None:  # type: ignore[no-untyped-def]
+    assert _post(service, _one("gpu-a-01", GPU)).status_code == 200
+    # Node b names a's GPU: refused with whose it is, a's later readings still stored.
+    stolen = _post(service, _one("gpu-b-01", GPU, NOW + 10))
+    assert stolen.status_code == 422
+    assert stolen.json()["rejected"] == [
+        {"uuid": GPU["uuid"], "field": "gpus", "error": f"{GPU['uuid']} belongs to node gpu-a-01", "readings": 1}
+    ]
+    assert _post(service, _one("gpu-a-01", GPU, NOW + 20)).status_code == 200
+    # A batch of a re-registering index 0 with a new UUID and model: refused, pointing at the command.
+    b200 = {"uuid": "GPU-bbbbbbbb-0000-0000-0000-000000000000", "index": 0, "model": "NVIDIA B200"}
+    swapped = _post(service, _one("gpu-a-01", b200, NOW + 30))
+    assert swapped.status_code == 422
+    assert "gpu-finops nodes gpu replace gpu-a-01 0" in swapped.json()["rejected"][0]["error"]
+    # The same UUID announced as another model: refused too.
+    relabelled = _post(service, _one("gpu-a-01", {**GPU, "model": "NVIDIA B200"}, NOW + 40))
+    assert relabelled.status_code == 422 and "is registered as NVIDIA H100" in relabelled.json()["rejected"][0]["error"]
+    assert _gpus(sessions) == [("gpu-a-01", 0, GPU["uuid"], GPU["model"])]
+    assert _stored(sessions) == [NOW, NOW + 20]
+
+
+def test_the_operator_frees_a_slot_for_a_swapped_board(service, sessions, engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from finops.cli import app
+
+    assert _post(service, _one("gpu-a-01", GPU)).status_code == 200
+    b200 = {"uuid": "GPU-bbbbbbbb-0000-0000-0000-000000000000", "index": 0, "model": "NVIDIA B200"}
+    monkeypatch.setenv("FINOPS_DATABASE_URL", engine.url.render_as_string(hide_password=False))
+    result = CliRunner().invoke(app, ["nodes", "gpu", "replace", "gpu-a-01", "0"])
+    assert result.exit_code == 0, result.output
+    assert f"{GPU['uuid']} released" in result.output
+    assert _post(service, _one("gpu-a-01", b200, NOW + 10)).status_code == 200
+    assert _gpus(sessions) == [("gpu-a-01", 0, b200["uuid"], "NVIDIA B200")]
+    missing = CliRunner().invoke(app, ["nodes", "gpu", "replace", "gpu-a-01", "7"])
+    assert missing.exit_code != 0 and "has no GPU 7" in missing.output
