@@ -106,9 +106,17 @@ class StorageSettings(SettingsGroup):
 class ApiSettings(SettingsGroup):
     """Bearer tokens of the ingest API (collectors) and the REST API (people and programs)."""
 
-    ingest_token: SecretStr | None = Field(None, description="Bearer token collectors must present.")
+    ingest_token: SecretStr | None = Field(
+        None,
+        description="Shared bearer token admitting every node's batches (opt-in, for small sites; warned of at start). "
+        "Per-node tokens (`gpu-finops nodes token create`) admit one node's each.",
+    )
     ingest_token_file: Path | None = Field(None, description="File holding the ingest token.")
-    api_token: SecretStr | None = Field(None, description="Bearer token of the REST API; default: the ingest token.")
+    api_token: SecretStr | None = Field(
+        None,
+        description="Bearer token of the REST API; default: the shared ingest token (with neither, the REST API "
+        "refuses every request, unless `serve --insecure-no-token`).",
+    )
     api_token_file: Path | None = Field(None, description="File holding the REST API token.")
 
 

@@ -7,13 +7,18 @@ NVML name is resolved through the catalog's keys, aliases and match expressions
 (:meth:`finops.pricing.catalog.PriceCatalog.model_for`). ``import`` and ``set-model`` roll up the ledger hours whose
 GPUs changed model before they return, as the job imports do (:func:`finops.cli.context.roll_up_unless`;
 ``--no-rollup``: leave them pending).
+
+``nodes token create|list|revoke``: the nodes' collector credentials (:mod:`finops.ingest.node_tokens`). A token is
+printed once, on the last line of ``create``'s output, and only its hash is stored.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 import typer
+from sqlalchemy import select, update
 
 from finops.cli.context import (
     STDIN,
@@ -25,12 +30,21 @@ from finops.cli.context import (
     open_text,
     roll_up_unless,
 )
+from finops.db.models import Gpu, Node
+from finops.ingest.node_tokens import create_token, list_tokens, live, parse_duration, revoke_token
 from finops.jobs.inventory import import_nodes, node_summaries, set_model
 from finops.pricing.store import catalog_in_force
+from finops.timeutil import utc_now
 
 app = typer.Typer(
     name="nodes", help="The node inventory: each node's GPU model and Slurm partitions.", no_args_is_help=True
 )
+token_app = typer.Typer(
+    name="token",
+    help="Per-node collector tokens: each admits only its node's batches. Several may be live at once (rotation).",
+    no_args_is_help=True,
+)
+app.add_typer(token_app)
 
 
 @app.command("import")
@@ -102,6 +116,60 @@ def nodes_list() -> None:
     typer.echo("\n".join(lines))
 
 
+def _when(at: datetime | None, never: str = "-") -> str:
+    return never if at is None else at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@token_app.command("create")
+def token_create(
+    node: Annotated[str, typer.Argument(help="The node's hostname, as its collector names it in its batches.")],
+    expires: Annotated[
+        str | None, typer.Option(help="Valid for this long (90d, 12h, 2w; s m h d w); default: until revoked.")
+    ] = None,
+) -> None:
+    """Make a token for NODE's collector and print it once, alone on the last line (only its SHA-256 is stored:
+    it cannot be shown again). NODE may be one that has sent no batch yet (a new node); that is said on stderr.
+    Give the token to the collector in its --token-file."""
+    expires_in = parse_duration(expires) if expires is not None else None
+    now = utc_now()
+    with open_sessions(load_settings()).begin() as session:
+        row, token = create_token(session, node, now, expires_in)
+        known = session.scalar(select(Node.id).where(Node.hostname == row.node)) is not None
+    if not known:
+        typer.echo(f"note: node {row.node!r} has sent no batch yet; check the name if it is not a new node", err=True)
+    typer.echo(f"id       {row.id}\nnode     {row.node}\nexpires  {_when(row.expires_at, 'never')}")
+    typer.echo(token)
+
+
+@token_app.command("list")
+def token_list(node: Annotated[str | None, typer.Option(help="Only this node's tokens.")] = None) -> None:
+    """Every node token (never its secret): id, node, state (live, expired, revoked), created, expires, last used
+    (to the minute) and revoked, in UTC."""
+    now = utc_now()
+    with open_sessions(load_settings())() as session:
+        rows = list_tokens(session, node)
+    lines = [f"{'id':<16} {'node':<24} {'state':<8} {'created':<20} {'expires':<20} {'last used':<20} revoked"]
+    for row in rows:
+        state = "live" if live(row, now) else ("revoked" if row.revoked_at is not None else "expired")
+        lines.append(
+            f"{row.id:<16} {row.node:<24} {state:<8} {_when(row.created_at):<20} {_when(row.expires_at, 'never'):<20} "
+            f"{_when(row.last_used_at):<20} {_when(row.revoked_at)}"
+        )
+    typer.echo("\n".join(lines))
+
+
+@token_app.command("revoke")
+def token_revoke(token_id: Annotated[str, typer.Argument(metavar="ID", help="The token's id (from list).")]) -> None:
+    """Revoke a node token now: the service refuses it (401) from its next request on. Revoking a revoked token
+    changes nothing."""
+    with open_sessions(load_settings()).begin() as session:
+        row, revoked = revoke_token(session, token_id, utc_now())
+    if revoked:
+        typer.echo(f"revoked node token {row.id} of node {row.node}")
+    else:
+        typer.echo(f"node token {row.id} of node {row.node} was already revoked at {_when(row.revoked_at)}")
+
+
 gpu_app = typer.Typer(name="gpu", help="One GPU slot of a node (node and NVML index).", no_args_is_help=True)
 app.add_typer(gpu_app)
 
@@ -115,10 +183,6 @@ def nodes_gpu_replace(
     of NODE describing that index registers its UUID, model and memory in it (ingest refuses a batch that
     re-registers a slot under another UUID or model until this is run). The slot keeps its history: its samples
     and ledger hours stay on it."""
-    from sqlalchemy import select, update
-
-    from finops.db.models import Gpu, Node
-
     with open_sessions(load_settings()).begin() as session:
         slot = select(Gpu.id, Gpu.uuid).join(Node).where((Node.hostname == node) & (Gpu.gpu_index == index))
         found = session.execute(slot).one_or_none()

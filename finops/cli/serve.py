@@ -4,6 +4,7 @@ and the scheduled jobs the settings switch on (Prometheus pull, sacct import, al
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Annotated
 
@@ -17,6 +18,7 @@ from alerts.service import AlertRunner, AlertService
 from finops.cli.context import idle_policy, load_pricing, load_settings, open_engine, open_sessions
 from finops.errors import FinopsError
 from finops.ingest.limits import IngestLimits
+from finops.ingest.node_tokens import any_live_token
 from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import PullOptions, ScheduledPull
 from finops.jobs.slurm_import import ScheduledSacct
@@ -25,9 +27,17 @@ from finops.service.cost_metrics import CostMetrics
 from finops.service.dashboard_server import require_dashboard_extra, serve_dashboard
 from finops.service.scheduler import start_scheduler
 from finops.settings import Settings
+from finops.timeutil import utc_now
 from finops.web.app import ServiceMetrics, create_app
 
 app = typer.Typer()
+log = logging.getLogger(__name__)
+
+SHARED_TOKEN_WARNING = (
+    "FINOPS_INGEST_TOKEN is set: this shared token admits batches of every node, so one leaked copy can write any "
+    "node's readings. To move to per-node tokens: `gpu-finops nodes token create NODE` for each node, give each "
+    "collector its own token (collector --token-file), then unset FINOPS_INGEST_TOKEN and restart"
+)
 
 
 def prometheus_pull(settings: Settings) -> ScheduledPull | None:
@@ -84,21 +94,48 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
     scheduler: Annotated[bool, typer.Option(help="Run the rollup and budget jobs in this process.")] = True,
-    insecure_no_token: Annotated[bool, typer.Option(help="Accept ingest without a bearer token.")] = False,
+    insecure_no_token: Annotated[
+        bool,
+        typer.Option(help="Accept ingest without a bearer token (only when no token, shared or per-node, exists)."),
+    ] = False,
 ) -> None:
-    """Run the service: ingest API, /healthz, /metrics and (by default) the scheduled jobs."""
+    """Run the service: ingest API, /healthz, /metrics and (by default) the scheduled jobs.
+
+    Collectors authenticate with per-node tokens (`nodes token create`) or the shared FINOPS_INGEST_TOKEN (which
+    admits every node: logged as a warning at start); with neither, serve refuses to start unless
+    --insecure-no-token."""
     settings = load_settings()
     sessions = open_sessions(settings)
     token = settings.ingest_token.get_secret_value() if settings.ingest_token else None
-    if token is None and not insecure_no_token:
-        raise FinopsError("set FINOPS_INGEST_TOKEN or FINOPS_INGEST_TOKEN_FILE (or pass --insecure-no-token)")
+    with sessions() as session:
+        node_tokens = any_live_token(session, utc_now())
+    if token is None and not node_tokens and not insecure_no_token:
+        raise FinopsError(
+            "no ingest token: make per-node tokens with `gpu-finops nodes token create NODE`, or set "
+            "FINOPS_INGEST_TOKEN or FINOPS_INGEST_TOKEN_FILE (or pass --insecure-no-token)"
+        )
+    insecure = insecure_no_token and token is None and not node_tokens
+    if insecure_no_token and not insecure:
+        log.warning("--insecure-no-token ignored: ingest tokens exist, ingest requires one")
+    if token is not None:
+        log.warning(SHARED_TOKEN_WARNING)
+    if token is None and settings.api_token is None and not insecure:
+        log.warning("no FINOPS_API_TOKEN (nor a shared ingest token to default to): the REST API refuses every request")
     metrics = ServiceMetrics()
     pricing = load_pricing(settings)
     running = _start_jobs(settings, sessions, pricing, metrics.registry) if scheduler else None
     try:
         api_token = settings.api_token.get_secret_value() if settings.api_token else None
         uvicorn.run(
-            create_app(sessions, token, metrics, api_token, pricing.catalog, limits=ingest_limits(settings)),
+            create_app(
+                sessions,
+                token,
+                metrics,
+                api_token,
+                pricing.catalog,
+                limits=ingest_limits(settings),
+                insecure_no_token=insecure,
+            ),
             host=host,
             port=port,
             log_level="warning",

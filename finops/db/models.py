@@ -367,3 +367,22 @@ class GpuJobUtilization(Base):
     ts: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True, index=True)
     job_id: Mapped[str] = mapped_column(String(JOB_ID_MAX_LENGTH), primary_key=True)
     utilization_ratio: Mapped[float] = mapped_column(Float)
+
+
+class NodeToken(Base):
+    """A collector's credential for one node (``gpu-finops nodes token create``, :mod:`finops.ingest.node_tokens`).
+
+    The token is ``gft_<id>_<secret>``: ``id`` is public (``nodes token list|revoke`` name it), only the SHA-256 of
+    ``secret`` is stored (hex). ``node`` is a hostname as batches name it, not a foreign key: a token may be made
+    before the node's first batch. A token admits batches of ``node`` only, until ``revoked_at`` or ``expires_at``
+    (None: never); ``last_used_at`` is updated at most once a minute.
+    """
+
+    __tablename__ = "node_tokens"
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    node: Mapped[str] = mapped_column(String(255), index=True)
+    secret_sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(EpochSeconds)
+    expires_at: Mapped[datetime | None] = mapped_column(EpochSeconds)
+    revoked_at: Mapped[datetime | None] = mapped_column(EpochSeconds)
+    last_used_at: Mapped[datetime | None] = mapped_column(EpochSeconds)

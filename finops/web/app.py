@@ -1,5 +1,8 @@
 """The service's HTTP API (FastAPI): ingest, health and Prometheus metrics.
 
+Ingest is authenticated by :class:`finops.web.auth.IngestAuth`: a batch posted with a node token whose ``node`` is
+not the token's is refused with ``403`` naming both, and nothing of it is stored.
+
 Ingest policy for a batch with malformed readings: the valid readings are stored and the response is ``422``
 with ``{"accepted": n, "rejected": [...]}`` naming each rejected reading:
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 import gzip
 import io
 import logging
+import secrets
 import sqlite3
 import time
 import zlib
@@ -39,7 +43,7 @@ from typing import Annotated, Any
 import anyio
 import psycopg
 import pydantic_core
-from fastapi import FastAPI, Header, Request, Response
+from fastapi import FastAPI, Header, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from pydantic import ValidationError
@@ -50,10 +54,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from collector.contract.wire import READING_COLUMNS, IngestBatch
 from finops.ingest.limits import IngestLimits, TimeWindow
+from finops.ingest.node_tokens import TokenHolder
 from finops.ingest.readings import Ingestor
 from finops.pricing.catalog import PriceCatalog
 from finops.web.alerts import create_alerts_router
-from finops.web.auth import bearer_ok, unauthorised
+from finops.web.auth import IngestAuth
 from finops.web.rest import create_router
 
 log = logging.getLogger(__name__)
@@ -167,18 +172,24 @@ def create_app(
     catalog: PriceCatalog | None = None,
     limits: IngestLimits | None = None,
     clock: Callable[[], float] = time.time,
+    insecure_no_token: bool = False,
 ) -> FastAPI:
     """The FastAPI application: ingest, health, metrics and the REST API (:mod:`finops.web.rest`).
 
-    ``token`` guards ingest and, when ``api_token`` is None, the REST API too; None disables authentication
-    (refused by ``serve`` unless asked). ``catalog`` is the configured price catalog (default: the packaged one),
-    in force until one is imported. ``limits``: what ingest accepts beyond the format (:class:`IngestLimits`, default
-    its defaults); ``clock``: the wall clock in epoch seconds that readings' times are judged against.
+    Ingest takes node tokens (:class:`finops.web.auth.IngestAuth`) and ``token``, the shared token (None: none);
+    ``token`` also guards the REST API when ``api_token`` is None, and with neither the REST API refuses every
+    request. ``insecure_no_token`` turns authentication off (a node token presented is still checked).
+    ``catalog`` is the configured price catalog (default: the packaged one), in force until one is imported.
+    ``limits``: what ingest accepts beyond the format (:class:`IngestLimits`, default its defaults); ``clock``: the
+    wall clock in epoch seconds that readings' times are judged against.
     """
     limits = limits or IngestLimits()
     app = FastAPI(title="gpu-finops", version="0.1.0")
     app.add_middleware(_BodyLimit, limit=REST_MAX_BODY_BYTES, exempt=frozenset({INGEST_PATH}))
     rest_token = api_token if api_token is not None else token
+    if rest_token is None and not insecure_no_token:
+        rest_token = secrets.token_urlsafe(32)  # no REST token configured: one nobody holds, every request refused
+    ingest_auth = IngestAuth(sessions, token, insecure_no_token)
     app.include_router(create_router(sessions, rest_token, catalog))
     app.include_router(create_alerts_router(sessions, rest_token))
     ingestor = Ingestor()
@@ -212,9 +223,11 @@ def create_app(
         content_encoding: Annotated[str | None, Header()] = None,
     ) -> JSONResponse:
         """Store a batch of GPU readings (wire format in :mod:`collector.contract.wire`), gzip or plain JSON."""
-        if not bearer_ok(authorization, token):
+        try:
+            holder = await anyio.to_thread.run_sync(ingest_auth.holder, authorization)
+        except HTTPException:
             metrics.requests.labels(code="401").inc()
-            raise unauthorised()
+            raise
         too_large = _too_large(MAX_BODY_BYTES)
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
@@ -227,7 +240,7 @@ def create_app(
                     return reply(413, too_large)
             window = TimeWindow.at(clock(), limits.retention_days, limits.future_grace_seconds)
             code, answer = await anyio.to_thread.run_sync(
-                _ingest, sessions, ingestor, bytes(body), content_encoding == "gzip", window
+                _ingest, sessions, ingestor, bytes(body), content_encoding == "gzip", window, holder
             )
         if "detail" not in answer:  # stored: count what was kept and what was left out
             metrics.samples.inc(answer["accepted"])
@@ -250,9 +263,16 @@ def create_app(
 
 
 def _ingest(
-    sessions: sessionmaker[Session], ingestor: Ingestor, body: bytes, gzipped: bool, window: TimeWindow
+    sessions: sessionmaker[Session],
+    ingestor: Ingestor,
+    body: bytes,
+    gzipped: bool,
+    window: TimeWindow,
+    holder: TokenHolder | None = None,
 ) -> tuple[int, dict[str, Any]]:
-    """Decompress, validate and store one request body; returns the HTTP status and the answer's JSON."""
+    """Decompress, validate and store one request body; returns the HTTP status and the answer's JSON. ``window``:
+    the times a reading may have (others are refused one by one); ``holder``: the node token it came with (None: a
+    token of every node), whose node the batch must be from."""
     if gzipped:
         try:
             body = _gunzip(body)
@@ -263,6 +283,8 @@ def _ingest(
     batch, rejected, origins = _validate(body)
     if batch is None:
         return (422 if rejected else 400), {"accepted": 0, "rejected": rejected, "detail": "batch rejected"}
+    if holder is not None and batch.node != holder.node:
+        return 403, {"detail": f"node token {holder.token_id} is for node {holder.node!r}, not {batch.node!r}"}
     batch, untimely = _outside_window(batch, origins, window)
     rejected += untimely
     for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
