@@ -22,6 +22,11 @@ from tests.support.servers import running
 SHARED = "shared-s3cret"
 
 
+def _clock() -> float:
+    """The service's clock for readings' times: 2026-03-02T11:00Z, an hour after the batches' readings."""
+    return 1772449200.0
+
+
 def _batch(node: str) -> dict[str, object]:
     uuid = "GPU-11111111-2222-3333-4444-55555555555" + ("a" if node == "gpu-a-01" else "b")
     return {
@@ -52,7 +57,7 @@ def _token(sessions, node: str, **kwargs) -> str:  # type: ignore[no-untyped-def
 @pytest.fixture
 def per_node(sessions):  # type: ignore[no-untyped-def]
     """The service with node tokens only: no shared token, no REST API token."""
-    with running(create_app(sessions, None)) as url:
+    with running(create_app(sessions, None, clock=_clock)) as url:
         yield url
 
 
@@ -99,7 +104,7 @@ def test_two_live_tokens_of_a_node_both_work_while_rotating(per_node: str, sessi
 
 def test_the_shared_token_still_admits_every_node_beside_node_tokens(sessions) -> None:  # type: ignore[no-untyped-def]
     token_a = _token(sessions, "gpu-a-01")
-    with running(create_app(sessions, SHARED)) as url:
+    with running(create_app(sessions, SHARED, clock=_clock)) as url:
         assert _post(url, _batch("gpu-a-01"), SHARED).status_code == 200
         assert _post(url, _batch("gpu-b-01"), SHARED).status_code == 200
         assert _post(url, _batch("gpu-b-01"), token_a).status_code == 403
@@ -109,7 +114,7 @@ def test_the_shared_token_still_admits_every_node_beside_node_tokens(sessions) -
 
 def test_insecure_ingest_admits_anyone_but_still_checks_a_node_token(sessions) -> None:  # type: ignore[no-untyped-def]
     token_a = _token(sessions, "gpu-a-01")
-    with running(create_app(sessions, None, insecure_no_token=True)) as url:
+    with running(create_app(sessions, None, clock=_clock, insecure_no_token=True)) as url:
         assert _post(url, _batch("gpu-b-01"), None).status_code == 200
         assert _post(url, _batch("gpu-b-01"), token_a).status_code == 403
         assert _post(url, _batch("gpu-a-01"), token_a[:-1]).status_code == 401
