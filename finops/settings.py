@@ -5,6 +5,7 @@ what the service, the CLI and the dashboard read. Code that needs one group may 
 
 - :class:`StorageSettings` — database URL, data directory, raw-sample retention.
 - :class:`ApiSettings` — bearer tokens of the ingest API and the REST API.
+- :class:`IngestSettings` — per-node limits of the ingest API (readings per second, burst, GPUs per batch).
 - :class:`PricingSettings` — default pricing model and the price catalog file.
 - :class:`IdleSettings` — when an allocated GPU counts as idle, and for how long before it is an idle episode.
 - :class:`SchedulerSettings` — how often the scheduler rolls up the ledger.
@@ -31,6 +32,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from finops.ingest.limits import MAX_GPUS_PER_BATCH, READINGS_BURST, READINGS_PER_SECOND
 from finops.pricing.catalog import PricingModel
 
 DEFAULT_DATA_DIR = Path("data")
@@ -118,6 +120,29 @@ class ApiSettings(SettingsGroup):
         "refuses every request, unless `serve --insecure-no-token`).",
     )
     api_token_file: Path | None = Field(None, description="File holding the REST API token.")
+
+
+class IngestSettings(SettingsGroup):
+    """Per-node limits of the ingest API (each service process enforces its own: with N replicas behind a load
+    balancer a node may send up to N times the rate)."""
+
+    ingest_readings_per_second: float = Field(
+        READINGS_PER_SECOND,
+        gt=0,
+        description="Readings a node may send per second, on average (its token bucket's refill; Mimir's "
+        "`ingestion_rate` default). A collector sends about 0.1 per GPU; over it: `429` with `Retry-After`.",
+    )
+    ingest_readings_burst: int = Field(
+        READINGS_BURST,
+        gt=0,
+        description="Readings a node may send at once (its token bucket's size; Mimir's `ingestion_burst_size` "
+        "default). A batch of more is refused with `422`: it could never pass.",
+    )
+    ingest_max_gpus_per_batch: int = Field(
+        MAX_GPUS_PER_BATCH,
+        gt=0,
+        description="GPUs a batch may name (a batch is one node's: 8 on an HGX board); more: `422`.",
+    )
 
 
 class PricingSettings(SettingsGroup):
@@ -260,6 +285,7 @@ class AlertSettings(SettingsGroup):
 class Settings(
     StorageSettings,
     ApiSettings,
+    IngestSettings,
     PricingSettings,
     IdleSettings,
     SchedulerSettings,

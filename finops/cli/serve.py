@@ -86,7 +86,12 @@ def _start_jobs(
 
 def ingest_limits(settings: Settings) -> IngestLimits:
     """What ingest accepts of a node, from the settings."""
-    return IngestLimits(retention_days=settings.sample_retention_days)
+    return IngestLimits(
+        retention_days=settings.sample_retention_days,
+        readings_per_second=settings.ingest_readings_per_second,
+        readings_burst=settings.ingest_readings_burst,
+        max_gpus_per_batch=settings.ingest_max_gpus_per_batch,
+    )
 
 
 @app.command()

@@ -19,7 +19,11 @@ with ``{"accepted": n, "rejected": [...]}`` naming each rejected reading:
   out; the readings are stored: it is not one of them), or ``{"field": "job_utilization", "error": "…",
   "readings": 0}`` when the field is not a list (every entry left out).
 
-A batch-level error (``node``, ``gpus``, not JSON) stores nothing. Collectors do not retry a 422. A body over
+A batch-level error (``node``, ``gpus``, not JSON) stores nothing. So does a batch naming more GPUs than
+``IngestLimits.max_gpus_per_batch`` or holding more readings than the node's burst (``422``, it can never pass), and
+one its node's token bucket cannot take now (:class:`finops.ingest.limits.ReadingBuckets`: ``429`` with
+``Retry-After``, the whole seconds until it can); each counted in ``gpufinops_ingest_refused_total{reason}``.
+Collectors do not retry a 422. A body over
 ``MAX_BODY_BYTES``, sent or once decompressed, is refused with ``413`` and nothing stored; the body of any other
 request, over ``REST_MAX_BODY_BYTES``, too. A request that finds the database busy (a lock another transaction
 holds) is answered ``503`` with ``Retry-After``.
@@ -53,7 +57,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from collector.contract.wire import READING_COLUMNS, IngestBatch
-from finops.ingest.limits import IngestLimits, TimeWindow
+from finops.ingest.limits import IngestLimits, ReadingBuckets, TimeWindow
 from finops.ingest.node_tokens import TokenHolder
 from finops.ingest.readings import Ingestor
 from finops.pricing.catalog import PriceCatalog
@@ -82,6 +86,8 @@ RETRY_AFTER_SECONDS = 5
 """``Retry-After`` of the 503 answered when the database is busy (a write lock held by a rollup, a lock wait
 that timed out): long enough for a rollup's transaction to end, short against a collector's cycle."""
 INGEST_PATH = "/api/v1/ingest"
+REFUSAL_REASONS = ("rate", "burst", "gpus")
+"""``reason`` of ``gpufinops_ingest_refused_total``: the per-node limit a batch was refused by."""
 
 
 def _too_large(limit: int, when: str = "") -> dict[str, str]:
@@ -162,6 +168,15 @@ class ServiceMetrics:
         self.requests = Counter(
             "gpufinops_ingest_requests", "Ingest requests by HTTP status code.", ["code"], registry=self.registry
         )
+        self.refused = Counter(
+            "gpufinops_ingest_refused",
+            "Ingest batches refused whole by a per-node limit: rate (over the node's readings per second, 429), "
+            "burst (more readings than the burst, 422), gpus (more GPUs than a batch may carry, 422).",
+            ["reason"],
+            registry=self.registry,
+        )
+        for reason in REFUSAL_REASONS:
+            self.refused.labels(reason=reason)
 
 
 def create_app(
@@ -181,7 +196,7 @@ def create_app(
     request. ``insecure_no_token`` turns authentication off (a node token presented is still checked).
     ``catalog`` is the configured price catalog (default: the packaged one), in force until one is imported.
     ``limits``: what ingest accepts beyond the format (:class:`IngestLimits`, default its defaults); ``clock``: the
-    wall clock in epoch seconds that readings' times are judged against.
+    wall clock in epoch seconds that readings' times are judged against, and the nodes' token buckets run on.
     """
     limits = limits or IngestLimits()
     app = FastAPI(title="gpu-finops", version="0.1.0")
@@ -193,6 +208,7 @@ def create_app(
     app.include_router(create_router(sessions, rest_token, catalog))
     app.include_router(create_alerts_router(sessions, rest_token))
     ingestor = Ingestor()
+    buckets = ReadingBuckets(limits.readings_per_second, limits.readings_burst, clock)
     ingest_slots = anyio.CapacityLimiter(INGEST_CONCURRENCY)
     metrics = metrics or ServiceMetrics()
     app.state.metrics = metrics
@@ -239,9 +255,15 @@ def create_app(
                 if len(body) > MAX_BODY_BYTES:
                     return reply(413, too_large)
             window = TimeWindow.at(clock(), limits.retention_days, limits.future_grace_seconds)
+            gate = _Gate(buckets, limits.max_gpus_per_batch)
             code, answer = await anyio.to_thread.run_sync(
-                _ingest, sessions, ingestor, bytes(body), content_encoding == "gzip", window, holder
+                _ingest, sessions, ingestor, bytes(body), content_encoding == "gzip", window, holder, gate
             )
+        if gate.refused is not None:
+            metrics.refused.labels(reason=gate.refused).inc()
+        if gate.retry_after:
+            metrics.requests.labels(code=str(code)).inc()
+            return JSONResponse(answer, status_code=code, headers={"Retry-After": str(gate.retry_after)})
         if "detail" not in answer:  # stored: count what was kept and what was left out
             metrics.samples.inc(answer["accepted"])
             metrics.rejected.inc(sum(r.get("readings", 1) for r in answer["rejected"]))
@@ -262,6 +284,63 @@ def create_app(
     return app
 
 
+class _Gate:
+    """The per-node limits one batch goes through before it is stored (:meth:`admit`), and what they decided."""
+
+    def __init__(self, buckets: ReadingBuckets, max_gpus: int) -> None:
+        self.buckets, self.max_gpus = buckets, max_gpus
+        self.refused: str | None = None
+        """The ``gpufinops_ingest_refused_total`` reason the batch was refused for, if it was."""
+        self.retry_after = 0
+        """The 429's ``Retry-After`` seconds (0: not refused for its rate)."""
+        self.taken = 0
+
+    def admit(self, batch: IngestBatch) -> tuple[int, dict[str, Any]] | None:
+        """None when ``batch`` may be stored (its readings taken from its node's bucket), else the answer refusing
+        it whole: 422 for more GPUs than :attr:`max_gpus` or more readings than the burst (it can never pass), 429
+        when the bucket does not hold its readings now."""
+        uuids = {g.uuid for g in batch.gpus} | {s.uuid for s in batch.series} | {r.uuid for r in batch.samples}
+        uuids |= {j.uuid for j in batch.job_utilization}
+        readings = batch.reading_count
+        if len(uuids) > self.max_gpus:
+            self.refused = "gpus"
+            error = (
+                f"the batch names {len(uuids)} GPUs, more than the {self.max_gpus} a batch may carry "
+                "(FINOPS_INGEST_MAX_GPUS_PER_BATCH); a batch is one node's GPUs"
+            )
+            return 422, _refused_whole("gpus", error, readings)
+        if not self.buckets.fits(readings):
+            self.refused = "burst"
+            error = (
+                f"the batch holds {readings} readings, more than a node may send at once ({self.buckets.burst}, "
+                "FINOPS_INGEST_READINGS_BURST): it can never pass; send smaller batches"
+            )
+            return 422, _refused_whole("batch", error, readings)
+        wait = self.buckets.take(batch.node, readings)
+        if wait:
+            self.refused, self.retry_after = "rate", wait
+            detail = (
+                f"node {batch.node!r} is over its ingest rate ({self.buckets.rate:g} readings/s, burst "
+                f"{self.buckets.burst}; FINOPS_INGEST_READINGS_PER_SECOND, FINOPS_INGEST_READINGS_BURST): "
+                f"{readings} readings refused, nothing stored; retry in {wait} s"
+            )
+            return 429, {"detail": detail}
+        self.taken = readings
+        return None
+
+    def give_back(self, node: str) -> None:
+        """Return what :meth:`admit` took, the batch not having been stored."""
+        if self.taken:
+            self.buckets.give_back(node, self.taken)
+            self.taken = 0
+
+
+def _refused_whole(field: str, error: str, readings: int) -> dict[str, Any]:
+    """The 422 answer's body for a batch refused whole by a limit, its readings counted (as collectors count them)."""
+    rejected = [{"field": field, "error": error, "readings": readings}]
+    return {"accepted": 0, "rejected": rejected, "detail": "batch rejected"}
+
+
 def _ingest(
     sessions: sessionmaker[Session],
     ingestor: Ingestor,
@@ -269,10 +348,11 @@ def _ingest(
     gzipped: bool,
     window: TimeWindow,
     holder: TokenHolder | None = None,
+    gate: _Gate | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """Decompress, validate and store one request body; returns the HTTP status and the answer's JSON. ``window``:
     the times a reading may have (others are refused one by one); ``holder``: the node token it came with (None: a
-    token of every node), whose node the batch must be from."""
+    token of every node), whose node the batch must be from; ``gate``: the per-node limits (None: none)."""
     if gzipped:
         try:
             body = _gunzip(body)
@@ -285,6 +365,25 @@ def _ingest(
         return (422 if rejected else 400), {"accepted": 0, "rejected": rejected, "detail": "batch rejected"}
     if holder is not None and batch.node != holder.node:
         return 403, {"detail": f"node token {holder.token_id} is for node {holder.node!r}, not {batch.node!r}"}
+    if gate is not None and (refusal := gate.admit(batch)) is not None:
+        return refusal
+    try:
+        return _store(sessions, ingestor, batch, origins, window, rejected)
+    except BaseException:
+        if gate is not None:
+            gate.give_back(batch.node)
+        raise
+
+
+def _store(
+    sessions: sessionmaker[Session],
+    ingestor: Ingestor,
+    batch: IngestBatch,
+    origins: _Origins,
+    window: TimeWindow,
+    rejected: list[dict[str, Any]],
+) -> tuple[int, dict[str, Any]]:
+    """Store a validated batch's readings within ``window``; returns the HTTP status and the answer's JSON."""
     batch, untimely = _outside_window(batch, origins, window)
     rejected += untimely
     for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
