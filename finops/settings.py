@@ -5,7 +5,7 @@ what the service, the CLI and the dashboard read. Code that needs one group may 
 
 - :class:`StorageSettings` — database URL, data directory, raw-sample retention.
 - :class:`ApiSettings` — bearer tokens of the ingest API and the REST API.
-- :class:`IngestSettings` — per-node limits of the ingest API (readings per second, burst, GPUs per batch).
+- :class:`IngestSettings` — per-node ingest limits (readings per second, burst, GPUs per batch), body deadline.
 - :class:`PricingSettings` — default pricing model and the price catalog file.
 - :class:`IdleSettings` — when an allocated GPU counts as idle, and for how long before it is an idle episode.
 - :class:`SchedulerSettings` — how often the scheduler rolls up the ledger.
@@ -32,7 +32,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from finops.ingest.limits import MAX_GPUS_PER_BATCH, READINGS_BURST, READINGS_PER_SECOND
+from finops.ingest.limits import BODY_TIMEOUT_SECONDS, MAX_GPUS_PER_BATCH, READINGS_BURST, READINGS_PER_SECOND
 from finops.pricing.catalog import PricingModel
 
 DEFAULT_DATA_DIR = Path("data")
@@ -142,6 +142,12 @@ class IngestSettings(SettingsGroup):
         MAX_GPUS_PER_BATCH,
         gt=0,
         description="GPUs a batch may name (a batch is one node's: 8 on an HGX board); more: `422`.",
+    )
+    ingest_body_timeout_seconds: float = Field(
+        BODY_TIMEOUT_SECONDS,
+        gt=0,
+        description="Seconds within which a request's body (ingest's and every other's) must be received once the "
+        "service starts reading it; later: `408` and the connection closed.",
     )
 
 

@@ -91,6 +91,7 @@ def ingest_limits(settings: Settings) -> IngestLimits:
         readings_per_second=settings.ingest_readings_per_second,
         readings_burst=settings.ingest_readings_burst,
         max_gpus_per_batch=settings.ingest_max_gpus_per_batch,
+        body_timeout_seconds=settings.ingest_body_timeout_seconds,
     )
 
 

@@ -30,6 +30,10 @@ outage it drains its spool in batches of at most 10,000 readings, which this rat
 READINGS_BURST = 200_000
 """``FINOPS_INGEST_READINGS_BURST``' default: Mimir's ``ingestion_burst_size`` default (200,000): the readings a node
 may send at once after a quiet spell (20 of the collector's largest batches). A batch of more can never pass."""
+BODY_TIMEOUT_SECONDS = 30.0
+"""``FINOPS_INGEST_BODY_TIMEOUT_SECONDS``' default: a request body must be in within this of the service's first
+read of it. A collector's largest batch (10,000 readings, about 1.5 MB of JSON, gzip a fraction of that) takes well
+under a second on a datacentre network; 30 s still lets it through a 1 Mbit/s link uncompressed."""
 MAX_GPUS_PER_BATCH = 256
 """``FINOPS_INGEST_MAX_GPUS_PER_BATCH``' default. A collector sends one node's physical GPUs (MIG instances are not
 shipped): 8 on an HGX/DGX board, 16 on the largest (HGX-2, DGX-2); 256 is 16 times that and above the 56 a node
@@ -78,7 +82,8 @@ class IngestLimits:
     ``future_grace_seconds``: how far ahead of the service's clock a reading may be stamped;
     ``readings_per_second`` and ``readings_burst``: each node's token bucket (:class:`ReadingBuckets`);
     ``max_gpus_per_batch``: distinct GPU UUIDs a batch may name (``gpus``, ``series``, ``samples``,
-    ``job_utilization`` together).
+    ``job_utilization`` together); ``body_timeout_seconds``: the deadline for reading a request's body (every
+    request's, not only ingest's).
     """
 
     retention_days: int = DEFAULT_RETENTION_DAYS
@@ -86,6 +91,7 @@ class IngestLimits:
     readings_per_second: float = READINGS_PER_SECOND
     readings_burst: int = READINGS_BURST
     max_gpus_per_batch: int = MAX_GPUS_PER_BATCH
+    body_timeout_seconds: float = BODY_TIMEOUT_SECONDS
 
 
 class ReadingBuckets:

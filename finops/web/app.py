@@ -25,8 +25,9 @@ one its node's token bucket cannot take now (:class:`finops.ingest.limits.Readin
 ``Retry-After``, the whole seconds until it can); each counted in ``gpufinops_ingest_refused_total{reason}``.
 Collectors do not retry a 422. A body over
 ``MAX_BODY_BYTES``, sent or once decompressed, is refused with ``413`` and nothing stored; the body of any other
-request, over ``REST_MAX_BODY_BYTES``, too. A request that finds the database busy (a lock another transaction
-holds) is answered ``503`` with ``Retry-After``.
+request, over ``REST_MAX_BODY_BYTES``, too. Every body is read under a deadline (:class:`_BodyDeadline`,
+``IngestLimits.body_timeout_seconds``): a sender too slow gets ``408`` and its connection closed. A request that
+finds the database busy (a lock another transaction holds) is answered ``503`` with ``Retry-After``.
 Decompression, validation and storage run in a worker thread (``INGEST_CONCURRENCY`` at once), one database
 transaction per batch; a transaction PostgreSQL aborts to break a deadlock is run again (up to
 ``DEADLOCK_ATTEMPTS`` tries).
@@ -134,6 +135,61 @@ class _BodyLimit:
         await self.app(scope, replay, send)
 
 
+class _BodyTimeout(Exception):
+    """A request body not read whole within its deadline."""
+
+
+class _BodyDeadline:
+    """ASGI middleware reading every request body under one overall deadline of ``seconds``, counted from the
+    application's first read of it (an ingest request waiting for its slot is not the sender's delay): when the
+    body is not all in by then the request is answered ``408`` with ``Connection: close``, so the server drops the
+    connection and whatever the sender has yet to send, and ``on_timeout(scope)`` is called. uvicorn bounds only the
+    wait between requests on a kept-alive connection (``--timeout-keep-alive``), not a body sent one byte at a time.
+    A response already started when the deadline passes (not expected: bodies are read before answering) ends the
+    connection without one."""
+
+    def __init__(self, app: ASGIApp, seconds: float, on_timeout: Callable[[Scope], None]) -> None:
+        self.app, self.seconds, self.on_timeout = app, seconds, on_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        deadline: float | None = None
+        body_read = started = False
+
+        async def bounded() -> Message:
+            nonlocal deadline, body_read
+            if body_read:  # the body is in: later reads wait for the client to go away, unbounded
+                return await receive()
+            now = anyio.current_time()
+            deadline = now + self.seconds if deadline is None else deadline
+            try:
+                with anyio.fail_after(max(0.0, deadline - now)):
+                    message = await receive()
+            except TimeoutError:
+                raise _BodyTimeout from None
+            body_read = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, bounded, tracked)
+        except _BodyTimeout:
+            log.warning(
+                "%s %s: body not received within %g s; answered 408", scope["method"], scope["path"], self.seconds
+            )
+            self.on_timeout(scope)
+            if started:
+                raise
+            detail = {"detail": f"request body not received within {self.seconds:g} s"}
+            await JSONResponse(detail, status_code=408, headers={"Connection": "close"})(scope, receive, send)
+
+
 def _busy(exc: OperationalError) -> bool:
     """Whether ``exc`` is the database busy rather than broken: SQLite's "database is locked" (its busy timeout ran
     out while another connection held the write lock), PostgreSQL's ``lock_not_available`` (a lock wait that
@@ -212,6 +268,13 @@ def create_app(
     ingest_slots = anyio.CapacityLimiter(INGEST_CONCURRENCY)
     metrics = metrics or ServiceMetrics()
     app.state.metrics = metrics
+
+    def timed_out(scope: Scope) -> None:
+        if scope["path"] == INGEST_PATH:
+            metrics.requests.labels(code="408").inc()
+
+    # Added last, so outermost: it bounds the reads of _BodyLimit and of the routes alike.
+    app.add_middleware(_BodyDeadline, seconds=limits.body_timeout_seconds, on_timeout=timed_out)
 
     def reply(code: int, body: dict[str, Any]) -> JSONResponse:
         metrics.requests.labels(code=str(code)).inc()

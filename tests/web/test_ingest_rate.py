@@ -162,5 +162,7 @@ def test_defaults_and_settings(monkeypatch) -> None:  # type: ignore[no-untyped-
     monkeypatch.setenv("FINOPS_INGEST_READINGS_PER_SECOND", "50")
     monkeypatch.setenv("FINOPS_INGEST_READINGS_BURST", "500")
     monkeypatch.setenv("FINOPS_INGEST_MAX_GPUS_PER_BATCH", "16")
+    monkeypatch.setenv("FINOPS_INGEST_BODY_TIMEOUT_SECONDS", "2.5")
     limits = ingest_limits(Settings())
     assert (limits.readings_per_second, limits.readings_burst, limits.max_gpus_per_batch) == (50, 500, 16)
+    assert limits.body_timeout_seconds == 2.5

@@ -1,0 +1,123 @@
+"""Request bodies are read under a deadline, over a real socket: a sender trickling its body one byte a second gets
+``408`` and its connection closed, while other requests are served meanwhile. Every wait is bounded."""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import threading
+import time
+
+import httpx
+import orjson
+import pytest
+
+from finops.ingest.limits import IngestLimits
+from finops.web.app import INGEST_CONCURRENCY, create_app
+from tests.support.servers import running
+
+TOKEN = "s3cret-token"
+NOW = 1795244400  # the service's clock: 2026-11-21T07:00Z
+DEADLINE = 1.0
+WAIT = 15.0  # the longest any step may take: far above the deadline, bounded
+
+
+class SlowSender:
+    """A client that sends a request's headers (declaring ``length`` bytes of body) and then one byte a second."""
+
+    def __init__(self, url: str, path: str, length: int = 1000) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=WAIT)
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+        )
+        self.sock.sendall(head.encode())
+        self.started = time.monotonic()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._trickle, daemon=True)
+        self.thread.start()
+
+    def _trickle(self) -> None:
+        while not self.stop.wait(1.0):
+            try:
+                self.sock.sendall(b" ")
+            except OSError:  # the service closed the connection
+                return
+
+    def answer(self) -> tuple[bytes, float, bool]:
+        """The response as read until the service closes the connection, the seconds it took from the headers, and
+        whether the connection was closed (not timed out)."""
+        data, closed = b"", False
+        try:
+            while chunk := self.sock.recv(65536):
+                data += chunk
+            closed = True
+        except ConnectionResetError:
+            closed = True
+        except TimeoutError:
+            pass
+        took = time.monotonic() - self.started
+        self.stop.set()
+        self.thread.join(timeout=WAIT)
+        self.sock.close()
+        return data, took, closed
+
+
+def _batch(readings: int = 3) -> bytes:
+    gpu = {"uuid": "GPU-11111111-2222-3333-4444-555555555555", "index": 0, "model": "NVIDIA H100 80GB HBM3"}
+    ts = list(range(NOW - 600, NOW - 600 + readings))
+    series = [{"uuid": gpu["uuid"], "ts": ts, "utilization_ratio": [0.5] * readings}]
+    return gzip.compress(orjson.dumps({"node": "gpu-a-01", "gpus": [gpu], "series": series}))
+
+
+@pytest.fixture
+def service(sessions):  # type: ignore[no-untyped-def]
+    limits = IngestLimits(body_timeout_seconds=DEADLINE)
+    with running(create_app(sessions, TOKEN, limits=limits, clock=lambda: NOW)) as url:
+        yield url
+
+
+def test_slow_ingest_bodies_get_408_and_their_connection_closed_while_others_are_served(service) -> None:  # type: ignore[no-untyped-def]
+    # More slow senders than ingest slots: without the deadline they would hold every slot for as long as they like.
+    slow = [SlowSender(service, "/api/v1/ingest") for _ in range(INGEST_CONCURRENCY + 1)]
+    with httpx.Client(timeout=WAIT) as client:
+        assert client.get(f"{service}/healthz").status_code == 200
+        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Encoding": "gzip"}
+        stored = client.post(f"{service}/api/v1/ingest", content=_batch(), headers=headers)
+        assert stored.status_code == 200, stored.text
+        assert stored.json() == {"accepted": 3, "rejected": []}
+    for sender in slow:
+        data, took, closed = sender.answer()
+        assert data.startswith(b"HTTP/1.1 408 "), data[:200]
+        assert b"connection: close" in data.lower()
+        assert b"request body not received within 1 s" in data
+        assert closed, "the service kept the connection open"
+        assert DEADLINE <= took < WAIT
+    metrics = httpx.get(f"{service}/metrics", timeout=WAIT).text
+    assert f'gpufinops_ingest_requests_total{{code="408"}} {float(len(slow))}' in metrics
+
+
+def test_slow_bodies_of_other_requests_get_408_too(service) -> None:  # type: ignore[no-untyped-def]
+    sender = SlowSender(service, "/api/v1/prices")
+    assert httpx.get(f"{service}/healthz", timeout=WAIT).status_code == 200
+    data, took, closed = sender.answer()
+    assert data.startswith(b"HTTP/1.1 408 "), data[:200]
+    assert closed and DEADLINE <= took < WAIT
+
+
+def test_a_body_sent_in_time_in_pieces_is_read_whole(service) -> None:  # type: ignore[no-untyped-def]
+    body = _batch()
+    host, port = service.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=WAIT) as sock:
+        head = (
+            f"POST /api/v1/ingest HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"Content-Encoding: gzip\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        sock.sendall(head.encode())
+        for start in range(0, len(body), 16):
+            sock.sendall(body[start : start + 16])
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200 "), data[:300]
