@@ -3,7 +3,8 @@ with a bearer token.
 
 One POST to ``/api/v1/ingest`` is one :meth:`Shipper.send`; its :class:`SendResult` says whether the service
 took the batch (200, or 422: valid readings stored, the named ones rejected), refused it for good (any other 4xx:
-retrying cannot help), or failed in a way worth retrying (network error, 5xx, 429). :class:`Backoff` gives the
+retrying cannot help), or failed in a way worth retrying (network error, 5xx, 429, and 408: the body was not read
+in time, which RFC 9110 section 15.5.9 allows a client to repeat). :class:`Backoff` gives the
 wait before a retry: capped exponential backoff with full jitter ("Exponential Backoff And Jitter", AWS
 Architecture Blog, 2015), or the server's ``Retry-After`` (RFC 9110 section 10.2.3: seconds or an HTTP-date)
 when it sent one. :class:`collector.delivery.Delivery` drives these from the spool; :meth:`Shipper.ship` is the
@@ -29,7 +30,9 @@ from collector.contract.sample import Sample
 log = logging.getLogger(__name__)
 
 INGEST_PATH = "/api/v1/ingest"
-RETRIED_STATUS = 429
+RETRIED_STATUSES = frozenset({408, 429})
+"""4xx answers worth another try: 408 Request Timeout (the service's body deadline on a slow link) and 429 Too Many
+Requests (its per-node rate limit, with ``Retry-After``)."""
 MAX_RETRY_AFTER_SECONDS = 600.0
 
 
@@ -43,7 +46,7 @@ class SendResult:
 
     Attributes:
         outcome: ``"delivered"`` (200/422: the service stored ``accepted`` readings and rejected ``rejected``),
-            ``"refused"`` (another 4xx: the batch will never be taken) or ``"failed"`` (network error, 5xx or
+            ``"refused"`` (another 4xx: the batch will never be taken) or ``"failed"`` (network error, 5xx, 408 or
             429: worth retrying).
         accepted: readings the service stored (or already had).
         rejected: readings refused: the 422's rejected list, or the whole batch when refused.
@@ -123,7 +126,7 @@ class Shipper:
                 log.warning("service rejected %d readings, e.g. %s", count, rejected[:3])
             return SendResult("delivered", accepted=int(result["accepted"]), rejected=count)
         reason = f"HTTP {status} {response.text[:200]}"
-        if status >= 500 or status == RETRIED_STATUS:
+        if status >= 500 or status in RETRIED_STATUSES:
             return SendResult(
                 "failed", retry_after=parse_retry_after(response.headers.get("Retry-After")), reason=reason
             )

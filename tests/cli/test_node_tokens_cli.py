@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+from datetime import UTC, datetime
 
 import httpx
 import orjson
@@ -29,12 +30,20 @@ def cli_env(engine, monkeypatch):  # type: ignore[no-untyped-def]
     return CliRunner()
 
 
+READ_AT = "2026-03-02T10:00:00Z"
+
+
+def _clock() -> float:
+    """The service's clock for readings' times: an hour after :data:`READ_AT`."""
+    return datetime(2026, 3, 2, 11, tzinfo=UTC).timestamp()
+
+
 def _post(url: str, node: str, token: str) -> int:
     uuid = "GPU-11111111-2222-3333-4444-555555555555"
     body = {
         "node": node,
         "gpus": [{"uuid": uuid, "index": 0, "model": "NVIDIA H100 80GB HBM3"}],
-        "samples": [{"uuid": uuid, "ts": "2026-03-02T10:00:00Z", "utilization_ratio": 0.5}],
+        "samples": [{"uuid": uuid, "ts": READ_AT, "utilization_ratio": 0.5}],
     }
     headers = {"Authorization": f"Bearer {token}", "Content-Encoding": "gzip", "Content-Type": "application/json"}
     return httpx.post(f"{url}/api/v1/ingest", content=gzip.compress(orjson.dumps(body)), headers=headers).status_code
@@ -54,7 +63,7 @@ def test_create_prints_the_token_last_and_list_never_shows_it(cli_env, sessions)
     assert second.exit_code == 0 and "expires  never" in second.stdout
     second_token = second.stdout.splitlines()[-1]
 
-    with running(create_app(sessions, None)) as url:
+    with running(create_app(sessions, None, clock=_clock)) as url:
         assert _post(url, "gpu-a-01", token) == 200
         assert _post(url, "gpu-a-01", second_token) == 200
         assert _post(url, "gpu-b-01", token) == 403
