@@ -1,7 +1,7 @@
 """At-least-once delivery: every cycle's readings go to the spool first, a sender thread drains it to the service.
 
 A batch leaves the spool only when the service has answered for it: delivered (200/422) or refused for good
-(other 4xx, counted as rejected). Failures that can pass (network, 5xx, 429) keep it spooled and are retried
+(other 4xx, counted as rejected). Failures that can pass (network, 5xx, 408, 429) keep it spooled and are retried
 with :class:`collector.shipper.Backoff` (or the server's ``Retry-After``) for as long as it takes; the spool's
 size bound decides what is dropped if the outage outlasts the disk. The service's ingest is idempotent (one row
 per GPU and timestamp), so a batch sent twice after a crash is stored once.

@@ -135,11 +135,12 @@ class DeliveryStats(Collector):
         )
         yield CounterMetricFamily(
             "gpufinops_collector_rejected_samples",
-            "GPU readings the service refused (4xx other than 429) or rejected as malformed (422); not retried.",
+            "GPU readings the service refused (4xx other than 408 and 429) or rejected as malformed (422); "
+            "not retried.",
             value=delivery.rejected_samples,
         )
         yield CounterMetricFamily(
             "gpufinops_collector_failed_sends",
-            "Ingest POSTs that failed with a network error, 5xx or 429 and will be retried.",
+            "Ingest POSTs that failed with a network error, 5xx, 408 or 429 and will be retried.",
             value=delivery.failed_sends,
         )
