@@ -100,7 +100,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _start_service(url: str, token: str, port: int) -> subprocess.Popen[bytes]:
+def _start_service(url: str, token: str, port: int, log_path: Path) -> subprocess.Popen[bytes]:
+    """``gpu-finops serve`` (no scheduler) on 127.0.0.1:``port`` with the one-off shared ``token``, its log in
+    ``log_path`` (a service's log, its shared-token warning included, is not the demo's output); returns once it
+    answers ``/healthz``. RuntimeError with the log's end if it exits or does not answer within 60 s."""
     env = {**os.environ, "FINOPS_DATABASE_URL": url, "FINOPS_INGEST_TOKEN": token}
     command = [
         sys.executable,
@@ -113,18 +116,22 @@ def _start_service(url: str, token: str, port: int) -> subprocess.Popen[bytes]:
         str(port),
         "--no-scheduler",
     ]
-    process = subprocess.Popen(command, env=env)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"the service exited with code {process.returncode} before it was ready")
+            raise RuntimeError(
+                f"the service exited with code {process.returncode} before it was ready; {log_path} ends: "
+                + log_path.read_text(errors="replace")[-2000:]
+            )
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
                 return process
         except httpx.TransportError:
             time.sleep(0.2)
     process.terminate()
-    raise RuntimeError("the service did not answer /healthz within 60 s")
+    raise RuntimeError(f"the service did not answer /healthz within 60 s; its log is {log_path}")
 
 
 def _drain(agent: Agent, source: ReplaySource) -> int:
@@ -167,7 +174,8 @@ def run_demo(options: DemoOptions) -> int:
             map_account(session, team.team, team.team)
 
     token, port = secrets.token_urlsafe(24), _free_port()
-    service = _start_service(options.database_url, token, port)
+    options.work_dir.mkdir(parents=True, exist_ok=True)
+    service = _start_service(options.database_url, token, port, options.work_dir / "demo-service.log")
     try:
         shipped_at = time.perf_counter()
         accepted = _ship_trace(trace, profile, f"http://127.0.0.1:{port}", token)
@@ -177,7 +185,6 @@ def run_demo(options: DemoOptions) -> int:
         service.wait(timeout=60)
     print(f"ingest: {accepted:,} GPU readings over HTTP in {ingest_seconds:.1f} s ({accepted / ingest_seconds:,.0f}/s)")
 
-    options.work_dir.mkdir(parents=True, exist_ok=True)
     log_path = options.work_dir / "demo-sacct.txt"
     log_path.write_text("\n".join(sacct_lines(trace)) + "\n")
     ledger_at = time.perf_counter()
