@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
+import sys
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -81,6 +83,9 @@ class FinopsGroup(TyperGroup):
         at DEBUG (``--verbose``), and ``typer.Exit(2)``."""
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:  # the reader went away (`gpu-finops report | head`): stop quietly, as tools do
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+            raise typer.Exit(INCOMPLETE) from None
         except Exception as exc:
             message = user_error_message(exc)
             if message is None:

@@ -229,3 +229,18 @@ def test_one_shot_commands_print_their_line_and_log_only_warnings(tmp_path: Path
         assert done.stdout.startswith("rollup: ") and len(done.stdout.splitlines()) == 1, done.stdout
         logged = [line for line in done.stderr.splitlines() if " INFO finops.service.scheduler: rollup: " in line]
         assert len(logged) == (1 if verbose else 0), done.stderr
+
+
+def test_a_reader_that_goes_away_stops_the_command_quietly(tmp_path: Path) -> None:
+    """``gpu-finops alerts list | head -0``: the pipe closes before the command writes; no traceback, no error line."""
+    url = f"sqlite:///{tmp_path / 'finops.sqlite'}"
+    upgrade(make_engine(url))
+    env = {"PATH": "/usr/bin:/bin", "FINOPS_DATA_DIR": str(tmp_path), "FINOPS_DATABASE_URL": url}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "finops.cli", "alerts", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # before the child has even started Python: its first write meets a closed pipe
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 1
+    assert stderr == ""
