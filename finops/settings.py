@@ -32,7 +32,13 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from finops.ingest.limits import BODY_TIMEOUT_SECONDS, MAX_GPUS_PER_BATCH, READINGS_BURST, READINGS_PER_SECOND
+from finops.ingest.limits import (
+    BODY_TIMEOUT_SECONDS,
+    DEFAULT_RETENTION_DAYS,
+    MAX_GPUS_PER_BATCH,
+    READINGS_BURST,
+    READINGS_PER_SECOND,
+)
 from finops.pricing.catalog import PricingModel
 
 DEFAULT_DATA_DIR = Path("data")
@@ -85,7 +91,7 @@ class StorageSettings(SettingsGroup):
         DEFAULT_DATA_DIR, description="Directory for the embedded SQLite database and the demo's files."
     )
     sample_retention_days: int = Field(
-        35,
+        DEFAULT_RETENTION_DAYS,
         ge=1,
         description="Days of raw GPU samples kept (whole UTC days before today); `serve` and `scheduler` drop older "
         "ones daily. Hours still waiting for a ledger rebuild keep theirs. The ledger is kept.",

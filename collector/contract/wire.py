@@ -164,6 +164,12 @@ class IngestBatch(BaseModel):
         return self
 
     @property
+    def gpu_uuids(self) -> set[str]:
+        """UUIDs of every GPU the batch names: in ``gpus``, ``series``, ``samples`` and ``job_utilization``."""
+        named = {info.uuid for info in self.gpus} | {series.uuid for series in self.series}
+        return named | {reading.uuid for reading in self.samples} | {share.uuid for share in self.job_utilization}
+
+    @property
     def reading_count(self) -> int:
         """Readings in the batch: rows plus the length of every series."""
         return len(self.samples) + sum(len(s.ts) for s in self.series)

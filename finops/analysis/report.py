@@ -327,6 +327,8 @@ def report_table(rows: Sequence[ReportRow], by: GroupBy = "team", unpriced: Sequ
     ``unpriced GPU-h`` column, the TOTAL line ends ``+ N unpriced GPU-hours (models …)`` (money totals cover the
     priced GPU-hours only), and a line per model of ``unpriced`` (:func:`unpriced_by_model`) says how to fix it."""
     dicts = report_dicts(rows, by)
+    if not dicts:
+        return "No ledger rows in this period."
     with_unpriced = any(row.unpriced_gpu_seconds for row in rows) or bool(unpriced)
     headers = ["alloc GPU-h", "used GPU-h", "idle GPU-h", "allocated", "used", "idle", "energy kWh", "energy"]
     keys = ["allocated_gpu_hours", "used_gpu_hours", "idle_gpu_hours", *MONEY_FIELDS[:3], "energy_kwh", "energy_cost"]
@@ -339,8 +341,6 @@ def report_table(rows: Sequence[ReportRow], by: GroupBy = "team", unpriced: Sequ
     totals += [_cell(sum((Decimal(str(d[k] or 0)) for d in dicts), Decimal(0))) for k in keys]
     headers = [*labels, *headers]
     widths = [max(len(h), *(len(line[i]) for line in [*lines, totals])) for i, h in enumerate(headers)]
-    if not dicts:
-        return "No ledger rows in this period."
     out = [f"Costs in {dicts[0]['currency']}"]
     for line in [headers, *lines, totals]:
         cells = [

@@ -127,9 +127,11 @@ def command_tree(command: Any, path: list[str]) -> list[tuple[list[str], Any]]:
     return found
 
 
-LONG_RUNNING_COMMANDS = frozenset({"serve", "scheduler", "dashboard", "collector"})
-"""Commands that run until stopped: their log is all they say, so it starts at INFO. The others print what they did
-themselves, and log from WARNING."""
+LONG_RUNNING_COMMANDS = frozenset(
+    {"collector", *(name for name, module in SERVICE_COMMANDS.items() if module == "serve")}
+)
+"""Commands that run until stopped (``collector`` and those of ``finops.cli.serve``): their log is all they say, so
+it starts at INFO. The others print what they did themselves, and log from WARNING."""
 
 
 def configure_logging(

@@ -67,7 +67,7 @@ def report(
     begin, finish = period(start, end)
     settings = load_settings()
     with open_sessions(settings)() as session:
-        catalog = pricing_in_force(session, load_pricing(settings)).catalog
+        catalog = pricing_in_force(session, load_pricing(settings)).catalog if group == "gpu_model" else None
         rows = cost_report(
             session, begin, finish, group, cluster=cluster, team=team, partition=partition, catalog=catalog
         )

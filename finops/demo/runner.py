@@ -216,16 +216,16 @@ def run_demo(options: DemoOptions) -> int:
     total = time.perf_counter() - began
     print(f"\ndemo: {accepted:,} GPU readings, {total:.1f} s end to end, {accepted / total:,.0f} readings/s overall")
     engine.dispose()
-    print(explore_hint(options.database_url, trace.start))
+    print(explore_hint(options.database_url, trace.start, options.dashboard_port))
     if options.headless:
         return 0
     return serve_dashboard("127.0.0.1", options.dashboard_port, options.database_url)
 
 
-def explore_hint(database_url: str, since: datetime) -> str:
+def explore_hint(database_url: str, since: datetime, dashboard_port: int) -> str:
     """What the demo prints last: where its database is, and the commands that explore the replayed days from
-    ``since`` (its first day) on, with the program named as it was run (``.venv/bin/gpu-finops``, or
-    ``gpu-finops``)."""
+    ``since`` (its first day) on and the dashboard on ``dashboard_port``, with the program named as it was run
+    (``.venv/bin/gpu-finops``, or ``gpu-finops``)."""
     day = f"{since:%Y-%m-%d}"
     program = sys.argv[0] if Path(sys.argv[0]).name == "gpu-finops" else "gpu-finops"  # as the user ran it
     commands = (
@@ -234,7 +234,7 @@ def explore_hint(database_url: str, since: datetime) -> str:
         ("budget status", "each team's budget this month, spend and forecast"),
         (f"idle list --start {day}", "idle episodes, costliest first"),
         ("alerts list", "firing alerts"),
-        ("dashboard", "the dashboard on http://127.0.0.1:8501"),
+        (f"dashboard --port {dashboard_port}", f"the dashboard on http://127.0.0.1:{dashboard_port}"),
     )
     return "\n".join(
         [

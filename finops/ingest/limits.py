@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from finops.ingest.partitions import DAY, floor_day
+from finops.ingest.partitions import retention_floor
 
 FUTURE_GRACE_SECONDS = 600
 """How far ahead of the service's clock a reading may be stamped: 10 minutes, Grafana Mimir's default
@@ -56,7 +56,7 @@ class TimeWindow:
     @classmethod
     def at(cls, now: float, retention_days: int, grace_seconds: int = FUTURE_GRACE_SECONDS) -> TimeWindow:
         """The window at ``now`` (epoch seconds)."""
-        return cls(floor_day(int(now)) - retention_days * DAY, int(now) + grace_seconds, grace_seconds)
+        return cls(retention_floor(int(now), retention_days), int(now) + grace_seconds, grace_seconds)
 
     def holds(self, ts: int) -> bool:
         return self.earliest <= ts <= self.latest

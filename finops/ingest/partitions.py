@@ -176,6 +176,12 @@ class Pruned:
     job_utilization_rows: int = 0
 
 
+def retention_floor(epoch: int, retention_days: int) -> int:
+    """The UTC midnight ``retention_days`` whole days before the start of the day holding ``epoch`` (seconds): the
+    oldest sample time retention keeps."""
+    return floor_day(epoch) - retention_days * DAY
+
+
 def retention_cutoff(session: Session, retention_days: int, now: datetime) -> int:
     """The epoch second (a UTC midnight) before which samples may go: ``retention_days`` whole days before the
     start of today, moved earlier to the day of the oldest dirty ledger hour less the ledger's energy lookback
@@ -183,7 +189,7 @@ def retention_cutoff(session: Session, retention_days: int, now: datetime) -> in
     """
     if retention_days < 1:
         raise ValueError(f"retention of {retention_days} days: keep at least 1 day of samples")
-    cutoff = floor_day(to_epoch(now)) - retention_days * DAY
+    cutoff = retention_floor(to_epoch(now), retention_days)
     oldest_dirty = session.scalar(select(func.min(DirtyHour.hour)))
     if oldest_dirty is not None:
         cutoff = min(cutoff, floor_day(to_epoch(oldest_dirty) - ENERGY_LOOKBACK_SECONDS))

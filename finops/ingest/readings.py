@@ -128,29 +128,17 @@ class Ingestor:
             bulk_insert_ignoring_conflicts(session, table, JOB_UTILIZATION_COLUMNS, shares)
         return len(rows)
 
-    def unregistered(self, session: Session, batch: IngestBatch) -> set[str]:
-        """UUIDs that ``batch`` has readings (or ``job_utilization`` entries) of but neither describes in its ``gpus``
-        nor the database knows (what :meth:`store` would refuse with KeyError). No query when every such GPU is
-        cached or described."""
-        described = {info.uuid for info in batch.gpus}
-        uuids = {series.uuid for series in batch.series} | {reading.uuid for reading in batch.samples}
-        uuids |= {share.uuid for share in batch.job_utilization}
-        candidates = sorted(uuid for uuid in uuids - described if uuid not in self._gpus)
-        if not candidates:
-            return set()
-        return set(candidates) - set(session.scalars(select(Gpu.uuid).where(Gpu.uuid.in_(candidates))))
-
     @staticmethod
-    def conflicts(session: Session, batch: IngestBatch) -> dict[str, str]:
-        """UUIDs of ``batch`` it may not write, each with the reason: a GPU registered to another node ("belongs to
-        node X"), or a ``gpus`` entry that would re-register a GPU of the batch's node, its index under another UUID
-        or its UUID as another model (only ``gpu-finops nodes gpu replace NODE INDEX`` frees a slot for a new
-        board). A slot whose UUID is unknown (a job placement's placeholder) may be taken. One query."""
+    def conflicts(session: Session, batch: IngestBatch) -> tuple[dict[str, str], set[str]]:
+        """What ``batch`` may not write, in one query: (UUIDs refused, each with the reason; UUIDs unknown).
+
+        Refused: a GPU registered to another node ("belongs to node X"), or a ``gpus`` entry that would re-register
+        a GPU of the batch's node, its index under another UUID or its UUID as another model (only ``gpu-finops nodes
+        gpu replace NODE INDEX`` frees a slot for a new board). A slot whose UUID is unknown (a job placement's
+        placeholder) may be taken. Unknown: GPUs with readings that neither the batch's ``gpus`` describe nor the
+        database knows (what :meth:`store` would refuse with KeyError)."""
         entries = {info.uuid: info for info in batch.gpus}
-        uuids = (
-            {s.uuid for s in batch.series} | {r.uuid for r in batch.samples} | {j.uuid for j in batch.job_utilization}
-        )
-        uuids |= set(entries)
+        uuids = batch.gpu_uuids
         indexes = sorted({info.index for info in batch.gpus})
         query = (
             select(Gpu.uuid, Gpu.gpu_index, Gpu.model, Node.hostname)
@@ -179,7 +167,7 @@ class Ingestor:
                     f"index {entry.index} of node {batch.node} is {holder}; after a hardware swap run "
                     f"`gpu-finops nodes gpu replace {batch.node} {entry.index}`"
                 )
-        return refused
+        return refused, uuids - set(entries) - set(by_uuid) - set(refused)
 
     def _insert(self, session: Session, rows: list[tuple[Any, ...]], days: set[int], first: str) -> None:
         table: Any = GpuSample.__table__

@@ -362,8 +362,7 @@ class _Gate:
         """None when ``batch`` may be stored (its readings taken from its node's bucket), else the answer refusing
         it whole: 422 for more GPUs than :attr:`max_gpus` or more readings than the burst (it can never pass), 429
         when the bucket does not hold its readings now."""
-        uuids = {g.uuid for g in batch.gpus} | {s.uuid for s in batch.series} | {r.uuid for r in batch.samples}
-        uuids |= {j.uuid for j in batch.job_utilization}
+        uuids = batch.gpu_uuids
         readings = batch.reading_count
         if len(uuids) > self.max_gpus:
             self.refused = "gpus"
@@ -452,8 +451,7 @@ def _store(
     for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
         try:
             with sessions.begin() as session:
-                refused = ingestor.conflicts(session, batch)
-                unknown = ingestor.unregistered(session, batch) - set(refused)
+                refused, unknown = ingestor.conflicts(session, batch)
                 kept = _without_gpus(batch, unknown | set(refused)) if unknown or refused else batch
                 accepted = ingestor.store(session, kept)
             if unknown or refused:
