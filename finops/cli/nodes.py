@@ -20,6 +20,7 @@ from typing import Annotated
 import typer
 from sqlalchemy import select, update
 
+from finops.access.tokens import live, parse_duration
 from finops.cli.context import (
     STDIN,
     NoRollup,
@@ -31,7 +32,7 @@ from finops.cli.context import (
     roll_up_unless,
 )
 from finops.db.models import Gpu, Node
-from finops.ingest.node_tokens import create_token, list_tokens, live, parse_duration, revoke_token
+from finops.ingest.node_tokens import create_token, list_tokens, revoke_token
 from finops.jobs.inventory import import_nodes, node_summaries, set_model
 from finops.pricing.store import catalog_in_force
 from finops.timeutil import utc_now

@@ -386,3 +386,42 @@ class NodeToken(Base):
     expires_at: Mapped[datetime | None] = mapped_column(EpochSeconds)
     revoked_at: Mapped[datetime | None] = mapped_column(EpochSeconds)
     last_used_at: Mapped[datetime | None] = mapped_column(EpochSeconds)
+
+
+class ApiToken(Base):
+    """A REST API credential (``gpu-finops api-token create``, :mod:`finops.access.api_tokens`).
+
+    The token is ``gfa_<id>_<secret>``; only the SHA-256 of ``secret`` is stored (hex), as for :class:`NodeToken`.
+    ``role`` is ``viewer`` (reads everything), ``team`` (reads ``team``'s data only) or ``admin`` (reads and
+    changes everything); ``team`` is set for the ``team`` role only. ``name`` says whose it is (free text).
+    """
+
+    __tablename__ = "api_tokens"
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))
+    team: Mapped[str | None] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(255), default="")
+    secret_sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(EpochSeconds)
+    expires_at: Mapped[datetime | None] = mapped_column(EpochSeconds)
+    revoked_at: Mapped[datetime | None] = mapped_column(EpochSeconds)
+    last_used_at: Mapped[datetime | None] = mapped_column(EpochSeconds)
+
+
+class AuditEntry(Base):
+    """One change made through the REST API or the command line (:mod:`finops.access.audit`).
+
+    ``actor`` is who made it: ``api-token:<id>``, ``api-token:FINOPS_API_TOKEN`` or ``os-user:<login>``;
+    ``action`` what was done (``budget.set``, ``team_rule.delete``, …); ``subject`` what it was done to (``team
+    vision, month 2026-11``); ``before`` and ``after`` the changed thing's state (JSON; None: it did not exist, or
+    does not any more).
+    """
+
+    __tablename__ = "audit_log"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[datetime] = mapped_column(EpochSeconds, index=True)
+    actor: Mapped[str] = mapped_column(String(160))
+    action: Mapped[str] = mapped_column(String(64))
+    subject: Mapped[str] = mapped_column(String(512))
+    before: Mapped[dict[str, object] | None] = mapped_column(JSON)
+    after: Mapped[dict[str, object] | None] = mapped_column(JSON)

@@ -92,7 +92,7 @@ def test_create_prints_the_token_last_and_list_never_shows_it(cli_env, sessions)
 
 def test_bad_input_is_a_user_error(cli_env) -> None:  # type: ignore[no-untyped-def]
     unknown = cli_env.invoke(app, ["nodes", "token", "revoke", "0123456789abcdef"])
-    assert unknown.exit_code == 2 and "no node token '0123456789abcdef'" in unknown.stderr
+    assert unknown.exit_code == 2 and "no token '0123456789abcdef'" in unknown.stderr
     bad = cli_env.invoke(app, ["nodes", "token", "create", "gpu-a-01", "--expires", "3 months"])
     assert bad.exit_code == 2 and "s, m, h, d, w" in bad.stderr
 
