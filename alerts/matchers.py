@@ -9,6 +9,7 @@ An inhibition rule mutes target alerts while a source alert fires with equal val
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -104,5 +105,16 @@ def inhibited(
             if all(m.matches(source) for m in rule.source) and all(
                 source.get(name, "") == labels.get(name, "") for name in rule.equal
             ):
+                return True
+    return False
+
+
+def names_team(matchers: Sequence[str], team: str) -> bool:
+    """Whether one of ``matchers`` (Alertmanager syntax) is the equality ``team="<team>"``: a silence a ``team`` API
+    token may see. Matchers that do not parse count as not naming it."""
+    for text in matchers:
+        with contextlib.suppress(ValueError):
+            matcher = parse_matcher(text)
+            if (matcher.name, matcher.op, matcher.value) == ("team", "=", team):
                 return True
     return False

@@ -79,6 +79,13 @@ def live(row: NodeToken | ApiToken, now: datetime) -> bool:
     return row.revoked_at is None and (row.expires_at is None or now < row.expires_at)
 
 
+def state(row: NodeToken | ApiToken, now: datetime) -> str:
+    """``live``, ``revoked`` or ``expired``: what ``list`` commands show."""
+    if live(row, now):
+        return "live"
+    return "revoked" if row.revoked_at is not None else "expired"
+
+
 def any_live(session: Session, model: type[Row], now: datetime) -> bool:
     """Whether some token of ``model`` is live at ``now``."""
     unexpired = or_(model.expires_at.is_(None), model.expires_at > now)

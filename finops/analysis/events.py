@@ -53,9 +53,15 @@ def record_event(
 
 
 def list_events(
-    session: Session, *, since: datetime | None = None, kind: str | None = None, unconsumed: bool = False
+    session: Session,
+    *,
+    since: datetime | None = None,
+    kind: str | None = None,
+    unconsumed: bool = False,
+    team: str | None = None,
 ) -> list[EventView]:
-    """Events in id order, optionally only those at or after ``since``, of one ``kind``, or not yet consumed."""
+    """Events in id order, optionally only those at or after ``since``, of one ``kind``, not yet consumed, or of
+    ``team`` (events of no team, if any, are then left out)."""
     query = select(Event, Team.name).outerjoin(Team, Team.id == Event.team_id).order_by(Event.id)
     if since is not None:
         query = query.where(Event.occurred_at >= since)
@@ -63,6 +69,8 @@ def list_events(
         query = query.where(Event.kind == kind)
     if unconsumed:
         query = query.where(Event.consumed_at.is_(None))
+    if team is not None:
+        query = query.where(Team.name == team)
     return [
         EventView(e.id, e.kind, e.dedupe_key, team, e.occurred_at, dict(e.payload), e.consumed_at)
         for e, team in session.execute(query)

@@ -43,6 +43,7 @@ SERVICE_COMMANDS: dict[str, str] = {
     "idle": "idle",
     "alerts": "alerts",
     "export": "export",
+    "api-token": "api_tokens",
 }
 """Every top-level command but ``collector`` → the ``finops.cli`` module whose ``app`` defines it (a command, or a
 group when the module's Typer is named). Each needs the service extra (``gpu-finops[service]``) and is imported

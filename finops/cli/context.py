@@ -22,9 +22,11 @@ from sqlalchemy import Engine, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from finops.access.tokens import state
 from finops.analysis.idle import IdlePolicy
 from finops.cli.base import ENVIRONMENT_ERRORS, INCOMPLETE
 from finops.db.engine import NotMigratedError, current_revision, make_engine, require_migrated, session_factory
+from finops.db.models import ApiToken, NodeToken
 from finops.errors import FinopsError
 from finops.ledger.rollup import unpriced_fix
 from finops.pricing.catalog import Pricing, load_catalog
@@ -43,6 +45,24 @@ def _database_unavailable(exc: Exception) -> str:
 
 
 ENVIRONMENT_ERRORS[OperationalError] = _database_unavailable
+
+
+def utc_stamp(at: datetime | None, never: str = "-") -> str:
+    """``at`` as ``2026-11-26T03:12:00Z`` for tables, ``never`` when None."""
+    return never if at is None else at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+TOKEN_COLUMNS = f"{'state':<8} {'created':<20} {'expires':<20} {'last used':<20} revoked"
+"""The header of :func:`token_columns`."""
+
+
+def token_columns(row: NodeToken | ApiToken, now: datetime) -> str:
+    """A token's state (live, expired, revoked) at ``now`` and its times, under :data:`TOKEN_COLUMNS`: the columns
+    that ``nodes token list`` and ``api-token list`` share."""
+    return (
+        f"{state(row, now):<8} {utc_stamp(row.created_at):<20} {utc_stamp(row.expires_at, 'never'):<20} "
+        f"{utc_stamp(row.last_used_at):<20} {utc_stamp(row.revoked_at)}"
+    )
 
 
 def load_settings() -> Settings:

@@ -14,15 +14,15 @@ printed once, on the last line of ``create``'s output, and only its hash is stor
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 import typer
 from sqlalchemy import select, update
 
-from finops.access.tokens import live, parse_duration
+from finops.access.tokens import parse_duration
 from finops.cli.context import (
     STDIN,
+    TOKEN_COLUMNS,
     NoRollup,
     finish_import,
     load_pricing,
@@ -30,6 +30,8 @@ from finops.cli.context import (
     open_sessions,
     open_text,
     roll_up_unless,
+    token_columns,
+    utc_stamp,
 )
 from finops.db.models import Gpu, Node
 from finops.ingest.node_tokens import create_token, list_tokens, revoke_token
@@ -117,10 +119,6 @@ def nodes_list() -> None:
     typer.echo("\n".join(lines))
 
 
-def _when(at: datetime | None, never: str = "-") -> str:
-    return never if at is None else at.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 @token_app.command("create")
 def token_create(
     node: Annotated[str, typer.Argument(help="The node's hostname, as its collector names it in its batches.")],
@@ -138,7 +136,7 @@ def token_create(
         known = session.scalar(select(Node.id).where(Node.hostname == row.node)) is not None
     if not known:
         typer.echo(f"note: node {row.node!r} has sent no batch yet; check the name if it is not a new node", err=True)
-    typer.echo(f"id       {row.id}\nnode     {row.node}\nexpires  {_when(row.expires_at, 'never')}")
+    typer.echo(f"id       {row.id}\nnode     {row.node}\nexpires  {utc_stamp(row.expires_at, 'never')}")
     typer.echo(token)
 
 
@@ -149,13 +147,8 @@ def token_list(node: Annotated[str | None, typer.Option(help="Only this node's t
     now = utc_now()
     with open_sessions(load_settings())() as session:
         rows = list_tokens(session, node)
-    lines = [f"{'id':<16} {'node':<24} {'state':<8} {'created':<20} {'expires':<20} {'last used':<20} revoked"]
-    for row in rows:
-        state = "live" if live(row, now) else ("revoked" if row.revoked_at is not None else "expired")
-        lines.append(
-            f"{row.id:<16} {row.node:<24} {state:<8} {_when(row.created_at):<20} {_when(row.expires_at, 'never'):<20} "
-            f"{_when(row.last_used_at):<20} {_when(row.revoked_at)}"
-        )
+    lines = [f"{'id':<16} {'node':<24} {TOKEN_COLUMNS}"]
+    lines += [f"{row.id:<16} {row.node:<24} {token_columns(row, now)}" for row in rows]
     typer.echo("\n".join(lines))
 
 
@@ -168,7 +161,7 @@ def token_revoke(token_id: Annotated[str, typer.Argument(metavar="ID", help="The
     if revoked:
         typer.echo(f"revoked node token {row.id} of node {row.node}")
     else:
-        typer.echo(f"node token {row.id} of node {row.node} was already revoked at {_when(row.revoked_at)}")
+        typer.echo(f"node token {row.id} of node {row.node} was already revoked at {utc_stamp(row.revoked_at)}")
 
 
 gpu_app = typer.Typer(name="gpu", help="One GPU slot of a node (node and NVML index).", no_args_is_help=True)

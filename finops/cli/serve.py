@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from sqlalchemy.orm import Session, sessionmaker
 
 from alerts.service import AlertRunner, AlertService
+from finops.access.api_tokens import any_live_token as api_token_exists
 from finops.cli.context import idle_policy, load_pricing, load_settings, open_engine, open_sessions
 from finops.errors import FinopsError
 from finops.ingest.limits import IngestLimits
@@ -102,7 +103,9 @@ def serve(
     scheduler: Annotated[bool, typer.Option(help="Run the rollup and budget jobs in this process.")] = True,
     insecure_no_token: Annotated[
         bool,
-        typer.Option(help="Accept ingest without a bearer token (only when no token, shared or per-node, exists)."),
+        typer.Option(
+            help="Accept requests without a bearer token (only when no token exists: shared, per-node or API)."
+        ),
     ] = False,
 ) -> None:
     """Run the service: ingest API, /healthz, /metrics and (by default) the scheduled jobs.
@@ -113,25 +116,34 @@ def serve(
     settings = load_settings()
     sessions = open_sessions(settings)
     token = settings.ingest_token.get_secret_value() if settings.ingest_token else None
+    api_token = settings.api_token.get_secret_value() if settings.api_token else None
+    if token is not None and token == api_token:
+        raise FinopsError(
+            "FINOPS_API_TOKEN equals FINOPS_INGEST_TOKEN: an ingest credential must not open the REST API; "
+            "give the API its own token (or make role tokens with `gpu-finops api-token create`)"
+        )
     with sessions() as session:
-        node_tokens = any_live_token(session, utc_now())
+        now = utc_now()
+        node_tokens, api_tokens = any_live_token(session, now), api_token_exists(session, now)
     if token is None and not node_tokens and not insecure_no_token:
         raise FinopsError(
             "no ingest token: make per-node tokens with `gpu-finops nodes token create NODE`, or set "
             "FINOPS_INGEST_TOKEN or FINOPS_INGEST_TOKEN_FILE (or pass --insecure-no-token)"
         )
-    insecure = insecure_no_token and token is None and not node_tokens
+    insecure = insecure_no_token and token is None and not node_tokens and api_token is None and not api_tokens
     if insecure_no_token and not insecure:
-        log.warning("--insecure-no-token ignored: ingest tokens exist, ingest requires one")
+        log.warning("--insecure-no-token ignored: tokens exist, every request requires one")
     if token is not None:
         log.warning(SHARED_TOKEN_WARNING)
-    if token is None and settings.api_token is None and not insecure:
-        log.warning("no FINOPS_API_TOKEN (nor a shared ingest token to default to): the REST API refuses every request")
+    if api_token is None and not api_tokens and not insecure:
+        log.warning(
+            "no API token (`gpu-finops api-token create`, or FINOPS_API_TOKEN): the REST API, /metrics and /docs "
+            "refuse every request until one is made"
+        )
     metrics = ServiceMetrics()
     pricing = load_pricing(settings)
     running = _start_jobs(settings, sessions, pricing, metrics.registry) if scheduler else None
     try:
-        api_token = settings.api_token.get_secret_value() if settings.api_token else None
         uvicorn.run(
             create_app(
                 sessions,

@@ -1,7 +1,8 @@
 """REST routes for alerts, silences and deliveries under ``/api/v1/alerts`` (FastAPI router).
 
-Same conventions as :mod:`finops.web.rest`: ``Authorization: Bearer <token>``, times ISO 8601 UTC, errors JSON
-``{"detail": "…"}`` naming the field.
+Same conventions as :mod:`finops.web.rest`: ``Authorization: Bearer <token>`` (reading: any role, a ``team`` token
+seeing only its team's alerts and the silences that name its team; the outbox: viewer or admin; changing: admin), times
+ISO 8601 UTC, errors JSON ``{"detail": "…"}`` naming the field.
 
 - ``GET /alerts?state=firing|resolved|all``: alerts, newest first, with ``muted``;
 - ``GET /alerts/silences?include_expired=``: silences;
@@ -22,18 +23,20 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session, sessionmaker
 
+from alerts.matchers import names_team
 from alerts.models import DELIVERY_STATUSES, AlertDelivery
 from alerts.store import (
     RETRIABLE,
     create_silence,
     expire_silence,
-    list_alerts,
     list_deliveries,
     list_silences,
     retry_deliveries,
+    select_alerts,
 )
+from finops.access.api_tokens import Principal
 from finops.timeutil import utc_now
-from finops.web.auth import require_bearer
+from finops.web.auth import ApiAuth
 from finops.web.deps import RowId, instant, transaction, unprocessable
 
 DEFAULT_DEADLINE = timedelta(hours=1)
@@ -60,18 +63,22 @@ class SilenceIn(BaseModel):
 
 
 def create_alerts_router(
-    sessions: sessionmaker[Session], token: str | None, deadline: timedelta = DEFAULT_DEADLINE
+    sessions: sessionmaker[Session], auth: ApiAuth, deadline: timedelta = DEFAULT_DEADLINE
 ) -> APIRouter:
-    """The ``/api/v1/alerts`` routes on ``sessions``; ``token`` None leaves them open. A delivery retried by hand
-    gets ``deadline`` to be delivered."""
-    router = APIRouter(prefix="/api/v1/alerts", dependencies=[Depends(require_bearer(token))], tags=["alerts"])
+    """The ``/api/v1/alerts`` routes on ``sessions``, authenticated by ``auth``. A delivery retried by hand gets
+    ``deadline`` to be delivered."""
+    router = APIRouter(prefix="/api/v1/alerts", tags=["alerts"])
+    reader = Annotated[Principal, Depends(auth.reader)]
+    fleet_reader = Annotated[Principal, Depends(auth.fleet_reader)]
+    admin = Annotated[Principal, Depends(auth.admin)]
     # scope="function": the transaction commits before the response is sent, so a client that reads right after a
     # write sees it (with the default, the commit would run after the response).
     db = Annotated[Session, Depends(transaction(sessions), scope="function")]
 
     @router.get("")
-    def alerts(db: db, state: Literal["firing", "resolved", "all"] = "firing") -> list[dict[str, Any]]:
-        """Alerts in ``state``, newest first; ``muted`` when a silence or an inhibition holds one back."""
+    def alerts(db: db, caller: reader, state: Literal["firing", "resolved", "all"] = "firing") -> list[dict[str, Any]]:
+        """Alerts in ``state``, newest first; ``muted`` when a silence or an inhibition holds one back. A team
+        token: alerts whose ``team`` label is its team."""
         return [
             {
                 "fingerprint": a.fingerprint,
@@ -85,12 +92,13 @@ def create_alerts_router(
                 "summary": a.summary,
                 "muted": a.muted,
             }
-            for a in list_alerts(db, utc_now(), state)
+            for a in select_alerts(db, utc_now(), state, team=caller.team_scope)
         ]
 
     @router.get("/silences")
-    def silences(db: db, include_expired: bool = False) -> list[dict[str, Any]]:
-        """Silences not yet ended (all with ``include_expired``)."""
+    def silences(db: db, caller: reader, include_expired: bool = False) -> list[dict[str, Any]]:
+        """Silences not yet ended (all with ``include_expired``); a team token: those with a matcher
+        ``team="<its team>"``."""
         return [
             {
                 "id": s.id,
@@ -102,10 +110,11 @@ def create_alerts_router(
                 "active": s.active,
             }
             for s in list_silences(db, utc_now(), include_expired=include_expired)
+            if caller.team_scope is None or names_team(s.matchers, caller.team_scope)
         ]
 
     @router.post("/silences", status_code=201)
-    def post_silence(db: db, body: SilenceIn) -> dict[str, int]:
+    def post_silence(db: db, caller: admin, body: SilenceIn) -> dict[str, int]:
         """Create a silence; 422 naming the problem (a matcher that does not parse, an end not after the start)."""
         ends = instant(body.ends_at, "ends_at")
         starts = None if body.starts_at is None else instant(body.starts_at, "starts_at")
@@ -116,7 +125,7 @@ def create_alerts_router(
         return {"id": silence_id}
 
     @router.delete("/silences/{silence_id}", status_code=204)
-    def delete_silence(db: db, silence_id: RowId) -> Response:
+    def delete_silence(db: db, caller: admin, silence_id: RowId) -> Response:
         """Expire a silence now; 404 if there is none still in force, 422 for an id no row can have."""
         if not expire_silence(db, silence_id, utc_now()):
             raise HTTPException(404, f"no silence {silence_id} in force")
@@ -125,6 +134,7 @@ def create_alerts_router(
     @router.get("/deliveries")
     def deliveries(
         db: db,
+        caller: fleet_reader,
         status: Annotated[list[str] | None, Query(description=f"Any of {', '.join(DELIVERY_STATUSES)}.")] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 200,
     ) -> list[dict[str, Any]]:
@@ -136,12 +146,12 @@ def create_alerts_router(
         return [d.as_dict() for d in list_deliveries(db, chosen, limit=limit)]
 
     @router.post("/deliveries/retry")
-    def retry_all(db: db) -> dict[str, list[int]]:
+    def retry_all(db: db, caller: admin) -> dict[str, list[int]]:
         """Queue every failed or refused delivery again."""
         return {"retried": retry_deliveries(db, utc_now(), deadline)}
 
     @router.post("/deliveries/{delivery_id}/retry")
-    def retry_one(db: db, delivery_id: RowId) -> dict[str, list[int]]:
+    def retry_one(db: db, caller: admin, delivery_id: RowId) -> dict[str, list[int]]:
         """Queue one failed or refused delivery again; 409 if it is pending or delivered, 404 if unknown, 422 for an
         id no row can have."""
         retried = retry_deliveries(db, utc_now(), deadline, [delivery_id])

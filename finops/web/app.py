@@ -1,5 +1,8 @@
 """The service's HTTP API (FastAPI): ingest, health and Prometheus metrics.
 
+``/healthz`` is open; ``/metrics`` needs a viewer or admin credential and ``/docs``/``/openapi.json`` any API
+credential (:class:`finops.web.auth.ApiAuth`): in Prometheus, the scrape job's ``authorization`` option.
+
 Ingest is authenticated by :class:`finops.web.auth.IngestAuth`: a batch posted with a node token whose ``node`` is
 not the token's is refused with ``403`` naming both, and nothing of it is stored.
 
@@ -38,7 +41,6 @@ from __future__ import annotations
 import gzip
 import io
 import logging
-import secrets
 import sqlite3
 import time
 import zlib
@@ -48,8 +50,9 @@ from typing import Annotated, Any
 import anyio
 import psycopg
 import pydantic_core
-from fastapi import FastAPI, Header, HTTPException, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from pydantic import ValidationError
 from sqlalchemy import text
@@ -63,7 +66,7 @@ from finops.ingest.node_tokens import TokenHolder
 from finops.ingest.readings import Ingestor
 from finops.pricing.catalog import PriceCatalog
 from finops.web.alerts import create_alerts_router
-from finops.web.auth import IngestAuth
+from finops.web.auth import ApiAuth, IngestAuth
 from finops.web.rest import create_router
 
 log = logging.getLogger(__name__)
@@ -247,22 +250,23 @@ def create_app(
 ) -> FastAPI:
     """The FastAPI application: ingest, health, metrics and the REST API (:mod:`finops.web.rest`).
 
-    Ingest takes node tokens (:class:`finops.web.auth.IngestAuth`) and ``token``, the shared token (None: none);
-    ``token`` also guards the REST API when ``api_token`` is None, and with neither the REST API refuses every
-    request. ``insecure_no_token`` turns authentication off (a node token presented is still checked).
+    Ingest takes node tokens (:class:`finops.web.auth.IngestAuth`) and ``token``, the shared token (None: none).
+    The REST API, ``/metrics`` and the OpenAPI pages take API tokens and ``api_token``, the ``FINOPS_API_TOKEN``
+    setting (an admin; None: none) (:class:`finops.web.auth.ApiAuth`); never an ingest credential.
+    ``insecure_no_token`` turns authentication off for requests without a credential (one presented is still
+    checked); ``serve`` passes it only when no credential of any kind exists.
     ``catalog`` is the configured price catalog (default: the packaged one), in force until one is imported.
     ``limits``: what ingest accepts beyond the format (:class:`IngestLimits`, default its defaults); ``clock``: the
     wall clock in epoch seconds that readings' times are judged against, and the nodes' token buckets run on.
     """
     limits = limits or IngestLimits()
-    app = FastAPI(title="gpu-finops", version="0.1.0")
+    # The OpenAPI pages are served below, behind authentication.
+    app = FastAPI(title="gpu-finops", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(_BodyLimit, limit=REST_MAX_BODY_BYTES, exempt=frozenset({INGEST_PATH}))
-    rest_token = api_token if api_token is not None else token
-    if rest_token is None and not insecure_no_token:
-        rest_token = secrets.token_urlsafe(32)  # no REST token configured: one nobody holds, every request refused
     ingest_auth = IngestAuth(sessions, token, insecure_no_token)
-    app.include_router(create_router(sessions, rest_token, catalog))
-    app.include_router(create_alerts_router(sessions, rest_token))
+    api_auth = ApiAuth(sessions, api_token, insecure_no_token)
+    app.include_router(create_router(sessions, api_auth, catalog))
+    app.include_router(create_alerts_router(sessions, api_auth))
     ingestor = Ingestor()
     buckets = ReadingBuckets(limits.readings_per_second, limits.readings_burst, clock)
     ingest_slots = anyio.CapacityLimiter(INGEST_CONCURRENCY)
@@ -339,10 +343,22 @@ def create_app(
             session.execute(text("SELECT 1"))
         return {"status": "ok"}
 
-    @app.get("/metrics")
+    @app.get("/metrics", dependencies=[Depends(api_auth.fleet_reader)])
     def prometheus_metrics() -> Response:
-        """The service's metrics in the Prometheus text format."""
+        """The service's metrics in the Prometheus text format (a viewer or admin credential: with the scheduler in
+        this process they hold every team's budget figures)."""
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(api_auth.reader)])
+    def openapi() -> JSONResponse:
+        """The OpenAPI description of the API (any API credential)."""
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=[Depends(api_auth.reader)])
+    def docs() -> HTMLResponse:
+        """Swagger UI over ``/openapi.json`` (any API credential; the browser must send it too, e.g. through a
+        proxy that adds the header)."""
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="gpu-finops API")
 
     return app
 

@@ -1,20 +1,26 @@
-"""Bearer-token authentication shared by the HTTP API's routes: ingest (:mod:`finops.web.app`), the REST API
-(:mod:`finops.web.rest`) and the alerts API (:mod:`finops.web.alerts`).
+"""Bearer-token authentication of the HTTP API's routes: ingest (:mod:`finops.web.app`), the REST API
+(:mod:`finops.web.rest`, :mod:`finops.web.alerts`) and the service's own ``/metrics`` and OpenAPI pages.
 
 Ingest (:class:`IngestAuth`) takes a per-node token (:mod:`finops.ingest.node_tokens`), which admits batches of its
-node only, or the shared ``FINOPS_INGEST_TOKEN``, which admits every node."""
+node only, or the shared ``FINOPS_INGEST_TOKEN``, which admits every node. Everything else (:class:`ApiAuth`) takes
+an API token with a role (:mod:`finops.access.api_tokens`) or the ``FINOPS_API_TOKEN`` setting (an admin); an ingest
+credential never opens it. 401 without a credential or with a bad one, 403 for a role that may not."""
 
 # No ``from __future__ import annotations``: FastAPI resolves the dependency's annotations when routes are defined.
 
 import hmac
-from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Header, HTTPException
 from sqlalchemy.orm import Session, sessionmaker
 
+from finops.access import api_tokens
+from finops.access.api_tokens import ADMIN_SETTING, Principal, Role
 from finops.ingest.node_tokens import TokenHolder, authenticate, split_token
 from finops.timeutil import utc_now
+
+ANONYMOUS = Principal("anonymous", "admin")
+"""Who a request is when the REST API is open (``serve --insecure-no-token`` with no API credential anywhere)."""
 
 
 def bearer_ok(authorization: str | None, token: str | None) -> bool:
@@ -29,15 +35,63 @@ def unauthorised() -> HTTPException:
     return HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
 
 
-def require_bearer(token: str | None) -> Callable[..., None]:
-    """A FastAPI dependency (for ``Depends``) that refuses a request with :func:`unauthorised` unless its
-    ``Authorization`` header is ``Bearer <token>``; ``token`` None lets every request through."""
+def forbidden(principal: Principal, needs: str) -> HTTPException:
+    """The 403 answer to a credential whose role may not do what was asked (``needs``: e.g. ``an admin token``)."""
+    scope = f" of team {principal.team!r}" if principal.team else ""
+    detail = f"a {principal.role} token{scope} may not do this; it needs {needs} (gpu-finops api-token create)"
+    return HTTPException(403, detail)
 
-    def authorised(authorization: Annotated[str | None, Header()] = None) -> None:
-        if not bearer_ok(authorization, token):
-            raise unauthorised()
 
-    return authorised
+class ApiAuth:
+    """Who may use the REST API, ``/metrics`` and the OpenAPI pages. :meth:`principal` answers, for an
+    ``Authorization`` header:
+
+    - ``Bearer gfa_…`` (an API token): its :class:`~finops.access.api_tokens.Principal` if live, else 401;
+    - ``Bearer <FINOPS_API_TOKEN>`` (``setting``): :data:`~finops.access.api_tokens.ADMIN_SETTING`;
+    - anything else (no header, an ingest token, …): 401, unless ``open_`` (no credential configured and
+      ``serve --insecure-no-token``): :data:`ANONYMOUS`, an admin.
+
+    The methods :meth:`reader`, :meth:`fleet_reader` and :meth:`admin` are FastAPI dependencies (``Depends``) that
+    give the request's principal, or refuse it with 403 when its role may not. They read the database (an API
+    token costs one primary-key read): FastAPI runs them in a worker thread.
+    """
+
+    def __init__(self, sessions: sessionmaker[Session], setting: str | None, open_: bool = False) -> None:
+        self.sessions, self.setting, self.open = sessions, setting, open_
+
+    def principal(self, authorization: str | None) -> Principal:
+        """The principal of ``authorization``, or :func:`unauthorised` raised."""
+        scheme, _, presented = (authorization or "").partition(" ")
+        presented = presented.strip()
+        if scheme.lower() == "bearer" and api_tokens.split_token(presented) is not None:
+            principal = api_tokens.authenticate(self.sessions, presented, utc_now())
+            if principal is None:
+                raise unauthorised()
+            return principal
+        if self.setting is not None and bearer_ok(authorization, self.setting):
+            return ADMIN_SETTING
+        if self.open and not authorization:
+            return ANONYMOUS
+        raise unauthorised()
+
+    def _with_role(self, authorization: str | None, roles: tuple[Role, ...], needs: str) -> Principal:
+        principal = self.principal(authorization)
+        if principal.role not in roles:
+            raise forbidden(principal, needs)
+        return principal
+
+    def reader(self, authorization: Annotated[str | None, Header()] = None) -> Principal:
+        """Any role: a ``team`` principal then sees only its team's rows."""
+        return self.principal(authorization)
+
+    def fleet_reader(self, authorization: Annotated[str | None, Header()] = None) -> Principal:
+        """``viewer`` or ``admin``: what shows every team at once and cannot be cut to one (``/metrics``, the
+        outbox of deliveries)."""
+        return self._with_role(authorization, ("viewer", "admin"), "a viewer or admin token")
+
+    def admin(self, authorization: Annotated[str | None, Header()] = None) -> Principal:
+        """``admin`` only: changes (budgets, prices, rules, silences, deliveries) and the audit log."""
+        return self._with_role(authorization, ("admin",), "an admin token")
 
 
 class IngestAuth:

@@ -1,9 +1,11 @@
 """The REST API under ``/api/v1`` (FastAPI router): costs, budgets, idle episodes, events, team rules, the
 price catalog and pricing rules.
 
-Every route needs ``Authorization: Bearer <token>`` when the app has a token (``FINOPS_API_TOKEN``, else the
-ingest token). Money is a decimal string (exact, 6 decimals in the ledger; cost reports round to cents so rows
-add up to the total); times are ISO 8601 UTC; periods are [start, end). Errors are JSON
+Every route needs ``Authorization: Bearer <token>``, an API token or ``FINOPS_API_TOKEN``
+(:class:`finops.web.auth.ApiAuth`): reading needs any role, and a ``team`` token reads only its team's costs,
+budgets, idle episodes, events and team rules; changing needs an ``admin`` token (403 otherwise), and so does the
+audit log. Money is a decimal string (exact, 6 decimals in the ledger; cost reports round to cents so rows add up
+to the total); times are ISO 8601 UTC; periods are [start, end). Errors are JSON
 ``{"detail": "…"}`` naming the offending parameter, with 400/404/422 as FastAPI gives them; a budget refused
 answers 422 as FastAPI's own validation does, ``{"detail": [{"type", "loc", "msg"}]}`` with the field's place.
 """
@@ -18,6 +20,8 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Res
 from pydantic import BaseModel, Field, StringConstraints
 from sqlalchemy.orm import Session, sessionmaker
 
+from finops.access.api_tokens import Principal
+from finops.access.audit import ACTOR_MAX_LENGTH, DEFAULT_LIMIT, MAX_LIMIT, list_entries
 from finops.analysis.budgets import (
     MAX_NAME,
     BudgetError,
@@ -36,7 +40,7 @@ from finops.pricing.catalog import CatalogError, OnPremRow, PriceCatalog, Pricin
 from finops.pricing.rules import delete_pricing_rule, list_pricing_rules, set_pricing_rule
 from finops.pricing.store import catalog_in_force, import_catalog
 from finops.timeutil import month_start, next_month_start, utc_now
-from finops.web.auth import require_bearer
+from finops.web.auth import ApiAuth
 from finops.web.deps import instant, one_of, transaction, unprocessable
 
 MONTH_HELP = "Month as YYYY-MM (a year from 2000 to 2999)."
@@ -122,12 +126,14 @@ def _budget_refused(**where: str) -> Iterator[None]:
 
 
 def create_router(
-    sessions: sessionmaker[Session], token: str | None, configured_catalog: PriceCatalog | None = None
+    sessions: sessionmaker[Session], auth: ApiAuth, configured_catalog: PriceCatalog | None = None
 ) -> APIRouter:
-    """The ``/api/v1`` routes on ``sessions``; ``token`` None leaves them open (refused by ``serve``);
-    ``configured_catalog`` (default: the packaged one) is in force until a catalog is imported."""
+    """The ``/api/v1`` routes on ``sessions``, authenticated by ``auth``; ``configured_catalog`` (default: the
+    packaged one) is in force until a catalog is imported."""
     fallback_catalog = configured_catalog if configured_catalog is not None else load_catalog()
-    router = APIRouter(prefix="/api/v1", dependencies=[Depends(require_bearer(token))])
+    router = APIRouter(prefix="/api/v1")
+    reader = Annotated[Principal, Depends(auth.reader)]
+    admin = Annotated[Principal, Depends(auth.admin)]
     # Evaluated here (this module does not postpone annotations). scope="function": the transaction commits
     # before the response is sent, so a client reading right after a write sees it.
     db = Annotated[Session, Depends(transaction(sessions), scope="function")]
@@ -135,6 +141,7 @@ def create_router(
     @router.get("/costs", response_model=None)
     def costs(
         db: db,
+        caller: reader,
         start: Annotated[str, Query(description="Period start, ISO 8601 (UTC if no offset).")],
         end: Annotated[str, Query(description="Period end (exclusive), ISO 8601.")],
         group_by: Annotated[GroupBy, Query(description="team, job, user, node or gpu_model.")] = "team",
@@ -143,10 +150,12 @@ def create_router(
         """Cost per group over [start, end) from the hourly ledger, as in ``gpu-finops report`` (by ``gpu_model``,
         one row per price catalog model). GPU-hours whose model has no price are counted, not costed:
         ``unpriced_gpu_hours`` per row (its costs null when all its GPU-hours are unpriced) and, in JSON, ``unpriced``:
-        ``[{model, gpu_hours, fix}]``; CSV sends them in the ``X-Unpriced-GPU-Hours`` header (``MODEL=HOURS; …``)."""
+        ``[{model, gpu_hours, fix}]``; CSV sends them in the ``X-Unpriced-GPU-Hours`` header (``MODEL=HOURS; …``).
+        A team token: its team's ledger rows only."""
         period = instant(start, "start"), instant(end, "end")
-        rows = cost_report(db, *period, group_by, catalog=catalog_in_force(db, fallback_catalog))
-        unpriced = unpriced_by_model(db, *period)
+        team = caller.team_scope
+        rows = cost_report(db, *period, group_by, team=team, catalog=catalog_in_force(db, fallback_catalog))
+        unpriced = unpriced_by_model(db, *period, team=team)
         if format == "csv":
             headers = {"X-Unpriced-GPU-Hours": "; ".join(f"{u.model}={u.gpu_hours}" for u in unpriced)}
             return Response(report_csv(rows, group_by), media_type="text/csv", headers=headers if unpriced else None)
@@ -159,9 +168,11 @@ def create_router(
         }
 
     @router.get("/budgets")
-    def budgets(db: db, month: Annotated[str | None, Query(description=MONTH_HELP)] = None) -> list[BudgetOut]:
+    def budgets(
+        db: db, caller: reader, month: Annotated[str | None, Query(description=MONTH_HELP)] = None
+    ) -> list[BudgetOut]:
         """Every budget of a month (default: this month, UTC) with spend, % used and forecast as of now (a
-        past month: as of its end)."""
+        past month: as of its end); a team token: its team's only."""
         with _budget_refused(month="query"):
             first = month_start(utc_now()) if month is None else parse_month(month)
         instant = max(first, min(utc_now(), next_month_start(first) - timedelta(seconds=1)))
@@ -179,12 +190,13 @@ def create_router(
                 comparable=s.comparable,
                 problem=s.problem,
             )
-            for s in budget_status(db, instant)
+            for s in budget_status(db, instant, team=caller.team_scope)
         ]
 
     @router.put("/budgets/{team}/{month}", status_code=204)
     def put_budget(
         db: db,
+        caller: admin,
         team: str,
         month: Annotated[str, Path(description=MONTH_HELP)],
         body: BudgetIn,
@@ -205,7 +217,7 @@ def create_router(
 
     @router.delete("/budgets/{team}/{month}", status_code=204)
     def remove_budget(
-        db: db, team: str, month: Annotated[str, Path(description=MONTH_HELP)], project: str = ""
+        db: db, caller: admin, team: str, month: Annotated[str, Path(description=MONTH_HELP)], project: str = ""
     ) -> Response:
         """Remove a budget; 404 if there is none, 422 for a month, team or project no budget can have."""
         with _budget_refused():
@@ -215,23 +227,30 @@ def create_router(
         return Response(status_code=204)
 
     @router.get("/idle-episodes")
-    def idle_episodes(db: db, start: str, end: str) -> list[dict[str, Any]]:
+    def idle_episodes(db: db, caller: reader, start: str, end: str) -> list[dict[str, Any]]:
         """Idle episodes overlapping [start, end), costliest first; an episode on a GPU whose model has no price
-        has cost null, ``unpriced_model`` and ``unpriced_fix``, and comes after the priced ones."""
-        return [e.as_dict() for e in list_episodes(db, instant(start, "start"), instant(end, "end"))]
+        has cost null, ``unpriced_model`` and ``unpriced_fix``, and comes after the priced ones. A team token: its
+        team's jobs' episodes only."""
+        period = instant(start, "start"), instant(end, "end")
+        return [e.as_dict() for e in list_episodes(db, *period, team=caller.team_scope)]
 
     @router.get("/events")
     def events(
         db: db,
+        caller: reader,
         since: str | None = None,
         kind: Annotated[str | None, Query(description=f"One of {', '.join(EVENT_KINDS)}.")] = None,
         unconsumed: bool = False,
     ) -> list[dict[str, Any]]:
-        """Budget and anomaly events in id order."""
+        """Budget and anomaly events in id order; a team token: its team's only."""
         if kind is not None:
             one_of(kind, "kind", EVENT_KINDS)
         found = list_events(
-            db, since=None if since is None else instant(since, "since"), kind=kind, unconsumed=unconsumed
+            db,
+            since=None if since is None else instant(since, "since"),
+            kind=kind,
+            unconsumed=unconsumed,
+            team=caller.team_scope,
         )
         return [
             {
@@ -246,19 +265,23 @@ def create_router(
         ]
 
     @router.get("/team-rules")
-    def team_rules(db: db) -> list[TeamRuleIn]:
-        """Team rules in resolution order (label, namespace, account)."""
-        return [TeamRuleIn(kind=r.kind, key=r.key, value=r.value, team=r.team) for r in list_rules(db)]
+    def team_rules(db: db, caller: reader) -> list[TeamRuleIn]:
+        """Team rules in resolution order (label, namespace, account); a team token: those naming its team."""
+        return [
+            TeamRuleIn(kind=r.kind, key=r.key, value=r.value, team=r.team)
+            for r in list_rules(db)
+            if caller.sees_team(r.team)
+        ]
 
     @router.put("/team-rules", status_code=200)
-    def put_team_rule(db: db, rule: TeamRuleIn) -> dict[str, int]:
+    def put_team_rule(db: db, caller: admin, rule: TeamRuleIn) -> dict[str, int]:
         """Create or replace a rule; returns how many jobs moved team."""
         with unprocessable():
             return {"jobs_moved": set_rule(db, rule.kind, rule.key, rule.value, rule.team)}
 
     @router.delete("/team-rules/{kind}")
     def remove_team_rule(
-        db: db, kind: str, value: Annotated[RuleValue, Query()], key: Annotated[RuleKey, Query()] = ""
+        db: db, caller: admin, kind: str, value: Annotated[RuleValue, Query()], key: Annotated[RuleKey, Query()] = ""
     ) -> dict[str, int]:
         """Remove a rule; returns how many jobs moved team."""
         one_of(kind, "kind", TEAM_RULE_KINDS)
@@ -266,7 +289,7 @@ def create_router(
             return {"jobs_moved": delete_rule(db, kind, key, value)}
 
     @router.get("/prices")
-    def prices(db: db) -> dict[str, Any]:
+    def prices(db: db, caller: reader) -> dict[str, Any]:
         """The price catalog in force (newest import, else the configured file), with every row's rate per
         GPU-hour (on-prem rows computed from their parts) and its sources."""
         catalog = catalog_in_force(db, fallback_catalog)
@@ -291,7 +314,7 @@ def create_router(
         }
 
     @router.put("/prices")
-    async def put_prices(request: Request) -> dict[str, str | None]:
+    async def put_prices(request: Request, caller: admin) -> dict[str, str | None]:
         """Import a catalog: the request body is its YAML (``finops/pricing/price_catalog.yaml`` format). 422 naming the
         field if invalid; otherwise the date the ledger is re-priced from (null: nothing changed)."""
         text = (await request.body()).decode("utf-8", errors="replace")
@@ -300,7 +323,7 @@ def create_router(
         return {"repriced_from": None if changed_from is None else changed_from.isoformat()}
 
     @router.get("/pricing-rules")
-    def pricing_rules(db: db) -> list[PricingRuleIn]:
+    def pricing_rules(db: db, caller: reader) -> list[PricingRuleIn]:
         """Pricing rules in resolution order (node, node_label, partition)."""
         return [
             PricingRuleIn(selector=r.selector, key=r.key, value=r.value, pricing_model=r.pricing_model)
@@ -308,7 +331,7 @@ def create_router(
         ]
 
     @router.put("/pricing-rules", status_code=204)
-    def put_pricing_rule(db: db, rule: PricingRuleIn) -> Response:
+    def put_pricing_rule(db: db, caller: admin, rule: PricingRuleIn) -> Response:
         """Bill the selected nodes' GPUs under a pricing model (the ledger is re-priced on the next rollup)."""
         with unprocessable():
             set_pricing_rule(db, rule.selector, rule.key, rule.value, rule.pricing_model)
@@ -316,11 +339,37 @@ def create_router(
 
     @router.delete("/pricing-rules/{selector}", status_code=204)
     def remove_pricing_rule(
-        db: db, selector: str, value: Annotated[RuleValue, Query()], key: Annotated[RuleKey, Query()] = ""
+        db: db,
+        caller: admin,
+        selector: str,
+        value: Annotated[RuleValue, Query()],
+        key: Annotated[RuleKey, Query()] = "",
     ) -> Response:
         """Remove a pricing rule."""
         with unprocessable():
             delete_pricing_rule(db, selector, key, value)
         return Response(status_code=204)
+
+    @router.get("/audit")
+    def audit(
+        db: db,
+        caller: admin,
+        since: Annotated[str | None, Query(description="Entries at or after, ISO 8601.")] = None,
+        until: Annotated[str | None, Query(description="Entries before, ISO 8601.")] = None,
+        actor: Annotated[str | None, Query(max_length=ACTOR_MAX_LENGTH)] = None,
+        action: Annotated[str | None, Query(max_length=64)] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+    ) -> list[dict[str, Any]]:
+        """The audit log (admin only), newest first: who changed what, when, before → after
+        (:mod:`finops.access.audit`)."""
+        entries = list_entries(
+            db,
+            since=None if since is None else instant(since, "since"),
+            until=None if until is None else instant(until, "until"),
+            actor=actor,
+            action=action,
+            limit=limit,
+        )
+        return [e.as_dict() for e in entries]
 
     return router

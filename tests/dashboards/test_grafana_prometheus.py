@@ -22,7 +22,7 @@ from finops.web.app import ServiceMetrics, create_app
 from tests.support.environment import REPO_ROOT, debian_binary
 from tests.support.node_fixture import fixture_node_registry
 from tests.support.prometheus_server import prometheus, wait_for
-from tests.support.servers import free_port, running
+from tests.support.servers import API_TOKEN, free_port, running
 
 GRAFANA = REPO_ROOT / "dashboards" / "grafana"
 PROMETHEUS = REPO_ROOT / "dashboards" / "prometheus"
@@ -84,13 +84,14 @@ def test_every_expression_returns_data_from_a_real_prometheus(tmp_path: Path, se
         set_budget(session, "vision", Decimal("1000"), utc_now(), "USD", allow_unknown_team=True)
     costs.refresh(sessions)
     try:
-        with running(create_app(sessions, "token", metrics)) as service:
+        with running(create_app(sessions, "token", metrics, api_token=API_TOKEN)) as service:
             assert httpx.post(f"{service}/api/v1/ingest", content=b"{}").status_code == 401  # counted by code
             jobs = {
                 "gpu-finops-collector": [f"127.0.0.1:{collector_port}", f"127.0.0.1:{dead_port}"],
                 "gpu-finops-service": [service.removeprefix("http://")],
             }
-            with prometheus(binary, tmp_path, jobs, rule_files=[PROMETHEUS / "rules.yml"]) as url:
+            rules, bearer = [PROMETHEUS / "rules.yml"], {"gpu-finops-service": API_TOKEN}
+            with prometheus(binary, tmp_path, jobs, rule_files=rules, bearer=bearer) as url:
                 for where, expr in _grafana_expressions() + _rule_expressions():
                     assert wait_for(url, expr, timeout_seconds=60), f"{where}: {expr}"
                 lost = wait_for(url, "gpufinops_gpu_up == 0")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,15 +17,23 @@ from tests.support.servers import free_port
 
 @contextmanager
 def prometheus(
-    binary: Path, workdir: Path, jobs: dict[str, list[str]], rule_files: Sequence[Path] = (), interval: str = "1s"
+    binary: Path,
+    workdir: Path,
+    jobs: dict[str, list[str]],
+    rule_files: Sequence[Path] = (),
+    interval: str = "1s",
+    bearer: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
     """Run Prometheus scraping each job's targets (``host:port``) every ``interval`` and evaluating
-    ``rule_files``; yields its base URL."""
+    ``rule_files``; yields its base URL. ``bearer``: job → the token its scrapes send (the ``authorization``
+    scrape option)."""
     config = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "rule_files": [str(path) for path in rule_files],
         "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": targets}]} for job, targets in jobs.items()
+            {"job_name": job, "static_configs": [{"targets": targets}]}
+            | ({"authorization": {"credentials": bearer[job]}} if bearer and job in bearer else {})
+            for job, targets in jobs.items()
         ],
     }
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))

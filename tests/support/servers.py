@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import httpx
 import uvicorn
 from fastapi import FastAPI
 
@@ -36,3 +37,14 @@ def running(app: FastAPI, port: int | None = None) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=20)
+
+
+API_TOKEN = "test-admin-api-token"
+"""The ``FINOPS_API_TOKEN`` (an admin credential) of test services whose ``/metrics`` a test reads."""
+
+
+def service_metrics(base: str, timeout: float = 5.0) -> str:
+    """The service's ``/metrics`` text at ``base``, read with :data:`API_TOKEN`; raises unless it answers 200."""
+    response = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {API_TOKEN}"}, timeout=timeout)
+    response.raise_for_status()
+    return response.text

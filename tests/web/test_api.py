@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from collector.shipper import Shipper
 from finops.db.models import DirtyHour, Gpu, GpuSample
 from finops.web.app import create_app
-from tests.support.servers import running
+from tests.support.servers import API_TOKEN, running, service_metrics
 
 TOKEN = "s3cret-token"
 GPU = {"uuid": "GPU-11111111-2222-3333-4444-555555555555", "index": 0, "model": "NVIDIA H100 80GB HBM3"}
@@ -49,7 +49,7 @@ def _post(url: str, body: object, token: str | None = TOKEN, gzipped: bool = Tru
 
 @pytest.fixture
 def service(sessions):  # type: ignore[no-untyped-def]
-    with running(create_app(sessions, TOKEN, clock=_clock)) as url:
+    with running(create_app(sessions, TOKEN, clock=_clock, api_token=API_TOKEN)) as url:
         yield url
 
 
@@ -103,7 +103,7 @@ def test_metrics_count_stored_and_rejected_readings(service: str) -> None:
     batch = _batch(2)
     batch["samples"][0]["power_watts"] = -1  # type: ignore[index]
     _post(service, batch)
-    text = httpx.get(f"{service}/metrics").text
+    text = service_metrics(service)
     assert "gpufinops_ingest_samples_total 1.0" in text
     assert "gpufinops_ingest_rejected_samples_total 1.0" in text
     assert httpx.get(f"{service}/healthz").json() == {"status": "ok"}
@@ -172,7 +172,7 @@ def test_malformed_values_in_a_series_are_named_and_the_rest_stored(service: str
     ]
     assert "2 values for 3 timestamps" in next(r["error"] for r in body["rejected"] if r.get("readings"))
     assert _count(sessions) == 1
-    metrics = httpx.get(f"{service}/metrics").text
+    metrics = service_metrics(service)
     assert "gpufinops_ingest_rejected_samples_total 5.0" in metrics
 
 
@@ -331,7 +331,7 @@ def test_malformed_per_job_values_are_named_and_every_reading_stored(service: st
     ]
     assert _shares(sessions) == [(GPU["uuid"], T0, "501", 0.99)]
     assert _count(sessions) == 6
-    metrics = httpx.get(f"{service}/metrics").text
+    metrics = service_metrics(service)
     assert "gpufinops_ingest_rejected_samples_total 0.0" in metrics, "no reading was rejected"
 
     batch["job_utilization"] = "all busy"

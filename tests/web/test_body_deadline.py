@@ -14,7 +14,7 @@ import pytest
 
 from finops.ingest.limits import IngestLimits
 from finops.web.app import INGEST_CONCURRENCY, create_app
-from tests.support.servers import running
+from tests.support.servers import API_TOKEN, running, service_metrics
 
 TOKEN = "s3cret-token"
 NOW = 1795244400  # the service's clock: 2026-11-21T07:00Z
@@ -74,7 +74,7 @@ def _batch(readings: int = 3) -> bytes:
 @pytest.fixture
 def service(sessions):  # type: ignore[no-untyped-def]
     limits = IngestLimits(body_timeout_seconds=DEADLINE)
-    with running(create_app(sessions, TOKEN, limits=limits, clock=lambda: NOW)) as url:
+    with running(create_app(sessions, TOKEN, limits=limits, clock=lambda: NOW, api_token=API_TOKEN)) as url:
         yield url
 
 
@@ -94,7 +94,7 @@ def test_slow_ingest_bodies_get_408_and_their_connection_closed_while_others_are
         assert b"request body not received within 1 s" in data
         assert closed, "the service kept the connection open"
         assert DEADLINE <= took < WAIT
-    metrics = httpx.get(f"{service}/metrics", timeout=WAIT).text
+    metrics = service_metrics(service, timeout=WAIT)
     assert f'gpufinops_ingest_requests_total{{code="408"}} {float(len(slow))}' in metrics
 
 

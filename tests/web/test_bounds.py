@@ -19,10 +19,13 @@ from alerts.models import AlertSilence
 from finops.db.engine import session_factory
 from finops.db.models import Budget, Gpu, GpuSample, PriceCatalogVersion, PricingRule, TeamRule
 from finops.web.app import REST_MAX_BODY_BYTES, RETRY_AFTER_SECONDS, create_app
-from tests.support.servers import running
+from tests.support.servers import API_TOKEN, running, service_metrics
 
 TOKEN = "bounds-token"
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+"""Ingest's headers (the shared ingest token)."""
+API = {"Authorization": f"Bearer {API_TOKEN}", "Content-Type": "application/json"}
+"""The REST API's headers (an admin credential)."""
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
 GPU = f'{{"uuid": "{UUID}", "index": 0, "model": "NVIDIA H100 80GB HBM3"}}'
 TS = 1795244400
@@ -97,7 +100,7 @@ ATTEMPTS: list[tuple[str, str, str, str, int, str]] = [
 
 @pytest.fixture
 def service(sessions) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    with running(create_app(sessions, TOKEN, clock=lambda: TS + 86400)) as url:
+    with running(create_app(sessions, TOKEN, clock=lambda: TS + 86400, api_token=API_TOKEN)) as url:
         yield url
 
 
@@ -108,14 +111,16 @@ def _good_ingest(url: str, ts: int) -> httpx.Response:
 
 def test_every_bad_input_is_refused_with_its_status_and_nothing_of_it_is_stored(service, sessions) -> None:  # type: ignore[no-untyped-def]
     for n, (name, method, path, body, status, named) in enumerate(ATTEMPTS):
-        response = httpx.request(method, f"{service}{path}", content=body or None, headers=HEADERS, timeout=120)
+        response = httpx.request(
+            method, f"{service}{path}", content=body or None, headers=HEADERS if path == INGEST else API, timeout=120
+        )
         assert response.status_code == status, (name, response.status_code, response.text[:300])
         assert named in response.text, (name, response.text[:300])
         good = _good_ingest(service, TS + 10 * (n + 1))
         assert (good.status_code, good.json()["accepted"]) == (200, 1), (name, good.text)
-        assert httpx.get(f"{service}{SILENCES}", headers=HEADERS).status_code == 200, name
+        assert httpx.get(f"{service}{SILENCES}", headers=API).status_code == 200, name
     chunked = iter([b"#" * REST_MAX_BODY_BYTES, b"#"])  # no Content-Length: refused as read
-    assert httpx.put(f"{service}/api/v1/prices", content=chunked, headers=HEADERS).status_code == 413
+    assert httpx.put(f"{service}/api/v1/prices", content=chunked, headers=API).status_code == 413
     with sessions() as session:
         stored = session.execute(
             select(GpuSample.utilization_ratio, GpuSample.power_watts, GpuSample.energy_joules,
@@ -135,18 +140,18 @@ def test_a_write_lock_held_on_sqlite_answers_503_with_retry_after(engine, databa
     rule = '{"kind": "account", "value": "acct-a", "team": "alpha"}'
     holder = sqlite3.connect(database_url.removeprefix("sqlite:///"), isolation_level=None)
     try:
-        app = create_app(session_factory(impatient), TOKEN, clock=lambda: TS + 86400)
+        app = create_app(session_factory(impatient), TOKEN, clock=lambda: TS + 86400, api_token=API_TOKEN)
         with running(app) as url, caplog.at_level(logging.WARNING):
             holder.execute("BEGIN IMMEDIATE")
-            refused = [_good_ingest(url, TS), httpx.put(f"{url}/api/v1/team-rules", content=rule, headers=HEADERS)]
+            refused = [_good_ingest(url, TS), httpx.put(f"{url}/api/v1/team-rules", content=rule, headers=API)]
             for response in refused:
                 assert response.status_code == 503, response.text
                 assert response.headers["Retry-After"] == str(RETRY_AFTER_SECONDS)
             assert "database busy" in caplog.text
             holder.execute("ROLLBACK")
             assert _good_ingest(url, TS).json()["accepted"] == 1
-            assert httpx.put(f"{url}/api/v1/team-rules", content=rule, headers=HEADERS).status_code == 200
-            assert 'gpufinops_ingest_requests_total{code="503"} 1.0' in httpx.get(f"{url}/metrics").text
+            assert httpx.put(f"{url}/api/v1/team-rules", content=rule, headers=API).status_code == 200
+            assert 'gpufinops_ingest_requests_total{code="503"} 1.0' in service_metrics(url)
     finally:
         holder.close()
         impatient.dispose()

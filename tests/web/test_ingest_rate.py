@@ -16,7 +16,7 @@ from finops.db.models import GpuSample
 from finops.ingest.limits import MAX_GPUS_PER_BATCH, READINGS_BURST, READINGS_PER_SECOND, IngestLimits, ReadingBuckets
 from finops.settings import Settings
 from finops.web.app import create_app
-from tests.support.servers import running
+from tests.support.servers import API_TOKEN, running, service_metrics
 
 TOKEN = "s3cret-token"
 NOW = 1795244400  # the service's clock at the start of each test: 2026-11-21T07:00Z
@@ -60,7 +60,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def service(sessions, clock):  # type: ignore[no-untyped-def]
-    with running(create_app(sessions, TOKEN, limits=LIMITS, clock=clock)) as url:
+    with running(create_app(sessions, TOKEN, limits=LIMITS, clock=clock, api_token=API_TOKEN)) as url:
         yield url
 
 
@@ -80,7 +80,7 @@ def test_a_node_over_its_rate_gets_429_with_retry_after_and_nothing_stored(servi
     clock.now += 1
     assert _post(service, _batch(1, 60, start=NOW - 2000)).status_code == 200
     assert _stored(sessions) == 220
-    metrics = httpx.get(f"{service}/metrics").text
+    metrics = service_metrics(service)
     assert 'gpufinops_ingest_refused_total{reason="rate"} 2.0' in metrics
     assert 'gpufinops_ingest_requests_total{code="429"} 2.0' in metrics
     assert 'gpufinops_ingest_refused_total{reason="gpus"} 0.0' in metrics
@@ -112,7 +112,7 @@ def test_a_batch_over_the_gpu_limit_is_refused_whole_naming_the_limit(service, s
     batch["series"].append({"uuid": _gpu(1, 9)["uuid"], "ts": [NOW - 5], "utilization_ratio": [0.1]})  # type: ignore[attr-defined]
     assert _post(service, batch).status_code == 422
     assert _post(service, _batch(1, 2, gpus=4)).status_code == 200
-    assert 'gpufinops_ingest_refused_total{reason="gpus"} 2.0' in httpx.get(f"{service}/metrics").text
+    assert 'gpufinops_ingest_refused_total{reason="gpus"} 2.0' in service_metrics(service)
 
 
 def test_a_batch_larger_than_the_burst_gets_422_not_429_forever(service, sessions, clock) -> None:  # type: ignore[no-untyped-def]
@@ -124,7 +124,7 @@ def test_a_batch_larger_than_the_burst_gets_422_not_429_forever(service, session
     assert _stored(sessions) == 0
     # It took nothing from the bucket: a full burst passes at once.
     assert _post(service, _batch(1, 100)).status_code == 200
-    metrics = httpx.get(f"{service}/metrics").text
+    metrics = service_metrics(service)
     assert 'gpufinops_ingest_refused_total{reason="burst"} 1.0' in metrics
     assert 'gpufinops_ingest_requests_total{code="422"} 1.0' in metrics
 

@@ -17,7 +17,7 @@ from finops.db.models import GpuSample, NodeToken
 from finops.ingest.node_tokens import authenticate, create_token, revoke_token
 from finops.timeutil import utc_now
 from finops.web.app import create_app
-from tests.support.servers import running
+from tests.support.servers import API_TOKEN, running, service_metrics
 
 SHARED = "shared-s3cret"
 
@@ -57,7 +57,7 @@ def _token(sessions, node: str, **kwargs) -> str:  # type: ignore[no-untyped-def
 @pytest.fixture
 def per_node(sessions):  # type: ignore[no-untyped-def]
     """The service with node tokens only: no shared token, no REST API token."""
-    with running(create_app(sessions, None, clock=_clock)) as url:
+    with running(create_app(sessions, None, clock=_clock, api_token=API_TOKEN)) as url:
         yield url
 
 
@@ -71,7 +71,7 @@ def test_a_node_token_admits_its_own_node_only(per_node: str, sessions) -> None:
     token_id = token_a.split("_")[1]
     assert refused.json() == {"detail": f"node token {token_id} is for node 'gpu-a-01', not 'gpu-b-01'"}
     assert _count(sessions) == 3, "a batch of another node stored something"
-    metrics = httpx.get(f"{per_node}/metrics").text
+    metrics = service_metrics(per_node)
     assert 'gpufinops_ingest_requests_total{code="403"} 1.0' in metrics
 
 
@@ -104,7 +104,7 @@ def test_two_live_tokens_of_a_node_both_work_while_rotating(per_node: str, sessi
 
 def test_the_shared_token_still_admits_every_node_beside_node_tokens(sessions) -> None:  # type: ignore[no-untyped-def]
     token_a = _token(sessions, "gpu-a-01")
-    with running(create_app(sessions, SHARED, clock=_clock)) as url:
+    with running(create_app(sessions, SHARED, clock=_clock, api_token=API_TOKEN)) as url:
         assert _post(url, _batch("gpu-a-01"), SHARED).status_code == 200
         assert _post(url, _batch("gpu-b-01"), SHARED).status_code == 200
         assert _post(url, _batch("gpu-b-01"), token_a).status_code == 403

@@ -108,7 +108,10 @@ def test_idle_episodes_and_team_rules(api) -> None:  # type: ignore[no-untyped-d
 
 def test_openapi_schema_lists_every_route(api) -> None:  # type: ignore[no-untyped-def]
     url, _, _, _ = api
-    schema = httpx.get(f"{url}/openapi.json").json()
+    assert httpx.get(f"{url}/openapi.json").status_code == 401
+    assert httpx.get(f"{url}/docs").status_code == 401
+    assert httpx.get(f"{url}/docs", headers=AUTH).status_code == 200
+    schema = httpx.get(f"{url}/openapi.json", headers=AUTH).json()
     paths = schema["paths"]
     for path in (
         "/api/v1/ingest",
