@@ -83,7 +83,7 @@ def test_alerts_silences_and_deliveries_over_the_api(sessions) -> None:  # type:
         pending = client.get("/api/v1/alerts/deliveries?status=pending", headers=headers).json()
         assert [d["id"] for d in pending] == [refused]
         assert client.post("/api/v1/alerts/deliveries/retry", headers=headers).json() == {"retried": []}
-        paths = client.get("/openapi.json").json()["paths"]
+        paths = client.get("/openapi.json", headers=headers).json()["paths"]
         assert {"/api/v1/alerts", "/api/v1/alerts/silences", "/api/v1/alerts/deliveries"} <= set(paths)
 
 
