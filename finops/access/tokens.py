@@ -112,7 +112,7 @@ def revoke(
 def authenticate(
     sessions: sessionmaker[Session], model: type[Row], prefix: str, token: str, now: datetime
 ) -> Row | None:
-    """The row (detached) of ``token`` if it is a live token of ``model``, else None (not shaped like one, unknown,
+    """The row (transient: not in any session) of ``token`` if it is a live token of ``model``, else None (not shaped like one, unknown,
     wrong secret, revoked, expired). One primary-key read; ``last_used_at`` updated when older than
     :data:`LAST_USED_RESOLUTION` (a failure to write it, such as a busy database, is logged and does not refuse the
     token)."""
@@ -120,11 +120,13 @@ def authenticate(
     if parts is None:
         return None
     token_id, secret = parts
-    with sessions() as session:
-        row = session.get(model, token_id)
-        if row is None:
-            return None
-        session.expunge(row)
+    # A Core read of the row's columns on a pooled connection: a third of what an ORM Session.get costs.
+    engine = sessions.kw["bind"]
+    with engine.connect() as connection:
+        found = connection.execute(select(*model.__table__.columns).where(model.id == token_id)).one_or_none()
+    if found is None:
+        return None
+    row = model(**found._asdict())
     if not hmac.compare_digest(row.secret_sha256, digest(secret)) or not live(row, now):
         return None
     if row.last_used_at is None or now - row.last_used_at >= LAST_USED_RESOLUTION:
