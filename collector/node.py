@@ -33,8 +33,10 @@ class NodeConfig:
     """Everything the collector process needs.
 
     Attributes:
-        service_url: base URL of the gpu-finops service.
+        service_url: base URL of the gpu-finops service (``http://`` or ``https://``).
         token: ingest bearer token.
+        ca_file: PEM CA bundle an https:// service's certificate is verified against; None: the system's trust
+            store.
         node: this host's name as Slurm's NodeList spells it.
         spool_dir: the durable queue's directory; ``spool_max_bytes`` bounds it.
         interval_seconds: time between collections.
@@ -59,6 +61,7 @@ class NodeConfig:
     dcgm_url: str = "http://127.0.0.1:9400/metrics"
     nvidia_smi: str = "nvidia-smi"
     job_mapping_dir: Path | None = None
+    ca_file: Path | None = None
 
 
 def build_source(name: str, config: NodeConfig) -> Source:
@@ -98,7 +101,8 @@ def build_source(name: str, config: NodeConfig) -> Source:
 
 
 def run(config: NodeConfig, sources: Sequence[Source], stop: threading.Event, annotate: Annotate | None = None) -> None:
-    """Serve ``/metrics``, start the sender thread and collect every interval until ``stop`` is set.
+    """Serve ``/metrics``, start the sender thread and collect every interval until ``stop`` is set; then close the
+    connections to the service once the sender has stopped (within 5 s).
 
     ``annotate`` maps GPUs to jobs; default: :class:`JobMapper` over ``config.job_mapping_dir`` and the
     processes' cgroups under ``config.proc_root``.
@@ -107,7 +111,7 @@ def run(config: NodeConfig, sources: Sequence[Source], stop: threading.Event, an
     latest = LatestSamples()
     delivery = Delivery(
         Spool(config.spool_dir, max_bytes=config.spool_max_bytes),
-        Shipper(config.service_url, config.token, config.node),
+        Shipper(config.service_url, config.token, config.node, ca_file=config.ca_file),
     )
     if config.metrics_port is not None:
         registry = CollectorRegistry()
@@ -125,3 +129,5 @@ def run(config: NodeConfig, sources: Sequence[Source], stop: threading.Event, an
     )
     Agent(sources, latest, delivery.enqueue, config.interval_seconds, annotate).run(stop)
     sender.join(timeout=5)
+    if not sender.is_alive():
+        delivery.shipper.close()

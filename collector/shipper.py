@@ -9,6 +9,10 @@ wait before a retry: capped exponential backoff with full jitter ("Exponential B
 Architecture Blog, 2015), or the server's ``Retry-After`` (RFC 9110 section 10.2.3: seconds or an HTTP-date)
 when it sent one. :class:`collector.delivery.Delivery` drives these from the spool; :meth:`Shipper.ship` is the
 spool-less path (demo, tests).
+
+An https:// service's certificate is verified against the CA bundle given (``--ca-file``), else the system's trust
+store (:func:`tls_context`); a certificate that does not verify is a failure like a network error (retried, the batch
+kept), logged as such with OpenSSL's reason.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ from __future__ import annotations
 import gzip
 import logging
 import random
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import orjson
@@ -75,15 +81,44 @@ class Backoff:
         return random.uniform(0, min(self.cap_seconds, self.base_seconds * 2 ** min(attempt - 1, 32)))
 
 
+def tls_context(ca_file: Path | None = None) -> ssl.SSLContext:
+    """The client TLS context an https:// service's certificate is verified with: trusting the PEM CA bundle
+    ``ca_file``, else the system's trust store. ValueError naming ``ca_file`` when it cannot be read or holds no PEM
+    certificate."""
+    try:
+        return ssl.create_default_context(cafile=None if ca_file is None else str(ca_file))
+    except ssl.SSLError as exc:
+        raise ValueError(f"{ca_file}: no PEM certificate in it") from exc
+    except OSError as exc:
+        raise ValueError(f"{ca_file}: {exc.strerror or exc}") from exc
+
+
+def _transport_failure(exc: httpx.TransportError) -> str:
+    """Why a request got no answer, in one line for the log: a certificate that did not verify says so and why
+    (OpenSSL's reason: unknown issuer, expired, another host's name), anything else is a network error."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return (
+                f"TLS certificate verification failed: {cause.verify_message} (the service's certificate must be "
+                "signed by a CA of --ca-file, or else of the system's trust store)"
+            )
+        cause = cause.__cause__ or cause.__context__
+    return f"network error: {exc.__class__.__name__}: {exc}"
+
+
 class Shipper:
     """POSTs batches to ``{service_url}/api/v1/ingest`` for one node.
 
     Args:
-        service_url: base URL of the gpu-finops service, e.g. ``http://127.0.0.1:8080``.
+        service_url: base URL of the gpu-finops service, e.g. ``http://127.0.0.1:8080`` or
+            ``https://finops.example.org``.
         token: the ingest bearer token (never logged).
         node: this host's name, as Slurm's NodeList spells it.
         client: an ``httpx.Client`` to use (tests pass one with a MockTransport).
         timeout_seconds: per-request timeout when no client is given.
+        ca_file: PEM CA bundle an https:// service's certificate is verified against when no client is given;
+            default: the system's trust store. ValueError when it cannot be read (:func:`tls_context`).
     """
 
     def __init__(
@@ -94,6 +129,7 @@ class Shipper:
         *,
         client: httpx.Client | None = None,
         timeout_seconds: float = 60.0,
+        ca_file: Path | None = None,
     ) -> None:
         self.url = service_url.rstrip("/") + INGEST_PATH
         self.node = node
@@ -102,7 +138,7 @@ class Shipper:
             "Content-Type": "application/json",
             "Content-Encoding": "gzip",
         }
-        self._client = client or httpx.Client(timeout=timeout_seconds)
+        self._client = client or httpx.Client(timeout=timeout_seconds, verify=tls_context(ca_file))
 
     def body(self, batch: dict[str, list[dict[str, object]]]) -> bytes:
         """The request body for ``batch`` (:func:`collector.contract.wire.batch_dict` rows): this node's name and the
@@ -116,7 +152,7 @@ class Shipper:
         try:
             response = self._client.post(self.url, content=body, headers=self._headers)
         except httpx.TransportError as exc:
-            return SendResult("failed", reason=f"network error: {exc.__class__.__name__}: {exc}")
+            return SendResult("failed", reason=_transport_failure(exc))
         status = response.status_code
         if status in (200, 422):
             result = response.json()

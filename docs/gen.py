@@ -30,6 +30,7 @@ PACKAGES = ("collector", "finops", "alerts", "dashboards")
 
 TITLES = {
     "ApiSettings": "API tokens",
+    "TlsSettings": "TLS",
     "IdleSettings": "Idle detection",
     "SchedulerSettings": "Scheduler",
     "PrometheusPullSettings": "Prometheus pull",

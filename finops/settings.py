@@ -5,6 +5,7 @@ what the service, the CLI and the dashboard read. Code that needs one group may 
 
 - :class:`StorageSettings` — database URL, data directory, raw-sample retention.
 - :class:`ApiSettings` — bearer tokens of the ingest API and the REST API.
+- :class:`TlsSettings` — the certificate and private key `serve` speaks HTTPS with.
 - :class:`IngestSettings` — per-node ingest limits (readings per second, burst, GPUs per batch), body deadline.
 - :class:`PricingSettings` — default pricing model and the price catalog file.
 - :class:`IdleSettings` — when an allocated GPU counts as idle, and for how long before it is an idle episode.
@@ -126,6 +127,20 @@ class ApiSettings(SettingsGroup):
         "refuses every request, unless `serve --insecure-no-token`).",
     )
     api_token_file: Path | None = Field(None, description="File holding the REST API token.")
+
+
+class TlsSettings(SettingsGroup):
+    """The certificate and private key `serve` speaks HTTPS with (both or neither; with neither, plain HTTP, which
+    keeps tokens private only on loopback or behind a TLS-terminating reverse proxy)."""
+
+    tls_cert_file: Path | None = Field(
+        None,
+        description="PEM certificate chain of `serve` (its own certificate first, then any intermediates); "
+        "the same as `serve --tls-cert`.",
+    )
+    tls_key_file: Path | None = Field(
+        None, description="PEM private key (unencrypted) of that certificate; the same as `serve --tls-key`."
+    )
 
 
 class IngestSettings(SettingsGroup):
@@ -297,6 +312,7 @@ class AlertSettings(SettingsGroup):
 class Settings(
     StorageSettings,
     ApiSettings,
+    TlsSettings,
     IngestSettings,
     PricingSettings,
     IdleSettings,

@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from collector import node as node_process
+from collector.shipper import tls_context
 
 app = typer.Typer()
 
@@ -46,8 +47,20 @@ def collector(
     job_mapping_dir: Annotated[
         Path | None, typer.Option(help="GPU → job directory written by the Slurm prolog (e.g. /run/gpustat).")
     ] = None,
+    ca_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="FINOPS_SERVICE_CA_FILE",
+            help="PEM CA bundle the https:// service's certificate is verified against (default: the system's "
+            "trust store).",
+        ),
+    ] = None,
 ) -> None:
-    """Run the node collector: read sources every interval, serve /metrics, spool and ship GPU readings."""
+    """Run the node collector: read sources every interval, serve /metrics, spool and ship GPU readings.
+
+    An https:// --service-url is verified against --ca-file, else the system's trust store; a certificate that does
+    not verify is logged and its readings stay spooled, retried like any network failure."""
+    _check_ca_file(ca_file, service_url)
     config = node_process.NodeConfig(
         service_url=service_url,
         token=_token(token_file),
@@ -62,6 +75,7 @@ def collector(
         dcgm_url=dcgm_url,
         nvidia_smi=nvidia_smi,
         job_mapping_dir=job_mapping_dir,
+        ca_file=ca_file,
     )
     try:
         sources = [node_process.build_source(name, config) for name in source]
@@ -81,3 +95,18 @@ def _token(token_file: Path | None) -> str:
         raise typer.BadParameter(f"{token_file}: {exc.strerror or exc}", param_hint="--token-file") from exc
     except UnicodeDecodeError as exc:
         raise typer.BadParameter(f"{token_file}: not text", param_hint="--token-file") from exc
+
+
+def _check_ca_file(ca_file: Path | None, service_url: str) -> None:
+    """BadParameter naming --ca-file when it is given for a service that is not https://, or is not a readable PEM
+    CA bundle."""
+    if ca_file is None:
+        return
+    if not service_url.lower().startswith("https://"):
+        raise typer.BadParameter(
+            f"verifies an https:// service, and --service-url is {service_url}", param_hint="--ca-file"
+        )
+    try:
+        tls_context(ca_file)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--ca-file") from exc

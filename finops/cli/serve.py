@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -27,6 +28,7 @@ from finops.pricing.catalog import Pricing
 from finops.service.cost_metrics import CostMetrics
 from finops.service.dashboard_server import require_dashboard_extra, serve_dashboard
 from finops.service.scheduler import start_scheduler
+from finops.service.tls import check_server_tls, is_loopback
 from finops.settings import Settings
 from finops.timeutil import utc_now
 from finops.web.app import ServiceMetrics, create_app
@@ -39,6 +41,14 @@ SHARED_TOKEN_WARNING = (
     "node's readings. To move to per-node tokens: `gpu-finops nodes token create NODE` for each node, give each "
     "collector its own token (collector --token-file), then unset FINOPS_INGEST_TOKEN and restart"
 )
+
+PLAIN_HTTP_WARNING = (
+    "serving plain HTTP on %s: bearer tokens and readings travel in clear text. Give serve a certificate "
+    "(--tls-cert and --tls-key, or FINOPS_TLS_CERT_FILE and FINOPS_TLS_KEY_FILE), or listen on 127.0.0.1 behind a "
+    "TLS-terminating reverse proxy (docs/deployment.md, TLS)"
+)
+TLS_CERT = "a TLS certificate (--tls-cert or FINOPS_TLS_CERT_FILE)"
+TLS_KEY = "a TLS private key (--tls-key or FINOPS_TLS_KEY_FILE)"
 
 
 def prometheus_pull(settings: Settings) -> ScheduledPull | None:
@@ -96,6 +106,21 @@ def ingest_limits(settings: Settings) -> IngestLimits:
     )
 
 
+def tls_files(settings: Settings, cert_file: Path | None, key_file: Path | None) -> tuple[Path, Path] | None:
+    """The (certificate chain, private key) PEM files ``serve`` speaks HTTPS with: the options, else
+    ``FINOPS_TLS_CERT_FILE`` and ``FINOPS_TLS_KEY_FILE``; None when neither is set (plain HTTP).
+    FinopsError when only one of the two is set, or a file cannot be used (:func:`check_server_tls`)."""
+    cert = cert_file or settings.tls_cert_file
+    key = key_file or settings.tls_key_file
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        given, missing = (TLS_CERT, TLS_KEY) if key is None else (TLS_KEY, TLS_CERT)
+        raise FinopsError(f"{given} is set but not {missing}: give both for HTTPS, or neither for plain HTTP")
+    check_server_tls(cert, key)
+    return cert, key
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
@@ -107,13 +132,28 @@ def serve(
             help="Accept requests without a bearer token (only when no token exists: shared, per-node or API)."
         ),
     ] = False,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(help="PEM certificate chain to serve HTTPS with (needs --tls-key); default FINOPS_TLS_CERT_FILE."),
+    ] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option(help="Unencrypted PEM private key of --tls-cert; default FINOPS_TLS_KEY_FILE."),
+    ] = None,
 ) -> None:
     """Run the service: ingest API, /healthz, /metrics and (by default) the scheduled jobs.
 
     Collectors authenticate with per-node tokens (`nodes token create`) or the shared FINOPS_INGEST_TOKEN (which
     admits every node: logged as a warning at start); with neither, serve refuses to start unless
-    --insecure-no-token."""
+    --insecure-no-token.
+
+    With --tls-cert and --tls-key (or FINOPS_TLS_CERT_FILE and FINOPS_TLS_KEY_FILE) it speaks HTTPS only. Without
+    them on an address other than loopback it warns that tokens travel in clear text."""
     settings = load_settings()
+    tls = tls_files(settings, tls_cert, tls_key)
+    if tls is None and not is_loopback(host):
+        log.warning(PLAIN_HTTP_WARNING, host)
+    cert_file, key_file = tls or (None, None)
     sessions = open_sessions(settings)
     token = settings.ingest_token.get_secret_value() if settings.ingest_token else None
     api_token = settings.api_token.get_secret_value() if settings.api_token else None
@@ -157,6 +197,8 @@ def serve(
             host=host,
             port=port,
             log_level="warning",
+            ssl_certfile=cert_file,
+            ssl_keyfile=key_file,
         )
     finally:
         if running is not None:

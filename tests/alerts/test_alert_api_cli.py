@@ -20,7 +20,8 @@ from finops.cli import app
 from finops.timeutil import utc_now
 from finops.web.app import create_app
 from tests.support.alert_cluster import Cluster, minute_floor
-from tests.support.alert_servers import SECRET_PATH, Certificates, Mailbox, Webhook, starttls_smtp
+from tests.support.alert_servers import SECRET_PATH, Mailbox, Webhook, starttls_smtp
+from tests.support.certificates import Certificates
 from tests.support.servers import running
 
 TOKEN = "alerts-api-token"

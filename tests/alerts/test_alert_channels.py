@@ -13,7 +13,8 @@ from alerts.mail import SmtpSettings, html_body, is_amount, send_email
 from alerts.message import Message
 from alerts.slack import FIELDS_PER_SECTION, HEADER_LIMIT, post_to_slack, slack_payload
 from alerts.webhooks import WebhookPolicy, WebhookRefused, redact
-from tests.support.alert_servers import SECRET_PATH, Certificates, Mailbox, Webhook, starttls_smtp
+from tests.support.alert_servers import SECRET_PATH, Mailbox, Webhook, starttls_smtp
+from tests.support.certificates import Certificates
 from tests.support.servers import free_port
 
 MESSAGE = Message(

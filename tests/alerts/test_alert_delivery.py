@@ -25,7 +25,8 @@ from alerts.slack import slack_payload
 from alerts.store import list_deliveries, retry_deliveries
 from alerts.webhooks import WebhookPolicy
 from finops.timeutil import utc_now
-from tests.support.alert_servers import SECRET_PATH, Certificates, Mailbox, Webhook, starttls_smtp
+from tests.support.alert_servers import SECRET_PATH, Mailbox, Webhook, starttls_smtp
+from tests.support.certificates import Certificates
 from tests.support.servers import free_port
 
 LOCAL = WebhookPolicy(allowed_hosts=frozenset({"127.0.0.1"}), allow_private_addresses=True)

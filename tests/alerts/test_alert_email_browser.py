@@ -29,7 +29,8 @@ from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.service.scheduler import run_rollup
 from finops.timeutil import utc_now
 from tests.support.alert_cluster import Cluster, busy, idle, minute_floor
-from tests.support.alert_servers import Certificates, Mailbox, Webhook, starttls_smtp
+from tests.support.alert_servers import Mailbox, Webhook, starttls_smtp
+from tests.support.certificates import Certificates
 from tests.support.environment import debian_binary
 
 TEAM = "vcpDC"

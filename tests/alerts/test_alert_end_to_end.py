@@ -44,7 +44,8 @@ from finops.timeutil import utc_now
 from tests.service.job_runs import JobRuns
 from tests.support.alert_cluster import Cluster, minute_floor
 from tests.support.alert_cluster import idle as idle_readings
-from tests.support.alert_servers import SECRET_PATH, Certificates, Mailbox, Webhook, starttls_smtp
+from tests.support.alert_servers import SECRET_PATH, Mailbox, Webhook, starttls_smtp
+from tests.support.certificates import Certificates
 from tests.support.scenario import seed_dashboard_database
 
 PRICING = Pricing(load_catalog(), PricingModel.ON_DEMAND)

@@ -5,13 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
-import httpx
 import orjson
 import pytest
 
@@ -21,7 +19,7 @@ from collector.shipper import Shipper
 from collector.sources.replay import ReplaySource
 from finops.pricing.catalog import PricingModel, load_catalog
 from tests.support import scenario
-from tests.support.servers import free_port
+from tests.support.servers import serve_process
 
 TOKEN = "end-to-end-token"
 
@@ -37,23 +35,8 @@ def service(database_url: str) -> Iterator[tuple[str, dict[str, str]]]:
     """``gpu-finops serve`` as a child process on 127.0.0.1, after ``gpu-finops db upgrade``."""
     env = {**os.environ, "FINOPS_DATABASE_URL": database_url, "FINOPS_INGEST_TOKEN": TOKEN}
     _cli(env, "db", "upgrade")
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "finops.cli", "serve", "--port", str(port), "--no-scheduler"], env=env
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz").status_code == 200:
-                break
-        except httpx.TransportError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise
-            time.sleep(0.1)
-    yield url, env
-    process.terminate()
-    process.wait(timeout=30)
+    with serve_process(env) as url:
+        yield url, env
 
 
 def test_slice_through_collector_service_and_cli(service: tuple[str, dict[str, str]], tmp_path: Path) -> None:

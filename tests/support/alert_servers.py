@@ -1,5 +1,5 @@
-"""Real local servers for alert tests: an HTTP server standing in for a Slack incoming webhook, an aiosmtpd
-mailbox with STARTTLS and SMTP AUTH, and a throwaway certificate authority (trustme)."""
+"""Real local servers for alert tests: an HTTP server standing in for a Slack incoming webhook and an aiosmtpd
+mailbox with STARTTLS and SMTP AUTH (its certificate from :class:`tests.support.certificates.Certificates`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from email.policy import default as default_policy
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import trustme
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, Envelope, LoginPassword, Session
 
@@ -84,19 +83,6 @@ class Mailbox:
         assert isinstance(data, LoginPassword)
         self.logins.append((data.login, data.password))
         return AuthResult(success=data.password == b"mail-secret")
-
-
-class Certificates:
-    """A throwaway CA and a certificate for 127.0.0.1: the server's context, a client context trusting the CA,
-    and the CA as PEM (for ``FINOPS_ALERT_SMTP_CA_FILE``)."""
-
-    def __init__(self) -> None:
-        ca = trustme.CA()
-        self.server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ca.issue_cert("127.0.0.1").configure_cert(self.server)
-        self.client = ssl.create_default_context()
-        ca.configure_trust(self.client)
-        self.ca_pem = ca.cert_pem.bytes()
 
 
 def starttls_smtp(mailbox: Mailbox, tls_context: ssl.SSLContext) -> Controller:

@@ -1,8 +1,12 @@
-"""Running the service on a real socket inside a test: uvicorn in a background thread on 127.0.0.1."""
+"""Running the service on a real socket inside a test: uvicorn in a background thread on 127.0.0.1, or
+``gpu-finops serve`` as a child process."""
 
 from __future__ import annotations
 
 import socket
+import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -48,3 +52,28 @@ def service_metrics(base: str, timeout: float = 5.0) -> str:
     response = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {API_TOKEN}"}, timeout=timeout)
     response.raise_for_status()
     return response.text
+
+
+@contextmanager
+def serve_process(env: dict[str, str], *options: str, tls: ssl.SSLContext | None = None) -> Iterator[str]:
+    """``gpu-finops serve --no-scheduler`` as a child process with ``env`` and ``options`` on a free port of 127.0.0.1,
+    until the block ends; yields its base URL once ``/healthz`` answers 200 (within 30 s). ``tls``: the client context
+    the service's certificate is verified with, for a service started with TLS (the URL is then ``https://``)."""
+    port = free_port()
+    command = [sys.executable, "-m", "finops.cli", "serve", "--port", str(port), "--no-scheduler", *options]
+    process = subprocess.Popen(command, env=env)
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", verify=tls or True).status_code == 200:
+                    break
+            except httpx.TransportError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

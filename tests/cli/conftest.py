@@ -1,0 +1,28 @@
+"""Fixtures of the command-line tests: the CLI on a migrated database, and ``serve`` without its server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from finops.cli import serve as serve_module
+
+
+@pytest.fixture
+def cli_env(engine, monkeypatch):  # type: ignore[no-untyped-def]
+    """A CliRunner whose commands use the migrated test database, with no token and no TLS file in the
+    environment."""
+    monkeypatch.setenv("FINOPS_DATABASE_URL", engine.url.render_as_string(hide_password=False))
+    for variable in ("INGEST_TOKEN", "INGEST_TOKEN_FILE", "API_TOKEN", "TLS_CERT_FILE", "TLS_KEY_FILE"):
+        monkeypatch.delenv(f"FINOPS_{variable}", raising=False)
+    return CliRunner()
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """``serve``'s uvicorn.run replaced: the keyword arguments of each call, the app as ``app``."""
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(serve_module.uvicorn, "run", lambda app, **kwargs: calls.append({"app": app, **kwargs}))
+    return calls
