@@ -37,6 +37,7 @@ TITLES = {
     "CollectorSettings": "Collectors",
     "DemoSettings": "Demo data",
     "AlertSettings": "Alerts",
+    "DashboardSettings": "Dashboard log-in (OpenID Connect)",
 }
 """Section titles of the settings groups whose class name does not read well as one."""
 
