@@ -47,7 +47,7 @@ def gate(settings: DashboardSettings) -> Access:
         st.sidebar.warning(unauthenticated_notice(str(st.get_option("server.address") or "127.0.0.1")))
         st.session_state[_ACCESS] = EVERYONE
         return EVERYONE
-    if not st.user.is_logged_in:
+    if not st.user.get("is_logged_in"):
         st.title("gpu-finops")
         st.write("GPU costs per team and job. Log in with your organisation's account to see them.")
         st.button("Log in", type="primary", on_click=st.login)

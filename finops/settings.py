@@ -321,16 +321,16 @@ class DashboardSettings(SettingsGroup):
     dashboard_oidc_prompt: str = Field(
         "select_account",
         description="OIDC `prompt` of the log-in request (Streamlit's default); `login` or `consent` for providers "
-        "that refuse `select_account` (Okta).",
+        "that refuse `select_account`.",
     )
     dashboard_oidc_groups_claim: str = Field(
         "groups", description="ID-token claim holding the person's groups (a list of names, or one name)."
     )
     dashboard_admin_groups: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="Groups whose members are `admin` (comma-separated; sees every team)."
+        default_factory=list, description="Groups whose members are `admin` (sees every team)."
     )
     dashboard_viewer_groups: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="Groups whose members are `viewer` (comma-separated; sees every team)."
+        default_factory=list, description="Groups whose members are `viewer` (sees every team)."
     )
     dashboard_team_group_prefix: str = Field(
         "team:",
