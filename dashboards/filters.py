@@ -5,6 +5,9 @@ are remembered for the session, so switching pages keeps them (and writes them b
 when it names a value (a pasted link). A value the URL gives that is not valid (an unknown period, a date that
 does not parse) is ignored with a warning in the sidebar.
 
+Someone who sees one team (:mod:`dashboards.login`) has the team filter fixed to theirs on every page, whether the
+page offers the filter or not; a ``team`` the URL names is then ignored with a warning.
+
 URL parameters: ``period`` (``mtd`` month to date, ``24h``, ``7d``, ``30d``, ``prev`` the previous calendar month,
 ``custom`` with ``from`` and ``to`` as ``YYYY-MM-DD``, both days included), ``cluster``, ``team``, ``partition``
 (absent: all), and page-specific ones such as ``job``.
@@ -19,7 +22,7 @@ from datetime import UTC, date, datetime, timedelta
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from dashboards import data
+from dashboards import data, login
 from finops.analysis.filters import Scope
 from finops.timeutil import month_start, utc_now
 
@@ -190,7 +193,8 @@ def sidebar(
 ) -> View:
     """Render the filters this page uses in the sidebar (from and into the URL) and return the :class:`View`.
 
-    Filters a page leaves out are None (everything) and stay remembered for the pages that use them."""
+    Filters a page leaves out are None (everything) and stay remembered for the pages that use them; the team of
+    someone who sees one team is always theirs (:func:`_own_team`)."""
     now = utc_now()
     period_key = default_period
     first_day = last_day = None
@@ -207,15 +211,32 @@ def sidebar(
             _unlink("from")
             _unlink("to")
     start, end = period_bounds(period_key, now, first_day, last_day)
-    for name, shown in (("cluster", cluster), ("team", team), ("partition", partition)):
+    own_team = login.current().team
+    for name, shown in (("cluster", cluster), ("team", team and own_team is None), ("partition", partition)):
         if not shown:
             _unlink(name)
     choices = data.choices(data.database_url()) if cluster or team or partition else data.NO_CHOICES
+    chosen_cluster = _filter("cluster", "Cluster", choices.clusters) if cluster else None
+    if own_team is not None:
+        chosen_team: str | None = _own_team(own_team)
+    else:
+        chosen_team = _filter("team", "Team", choices.teams) if team else None
     return View(
         start=start,
         end=end,
         period_label=PERIODS[period_key],
-        cluster=_filter("cluster", "Cluster", choices.clusters) if cluster else None,
-        team=_filter("team", "Team", choices.teams) if team else None,
+        cluster=chosen_cluster,
+        team=chosen_team,
         partition=_filter("partition", "Partition", choices.partitions) if partition else None,
     )
+
+
+def _own_team(team: str) -> str:
+    """The team filter of someone who sees only ``team``: shown fixed (a disabled selectbox); a ``team`` the URL
+    names is ignored with a warning and taken out of the URL."""
+    asked = _saved().get("team")
+    if asked is not None and asked != team:
+        st.sidebar.warning(f"team={asked!r} in the URL is ignored: you see team {team} only.")
+    _remember("team", None)
+    st.sidebar.selectbox("Team", [team], disabled=True, help="Your team: you see its costs only.")
+    return team

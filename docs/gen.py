@@ -19,6 +19,7 @@ from typing import Any
 
 import typer
 from pydantic.fields import FieldInfo
+from pydantic_settings import NoDecode
 
 from finops.cli import app, base
 from finops.settings import GROUPS, SettingsGroup, secret_file_fields
@@ -38,6 +39,7 @@ TITLES = {
     "CollectorSettings": "Collectors",
     "DemoSettings": "Demo data",
     "AlertSettings": "Alerts",
+    "DashboardSettings": "Dashboard log-in (OpenID Connect)",
 }
 """Section titles of the settings groups whose class name does not read well as one."""
 
@@ -209,8 +211,16 @@ def _docstring(group: type[SettingsGroup]) -> str:
     return " ".join((group.__doc__ or "").split())
 
 
+def _comma_list(field: FieldInfo) -> bool:
+    """A list setting read as comma-separated text from the environment (marked ``NoDecode``), not as JSON."""
+    return typing.get_origin(field.annotation) is list and NoDecode in field.metadata
+
+
 def _setting_type(field: FieldInfo) -> str:
-    text = _type_text(field.annotation)
+    if _comma_list(field):
+        text = f"comma-separated {_type_text(typing.get_args(field.annotation)[0])}"
+    else:
+        text = _type_text(field.annotation)
     bounds = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
     limits = [f"{sign} {getattr(m, key)}" for m in field.metadata for key, sign in bounds.items() if hasattr(m, key)]
     return f"{text} ({', '.join(limits)})" if limits else text
@@ -238,7 +248,7 @@ def _setting_default(field: FieldInfo) -> str:
     default = field.get_default(call_default_factory=True)
     if default is None:
         return "—"
-    if default == "":
+    if default == "" or (default == [] and _comma_list(field)):
         return "empty"
     if isinstance(default, enum.Enum):
         return f"`{default.value}`"

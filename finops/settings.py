@@ -15,6 +15,7 @@ what the service, the CLI and the dashboard read. Code that needs one group may 
 - :class:`CollectorSettings` — what the service assumes of its collectors.
 - :class:`DemoSettings` — where the demo and the tests find real third-party traces.
 - :class:`AlertSettings` — alert rules file, Slack webhooks, SMTP, delivery.
+- :class:`DashboardSettings` — the dashboard's log-in with an OpenID Connect provider, and groups → roles.
 
 Every field is ``FINOPS_<NAME>`` in the environment, whichever group holds it. Secrets can also come from a
 file: ``FINOPS_INGEST_TOKEN_FILE=/run/secrets/token`` reads the token from that file. Setting both the value and
@@ -28,10 +29,10 @@ from __future__ import annotations
 import json
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from finops.ingest.limits import (
     BODY_TIMEOUT_SECONDS,
@@ -309,6 +310,74 @@ class AlertSettings(SettingsGroup):
         return dict(self.alert_slack_webhooks or {})
 
 
+class DashboardSettings(SettingsGroup):
+    """Log-in to the dashboard with the site's OpenID Connect provider (Keycloak, Okta, Entra ID, Dex, …) and the
+    groups of the ID token that make someone a viewer, an admin or one team's member. Without a provider, the
+    dashboard has no log-in and listens on loopback only."""
+
+    dashboard_url: str = Field(
+        "",
+        description="Base URL people open the dashboard at (`https://finops.example.org`); with OIDC, the provider "
+        "sends them back to `<this>/oauth2callback`, the redirect URI to register for the client.",
+    )
+    dashboard_oidc_metadata_url: str = Field(
+        "",
+        description="The provider's discovery document, `<issuer>/.well-known/openid-configuration`; empty: no "
+        "log-in, and `dashboard` listens on loopback only.",
+    )
+    dashboard_oidc_client_id: str = Field("", description="Client ID of the dashboard at the provider.")
+    dashboard_oidc_client_secret: SecretStr | None = Field(None, description="Client secret of the dashboard.")
+    dashboard_oidc_client_secret_file: Path | None = Field(None, description="File holding the client secret.")
+    dashboard_oidc_scopes: str = Field(
+        "openid email profile",
+        description="Scopes asked for, space-separated; add the one that puts the groups claim in the ID token "
+        "where the provider needs one (Okta: `groups`).",
+    )
+    dashboard_oidc_prompt: str = Field(
+        "select_account",
+        description="OIDC `prompt` of the log-in request (Streamlit's default); `login` or `consent` for providers "
+        "that refuse `select_account`.",
+    )
+    dashboard_oidc_groups_claim: str = Field(
+        "groups", description="ID-token claim holding the person's groups (a list of names, or one name)."
+    )
+    dashboard_admin_groups: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Groups whose members are `admin` (sees every team)."
+    )
+    dashboard_viewer_groups: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Groups whose members are `viewer` (sees every team)."
+    )
+    dashboard_team_group_prefix: str = Field(
+        "team:",
+        description="A group named this prefix and a team (`team:vision`) makes its members `team` role of that "
+        "team: they see only its costs. Someone in the groups of two teams and no viewer or admin group is refused.",
+    )
+    dashboard_cookie_secret: SecretStr | None = Field(
+        None,
+        description="Key signing the log-in cookie; default: a random one at each start (everyone logs in again "
+        "after a restart; set it when several dashboard replicas share a load balancer).",
+    )
+    dashboard_cookie_secret_file: Path | None = Field(None, description="File holding the cookie secret.")
+
+    @field_validator("dashboard_admin_groups", "dashboard_viewer_groups", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> object:
+        """``"finops-admins, sre"`` → ``["finops-admins", "sre"]`` (blank items dropped)."""
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @property
+    def oidc_enabled(self) -> bool:
+        """Whether the dashboard requires a log-in (``FINOPS_DASHBOARD_OIDC_METADATA_URL`` is set)."""
+        return bool(self.dashboard_oidc_metadata_url)
+
+    @property
+    def redirect_uri(self) -> str:
+        """``<FINOPS_DASHBOARD_URL>/oauth2callback``, where the provider sends people back after they log in."""
+        return f"{self.dashboard_url.rstrip('/')}/oauth2callback"
+
+
 class Settings(
     StorageSettings,
     ApiSettings,
@@ -322,6 +391,7 @@ class Settings(
     CollectorSettings,
     DemoSettings,
     AlertSettings,
+    DashboardSettings,
 ):
     """All service settings, every group's. Each field is ``FINOPS_<NAME>`` in the environment."""
 

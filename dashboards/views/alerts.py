@@ -4,7 +4,8 @@ and the silences (the numbers of ``gpu-finops alerts list`` and ``gpu-finops ale
 The team filter keeps the alerts whose ``team`` label is the chosen team (budget, spend-anomaly, idle-GPU and
 throttling alerts); collector-silent, GPU-lost and data-quality alerts carry no team and are not shown while a
 team is chosen. Silences match labels, not teams, so all of them are listed whatever the team. Alerts carry no
-cluster or partition, so this page offers neither filter.
+cluster or partition, so this page offers neither filter. Someone who sees one team sees their team's alerts and
+not the silences (which may name other teams); the "muted" column says whether one mutes their alert.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from alerts.engine import RESOLVED_RETENTION
-from dashboards import alert_data, data, filters
+from dashboards import alert_data, data, filters, login
 from dashboards.format import table
 from finops.timeutil import utc_now
 
@@ -87,6 +88,9 @@ else:
     table(frame, "alerts-resolved.csv")
 
 st.subheader("Silences")
+if not login.current().sees_everything:
+    st.caption("Silences match the labels of every team's alerts: they are listed to viewers only.")
+    st.stop()
 shown = filters.url_selectbox(
     "silences", "Silences", list(SILENCE_CHOICES), format_func=SILENCE_CHOICES.__getitem__, container=st.container()
 )

@@ -1,7 +1,8 @@
 """Planning: GPU memory for an LLM, training time and cost, inference sizing, all-reduce time, storage bandwidth.
 
 The formulas and their sources are in :mod:`finops.analysis.planning`. Where the cluster has measured data, it is the
-default: the price per GPU-hour the ledger charged over the last 30 days.
+default: the price per GPU-hour the ledger charged over the last 30 days (to the viewer's team, for someone who sees
+one team).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from decimal import Decimal
 import pandas as pd
 import streamlit as st
 
-from dashboards import data
+from dashboards import data, login
 from dashboards.format import headline, money, table
 from finops.analysis import planning
 from finops.timeutil import utc_now
@@ -21,7 +22,7 @@ GB = 1e9
 
 st.title("Planning")
 now = utc_now().replace(minute=0, second=0, microsecond=0)
-rows = data.report(data.database_url(), now - timedelta(days=30), now, "team")
+rows = data.report(data.database_url(), now - timedelta(days=30), now, "team", login.current().scope)
 gpu_hours = sum(row.allocated_gpu_seconds for row in rows) / 3600
 measured_price = (
     (sum((row.allocated_cost for row in rows), Decimal(0)) / Decimal(repr(gpu_hours))) if gpu_hours else None

@@ -112,8 +112,8 @@ def revoke(
 def authenticate(
     sessions: sessionmaker[Session], model: type[Row], prefix: str, token: str, now: datetime
 ) -> Row | None:
-    """The row (transient: not in any session) of ``token`` if it is a live token of ``model``, else None (not shaped like one, unknown,
-    wrong secret, revoked, expired). One primary-key read; ``last_used_at`` updated when older than
+    """The row (transient: in no session) of ``token`` if it is a live token of ``model``, else None (not shaped
+    like one, unknown, wrong secret, revoked, expired). One primary-key read; ``last_used_at`` updated when older than
     :data:`LAST_USED_RESOLUTION` (a failure to write it, such as a busy database, is logged and does not refuse the
     token)."""
     parts = split_token(token, prefix)

@@ -26,7 +26,7 @@ from finops.ingest.prometheus_pull import PullOptions, ScheduledPull
 from finops.jobs.slurm_import import ScheduledSacct
 from finops.pricing.catalog import Pricing
 from finops.service.cost_metrics import CostMetrics
-from finops.service.dashboard_server import require_dashboard_extra, serve_dashboard
+from finops.service.dashboard_server import check_listen_address, require_dashboard_extra, serve_dashboard
 from finops.service.scheduler import start_scheduler
 from finops.service.tls import check_server_tls, is_loopback
 from finops.settings import Settings
@@ -225,8 +225,18 @@ def scheduler(
 def dashboard(
     port: Annotated[int, typer.Option(help="TCP port of the Streamlit server.")] = 8501,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    insecure_no_login: Annotated[
+        bool,
+        typer.Option(help="Listen on a non-loopback --host without a log-in (everyone who reaches it sees all teams)."),
+    ] = False,
 ) -> None:
-    """Serve the Streamlit dashboard on the configured database."""
+    """Serve the Streamlit dashboard on the configured database.
+
+    With FINOPS_DASHBOARD_OIDC_METADATA_URL set, people log in with that OpenID Connect provider and their groups
+    give their role (docs/dashboard.md); without it there is no log-in, and the dashboard listens on a loopback
+    address only, unless --insecure-no-login."""
     require_dashboard_extra("dashboard")
-    open_engine(load_settings())
-    serve_dashboard(host, port)
+    settings = load_settings()
+    check_listen_address(host, settings, insecure_no_login)
+    open_engine(settings)
+    serve_dashboard(host, port, settings=settings)

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import httpx
 from playwright.sync_api import Page, sync_playwright
@@ -20,14 +20,17 @@ START_SECONDS = 60
 
 
 @contextlib.contextmanager
-def served_dashboard(database_url: str) -> Iterator[str]:
-    """`gpu-finops dashboard` on a free port of 127.0.0.1 over ``database_url`` (without a Prometheus); yields its
-    base URL once Streamlit answers its health check (within :data:`START_SECONDS`), and stops it after."""
-    port = free_port()
+def served_dashboard(
+    database_url: str, settings: Mapping[str, str] | None = None, port: int | None = None
+) -> Iterator[str]:
+    """`gpu-finops dashboard` on ``port`` (default a free one) of 127.0.0.1 over ``database_url`` (without a
+    Prometheus, with the ``FINOPS_*`` ``settings`` given); yields its base URL once Streamlit answers its health
+    check (within :data:`START_SECONDS`), and stops it after."""
+    port = port or free_port()
     environment = {k: v for k, v in os.environ.items() if k != "FINOPS_PROMETHEUS_URL"}
     process = subprocess.Popen(
         [sys.executable, "-m", "finops.cli", "dashboard", "--port", str(port)],
-        env={**environment, "FINOPS_DATABASE_URL": database_url},
+        env={**environment, **(settings or {}), "FINOPS_DATABASE_URL": database_url},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

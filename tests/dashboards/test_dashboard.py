@@ -465,3 +465,21 @@ def test_a_budget_in_another_currency_is_left_out_and_said(seeded: str, now: dat
     teams = _run("views/teams.py", team="alpha", period="7d")
     assert any("This team's budget is left out: budget in EUR" in w.value for w in teams.warning)
     assert _metrics(teams)["Budget"] == "none set"
+
+
+def test_without_a_login_every_page_says_it_is_unauthenticated(seeded: str) -> None:
+    for page in PAGES:
+        notices = [w.value for w in _run(page).sidebar.warning]
+        assert any(
+            n.startswith("Unauthenticated: listening on 127.0.0.1 only; configure FINOPS_DASHBOARD_OIDC_")
+            for n in notices
+        ), page
+
+
+def test_with_a_login_required_a_visitor_sees_only_the_log_in_button(
+    seeded: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FINOPS_DASHBOARD_OIDC_METADATA_URL", "https://idp.example.org/.well-known/openid-configuration")
+    app = _run("views/overview.py")
+    assert [b.label for b in app.button] == ["Log in"]
+    assert not app.metric and not app.dataframe and not app.sidebar.warning

@@ -1,6 +1,6 @@
 """`gpu-finops dashboard` on 127.0.0.1 driven by Debian's headless Chromium (through Playwright): every page
-renders its key elements and no Streamlit exception box; filters given in the URL are applied and follow the
-viewer to other pages; a table's "Download CSV" button downloads its rows."""
+renders its key elements and no Streamlit exception box, and says it has no log-in; filters given in the URL are
+applied and follow the viewer to other pages; a table's "Download CSV" button downloads its rows."""
 
 from __future__ import annotations
 
@@ -66,6 +66,7 @@ def test_every_page_renders_in_a_real_browser(dashboard: str, page: Page, path: 
     navigation = page.locator('[data-testid="stSidebarNav"]')
     for title in TITLES:
         expect(navigation).to_contain_text(title)
+    expect(page.locator('[data-testid="stSidebar"]')).to_contain_text("Unauthenticated: listening on 127.0.0.1 only")
     assert page.locator('[data-testid="stException"]').count() == 0
 
 
