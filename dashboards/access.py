@@ -18,17 +18,9 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 
+from finops.access.api_tokens import Role
 from finops.analysis.filters import Scope
-
-
-class Role(StrEnum):
-    """The roles of people and tokens, as the REST API names them."""
-
-    VIEWER = "viewer"
-    TEAM = "team"
-    ADMIN = "admin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +38,8 @@ class GroupMapping:
 
 @dataclass(frozen=True, slots=True)
 class Access:
-    """What one person may see: a role and, for the ``team`` role, the team (None otherwise)."""
+    """What one person may see: a role (the REST API's, :data:`finops.access.api_tokens.Role`) and, for the ``team``
+    role, the team (None otherwise)."""
 
     role: Role
     team: str | None = None
@@ -63,7 +56,7 @@ class Access:
 
     def describe(self) -> str:
         """``viewer``, ``admin`` or ``team vision``, for the sidebar."""
-        return str(self.role) if self.team is None else f"{self.role} {self.team}"
+        return self.role if self.team is None else f"{self.role} {self.team}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +67,7 @@ class Refusal:
     reason: str
 
 
-EVERYONE = Access(Role.VIEWER)
+EVERYONE = Access("viewer")
 """The access of everyone when the dashboard has no log-in (it then listens on loopback only)."""
 
 
@@ -105,12 +98,12 @@ def access_of(claims: Mapping[str, object], mapping: GroupMapping) -> Access | R
     and no viewer or admin group."""
     groups = groups_of(claims, mapping.claim)
     if mapping.admin_groups.intersection(groups):
-        return Access(Role.ADMIN)
+        return Access("admin")
     if mapping.viewer_groups.intersection(groups):
-        return Access(Role.VIEWER)
+        return Access("viewer")
     teams = sorted({group.removeprefix(mapping.team_prefix) for group in _team_groups(groups, mapping.team_prefix)})
     if len(teams) == 1:
-        return Access(Role.TEAM, teams[0])
+        return Access("team", teams[0])
     if teams:
         return Refusal(
             f"your groups name several teams ({', '.join(teams)}) and a team member sees one team: ask for one "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dashboards.access import Access, GroupMapping, Refusal, Role, access_of, groups_of, is_loopback
+from dashboards.access import Access, GroupMapping, Refusal, access_of, groups_of, is_loopback
 from finops.analysis.filters import Scope
 
 MAPPING = GroupMapping(
@@ -18,14 +18,14 @@ MAPPING = GroupMapping(
 @pytest.mark.parametrize(
     ("groups", "expected"),
     [
-        (["finops-admins"], Access(Role.ADMIN)),
-        (["finance"], Access(Role.VIEWER)),
-        (["team:vision"], Access(Role.TEAM, "vision")),
-        (["staff", "team:vision", "team:vision"], Access(Role.TEAM, "vision")),
-        (["team:vision", "finops-viewers"], Access(Role.VIEWER)),  # the highest role wins
-        (["team:vision", "finops-viewers", "finops-admins"], Access(Role.ADMIN)),
-        (["team:vision", "team:nlp", "finance"], Access(Role.VIEWER)),
-        ("finance", Access(Role.VIEWER)),  # one group as a string
+        (["finops-admins"], Access("admin")),
+        (["finance"], Access("viewer")),
+        (["team:vision"], Access("team", "vision")),
+        (["staff", "team:vision", "team:vision"], Access("team", "vision")),
+        (["team:vision", "finops-viewers"], Access("viewer")),  # the highest role wins
+        (["team:vision", "finops-viewers", "finops-admins"], Access("admin")),
+        (["team:vision", "team:nlp", "finance"], Access("viewer")),
+        ("finance", Access("viewer")),  # one group as a string
     ],
 )
 def test_the_highest_role_of_the_groups(groups: object, expected: Access) -> None:
@@ -33,10 +33,10 @@ def test_the_highest_role_of_the_groups(groups: object, expected: Access) -> Non
 
 
 def test_a_team_role_sees_its_team_and_the_others_everything() -> None:
-    assert Access(Role.TEAM, "vision").scope == Scope(team="vision")
-    assert not Access(Role.TEAM, "vision").sees_everything
-    assert Access(Role.ADMIN).scope == Scope() and Access(Role.VIEWER).sees_everything
-    assert Access(Role.TEAM, "vision").describe() == "team vision"
+    assert Access("team", "vision").scope == Scope(team="vision")
+    assert not Access("team", "vision").sees_everything
+    assert Access("admin").scope == Scope() and Access("viewer").sees_everything
+    assert Access("team", "vision").describe() == "team vision"
 
 
 def test_groups_of_two_teams_without_a_viewer_group_are_refused_as_ambiguous() -> None:
@@ -57,7 +57,7 @@ def test_groups_that_give_no_role_are_refused_with_the_groups_that_would(claims:
 
 def test_the_claim_and_prefix_are_the_settings() -> None:
     keycloak = GroupMapping(claim="roles", team_prefix="/finops/teams/")
-    assert access_of({"roles": ["/finops/teams/vision"], "groups": ["x"]}, keycloak) == Access(Role.TEAM, "vision")
+    assert access_of({"roles": ["/finops/teams/vision"], "groups": ["x"]}, keycloak) == Access("team", "vision")
     refused = access_of({"groups": ["team:vision"]}, keycloak)
     assert isinstance(refused, Refusal) and "none in the claim 'roles'" in refused.reason
     assert "viewer group (none configured)" in refused.reason
