@@ -5,14 +5,13 @@ and the scheduled jobs the settings switch on (Prometheus pull, sacct import, al
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 from typing import Annotated
 
 import typer
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from sqlalchemy.orm import Session, sessionmaker
 
 from alerts.service import AlertRunner, AlertService
@@ -31,7 +30,8 @@ from finops.service.scheduler import start_scheduler
 from finops.service.tls import check_server_tls, is_loopback
 from finops.settings import Settings
 from finops.timeutil import utc_now
-from finops.web.app import ServiceMetrics, create_app
+from finops.web.app import ServiceMetrics, create_app, create_metrics_app
+from finops.web.auth import ApiAuth
 
 app = typer.Typer()
 log = logging.getLogger(__name__)
@@ -210,13 +210,21 @@ def scheduler(
     metrics_port: Annotated[int, typer.Option(help="Port of this process's /metrics (budget gauges).")] = 8081,
     metrics_address: Annotated[str, typer.Option(help="Address /metrics listens on.")] = "127.0.0.1",
 ) -> None:
-    """Run only the scheduled jobs (ledger rollup, idle detection, budget gauges), apart from `serve --no-scheduler`."""
+    """Run only the scheduled jobs (ledger rollup, idle detection, budget gauges), apart from `serve --no-scheduler`.
+
+    Its /metrics holds every team's budget figures: it takes a viewer or admin API token, as the service's does."""
     settings = load_settings()
     registry = CollectorRegistry()
-    running = _start_jobs(settings, open_sessions(settings), load_pricing(settings), registry)
-    start_http_server(metrics_port, addr=metrics_address, registry=registry)
+    sessions = open_sessions(settings)
+    running = _start_jobs(settings, sessions, load_pricing(settings), registry)
+    api_token = settings.api_token.get_secret_value() if settings.api_token else None
     try:
-        threading.Event().wait()
+        uvicorn.run(
+            create_metrics_app(registry, ApiAuth(sessions, api_token)),
+            host=metrics_address,
+            port=metrics_port,
+            log_level="warning",
+        )
     finally:
         running.shutdown(wait=False)
 

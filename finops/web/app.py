@@ -343,11 +343,7 @@ def create_app(
             session.execute(text("SELECT 1"))
         return {"status": "ok"}
 
-    @app.get("/metrics", dependencies=[Depends(api_auth.fleet_reader)])
-    def prometheus_metrics() -> Response:
-        """The service's metrics in the Prometheus text format (a viewer or admin credential: with the scheduler in
-        this process they hold every team's budget figures)."""
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    add_metrics_route(app, metrics.registry, api_auth)
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(api_auth.reader)])
     def openapi() -> JSONResponse:
@@ -359,6 +355,30 @@ def create_app(
         """Swagger UI over ``/openapi.json`` (any API credential; the browser must send it too, e.g. through a
         proxy that adds the header)."""
         return get_swagger_ui_html(openapi_url="/openapi.json", title="gpu-finops API")
+
+    return app
+
+
+def add_metrics_route(app: FastAPI, registry: CollectorRegistry, auth: ApiAuth) -> None:
+    """``GET /metrics`` on ``app``: ``registry`` in the Prometheus text format, for a viewer or admin credential
+    (:meth:`ApiAuth.fleet_reader`): with the scheduled jobs, it holds every team's budget figures."""
+
+    @app.get("/metrics", dependencies=[Depends(auth.fleet_reader)])
+    def prometheus_metrics() -> Response:
+        """The process's metrics in the Prometheus text format."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def create_metrics_app(registry: CollectorRegistry, auth: ApiAuth) -> FastAPI:
+    """An application answering only ``GET /metrics`` (:func:`add_metrics_route`) and ``/healthz`` (open): the
+    ``gpu-finops scheduler`` process's."""
+    app = FastAPI(title="gpu-finops scheduler", docs_url=None, redoc_url=None, openapi_url=None)
+    add_metrics_route(app, registry, auth)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        """200 while the process runs."""
+        return {"status": "ok"}
 
     return app
 

@@ -32,7 +32,7 @@ from finops.service.cost_metrics import CostMetrics
 from finops.service.scheduler import start_scheduler
 from finops.settings import Settings
 from tests.support import scenario
-from tests.support.servers import free_port
+from tests.support.servers import API_TOKEN, free_port, service_metrics
 from tests.support.two_clusters import seed_two_clusters
 
 
@@ -93,7 +93,8 @@ def test_scheduler_rolls_up_the_ledger_in_the_background(sessions) -> None:  # t
 
 
 def test_scheduler_command_serves_budget_gauges(tmp_path: Path) -> None:
-    env = {**os.environ, "FINOPS_DATABASE_URL": f"sqlite:///{tmp_path / 'finops.sqlite'}"}
+    database = {"FINOPS_DATABASE_URL": f"sqlite:///{tmp_path / 'finops.sqlite'}"}
+    env = {**os.environ, **database, "FINOPS_API_TOKEN": API_TOKEN}
     for args in (["db", "upgrade"], ["budget", "set", "vision", "1000", "--yes"]):
         subprocess.run([sys.executable, "-m", "finops.cli", *args], env=env, check=True, capture_output=True)
     port = free_port()
@@ -103,10 +104,11 @@ def test_scheduler_command_serves_budget_gauges(tmp_path: Path) -> None:
         text = ""
         while 'gpufinops_budget_used_ratio{project="",team="vision"}' not in text:
             assert time.monotonic() < deadline and process.poll() is None, "no budget gauge on the scheduler's /metrics"
-            with contextlib.suppress(httpx.TransportError):
-                text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+            with contextlib.suppress(httpx.TransportError, httpx.HTTPStatusError):
+                text = service_metrics(f"http://127.0.0.1:{port}")
             time.sleep(0.2)
         assert 'gpufinops_budget_used_ratio{project="",team="vision"} 0.0' in text, "nothing spent yet"
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 401  # every team's budgets: a token
     finally:
         process.terminate()
         process.wait(timeout=30)
