@@ -273,10 +273,11 @@ def nodes(url: str, scope: Scope = EVERYTHING) -> list[str]:
 
 
 @st.cache_data(ttl=TTL_SECONDS)
-def job_series(url: str, job_id: str, until: datetime, cluster: str | None = None) -> JobTelemetry:
-    """:func:`finops.analysis.telemetry.job_telemetry` of ``job_id`` up to ``until`` (rounded to the minute)."""
+def job_series(url: str, job_id: str, until: datetime, scope: Scope = EVERYTHING) -> JobTelemetry:
+    """:func:`finops.analysis.telemetry.job_telemetry` of ``job_id`` of the scope's cluster and team up to ``until``
+    (rounded to the minute): a team member sees only their team's jobs of that id."""
     with session_factory(engine(url))() as session:
-        return job_telemetry(session, job_id, until, cluster=cluster)
+        return job_telemetry(session, job_id, until, cluster=scope.cluster, team=scope.team)
 
 
 @st.cache_data(ttl=TTL_SECONDS)

@@ -52,7 +52,7 @@ table(frame, "cost-by-job.csv", currency=currency)
 st.subheader("A job's GPUs over time")
 job_ids = list(dict.fromkeys(row.key for row in ordered))
 job_id = filters.url_selectbox("job", "Job (most expensive first)", job_ids, container=st.container())
-series = data.job_series(url, job_id, utc_now().replace(second=0, microsecond=0), view.cluster)
+series = data.job_series(url, job_id, utc_now().replace(second=0, microsecond=0), view.scope)
 if not series.points:
     st.info(f"No readings from the GPUs job {job_id} held.")
     st.stop()

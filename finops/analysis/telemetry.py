@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from collector.contract import metric_names as m
 from collector.contract.clocks_events import CLOCKS_EVENT_REASONS
 from finops.analysis.filters import nodes_in
-from finops.db.models import Allocation, Gpu, GpuSample, Job, Node
+from finops.db.models import Allocation, Gpu, GpuSample, Job, Node, Team
 from finops.db.sqltypes import EpochSeconds
 from finops.ingest.prometheus import LabelNames, PrometheusClient
 from finops.timeutil import from_epoch
@@ -67,14 +67,22 @@ class JobTelemetry:
 
 
 def job_telemetry(
-    session: Session, job_id: str, until: datetime, *, cluster: str | None = None, max_buckets: int = 300
+    session: Session,
+    job_id: str,
+    until: datetime,
+    *,
+    cluster: str | None = None,
+    team: str | None = None,
+    max_buckets: int = 300,
 ) -> JobTelemetry:
-    """Readings of the GPUs job ``job_id`` (of ``cluster``, when given) held, each inside its allocation [start,
+    """Readings of the GPUs job ``job_id`` (of ``cluster`` and ``team``, when given) held, each inside its allocation [start,
     end) (an open one up to ``until``), averaged per GPU into at most ``max_buckets`` buckets (:func:`bucket_seconds`)
     aligned to the epoch. A MIG share's GPU reports the whole GPU's utilisation and power. No job: no points."""
     jobs = select(Job.id).where(Job.job_id == job_id)
     if cluster is not None:
         jobs = jobs.where(Job.cluster == cluster)
+    if team is not None:
+        jobs = jobs.where(Job.team_id.in_(select(Team.id).where(Team.name == team)))
     job_pks = list(session.scalars(jobs))
     if not job_pks:
         return JobTelemetry(job_id, 0, 0, None, None, 0)

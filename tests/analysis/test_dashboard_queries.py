@@ -156,6 +156,8 @@ def test_job_telemetry_reads_the_gpus_inside_the_allocation(seeded) -> None:  # 
         assert wide.bucket_seconds == 1800
         assert [p.utilization for p in wide.points] == [1.0, 1.0, 0.0]
         assert job_telemetry(session, "501", utc_now(), cluster="vega").points == []
+        assert len(job_telemetry(session, "501", utc_now(), team="alpha").points) == 90
+        assert job_telemetry(session, "501", utc_now(), team="beta").points == [], "another team's job: nothing"
         assert job_telemetry(session, "no-such-job", utc_now()).points == []
 
 
