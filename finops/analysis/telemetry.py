@@ -75,9 +75,10 @@ def job_telemetry(
     team: str | None = None,
     max_buckets: int = 300,
 ) -> JobTelemetry:
-    """Readings of the GPUs job ``job_id`` (of ``cluster`` and ``team``, when given) held, each inside its allocation [start,
-    end) (an open one up to ``until``), averaged per GPU into at most ``max_buckets`` buckets (:func:`bucket_seconds`)
-    aligned to the epoch. A MIG share's GPU reports the whole GPU's utilisation and power. No job: no points."""
+    """Readings of the GPUs job ``job_id`` (of ``cluster`` and ``team``, when given) held, each inside its
+    allocation [start, end) (an open one up to ``until``), averaged per GPU into at most ``max_buckets`` buckets
+    (:func:`bucket_seconds`) aligned to the epoch. A MIG share's GPU reports the whole GPU's utilisation and power.
+    No job: no points."""
     jobs = select(Job.id).where(Job.job_id == job_id)
     if cluster is not None:
         jobs = jobs.where(Job.cluster == cluster)
