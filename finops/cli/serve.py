@@ -112,7 +112,8 @@ def serve(
 
     Collectors authenticate with per-node tokens (`nodes token create`) or the shared FINOPS_INGEST_TOKEN (which
     admits every node: logged as a warning at start); with neither, serve refuses to start unless
-    --insecure-no-token."""
+    --insecure-no-token. The REST API, /metrics and /docs take API tokens (`api-token create`) or FINOPS_API_TOKEN
+    (an admin), never an ingest credential: serve refuses to start when FINOPS_API_TOKEN equals FINOPS_INGEST_TOKEN."""
     settings = load_settings()
     sessions = open_sessions(settings)
     token = settings.ingest_token.get_secret_value() if settings.ingest_token else None
