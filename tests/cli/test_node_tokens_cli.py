@@ -10,25 +10,12 @@ from datetime import UTC, datetime
 
 import httpx
 import orjson
-import pytest
 from sqlalchemy import select
-from typer.testing import CliRunner
 
 from finops.cli import app
-from finops.cli import serve as serve_module
 from finops.db.models import NodeToken
 from finops.web.app import create_app
 from tests.support.servers import running
-
-
-@pytest.fixture
-def cli_env(engine, monkeypatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("FINOPS_DATABASE_URL", engine.url.render_as_string(hide_password=False))
-    monkeypatch.delenv("FINOPS_INGEST_TOKEN", raising=False)
-    monkeypatch.delenv("FINOPS_INGEST_TOKEN_FILE", raising=False)
-    monkeypatch.delenv("FINOPS_API_TOKEN", raising=False)
-    return CliRunner()
-
 
 READ_AT = "2026-03-02T10:00:00Z"
 
@@ -95,14 +82,6 @@ def test_bad_input_is_a_user_error(cli_env) -> None:  # type: ignore[no-untyped-
     assert unknown.exit_code == 2 and "no token '0123456789abcdef'" in unknown.stderr
     bad = cli_env.invoke(app, ["nodes", "token", "create", "gpu-a-01", "--expires", "3 months"])
     assert bad.exit_code == 2 and "s, m, h, d, w" in bad.stderr
-
-
-@pytest.fixture
-def started(monkeypatch):  # type: ignore[no-untyped-def]
-    """``serve``'s uvicorn.run replaced: the apps it would have served."""
-    apps: list[object] = []
-    monkeypatch.setattr(serve_module.uvicorn, "run", lambda app, **_: apps.append(app))
-    return apps
 
 
 def test_serve_starts_on_node_tokens_alone_and_warns_about_a_shared_token(  # type: ignore[no-untyped-def]

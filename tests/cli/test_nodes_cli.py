@@ -6,18 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-from typer.testing import CliRunner
-
 from finops.cli import app
 
 SCONTROL = Path(__file__).parents[1] / "fixtures" / "scontrol" / "scontrol_nodes_oneliner.txt"
-
-
-@pytest.fixture
-def cli_env(engine, monkeypatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("FINOPS_DATABASE_URL", engine.url.render_as_string(hide_password=False))
-    return CliRunner()
 
 
 def test_nodes_import_set_model_and_list(cli_env) -> None:  # type: ignore[no-untyped-def]
