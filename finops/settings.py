@@ -124,10 +124,12 @@ class ApiSettings(SettingsGroup):
     ingest_token_file: Path | None = Field(None, description="File holding the ingest token.")
     api_token: SecretStr | None = Field(
         None,
-        description="Bearer token of the REST API; default: the shared ingest token (with neither, the REST API "
-        "refuses every request, unless `serve --insecure-no-token`).",
+        description="A bearer token with the admin role for the REST API, `/metrics` and `/docs`, beside the role "
+        "tokens of `gpu-finops api-token create`; never the ingest token (`serve` refuses to start when they are "
+        "equal). With neither, those routes refuse every request, unless `serve --insecure-no-token` and no token "
+        "of any kind exists.",
     )
-    api_token_file: Path | None = Field(None, description="File holding the REST API token.")
+    api_token_file: Path | None = Field(None, description="File holding the admin API token.")
 
 
 class TlsSettings(SettingsGroup):

@@ -1,9 +1,9 @@
-"""The audit log: every change made through the REST API or the command line, with who, when, what, before and
-after (``gpu-finops audit list``, ``GET /api/v1/audit``).
+"""The audit log: changes with who, when, what, before and after (:func:`record`), read with ``GET /api/v1/audit``.
 
-Changes are recorded by the function that makes them, in the same transaction, so that a change and its entry are
-stored together or not at all, whichever way in it came. The actor is a string: ``api-token:<id>`` (an API token),
-``api-token:FINOPS_API_TOKEN`` (the setting), ``os-user:<login>`` (a command run on the service's host).
+A change is recorded by the function that makes it, in the same transaction, so that a change and its entry are
+stored together or not at all, whichever way in it came; no route or command records its changes yet. The actor is
+a string: ``api-token:<id>`` (an API token), ``api-token:FINOPS_API_TOKEN`` (the setting), ``os-user:<login>`` (a
+command run on the service's host).
 """
 
 from __future__ import annotations

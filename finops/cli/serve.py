@@ -145,7 +145,8 @@ def serve(
 
     Collectors authenticate with per-node tokens (`nodes token create`) or the shared FINOPS_INGEST_TOKEN (which
     admits every node: logged as a warning at start); with neither, serve refuses to start unless
-    --insecure-no-token.
+    --insecure-no-token. The REST API, /metrics and /docs take API tokens (`api-token create`) or FINOPS_API_TOKEN
+    (an admin), never an ingest credential: serve refuses to start when FINOPS_API_TOKEN equals FINOPS_INGEST_TOKEN.
 
     With --tls-cert and --tls-key (or FINOPS_TLS_CERT_FILE and FINOPS_TLS_KEY_FILE) it speaks HTTPS only. Without
     them on an address other than loopback it warns that tokens travel in clear text."""

@@ -15,7 +15,8 @@ def cli_env(engine, monkeypatch):  # type: ignore[no-untyped-def]
     """A CliRunner whose commands use the migrated test database, with no token and no TLS file in the
     environment."""
     monkeypatch.setenv("FINOPS_DATABASE_URL", engine.url.render_as_string(hide_password=False))
-    for variable in ("INGEST_TOKEN", "INGEST_TOKEN_FILE", "API_TOKEN", "TLS_CERT_FILE", "TLS_KEY_FILE"):
+    tokens = ("INGEST_TOKEN", "INGEST_TOKEN_FILE", "API_TOKEN", "API_TOKEN_FILE")
+    for variable in (*tokens, "TLS_CERT_FILE", "TLS_KEY_FILE"):
         monkeypatch.delenv(f"FINOPS_{variable}", raising=False)
     return CliRunner()
 

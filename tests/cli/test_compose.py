@@ -1,5 +1,6 @@
 """docker-compose.yml without a Docker engine: valid against the Compose Specification's JSON schema; every
-gpu-finops command it runs parses with the CLI; every file it mounts from the repository exists."""
+gpu-finops command it runs parses with the CLI; Prometheus is given the secret its scrape of the service reads; every
+file it mounts from the repository exists."""
 
 from __future__ import annotations
 
@@ -67,6 +68,20 @@ def test_the_services_of_the_architecture_with_health_checks(compose: dict[str, 
     for name in ("postgres", "api", "scheduler", "dashboard", "prometheus", "grafana"):
         assert "healthcheck" in services[name], name
     assert services["api"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+
+
+def test_prometheus_scrapes_the_service_with_a_secret_it_is_given(compose: dict[str, Any]) -> None:
+    """The API's ``/metrics`` needs an API token: the scrape job reads it from a compose secret of the prometheus
+    service, a file under ./secrets/ like the ingest token's."""
+    scrape = yaml.safe_load((REPO_ROOT / "dashboards" / "prometheus" / "prometheus.yml").read_text())
+    job = next(j for j in scrape["scrape_configs"] if j["job_name"] == "gpu-finops-service")
+    assert "api:8080" in job["static_configs"][0]["targets"]
+    authorization = job["authorization"]
+    assert authorization["type"] == "Bearer"
+    directory, _, name = authorization["credentials_file"].rpartition("/")
+    assert directory == "/run/secrets"
+    assert name in compose["services"]["prometheus"]["secrets"]
+    assert compose["secrets"][name]["file"] == f"./secrets/{name}"
 
 
 def test_mounted_repository_files_exist(compose: dict[str, Any]) -> None:

@@ -52,8 +52,13 @@ def test_promtool_checks_the_rules_and_the_scrape_config(tmp_path: Path) -> None
     promtool = debian_binary("promtool")
     rules = subprocess.run([promtool, "check", "rules", PROMETHEUS / "rules.yml"], capture_output=True, text=True)
     assert rules.returncode == 0, rules.stdout + rules.stderr
-    # The config names the paths it has in the container (this folder mounted at /etc/prometheus).
-    config = (PROMETHEUS / "prometheus.yml").read_text().replace("/etc/prometheus/", f"{PROMETHEUS}/")
+    # The config names the paths it has in the container (this folder mounted at /etc/prometheus, the compose secrets
+    # at /run/secrets); promtool checks that the bearer token's file exists, so a stand-in is made here.
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "prometheus_api_token").write_text("gfa_stand-in\n")
+    config = (PROMETHEUS / "prometheus.yml").read_text()
+    config = config.replace("/etc/prometheus/", f"{PROMETHEUS}/").replace("/run/secrets/", f"{secrets}/")
     (tmp_path / "prometheus.yml").write_text(config)
     checked = subprocess.run([promtool, "check", "config", tmp_path / "prometheus.yml"], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
