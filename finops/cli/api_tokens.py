@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from sqlalchemy import select
 
 from finops.access.api_tokens import ROLES, create_token, list_tokens, revoke_token
 from finops.access.tokens import parse_duration
 from finops.cli.context import TOKEN_COLUMNS, load_settings, open_sessions, token_columns, utc_stamp
+from finops.db.models import Team
 from finops.timeutil import utc_now
 
 app = typer.Typer(
@@ -28,10 +30,14 @@ def api_token_create(
     ] = None,
 ) -> None:
     """Make an API token and print it once, alone on the last line (only its SHA-256 is stored: it cannot be shown
-    again). Send it as `Authorization: Bearer <token>`."""
+    again). Send it as `Authorization: Bearer <token>`. A --team no job, rule or budget names yet is said on stderr
+    (a typo would give a token that sees nothing)."""
     expires_in = parse_duration(expires) if expires is not None else None
     with open_sessions(load_settings()).begin() as session:
         row, token = create_token(session, role, utc_now(), team=team, name=name, expires_in=expires_in)
+        known = row.team is None or session.scalar(select(Team.id).where(Team.name == row.team)) is not None
+    if not known:
+        typer.echo(f"note: no team {row.team!r} yet (no job, rule or budget names it): check the name", err=True)
     typer.echo(
         f"id       {row.id}\nrole     {row.role}\nteam     {row.team or '-'}\nname     {row.name or '-'}\n"
         f"expires  {utc_stamp(row.expires_at, 'never')}"

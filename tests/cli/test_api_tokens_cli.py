@@ -50,6 +50,9 @@ def test_a_team_token_reads_its_team_until_revoked_and_only_its_hash_is_stored( 
     token = lines[-1]
     assert token.startswith("gfa_") and " " not in token
     assert created.stdout.count(token) == 1 and token not in created.stderr
+    assert "no team" not in created.stderr, "alpha has jobs"
+    misspelt = cli_env.invoke(app, ["api-token", "create", "--role", "team", "--team", "alpah"])
+    assert misspelt.exit_code == 0 and "note: no team 'alpah' yet" in misspelt.stderr
     token_id, secret = token.removeprefix("gfa_").split("_", 1)
     fields = dict(line.split(None, 1) for line in lines[:-1])
     assert fields.keys() == {"id", "role", "team", "name", "expires"}

@@ -109,6 +109,7 @@ def test_scheduler_command_serves_budget_gauges(tmp_path: Path) -> None:
             time.sleep(0.2)
         assert 'gpufinops_budget_used_ratio{project="",team="vision"} 0.0' in text, "nothing spent yet"
         assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 401  # every team's budgets: a token
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200  # for health checks: none
     finally:
         process.terminate()
         process.wait(timeout=30)
