@@ -42,6 +42,7 @@ SERVICE_COMMANDS: dict[str, str] = {
     "nodes": "nodes",
     "idle": "idle",
     "alerts": "alerts",
+    "audit": "audit",
     "export": "export",
 }
 """Every top-level command but ``collector`` → the ``finops.cli`` module whose ``app`` defines it (a command, or a
