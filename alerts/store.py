@@ -247,7 +247,7 @@ def retry_deliveries(
     query = select(AlertDelivery.id, AlertDelivery.status).where(AlertDelivery.status.in_(RETRIABLE))
     if ids is not None:
         query = query.where(AlertDelivery.id.in_(list(ids)))
-    statuses = dict(session.execute(query).tuples().all())
+    statuses = {delivery_id: status for delivery_id, status in session.execute(query)}
     chosen = sorted(statuses)
     if chosen:
         session.execute(
