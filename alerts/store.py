@@ -1,6 +1,7 @@
 """Reading and managing what the alerts package keeps: alerts, silences, deliveries (for the CLI and the API).
 
-Every function works in the caller's session and transaction; times are aware UTC.
+Every function works in the caller's session and transaction; times are aware UTC. Changes (silences made and
+expired, deliveries retried) are written to the audit log (:mod:`finops.access.audit`) in that transaction.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from sqlalchemy.orm import Session
 from alerts.engine import active_silences, is_muted
 from alerts.matchers import parse_matcher
 from alerts.models import AlertDelivery, AlertInstance, AlertSilence
+from finops.access import audit
 
 RETRIABLE = ("failed", "refused")
 
@@ -111,11 +113,14 @@ def create_silence(
     starts_at: datetime | None = None,
     created_by: str = "",
     comment: str = "",
+    actor: str,
 ) -> int:
-    """Store a silence from ``starts_at`` (default ``now``) until ``ends_at``; returns its id.
+    """Store a silence from ``starts_at`` (default ``now``) until ``ends_at``; returns its id. Audited as
+    ``silence.create`` by ``actor`` (after: the silence; ``created_by`` is the name the silence shows, ``actor``
+    who made it).
 
     ValueError naming the problem: no matcher, a matcher that does not parse, an end not after the start or
-    already past."""
+    already past; nothing is written then."""
     if not matchers:
         raise ValueError('a silence needs at least one matcher, e.g. team="vision"')
     for text in matchers:
@@ -135,7 +140,20 @@ def create_silence(
     )
     session.add(row)
     session.flush()
+    audit.record(session, actor, "silence.create", f"silence {row.id}", None, _silence_state(row), now)
     return row.id
+
+
+def _silence_state(silence: AlertSilence) -> dict[str, Any]:
+    """``silence`` as the audit log keeps it: id, matchers, starts_at and ends_at (ISO 8601), created_by, comment."""
+    return {
+        "id": silence.id,
+        "matchers": list(silence.matchers),
+        "starts_at": audit.iso(silence.starts_at),
+        "ends_at": audit.iso(silence.ends_at),
+        "created_by": silence.created_by,
+        "comment": silence.comment,
+    }
 
 
 def list_silences(session: Session, now: datetime, *, include_expired: bool = False) -> list[SilenceView]:
@@ -151,13 +169,16 @@ def list_silences(session: Session, now: datetime, *, include_expired: bool = Fa
     ]
 
 
-def expire_silence(session: Session, silence_id: int, now: datetime) -> bool:
-    """End silence ``silence_id`` at ``now``; False if there is none or it has already ended."""
+def expire_silence(session: Session, silence_id: int, now: datetime, *, actor: str) -> bool:
+    """End silence ``silence_id`` at ``now``; False if there is none or it has already ended (no audit entry then).
+    Audited as ``silence.expire`` by ``actor``: the silence before and after."""
     silence = session.get(AlertSilence, silence_id)
     if silence is None or silence.ends_at <= now:
         return False
+    before = _silence_state(silence)
     silence.ends_at = max(now, silence.starts_at)
     session.flush()
+    audit.record(session, actor, "silence.expire", f"silence {silence_id}", before, _silence_state(silence), now)
     return True
 
 
@@ -215,19 +236,27 @@ def list_deliveries(session: Session, statuses: Sequence[str] = RETRIABLE, *, li
 
 
 def retry_deliveries(
-    session: Session, now: datetime, deadline: timedelta, ids: Sequence[int] | None = None
+    session: Session, now: datetime, deadline: timedelta, ids: Sequence[int] | None = None, *, actor: str
 ) -> list[int]:
     """Put failed or refused deliveries back in the queue (due now, a fresh ``deadline``): those in ``ids``, or
     every one when ``ids`` is None. Returns the ids queued again; other ids (delivered, pending, unknown) are
-    left as they are."""
-    query = select(AlertDelivery.id).where(AlertDelivery.status.in_(RETRIABLE))
+    left as they are.
+
+    Audited as one ``delivery.retry`` by ``actor`` when any is queued again: before, the ids by status (``failed``,
+    ``refused``); after, the ids ``pending`` with their ``next_attempt_at`` and ``deadline``."""
+    query = select(AlertDelivery.id, AlertDelivery.status).where(AlertDelivery.status.in_(RETRIABLE))
     if ids is not None:
         query = query.where(AlertDelivery.id.in_(list(ids)))
-    chosen = list(session.scalars(query))
+    statuses = {delivery_id: status for delivery_id, status in session.execute(query)}
+    chosen = sorted(statuses)
     if chosen:
         session.execute(
             update(AlertDelivery)
             .where(AlertDelivery.id.in_(chosen), AlertDelivery.status.in_(RETRIABLE))
             .values(status="pending", next_attempt_at=now, deadline=now + deadline)
         )
-    return sorted(chosen)
+        before = {status: [i for i in chosen if statuses[i] == status] for status in RETRIABLE}
+        after = {"pending": chosen, "next_attempt_at": audit.iso(now), "deadline": audit.iso(now + deadline)}
+        subject = f"deliveries {', '.join(map(str, chosen))}"
+        audit.record(session, actor, "delivery.retry", subject, before, after, now)
+    return chosen

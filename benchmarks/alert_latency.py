@@ -137,7 +137,7 @@ def main() -> None:
     with sessions.begin() as session:
         rollup(session, pricing, to_epoch(utc_now()))
         for team in teams:
-            set_budget(session, team, Decimal(1_000_000), now, "USD")
+            set_budget(session, team, Decimal(1_000_000), now, "USD", actor="system:benchmark")
 
     webhook = Webhook()
     config = parse_config(
@@ -170,7 +170,14 @@ def main() -> None:
             time.sleep(rng.uniform(0, args.rollup_seconds))
             with sessions.begin() as session:
                 (status,) = budget_status(session, utc_now(), team=team)
-                set_budget(session, team, (status.spent / Decimal("0.85")).quantize(Decimal("0.01")), now, "USD")
+                set_budget(
+                    session,
+                    team,
+                    (status.spent / Decimal("0.85")).quantize(Decimal("0.01")),
+                    now,
+                    "USD",
+                    actor="system:benchmark",
+                )
             true_at = time.time()
             title = f"[FIRING] Budget 80 % reached: team {team}"
             deadline = time.monotonic() + 10 * (args.rollup_seconds + args.group_wait_seconds + args.poll_seconds)

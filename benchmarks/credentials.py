@@ -58,6 +58,8 @@ from finops.ingest.partitions import create_partitions  # noqa: E402
 from finops.timeutil import to_epoch, utc_now  # noqa: E402
 from finops.web.auth import ApiAuth, IngestAuth  # noqa: E402
 
+ACTOR = "system:benchmark"
+"""The audit log's actor of the tokens the benchmark makes."""
 Post = tuple[int, bytes, str]
 """(readings, gzip body, bearer token) of one POST."""
 
@@ -119,8 +121,8 @@ def main() -> None:
     sessions = session_factory(engine)
     now = utc_now()
     with sessions.begin() as session:
-        node_tokens = {node: create_node_token(session, node, now)[1] for node in fleet}
-        api_token = create_api_token(session, "viewer", now)[1]
+        node_tokens = {node: create_node_token(session, node, now, actor=ACTOR)[1] for node in fleet}
+        api_token = create_api_token(session, "viewer", now, actor=ACTOR)[1]
     shared = secrets.token_urlsafe()
     bodies = _bodies(fleet, 1)
     nodes = [node for _ in range(STEADY_CYCLES) for node in fleet]  # _bodies interleaves nodes, cycle by cycle

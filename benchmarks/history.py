@@ -110,7 +110,14 @@ def run(url: str, inventory: list[str], lines: list[str], pricing: Pricing, labe
         nodes = import_nodes(session, inventory, source="scontrol", resolve=catalog.resolve)
     t1 = time.perf_counter()
     with sessions.begin() as session:
-        set_model(session, "h100", resolve=catalog.resolve, choices=sorted(catalog.models), partition="legacy")
+        set_model(
+            session,
+            "h100",
+            resolve=catalog.resolve,
+            choices=sorted(catalog.models),
+            partition="legacy",
+            actor="system:benchmark",
+        )
     t2 = time.perf_counter()
     with sessions.begin() as session:
         imported = import_sacct(session, lines, source="sacct", cluster="site")

@@ -119,7 +119,7 @@ def loaded(sessions):  # type: ignore[no-untyped-def]
     rate = pricing.catalog.rate(scenario.MODEL, PricingModel.ON_DEMAND, t0)
     batch = scenario.batch(t0)
     with sessions.begin() as session:
-        map_account(session, "acct-a", "alpha")
+        map_account(session, "acct-a", "alpha", actor="system:test")
         Ingestor().store(session, batch)
         result = import_sacct(session, scenario.sacct_lines(t0), source="scenario")
         assert (result.jobs, result.errors) == (2, [])

@@ -8,6 +8,9 @@ Made, stored and checked as :mod:`finops.access.tokens` describes. Each token ha
 
 The ``FINOPS_API_TOKEN`` setting, when set, is one more admin credential (:data:`SETTING_ACTOR`). An ingest
 credential (node token or the shared ``FINOPS_INGEST_TOKEN``) is none of these and never opens the REST API.
+
+Tokens made and revoked are written to the audit log (:mod:`finops.access.audit`): id, role, team, name and expiry,
+never the secret or its hash.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Literal, get_args
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.access import tokens
+from finops.access import audit, tokens
 from finops.db.models import ApiToken
 from finops.errors import FinopsError
 
@@ -75,10 +78,13 @@ def create_token(
     team: str | None = None,
     name: str = "",
     expires_in: timedelta | None = None,
+    *,
+    actor: str,
 ) -> tuple[ApiToken, str]:
     """A new API token of ``role`` (one of :data:`ROLES`; ``team`` required for the ``team`` role and refused for
     the others), valid ``expires_in`` from ``now`` (None: until revoked): its row and the token text, which is stored
-    nowhere. FinopsError naming the field for a bad role, team or name."""
+    nowhere. Audited as ``api_token.create`` by ``actor``. FinopsError naming the field for a bad role, team or name;
+    nothing is written then."""
     if role not in ROLES:
         raise FinopsError(f"role {role!r}: one of {', '.join(ROLES)}")
     team = team.strip() if team is not None else None
@@ -102,6 +108,7 @@ def create_token(
     )
     session.add(row)
     session.flush()
+    audit.record(session, actor, "api_token.create", f"api token {row.id}", None, _state(row), now)
     return row, text
 
 
@@ -110,10 +117,28 @@ def list_tokens(session: Session) -> list[ApiToken]:
     return list(session.scalars(select(ApiToken).order_by(ApiToken.created_at, ApiToken.id)))
 
 
-def revoke_token(session: Session, token_id: str, now: datetime) -> tuple[ApiToken, bool]:
+def revoke_token(session: Session, token_id: str, now: datetime, *, actor: str) -> tuple[ApiToken, bool]:
     """Revoke the API token ``token_id`` (its id, or the whole token text) from ``now`` on: its row and whether it
-    was live until now. FinopsError for an unknown id."""
-    return tokens.revoke(session, ApiToken, TOKEN_PREFIX, token_id, now, "gpu-finops api-token list")
+    was live until now. Audited as ``api_token.revoke`` by ``actor`` when it was not revoked yet. FinopsError for an
+    unknown id."""
+    row, revoked = tokens.revoke(session, ApiToken, TOKEN_PREFIX, token_id, now, "gpu-finops api-token list")
+    if revoked:
+        before = {**_state(row), "revoked_at": None}
+        audit.record(session, actor, "api_token.revoke", f"api token {row.id}", before, _state(row), now)
+    return row, revoked
+
+
+def _state(row: ApiToken) -> dict[str, str | None]:
+    """``row`` as the audit log keeps it: id, role, team, name, expires_at and revoked_at (ISO 8601 or None); no
+    secret."""
+    return {
+        "id": row.id,
+        "role": row.role,
+        "team": row.team,
+        "name": row.name,
+        "expires_at": audit.iso(row.expires_at),
+        "revoked_at": audit.iso(row.revoked_at),
+    }
 
 
 def any_live_token(session: Session, now: datetime) -> bool:

@@ -1,9 +1,21 @@
-"""The audit log: changes with who, when, what, before and after (:func:`record`), read with ``GET /api/v1/audit``.
+"""The audit log: every change of configuration made through the REST API or the command line, with who, when,
+what, before and after (``gpu-finops audit list``, ``GET /api/v1/audit``).
 
-A change is recorded by the function that makes it, in the same transaction, so that a change and its entry are
-stored together or not at all, whichever way in it came; no route or command records its changes yet. The actor is
-a string: ``api-token:<id>`` (an API token), ``api-token:FINOPS_API_TOKEN`` (the setting), ``os-user:<login>`` (a
-command run on the service's host).
+Changes are recorded by the function that makes them, in the same transaction, so that a change and its entry are
+stored together or not at all, whichever way in it came; a refused change writes no entry. Each such function takes
+a keyword-only ``actor``. The actor is a string: ``api-token:<id>`` (an API token), ``api-token:FINOPS_API_TOKEN``
+(the setting), ``os-user:<login>`` (a command run on the service's host, :func:`os_user_actor`), ``system:<what>``
+(the service itself, e.g. ``system:demo`` seeding the demo).
+
+Recorded (action: what): ``budget.set``, ``budget.delete``; ``team_rule.set``, ``team_rule.delete`` (with the jobs
+moved); ``pricing_rule.set``, ``pricing_rule.delete``; ``prices.import`` (a summary of the catalogue, never its
+YAML); ``node.set_model``; ``gpu.replace``; ``silence.create``, ``silence.expire``; ``delivery.retry``;
+``node_token.create``, ``node_token.revoke``, ``api_token.create``, ``api_token.revoke`` (id, node or role, team,
+name, expiry: never a token's secret or its hash). ``before`` and ``after`` are JSON objects (money as decimal
+text, times as ISO 8601), None when the thing did not exist before or does not any more.
+
+Not recorded: data, as opposed to configuration: readings ingested, Slurm and Kubernetes job imports, the node
+inventory imported from ``scontrol``, rollups, the pruning of old samples, alert evaluation.
 """
 
 from __future__ import annotations
@@ -19,6 +31,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from finops.db.models import AuditEntry
+from finops.timeutil import utc_now
 
 ACTOR_MAX_LENGTH = 160
 SUBJECT_MAX_LENGTH = 512
@@ -36,6 +49,11 @@ def os_user_actor() -> str:
         return f"os-user:uid-{os.getuid()}"
 
 
+def iso(at: datetime | None) -> str | None:
+    """``at`` as ISO 8601 text for ``before`` and ``after``; None stays None."""
+    return None if at is None else at.isoformat()
+
+
 def record(
     session: Session,
     actor: str,
@@ -43,14 +61,17 @@ def record(
     subject: str,
     before: Mapping[str, Any] | None,
     after: Mapping[str, Any] | None,
-    at: datetime,
+    at: datetime | None = None,
 ) -> None:
     """Add one entry in ``session``'s transaction: ``actor`` did ``action`` (``budget.set``) to ``subject`` at
-    ``at``, which went from ``before`` to ``after`` (JSON-able mappings; None: absent). ``actor`` and ``subject`` are
-    cut to their columns' widths."""
+    ``at`` (None: now), which went from ``before`` to ``after`` (JSON-able mappings; None: absent). ``actor`` and
+    ``subject`` are cut to their columns' widths. ValueError for an empty ``actor``: every change has someone to
+    answer for it."""
+    if not actor.strip():
+        raise ValueError("an audited change needs an actor")
     session.add(
         AuditEntry(
-            at=at,
+            at=utc_now() if at is None else at,
             actor=actor[:ACTOR_MAX_LENGTH],
             action=action,
             subject=subject[:SUBJECT_MAX_LENGTH],

@@ -5,8 +5,9 @@ Thresholds: 50 %, 80 % and 100 % of the month's budget actually spent, and the f
 the budget. Each is recorded once per team, project and month (:mod:`finops.analysis.events`), when first seen.
 
 A budget is set and removed here only (:func:`set_budget`, :func:`delete_budget`), for the command line and the
-REST API alike: amounts, months, names and the currency are checked in this one place, and every refusal is a
-:class:`BudgetError` naming the field at fault.
+REST API alike: amounts, months, names and the currency are checked in this one place, every refusal is a
+:class:`BudgetError` naming the field at fault, and every change is written to the audit log
+(:mod:`finops.access.audit`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from decimal import Decimal, InvalidOperation
 from sqlalchemy import ColumnElement, case, func, literal, or_, select
 from sqlalchemy.orm import Session
 
+from finops.access import audit
 from finops.analysis.events import BUDGET_FORECAST, BUDGET_THRESHOLD, record_event
 from finops.analysis.filters import Scope, ledger_conditions
 from finops.analysis.report import cost_report, printed_cents
@@ -156,6 +158,7 @@ def set_budget(
     *,
     catalog: PriceCatalog | None = None,
     allow_unknown_team: bool = False,
+    actor: str,
 ) -> Budget:
     """Set ``team``'s budget (or its ``project``'s) for the month holding ``month`` to ``amount``, replacing any
     (a budget stored in another currency too), and return it.
@@ -167,8 +170,9 @@ def set_budget(
     team); ``month``'s year in :data:`YEARS`. A team that is not known (:func:`known_teams`) is refused with
     :class:`UnknownTeam` unless ``allow_unknown_team``, and then created.
 
-    Raises :class:`BudgetError` (field ``amount``, ``currency``, ``month``, ``project`` or ``team``) for any input
-    refused; nothing is written then."""
+    The change is audited as ``budget.set`` by ``actor``: team, project, month, amount and currency before (None:
+    no budget) and after. Raises :class:`BudgetError` (field ``amount``, ``currency``, ``month``, ``project`` or
+    ``team``) for any input refused; nothing is written then, not even an audit entry."""
     value = parse_amount(amount)
     in_force = catalog_in_force(session, catalog if catalog is not None else load_catalog()).currency
     if currency is not None and currency != in_force:
@@ -185,27 +189,48 @@ def set_budget(
         _check_known(session, team)
     team_id = team_by_name(session, team).id
     budget = session.get(Budget, (team_id, first, project))
+    before = None if budget is None else _budget_state(team, budget)
     if budget is None:
         budget = Budget(team_id=team_id, month=first, project=project, amount=value, currency=in_force)
         session.add(budget)
     else:
         budget.amount, budget.currency = value, in_force
     session.flush()
+    audit.record(session, actor, "budget.set", _subject(team, project, first), before, _budget_state(team, budget))
     return budget
 
 
-def delete_budget(session: Session, team: str, month: datetime, project: str = "") -> bool:
+def delete_budget(session: Session, team: str, month: datetime, project: str = "", *, actor: str) -> bool:
     """Remove ``team``'s (or its ``project``'s) budget for the month holding ``month``; False if there was none.
-    The one way to remove a budget, for the command line and the REST API. BudgetError (field ``team`` or
-    ``project``) for a name no budget can have (:func:`set_budget`)."""
+    The one way to remove a budget, for the command line and the REST API; audited as ``budget.delete`` by
+    ``actor``. BudgetError (field ``team`` or ``project``) for a name no budget can have (:func:`set_budget`)."""
     team, project = _name(team, "team"), _name(project, "project", empty=True)
     team_row = session.scalars(select(Team).where(Team.name == team)).one_or_none()
     budget = None if team_row is None else session.get(Budget, (team_row.id, month_start(month), project))
     if budget is None:
         return False
+    subject, before = _subject(team, project, budget.month), _budget_state(team, budget)
     session.delete(budget)
     session.flush()
+    audit.record(session, actor, "budget.delete", subject, before, None)
     return True
+
+
+def _budget_state(team: str, budget: Budget) -> dict[str, str]:
+    """``budget`` of ``team`` as the audit log keeps it: ``team``, ``project`` ("" = the whole team), ``month``
+    (``YYYY-MM``), ``amount`` (decimal text, 6 decimals), ``currency``."""
+    return {
+        "team": team,
+        "project": budget.project,
+        "month": f"{budget.month:%Y-%m}",
+        "amount": str(quantize(budget.amount)),
+        "currency": budget.currency,
+    }
+
+
+def _subject(team: str, project: str, month: datetime) -> str:
+    """A budget as an audit subject: ``team vision month 2026-11``, ``team vision project llm month 2026-11``."""
+    return f"team {team}{f' project {project}' if project else ''} month {month:%Y-%m}"
 
 
 @dataclass(frozen=True, slots=True)

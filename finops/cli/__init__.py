@@ -12,6 +12,7 @@ from one module per command group:
   ``import``, ``team``, ``prices``, ``nodes``, ``budget``, ``alerts``, ``export``;
 - :mod:`finops.cli.idle`: ``idle``, the idle GPU episodes;
 - :mod:`finops.cli.api_tokens`: ``api-token``, the REST API's credentials;
+- :mod:`finops.cli.audit`: ``audit``, the log of changes;
 - :mod:`finops.cli.report`: ``report``, ``rollup``; :mod:`finops.cli.demo`: ``demo``.
 
 The collector runs on GPU nodes that have only the base dependencies, so it is the one command registered here;

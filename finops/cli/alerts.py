@@ -1,5 +1,5 @@
 """``gpu-finops alerts …``: list alerts, silence them, see and retry deliveries, send a test message, and run
-the alert rules once."""
+the alert rules once. Changes (silences, retries) are audited as the OS user's (:mod:`finops.access.audit`)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from alerts.store import (
     list_silences,
     retry_deliveries,
 )
+from finops.access import audit
 from finops.cli.base import INCOMPLETE
 from finops.cli.context import instant, load_settings, open_sessions
 from finops.errors import FinopsError
@@ -69,7 +70,7 @@ def alerts_silence(
         with sessions.begin() as session:
             silence_id = create_silence(
                 session, matcher, ends, utc_now(), starts_at=starts, created_by=author or getpass.getuser(),
-                comment=comment,
+                comment=comment, actor=audit.os_user_actor(),
             )  # fmt: skip
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--matcher/--until") from exc
@@ -97,7 +98,7 @@ def alerts_silences(
 def alerts_expire(silence_id: Annotated[int, typer.Argument(help="The silence's id.")]) -> None:
     """End a silence now; exit code 2 when no silence of that id is in force."""
     with open_sessions(load_settings()).begin() as session:
-        ended = expire_silence(session, silence_id, utc_now())
+        ended = expire_silence(session, silence_id, utc_now(), actor=audit.os_user_actor())
     if not ended:
         raise FinopsError(f"no silence {silence_id} in force")
     typer.echo(f"silence {silence_id} expired")
@@ -140,7 +141,8 @@ def alerts_retry(
     sessions = open_sessions(settings)
     deadline = AlertService.from_settings(settings).deadline
     with sessions.begin() as session:
-        retried = retry_deliveries(session, utc_now(), deadline, None if all_failed else delivery_id)
+        ids = None if all_failed else delivery_id
+        retried = retry_deliveries(session, utc_now(), deadline, ids, actor=audit.os_user_actor())
     typer.echo(f"queued again: {', '.join(map(str, retried)) or 'nothing'}")
     missed = sorted(set(delivery_id or []) - set(retried))
     if missed:

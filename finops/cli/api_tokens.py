@@ -8,6 +8,7 @@ import typer
 from sqlalchemy import select
 
 from finops.access.api_tokens import ROLES, create_token, list_tokens, revoke_token
+from finops.access.audit import os_user_actor
 from finops.access.tokens import parse_duration
 from finops.cli.context import TOKEN_COLUMNS, load_settings, open_sessions, token_columns, utc_stamp
 from finops.db.models import Team
@@ -34,7 +35,9 @@ def api_token_create(
     (a typo would give a token that sees nothing)."""
     expires_in = parse_duration(expires) if expires is not None else None
     with open_sessions(load_settings()).begin() as session:
-        row, token = create_token(session, role, utc_now(), team=team, name=name, expires_in=expires_in)
+        row, token = create_token(
+            session, role, utc_now(), team=team, name=name, expires_in=expires_in, actor=os_user_actor()
+        )
         known = row.team is None or session.scalar(select(Team.id).where(Team.name == row.team)) is not None
     if not known:
         typer.echo(f"note: no team {row.team!r} yet (no job, rule or budget names it): check the name", err=True)
@@ -67,7 +70,7 @@ def api_token_revoke(
     """Revoke an API token now: the service refuses it (401) from its next request on. Revoking a revoked token
     changes nothing."""
     with open_sessions(load_settings()).begin() as session:
-        row, revoked = revoke_token(session, token_id, utc_now())
+        row, revoked = revoke_token(session, token_id, utc_now(), actor=os_user_actor())
     if revoked:
         typer.echo(f"revoked API token {row.id} ({row.role})")
     else:

@@ -1,6 +1,7 @@
 """``gpu-finops budget …``: monthly team budgets (set or delete one, see every team's month-to-date spend and
 forecast), and the budget table ``gpu-finops report`` prints too. Budgets are checked by
-:func:`finops.analysis.budgets.set_budget`, as for the REST API: an error is one ``error: …`` line and exit code 2."""
+:func:`finops.analysis.budgets.set_budget`, as for the REST API: an error is one ``error: …`` line and exit code 2.
+Changes are audited as the OS user's (:mod:`finops.access.audit`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from finops.access import audit
 from finops.analysis.budgets import BudgetStatus, UnknownTeam, budget_status, delete_budget, parse_month, set_budget
 from finops.cli.context import load_pricing, load_settings, open_sessions
 from finops.errors import FinopsError
@@ -43,7 +45,15 @@ def budget_set(
     def write(allow_unknown_team: bool) -> tuple[str, str]:
         with sessions.begin() as session:
             budget = set_budget(
-                session, team, amount, first, currency, project, catalog=catalog, allow_unknown_team=allow_unknown_team
+                session,
+                team,
+                amount,
+                first,
+                currency,
+                project,
+                catalog=catalog,
+                allow_unknown_team=allow_unknown_team,
+                actor=audit.os_user_actor(),
             )
             return f"{budget.month:%Y-%m}", f"{budget.amount:,.2f} {budget.currency}"
 
@@ -67,7 +77,7 @@ def budget_delete(
     """Delete TEAM's budget (or its --project's) for MONTH. Exit code 2 when there is none."""
     first = parse_month(month)
     with open_sessions(load_settings()).begin() as session:
-        if not delete_budget(session, team, first, project):
+        if not delete_budget(session, team, first, project, actor=audit.os_user_actor()):
             raise FinopsError(f"no budget for {_label(team, project)} in {first:%Y-%m}")
     typer.echo(f"deleted the budget of {_label(team, project)} for {first:%Y-%m}")
 

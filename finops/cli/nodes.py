@@ -10,6 +10,9 @@ GPUs changed model before they return, as the job imports do (:func:`finops.cli.
 
 ``nodes token create|list|revoke``: the nodes' collector credentials (:mod:`finops.ingest.node_tokens`). A token is
 printed once, on the last line of ``create``'s output, and only its hash is stored.
+
+``set-model``, ``gpu replace`` and the token commands are audited as the OS user's (:mod:`finops.access.audit`);
+``import`` is data from Slurm, as the job imports are, and is not.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Annotated
 import typer
 from sqlalchemy import select, update
 
+from finops.access import audit
 from finops.access.tokens import parse_duration
 from finops.cli.context import (
     STDIN,
@@ -98,7 +102,13 @@ def nodes_set_model(
     with open_sessions(settings).begin() as session:
         catalog = catalog_in_force(session, load_pricing(settings).catalog)
         key, hostnames, changed = set_model(
-            session, model, resolve=catalog.resolve, choices=sorted(catalog.models), node=node, partition=partition
+            session,
+            model,
+            resolve=catalog.resolve,
+            choices=sorted(catalog.models),
+            node=node,
+            partition=partition,
+            actor=audit.os_user_actor(),
         )
     typer.echo(f"{', '.join(hostnames)}: GPU model {key}; {changed} GPUs repriced")
     roll_up_unless(no_rollup, settings)
@@ -132,7 +142,7 @@ def token_create(
     expires_in = parse_duration(expires) if expires is not None else None
     now = utc_now()
     with open_sessions(load_settings()).begin() as session:
-        row, token = create_token(session, node, now, expires_in)
+        row, token = create_token(session, node, now, expires_in, actor=audit.os_user_actor())
         known = session.scalar(select(Node.id).where(Node.hostname == row.node)) is not None
     if not known:
         typer.echo(f"note: node {row.node!r} has sent no batch yet; check the name if it is not a new node", err=True)
@@ -157,7 +167,7 @@ def token_revoke(token_id: Annotated[str, typer.Argument(metavar="ID", help="The
     """Revoke a node token now: the service refuses it (401) from its next request on. Revoking a revoked token
     changes nothing."""
     with open_sessions(load_settings()).begin() as session:
-        row, revoked = revoke_token(session, token_id, utc_now())
+        row, revoked = revoke_token(session, token_id, utc_now(), actor=audit.os_user_actor())
     if revoked:
         typer.echo(f"revoked node token {row.id} of node {row.node}")
     else:
@@ -176,13 +186,17 @@ def nodes_gpu_replace(
     """Free GPU INDEX of NODE for a new board after a hardware swap: the slot forgets its UUID, and the next batch
     of NODE describing that index registers its UUID, model and memory in it (ingest refuses a batch that
     re-registers a slot under another UUID or model until this is run). The slot keeps its history: its samples
-    and ledger hours stay on it."""
+    and ledger hours stay on it. Audited as ``gpu.replace``: the slot's UUID before and after."""
     with open_sessions(load_settings()).begin() as session:
         slot = select(Gpu.id, Gpu.uuid).join(Node).where((Node.hostname == node) & (Gpu.gpu_index == index))
         found = session.execute(slot).one_or_none()
         if found is None:
             raise typer.BadParameter(f"node {node} has no GPU {index}", param_hint="NODE INDEX")
         session.execute(update(Gpu).where(Gpu.id == found.id).values(uuid=None))
+        before = {"node": node, "index": index, "uuid": found.uuid}
+        audit.record(
+            session, audit.os_user_actor(), "gpu.replace", f"node {node} GPU {index}", before, {**before, "uuid": None}
+        )
     typer.echo(
         f"{node} GPU {index}: {found.uuid or 'no UUID'} released; the next batch of {node} registers the new board"
     )

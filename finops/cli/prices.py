@@ -1,6 +1,7 @@
 """``gpu-finops prices …``: the price catalog in force (list it, import a new one) and the pricing rules that
 say which pricing model (on-demand, reserved, spot, on-prem) a node's GPUs are billed under. Commands that change
-prices roll up the ledger hours they re-price before they return (``--no-rollup``: leave them pending)."""
+prices roll up the ledger hours they re-price before they return (``--no-rollup``: leave them pending). Changes are
+audited as the OS user's (:mod:`finops.access.audit`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from finops.access import audit
 from finops.cli.context import NoRollup, load_pricing, load_settings, open_sessions, read_text, roll_up_unless
 from finops.pricing.catalog import OnPremRow, PricingModel
 from finops.pricing.rules import delete_pricing_rule, list_pricing_rules, set_pricing_rule
@@ -48,7 +50,9 @@ def prices_import(
     settings = load_settings()
     text = read_text(file)
     with open_sessions(settings).begin() as session:
-        changed_from = import_catalog(session, text, str(file), load_pricing(settings).catalog)
+        changed_from = import_catalog(
+            session, text, str(file), load_pricing(settings).catalog, actor=audit.os_user_actor()
+        )
     typer.echo(f"imported {file}; " + (f"ledger re-priced from {changed_from}" if changed_from else "no price changed"))
     if changed_from is not None:
         roll_up_unless(no_rollup, settings)
@@ -86,7 +90,7 @@ def prices_assign(
     selector, key, value = _selector(node, partition, node_label)
     settings = load_settings()
     with open_sessions(settings).begin() as session:
-        set_pricing_rule(session, selector, key, value, model)
+        set_pricing_rule(session, selector, key, value, model, actor=audit.os_user_actor())
     typer.echo(f"{selector} {key + '=' if key else ''}{value} → {model}")
     roll_up_unless(no_rollup, settings)
 
@@ -102,7 +106,7 @@ def prices_unassign(
     selector, key, value = _selector(node, partition, node_label)
     settings = load_settings()
     with open_sessions(settings).begin() as session:
-        delete_pricing_rule(session, selector, key, value)
+        delete_pricing_rule(session, selector, key, value, actor=audit.os_user_actor())
     typer.echo(f"{selector} {key + '=' if key else ''}{value} → default pricing model")
     roll_up_unless(no_rollup, settings)
 

@@ -1,6 +1,6 @@
 """``gpu-finops team …``: teams and the rules that give jobs their team (Slurm account, Kubernetes namespace,
 Kubernetes label → team). Commands that move jobs roll up the ledger hours they touched before they return
-(``--no-rollup``: leave them pending)."""
+(``--no-rollup``: leave them pending). Changes are audited as the OS user's (:mod:`finops.access.audit`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Annotated
 
 import typer
 
+from finops.access import audit
 from finops.cli.context import NoRollup, load_settings, open_sessions, roll_up_unless
 from finops.errors import FinopsError
-from finops.jobs.teams import delete_rule, find_rule, list_rules, map_account, set_rule
+from finops.jobs.teams import delete_rule, find_rule, list_rules, map_account, rule_subject, set_rule
 
 app = typer.Typer(name="team", help="Teams and the rules that give jobs their team.", no_args_is_help=True)
 rule_app = typer.Typer(
@@ -29,13 +30,9 @@ def team_map(account: str, team: str, no_rollup: NoRollup = False) -> None:
     """Map Slurm ACCOUNT to TEAM (jobs already imported move too)."""
     settings = load_settings()
     with open_sessions(settings).begin() as session:
-        moved = map_account(session, account, team)
+        moved = map_account(session, account, team, actor=audit.os_user_actor())
     typer.echo(f"account {account} → team {team}; {moved} jobs moved")
     roll_up_unless(no_rollup, settings)
-
-
-def _rule_text(kind: str, key: str, value: str) -> str:
-    return f"label {key}={value}" if kind == "label" else f"{kind} {value}"
 
 
 @rule_app.command("set")
@@ -50,10 +47,10 @@ def team_rule_set(
     settings = load_settings()
     with open_sessions(settings).begin() as session:
         try:
-            moved = set_rule(session, kind, key, value, team)
+            moved = set_rule(session, kind, key, value, team, actor=audit.os_user_actor())
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--kind/--key") from exc
-    typer.echo(f"{_rule_text(kind, key, value)} → team {team}; {moved} jobs moved")
+    typer.echo(f"{rule_subject(kind, key, value)} → team {team}; {moved} jobs moved")
     roll_up_unless(no_rollup, settings)
 
 
@@ -73,9 +70,9 @@ def team_rule_delete(
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--kind/--key") from exc
         if rule is None:
-            raise FinopsError(f"no rule for {_rule_text(kind, key, value)}")
-        moved = delete_rule(session, kind, key, value)
-    typer.echo(f"deleted {_rule_text(kind, key, value)} → team {rule.team}; {moved} jobs moved")
+            raise FinopsError(f"no rule for {rule_subject(kind, key, value)}")
+        moved = delete_rule(session, kind, key, value, actor=audit.os_user_actor())
+    typer.echo(f"deleted {rule_subject(kind, key, value)} → team {rule.team}; {moved} jobs moved")
     roll_up_unless(no_rollup, settings)
 
 

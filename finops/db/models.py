@@ -411,10 +411,10 @@ class ApiToken(Base):
 class AuditEntry(Base):
     """One change made through the REST API or the command line (:mod:`finops.access.audit`).
 
-    ``actor`` is who made it: ``api-token:<id>``, ``api-token:FINOPS_API_TOKEN`` or ``os-user:<login>``;
-    ``action`` what was done (``budget.set``, ``team_rule.delete``, …); ``subject`` what it was done to (``team
-    vision, month 2026-11``); ``before`` and ``after`` the changed thing's state (JSON; None: it did not exist, or
-    does not any more).
+    ``actor`` is who made it: ``api-token:<id>``, ``api-token:FINOPS_API_TOKEN``, ``os-user:<login>`` or
+    ``system:<what>``; ``action`` what was done (``budget.set``, ``team_rule.delete``, …); ``subject`` what it was
+    done to (``team vision month 2026-11``); ``before`` and ``after`` the changed thing's state (JSON; None: it did
+    not exist, or does not any more).
     """
 
     __tablename__ = "audit_log"

@@ -46,6 +46,8 @@ from finops.timeutil import HOUR, floor_hour, from_epoch, month_start, next_mont
 
 H100_CAPTURE = "nvidia-smi-captures/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
 COLLECTOR_THREADS = 3
+ACTOR = "system:demo"
+"""Who the demo's team rules and budgets are audited as (:mod:`finops.access.audit`)."""
 PLANNED_QUOTA_USE = Decimal("0.75")
 
 
@@ -171,7 +173,7 @@ def run_demo(options: DemoOptions) -> int:
     pricing = Pricing(load_catalog(options.price_catalog), options.pricing_model)
     with sessions.begin() as session:
         for team in series:
-            map_account(session, team.team, team.team)
+            map_account(session, team.team, team.team, actor=ACTOR)
 
     token, port = secrets.token_urlsafe(24), _free_port()
     options.work_dir.mkdir(parents=True, exist_ok=True)
@@ -253,4 +255,4 @@ def _set_demo_budgets(
     rate = pricing.catalog.rate(gpu_model, pricing.model, at)
     for team in series:
         amount = (team.quota * hours_in_month * rate * PLANNED_QUOTA_USE).quantize(Decimal("1"))
-        set_budget(session, team.team, amount, at, catalog=pricing.catalog)
+        set_budget(session, team.team, amount, at, catalog=pricing.catalog, actor=ACTOR)

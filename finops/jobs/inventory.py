@@ -20,6 +20,9 @@ model of the node's placeholder GPUs (:mod:`finops.jobs.placement`); with neithe
 Wherever an inventory model changes the model of a GPU, the ledger hours of that GPU since it entered service are
 marked dirty, so the next rollup reprices them.
 
+A model set by hand (:func:`set_model`) is written to the audit log (:mod:`finops.access.audit`); an inventory
+imported from ``scontrol`` is data, as the job imports are, and is not.
+
 This package may not import the price catalog: callers pass ``resolve`` (a GPU name to a catalog model key or
 None; :meth:`finops.pricing.catalog.PriceCatalog.resolve`).
 """
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from finops.access import audit
 from finops.db.hours import HourMarks
 from finops.db.models import Gpu, Node
 from finops.errors import FinopsError
@@ -256,12 +260,15 @@ def set_model(
     choices: Sequence[str],
     node: str | None = None,
     partition: str | None = None,
+    actor: str,
 ) -> tuple[str, list[str], int]:
     """Set the inventory model of ``node``, or of every node in ``partition`` (its inventory partitions, else the
     partition of its latest job), to the catalog model ``model`` names, marking the changed GPUs' hours dirty.
 
-    Returns (catalog key, hostnames set, GPUs whose model changed). InventoryError for a model that names no
-    catalog model (the message lists ``choices``), an unknown node, or a partition with no node.
+    Returns (catalog key, hostnames set, GPUs whose model changed). Audited as ``node.set_model`` by ``actor``:
+    before ``{"models": {hostname: inventory model or None}}``, after the same and ``gpus_changed``. InventoryError
+    for a model that names no catalog model (the message lists ``choices``), an unknown node, or a partition with
+    no node; nothing is written then.
     """  # fmt: skip
     key = resolve_model(model, resolve, choices)
     if (node is None) == (partition is None):
@@ -280,10 +287,14 @@ def set_model(
         ]
         if not targets:
             raise InventoryError(f"no node in partition {partition!r} (gpu-finops nodes list shows the partitions)")
+    before = {"models": {target.hostname: target.gpu_model for target in targets}}
     marks = HourMarks()
     changed = sum(set_node_model(session, target, key, marks) for target in targets)
     marks.mark(session)
     session.flush()
+    after = {"models": {target.hostname: key for target in targets}, "gpus_changed": changed}
+    subject = f"node {node}" if node is not None else f"partition {partition}"
+    audit.record(session, actor, "node.set_model", subject, before, after)
     return key, [target.hostname for target in targets], changed
 
 

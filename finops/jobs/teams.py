@@ -3,17 +3,19 @@
 A rule maps a Slurm ``account``, a Kubernetes ``namespace`` or a Kubernetes ``label`` (``key=value``, e.g.
 ``team=vision``) to a team. A job takes the team of its most specific matching rule: label, then namespace,
 then account (:data:`finops.db.models.TEAM_RULE_KINDS`), the same order Kubecost's team allocation uses for
-labels over namespaces. Changing a rule re-homes the jobs it decides and marks their ledger hours dirty.
+labels over namespaces. Changing a rule re-homes the jobs it decides and marks their ledger hours dirty, and is
+written to the audit log (:mod:`finops.access.audit`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
+from finops.access import audit
 from finops.db.hours import HourMarks
 from finops.db.models import TEAM_RULE_KINDS, UNMAPPED_TEAM, Job, Team, TeamRule
 from finops.db.rows import get_or_create
@@ -81,13 +83,16 @@ def _check_rule(kind: str, key: str) -> None:
         raise ValueError("a label rule needs a label name (key=value); account and namespace rules have none")
 
 
-def set_rule(session: Session, kind: str, key: str, value: str, team_name: str) -> int:
+def set_rule(session: Session, kind: str, key: str, value: str, team_name: str, *, actor: str) -> int:
     """Map ``kind`` ``key=value`` (or ``value``) to ``team_name`` (created if new), replacing any rule for the
     same selector, and re-home every job whose team changes. Returns how many jobs moved.
 
-    Raises ValueError for an unknown kind, a label rule without a key, or an account/namespace rule with one.
+    Audited as ``team_rule.set`` by ``actor``: before the rule (kind, key, value, team; None: no rule), after the
+    rule and ``jobs_moved``. Raises ValueError for an unknown kind, a label rule without a key, or an
+    account/namespace rule with one; nothing is written then.
     """
     _check_rule(kind, key)
+    before = find_rule(session, kind, key, value)
     team = team_by_name(session, team_name)
     rule = session.scalars(
         select(TeamRule).where(TeamRule.kind == kind, TeamRule.key == key, TeamRule.value == value)
@@ -97,15 +102,36 @@ def set_rule(session: Session, kind: str, key: str, value: str, team_name: str) 
     else:
         rule.team_id = team.id
     session.flush()
-    return rehome_jobs(session)
+    moved = rehome_jobs(session)
+    after = {**asdict(RuleView(kind, key, value, team_name)), "jobs_moved": moved}
+    audit.record(session, actor, "team_rule.set", rule_subject(kind, key, value), _state(before), after)
+    return moved
 
 
-def delete_rule(session: Session, kind: str, key: str, value: str) -> int:
-    """Remove a rule (no error if absent) and re-home the jobs it decided. Returns how many jobs moved."""
+def delete_rule(session: Session, kind: str, key: str, value: str, *, actor: str) -> int:
+    """Remove a rule (no error if absent) and re-home the jobs it decided. Returns how many jobs moved.
+
+    A rule removed is audited as ``team_rule.delete`` by ``actor``: before the rule (kind, key, value, team), after
+    ``jobs_moved`` only. Removing no rule writes no entry. ValueError as :func:`set_rule`."""
     _check_rule(kind, key)
+    before = find_rule(session, kind, key, value)
     session.execute(delete(TeamRule).where(TeamRule.kind == kind, TeamRule.key == key, TeamRule.value == value))
     session.flush()
-    return rehome_jobs(session)
+    moved = rehome_jobs(session)
+    if before is not None:
+        subject = rule_subject(kind, key, value)
+        audit.record(session, actor, "team_rule.delete", subject, _state(before), {"jobs_moved": moved})
+    return moved
+
+
+def rule_subject(kind: str, key: str, value: str) -> str:
+    """A rule's selector as people read it: ``label team=nlp``, ``account cv``, ``namespace ml-train``."""
+    return f"label {key}={value}" if kind == "label" else f"{kind} {value}"
+
+
+def _state(rule: RuleView | None) -> dict[str, str] | None:
+    """``rule`` as the audit log keeps it (kind, key, value, team), None for no rule."""
+    return None if rule is None else asdict(rule)
 
 
 def list_rules(session: Session) -> list[RuleView]:
@@ -162,6 +188,6 @@ def rehome_jobs(session: Session) -> int:
     return len(moved)
 
 
-def map_account(session: Session, account: str, team_name: str) -> int:
-    """Map Slurm ``account`` to ``team_name``: :func:`set_rule` with kind ``account``."""
-    return set_rule(session, "account", "", account, team_name)
+def map_account(session: Session, account: str, team_name: str, *, actor: str) -> int:
+    """Map Slurm ``account`` to ``team_name``: :func:`set_rule` with kind ``account`` (audited as ``actor``'s)."""
+    return set_rule(session, "account", "", account, team_name, actor=actor)

@@ -120,14 +120,21 @@ def create_alerts_router(
         starts = None if body.starts_at is None else instant(body.starts_at, "starts_at")
         with unprocessable():
             silence_id = create_silence(
-                db, body.matchers, ends, utc_now(), starts_at=starts, created_by=body.created_by, comment=body.comment
+                db,
+                body.matchers,
+                ends,
+                utc_now(),
+                starts_at=starts,
+                created_by=body.created_by,
+                comment=body.comment,
+                actor=caller.actor,
             )
         return {"id": silence_id}
 
     @router.delete("/silences/{silence_id}", status_code=204)
     def delete_silence(db: db, caller: admin, silence_id: RowId) -> Response:
         """Expire a silence now; 404 if there is none still in force, 422 for an id no row can have."""
-        if not expire_silence(db, silence_id, utc_now()):
+        if not expire_silence(db, silence_id, utc_now(), actor=caller.actor):
             raise HTTPException(404, f"no silence {silence_id} in force")
         return Response(status_code=204)
 
@@ -148,13 +155,13 @@ def create_alerts_router(
     @router.post("/deliveries/retry")
     def retry_all(db: db, caller: admin) -> dict[str, list[int]]:
         """Queue every failed or refused delivery again."""
-        return {"retried": retry_deliveries(db, utc_now(), deadline)}
+        return {"retried": retry_deliveries(db, utc_now(), deadline, actor=caller.actor)}
 
     @router.post("/deliveries/{delivery_id}/retry")
     def retry_one(db: db, caller: admin, delivery_id: RowId) -> dict[str, list[int]]:
         """Queue one failed or refused delivery again; 409 if it is pending or delivered, 404 if unknown, 422 for an
         id no row can have."""
-        retried = retry_deliveries(db, utc_now(), deadline, [delivery_id])
+        retried = retry_deliveries(db, utc_now(), deadline, [delivery_id], actor=caller.actor)
         if not retried:
             if db.get(AlertDelivery, delivery_id) is None:
                 raise HTTPException(404, f"no delivery {delivery_id}")

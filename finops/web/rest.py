@@ -211,7 +211,7 @@ def create_router(
         with _budget_refused():
             set_budget(
                 db, team, body.amount, parse_month(month), body.currency, project,
-                catalog=fallback_catalog, allow_unknown_team=allow_unknown_team,
+                catalog=fallback_catalog, allow_unknown_team=allow_unknown_team, actor=caller.actor,
             )  # fmt: skip
         return Response(status_code=204)
 
@@ -222,7 +222,7 @@ def create_router(
         """Remove a budget; 404 if there is none, 422 for a month, team or project no budget can have."""
         with _budget_refused():
             first = parse_month(month)
-            if not delete_budget(db, team, first, project):
+            if not delete_budget(db, team, first, project, actor=caller.actor):
                 raise HTTPException(404, f"no budget for team {team!r} project {project!r} in {first:%Y-%m}")
         return Response(status_code=204)
 
@@ -277,7 +277,7 @@ def create_router(
     def put_team_rule(db: db, caller: admin, rule: TeamRuleIn) -> dict[str, int]:
         """Create or replace a rule; returns how many jobs moved team."""
         with unprocessable():
-            return {"jobs_moved": set_rule(db, rule.kind, rule.key, rule.value, rule.team)}
+            return {"jobs_moved": set_rule(db, rule.kind, rule.key, rule.value, rule.team, actor=caller.actor)}
 
     @router.delete("/team-rules/{kind}")
     def remove_team_rule(
@@ -286,7 +286,7 @@ def create_router(
         """Remove a rule; returns how many jobs moved team."""
         one_of(kind, "kind", TEAM_RULE_KINDS)
         with unprocessable():
-            return {"jobs_moved": delete_rule(db, kind, key, value)}
+            return {"jobs_moved": delete_rule(db, kind, key, value, actor=caller.actor)}
 
     @router.get("/prices")
     def prices(db: db, caller: reader) -> dict[str, Any]:
@@ -319,7 +319,7 @@ def create_router(
         field if invalid; otherwise the date the ledger is re-priced from (null: nothing changed)."""
         text = (await request.body()).decode("utf-8", errors="replace")
         with unprocessable(CatalogError), sessions.begin() as opened:
-            changed_from = import_catalog(opened, text, "PUT /api/v1/prices", fallback_catalog)
+            changed_from = import_catalog(opened, text, "PUT /api/v1/prices", fallback_catalog, actor=caller.actor)
         return {"repriced_from": None if changed_from is None else changed_from.isoformat()}
 
     @router.get("/pricing-rules")
@@ -334,7 +334,7 @@ def create_router(
     def put_pricing_rule(db: db, caller: admin, rule: PricingRuleIn) -> Response:
         """Bill the selected nodes' GPUs under a pricing model (the ledger is re-priced on the next rollup)."""
         with unprocessable():
-            set_pricing_rule(db, rule.selector, rule.key, rule.value, rule.pricing_model)
+            set_pricing_rule(db, rule.selector, rule.key, rule.value, rule.pricing_model, actor=caller.actor)
         return Response(status_code=204)
 
     @router.delete("/pricing-rules/{selector}", status_code=204)
@@ -347,7 +347,7 @@ def create_router(
     ) -> Response:
         """Remove a pricing rule."""
         with unprocessable():
-            delete_pricing_rule(db, selector, key, value)
+            delete_pricing_rule(db, selector, key, value, actor=caller.actor)
         return Response(status_code=204)
 
     @router.get("/audit")

@@ -174,7 +174,7 @@ def test_a_deadline_ends_retries_and_a_retry_by_hand_delivers(sessions) -> None:
         clock.now += HOUR
         assert worker.run_once() == [], "a failed delivery waits for a person"
         with sessions.begin() as session:
-            assert retry_deliveries(session, clock.now, HOUR, [delivery, 999_999]) == [delivery]
+            assert retry_deliveries(session, clock.now, HOUR, [delivery, 999_999], actor="system:test") == [delivery]
         (outcome,) = worker.run_once()
     finally:
         worker.close()

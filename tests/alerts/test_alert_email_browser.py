@@ -67,9 +67,13 @@ def _deliver_alerts(
     pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
     run_rollup(sessions, pricing, IdlePolicy())
     with sessions.begin() as session:
-        set_budget(session, TEAM, Decimal(1), now, "USD")  # a budget, for its status to tell the spend
+        set_budget(
+            session, TEAM, Decimal(1), now, "USD", actor="system:test"
+        )  # a budget, for its status to tell the spend
         (before,) = budget_status(session, now)
-        set_budget(session, TEAM, (before.spent / Decimal("0.85")).quantize(Decimal("0.01")), now, "USD")
+        set_budget(
+            session, TEAM, (before.spent / Decimal("0.85")).quantize(Decimal("0.01")), now, "USD", actor="system:test"
+        )
         record_budget_events(session, now)
         (status,) = budget_status(session, now)
     webhook, mailbox, certificates = Webhook(), Mailbox(), Certificates()

@@ -67,7 +67,14 @@ def test_a_team_crossing_80_percent_gets_one_slack_message_and_one_email(engine,
     now = utc_now()
     with sessions.begin() as session:
         (before,) = budget_status(session, now)
-        set_budget(session, "alpha", (before.spent / Decimal("0.85")).quantize(Decimal("0.01")), now, "USD")
+        set_budget(
+            session,
+            "alpha",
+            (before.spent / Decimal("0.85")).quantize(Decimal("0.01")),
+            now,
+            "USD",
+            actor="system:test",
+        )
     webhook, mailbox, certificates = Webhook(), Mailbox(), Certificates()
     smtp = starttls_smtp(mailbox, certificates.server)
     config = parse_config(
@@ -143,7 +150,7 @@ def test_the_demo_idle_jobs_give_one_grouped_message_per_team(sessions, shared_d
             ingestor.store(session, batch)
     with sessions.begin() as session:
         for team in series:
-            map_account(session, team.team, team.team)
+            map_account(session, team.team, team.team, actor="system:test")
         assert import_sacct(session, sacct_lines(trace), source="demo").errors == []
     # Idle from the start and still running, with grace (10 min) + window (30 min) inside the trace's last reading.
     expected: dict[str, dict[str, int]] = {}

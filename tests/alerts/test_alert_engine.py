@@ -150,14 +150,20 @@ def test_a_silence_mutes_until_it_is_expired(engine, sessions) -> None:  # type:
     try:
         with service.sessions.begin() as session:
             silence = create_silence(
-                session, ['node="gpu-s-01"'], t0 + timedelta(hours=2), t0, created_by="ops", comment="rack move"
+                session,
+                ['node="gpu-s-01"'],
+                t0 + timedelta(hours=2),
+                t0,
+                created_by="ops",
+                comment="rack move",
+                actor="system:test",
             )
         service.evaluate(t0)
         service.dispatch(t0 + 30 * S)
         assert service.outbox()[-1][2] == "[FIRING] Collector silent: gpu-s-02"
         with service.sessions.begin() as session:
-            assert expire_silence(session, silence, t0 + timedelta(minutes=1))
-            assert not expire_silence(session, silence, t0 + timedelta(minutes=1))
+            assert expire_silence(session, silence, t0 + timedelta(minutes=1), actor="system:test")
+            assert not expire_silence(session, silence, t0 + timedelta(minutes=1), actor="system:test")
         assert service.dispatch(t0 + timedelta(minutes=2)).deliveries == []
         again = service.dispatch(t0 + 30 * S + timedelta(minutes=5))
         assert again.notifications == 1 and service.outbox()[-1][2] == "[FIRING:2] Collectors silent"

@@ -50,7 +50,14 @@ def test_budget_thresholds_become_alerts_once_and_the_highest_supersedes(engine,
     now = utc_now()
     with sessions.begin() as session:
         (status,) = budget_status(session, now)
-        set_budget(session, "alpha", (status.spent / Decimal("0.85")).quantize(Decimal("0.01")), now, "USD")
+        set_budget(
+            session,
+            "alpha",
+            (status.spent / Decimal("0.85")).quantize(Decimal("0.01")),
+            now,
+            "USD",
+            actor="system:test",
+        )
         record_budget_events(session, now)
     _evaluate(sessions, now)
     with sessions() as session:

@@ -22,7 +22,7 @@ def test_thresholds_are_recorded_once_each(loaded) -> None:  # type: ignore[no-u
     sessions, t0, r, _ = loaded
     at = t0 + timedelta(hours=2)
     with sessions.begin() as session:
-        set_budget(session, "alpha", (r * Decimal("1.6")).quantize(Decimal("0.01")), t0, "USD")
+        set_budget(session, "alpha", (r * Decimal("1.6")).quantize(Decimal("0.01")), t0, "USD", actor="system:test")
         record_budget_events(session, at)
         record_budget_events(session, at)  # the next scheduler run: nothing new
     with sessions() as session:
@@ -32,7 +32,7 @@ def test_thresholds_are_recorded_once_each(loaded) -> None:  # type: ignore[no-u
     assert {e.team for e in events} == {"alpha"}
     assert Decimal(events[0].payload["spent"]) == status.spent == (r * Decimal("1.5")).quantize(Decimal("0.000001"))
     with sessions.begin() as session:
-        set_budget(session, "alpha", (r * Decimal("1.4")).quantize(Decimal("0.01")), t0, "USD")
+        set_budget(session, "alpha", (r * Decimal("1.4")).quantize(Decimal("0.01")), t0, "USD", actor="system:test")
         record_budget_events(session, at)
     with sessions() as session:
         thresholds = sorted(e.payload["threshold_percent"] for e in list_events(session, kind=BUDGET_THRESHOLD))
@@ -45,7 +45,7 @@ def test_events_are_taken_once(loaded) -> None:  # type: ignore[no-untyped-def]
     sessions, t0, r, _ = loaded
     at = t0 + timedelta(hours=2)
     with sessions.begin() as session:
-        set_budget(session, "alpha", r, t0, "USD")
+        set_budget(session, "alpha", r, t0, "USD", actor="system:test")
         record_budget_events(session, at)
     with sessions.begin() as session:
         first = take_events(session, at)
@@ -59,7 +59,7 @@ def test_events_are_taken_once(loaded) -> None:  # type: ignore[no-untyped-def]
 def test_project_budget_counts_only_its_jobs(loaded) -> None:  # type: ignore[no-untyped-def]
     sessions, t0, _, _ = loaded
     with sessions.begin() as session:
-        set_budget(session, "alpha", Decimal("100"), t0, "USD", project="llm")
+        set_budget(session, "alpha", Decimal("100"), t0, "USD", project="llm", actor="system:test")
         (status,) = budget_status(session, t0 + timedelta(hours=2))
     assert (status.project, status.spent) == ("llm", 0)
 

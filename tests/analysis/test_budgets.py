@@ -62,7 +62,7 @@ def test_spent_equals_the_report_for_every_team(loaded) -> None:  # type: ignore
     with sessions.begin() as session:
         teams = [row.key for row in cost_report(session, month_start(at), at)]
         for team in teams:
-            set_budget(session, team, Decimal("1000"), at, "USD")
+            set_budget(session, team, Decimal("1000"), at, "USD", actor="system:test")
     assert set(teams) == {"alpha", "__unmapped__", UNALLOCATED_TEAM}
     with sessions() as session:
         report = _cents_by_team(report_dicts(cost_report(session, month_start(at), at)))
@@ -90,7 +90,7 @@ def demo_month(sessions):  # type: ignore[no-untyped-def]
         session.flush()
         refresh_team_hours(session, first, first + timedelta(hours=len(DEMO_SPEND)))
         for team in DEMO_SPEND:
-            set_budget(session, team, Decimal("500000"), first, "USD")
+            set_budget(session, team, Decimal("500000"), first, "USD", actor="system:test")
     return sessions, datetime(2026, 11, 26, 0, 24, tzinfo=UTC)
 
 
@@ -146,7 +146,7 @@ def test_refusals_name_the_field_and_write_nothing(loaded) -> None:  # type: ign
     for change, field, message in refused:
         request = {"team": "alpha", "amount": "100", "month": t0, "currency": "USD", "project": "", **change}
         with sessions.begin() as session, pytest.raises(BudgetError, match=message) as caught:
-            set_budget(session, **request)  # type: ignore[arg-type]
+            set_budget(session, **request, actor="system:test")  # type: ignore[arg-type]
         assert caught.value.field == field
     with sessions() as session:
         assert session.query(Budget).count() == 0
@@ -157,13 +157,13 @@ def test_currency_is_the_catalogue_in_force(loaded) -> None:  # type: ignore[no-
     """None means the catalogue's currency; after importing a catalogue in EUR, USD is refused and EUR taken."""
     sessions, t0, _, _ = loaded
     with sessions.begin() as session:
-        assert set_budget(session, "alpha", "100", t0).currency == "USD"
+        assert set_budget(session, "alpha", "100", t0, actor="system:test").currency == "USD"
         euro = DEFAULT_CATALOG.read_text(encoding="utf-8").replace("currency: USD", "currency: EUR", 1)
-        import_catalog(session, euro, "euro.yaml", load_catalog())
+        import_catalog(session, euro, "euro.yaml", load_catalog(), actor="system:test")
     with sessions.begin() as session, pytest.raises(BudgetError, match="USD is not the price catalogue's currency EUR"):
-        set_budget(session, "alpha", "100", t0, "USD")
+        set_budget(session, "alpha", "100", t0, "USD", actor="system:test")
     with sessions.begin() as session:
-        budget = set_budget(session, "alpha", "100", t0)
+        budget = set_budget(session, "alpha", "100", t0, actor="system:test")
         assert (budget.amount, budget.currency) == (Decimal("100"), "EUR")
 
 
@@ -172,42 +172,44 @@ def test_known_teams_and_unknown_ones(loaded) -> None:  # type: ignore[no-untype
     sessions, t0, _, _ = loaded
     with sessions.begin() as session:
         team_by_name(session, "ghost")
-        set_rule(session, "namespace", "", "ns-vision", "vision")
+        set_rule(session, "namespace", "", "ns-vision", "vision", actor="system:test")
         assert known_teams(session) == ["__unallocated__", "__unmapped__", "alpha", "vision"]
     with sessions.begin() as session, pytest.raises(UnknownTeam) as caught:
-        set_budget(session, "ghost", "100", t0)
+        set_budget(session, "ghost", "100", t0, actor="system:test")
     assert str(caught.value) == (
         "team ghost has no jobs or rules yet; known teams: __unallocated__, __unmapped__, alpha, vision"
     )
     assert caught.value.field == "team"
     with sessions.begin() as session:
-        set_budget(session, "vision", "100", t0)
-        set_budget(session, "ghost", "100", t0, allow_unknown_team=True)
+        set_budget(session, "vision", "100", t0, actor="system:test")
+        set_budget(session, "ghost", "100", t0, allow_unknown_team=True, actor="system:test")
         assert "ghost" in known_teams(session), "a team with a budget is known"
         for k in range(KNOWN_TEAMS_SHOWN + 5):
-            set_rule(session, "account", "", f"acct-{k}", f"team-{k:02d}")
+            set_rule(session, "account", "", f"acct-{k}", f"team-{k:02d}", actor="system:test")
     with sessions.begin() as session, pytest.raises(UnknownTeam, match=r", team-15 and 10 more$"):
-        set_budget(session, "nobody", "100", t0)
+        set_budget(session, "nobody", "100", t0, actor="system:test")
 
 
 def test_delete_and_replace(loaded) -> None:  # type: ignore[no-untyped-def]
     sessions, t0, _, _ = loaded
     with sessions.begin() as session:
-        set_budget(session, "alpha", "100", t0)
-        set_budget(session, "alpha", "250.5", t0)
-        set_budget(session, "alpha", "40", t0, project="llm")
+        set_budget(session, "alpha", "100", t0, actor="system:test")
+        set_budget(session, "alpha", "250.5", t0, actor="system:test")
+        set_budget(session, "alpha", "40", t0, project="llm", actor="system:test")
     with sessions() as session:
         assert [(s.project, s.budget) for s in budget_status(session, t0)] == [
             ("", Decimal("250.5")),
             ("llm", Decimal(40)),
         ]
     with sessions.begin() as session:
-        assert delete_budget(session, "alpha", t0, project="llm")
-        assert not delete_budget(session, "alpha", t0, project="llm")
-        assert not delete_budget(session, "nobody", t0)
-        assert delete_budget(session, "alpha", t0 + timedelta(minutes=1))  # any instant of the month
+        assert delete_budget(session, "alpha", t0, project="llm", actor="system:test")
+        assert not delete_budget(session, "alpha", t0, project="llm", actor="system:test")
+        assert not delete_budget(session, "nobody", t0, actor="system:test")
+        assert delete_budget(
+            session, "alpha", t0 + timedelta(minutes=1), actor="system:test"
+        )  # any instant of the month
         with pytest.raises(BudgetError, match="printable"):
-            delete_budget(session, "al\x00pha", t0)
+            delete_budget(session, "al\x00pha", t0, actor="system:test")
     with sessions() as session:
         assert budget_status(session, t0) == []
 
@@ -231,6 +233,6 @@ def test_budget_in_another_currency_is_not_compared(loaded) -> None:  # type: ig
     with sessions() as session:
         assert list_events(session) == []
     with sessions.begin() as session:
-        set_budget(session, "alpha", r, at)
+        set_budget(session, "alpha", r, at, actor="system:test")
         (status,) = budget_status(session, at)
     assert status.comparable and status.problem is None and status.used_percent > 100

@@ -80,7 +80,9 @@ def test_an_idle_episode_on_an_unpriced_gpu_is_unpriced_until_a_price_is_importe
     assert table[-1] == f"unpriced: 0.50 GPU-hours of {MODEL!r}, which has no price: {unpriced_fix(MODEL)}"
 
     with sessions.begin() as session:
-        assert import_catalog(session, unpriced.catalog_with_model(), "with-acme.yaml", configured.catalog)
+        assert import_catalog(
+            session, unpriced.catalog_with_model(), "with-acme.yaml", configured.catalog, actor="system:test"
+        )
     run_rollup(sessions, configured, IdlePolicy())
     with sessions() as session:
         (priced,) = list_episodes(session, *period)

@@ -86,7 +86,7 @@ def test_every_expression_returns_data_from_a_real_prometheus(tmp_path: Path, se
     metrics = ServiceMetrics()
     costs = CostMetrics(metrics.registry)
     with sessions.begin() as session:
-        set_budget(session, "vision", Decimal("1000"), utc_now(), "USD", allow_unknown_team=True)
+        set_budget(session, "vision", Decimal("1000"), utc_now(), "USD", allow_unknown_team=True, actor="system:test")
     costs.refresh(sessions)
     try:
         with running(create_app(sessions, "token", metrics, api_token=API_TOKEN)) as service:

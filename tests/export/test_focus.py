@@ -60,7 +60,7 @@ def _build(sessions, pricing: Pricing):  # type: ignore[no-untyped-def]
     """The scenario's readings and jobs, the ledger built with ``pricing``; returns T."""
     t0 = scenario.start_hour()
     with sessions.begin() as session:
-        map_account(session, "acct-a", "alpha")
+        map_account(session, "acct-a", "alpha", actor="system:test")
         Ingestor().store(session, scenario.batch(t0))
         assert import_sacct(session, scenario.sacct_lines(t0), source="scenario").errors == []
         rollup(session, pricing, to_epoch(t0 + 2 * HOUR))
@@ -176,7 +176,7 @@ def test_each_row_keeps_the_pricing_model_it_was_built_with(sessions) -> None:  
     pricing = Pricing(catalog, PricingModel.ON_DEMAND)
     t0 = scenario.start_hour()
     with sessions.begin() as session:
-        set_pricing_rule(session, "node", "", scenario.NODE, PricingModel.SPOT)
+        set_pricing_rule(session, "node", "", scenario.NODE, PricingModel.SPOT, actor="system:test")
     _build(sessions, pricing)
     spot = catalog.rate(scenario.MODEL, PricingModel.SPOT, t0)
     with sessions() as session:

@@ -83,12 +83,19 @@ def test_import_records_catalog_models_and_keeps_unknown_types(sessions) -> None
 def test_set_model_by_node_and_partition(sessions) -> None:  # type: ignore[no-untyped-def]
     with sessions.begin() as session:
         _import_inventory(session)
-        assert set_model(session, "h100", resolve=CATALOG.resolve, choices=CHOICES, node="gpu-u-01")[:2] == (
+        assert set_model(
+            session, "h100", resolve=CATALOG.resolve, choices=CHOICES, node="gpu-u-01", actor="system:test"
+        )[:2] == (
             "H100-SXM-80GB",
             ["gpu-u-01"],
         )
         key, hosts, _ = set_model(
-            session, "AMD Instinct MI300X", resolve=CATALOG.resolve, choices=CHOICES, partition="legacy"
+            session,
+            "AMD Instinct MI300X",
+            resolve=CATALOG.resolve,
+            choices=CHOICES,
+            partition="legacy",
+            actor="system:test",
         )
         assert (key, hosts) == ("MI300X", ["gpu-u-01", "gpu-v-01"])
         # a hand-set model is not undone by a re-import whose type names no catalog model
@@ -98,11 +105,13 @@ def test_set_model_by_node_and_partition(sessions) -> None:  # type: ignore[no-u
     assert models["gpu-u-01"] == models["gpu-v-01"] == "MI300X"
     with sessions.begin() as session:
         with pytest.raises(InventoryError, match=r"'v100' is not a price catalog model; choose one of: A100-SXM4-80GB"):
-            set_model(session, "v100", resolve=CATALOG.resolve, choices=CHOICES, node="gpu-v-01")
+            set_model(session, "v100", resolve=CATALOG.resolve, choices=CHOICES, node="gpu-v-01", actor="system:test")
         with pytest.raises(InventoryError, match="no node 'gpu-q-99'"):
-            set_model(session, "a100", resolve=CATALOG.resolve, choices=CHOICES, node="gpu-q-99")
+            set_model(session, "a100", resolve=CATALOG.resolve, choices=CHOICES, node="gpu-q-99", actor="system:test")
         with pytest.raises(InventoryError, match="no node in partition 'nowhere'"):
-            set_model(session, "a100", resolve=CATALOG.resolve, choices=CHOICES, partition="nowhere")
+            set_model(
+                session, "a100", resolve=CATALOG.resolve, choices=CHOICES, partition="nowhere", actor="system:test"
+            )
 
 
 def _collector_reports(session, node: str, model: str, at: datetime) -> None:  # type: ignore[no-untyped-def]
@@ -116,7 +125,9 @@ def test_a_collectors_reading_wins_over_the_inventory(sessions) -> None:  # type
     with sessions.begin() as session:
         _import_inventory(session)
         _collector_reports(session, "gpu-a-01", "NVIDIA H100 80GB HBM3", at)  # the inventory says A100
-        _, _, changed = set_model(session, "l40s", resolve=CATALOG.resolve, choices=CHOICES, node="gpu-a-01")
+        _, _, changed = set_model(
+            session, "l40s", resolve=CATALOG.resolve, choices=CHOICES, node="gpu-a-01", actor="system:test"
+        )
         assert changed == 0
         import_sacct(session, SACCT.read_text().splitlines(), source="sacct", cluster="orion")
     with sessions() as session:

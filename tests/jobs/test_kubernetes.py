@@ -184,8 +184,8 @@ def test_node_labels_of_gpu_nodes_only_and_the_product_model() -> None:
 
 def test_import_stores_gpu_pods_as_jobs_with_teams_by_label_then_namespace(sessions) -> None:  # type: ignore[no-untyped-def]
     with sessions.begin() as session:
-        set_rule(session, "namespace", "", "ml-train", "ml-platform")
-        set_rule(session, "label", "team", "nlp", "nlp")
+        set_rule(session, "namespace", "", "ml-train", "ml-platform", actor="system:test")
+        set_rule(session, "label", "team", "nlp", "nlp", actor="system:test")
         result = _import(session, _pods())
         assert (result.jobs, result.without_gpus, result.not_started, result.nodes_labelled) == (5, 1, 1, 2)
         assert [e.pod for e in result.errors] == ["research/broken-job"]
@@ -309,7 +309,7 @@ def test_a_label_change_moves_the_pod_to_its_new_team(sessions) -> None:  # type
     later = _pods()
     _item(later, "llama-ft-0")["metadata"]["labels"]["team"] = "nlp"
     with sessions.begin() as session:
-        set_rule(session, "label", "team", "nlp", "nlp")
+        set_rule(session, "label", "team", "nlp", "nlp", actor="system:test")
         _import(session, _pods())
         _import(session, later)
         job = _jobs(session)["ml-train/llama-ft-0"]

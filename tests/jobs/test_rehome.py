@@ -43,11 +43,13 @@ def test_only_moved_jobs_mark_their_hours_and_loaded_jobs_read_the_new_team(
         already = _job(20, "cv", T0 + timedelta(hours=30), T0 + timedelta(hours=31), vision)
         x_team = team_by_name(session, "x-team").id
         labelled = _job(21, "cv", T0 + timedelta(hours=40), T0 + timedelta(hours=41), x_team, labels={"team": "x"})
-        assert set_rule(session, "label", "team", "x", "x-team") == 0  # before the jobs: no job moves
+        assert (
+            set_rule(session, "label", "team", "x", "x-team", actor="system:test") == 0
+        )  # before the jobs: no job moves
         session.add_all([*moving, *staying, already, labelled])
         session.flush()
 
-        assert set_rule(session, "account", "", "cv", "vision") == 3
+        assert set_rule(session, "account", "", "cv", "vision", actor="system:test") == 3
         # Objects loaded before the change read the new team; the others keep theirs.
         assert [job.team_id for job in moving] == [vision] * 3
         assert {job.team_id for job in staying} == {unmapped}
@@ -56,7 +58,9 @@ def test_only_moved_jobs_mark_their_hours_and_loaded_jobs_read_the_new_team(
 
     with sessions.begin() as session:
         session.execute(delete(DirtyHour))
-        assert delete_rule(session, "account", "", "cv") == 4  # the three, and the job already at vision
+        assert (
+            delete_rule(session, "account", "", "cv", actor="system:test") == 4
+        )  # the three, and the job already at vision
         rows = session.execute(select(Job.job_id, Team.name).join(Team, Team.id == Job.team_id)).all()
         assert {job_id for job_id, name in rows if name == UNMAPPED_TEAM} == {
             "1",
@@ -73,5 +77,5 @@ def test_a_rule_that_moves_nothing_marks_nothing(sessions: sessionmaker[Session]
         unmapped = team_by_name(session, UNMAPPED_TEAM).id
         session.add(_job(1, "cv", T0, T0 + timedelta(hours=1), unmapped))
         session.flush()
-        assert set_rule(session, "account", "", "nobody", "vision") == 0
+        assert set_rule(session, "account", "", "nobody", "vision", actor="system:test") == 0
         assert _dirty(session) == []

@@ -137,7 +137,7 @@ def test_two_rollups_at_once_write_each_row_once(loaded) -> None:  # type: ignor
 def test_remapping_an_account_moves_its_cost(loaded) -> None:  # type: ignore[no-untyped-def]
     sessions, t0, r, pricing = loaded
     with sessions.begin() as session:
-        assert map_account(session, "acct-b", "beta") == 1
+        assert map_account(session, "acct-b", "beta", actor="system:test") == 1
         rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
     with sessions() as session:
         rows = {row.key: row for row in cost_report(session, t0, t0 + timedelta(hours=2), "team")}
@@ -170,7 +170,7 @@ def test_idle_episode_is_costed_under_its_nodes_pricing_model(loaded) -> None:  
     assert spot != pricing.catalog.rate(scenario.MODEL, PricingModel.ON_DEMAND, t0)
     with sessions.begin() as session:
         (hostname,) = session.scalars(select(Node.hostname)).all()
-        set_pricing_rule(session, "node", "", hostname, PricingModel.SPOT)
+        set_pricing_rule(session, "node", "", hostname, PricingModel.SPOT, actor="system:test")
         detect_idle(session, t0, t0 + timedelta(hours=2), IdlePolicy(), pricing)
         (episode,) = list_episodes(session, t0, t0 + timedelta(hours=2))
     assert episode.cost == (spot / 2).quantize(QUANTUM)
@@ -273,7 +273,7 @@ def test_pricing_rule_reprices_a_node(loaded) -> None:  # type: ignore[no-untype
     sessions, t0, _, pricing = loaded
     onprem = pricing.catalog.rate(scenario.MODEL, PricingModel.ON_PREM, t0)
     with sessions.begin() as session:
-        set_pricing_rule(session, "node", "", scenario.NODE, PricingModel.ON_PREM)
+        set_pricing_rule(session, "node", "", scenario.NODE, PricingModel.ON_PREM, actor="system:test")
         rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
     with sessions() as session:
         rows = cost_report(session, t0, t0 + timedelta(hours=2), "team")

@@ -108,7 +108,9 @@ def test_importing_a_price_for_the_model_prices_its_hours(sessions: sessionmaker
         unpriced.load(session, t0)
         rollup(session, configured, until)
     with sessions.begin() as session:
-        assert import_catalog(session, unpriced.catalog_with_model(), "with-acme.yaml", configured.catalog)
+        assert import_catalog(
+            session, unpriced.catalog_with_model(), "with-acme.yaml", configured.catalog, actor="system:test"
+        )
     with sessions.begin() as session:
         built = rollup(session, pricing_in_force(session, configured), until)
         assert built.hours >= 2

@@ -28,7 +28,7 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 def test_cost_series_match_the_ledger(loaded) -> None:  # type: ignore[no-untyped-def]
     sessions, t0, rate, _ = loaded
     with sessions.begin() as session:
-        set_budget(session, "alpha", rate * 3, utc_now(), "USD")
+        set_budget(session, "alpha", rate * 3, utc_now(), "USD", actor="system:test")
         report = {row.key: row for row in cost_report(session, t0 - timedelta(days=1), utc_now(), "team")}
     registry = CollectorRegistry()
     metrics = CostMetrics(registry)

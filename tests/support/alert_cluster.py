@@ -109,6 +109,6 @@ class Cluster:
         )  # fmt: skip
         with self.sessions.begin() as session:
             if team is not None:
-                map_account(session, account, team)
+                map_account(session, account, team, actor="system:test")
             result = import_sacct(session, [format_sacct_line(record, tz=UTC)], source="test")
         assert result.errors == [] and result.jobs == 1, result.errors

@@ -97,12 +97,12 @@ def seed_dashboard_database(url: str) -> None:
     t0 = start_hour()
     pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
     with session_factory(make_engine(url)).begin() as session:
-        map_account(session, "acct-a", "alpha")
+        map_account(session, "acct-a", "alpha", actor="system:test")
         Ingestor().store(session, batch(t0))
         import_sacct(session, sacct_lines(t0), source="scenario")
         rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
         detect_idle(session, t0, t0 + timedelta(hours=2), IdlePolicy(), pricing)
-        set_budget(session, "alpha", Decimal("1000"), utc_now(), "USD")
+        set_budget(session, "alpha", Decimal("1000"), utc_now(), "USD", actor="system:test")
 
 
 def one_gpu_node(session: Session) -> Gpu:

@@ -62,7 +62,7 @@ def seed_two_clusters(url: str) -> datetime:
         f"{end:%Y-%m-%dT%H:%M:%S}|01:00:00|COMPLETED|billing=8,cpu=8,gres/gpu=1,mem=64G,node=1|{NODE_B}|eval"
     )
     with session_factory(make_engine(url)).begin() as session:
-        map_account(session, "acct-c", "gamma")
+        map_account(session, "acct-c", "gamma", actor="system:test")
         Ingestor().store(session, second_node_batch(t0))
         import_sacct(session, [job], source="second node")
         rollup(session, Pricing(load_catalog(), PricingModel.ON_DEMAND), to_epoch(t0 + timedelta(hours=2)))
@@ -90,7 +90,9 @@ def seed_alerts(url: str, t0: datetime) -> None:
             ]
         )  # fmt: skip
         create_silence(session, [f'node="{scenario.NODE}"'], now + timedelta(days=1), now,
-                       starts_at=now - timedelta(hours=1), created_by="ops", comment="rack move")  # fmt: skip
+                       starts_at=now - timedelta(hours=1), created_by="ops", comment="rack move",
+                       actor="system:test")  # fmt: skip
         expired = create_silence(session, ['team="gamma"'], now + timedelta(hours=1), now,
-                                 starts_at=now - timedelta(hours=2), comment="eval runs")  # fmt: skip
-        expire_silence(session, expired, now - timedelta(hours=1))
+                                 starts_at=now - timedelta(hours=2), comment="eval runs",
+                                 actor="system:test")  # fmt: skip
+        expire_silence(session, expired, now - timedelta(hours=1), actor="system:test")

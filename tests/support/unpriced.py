@@ -51,7 +51,7 @@ def load(session, t0: datetime, unpriced_gpu: str = "1") -> None:  # type: ignor
     from finops.jobs.slurm_import import import_sacct
     from finops.jobs.teams import map_account
 
-    map_account(session, "acct-a", "alpha")
+    map_account(session, "acct-a", "alpha", actor="system:test")
     Ingestor().store(session, batch(t0, unpriced_gpu))
     result = import_sacct(session, scenario.sacct_lines(t0), source="scenario")
     assert (result.jobs, result.errors) == (2, [])

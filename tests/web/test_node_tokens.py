@@ -50,7 +50,7 @@ def _count(sessions) -> int:  # type: ignore[no-untyped-def]
 
 def _token(sessions, node: str, **kwargs) -> str:  # type: ignore[no-untyped-def]
     with sessions.begin() as session:
-        _row, token = create_token(session, node, kwargs.pop("now", utc_now()), **kwargs)
+        _row, token = create_token(session, node, kwargs.pop("now", utc_now()), **kwargs, actor="system:test")
     return token
 
 
@@ -78,7 +78,7 @@ def test_a_node_token_admits_its_own_node_only(per_node: str, sessions) -> None:
 def test_revoked_expired_unknown_and_missing_tokens_are_refused(per_node: str, sessions) -> None:  # type: ignore[no-untyped-def]
     revoked = _token(sessions, "gpu-a-01")
     with sessions.begin() as session:
-        revoke_token(session, revoked.split("_")[1], utc_now())
+        revoke_token(session, revoked.split("_")[1], utc_now(), actor="system:test")
     expired = _token(sessions, "gpu-a-01", now=utc_now() - timedelta(days=2), expires_in=timedelta(days=1))
     live = _token(sessions, "gpu-a-01")
     wrong_secret = live[:-4] + ("AAAA" if not live.endswith("AAAA") else "BBBB")
@@ -97,7 +97,7 @@ def test_two_live_tokens_of_a_node_both_work_while_rotating(per_node: str, sessi
     assert _post(per_node, _batch("gpu-a-01"), old).status_code == 200
     assert _post(per_node, _batch("gpu-a-01"), new).status_code == 200
     with sessions.begin() as session:
-        revoke_token(session, old.split("_")[1], utc_now())
+        revoke_token(session, old.split("_")[1], utc_now(), actor="system:test")
     assert _post(per_node, _batch("gpu-a-01"), old).status_code == 401
     assert _post(per_node, _batch("gpu-a-01"), new).status_code == 200
 

@@ -39,6 +39,8 @@ from tests.support.servers import running
 
 SHARED = "shared-ingest-s3cret"
 SETTING = "api-setting-s3cret"
+ACTOR = "system:test"
+DAY = timedelta(days=1)
 BURST = 50
 """The readings burst of the service under test: small, so that a burst is cheap to send."""
 
@@ -79,13 +81,11 @@ def run(loaded) -> Iterator[Run]:  # type: ignore[no-untyped-def]
     tokens = {"setting": SETTING, "shared": SHARED}
     with sessions.begin() as session:
         for name, role, team in (("admin", "admin", None), ("viewer", "viewer", None), ("alpha", "team", "alpha")):
-            tokens[name] = create_api_token(session, role, now, team=team, name=name)[1]
-        tokens["expired"] = create_api_token(session, "viewer", now - timedelta(days=2), expires_in=timedelta(days=1))[
-            1
-        ]
-        revoked_row, tokens["revoked"] = create_api_token(session, "admin", now)
-        revoke_api_token(session, revoked_row.id, now)
-        tokens["node-a"] = create_node_token(session, NODE_A, now)[1]
+            tokens[name] = create_api_token(session, role, now, team=team, name=name, actor=ACTOR)[1]
+        tokens["expired"] = create_api_token(session, "viewer", now - 2 * DAY, expires_in=DAY, actor=ACTOR)[1]
+        revoked_row, tokens["revoked"] = create_api_token(session, "admin", now, actor=ACTOR)
+        revoke_api_token(session, revoked_row.id, now, actor=ACTOR)
+        tokens["node-a"] = create_node_token(session, NODE_A, now, actor=ACTOR)[1]
         detect_idle(session, t0, t0 + timedelta(hours=2), IdlePolicy(), pricing)
     month = f"{t0:%Y-%m}"
     limits = IngestLimits(readings_burst=BURST, readings_per_second=0.01)
@@ -140,7 +140,7 @@ def _read(run: Run, path: str, who: str | None) -> httpx.Response:
     assert first is not None
     period = {"start": (first - timedelta(days=1)).isoformat(), "end": (utc_now() + timedelta(days=1)).isoformat()}
     params = period if "costs" in path or "idle" in path else {}
-    return httpx.get(f"{run.url}{path.format(month=run.month)}", params=params, headers=run.headers(who))
+    return httpx.get(f"{run.url}{path.format(month=run.month)}", params=params or None, headers=run.headers(who))
 
 
 def test_a_team_token_sees_only_its_team_through_every_read_route(run: Run) -> None:
@@ -155,7 +155,12 @@ def test_a_team_token_sees_only_its_team_through_every_read_route(run: Run) -> N
     assert [row["team"] for row in by_team] == ["alpha"]
     for path, who in (("/api/v1/alerts/deliveries", "alpha"), ("/api/v1/audit", "alpha"), ("/api/v1/audit", "viewer")):
         assert _read(run, path, who).status_code == 403, (path, who)
-    assert _read(run, "/api/v1/audit", "admin").status_code == 200
+    audit = _read(run, "/api/v1/audit?action=budget.set", "admin")
+    admin_id = run.tokens["admin"].removeprefix("gfa_").split("_")[0]
+    assert [(e["actor"], e["subject"].split()[1]) for e in reversed(audit.json())] == [
+        (f"api-token:{admin_id}", "alpha"),
+        (f"api-token:{admin_id}", "beta"),
+    ], "each budget the admin token set, by that token"
 
 
 @dataclass(frozen=True)
