@@ -11,17 +11,11 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from typer.main import get_command
 
-from finops.cli import app
-from finops.cli.base import command_tree
+from tests.support.command_lines import CommandLineError, parse
 from tests.support.environment import REPO_ROOT
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"
-
-
-class CommandLineError(ValueError):
-    """A command line the CLI refuses."""
 
 
 @pytest.fixture(scope="module")
@@ -37,28 +31,14 @@ def test_valid_against_the_compose_specification(shared_data: Path, compose: dic
         jsonschema.validate(broken, schema, cls=jsonschema.Draft7Validator)
 
 
-def _parse(argv: list[str]) -> list[str]:
-    """Resolve ``gpu-finops <argv>`` to its command and parse its options without running it; the command path."""
-    tree = {tuple(names): command for names, command in command_tree(get_command(app), [])}
-    depth = max(n for n in range(len(argv) + 1) if tuple(argv[:n]) in tree)
-    command: Any = tree[tuple(argv[:depth])]
-    path = ["gpu-finops", *argv[:depth]]
-    assert not hasattr(command, "list_commands"), f"{' '.join(path)} needs a subcommand"
-    try:
-        command.make_context(" ".join(path), list(argv[depth:]))
-    except Exception as exc:  # typer's own click raises its UsageError: report it as ours
-        raise CommandLineError(f"{' '.join(path)}: {exc}") from exc
-    return path
-
-
 def test_every_gpu_finops_command_exists_with_its_options(compose: dict[str, Any]) -> None:
     commands = {name: s["command"] for name, s in compose["services"].items() if "command" in s}
     ours = {name: cmd for name, cmd in commands.items() if cmd[0] == "gpu-finops"}
     assert sorted(ours) == ["api", "collector", "dashboard", "migrate", "scheduler"]
     for name, command in ours.items():
-        assert _parse(command[1:])[-1] == {"api": "serve", "migrate": "upgrade"}.get(name, name)
+        assert parse(command[1:])[-1] == {"api": "serve", "migrate": "upgrade"}.get(name, name)
     with pytest.raises(CommandLineError, match="no-such-option"):
-        _parse(["serve", "--no-such-option"])
+        parse(["serve", "--no-such-option"])
 
 
 def test_the_services_of_the_architecture_with_health_checks(compose: dict[str, Any]) -> None:
