@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from alerts.alertmanager import annotation_name, hold_for, post_alerts, postable_alert, queue_updates
 from alerts.config import parse_config
-from alerts.delivery import Channels, send
+from alerts.delivery import Channels, DeliveryWorker, send
 from alerts.models import AlertDelivery, AlertInstance
 from alerts.service import AlertRunner, AlertService
 from finops.settings import AlertmanagerTarget
@@ -27,6 +27,7 @@ from tests.support.alert_cluster import Cluster, minute_floor
 from tests.support.alert_rows import alert_row
 from tests.support.alert_servers import Webhook
 from tests.support.alertmanager_server import alertmanager, listed, wait_until
+from tests.support.certificates import Certificates
 from tests.support.environment import debian_binary
 from tests.support.servers import free_port
 
@@ -135,6 +136,25 @@ def test_credentials_are_read_from_their_files_at_each_request(tmp_path: Path) -
         "refused",
         "no Alertmanager named 'site' is configured (FINOPS_ALERT_ALERTMANAGERS)",
     )
+
+
+def test_a_ca_file_is_trusted_for_its_alertmanager_only(tmp_path: Path) -> None:
+    certificates = Certificates()
+    ca = certificates.write(tmp_path).ca
+    server = Webhook()
+    server.server.socket = certificates.server.wrap_socket(server.server.socket, server_side=True)
+    base = server.url.replace("http://", "https://").removesuffix("/services/T000/B000/s3cr3t-token")
+    trusted = AlertmanagerTarget(url=base, ca_file=ca)
+    worker = DeliveryWorker(sessionmaker(), Channels(alertmanagers={"site": trusted}))  # its HTTP client only
+    try:
+        assert send(worker.channels, worker.client, "alertmanager", "site", {"alerts": []}).outcome == "delivered"
+        with httpx.Client(timeout=10) as plain:  # the system store does not know the test CA
+            refused = post_alerts(plain, AlertmanagerTarget(url=base), [])
+        assert refused.outcome == "failed" and "network error" in refused.reason
+    finally:
+        worker.close()
+        server.close()
+    assert server.received == [[]]
 
 
 @pytest.mark.parametrize(
