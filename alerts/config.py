@@ -12,6 +12,7 @@ The file (every key optional; unknown keys are errors)::
         min_severity: warning     # info < warning < critical; alerts below it fall through to the next route
         slack: [vision]           # names of webhooks in FINOPS_ALERT_SLACK_WEBHOOKS (never URLs here)
         email: [lead@example.org]
+        alertmanager: [site]      # names in FINOPS_ALERT_ALERTMANAGERS: each alert as it is, ungrouped (below)
         group_by: [team, rule]    # labels that make a notification group (default team, rule)
     default_route:                # alerts no route took
       slack: [ops]
@@ -28,6 +29,10 @@ Durations are seconds (a number) or Prometheus-style text (``90s``, ``5m``, ``1h
 ``repeat_interval`` (overrides the route's; ``never``: one message per alert). Budget and spend-anomaly alerts
 are facts, not conditions: by default they are sent once and end silently. Errors name the file and the field
 (``alerts.yaml: routes[0].email[1]: …``).
+
+A route's Alertmanagers get the route's alerts themselves, not its group messages: every alert the route takes,
+firing or lately resolved, after every evaluation (:mod:`alerts.alertmanager`); grouping, timers, silences and
+inhibition of those alerts are then Alertmanager's.
 """
 
 from __future__ import annotations
@@ -92,7 +97,7 @@ class TimersConfig(_Strict):
 
 class RouteConfig(_Strict):
     """Where a set of alerts goes: matchers (``team`` is ``team="…"``), a minimum severity, the Slack webhooks
-    (by name) and e-mail recipients, the grouping labels and optional timers of its own."""
+    (by name), e-mail recipients and Alertmanagers (by name), the grouping labels and optional timers of its own."""
 
     name: str = ""
     team: str | None = None
@@ -100,6 +105,7 @@ class RouteConfig(_Strict):
     min_severity: Severity = "info"
     slack: Annotated[list[str], BeforeValidator(_listify)] = Field(default_factory=list)
     email: Annotated[list[str], BeforeValidator(_listify)] = Field(default_factory=list)
+    alertmanager: Annotated[list[str], BeforeValidator(_listify)] = Field(default_factory=list)
     group_by: list[str] = Field(default_factory=lambda: list(DEFAULT_GROUP_BY))
     group_wait: Duration | None = None
     group_interval: Duration | None = None

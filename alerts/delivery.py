@@ -1,4 +1,5 @@
-"""The delivery worker: sends due outbox rows (:class:`finops.db.models.AlertDelivery`) to Slack and SMTP.
+"""The delivery worker: sends due outbox rows (:class:`finops.db.models.AlertDelivery`) to Slack, SMTP and
+Alertmanager.
 
 One pass (:meth:`DeliveryWorker.run_once`):
 
@@ -6,7 +7,7 @@ One pass (:meth:`DeliveryWorker.run_once`):
    PostgreSQL, so two workers never take the same row; SQLite runs the statement under its database write
    lock): the attempt count goes up and the row is leased (not due again) for :data:`LEASE`.
 2. Send each claimed message outside any transaction (:func:`alerts.slack.post_to_slack`,
-   :func:`alerts.mail.send_email`).
+   :func:`alerts.mail.send_email`, :func:`alerts.alertmanager.post_alerts`).
 3. Record each outcome in its own short transaction: ``delivered``; ``refused`` (an answer that will not change:
    HTTP 4xx other than 429, an SMTP 5xx, a refused destination; not retried); or a failure worth retrying
    (network error, HTTP 5xx or 429, SMTP 4xx): due again after the server's ``Retry-After`` if it gave one,
@@ -36,11 +37,13 @@ from pydantic import SecretStr
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from alerts.alertmanager import post_alerts, transports
 from alerts.mail import SmtpSettings, send_email
 from alerts.models import AlertDelivery
 from alerts.render import payload_to_message
-from alerts.slack import Attempt, post_to_slack
-from alerts.webhooks import WebhookPolicy
+from alerts.slack import post_to_slack
+from alerts.webhooks import Attempt, WebhookPolicy
+from finops.settings import AlertmanagerTarget
 from finops.timeutil import utc_now
 
 log = logging.getLogger(__name__)
@@ -67,12 +70,13 @@ class Backoff:
 @dataclass(frozen=True)
 class Channels:
     """Where messages can go: Slack webhooks by name (secrets), the webhook policy, the SMTP server (None: no
-    e-mail), the HTTP timeout."""
+    e-mail), the HTTP timeout, Alertmanagers by name."""
 
     slack_webhooks: Mapping[str, SecretStr] = field(default_factory=dict)
     policy: WebhookPolicy = field(default_factory=WebhookPolicy)
     smtp: SmtpSettings | None = None
     http_timeout_seconds: float = 10.0
+    alertmanagers: Mapping[str, AlertmanagerTarget] = field(default_factory=dict)
 
     def secrets(self) -> list[str]:
         """Every secret value that must never appear in a log line or a stored error."""
@@ -129,20 +133,26 @@ class Outcome:
 
 
 def send(channels: Channels, client: httpx.Client, channel: str, target: str, payload: Mapping[str, Any]) -> Attempt:
-    """Send one stored message once; never raises (an unexpected error is a ``failed`` attempt named by its
-    exception class only, since its text could carry a URL)."""
-    message = payload_to_message(payload)
+    """Send one stored message (or Alertmanager update) once; never raises (an unexpected error is a ``failed``
+    attempt named by its exception class only, since its text could carry a URL)."""
     try:
         if channel == "slack":
             url = channels.slack_webhooks.get(target)
             if url is None:
                 return Attempt("refused", f"no Slack webhook named {target!r} is configured")
-            return post_to_slack(client, url.get_secret_value(), message, channels.policy)
+            return post_to_slack(client, url.get_secret_value(), payload_to_message(payload), channels.policy)
         if channel == "email":
             if channels.smtp is None:
                 return Attempt("refused", "no SMTP server is configured (FINOPS_ALERT_SMTP_HOST)")
             recipients = [r.strip() for r in target.split(",") if r.strip()]
-            return send_email(channels.smtp, message, recipients)
+            return send_email(channels.smtp, payload_to_message(payload), recipients)
+        if channel == "alertmanager":
+            alertmanager = channels.alertmanagers.get(target)
+            if alertmanager is None:
+                return Attempt(
+                    "refused", f"no Alertmanager named {target!r} is configured (FINOPS_ALERT_ALERTMANAGERS)"
+                )
+            return post_alerts(client, alertmanager, payload["alerts"])
         return Attempt("refused", f"unknown channel {channel!r}")
     except Exception as exc:  # a bug or an unforeseen library error must not stop the worker
         return Attempt("failed", f"{channel} {target}: unexpected {exc.__class__.__name__}")
@@ -166,7 +176,11 @@ class DeliveryWorker:
         self.backoff = backoff
         self.clock = clock
         self.rng = rng or random.Random()
-        self.client = client or httpx.Client(timeout=channels.http_timeout_seconds, follow_redirects=False)
+        self.client = client or httpx.Client(
+            timeout=channels.http_timeout_seconds,
+            follow_redirects=False,
+            mounts=transports(channels.alertmanagers.values()),
+        )
         self._secrets = channels.secrets()
         _SCRUBBER.secrets.update(self._secrets)
 

@@ -383,7 +383,7 @@ def _dispatch_group(
         by_key = {m.fingerprint: m for m in visible}
         shown_firing = sorted((by_key[f] for f in decision.firing), key=lambda m: (m.starts_at, m.fingerprint))
         shown_resolved = [by_key[f] for f in sorted(decision.resolved) if _send_resolved(config, by_key[f].rule)]
-        if shown_firing or shown_resolved:
+        if (shown_firing or shown_resolved) and (route.slack or route.email):  # an Alertmanager route has no messages
             message = render_group(
                 [Shown(m.rule, m.severity, m.annotations) for m in shown_firing],
                 [Shown(m.rule, m.severity, m.annotations) for m in shown_resolved],
@@ -434,12 +434,26 @@ def enqueue(
     targets = [("slack", name) for name in route.slack]
     if route.email:
         targets.append(("email", ", ".join(route.email)))
+    return queue(session, targets, payload, str(payload["title"]), group_key, now, deadline)
+
+
+def queue(
+    session: Session,
+    targets: Sequence[tuple[str, str]],
+    payload: dict[str, Any],
+    title: str,
+    group_key: str | None,
+    now: datetime,
+    deadline: timedelta,
+) -> list[int]:
+    """One pending outbox row per (channel, target), due now and carrying ``payload`` until ``now + deadline``;
+    returns their ids."""
     rows = [
         AlertDelivery(
             group_key=group_key,
             channel=channel,
             target=target,
-            title=str(payload["title"])[:255],
+            title=title[:255],
             payload=payload,
             status="pending",
             attempts=0,

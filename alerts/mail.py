@@ -22,7 +22,7 @@ from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 
 from alerts.message import Message
-from alerts.slack import Attempt
+from alerts.webhooks import Attempt
 
 TRANSIENT_SMTP_CODES = range(400, 500)
 FONT = "-apple-system, BlinkMacSystemFont, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"

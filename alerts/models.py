@@ -81,10 +81,11 @@ class AlertSilence(Base):
 class AlertDelivery(Base):
     """The outbox: one message to one channel target, sent by the delivery worker.
 
-    ``channel`` ``slack`` (``target``: the name of a configured webhook, never its URL) or ``email``
-    (``target``: the comma-separated recipients). ``payload`` is the rendered message (title, summary, fields,
-    link, severity). ``status``: pending → delivered, refused (final answer, not retried) or failed (deadline
-    passed); ``last_error`` is redacted.
+    ``channel`` ``slack`` (``target``: the name of a configured webhook, never its URL), ``email``
+    (``target``: the comma-separated recipients) or ``alertmanager`` (``target``: the name of a configured
+    Alertmanager). ``payload`` is the rendered message (title, summary, fields, link, severity), or for Alertmanager
+    ``{"alerts": [...]}``, the ``postableAlerts`` sent (:mod:`alerts.alertmanager`). ``status``: pending →
+    delivered, refused (final answer, not retried) or failed (deadline passed); ``last_error`` is redacted.
     """
 
     __tablename__ = "alert_deliveries"

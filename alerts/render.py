@@ -52,6 +52,12 @@ def _status(firing: int, resolved: int) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
+def dashboard_link(dashboard_url: str, annotations: Mapping[str, Any]) -> str | None:
+    """The URL of an alert's dashboard page (its ``page`` annotation) under ``dashboard_url``; None without either."""
+    page = str(annotations.get("page", ""))
+    return f"{dashboard_url.rstrip('/')}/{page}" if page and dashboard_url else None
+
+
 def render_group(
     firing: Sequence[Shown], resolved: Sequence[Shown], group_labels: Mapping[str, str], dashboard_url: str
 ) -> Message:
@@ -62,8 +68,8 @@ def render_group(
         raise ValueError("a notification needs at least one alert")
     status = _status(len(firing), len(resolved))
     severity = max((a.severity for a in firing or resolved), key=_rank)
-    page = str(shown[0].annotations.get("page", ""))
-    link = ("Open in gpu-finops", f"{dashboard_url.rstrip('/')}/{page}") if page and dashboard_url else None
+    url = dashboard_link(dashboard_url, shown[0].annotations)
+    link = None if url is None else ("Open in gpu-finops", url)
     if len(shown) == 1:
         only = shown[0].annotations
         own = [(str(n), str(v)) for n, v in only.get("fields", [])]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from alerts.alertmanager import queue_updates
 from alerts.config import AlertConfig, load_config
 from alerts.delivery import BATCH, Channels, DeliveryWorker, Outcome, smtp_context
 from alerts.engine import Dispatched, Evaluation, RuleInputs, dispatch, evaluate
@@ -34,8 +35,8 @@ MAX_BATCHES = 10
 
 @dataclass(frozen=True)
 class AlertService:
-    """Everything the alert jobs need: rules and routes, rule inputs, channels, dashboard URL, delivery deadline
-    and the delivery poll interval (seconds)."""
+    """Everything the alert jobs need: rules and routes, rule inputs, channels, dashboard URL, delivery deadline,
+    the delivery poll interval (seconds) and how often the rules are evaluated (the rollup interval)."""
 
     config: AlertConfig = field(default_factory=AlertConfig)
     inputs: RuleInputs = field(default_factory=RuleInputs)
@@ -43,6 +44,7 @@ class AlertService:
     dashboard_url: str = "http://127.0.0.1:8501"
     deadline: timedelta = timedelta(hours=1)
     poll_seconds: float = 5.0
+    evaluation_interval: timedelta = timedelta(minutes=5)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AlertService:
@@ -71,10 +73,16 @@ class AlertService:
                 collector_interval_seconds=settings.collector_interval_seconds,
                 idle_threshold_ratio=settings.idle_threshold_ratio,
             ),
-            channels=Channels(slack_webhooks=settings.slack_webhooks, policy=policy, smtp=smtp),
+            channels=Channels(
+                slack_webhooks=settings.slack_webhooks,
+                policy=policy,
+                smtp=smtp,
+                alertmanagers=settings.alert_alertmanagers,
+            ),
             dashboard_url=settings.alert_dashboard_url,
             deadline=timedelta(seconds=settings.alert_delivery_deadline_seconds),
             poll_seconds=settings.alert_delivery_poll_seconds,
+            evaluation_interval=timedelta(seconds=settings.rollup_interval_seconds),
         )
 
 
@@ -95,9 +103,20 @@ class AlertRunner:
         self.worker = worker or DeliveryWorker(sessions, service.channels, clock=clock)
 
     def evaluate(self) -> Evaluation:
-        """Run the rules now and store the alerts (one transaction)."""
+        """Run the rules now, store the alerts and queue the Alertmanager updates (one transaction)."""
+        now = self.clock()
+        service = self.service
         with self.sessions.begin() as session:
-            return evaluate(session, self.service.config, self.service.inputs, self.clock())
+            evaluation = evaluate(session, service.config, service.inputs, now)
+            queue_updates(
+                session,
+                service.config,
+                now,
+                evaluation_interval=service.evaluation_interval,
+                dashboard_url=service.dashboard_url,
+                deadline=service.deadline,
+            )
+        return evaluation
 
     def dispatch(self) -> Dispatched:
         """Decide the groups due now; queue their messages."""

@@ -13,14 +13,12 @@ Responses: 200 ``ok``; 4xx such as 400 ``invalid_payload``, 403 ``action_prohibi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from alerts.message import Message
-from alerts.webhooks import WebhookPolicy, WebhookRefused, redact
-from collector.contract.retry_after import parse_retry_after
+from alerts.webhooks import Attempt, WebhookPolicy, WebhookRefused, post_json
 
 HEADER_LIMIT = 150
 SECTION_LIMIT = 3000
@@ -28,18 +26,6 @@ FIELD_LIMIT = 2000
 FIELDS_PER_SECTION = 10
 BUTTON_TEXT_LIMIT = 75
 FALLBACK_LIMIT = 3000
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """The outcome of one delivery try: ``delivered``, ``failed`` (worth retrying) or ``refused`` (final).
-
-    ``retry_after`` is the seconds the server asked to wait; ``reason`` is safe to log (no secret in it).
-    """
-
-    outcome: str
-    reason: str = ""
-    retry_after: float | None = None
 
 
 def _clip(text: str, limit: int) -> str:
@@ -79,14 +65,4 @@ def post_to_slack(client: httpx.Client, url: str, message: Message, policy: Webh
         policy.check(url)
     except WebhookRefused as exc:
         return Attempt("refused", str(exc))
-    try:
-        response = client.post(url, json=slack_payload(message))
-    except httpx.TransportError as exc:
-        return Attempt("failed", f"{redact(url)}: network error {exc.__class__.__name__}")
-    status = response.status_code
-    if status == 200:
-        return Attempt("delivered")
-    reason = f"{redact(url)}: HTTP {status} {response.text[:200]}"
-    if status == 429 or status >= 500:
-        return Attempt("failed", reason, parse_retry_after(response.headers.get("Retry-After")))
-    return Attempt("refused", reason)
+    return post_json(client, url, slack_payload(message))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_settings import NoDecode
 
@@ -238,6 +239,8 @@ def _type_text(annotation: Any) -> str:
         return f"JSON object of {_type_text(args[0])} → {_type_text(args[1])}"
     if origin is list:
         return f"JSON list of {_type_text(args[0])}"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "object of " + ", ".join(f"`{name}`" for name in annotation.model_fields)
     names = {str: "text", int: "integer", float: "number", bool: "boolean", Path: "path"}
     if annotation in names:
         return names[annotation]

@@ -14,14 +14,15 @@ what the service, the CLI and the dashboard read. Code that needs one group may 
 - :class:`SacctSettings` — the scheduled Slurm job import with sacct.
 - :class:`CollectorSettings` — what the service assumes of its collectors.
 - :class:`DemoSettings` — where the demo and the tests find real third-party traces.
-- :class:`AlertSettings` — alert rules file, Slack webhooks, SMTP, delivery.
+- :class:`AlertSettings` — alert rules file, Slack webhooks, SMTP, Alertmanagers, delivery.
 - :class:`DashboardSettings` — the dashboard's log-in with an OpenID Connect provider, and groups → roles.
 
 Every field is ``FINOPS_<NAME>`` in the environment, whichever group holds it. Secrets can also come from a
 file: ``FINOPS_INGEST_TOKEN_FILE=/run/secrets/token`` reads the token from that file. Setting both the value and
 the ``_FILE`` variant is an error. Secrets are never logged: they are :class:`pydantic.SecretStr`, shown as
 ``**********``. The Slack webhooks are a JSON object of name → URL
-(``{"vision": "https://hooks.slack.com/services/…"}``), in the variable or in its file.
+(``{"vision": "https://hooks.slack.com/services/…"}``), in the variable or in its file. The Alertmanagers alerts are
+posted to are a JSON object of name → :class:`AlertmanagerTarget` whose credentials are files.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ import json
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from finops.ingest.limits import (
@@ -268,8 +270,44 @@ class DemoSettings(SettingsGroup):
     )
 
 
+class AlertmanagerTarget(BaseModel):
+    """One Alertmanager that alerts are posted to (its API v2): the base URL (``https://am.example:9093``, with the
+    route prefix if it has one), optional credentials read from files at each request (a bearer token, or a user
+    name and a password file: HTTP basic auth; https only) and a PEM CA bundle its certificate is checked against.
+    ValueError for a URL that is not http(s), or that carries credentials, a query or a fragment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str
+    bearer_token_file: Path | None = None
+    username: str | None = None
+    password_file: Path | None = None
+    ca_file: Path | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _plain_base_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("an Alertmanager URL is http:// or https:// and a host")
+        if parts.username or parts.password or parts.query or parts.fragment:
+            raise ValueError("an Alertmanager URL has no credentials, query or fragment (credentials are files)")
+        return value
+
+    @model_validator(mode="after")
+    def _one_credential_over_tls(self) -> typing.Self:
+        if self.bearer_token_file is not None and (self.username is not None or self.password_file is not None):
+            raise ValueError("set bearer_token_file or username and password_file, not both")
+        if (self.username is None) != (self.password_file is None):
+            raise ValueError("basic auth needs both username and password_file")
+        credentials = self.bearer_token_file is not None or self.password_file is not None
+        if credentials and urlsplit(self.url).scheme != "https":
+            raise ValueError("credentials are sent to an https Alertmanager URL only")
+        return self
+
+
 class AlertSettings(SettingsGroup):
-    """Alert rules, Slack and e-mail channels, and the delivery worker."""
+    """Alert rules, Slack, e-mail and Alertmanager channels, and the delivery worker."""
 
     alert_rules: Path | None = Field(
         None, description="YAML file of alert rules and routes (format: `docs/alerts.md`); default: the rules in code."
@@ -283,6 +321,11 @@ class AlertSettings(SettingsGroup):
     )
     alert_webhook_allow_private: bool = Field(
         False, description="Allow webhooks on loopback, link-local or private addresses (and plain http there)."
+    )
+    alert_alertmanagers: dict[str, AlertmanagerTarget] = Field(
+        default_factory=dict,
+        description='Alertmanagers by name, JSON: `{"site": {"url": "https://am.example:9093"}}`; each may add '
+        "`bearer_token_file`, or `username` and `password_file`, and `ca_file` (`docs/alerts.md`).",
     )
     alert_smtp_host: str = Field("", description="SMTP server for alert e-mail; empty: e-mail deliveries are refused.")
     alert_smtp_port: int = Field(587, gt=0, lt=65536, description="SMTP port (587 STARTTLS, 465 implicit TLS).")
