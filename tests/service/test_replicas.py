@@ -189,6 +189,10 @@ def test_two_services_two_schedulers_and_the_rollup_holder_killed_mid_rollup(dat
         _wait_for(lambda: _rollup_waiting_for_team_hours(engine), "a rollup mid-way")
         (killed,) = [n for n, p in enumerate(schedulers) if p.pid == _rollup_holder_pid(engine)]
         assert _ledger(engine, cutoff) == [], "nothing committed yet"
+        other = logs[1 - killed]
+        skipped = "rollup: skipped, another scheduler holds its lease"
+        _wait_for(lambda: skipped in other.read_text(), "the other scheduler skipping the rollup")
+        assert _rollups_logged(other) == 0, "one rollup at a time, on the lease holder"
         schedulers[killed].send_signal(signal.SIGKILL)
         schedulers[killed].wait(timeout=30)
         blocker.rollback()  # the killed rollup's backend finishes its statement, finds its client gone, rolls back
