@@ -16,7 +16,11 @@ One pass (:meth:`DeliveryWorker.run_once`):
    row's deadline: then ``failed``.
 
 A worker that dies between sending and recording leaves the row leased; it is sent again when the lease ends
-(at least once: the only window in which a message can be doubled). Nothing here logs a webhook URL or the
+(at least once: the only window in which a message can be doubled, one HTTP round trip wide). Every attempt at a
+row carries the same idempotency key (:func:`idempotency_key`, Slack's ``Idempotency-Key`` header), so a
+receiver that keeps the keys it has seen gets each message once. With several schedulers the delivery job runs
+on the holder of its lease only (:mod:`finops.service.leases`), and the claim above would keep two workers
+apart anyway. Nothing here logs a webhook URL or the
 SMTP password: errors are redacted (:func:`alerts.webhooks.redact`) and then scrubbed of every configured
 secret, and httpx's request log lines are scrubbed the same way.
 """
@@ -132,15 +136,29 @@ class Outcome:
     next_attempt_at: datetime | None = None
 
 
-def send(channels: Channels, client: httpx.Client, channel: str, target: str, payload: Mapping[str, Any]) -> Attempt:
-    """Send one stored message (or Alertmanager update) once; never raises (an unexpected error is a ``failed``
-    attempt named by its exception class only, since its text could carry a URL)."""
+def idempotency_key(row_id: int, created_at: datetime) -> str:
+    """The key every attempt at outbox row ``row_id`` (queued at ``created_at``) is sent with:
+    ``gpu-finops-alert-<id>-<created_at epoch seconds>`` (the instant tells apart rows of a database made anew)."""
+    return f"gpu-finops-alert-{row_id}-{int(created_at.timestamp())}"
+
+
+def send(
+    channels: Channels,
+    client: httpx.Client,
+    channel: str,
+    target: str,
+    payload: Mapping[str, Any],
+    key: str | None = None,
+) -> Attempt:
+    """Send one stored message (or Alertmanager update) once, a Slack message with ``key`` as its idempotency key;
+    never raises (an unexpected error is a ``failed`` attempt named by its exception class only, since its text
+    could carry a URL)."""
     try:
         if channel == "slack":
             url = channels.slack_webhooks.get(target)
             if url is None:
                 return Attempt("refused", f"no Slack webhook named {target!r} is configured")
-            return post_to_slack(client, url.get_secret_value(), payload_to_message(payload), channels.policy)
+            return post_to_slack(client, url.get_secret_value(), payload_to_message(payload), channels.policy, key)
         if channel == "email":
             if channels.smtp is None:
                 return Attempt("refused", "no SMTP server is configured (FINOPS_ALERT_SMTP_HOST)")
@@ -212,6 +230,7 @@ class DeliveryWorker:
                 AlertDelivery.payload,
                 AlertDelivery.attempts,
                 AlertDelivery.deadline,
+                AlertDelivery.created_at,
             )
             .execution_options(synchronize_session=False)
         )
@@ -225,7 +244,8 @@ class DeliveryWorker:
         """Claim, send and record one batch of due rows; returns their outcomes."""
         outcomes = []
         for row in self.claim(ids, limit):
-            attempt = send(self.channels, self.client, row["channel"], row["target"], row["payload"])
+            key = idempotency_key(row["id"], row["created_at"])
+            attempt = send(self.channels, self.client, row["channel"], row["target"], row["payload"], key)
             outcomes.append(self._record(row, attempt))
         return outcomes
 

@@ -7,6 +7,10 @@ button's text at most 75 and its URL at most 3,000; a message has at most 50 blo
 notification fallback, shown where blocks are not; mrkdwn text escapes ``&``, ``<`` and ``>``
 ("Formatting text for app surfaces").
 
+Each POST carries an ``Idempotency-Key`` header (IETF draft-ietf-httpapi-idempotency-key-header), the same for
+every attempt at one outbox row: Slack ignores it; a receiver of its own (a relay, a chat bridge) can drop a
+message it has had, which makes the one resend the outbox allows (:mod:`alerts.delivery`) harmless there.
+
 Responses: 200 ``ok``; 4xx such as 400 ``invalid_payload``, 403 ``action_prohibited``, 404
 ``channel_not_found``, 410 ``channel_is_archived`` are final; 429 carries ``Retry-After``; 5xx may pass.
 """
@@ -56,8 +60,11 @@ def slack_payload(message: Message) -> dict[str, Any]:
     return {"text": _clip(message.plain_text(), FALLBACK_LIMIT), "blocks": blocks}
 
 
-def post_to_slack(client: httpx.Client, url: str, message: Message, policy: WebhookPolicy) -> Attempt:
-    """POST ``message`` to the webhook ``url`` once. A URL the policy refuses is a ``refused`` attempt.
+def post_to_slack(
+    client: httpx.Client, url: str, message: Message, policy: WebhookPolicy, key: str | None = None
+) -> Attempt:
+    """POST ``message`` to the webhook ``url`` once, with ``key`` (if given) as its ``Idempotency-Key`` header.
+    A URL the policy refuses is a ``refused`` attempt.
 
     The URL never appears in the returned reason (only :func:`alerts.webhooks.redact` of it).
     """
@@ -65,4 +72,5 @@ def post_to_slack(client: httpx.Client, url: str, message: Message, policy: Webh
         policy.check(url)
     except WebhookRefused as exc:
         return Attempt("refused", str(exc))
-    return post_json(client, url, slack_payload(message))
+    headers = {"Idempotency-Key": key} if key is not None else None
+    return post_json(client, url, slack_payload(message), headers)

@@ -9,7 +9,7 @@ what the service, the CLI and the dashboard read. Code that needs one group may 
 - :class:`IngestSettings` — per-node ingest limits (readings per second, burst, GPUs per batch), body deadline.
 - :class:`PricingSettings` — default pricing model and the price catalog file.
 - :class:`IdleSettings` — when an allocated GPU counts as idle, and for how long before it is an idle episode.
-- :class:`SchedulerSettings` — how often the scheduler rolls up the ledger.
+- :class:`SchedulerSettings` — how often the scheduler rolls up the ledger, and how long its job leases last.
 - :class:`PrometheusPullSettings` — pulling dcgm-exporter telemetry from a Prometheus.
 - :class:`SacctSettings` — the scheduled Slurm job import with sacct.
 - :class:`CollectorSettings` — what the service assumes of its collectors.
@@ -214,6 +214,13 @@ class SchedulerSettings(SettingsGroup):
         300,
         gt=0,
         description="How often the scheduler rebuilds dirty ledger hours (and then evaluates the alert rules).",
+    )
+    job_lease_seconds: int = Field(
+        30,
+        ge=3,
+        description="PostgreSQL: how long a scheduler's lease on a job lasts unless renewed (every third of it). "
+        "Several `serve` or `scheduler` processes run each job once, on the lease holder; when the holder dies, "
+        "another takes the job over within this plus a third of it. SQLite: not used (run one scheduler).",
     )
 
 

@@ -26,6 +26,7 @@ from finops.jobs.slurm_import import ScheduledSacct
 from finops.pricing.catalog import Pricing
 from finops.service.cost_metrics import CostMetrics
 from finops.service.dashboard_server import check_listen_address, require_dashboard_extra, serve_dashboard
+from finops.service.leases import job_leases
 from finops.service.scheduler import start_scheduler
 from finops.service.tls import check_server_tls, is_loopback
 from finops.settings import Settings
@@ -80,7 +81,8 @@ def scheduled_sacct(settings: Settings) -> ScheduledSacct | None:
 def _start_jobs(
     settings: Settings, sessions: sessionmaker[Session], pricing: Pricing, registry: CollectorRegistry
 ) -> BackgroundScheduler:
-    """Start the scheduled jobs of the settings; the caller shuts the scheduler down.
+    """Start the scheduled jobs of the settings, under job leases on PostgreSQL (several processes may run them:
+    each job runs on its lease's holder); the caller shuts the scheduler down, which releases the leases.
     AlertConfigError (a FinopsError) for an alert rules file that cannot be read or is invalid."""
     return start_scheduler(
         sessions,
@@ -92,6 +94,7 @@ def _start_jobs(
         sacct=scheduled_sacct(settings),
         sample_retention_days=settings.sample_retention_days,
         alerts=AlertRunner(AlertService.from_settings(settings), sessions),
+        leases=job_leases(sessions, settings.job_lease_seconds, registry),
     )
 
 

@@ -425,3 +425,19 @@ class AuditEntry(Base):
     subject: Mapped[str] = mapped_column(String(512))
     before: Mapped[dict[str, object] | None] = mapped_column(JSON)
     after: Mapped[dict[str, object] | None] = mapped_column(JSON)
+
+
+class JobLease(Base):
+    """Which process may run one scheduled job (``rollup``, ``alert_delivery``, …) until when
+    (:mod:`finops.service.leases`, migration 0016; used on PostgreSQL).
+
+    ``holder`` names a scheduler process (``host:pid:random``); ``acquired_at`` is when it took the lease from
+    nobody or from another holder, ``expires_at`` when the lease ends unless the holder renews it, both in the
+    database's clock (epoch seconds). Another process may take the lease once ``expires_at`` has passed.
+    """
+
+    __tablename__ = "job_leases"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255))
+    acquired_at: Mapped[datetime] = mapped_column(EpochSeconds)
+    expires_at: Mapped[datetime] = mapped_column(EpochSeconds)

@@ -5,6 +5,9 @@ evaluation right after each rollup, and dispatch plus delivery of alert messages
 
 Runs in the ``serve`` process by default (``--no-scheduler`` leaves it to another process). Each job
 opens its own session and transaction; a failing run is logged by APScheduler and retried next interval.
+With :class:`finops.service.leases.JobLeases` (PostgreSQL), any number of processes run the scheduler and each job
+runs on the holder of its lease only, its commits fenced by the lease; the cost-metrics refresh, which fills this
+process's own ``/metrics``, runs everywhere.
 
 Logging: a run with nothing to do logs at DEBUG; a rollup that took in something new logs one INFO line
 (:class:`RollupProgress` says what is new). APScheduler's own line per run is left to its loggers, which
@@ -18,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import BigInteger, func, select, type_coerce
 from sqlalchemy.orm import Session, sessionmaker
@@ -32,6 +36,7 @@ from finops.ledger.rollup import RollupResult, rollup
 from finops.pricing.catalog import Pricing
 from finops.pricing.store import pricing_in_force
 from finops.service.cost_metrics import CostMetrics
+from finops.service.leases import JobLeases, LeaseLost
 from finops.timeutil import from_epoch, to_epoch, utc_now
 
 if TYPE_CHECKING:
@@ -118,10 +123,13 @@ def run_rollup_and_alerts(
     progress: RollupProgress | None = None,
 ) -> tuple[RollupResult, int]:
     """:func:`run_rollup`, then the alert rules on what it built (in a transaction of their own: a failing
-    evaluation is logged and leaves the rollup done). Returns what :func:`run_rollup` returns."""
+    evaluation is logged and leaves the rollup done; :class:`~finops.service.leases.LeaseLost` is raised on).
+    Returns what :func:`run_rollup` returns."""
     done = run_rollup(sessions, pricing, policy, progress)
     try:
         alerts.evaluate()
+    except LeaseLost:
+        raise
     except Exception:
         log.exception("alert evaluation failed; it runs again after the next rollup")
     return done
@@ -152,18 +160,27 @@ def start_scheduler(
     sacct: ScheduledSacct | None = None,
     sample_retention_days: int | None = None,
     alerts: AlertRunner | None = None,
+    leases: JobLeases | None = None,
 ) -> BackgroundScheduler:
     """Start the background scheduler with the rollup and cost-metrics jobs (and the Prometheus pull, if given, at the
     same interval; and the sacct import, if given, at its own); the caller shuts it down.
 
     With ``sample_retention_days``, also :func:`run_sample_maintenance` at start and then every 24 hours. With
     ``alerts``, the rollup job evaluates the alert rules after each rollup (:func:`run_rollup_and_alerts`) and a
-    delivery job dispatches and sends alert messages every ``alerts.service.poll_seconds``."""
+    delivery job dispatches and sends alert messages every ``alerts.service.poll_seconds``.
+
+    With ``leases``, every job but the cost-metrics refresh runs under its lease (named by its job id:
+    ``rollup``, ``alert_delivery``, ``sample_maintenance``, ``sacct_import``, ``prometheus_pull``): the leases are
+    taken before the scheduler starts and released when it shuts down."""
     scheduler = BackgroundScheduler(timezone="UTC")
 
-    def every(job_id: str, function: Callable[..., object], args: list[object], **interval: float) -> None:
-        """Run ``function(*args)`` now and then at ``interval``; a run still going when the next is due is not
-        doubled, and missed runs coalesce into one."""
+    def every(
+        job_id: str, function: Callable[..., object], args: list[object], leased: bool = True, **interval: float
+    ) -> None:
+        """Run ``function(*args)`` now and then at ``interval`` (under the lease ``job_id`` when there are leases
+        and ``leased``); a run still going when the next is due is not doubled, and missed runs coalesce."""
+        if leases is not None and leased:
+            function = leases.leased(job_id, function)
         scheduler.add_job(
             function,
             "interval",
@@ -189,6 +206,9 @@ def start_scheduler(
     else:
         arguments = [sessions, pricing, policy, alerts, progress]
         every("rollup", run_rollup_and_alerts, arguments, seconds=rollup_interval_seconds)
-    every("cost_metrics", metrics.refresh, [sessions], seconds=rollup_interval_seconds)
+    every("cost_metrics", metrics.refresh, [sessions], leased=False, seconds=rollup_interval_seconds)
+    if leases is not None:
+        leases.start()
+        scheduler.add_listener(lambda _event: leases.release(), EVENT_SCHEDULER_SHUTDOWN)
     scheduler.start()
     return scheduler

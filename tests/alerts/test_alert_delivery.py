@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from alerts.config import RouteConfig
-from alerts.delivery import Backoff, Channels, DeliveryWorker
+from alerts.delivery import LEASE, Backoff, Channels, DeliveryWorker, idempotency_key, send
 from alerts.engine import enqueue
 from alerts.mail import SmtpSettings
 from alerts.message import Message
@@ -107,6 +107,7 @@ def test_three_server_errors_then_success_deliver_exactly_one_message(sessions, 
         webhook.close()
     assert statuses == ["retry", "retry", "retry", "delivered"]
     assert webhook.answered == [500, 500, 500, 200]
+    assert len(set(webhook.keys)) == 1 and webhook.keys[0] is not None, "one idempotency key for every attempt"
     assert webhook.delivered == [slack_payload(MESSAGE)], "exactly one message reached the channel"
     row = _row(sessions, delivery)
     assert (row.status, row.attempts, row.last_error) == ("delivered", 4, None)
@@ -231,6 +232,30 @@ def test_two_workers_send_each_message_once(sessions) -> None:  # type: ignore[n
     )
     with sessions() as session:
         assert set(session.scalars(select(AlertDelivery.status))) == {"delivered"}
+
+
+def test_a_send_whose_outcome_was_lost_is_sent_again_with_the_same_idempotency_key(sessions) -> None:  # type: ignore[no-untyped-def]
+    webhook = Webhook()
+    clock = Clock(utc_now())
+    channels = Channels({"vision": SecretStr(webhook.url)}, LOCAL)
+    first, second = _queue(sessions, clock.now, RouteConfig(slack=["vision"]), count=2)
+    dying, successor = _worker(sessions, clock, channels), _worker(sessions, clock, channels)
+    try:
+        # The first worker claims both rows and sends one, then dies before recording it.
+        claimed = dying.claim()
+        row = next(r for r in claimed if r["id"] == first)
+        key = idempotency_key(row["id"], row["created_at"])
+        assert send(channels, dying.client, row["channel"], row["target"], row["payload"], key).outcome == "delivered"
+        assert successor.run_once() == [], "claimed rows are not due again while their claim lasts"
+        clock.now += LEASE
+        assert sorted(o.id for o in successor.run_once()) == [first, second]
+    finally:
+        dying.close()
+        successor.close()
+        webhook.close()
+    assert len(webhook.delivered) == 3, "at least once: the row whose outcome was lost is sent again"
+    assert webhook.keys.count(key) == 2 and len(set(webhook.keys)) == 2, "with the key it was first sent with"
+    assert len({k for k, status in zip(webhook.keys, webhook.answered, strict=True) if status == 200}) == 2
 
 
 @pytest.fixture(scope="module")

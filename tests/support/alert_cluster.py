@@ -48,6 +48,46 @@ def minute_floor(at: datetime) -> datetime:
     return at.replace(second=0, microsecond=0)
 
 
+def gpu_samples(
+    node: str,
+    gpus: Sequence[int],
+    start: datetime,
+    end: datetime,
+    *,
+    step: timedelta = timedelta(minutes=1),
+    values: Values = busy,
+    job: str | None = None,
+    model: str = MODEL,
+) -> list[Sample]:
+    """One reading per GPU of ``node`` every ``step`` over [start, end), the GPUs of ``model``, naming ``job``;
+    ``values`` gives each reading's figures, the energy counter starts at 0 J and climbs 600 W × ``step``."""
+    samples = []
+    at = start
+    energy = 0.0
+    while at < end:
+        for index in gpus:
+            reading = {**values(index, at), m.GPU_ENERGY: energy, m.GPU_MEMORY_TOTAL: 80.0 * 2**30}
+            labels = {"gpu": str(index), "uuid": gpu_uuid(node, index), "model": model}
+            samples.append(Sample("gpu", labels, reading, at, job))
+        energy += 600.0 * step.total_seconds()
+        at += step
+    return samples
+
+
+def sacct_line(
+    job_id: str, account: str, user: str, node: str, gpus: int, start: datetime, end: datetime | None
+) -> str:
+    """A ``sacct`` output line of Slurm job ``job_id`` on cluster orion, running from ``start`` (to ``end``, else
+    still running)."""
+    record = SacctJob(
+        job_id=job_id, job_id_raw=job_id, cluster="orion", partition="gpu", account=account, user=user,
+        submit=start, start=start, end=end, elapsed=((end or datetime.now(UTC)) - start),
+        state="RUNNING" if end is None else "COMPLETED", cancelled_by=None, gpus=gpus, gpu_type=None,
+        nodes=(node,), name=f"job-{job_id}",
+    )  # fmt: skip
+    return format_sacct_line(record, tz=UTC)
+
+
 class Cluster:
     """Writes readings and jobs into the database behind ``sessions``."""
 
@@ -68,16 +108,7 @@ class Cluster:
         model: str = MODEL,
     ) -> int:
         """Store one reading per GPU every ``step`` over [start, end), the GPUs of ``model``; returns how many."""
-        samples = []
-        at = start
-        energy = 0.0
-        while at < end:
-            for index in gpus:
-                reading = {**values(index, at), m.GPU_ENERGY: energy, m.GPU_MEMORY_TOTAL: 80.0 * 2**30}
-                labels = {"gpu": str(index), "uuid": gpu_uuid(node, index), "model": model}
-                samples.append(Sample("gpu", labels, reading, at, job))
-            energy += 600.0 * step.total_seconds()
-            at += step
+        samples = gpu_samples(node, gpus, start, end, step=step, values=values, job=job, model=model)
         if not samples:
             return 0
         inventory = {s.labels["uuid"]: gpu_info_dict(s) for s in samples}
@@ -101,14 +132,9 @@ class Cluster:
         team: str | None = None,
     ) -> None:
         """Import one Slurm job through the sacct importer (``team``: map ``account`` to it first)."""
-        record = SacctJob(
-            job_id=job_id, job_id_raw=job_id, cluster="orion", partition="gpu", account=account, user=user,
-            submit=start, start=start, end=end, elapsed=((end or datetime.now(UTC)) - start),
-            state="RUNNING" if end is None else "COMPLETED", cancelled_by=None, gpus=gpus, gpu_type=None,
-            nodes=(node,), name=f"job-{job_id}",
-        )  # fmt: skip
+        line = sacct_line(job_id, account, user, node, gpus, start, end)
         with self.sessions.begin() as session:
             if team is not None:
                 map_account(session, account, team, actor="system:test")
-            result = import_sacct(session, [format_sacct_line(record, tz=UTC)], source="test")
+            result = import_sacct(session, [line], source="test")
         assert result.errors == [] and result.jobs == 1, result.errors

@@ -24,13 +24,15 @@ SECRET_PATH = "/services/T000/B000/s3cr3t-token"
 class Webhook:
     """A Slack-like webhook on 127.0.0.1 answering with queued (status, headers) pairs, then 200 ``ok``.
 
-    ``received`` holds every JSON body in arrival order, ``received_at`` the ``time.time()`` of each; ``url``
-    carries a secret-looking path, as a real Slack webhook URL does."""
+    ``received`` holds every JSON body in arrival order, ``received_at`` the ``time.time()`` of each, ``keys`` its
+    ``Idempotency-Key`` header (None without one); ``url`` carries a secret-looking path, as a real Slack webhook
+    URL does."""
 
     def __init__(self, *replies: tuple[int, dict[str, str]]) -> None:
         self.replies = list(replies)
         self.received: list[dict[str, Any]] = []
         self.received_at: list[float] = []
+        self.keys: list[str | None] = []
         self.answered: list[int] = []
         self._lock = threading.Lock()
         webhook = self
@@ -41,6 +43,7 @@ class Webhook:
                 with webhook._lock:
                     webhook.received.append(json.loads(body))
                     webhook.received_at.append(time.time())
+                    webhook.keys.append(self.headers.get("Idempotency-Key"))
                     status, headers = webhook.replies.pop(0) if webhook.replies else (200, {})
                     webhook.answered.append(status)
                 self.send_response(status)

@@ -1,5 +1,5 @@
 """Running the service on a real socket inside a test: uvicorn in a background thread on 127.0.0.1, or
-``gpu-finops serve`` as a child process."""
+``gpu-finops serve`` and ``gpu-finops scheduler`` as child processes."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import uvicorn
@@ -54,6 +55,37 @@ def service_metrics(base: str, timeout: float = 5.0) -> str:
     return response.text
 
 
+def _wait_healthy(url: str, process: subprocess.Popen[bytes], tls: ssl.SSLContext | None = None) -> None:
+    """Return once ``url``/healthz answers 200; raise when ``process`` ends or 30 s pass first."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", verify=tls or True).status_code == 200:
+                return
+        except httpx.TransportError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise
+            time.sleep(0.1)
+
+
+@contextmanager
+def scheduler_process(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``gpu-finops --verbose scheduler`` as a child process with ``env``, its /metrics on a free port of 127.0.0.1
+    and its output (DEBUG and up) in the file ``log``, until the block ends (unless it ended before); yields the
+    process once its ``/healthz`` answers 200 (within 30 s), by when its jobs are scheduled."""
+    port = free_port()
+    command = [sys.executable, "-m", "finops.cli", "--verbose", "scheduler", "--metrics-port", str(port)]
+    with log.open("wb") as output:
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}", process)
+        yield process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=30)
+
+
 @contextmanager
 def serve_process(env: dict[str, str], *options: str, tls: ssl.SSLContext | None = None) -> Iterator[str]:
     """``gpu-finops serve --no-scheduler`` as a child process with ``env`` and ``options`` on a free port of 127.0.0.1,
@@ -64,15 +96,7 @@ def serve_process(env: dict[str, str], *options: str, tls: ssl.SSLContext | None
     process = subprocess.Popen(command, env=env)
     url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", verify=tls or True).status_code == 200:
-                    break
-            except httpx.TransportError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise
-                time.sleep(0.1)
+        _wait_healthy(url, process, tls)
         yield url
     finally:
         process.terminate()
