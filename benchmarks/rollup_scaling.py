@@ -88,7 +88,7 @@ def setup(engine: Engine, days: int) -> None:
         c.execute(
             text(
                 'INSERT INTO jobs (scheduler, cluster, job_id, job_id_raw, "user", account, partition, name, state, '
-                'submit, start, "end", gpus, node_list, team_id) VALUES (\'slurm\', \'bench\', \'1\', \'1\', '
+                "submit, start, \"end\", gpus, node_list, team_id) VALUES ('slurm', 'bench', '1', '1', "
                 "'alice', 'ml', 'batch', 'train', 'RUNNING', :start, :start, NULL, 1, 'bench-001', "
                 "(SELECT id FROM teams WHERE name = 'ml'))"
             ),
