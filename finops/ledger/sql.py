@@ -132,11 +132,11 @@ HAVING :everything = 1 OR gh.lo <> gh.hour OR gh.hi <> gh.hour + 3600 OR COUNT(h
 # over both. The GPUs drive those lookups (CROSS JOIN, whose order SQLite keeps): each GPU's first and previous
 # reading with a value are searched once (at most the chunk's readings of the GPU, when none has one) and then read by
 # key. Joined the other way, SQLite scanned every stored reading and searched the chunk again for each of the chunk's:
-# work quadratic in the readings of a GPU without a counter, and growing with every day stored. Each reading is assigned to the holding that contains it in a GPU-hour
-# that is not shared (its holdings are disjoint), else to none (allocation_id NULL: the unallocated rest, or a shared
-# GPU-hour as a whole), and summed per GPU-hour key and holding. The metering does not depend on which GPU-hours are
-# costed in SQL. On SQLite, ``gpu_id IN (…)`` makes it range-scan the (gpu_id, ts) key per GPU; PostgreSQL reads the
-# day partitions the chunk spans.
+# work quadratic in the readings of a GPU without a counter, and growing with every day stored. Each reading is
+# assigned to the holding that contains it in a GPU-hour that is not shared (its holdings are disjoint), else to none
+# (allocation_id NULL: the unallocated rest, or a shared GPU-hour as a whole), and summed per GPU-hour key and
+# holding. The metering does not depend on which GPU-hours are costed in SQL. On SQLite, ``gpu_id IN (…)`` makes it
+# range-scan the (gpu_id, ts) key per GPU; PostgreSQL reads the day partitions the chunk spans.
 _METERING_SQL = """
 CREATE TEMPORARY TABLE tmp_ledger_metering AS
 WITH windowed AS (
