@@ -129,14 +129,14 @@ class ScheduledJobs:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, which also calls ``stopping`` as soon as it is asked to exit by a signal."""
+    """uvicorn's server, which also calls ``on_signal`` as soon as a signal asks it to exit."""
 
-    def __init__(self, config: uvicorn.Config, stopping: Callable[[], None]) -> None:
+    def __init__(self, config: uvicorn.Config, on_signal: Callable[[int, FrameType | None], None]) -> None:
         super().__init__(config)
-        self._stopping = stopping
+        self._on_signal = on_signal
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self._stopping()
+        self._on_signal(sig, frame)
         super().handle_exit(sig, frame)
 
 
@@ -145,9 +145,9 @@ def serve_http(app: ASGIApp, stopping: Callable[[], None] | None, **options: Any
     call ``stopping`` (if any) first, then wait at most :data:`SHUTDOWN_SECONDS` for the requests under way, and
     return.
 
-    uvicorn sends the signal again to the handler it found once it is done; ``stopping`` is that handler here too
-    (instead of the default one, which would end the process before the caller's clean-up). FinopsError when the
-    server cannot start (the port is taken: uvicorn has logged why)."""
+    uvicorn sends the signal again to the handler it found once it is done; that handler calls ``stopping`` too
+    (the default one would end the process before the caller's clean-up). FinopsError when the server cannot
+    start (the port is taken: uvicorn has logged why)."""
 
     def on_signal(sig: int, frame: FrameType | None) -> None:
         if stopping is not None:
@@ -155,8 +155,7 @@ def serve_http(app: ASGIApp, stopping: Callable[[], None] | None, **options: Any
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        config = uvicorn.Config(app, timeout_graceful_shutdown=int(SHUTDOWN_SECONDS), **options)
-        server = _Server(config, lambda: on_signal(signal.SIGTERM, None))
+        server = _Server(uvicorn.Config(app, timeout_graceful_shutdown=int(SHUTDOWN_SECONDS), **options), on_signal)
         server.run()
     finally:
         for sig, handler in previous.items():

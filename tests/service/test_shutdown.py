@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -15,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
@@ -115,6 +115,33 @@ def _wait_for(lines: queue.Queue[str], words: str, seen: list[str]) -> None:
     pytest.fail(f"no line with {words!r} in 120 s:\n{''.join(seen)}")
 
 
+def _write_under_way(port: int) -> socket.socket:
+    """A budget PUT to ``port`` that the server has begun: sent with ``Expect: 100-continue``, its body follows the
+    ``100 Continue`` that uvicorn sends once the app reads it. Returns the connection, for :func:`_answer`."""
+    body = b'{"amount": "100", "currency": "USD"}'
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            connection = socket.create_connection(("127.0.0.1", port), timeout=EXIT_SECONDS)
+            break
+        except ConnectionRefusedError:  # not listening yet
+            assert time.monotonic() < deadline, f"nothing listens on {port}"
+            time.sleep(0.1)
+    connection.sendall(
+        b"PUT /api/v1/budgets/ml/2030-01?allow_unknown_team=true HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body)
+    )
+    assert connection.recv(1024).startswith(b"HTTP/1.1 100"), "the server read the request"
+    connection.sendall(body)
+    return connection
+
+
+def _answer(connection: socket.socket) -> bytes:
+    """The first response bytes on ``connection`` after the ``100 Continue`` (b"" if it was closed without one)."""
+    with connection:
+        return connection.recv(1024)
+
+
 @pytest.mark.parametrize("command", ["scheduler", "serve"])
 def test_sigterm_in_the_middle_of_a_rollup_stops_the_process_and_rolls_the_rollup_back(
     engine: Engine, database_url: str, command: str
@@ -134,20 +161,10 @@ def test_sigterm_in_the_middle_of_a_rollup_stops_the_process_and_rolls_the_rollu
 
     process, lines, port = _start(command, database_url)
     seen: list[str] = []
-    answers: list[int] = []
     try:
         _wait_for(lines, "rebuilding", seen)
-        if command == "serve":  # a REST write, which on SQLite waits for the rollup's write lock
-            writer = threading.Thread(
-                target=lambda: answers.append(
-                    httpx.put(
-                        f"http://127.0.0.1:{port}/api/v1/budgets/ml/2030-01?allow_unknown_team=true",
-                        json={"amount": "100", "currency": "USD"},
-                        timeout=60,
-                    ).status_code
-                )
-            )
-            writer.start()
+        if command == "serve":  # a REST write under way, which on SQLite waits for the rollup's write lock
+            writer = _write_under_way(port)
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=EXIT_SECONDS)
     finally:
@@ -156,8 +173,7 @@ def test_sigterm_in_the_middle_of_a_rollup_stops_the_process_and_rolls_the_rollu
     _wait_for(lines, "stopped by the shutdown", seen)
     assert code == 0, "".join(seen)
     if command == "serve":
-        writer.join(timeout=EXIT_SECONDS)
-        assert answers == [204], "the write under way when the signal came is answered"
+        assert _answer(writer).startswith(b"HTTP/1.1 204"), "the write under way when the signal came is answered"
     with sessions() as session:
         assert _tables(session) == before, "the interrupted rollup's transaction was rolled back"
     with sessions.begin() as session:
