@@ -1,22 +1,36 @@
 """The long-running service processes: ``gpu-finops serve`` (ingest and REST API, by default with the
 scheduled jobs), ``gpu-finops scheduler`` (the scheduled jobs alone) and ``gpu-finops dashboard`` (Streamlit);
-and the scheduled jobs the settings switch on (Prometheus pull, sacct import, alert rules)."""
+and the scheduled jobs the settings switch on (Prometheus pull, sacct import, alert rules).
+
+Shutdown of ``serve`` and ``scheduler`` on SIGTERM or SIGINT (:func:`serve_http`): the scheduled jobs' database
+work is stopped at once (their engine's :class:`finops.db.stopping.StopSwitch`: a rollup under way rolls back,
+which also frees SQLite's write lock for the requests waiting on it), uvicorn stops taking connections and waits at
+most :data:`SHUTDOWN_SECONDS` for the requests under way, then at most as long again for the jobs' runs to end,
+and the process exits 0. A run still going then (a job outside the database, such as a webhook call) is left
+behind: the process ends with exit code 1 without it, having committed nothing of it.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from types import FrameType
+from typing import Annotated, Any
 
 import typer
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
-from sqlalchemy.orm import Session, sessionmaker
+from starlette.types import ASGIApp
 
 from alerts.service import AlertRunner, AlertService
 from finops.access.api_tokens import any_live_token as api_token_exists
 from finops.cli.context import idle_policy, load_pricing, load_settings, open_engine, open_sessions
+from finops.db.engine import session_factory
+from finops.db.stopping import StopSwitch
 from finops.errors import FinopsError
 from finops.ingest.limits import IngestLimits
 from finops.ingest.node_tokens import any_live_token
@@ -27,7 +41,7 @@ from finops.pricing.catalog import Pricing
 from finops.service.cost_metrics import CostMetrics
 from finops.service.dashboard_server import check_listen_address, require_dashboard_extra, serve_dashboard
 from finops.service.leases import job_leases
-from finops.service.scheduler import start_scheduler
+from finops.service.scheduler import RunningJobs, start_scheduler
 from finops.service.tls import check_server_tls, is_loopback
 from finops.settings import Settings
 from finops.timeutil import utc_now
@@ -48,6 +62,10 @@ PLAIN_HTTP_WARNING = (
     "(--tls-cert and --tls-key, or FINOPS_TLS_CERT_FILE and FINOPS_TLS_KEY_FILE), or listen on 127.0.0.1 behind a "
     "TLS-terminating reverse proxy (docs/deployment.md, TLS)"
 )
+SHUTDOWN_SECONDS = 5.0
+"""After SIGTERM or SIGINT: how long ``serve`` waits for the requests under way, and then ``serve`` and ``scheduler``
+for the scheduled jobs' runs to end (the module says what happens)."""
+
 TLS_CERT = "a TLS certificate (--tls-cert or FINOPS_TLS_CERT_FILE)"
 TLS_KEY = "a TLS private key (--tls-key or FINOPS_TLS_KEY_FILE)"
 
@@ -78,24 +96,83 @@ def scheduled_sacct(settings: Settings) -> ScheduledSacct | None:
     )
 
 
-def _start_jobs(
-    settings: Settings, sessions: sessionmaker[Session], pricing: Pricing, registry: CollectorRegistry
-) -> BackgroundScheduler:
-    """Start the scheduled jobs of the settings, under job leases on PostgreSQL (several processes may run them:
-    each job runs on its lease's holder); the caller shuts the scheduler down, which releases the leases.
-    AlertConfigError (a FinopsError) for an alert rules file that cannot be read or is invalid."""
-    return start_scheduler(
-        sessions,
-        pricing,
-        idle_policy(settings),
-        CostMetrics(registry),
-        settings.rollup_interval_seconds,
-        prometheus=prometheus_pull(settings),
-        sacct=scheduled_sacct(settings),
-        sample_retention_days=settings.sample_retention_days,
-        alerts=AlertRunner(AlertService.from_settings(settings), sessions),
-        leases=job_leases(sessions, settings.job_lease_seconds, registry),
-    )
+class ScheduledJobs:
+    """The scheduled jobs of the settings, started on an engine of their own (whose statements the shutdown stops,
+    and no request's), under job leases on PostgreSQL (several processes may run them: each job runs on its lease's
+    holder, :mod:`finops.service.leases`); :meth:`stopping` at the signal, then :meth:`stop`, end them."""
+
+    def __init__(self, settings: Settings, pricing: Pricing, registry: CollectorRegistry) -> None:
+        """Start them. AlertConfigError (a FinopsError) for an alert rules file that cannot be read or is invalid."""
+        engine = open_engine(settings)
+        sessions = session_factory(engine)
+        self.running = RunningJobs(StopSwitch(engine))
+        self.leases = job_leases(sessions, settings.job_lease_seconds, registry)
+        self.scheduler: BackgroundScheduler = start_scheduler(
+            sessions,
+            pricing,
+            idle_policy(settings),
+            CostMetrics(registry),
+            settings.rollup_interval_seconds,
+            prometheus=prometheus_pull(settings),
+            sacct=scheduled_sacct(settings),
+            sample_retention_days=settings.sample_retention_days,
+            alerts=AlertRunner(AlertService.from_settings(settings), sessions),
+            running=self.running,
+            leases=self.leases,
+        )
+
+    def stopping(self) -> None:
+        """At the signal: hand the leases over (another process takes them at its next renewal; a run here can no
+        longer commit), then stop the runs' database work."""
+        if self.leases is not None:
+            self.leases.release()
+        self.running.switch.stop()
+
+    def stop(self) -> None:
+        """Start no more runs, stop the database work of those under way and wait at most :data:`SHUTDOWN_SECONDS`
+        for them to end; if one is still going then, end the process at once with exit code 1 (the interpreter
+        would otherwise wait for it at exit), its transaction uncommitted."""
+        self.scheduler.shutdown(wait=False)
+        if not self.running.stop(SHUTDOWN_SECONDS):
+            log.error("scheduled jobs still running %.0f s into the shutdown: exiting without them", SHUTDOWN_SECONDS)
+            logging.shutdown()
+            os._exit(1)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which also calls ``on_signal`` as soon as a signal asks it to exit."""
+
+    def __init__(self, config: uvicorn.Config, on_signal: Callable[[int, FrameType | None], None]) -> None:
+        super().__init__(config)
+        self._on_signal = on_signal
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._on_signal(sig, frame)
+        super().handle_exit(sig, frame)
+
+
+def serve_http(app: ASGIApp, stopping: Callable[[], None] | None, **options: Any) -> None:
+    """Serve ``app`` with uvicorn (``options``: :class:`uvicorn.Config`'s) until SIGTERM or SIGINT; on the signal,
+    call ``stopping`` (if any) first, then wait at most :data:`SHUTDOWN_SECONDS` for the requests under way, and
+    return.
+
+    uvicorn sends the signal again to the handler it found once it is done; that handler calls ``stopping`` too
+    (the default one would end the process before the caller's clean-up). FinopsError when the server cannot
+    start (the port is taken: uvicorn has logged why)."""
+
+    def on_signal(sig: int, frame: FrameType | None) -> None:
+        if stopping is not None:
+            stopping()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        server = _Server(uvicorn.Config(app, timeout_graceful_shutdown=int(SHUTDOWN_SECONDS), **options), on_signal)
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not server.started:
+        raise FinopsError(f"the server did not start on {options.get('host')}:{options.get('port')}")
 
 
 def ingest_limits(settings: Settings) -> IngestLimits:
@@ -186,9 +263,9 @@ def serve(
         )
     metrics = ServiceMetrics()
     pricing = load_pricing(settings)
-    running = _start_jobs(settings, sessions, pricing, metrics.registry) if scheduler else None
+    jobs = ScheduledJobs(settings, pricing, metrics.registry) if scheduler else None
     try:
-        uvicorn.run(
+        serve_http(
             create_app(
                 sessions,
                 token,
@@ -198,6 +275,7 @@ def serve(
                 limits=ingest_limits(settings),
                 insecure_no_token=insecure,
             ),
+            None if jobs is None else jobs.stopping,
             host=host,
             port=port,
             log_level="warning",
@@ -205,8 +283,8 @@ def serve(
             ssl_keyfile=key_file,
         )
     finally:
-        if running is not None:
-            running.shutdown(wait=False)
+        if jobs is not None:
+            jobs.stop()
 
 
 @app.command()
@@ -220,17 +298,18 @@ def scheduler(
     settings = load_settings()
     registry = CollectorRegistry()
     sessions = open_sessions(settings)
-    running = _start_jobs(settings, sessions, load_pricing(settings), registry)
+    jobs = ScheduledJobs(settings, load_pricing(settings), registry)
     api_token = settings.api_token.get_secret_value() if settings.api_token else None
     try:
-        uvicorn.run(
+        serve_http(
             create_metrics_app(registry, ApiAuth(sessions, api_token)),
+            jobs.stopping,
             host=metrics_address,
             port=metrics_port,
             log_level="warning",
         )
     finally:
-        running.shutdown(wait=False)
+        jobs.stop()
 
 
 @app.command()

@@ -171,6 +171,7 @@ def rollup(
     if helpers and len(hours) >= CHUNK_HOURS // 2:
         longest = min(CHUNK_HOURS, -(-len(hours) // connections))  # a chunk for each helper at least
     chunks = list(_contiguous_chunks(hours, longest))
+    log.debug("rebuilding %d ledger hours in %d chunks", len(hours), len(chunks))
     built: Iterator[ChunkBuilt]
     if helpers and len(chunks) > 1 and nothing_written(session):
         built = _chunks_built_elsewhere(session, chunks, pricing, until, sql_costing, connections)

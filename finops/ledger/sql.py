@@ -129,11 +129,14 @@ HAVING :everything = 1 OR gh.lo <> gh.hour OR gh.hi <> gh.hour + 3600 OR COUNT(h
 # workers); the increment of each GPU's first reading of the chunk, from the GPU's last reading in the lookback before
 # it (two key lookups per GPU, not a scan of the day before), is a row of its own (the first reading's windowed
 # increment is 0: its predecessor in the key order is another GPU's), so every sum adds the same terms as one window
-# over both. Each reading is assigned to the holding that contains it in a GPU-hour
-# that is not shared (its holdings are disjoint), else to none (allocation_id NULL: the unallocated rest, or a shared
-# GPU-hour as a whole), and summed per GPU-hour key and holding. The metering does not depend on which GPU-hours are
-# costed in SQL. On SQLite, ``gpu_id IN (…)`` makes it range-scan the (gpu_id, ts) key per GPU; PostgreSQL reads the
-# day partitions the chunk spans.
+# over both. The GPUs drive those lookups (CROSS JOIN, whose order SQLite keeps): each GPU's first and previous
+# reading with a value are searched once (at most the chunk's readings of the GPU, when none has one) and then read by
+# key. Joined the other way, SQLite scanned every stored reading and searched the chunk again for each of the chunk's:
+# work quadratic in the readings of a GPU without a counter, and growing with every day stored. Each reading is
+# assigned to the holding that contains it in a GPU-hour that is not shared (its holdings are disjoint), else to none
+# (allocation_id NULL: the unallocated rest, or a shared GPU-hour as a whole), and summed per GPU-hour key and
+# holding. The metering does not depend on which GPU-hours are costed in SQL. On SQLite, ``gpu_id IN (…)`` makes it
+# range-scan the (gpu_id, ts) key per GPU; PostgreSQL reads the day partitions the chunk spans.
 _METERING_SQL = """
 CREATE TEMPORARY TABLE tmp_ledger_metering AS
 WITH windowed AS (
@@ -157,8 +160,9 @@ WITH windowed AS (
                  (SELECT MAX(ts) FROM gpu_samples WHERE gpu_id = g.id AND ts >= :lookback AND ts < :h0
                     AND energy_joules IS NOT NULL) AS previous_ts
           FROM gpus g) b
-    JOIN gpu_samples f ON f.gpu_id = b.id AND f.ts = b.first_ts AND f.ts >= :h0 AND f.ts < :end
-    JOIN gpu_samples p ON p.gpu_id = b.id AND p.ts = b.previous_ts AND p.ts >= :lookback AND p.ts < :h0
+    CROSS JOIN gpu_samples f CROSS JOIN gpu_samples p
+    WHERE f.gpu_id = b.id AND f.ts = b.first_ts AND f.ts >= :h0 AND f.ts < :end
+      AND p.gpu_id = b.id AND p.ts = b.previous_ts AND p.ts >= :lookback AND p.ts < :h0
 ), readings AS (
     SELECT k, ts, u, de FROM firsts
     UNION ALL

@@ -191,6 +191,8 @@ class JobLeases:
         """Stop renewing and end this process's leases now (expiry set to the database's now), so another process
         takes them at its next renewal; a job still running here can no longer commit. A database error is logged.
         Releasing again does nothing more."""
+        if self._stopped.is_set():
+            return
         self._stopped.set()
         if self._thread is not None:
             self._thread.join(timeout=self.lease_seconds)

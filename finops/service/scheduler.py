@@ -12,11 +12,18 @@ process's own ``/metrics``, runs everywhere.
 Logging: a run with nothing to do logs at DEBUG; a rollup that took in something new logs one INFO line
 (:class:`RollupProgress` says what is new). APScheduler's own line per run is left to its loggers, which
 :func:`finops.cli.base.log_to_stderr` sets to WARNING.
+
+Shutdown (:class:`RunningJobs`): the jobs' database work is stopped at once (:class:`finops.db.stopping.StopSwitch`):
+a run under way fails its next or current statement, its transaction rolls back (a rollup's whole transaction: the
+ledger stays as it was before it, and its hours stay dirty for the next one), and the process waits a bounded time
+for the runs to end.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -30,6 +37,7 @@ from finops.analysis.anomalies import record_anomaly_events
 from finops.analysis.budgets import record_budget_events
 from finops.analysis.idle import IdlePolicy, rejudge_idle
 from finops.db.models import LedgerEntry
+from finops.db.stopping import StopSwitch
 from finops.ingest.partitions import Pruned, create_upcoming_partitions, prune_samples
 from finops.jobs.placement import reconcile_job_map
 from finops.ledger.rollup import RollupResult, rollup
@@ -150,6 +158,46 @@ def run_sample_maintenance(sessions: sessionmaker[Session], retention_days: int)
     return pruned
 
 
+class RunningJobs:
+    """The runs of scheduled jobs under way, and the :class:`StopSwitch` of the engine they work on, which stops
+    them when the process shuts down (:meth:`stop`)."""
+
+    def __init__(self, switch: StopSwitch) -> None:
+        self.switch = switch
+        self._runs = 0
+        self._changed = threading.Condition()
+
+    def run(self, job_id: str, function: Callable[..., object], *args: object) -> None:
+        """Run ``function(*args)`` as job ``job_id``, counted while it runs. Once the switch is stopped, an error it
+        raises (a statement refused or interrupted) is logged at INFO as the shutdown's doing, not raised."""
+        with self._changed:
+            self._runs += 1
+        try:
+            function(*args)
+        except Exception as exc:
+            if not self.switch.stopped:
+                raise
+            log.info("%s stopped by the shutdown, its transaction rolled back: %s", job_id, str(exc).splitlines()[0])
+        finally:
+            with self._changed:
+                self._runs -= 1
+                self._changed.notify_all()
+
+    def stop(self, timeout_seconds: float) -> bool:
+        """Stop the runs' database work (:meth:`StopSwitch.stop`) and wait at most ``timeout_seconds`` for the runs
+        to end; True when none is left. The switch is thrown again every half second meanwhile, for a statement
+        that started just as it was. Call after the scheduler's ``shutdown(wait=False)``, so that no run starts."""
+        deadline = time.monotonic() + timeout_seconds
+        with self._changed:
+            while self._runs:
+                self.switch.stop()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(min(left, 0.5))
+        return True
+
+
 def start_scheduler(
     sessions: sessionmaker[Session],
     pricing: Pricing,
@@ -161,9 +209,12 @@ def start_scheduler(
     sample_retention_days: int | None = None,
     alerts: AlertRunner | None = None,
     leases: JobLeases | None = None,
+    running: RunningJobs | None = None,
 ) -> BackgroundScheduler:
     """Start the background scheduler with the rollup and cost-metrics jobs (and the Prometheus pull, if given, at the
-    same interval; and the sacct import, if given, at its own); the caller shuts it down.
+    same interval; and the sacct import, if given, at its own); the caller shuts it down. With ``running``, each
+    run goes through :meth:`RunningJobs.run`, so that :meth:`RunningJobs.stop` can stop them at shutdown (their
+    sessions must be on the engine its switch watches).
 
     With ``sample_retention_days``, also :func:`run_sample_maintenance` at start and then every 24 hours. With
     ``alerts``, the rollup job evaluates the alert rules after each rollup (:func:`run_rollup_and_alerts`) and a
@@ -182,9 +233,9 @@ def start_scheduler(
         if leases is not None and leased:
             function = leases.leased(job_id, function)
         scheduler.add_job(
-            function,
+            function if running is None else running.run,
             "interval",
-            args=args,
+            args=args if running is None else [job_id, function, *args],
             id=job_id,
             max_instances=1,
             coalesce=True,

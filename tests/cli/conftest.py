@@ -23,7 +23,10 @@ def cli_env(engine, monkeypatch):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def started(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """``serve``'s uvicorn.run replaced: the keyword arguments of each call, the app as ``app``."""
+    """``serve``'s HTTP server (:func:`finops.cli.serve.serve_http`) replaced: the uvicorn options of each call, the
+    app as ``app``."""
     calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(serve_module.uvicorn, "run", lambda app, **kwargs: calls.append({"app": app, **kwargs}))
+    monkeypatch.setattr(
+        serve_module, "serve_http", lambda app, stopping, **kwargs: calls.append({"app": app, **kwargs})
+    )
     return calls
