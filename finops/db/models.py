@@ -272,7 +272,7 @@ class DirtyHour(Base):
 
 class TsdbGpuMetering(Base):
     """The metering of one GPU over one segment [start, stop) of a UTC hour, read from a Prometheus-compatible TSDB
-    by PromQL (``FINOPS_TELEMETRY_SOURCE=tsdb``, :mod:`finops.ingest.tsdb_metering`) instead of raw readings.
+    by PromQL (:mod:`finops.ingest.tsdb_metering`) instead of raw readings.
 
     A segment lies inside one hour and is cut wherever an allocation of the GPU starts or ends, so that every
     holding of the hour is a union of segments. ``samples``: readings with a utilisation; ``utilization_sum``: Σ of

@@ -1,4 +1,4 @@
-"""The ledger's metering read from a Prometheus-compatible TSDB by PromQL (``FINOPS_TELEMETRY_SOURCE=tsdb``).
+"""The ledger's metering read from a Prometheus-compatible TSDB by PromQL.
 
 For fleets whose raw readings stay in VictoriaMetrics, Prometheus, Mimir or Thanos (dcgm-exporter or the collector
 scraped by it, or remote-writing to it), the service stores no raw rows: before a rollup rebuilds some hours,

@@ -149,7 +149,7 @@ def rollup(
     ``sql_costing`` as in :func:`rebuild`. Returns the hours rebuilt and the GPU-seconds written, priced and
     unpriced (:class:`RollupResult`); ``rebuilt``, when given, is extended by the start (epoch seconds) of
     every hour rebuilt (what the idle episodes are re-judged over: :func:`finops.analysis.idle.rejudge_idle`).
-    ``meter``, when given (``FINOPS_TELEMETRY_SOURCE=tsdb``), is called with the hours to rebuild and ``until``
+    ``meter``, when given, is called with the hours to rebuild and ``until``
     before any is rebuilt, to write their segments to ``tsdb_gpu_metering`` in this session
     (:func:`finops.ingest.tsdb_metering.TsdbMeter.meter_hours`), and the hours are metered from those segments
     instead of ``gpu_samples``.

@@ -180,7 +180,7 @@ _METERING = {
     "postgresql": text(_METERING_SQL.replace("{per_gpu}", "")),
 }
 
-# 4'. The same metering table from the segments metered in a TSDB (tsdb_gpu_metering, FINOPS_TELEMETRY_SOURCE=tsdb)
+# 4'. The same metering table from the segments metered in a TSDB (tsdb_gpu_metering)
 # instead of the readings: a segment lies in one hour and within one holding or none (its bounds are cut at every
 # allocation's start and end), so assigning whole segments gives the sums the readings would.
 _TSDB_METERING = text("""

@@ -1,5 +1,5 @@
-"""tsdb_gpu_metering: per-GPU segments of an hour metered by PromQL from a Prometheus-compatible TSDB
-(``FINOPS_TELEMETRY_SOURCE=tsdb``), read by the ledger rollup instead of raw readings
+"""tsdb_gpu_metering: per-GPU segments of an hour metered by PromQL from a Prometheus-compatible TSDB, read by the
+ledger rollup instead of raw readings
 
 Revision ID: 0017
 Revises: 0015
