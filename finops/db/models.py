@@ -270,6 +270,26 @@ class DirtyHour(Base):
     hour: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True)
 
 
+class TsdbGpuMetering(Base):
+    """The metering of one GPU over one segment [start, stop) of a UTC hour, read from a Prometheus-compatible TSDB
+    by PromQL (:mod:`finops.ingest.tsdb_metering`) instead of raw readings.
+
+    A segment lies inside one hour and is cut wherever an allocation of the GPU starts or ends, so that every
+    holding of the hour is a union of segments. ``samples``: readings with a utilisation; ``utilization_sum``: Σ of
+    their utilisation ratios; ``energy_joules``: Σ of the energy counter's increments ending in the segment (the
+    ledger's rule); ``memory_max_bytes``: the most memory in use (NULL: no memory reading).
+    """
+
+    __tablename__ = "tsdb_gpu_metering"
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"), primary_key=True)
+    start: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True)
+    stop: Mapped[datetime] = mapped_column(EpochSeconds)
+    samples: Mapped[int] = mapped_column(Integer)
+    utilization_sum: Mapped[float] = mapped_column(Float)
+    energy_joules: Mapped[float] = mapped_column(Float)
+    memory_max_bytes: Mapped[int | None] = mapped_column(BigInteger)
+
+
 class IdleEpisode(Base):
     """An allocated GPU at or below the idle threshold over [start, end) for at least the idle window."""
 

@@ -38,7 +38,7 @@ import logging
 import os
 import queue
 from collections import Counter, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -76,6 +76,10 @@ ROLLUP_CONNECTIONS = min(os.cpu_count() or 1, 4)
 running the rollup, at most 4, which keeps them well within the engine's pool (5 + 10 connections, shared with
 the API)."""
 ROLLUP_LOCK_KEY = 0x6770_7566_5F6C_6467  # pg_advisory_xact_lock key serialising rollups ("gpuf_ldg")
+
+Meter = Callable[[Session, Sequence[int], int], None]
+"""What meters hours from a TSDB before a rollup rebuilds them: called with the session, the hours to rebuild
+(epoch starts) and the rollup's ``until``; writes their segments to ``tsdb_gpu_metering``."""
 
 
 def unpriced_fix(model: str) -> str:
@@ -127,6 +131,7 @@ def rollup(
     sql_costing: bool = True,
     connections: int = ROLLUP_CONNECTIONS,
     rebuilt: list[int] | None = None,
+    meter: Meter | None = None,
 ) -> RollupResult:
     """Bring the ledger up to ``until`` (epoch seconds): rebuild every dirty hour before it, and every hour
     from the newest hour in the ledger (or, for an empty ledger, the first GPU's entry into service) to it.
@@ -144,6 +149,10 @@ def rollup(
     ``sql_costing`` as in :func:`rebuild`. Returns the hours rebuilt and the GPU-seconds written, priced and
     unpriced (:class:`RollupResult`); ``rebuilt``, when given, is extended by the start (epoch seconds) of
     every hour rebuilt (what the idle episodes are re-judged over: :func:`finops.analysis.idle.rejudge_idle`).
+    ``meter``, when given, is called with the hours to rebuild and ``until``
+    before any is rebuilt, to write their segments to ``tsdb_gpu_metering`` in this session
+    (:func:`finops.ingest.tsdb_metering.TsdbMeter.meter_hours`), and the hours are metered from those segments
+    instead of ``gpu_samples``.
 
     The hours are rebuilt in chunks of at most :data:`CHUNK_HOURS` consecutive hours (a day partition of readings
     each). On PostgreSQL, several chunks are computed at once on up to ``connections`` extra connections
@@ -166,6 +175,9 @@ def rollup(
     hours = sorted(dirty | set(range(min(since, floor_hour(until - 1)), until, HOUR)))
     if rebuilt is not None:
         rebuilt.extend(hours)
+    if meter is not None:
+        meter(session, hours, until)
+    from_tsdb = meter is not None
     helpers = connections > 1 and supports_helper_connections(session.connection())
     longest = CHUNK_HOURS
     if helpers and len(hours) >= CHUNK_HOURS // 2:
@@ -174,9 +186,9 @@ def rollup(
     log.debug("rebuilding %d ledger hours in %d chunks", len(hours), len(chunks))
     built: Iterator[ChunkBuilt]
     if helpers and len(chunks) > 1 and nothing_written(session):
-        built = _chunks_built_elsewhere(session, chunks, pricing, until, sql_costing, connections)
+        built = _chunks_built_elsewhere(session, chunks, pricing, until, sql_costing, connections, from_tsdb)
     else:
-        built = _chunks_built_here(session, chunks, pricing, until, sql_costing)
+        built = _chunks_built_here(session, chunks, pricing, until, sql_costing, from_tsdb)
     total = ChunkBuilt()
     for chunk in built:
         total.add(chunk)
@@ -204,7 +216,14 @@ def _contiguous_chunks(hours: list[int], longest: int) -> Iterator[tuple[int, in
 
 
 def rebuild(
-    session: Session, h0: int, h1: int, pricing: Pricing, until: int, *, sql_costing: bool = True
+    session: Session,
+    h0: int,
+    h1: int,
+    pricing: Pricing,
+    until: int,
+    *,
+    sql_costing: bool = True,
+    from_tsdb: bool = False,
 ) -> ChunkBuilt:
     """Rewrite the ledger rows of hours [h0, h1) (epoch seconds, hour-aligned), clipped at ``until``.
 
@@ -212,9 +231,11 @@ def rebuild(
     Returns the GPU-seconds written by model, priced and unpriced (:class:`ChunkBuilt`).
     ``sql_costing`` False costs every GPU-hour with the Python cost model instead of only those to split (the
     rows are the same; it is the reference the SQL costing is tested against). The team-hours of [h0, h1) are
-    rewritten after the rows (:func:`finops.ledger.team_hours.refresh_team_hours`).
+    rewritten after the rows (:func:`finops.ledger.team_hours.refresh_team_hours`). ``from_tsdb``: metered from
+    ``tsdb_gpu_metering`` instead of the readings (:func:`finops.ledger.sql.meter`).
     """
-    built = _compute(session, h0, h1, pricing, until, team_by_name(session, UNALLOCATED_TEAM).id, sql_costing)
+    unallocated = team_by_name(session, UNALLOCATED_TEAM).id
+    built = _compute(session, h0, h1, pricing, until, unallocated, sql_costing, from_tsdb)
     _store(session, h0, h1, None)
     return built
 
@@ -235,12 +256,17 @@ def _store(session: Session, h0: int, h1: int, copied: bytes | None) -> None:
 
 
 def _chunks_built_here(
-    session: Session, chunks: Sequence[tuple[int, int]], pricing: Pricing, until: int, sql_costing: bool
+    session: Session,
+    chunks: Sequence[tuple[int, int]],
+    pricing: Pricing,
+    until: int,
+    sql_costing: bool,
+    from_tsdb: bool,
 ) -> Iterator[ChunkBuilt]:
     """What each chunk [h0, h1) wrote, rebuilt by :func:`rebuild` in the session's own connection."""
     for h0, h1 in chunks:
         _unmark(session, h0, h1, until)
-        yield rebuild(session, h0, h1, pricing, until, sql_costing=sql_costing)
+        yield rebuild(session, h0, h1, pricing, until, sql_costing=sql_costing, from_tsdb=from_tsdb)
 
 
 def _unmark(session: Session, h0: int, h1: int, until: int) -> None:
@@ -259,6 +285,7 @@ def _chunks_built_elsewhere(
     until: int,
     sql_costing: bool,
     connections: int,
+    from_tsdb: bool,
 ) -> Iterator[ChunkBuilt]:
     """What each chunk [h0, h1) wrote, in order, once :func:`_store` has written its rows in ``session``.
 
@@ -279,7 +306,7 @@ def _chunks_built_elsewhere(
         connection = idle.get()
         try:
             with Session(bind=connection) as helper:
-                built = _compute(helper, h0, h1, pricing, until, unallocated_team, sql_costing)
+                built = _compute(helper, h0, h1, pricing, until, unallocated_team, sql_costing, from_tsdb)
             return built, copy_out(connection, sql.WORK_ROWS.name, LEDGER_COLUMNS)
         finally:
             idle.put(connection)
@@ -334,7 +361,14 @@ def _rates(
 
 
 def _compute(
-    session: Session, h0: int, h1: int, pricing: Pricing, until: int, unallocated_team: int, sql_costing: bool
+    session: Session,
+    h0: int,
+    h1: int,
+    pricing: Pricing,
+    until: int,
+    unallocated_team: int,
+    sql_costing: bool,
+    from_tsdb: bool,
 ) -> ChunkBuilt:
     """Fill the work table ``tmp_ledger_rows`` of the session's connection with the ledger rows of hours [h0, h1)
     clipped at ``until``, as :func:`rebuild` describes; the ledger itself is not touched. Returns what they are
@@ -350,7 +384,7 @@ def _compute(
         sql.fill_holdings(connection, h0, end)
         sql.fill_split(connection, everything=not sql_costing)
         analyze(connection, "tmp_ledger_gpu_hours", "tmp_ledger_holdings", "tmp_ledger_split")
-        sql.meter(connection, h0, end)
+        sql.meter(connection, h0, end, from_tsdb=from_tsdb)
         analyze(connection, sql.METERING_TABLE)
         sql.cost_common(connection, pricing.catalog, unallocated_team)
         rows = split_rows(connection, rates, unallocated_team, pricing.catalog, h0, h1)

@@ -184,6 +184,24 @@ _METERING = {
     "postgresql": text(_METERING_SQL.replace("{per_gpu}", "")),
 }
 
+# 4'. The same metering table from the segments metered in a TSDB (tsdb_gpu_metering)
+# instead of the readings: a segment lies in one hour and within one holding or none (its bounds are cut at every
+# allocation's start and end), so assigning whole segments gives the sums the readings would.
+_TSDB_METERING = text("""
+CREATE TEMPORARY TABLE tmp_ledger_metering AS
+SELECT gpu_id, hour, allocation_id, CAST(SUM(samples) AS INTEGER) AS samples,
+       COALESCE(SUM(utilization_sum), 0.0) AS utilization_sum, COALESCE(SUM(energy_joules), 0.0) AS energy_joules
+FROM (
+    SELECT s.gpu_id, s.start - s.start % 3600 AS hour, d.allocation_id, s.samples, s.utilization_sum, s.energy_joules
+    FROM tsdb_gpu_metering s
+    LEFT JOIN tmp_ledger_holdings d
+      ON d.gpu_id = s.gpu_id AND d.hour = s.start - s.start % 3600 AND s.start >= d.start AND s.stop <= d.stop
+         AND d.shared = 0
+    WHERE s.start >= :h0 AND s.start < :end
+) segments
+GROUP BY gpu_id, hour, allocation_id
+""")
+
 # 5. The common GPU-hours, costed in SQL: their base columns, then (_PG_COSTED, _SQLITE_COSTED) the database's exact
 # used and energy cost, then the ledger row.
 _COMMON_BASE = """
@@ -372,10 +390,14 @@ def fill_split(connection: Connection, everything: bool) -> None:
     connection.execute(_SPLIT, {"everything": 1 if everything else 0})
 
 
-def meter(connection: Connection, h0: int, end: int) -> None:
+def meter(connection: Connection, h0: int, end: int, *, from_tsdb: bool = False) -> None:
     """Step 4: create :data:`METERING_TABLE` (gpu_id, hour, allocation_id, samples, utilization_sum,
     energy_joules) from the readings of [h0, end), with energy increments from readings up to
-    :data:`ENERGY_LOOKBACK_SECONDS` before h0."""
+    :data:`ENERGY_LOOKBACK_SECONDS` before h0; ``from_tsdb``: from the segments of [h0, end) in
+    ``tsdb_gpu_metering`` instead (metered from a TSDB before the rebuild: :mod:`finops.ingest.tsdb_metering`)."""
+    if from_tsdb:
+        connection.execute(_TSDB_METERING, {"h0": h0, "end": end})
+        return
     connection.execute(
         _METERING[connection.dialect.name],
         {"h0": h0, "end": end, "lookback": h0 - ENERGY_LOOKBACK_SECONDS, "gap": ENERGY_LOOKBACK_SECONDS},

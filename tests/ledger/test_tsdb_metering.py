@@ -1,0 +1,194 @@
+"""The ledger metered by PromQL from a real VictoriaMetrics (``FINOPS_TELEMETRY_SOURCE=tsdb``) equals the ledger
+metered from the same readings stored in the database: per-team cost to the cent, utilisation within 1e-6, energy
+within 1e-6 J; no raw rows in ``gpu_samples`` in the TSDB mode."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from collector.contract import metric_names as m
+from collector.contract.sample import Sample
+from collector.contract.wire import IngestBatch, gpu_info_dict, reading_dict
+from finops.db.models import (
+    Allocation,
+    DirtyHour,
+    Gpu,
+    GpuSample,
+    Job,
+    LedgerEntry,
+    LedgerTeamHour,
+    Team,
+    TsdbGpuMetering,
+)
+from finops.ingest.prometheus import PrometheusClient
+from finops.ingest.readings import Ingestor
+from finops.ingest.tsdb_metering import TsdbMeter, counter_increase, window
+from finops.jobs.slurm_import import import_sacct
+from finops.jobs.teams import map_account
+from finops.ledger.rollup import rollup
+from finops.pricing.catalog import Pricing, PricingModel, load_catalog
+from finops.timeutil import to_epoch
+from tests.support import scenario
+from tests.support.environment import debian_binary
+from tests.support.prometheus_server import import_prometheus, victoria_metrics
+
+PRICING = Pricing(load_catalog(), PricingModel.ON_DEMAND)
+
+
+@pytest.fixture
+def vm_url(tmp_path: Path) -> Iterator[str]:
+    """A VictoriaMetrics of the test's own: a sample imported twice would be counted twice (no deduplication)."""
+    with victoria_metrics(debian_binary("victoria-metrics"), tmp_path) as url:
+        yield url
+
+
+def exposition(readings: list[Sample], node: str) -> list[str]:
+    """The readings as dcgm-exporter would export them (its units: %, mJ, MiB), timestamps in ms."""
+    lines = []
+    for s in readings:
+        labels = f'Hostname="{node}",gpu="{s.labels["gpu"]}",UUID="{s.labels["uuid"]}",modelName="{s.labels["model"]}"'
+        ms = int(s.timestamp.timestamp() * 1000)
+        values = {
+            "DCGM_FI_DEV_GPU_UTIL": s.values[m.GPU_UTILIZATION] * 100,
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": s.values[m.GPU_ENERGY] * 1000,
+            "DCGM_FI_DEV_FB_USED": s.values[m.GPU_MEMORY_USED] / 2**20,
+        }
+        lines += [f"{name}{{{labels}}} {value!r} {ms}" for name, value in values.items()]
+    return lines
+
+
+def ledger(session: Session) -> dict[tuple[object, ...], tuple[object, ...]]:
+    """Ledger rows by (hour, GPU, job, team): seconds, samples, used GPU-seconds, energy, money."""
+    return {
+        (r.hour, r.gpu_id, r.job_pk, r.team_id): (
+            r.seconds, r.sample_count, r.used_gpu_seconds, r.energy_joules, r.allocated_cost, r.used_cost, r.idle_cost,
+        )
+        for r in session.scalars(select(LedgerEntry))
+    }  # fmt: skip
+
+
+def team_costs(session: Session) -> dict[str, tuple[Decimal, Decimal]]:
+    """(allocated, used) cost per team, rounded to cents."""
+    rows = session.execute(
+        select(Team.name, func.sum(LedgerEntry.allocated_cost), func.sum(LedgerEntry.used_cost))
+        .join(Team, Team.id == LedgerEntry.team_id)
+        .group_by(Team.name)
+    )
+    return {name: (Decimal(a).quantize(Decimal("0.01")), Decimal(u).quantize(Decimal("0.01"))) for name, a, u in rows}
+
+
+def test_window_selects_whole_seconds_of_a_half_open_segment() -> None:
+    assert window(3600, 7200) == "[3600499ms] @ 7199.999"
+
+
+def test_counter_increase_counts_a_reset_and_skips_long_gaps() -> None:
+    points = [(0.0, 10.0), (60.0, 20.0), (120.0, 5.0), (180.0, 8.0), (5000.0, 100.0)]
+    assert counter_increase(points, 60) == 10 + 5 + 3
+    assert counter_increase(points, 121) == 3
+
+
+def test_scenario_metered_from_victoria_metrics_equals_the_direct_path(
+    sessions: sessionmaker[Session], vm_url: str
+) -> None:
+    t0 = scenario.start_hour()
+    until = to_epoch(t0 + timedelta(hours=2))
+    readings = scenario.samples(t0)
+    import_prometheus(vm_url, exposition(readings, scenario.NODE))
+    with sessions.begin() as session:
+        map_account(session, "acct-a", "alpha", actor="system:test")
+        Ingestor().store(session, scenario.batch(t0))
+        import_sacct(session, scenario.sacct_lines(t0), source="scenario")
+        compare_modes(session, PrometheusClient(vm_url), until)
+
+
+DAY_GPUS = 3
+
+
+def day_readings(t0: datetime) -> list[Sample]:
+    """A day of 1-minute readings of 3 GPUs from ``t0``: utilisation varying by the minute (idle runs where it
+    falls to 0 %), an energy counter of 30 kJ a minute that GPU 2's driver resets at 10:17, one minute missing."""
+    readings = []
+    for minute in range(24 * 60):
+        for index in range(DAY_GPUS):
+            if index == 1 and minute == 200:
+                continue
+            percent = 0 if 300 <= minute < 400 else (minute * 7 + index * 13) % 101
+            energy = 30_000.0 * minute + 1e9 * index
+            if index == 2 and minute >= 617:
+                energy = 30_000.0 * (minute - 617)
+            values = {
+                m.GPU_UTILIZATION: percent / 100,
+                m.GPU_ENERGY: energy,
+                m.GPU_MEMORY_USED: 2.0**30 * (index + 1),
+            }
+            labels = {
+                "gpu": str(index),
+                "uuid": f"GPU-dddddddd-0000-0000-0000-00000000000{index}",
+                "model": scenario.MODEL,
+            }
+            readings.append(Sample("gpu", labels, values, t0 + timedelta(minutes=minute)))
+    return readings
+
+
+def test_a_day_with_partial_hours_and_a_counter_reset_equals_the_direct_path(
+    sessions: sessionmaker[Session], vm_url: str
+) -> None:
+    t0 = scenario.start_hour() - timedelta(days=2)
+    until = to_epoch(t0 + timedelta(days=1))
+    readings = day_readings(t0)
+    import_prometheus(vm_url, exposition(readings, "gpu-d-01"))
+    with sessions.begin() as session:
+        batch = IngestBatch.model_validate(
+            {"node": "gpu-d-01", "gpus": [gpu_info_dict(s) for s in readings[:DAY_GPUS]],
+             "samples": [reading_dict(s) for s in readings]}
+        )  # fmt: skip
+        Ingestor().store(session, batch)
+        team = Team(name="delta")
+        session.add(team)
+        session.flush()
+        gpus = {g.gpu_index: g for g in session.scalars(select(Gpu))}
+        # Jobs starting and ending mid-hour, one after another on GPU 0, one running on GPU 1 from 05:20.
+        for number, (index, start, end) in enumerate([(0, 35, 190), (0, 190, 725), (1, 320, None), (2, 0, 1000)]):
+            job = Job(
+                scheduler="slurm", cluster="c", job_id=str(900 + number), job_id_raw=str(900 + number), user="u",
+                account="a", partition="p", name="j", state="RUNNING", start=t0 + timedelta(minutes=start), end=None,
+                gpus=1, node_list="gpu-d-01", team_id=team.id,
+            )  # fmt: skip
+            session.add(job)
+            session.flush()
+            session.add(
+                Allocation(
+                    job_pk=job.id, gpu_id=gpus[index].id, start=t0 + timedelta(minutes=start),
+                    end=None if end is None else t0 + timedelta(minutes=end, seconds=30),
+                )
+            )  # fmt: skip
+        session.flush()
+        compare_modes(session, PrometheusClient(vm_url), until)
+
+
+def compare_modes(session: Session, client: PrometheusClient, until: int) -> None:
+    """Roll up from the database's readings, then again from the TSDB with no readings in the database: the
+    same ledger rows, team costs to the cent, utilisation within 1e-6 and energy within 1e-6 J."""
+    rollup(session, PRICING, until)
+    direct, direct_teams = ledger(session), team_costs(session)
+    for model in (LedgerEntry, LedgerTeamHour, GpuSample, DirtyHour):
+        session.execute(delete(model))
+    rollup(session, PRICING, until, meter=TsdbMeter(client))
+    assert session.scalar(select(func.count()).select_from(GpuSample)) == 0
+    assert session.scalar(select(func.count()).select_from(TsdbGpuMetering)) > 0
+    metered, metered_teams = ledger(session), team_costs(session)
+    assert metered_teams == direct_teams
+    assert metered.keys() == direct.keys()
+    for key, row in direct.items():
+        other = metered[key]
+        assert other[:2] == row[:2], key
+        assert other[2] == pytest.approx(row[2], abs=1e-6 * 3600), key
+        assert other[3] == pytest.approx(row[3], abs=1e-6), key
+        assert other[4:] == row[4:], key
