@@ -2,7 +2,7 @@
 ledger rollup instead of raw readings
 
 Revision ID: 0017
-Revises: 0015
+Revises: 0016
 Create Date: 2026-11-26 05:00:00.000000
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017"
-down_revision = "0015"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
