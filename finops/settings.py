@@ -11,6 +11,7 @@ what the service, the CLI and the dashboard read. Code that needs one group may 
 - :class:`IdleSettings` — when an allocated GPU counts as idle, and for how long before it is an idle episode.
 - :class:`SchedulerSettings` — how often the scheduler rolls up the ledger, and how long its job leases last.
 - :class:`PrometheusPullSettings` — pulling dcgm-exporter telemetry from a Prometheus.
+- :class:`TelemetrySettings` — where raw telemetry lives: the database, or a Prometheus-compatible TSDB.
 - :class:`SacctSettings` — the scheduled Slurm job import with sacct.
 - :class:`CollectorSettings` — what the service assumes of its collectors.
 - :class:`DemoSettings` — where the demo and the tests find real third-party traces.
@@ -236,6 +237,25 @@ class PrometheusPullSettings(SettingsGroup):
     prometheus_step_seconds: int = Field(60, gt=0, description="Seconds between readings pulled from Prometheus.")
 
 
+class TelemetrySettings(SettingsGroup):
+    """Where raw GPU telemetry lives: in the database (``gpu_samples``), or in a Prometheus-compatible TSDB that the
+    ledger and idle detection query by PromQL (docs/tsdb.md). The TSDB's series are selected and labelled as for the
+    Prometheus pull (``FINOPS_PROMETHEUS_SELECTOR``, ``FINOPS_PROMETHEUS_STEP_SECONDS``)."""
+
+    telemetry_source: Literal["database", "tsdb"] = Field(
+        "database",
+        description="`database`: readings are ingested into `gpu_samples`; `tsdb`: readings stay in the TSDB at "
+        "`FINOPS_TSDB_URL`, the ingest API refuses them (409) and the Prometheus pull does not run.",
+    )
+    tsdb_url: str = Field("", description="Base URL of the Prometheus-compatible TSDB (required with `tsdb`).")
+
+    @model_validator(mode="after")
+    def _tsdb_has_url(self) -> typing.Self:
+        if self.telemetry_source == "tsdb" and not self.tsdb_url:
+            raise ValueError("FINOPS_TELEMETRY_SOURCE=tsdb needs FINOPS_TSDB_URL (the TSDB's base URL)")
+        return self
+
+
 class SacctSettings(SettingsGroup):
     """The scheduled Slurm job import (`import sacct --run` on a timer)."""
 
@@ -439,6 +459,7 @@ class Settings(
     IdleSettings,
     SchedulerSettings,
     PrometheusPullSettings,
+    TelemetrySettings,
     SacctSettings,
     CollectorSettings,
     DemoSettings,

@@ -28,6 +28,9 @@ from finops.cli.base import ENVIRONMENT_ERRORS, INCOMPLETE
 from finops.db.engine import NotMigratedError, current_revision, make_engine, require_migrated, session_factory
 from finops.db.models import ApiToken, NodeToken
 from finops.errors import FinopsError
+from finops.ingest.prometheus import PrometheusClient
+from finops.ingest.prometheus_pull import PullOptions
+from finops.ingest.tsdb_source import TsdbTelemetry
 from finops.ledger.rollup import unpriced_fix
 from finops.pricing.catalog import Pricing, load_catalog
 from finops.service.scheduler import run_rollup
@@ -136,11 +139,26 @@ NoRollup = Annotated[
 """The ``--no-rollup`` option of the commands that change what the ledger is built from."""
 
 
+def tsdb_telemetry(settings: Settings) -> TsdbTelemetry | None:
+    """The TSDB the ledger and idle detection read telemetry from (``FINOPS_TELEMETRY_SOURCE=tsdb``, at
+    ``FINOPS_TSDB_URL``, its series selected by ``FINOPS_PROMETHEUS_SELECTOR`` and read at
+    ``FINOPS_PROMETHEUS_STEP_SECONDS``), else None. FinopsError for a selector that is not label matchers in braces."""
+    if settings.telemetry_source != "tsdb":
+        return None
+    try:
+        options = PullOptions(step_seconds=settings.prometheus_step_seconds, selector=settings.prometheus_selector)
+    except ValueError as exc:
+        raise FinopsError(f"FINOPS_PROMETHEUS_SELECTOR: {exc}") from exc
+    return TsdbTelemetry(PrometheusClient(settings.tsdb_url), options)
+
+
 def roll_up(settings: Settings) -> None:
     """The scheduler's rollup (:func:`finops.service.scheduler.run_rollup`: dirty ledger hours rebuilt, their idle
-    episodes re-judged, budget and anomaly events recorded) run once; prints what it did in one line, then on
+    episodes re-judged, budget and anomaly events recorded; from the TSDB with ``FINOPS_TELEMETRY_SOURCE=tsdb``) run
+    once; prints what it did in one line, then on
     stderr, per model without a price, its GPU-hours and how to price them."""
-    built, episodes = run_rollup(open_sessions(settings), load_pricing(settings), idle_policy(settings))
+    sessions, pricing, policy = open_sessions(settings), load_pricing(settings), idle_policy(settings)
+    built, episodes = run_rollup(sessions, pricing, policy, tsdb=tsdb_telemetry(settings))
     typer.echo(
         f"rollup: {built.hours} ledger hours rebuilt: {built.priced_gpu_hours:,.2f} GPU-hours priced, "
         f"{built.unpriced_gpu_hours:,.2f} unpriced; {episodes} idle episodes"

@@ -28,7 +28,7 @@ from starlette.types import ASGIApp
 
 from alerts.service import AlertRunner, AlertService
 from finops.access.api_tokens import any_live_token as api_token_exists
-from finops.cli.context import idle_policy, load_pricing, load_settings, open_engine, open_sessions
+from finops.cli.context import idle_policy, load_pricing, load_settings, open_engine, open_sessions, tsdb_telemetry
 from finops.db.engine import session_factory
 from finops.db.stopping import StopSwitch
 from finops.errors import FinopsError
@@ -71,9 +71,10 @@ TLS_KEY = "a TLS private key (--tls-key or FINOPS_TLS_KEY_FILE)"
 
 
 def prometheus_pull(settings: Settings) -> ScheduledPull | None:
-    """The scheduled Prometheus pull when ``FINOPS_PROMETHEUS_URL`` is set, else None.
-    FinopsError for a ``FINOPS_PROMETHEUS_SELECTOR`` that is not label matchers in braces."""
-    if not settings.prometheus_url:
+    """The scheduled Prometheus pull when ``FINOPS_PROMETHEUS_URL`` is set and readings are stored in the database
+    (``FINOPS_TELEMETRY_SOURCE=database``), else None. FinopsError for a ``FINOPS_PROMETHEUS_SELECTOR`` that is not
+    label matchers in braces."""
+    if not settings.prometheus_url or settings.telemetry_source == "tsdb":
         return None
     try:
         options = PullOptions(step_seconds=settings.prometheus_step_seconds, selector=settings.prometheus_selector)
@@ -119,6 +120,7 @@ class ScheduledJobs:
             alerts=AlertRunner(AlertService.from_settings(settings), sessions),
             running=self.running,
             leases=self.leases,
+            tsdb=tsdb_telemetry(settings),
         )
 
     def stopping(self) -> None:
@@ -274,6 +276,7 @@ def serve(
                 pricing.catalog,
                 limits=ingest_limits(settings),
                 insecure_no_token=insecure,
+                readings_in_tsdb=settings.telemetry_source == "tsdb",
             ),
             None if jobs is None else jobs.stopping,
             host=host,

@@ -50,6 +50,7 @@ from finops.timeutil import from_epoch, to_epoch, utc_now
 if TYPE_CHECKING:
     from alerts.service import AlertRunner
     from finops.ingest.prometheus_pull import ScheduledPull
+    from finops.ingest.tsdb_source import TsdbTelemetry
     from finops.jobs.slurm_import import ScheduledSacct
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,11 @@ class RollupProgress:
 
 
 def run_rollup(
-    sessions: sessionmaker[Session], pricing: Pricing, policy: IdlePolicy, progress: RollupProgress | None = None
+    sessions: sessionmaker[Session],
+    pricing: Pricing,
+    policy: IdlePolicy,
+    progress: RollupProgress | None = None,
+    tsdb: TsdbTelemetry | None = None,
 ) -> tuple[RollupResult, int]:
     """With the price catalog in force (the newest imported, else ``pricing``'s): move jobs onto the GPUs newly
     arrived samples name (:func:`finops.jobs.placement.reconcile_job_map`), rebuild dirty ledger hours up to now,
@@ -103,6 +108,9 @@ def run_rollup(
     Logs what it did in one line: at INFO, unless ``progress`` (the scheduler's) says it took in nothing new and
     it stored no idle episode, then at DEBUG.
 
+    With ``tsdb`` (``FINOPS_TELEMETRY_SOURCE=tsdb``), the hours are metered from that TSDB by PromQL
+    (:attr:`finops.ingest.tsdb_source.TsdbTelemetry.meter`) instead of ``gpu_samples``.
+
     Returns (what the rollup rebuilt: hours, GPU-seconds priced and unpriced; idle episodes stored).
     """
     now = utc_now()
@@ -110,7 +118,7 @@ def run_rollup(
         pricing = pricing_in_force(session, pricing)
         reconcile_job_map(session, to_epoch(now))
         rebuilt: list[int] = []
-        built = rollup(session, pricing, to_epoch(now), rebuilt=rebuilt)
+        built = rollup(session, pricing, to_epoch(now), rebuilt=rebuilt, meter=None if tsdb is None else tsdb.meter)
         episodes = rejudge_idle(session, rebuilt, policy, pricing)
         record_budget_events(session, now)
         record_anomaly_events(session, now)
@@ -129,11 +137,13 @@ def run_rollup_and_alerts(
     policy: IdlePolicy,
     alerts: AlertRunner,
     progress: RollupProgress | None = None,
+    tsdb: TsdbTelemetry | None = None,
 ) -> tuple[RollupResult, int]:
-    """:func:`run_rollup`, then the alert rules on what it built (in a transaction of their own: a failing
-    evaluation is logged and leaves the rollup done; :class:`~finops.service.leases.LeaseLost` is raised on).
+    """:func:`run_rollup` (from ``tsdb`` when given), then the alert rules on what it built (in a transaction of
+    their own: a failing evaluation is logged and leaves the rollup done; :class:`~finops.service.leases.LeaseLost`
+    is raised on).
     Returns what :func:`run_rollup` returns."""
-    done = run_rollup(sessions, pricing, policy, progress)
+    done = run_rollup(sessions, pricing, policy, progress, tsdb)
     try:
         alerts.evaluate()
     except LeaseLost:
@@ -210,6 +220,7 @@ def start_scheduler(
     alerts: AlertRunner | None = None,
     leases: JobLeases | None = None,
     running: RunningJobs | None = None,
+    tsdb: TsdbTelemetry | None = None,
 ) -> BackgroundScheduler:
     """Start the background scheduler with the rollup and cost-metrics jobs (and the Prometheus pull, if given, at the
     same interval; and the sacct import, if given, at its own); the caller shuts it down. With ``running``, each
@@ -222,7 +233,10 @@ def start_scheduler(
 
     With ``leases``, every job but the cost-metrics refresh runs under its lease (named by its job id:
     ``rollup``, ``alert_delivery``, ``sample_maintenance``, ``sacct_import``, ``prometheus_pull``): the leases are
-    taken before the scheduler starts and released when it shuts down."""
+    taken before the scheduler starts and released when it shuts down.
+
+    With ``tsdb`` (``FINOPS_TELEMETRY_SOURCE=tsdb``), the rollup reads telemetry from that TSDB (:func:`run_rollup`);
+    the caller passes no ``prometheus`` pull then."""
     scheduler = BackgroundScheduler(timezone="UTC")
 
     def every(
@@ -253,9 +267,9 @@ def start_scheduler(
         every("prometheus_pull", prometheus.run, [sessions], seconds=rollup_interval_seconds)
     progress = RollupProgress()
     if alerts is None:
-        every("rollup", run_rollup, [sessions, pricing, policy, progress], seconds=rollup_interval_seconds)
+        every("rollup", run_rollup, [sessions, pricing, policy, progress, tsdb], seconds=rollup_interval_seconds)
     else:
-        arguments = [sessions, pricing, policy, alerts, progress]
+        arguments = [sessions, pricing, policy, alerts, progress, tsdb]
         every("rollup", run_rollup_and_alerts, arguments, seconds=rollup_interval_seconds)
     every("cost_metrics", metrics.refresh, [sessions], leased=False, seconds=rollup_interval_seconds)
     if leases is not None:

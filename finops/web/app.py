@@ -90,6 +90,11 @@ RETRY_AFTER_SECONDS = 5
 """``Retry-After`` of the 503 answered when the database is busy (a write lock held by a rollup, a lock wait
 that timed out): long enough for a rollup's transaction to end, short against a collector's cycle."""
 INGEST_PATH = "/api/v1/ingest"
+READINGS_IN_TSDB = (
+    "the telemetry source is a TSDB (FINOPS_TELEMETRY_SOURCE=tsdb): send readings to the TSDB (dcgm-exporter scraped "
+    "by it, or remote-write), not to this service"
+)
+"""The 409's ``detail`` of ingest when the service reads telemetry from a TSDB."""
 REFUSAL_REASONS = ("rate", "burst", "gpus")
 """``reason`` of ``gpufinops_ingest_refused_total``: the per-node limit a batch was refused by."""
 
@@ -247,6 +252,7 @@ def create_app(
     limits: IngestLimits | None = None,
     clock: Callable[[], float] = time.time,
     insecure_no_token: bool = False,
+    readings_in_tsdb: bool = False,
 ) -> FastAPI:
     """The FastAPI application: ingest, health, metrics and the REST API (:mod:`finops.web.rest`).
 
@@ -258,6 +264,8 @@ def create_app(
     ``catalog`` is the configured price catalog (default: the packaged one), in force until one is imported.
     ``limits``: what ingest accepts beyond the format (:class:`IngestLimits`, default its defaults); ``clock``: the
     wall clock in epoch seconds that readings' times are judged against, and the nodes' token buckets run on.
+    ``readings_in_tsdb`` (``FINOPS_TELEMETRY_SOURCE=tsdb``): ingest answers every authenticated batch 409
+    (:data:`READINGS_IN_TSDB`), storing nothing: readings go to the TSDB, and GPUs are found there.
     """
     limits = limits or IngestLimits()
     # The OpenAPI pages are served below, behind authentication.
@@ -311,6 +319,8 @@ def create_app(
         except HTTPException:
             metrics.requests.labels(code="401").inc()
             raise
+        if readings_in_tsdb:
+            return reply(409, {"detail": READINGS_IN_TSDB})
         too_large = _too_large(MAX_BODY_BYTES)
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
