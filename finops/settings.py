@@ -248,6 +248,12 @@ class TelemetrySettings(SettingsGroup):
         "`FINOPS_TSDB_URL`, the ingest API refuses them (409) and the Prometheus pull does not run.",
     )
     tsdb_url: str = Field("", description="Base URL of the Prometheus-compatible TSDB (required with `tsdb`).")
+    tsdb_discovery_lookback_seconds: int = Field(
+        7 * 86400,
+        gt=0,
+        description="With `tsdb`: how far back the first rollup (an empty ledger) looks for GPUs in the TSDB; later "
+        "rollups look from the ledger's newest hour.",
+    )
 
     @model_validator(mode="after")
     def _tsdb_has_url(self) -> typing.Self:

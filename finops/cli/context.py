@@ -149,7 +149,7 @@ def tsdb_telemetry(settings: Settings) -> TsdbTelemetry | None:
         options = PullOptions(step_seconds=settings.prometheus_step_seconds, selector=settings.prometheus_selector)
     except ValueError as exc:
         raise FinopsError(f"FINOPS_PROMETHEUS_SELECTOR: {exc}") from exc
-    return TsdbTelemetry(PrometheusClient(settings.tsdb_url), options)
+    return TsdbTelemetry(PrometheusClient(settings.tsdb_url), options, settings.tsdb_discovery_lookback_seconds)
 
 
 def roll_up(settings: Settings) -> None:

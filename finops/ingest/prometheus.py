@@ -104,7 +104,20 @@ class PrometheusClient:
         """``query`` evaluated at ``start, start + step, …`` up to ``end`` inclusive (the API's ``matrix``)."""
         where = f"{query} over [{start.isoformat()}, {end.isoformat()}] step {step_seconds:g}s"
         params = {"query": query, "start": _api_time(start), "end": _api_time(end), "step": f"{step_seconds:g}"}
-        matrix = self._result(_Matrix, self._call("/api/v1/query_range", params, where), where)
+        return self._series(self._result(_Matrix, self._call("/api/v1/query_range", params, where), where), where)
+
+    def samples(self, query: str, at: datetime) -> list[RangeSeries]:
+        """The raw samples of a range-vector selector (``metric{…}[5m]``) at the instant ``at``: an instant query
+        whose result is a ``matrix`` (Prometheus documentation, "HTTP API", "Range vectors"), each series' samples at
+        their own timestamps (epoch seconds), in time order."""
+        where = f"{query} at {at.isoformat()}"
+        params = {"query": query, "time": _api_time(at)}
+        return self._series(self._result(_Matrix, self._call("/api/v1/query", params, where), where), where)
+
+    @staticmethod
+    def _series(matrix: _Matrix | _Vector, where: str) -> list[RangeSeries]:
+        """The series of a ``matrix`` result; a malformed one, or one with a value that is no number, is logged and
+        left out."""
         found = []
         for raw in matrix.result:
             try:

@@ -211,7 +211,7 @@ def pull_chunk(client: PrometheusClient, first: int, last: int, options: PullOpt
         for series in client.query_range(
             options.query(name), from_epoch(first), from_epoch(last), options.step_seconds
         ):
-            identity = _identity(series.labels, options.labels)
+            identity = series_identity(series.labels, options.labels)
             if identity is None:
                 continue
             node, labels, job = identity
@@ -318,7 +318,7 @@ class ScheduledPull:
         return result
 
 
-def _identity(labels: dict[str, str], names: LabelNames) -> tuple[str, dict[str, str], str | None] | None:
+def series_identity(labels: dict[str, str], names: LabelNames) -> tuple[str, dict[str, str], str | None] | None:
     """(node, our GPU labels, job) of a DCGM series, or None (logged) when it lacks what identifies a GPU."""
     dcgm = names.dcgm_exporter(labels)
     required = (("UUID", names.uuid), ("gpu", names.gpu), ("modelName", names.model))

@@ -106,7 +106,7 @@ class Ingestor:
         hours = {number * HOUR for number in hour_numbers}
         days = {hour - hour % DAY for hour in hours}
         self._partitions.ensure(session, days)
-        gpu_ids = self._register(session, batch.node, batch.gpus, first_seen)
+        gpu_ids = self.register(session, batch.node, batch.gpus, first_seen)
         rows = list(
             chain(
                 chain.from_iterable(_series_rows(s, gpu_ids[s.uuid]) for s in batch.series),
@@ -180,9 +180,14 @@ class Ingestor:
             self._partitions.ensure(session, days)
             bulk_insert_ignoring_conflicts(session, table, SAMPLE_COLUMNS, rows)
 
-    def _register(
+    def register(
         self, session: Session, hostname: str, inventory: list[GpuInfo], first_seen: dict[str, int]
     ) -> dict[str, int]:
+        """The GPUs of ``first_seen`` (UUID → epoch seconds of its earliest reading) on node ``hostname``, registered
+        where unknown (at their ``inventory`` entry's index, model and memory; KeyError for one without an entry),
+        each one's ``in_service_from`` moved back to its earliest reading; returns UUID → ``gpus.id``. What
+        :meth:`store` does for a batch's GPUs, also used for GPUs found in a TSDB
+        (:meth:`finops.ingest.tsdb_source.TsdbTelemetry.discover`)."""
         uuids = sorted(first_seen)  # one order in every transaction: concurrent registrations cannot deadlock
         unknown = [uuid for uuid in uuids if uuid not in self._gpus]
         if unknown or any(first_seen[uuid] < self._gpus[uuid].in_service_from for uuid in uuids if uuid in self._gpus):

@@ -55,6 +55,12 @@ def window(a: int, b: int) -> str:
     return f"[{(b - a) * 1000 + 499}ms] @ {b - 1}.999"
 
 
+def gpu_selector(options: PullOptions, dcgm_field: str, uuid: str) -> str:
+    """``dcgm_field``'s series of one GPU: ``options``' selector and ``<UUID label>="<uuid>"``."""
+    matcher = f"{options.labels.uuid}={promql_string(uuid)}"
+    return f"{dcgm_field}{{{', '.join(filter(None, (selector_matchers(options.selector), matcher)))}}}"
+
+
 def counter_increase(points: Iterable[tuple[float, float]], a: int) -> float:
     """Σ of a counter's increments ending at or after ``a`` (epoch seconds): between consecutive ``points``
     (epoch seconds, value; in time order) at most :data:`ENERGY_GAP_SECONDS` apart; a value below the previous
@@ -195,7 +201,7 @@ class TsdbMeter:
     def _counter_points(self, uuid: str, a: int, b: int) -> list[tuple[float, float]]:
         """One GPU's energy counter at every whole second of [a, b) (a range query at a 1 s step: each value is the
         newest reading at or before the instant, so its increments are the readings')."""
-        matcher = f"{self.options.labels.uuid}={promql_string(uuid)}"
-        inner = ", ".join(filter(None, (selector_matchers(self.options.selector), matcher)))
-        series = self.client.query_range(f"{ENERGY_FIELD}{{{inner}}}", from_epoch(a), from_epoch(b - 1), 1)
+        series = self.client.query_range(
+            gpu_selector(self.options, ENERGY_FIELD, uuid), from_epoch(a), from_epoch(b - 1), 1
+        )
         return sorted(point for s in series for point in s.points)

@@ -1,5 +1,5 @@
 """Raw telemetry kept in a Prometheus-compatible TSDB (``FINOPS_TELEMETRY_SOURCE=tsdb``): what the scheduler's rollup
-reads from it instead of ``gpu_samples``.
+reads from it instead of ``gpu_samples``: the GPUs (:meth:`TsdbTelemetry.discover`) and the ledger's metering.
 
 :class:`TsdbTelemetry` bundles the TSDB's client (Prometheus HTTP API,
 :class:`finops.ingest.prometheus.PrometheusClient`) with the series' selector and label names
@@ -9,22 +9,98 @@ metering (:class:`finops.ingest.tsdb_metering.TsdbMeter`).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from collector.contract.wire import GpuInfo
+from finops.db.hours import mark_hours_dirty
+from finops.db.models import Gpu, LedgerEntry
 from finops.ingest.prometheus import PrometheusClient
-from finops.ingest.prometheus_pull import PullOptions
-from finops.ingest.tsdb_metering import TsdbMeter
+from finops.ingest.prometheus_pull import PullOptions, series_identity
+from finops.ingest.readings import Ingestor
+from finops.ingest.tsdb_metering import TsdbMeter, gpu_selector, window
+from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
+
+DISCOVERY_LOOKBACK_SECONDS = 7 * 86400
+"""Default of ``FINOPS_TSDB_DISCOVERY_LOOKBACK_SECONDS``: how far back an empty ledger's first rollup looks for
+GPUs."""
 
 
 @dataclass(frozen=True, slots=True)
 class TsdbTelemetry:
     """The TSDB at ``client`` as the service's telemetry source; ``options``: its series' selector, label names,
-    utilisation field and readings' step (seconds)."""
+    utilisation field and readings' step (seconds); ``discovery_lookback_seconds``: see :meth:`discover`."""
 
     client: PrometheusClient
     options: PullOptions = field(default_factory=PullOptions)
+    discovery_lookback_seconds: int = DISCOVERY_LOOKBACK_SECONDS
+    ingestor: Ingestor = field(default_factory=Ingestor, compare=False)
 
     @property
     def meter(self) -> TsdbMeter:
         """The rollup's ``meter=`` (:func:`finops.ledger.rollup.rollup`) for this TSDB."""
         return TsdbMeter(self.client, self.options)
+
+    def discover(self, session: Session, until: int) -> int:
+        """Register the GPUs with readings in the TSDB before ``until`` (epoch seconds) since the ledger's newest hour
+        (an empty ledger: since ``until`` − :attr:`discovery_lookback_seconds`): :meth:`register_gpus`. The
+        scheduler's rollup calls this first, so that the GPUs it meters are known."""
+        newest = session.scalar(select(func.max(LedgerEntry.hour)))
+        start = to_epoch(newest) if newest is not None else until - self.discovery_lookback_seconds
+        return self.register_gpus(session, start, until)
+
+    def register_gpus(self, session: Session, start: int, end: int) -> int:
+        """Register every GPU whose utilisation series has readings in [start, end) (epoch seconds) through the
+        ingest's inventory path (:meth:`finops.ingest.readings.Ingestor.register`: node, index, model and UUID
+        from the series' labels as the Prometheus pull reads them, ``in_service_from`` moved back to the first
+        reading found), and mark the ledger hours from a GPU's new ``in_service_from`` to its old one (or ``end``)
+        dirty. MIG instance series are left out. Returns how many GPUs were registered or moved back.
+
+        The first reading: ``min_over_time(timestamp(U)[<end − start>s:<step>s])`` (a PromQL subquery at the
+        readings' step, Prometheus documentation "Subquery") gives, per series, the newest reading at the first
+        step instant after the first reading, v; for a GPU unknown or possibly entering service earlier than
+        known, its raw readings of [max(start, v − step + 1), max(start, v) + step) (an instant query of a range
+        selector) give the first one exactly, for readings at most a step apart."""
+        step = self.options.step_seconds
+        utilization = self.options.query(self.options.utilization_fields[0])
+        subquery = f"min_over_time(timestamp({utilization})[{end - start}s:{step}s])"
+        found: dict[str, tuple[str, GpuInfo, int]] = {}
+        for sample in self.client.query(subquery, from_epoch(end - 1)):
+            identity = series_identity(sample.labels, self.options.labels)
+            if identity is None or identity[1]["mig_profile"]:
+                continue
+            node, labels, _ = identity
+            info = GpuInfo(uuid=labels["uuid"], index=int(labels["gpu"]), model=labels["model"])
+            approximate = round(sample.value)
+            if labels["uuid"] not in found or approximate < found[labels["uuid"]][2]:
+                found[labels["uuid"]] = (node, info, approximate)
+        known = {
+            uuid: to_epoch(entered)
+            for uuid, entered in session.execute(
+                select(Gpu.uuid, Gpu.in_service_from).where(Gpu.uuid.in_(sorted(found)))
+            )
+        }
+        by_node: dict[str, dict[str, tuple[GpuInfo, int]]] = defaultdict(dict)
+        for uuid, (node, info, approximate) in found.items():
+            if uuid in known and known[uuid] <= max(start, approximate - step + 1):
+                continue
+            first = self._first_reading(uuid, max(start, approximate - step + 1), max(start, approximate) + step)
+            first = max(start, approximate) if first is None else first
+            if uuid not in known or first < known[uuid]:
+                by_node[node][uuid] = (info, first)
+        for node, gpus in sorted(by_node.items()):
+            first_seen = {uuid: first for uuid, (_, first) in gpus.items()}
+            self.ingestor.register(session, node, [info for info, _ in gpus.values()], first_seen)
+            for uuid, first in first_seen.items():
+                mark_hours_dirty(session, range(floor_hour(first), known.get(uuid, end), HOUR))
+        return sum(len(gpus) for gpus in by_node.values())
+
+    def _first_reading(self, uuid: str, a: int, b: int) -> int | None:
+        """The epoch second of one GPU's first utilisation reading in [a, b), None without one."""
+        series = self.client.samples(
+            f"{gpu_selector(self.options, self.options.utilization_fields[0], uuid)}{window(a, b)}", from_epoch(b)
+        )
+        return min((round(ts) for s in series for ts, _ in s.points), default=None)

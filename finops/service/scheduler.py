@@ -108,7 +108,8 @@ def run_rollup(
     Logs what it did in one line: at INFO, unless ``progress`` (the scheduler's) says it took in nothing new and
     it stored no idle episode, then at DEBUG.
 
-    With ``tsdb`` (``FINOPS_TELEMETRY_SOURCE=tsdb``), the hours are metered from that TSDB by PromQL
+    With ``tsdb`` (``FINOPS_TELEMETRY_SOURCE=tsdb``), the GPUs with readings in the TSDB are registered first
+    (:meth:`finops.ingest.tsdb_source.TsdbTelemetry.discover`), and the hours are metered from that TSDB by PromQL
     (:attr:`finops.ingest.tsdb_source.TsdbTelemetry.meter`) instead of ``gpu_samples``.
 
     Returns (what the rollup rebuilt: hours, GPU-seconds priced and unpriced; idle episodes stored).
@@ -117,6 +118,8 @@ def run_rollup(
     with sessions.begin() as session:
         pricing = pricing_in_force(session, pricing)
         reconcile_job_map(session, to_epoch(now))
+        if tsdb is not None:
+            tsdb.discover(session, to_epoch(now))
         rebuilt: list[int] = []
         built = rollup(session, pricing, to_epoch(now), rebuilt=rebuilt, meter=None if tsdb is None else tsdb.meter)
         episodes = rejudge_idle(session, rebuilt, policy, pricing)
