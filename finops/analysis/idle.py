@@ -25,9 +25,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import delete, func, or_, select, text
+from sqlalchemy import TextClause, delete, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from finops.db.models import Allocation, Gpu, IdleEpisode, Job, Node, Team
@@ -40,18 +40,28 @@ from finops.timeutil import HOUR, from_epoch, to_epoch
 MEMORY_HELD_BYTES = 64 * 2**20
 """Memory in use above this (64 MiB) during an episode means a process still holds the GPU."""
 
+IDLE_READINGS_TABLE = "idle_readings"
+"""The session-local temporary table :func:`detect_idle` judges a :class:`ReadingSource`'s readings in."""
+
 _COVERED_UNTIL = "CASE WHEN next_ts IS NULL THEN ts WHEN next_ts - ts > :max_gap THEN ts + :max_gap ELSE next_ts END"
 # A reading's next one, also when it lies past the scanned period (the last reading before ``:end``), so that a
 # run cut by the period's end covers what it covers in a scan of the whole history.
 _NEXT_TS = """COALESCE(LEAD(ts) OVER (PARTITION BY gpu_id ORDER BY ts),
-                    (SELECT MIN(later.ts) FROM gpu_samples later WHERE later.gpu_id = g.gpu_id AND later.ts >= :end
+                    (SELECT MIN(later.ts) FROM {table} later WHERE later.gpu_id = g.gpu_id AND later.ts >= :end
                        AND later.utilization_ratio IS NOT NULL))"""
-_IDLE_RUNS = text(f"""
+
+
+def _idle_runs(table: str) -> TextClause:
+    """The idle runs of the readings in ``table`` (``gpu_samples``, or :data:`IDLE_READINGS_TABLE`: columns
+    ``gpu_id``, ``ts`` epoch seconds, ``utilization_ratio``, ``memory_used_bytes``): one statement, so that both
+    sources are judged by the same rules."""
+    next_ts = _NEXT_TS.format(table=table)
+    return text(f"""
 WITH s AS (
     SELECT gpu_id, ts, utilization_ratio AS u, memory_used_bytes AS mem,
            LAG(ts) OVER (PARTITION BY gpu_id ORDER BY ts) AS prev_ts,
-           {_NEXT_TS} AS next_ts
-    FROM gpu_samples g
+           {next_ts} AS next_ts
+    FROM {table} g
     WHERE gpu_id IN (SELECT id FROM gpus) AND ts >= :start AND ts < :end AND utilization_ratio IS NOT NULL
 ), runs AS (
     SELECT gpu_id, ts, u, mem, next_ts,
@@ -63,7 +73,20 @@ SELECT gpu_id, MIN(ts) AS first_ts, MAX({_COVERED_UNTIL}) AS covered_until, MAX(
 FROM runs WHERE u <= :threshold
 GROUP BY gpu_id, run
 HAVING MAX({_COVERED_UNTIL}) - MIN(ts) >= :window
-""")  # noqa: S608 - the f-string only inlines the constant expressions above
+""")  # noqa: S608 - the f-string only inlines the constant expressions above and a table name of this module's
+
+
+_IDLE_RUNS = _idle_runs("gpu_samples")
+_IDLE_RUNS_ELSEWHERE = _idle_runs(IDLE_READINGS_TABLE)
+
+
+class ReadingSource(Protocol):
+    """Readings kept elsewhere than ``gpu_samples`` (a TSDB: :class:`finops.ingest.tsdb_source.TsdbTelemetry`)."""
+
+    def idle_readings(self, session: Session, start: int, end: int) -> Iterable[tuple[int, int, float, float | None]]:
+        """The readings with a utilisation in [start, end) (epoch seconds): (``gpus.id``, epoch second, utilisation
+        ratio, memory used in bytes or None), of the GPUs the database knows."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +106,17 @@ class IdlePolicy:
         return self.partition_thresholds.get(partition, self.threshold)
 
 
-def detect_idle(session: Session, start: datetime, end: datetime, policy: IdlePolicy, pricing: Pricing) -> int:
-    """Re-judge idle episodes over [start, end) (UTC) and store them; returns how many are stored.
+def detect_idle(
+    session: Session,
+    start: datetime,
+    end: datetime,
+    policy: IdlePolicy,
+    pricing: Pricing,
+    readings: ReadingSource | None = None,
+) -> int:
+    """Re-judge idle episodes over [start, end) (UTC) and store them; returns how many are stored. The readings are
+    ``gpu_samples``', or ``readings``' (those of the grown period and of the max gap after it, put in the temporary
+    table :data:`IDLE_READINGS_TABLE` for the same statement to judge, and removed after it).
 
     The period first grows to take in whole every stored episode that touches it, with the max gap to spare on
     both sides (:func:`_span_of_stored`); the stored episodes in the grown period are replaced by those judged
@@ -104,7 +136,14 @@ def detect_idle(session: Session, start: datetime, end: datetime, policy: IdlePo
         "window": policy.window_seconds,
     }
     thresholds = {policy.threshold, *policy.partition_thresholds.values()}
-    runs = {t: session.execute(_IDLE_RUNS, {**parameters, "threshold": t}).all() for t in sorted(thresholds)}
+    if readings is None:
+        statement = _IDLE_RUNS
+    else:
+        _load_readings(session, readings.idle_readings(session, scan_from, scan_until + policy.max_gap_seconds + 1))
+        statement = _IDLE_RUNS_ELSEWHERE
+    runs = {t: session.execute(statement, {**parameters, "threshold": t}).all() for t in sorted(thresholds)}
+    if readings is not None:
+        session.execute(text(f"DELETE FROM {IDLE_READINGS_TABLE}"))  # noqa: S608 - a constant
     gpu_ids = {run.gpu_id for found in runs.values() for run in found}
     if not gpu_ids:
         return 0
@@ -157,6 +196,21 @@ def detect_idle(session: Session, start: datetime, end: datetime, policy: IdlePo
     return stored
 
 
+def _load_readings(session: Session, rows: Iterable[tuple[int, int, float, float | None]]) -> None:
+    """Put ``rows`` (``gpus.id``, epoch second, utilisation ratio, memory bytes) in the session's temporary table
+    :data:`IDLE_READINGS_TABLE`, made if missing and emptied first."""
+    session.execute(
+        text(
+            f"CREATE TEMPORARY TABLE IF NOT EXISTS {IDLE_READINGS_TABLE} (gpu_id INTEGER NOT NULL, ts BIGINT NOT NULL, "
+            "utilization_ratio DOUBLE PRECISION NOT NULL, memory_used_bytes DOUBLE PRECISION)"
+        )
+    )
+    session.execute(text(f"DELETE FROM {IDLE_READINGS_TABLE}"))  # noqa: S608 - a constant
+    values = [{"g": g, "t": t, "u": u, "m": m} for g, t, u, m in rows]
+    if values:
+        session.execute(text(f"INSERT INTO {IDLE_READINGS_TABLE} VALUES (:g, :t, :u, :m)"), values)  # noqa: S608
+
+
 def _span_of_stored(session: Session, start: int, end: int, margin: int) -> tuple[int, int]:
     """[start, end) (epoch seconds) grown until every stored episode touching it lies inside it with ``margin``
     seconds to spare on both sides (an episode reached by the growth is taken in too)."""
@@ -175,14 +229,21 @@ def _span_of_stored(session: Session, start: int, end: int, margin: int) -> tupl
         start, end = grown
 
 
-def rejudge_idle(session: Session, hours: Iterable[int], policy: IdlePolicy, pricing: Pricing) -> int:
+def rejudge_idle(
+    session: Session,
+    hours: Iterable[int],
+    policy: IdlePolicy,
+    pricing: Pricing,
+    readings: ReadingSource | None = None,
+) -> int:
     """Re-judge idle episodes over the UTC hours ``hours`` (epoch starts; the hours a ledger rollup rebuilt) and
     store them; returns how many are stored.
 
     Each run of consecutive hours is widened by the idle window and the max gap on both sides, so that an episode
     crossing its edges, with readings partly in the hours and partly outside, is judged whole, then judged by
     :func:`detect_idle` (which widens it further for the stored episodes it reaches). Hours days apart (a late
-    backfill and the current hour) are separate periods: the readings between them are not read.
+    backfill and the current hour) are separate periods: the readings between them are not read. ``readings``: as
+    for :func:`detect_idle`.
     """
     margin = policy.window_seconds + policy.max_gap_seconds
     spans: list[list[int]] = []
@@ -192,7 +253,8 @@ def rejudge_idle(session: Session, hours: Iterable[int], policy: IdlePolicy, pri
         else:
             spans.append([hour, hour + HOUR])
     return sum(
-        detect_idle(session, from_epoch(h0 - margin), from_epoch(h1 + margin), policy, pricing) for h0, h1 in spans
+        detect_idle(session, from_epoch(h0 - margin), from_epoch(h1 + margin), policy, pricing, readings)
+        for h0, h1 in spans
     )
 
 

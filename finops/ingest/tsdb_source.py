@@ -1,5 +1,6 @@
 """Raw telemetry kept in a Prometheus-compatible TSDB (``FINOPS_TELEMETRY_SOURCE=tsdb``): what the scheduler's rollup
-reads from it instead of ``gpu_samples``: the GPUs (:meth:`TsdbTelemetry.discover`) and the ledger's metering.
+reads from it instead of ``gpu_samples``: the GPUs (:meth:`TsdbTelemetry.discover`), the ledger's metering and
+the readings idle episodes are judged on (:meth:`TsdbTelemetry.idle_readings`).
 
 :class:`TsdbTelemetry` bundles the TSDB's client (Prometheus HTTP API,
 :class:`finops.ingest.prometheus.PrometheusClient`) with the series' selector and label names
@@ -15,13 +16,14 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from collector.contract.dcgm_fields import FIELDS
 from collector.contract.wire import GpuInfo
 from finops.db.hours import mark_hours_dirty
 from finops.db.models import Gpu, LedgerEntry
 from finops.ingest.prometheus import PrometheusClient
-from finops.ingest.prometheus_pull import PullOptions, series_identity
+from finops.ingest.prometheus_pull import UTILIZATION_FIELDS, PullOptions, series_identity
 from finops.ingest.readings import Ingestor
-from finops.ingest.tsdb_metering import TsdbMeter, gpu_selector, window
+from finops.ingest.tsdb_metering import MEMORY_FIELD, TsdbMeter, gpu_selector, window
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
 
 DISCOVERY_LOOKBACK_SECONDS = 7 * 86400
@@ -104,3 +106,32 @@ class TsdbTelemetry:
             f"{gpu_selector(self.options, self.options.utilization_fields[0], uuid)}{window(a, b)}", from_epoch(b)
         )
         return min((round(ts) for s in series for ts, _ in s.points), default=None)
+
+    def idle_readings(self, session: Session, start: int, end: int) -> list[tuple[int, int, float, float | None]]:
+        """The readings of [start, end) (epoch seconds) of the GPUs the database knows, as idle detection judges
+        them (:class:`finops.analysis.idle.ReadingSource`): (``gpus.id``, epoch second, utilisation ratio, memory
+        used in bytes or None), each the TSDB's own sample, not a value resampled at a step: raw samples of the
+        utilisation and memory series by instant queries of range selectors, an hour at a time, over windows that
+        hold the readings of whole seconds (:func:`finops.ingest.tsdb_metering.window`). MIG instance series are
+        left out."""
+        by_uuid = {uuid: gpu_id for gpu_id, uuid in session.execute(select(Gpu.id, Gpu.uuid)) if uuid is not None}
+        utilization_field = self.options.utilization_fields[0]
+        scales = {
+            utilization_field: UTILIZATION_FIELDS[utilization_field].scale,
+            MEMORY_FIELD: FIELDS[MEMORY_FIELD].scale,
+        }
+        values: dict[str, dict[tuple[int, int], float]] = {name: {} for name in scales}
+        for a in range(start, end, HOUR):
+            b = min(a + HOUR, end)
+            for name, scale in scales.items():
+                for series in self.client.samples(f"{self.options.query(name)}{window(a, b)}", from_epoch(b)):
+                    labels = self.options.labels.dcgm_exporter(series.labels)
+                    gpu_id = by_uuid.get(labels.get("UUID", ""))
+                    if gpu_id is None or "GPU_I_PROFILE" in labels:
+                        continue
+                    for ts, value in series.points:
+                        values[name][gpu_id, round(ts)] = value * scale
+        memory = values[MEMORY_FIELD]
+        return [
+            (gpu_id, ts, u, memory.get((gpu_id, ts))) for (gpu_id, ts), u in sorted(values[utilization_field].items())
+        ]

@@ -109,8 +109,9 @@ def run_rollup(
     it stored no idle episode, then at DEBUG.
 
     With ``tsdb`` (``FINOPS_TELEMETRY_SOURCE=tsdb``), the GPUs with readings in the TSDB are registered first
-    (:meth:`finops.ingest.tsdb_source.TsdbTelemetry.discover`), and the hours are metered from that TSDB by PromQL
-    (:attr:`finops.ingest.tsdb_source.TsdbTelemetry.meter`) instead of ``gpu_samples``.
+    (:meth:`finops.ingest.tsdb_source.TsdbTelemetry.discover`), and the hours are metered and idle episodes judged
+    from that TSDB by PromQL (:attr:`~finops.ingest.tsdb_source.TsdbTelemetry.meter`,
+    :meth:`~finops.ingest.tsdb_source.TsdbTelemetry.idle_readings`) instead of ``gpu_samples``.
 
     Returns (what the rollup rebuilt: hours, GPU-seconds priced and unpriced; idle episodes stored).
     """
@@ -122,7 +123,7 @@ def run_rollup(
             tsdb.discover(session, to_epoch(now))
         rebuilt: list[int] = []
         built = rollup(session, pricing, to_epoch(now), rebuilt=rebuilt, meter=None if tsdb is None else tsdb.meter)
-        episodes = rejudge_idle(session, rebuilt, policy, pricing)
+        episodes = rejudge_idle(session, rebuilt, policy, pricing, tsdb)
         record_budget_events(session, now)
         record_anomaly_events(session, now)
         news = progress is None or progress.took_in_news(session, rebuilt, built)
