@@ -12,14 +12,12 @@ import pytest
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from collector.contract.wire import IngestBatch, gpu_info_dict, reading_dict
 from finops.analysis.idle import IdlePolicy, detect_idle
-from finops.db.models import Allocation, Gpu, GpuSample, IdleEpisode, Job, Team
+from finops.db.models import GpuSample, IdleEpisode
 from finops.ingest.prometheus import PrometheusClient
-from finops.ingest.readings import Ingestor
 from finops.ingest.tsdb_source import TsdbTelemetry
 from finops.timeutil import to_epoch
-from tests.ledger.test_tsdb_metering import DAY_GPUS, PRICING, day_readings, exposition
+from tests.ledger.test_tsdb_metering import PRICING, day_readings, exposition, seed_day
 from tests.support import scenario
 from tests.support.environment import debian_binary
 from tests.support.prometheus_server import import_prometheus, victoria_metrics
@@ -50,30 +48,7 @@ def test_idle_episodes_from_victoria_metrics_equal_the_direct_path(
     import_prometheus(vm_url, exposition(readings, "gpu-d-01"))
     policy = IdlePolicy(window_seconds=1200, grace_seconds=300)
     with sessions.begin() as session:
-        batch = IngestBatch.model_validate(
-            {"node": "gpu-d-01", "gpus": [gpu_info_dict(s) for s in readings[:DAY_GPUS]],
-             "samples": [reading_dict(s) for s in readings]}
-        )  # fmt: skip
-        Ingestor().store(session, batch)
-        team = Team(name="delta")
-        session.add(team)
-        session.flush()
-        gpus = {g.gpu_index: g for g in session.scalars(select(Gpu))}
-        for number, (index, start, end) in enumerate([(0, 35, 350), (0, 350, 725), (1, 320, None), (2, 0, 1000)]):
-            job = Job(
-                scheduler="slurm", cluster="c", job_id=str(900 + number), job_id_raw=str(900 + number), user="u",
-                account="a", partition="p", name="j", state="RUNNING", start=t0 + timedelta(minutes=start), end=None,
-                gpus=1, node_list="gpu-d-01", team_id=team.id,
-            )  # fmt: skip
-            session.add(job)
-            session.flush()
-            session.add(
-                Allocation(
-                    job_pk=job.id, gpu_id=gpus[index].id, start=t0 + timedelta(minutes=start),
-                    end=None if end is None else t0 + timedelta(minutes=end, seconds=30),
-                )
-            )  # fmt: skip
-        session.flush()
+        seed_day(session, t0, readings, [(0, 35, 350), (0, 350, 725), (1, 320, None), (2, 0, 1000)])
         start, end = t0 + timedelta(hours=4), t0 + timedelta(hours=8)
         assert detect_idle(session, start, end, policy, PRICING) > 0
         direct = episodes(session)

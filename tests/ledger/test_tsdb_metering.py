@@ -137,6 +137,39 @@ def day_readings(t0: datetime) -> list[Sample]:
     return readings
 
 
+Holding = tuple[int, int, int | None]
+"""(GPU index, start minute, end minute or None: still running) of one job of team delta on node gpu-d-01."""
+
+
+def seed_day(session: Session, t0: datetime, readings: list[Sample], holdings: list[Holding]) -> None:
+    """Store the day's ``readings`` of node gpu-d-01 through ingest, and one job of team delta per holding, each
+    ending 30 s after its end minute (so that holdings split their hours)."""
+    batch = IngestBatch.model_validate(
+        {"node": "gpu-d-01", "gpus": [gpu_info_dict(s) for s in readings[:DAY_GPUS]],
+         "samples": [reading_dict(s) for s in readings]}
+    )  # fmt: skip
+    Ingestor().store(session, batch)
+    team = Team(name="delta")
+    session.add(team)
+    session.flush()
+    gpus = {g.gpu_index: g for g in session.scalars(select(Gpu))}
+    for number, (index, start, end) in enumerate(holdings):
+        job = Job(
+            scheduler="slurm", cluster="c", job_id=str(900 + number), job_id_raw=str(900 + number), user="u",
+            account="a", partition="p", name="j", state="RUNNING", start=t0 + timedelta(minutes=start), end=None,
+            gpus=1, node_list="gpu-d-01", team_id=team.id,
+        )  # fmt: skip
+        session.add(job)
+        session.flush()
+        session.add(
+            Allocation(
+                job_pk=job.id, gpu_id=gpus[index].id, start=t0 + timedelta(minutes=start),
+                end=None if end is None else t0 + timedelta(minutes=end, seconds=30),
+            )
+        )  # fmt: skip
+    session.flush()
+
+
 def test_a_day_with_partial_hours_and_a_counter_reset_equals_the_direct_path(
     sessions: sessionmaker[Session], vm_url: str
 ) -> None:
@@ -145,31 +178,8 @@ def test_a_day_with_partial_hours_and_a_counter_reset_equals_the_direct_path(
     readings = day_readings(t0)
     import_prometheus(vm_url, exposition(readings, "gpu-d-01"))
     with sessions.begin() as session:
-        batch = IngestBatch.model_validate(
-            {"node": "gpu-d-01", "gpus": [gpu_info_dict(s) for s in readings[:DAY_GPUS]],
-             "samples": [reading_dict(s) for s in readings]}
-        )  # fmt: skip
-        Ingestor().store(session, batch)
-        team = Team(name="delta")
-        session.add(team)
-        session.flush()
-        gpus = {g.gpu_index: g for g in session.scalars(select(Gpu))}
         # Jobs starting and ending mid-hour, one after another on GPU 0, one running on GPU 1 from 05:20.
-        for number, (index, start, end) in enumerate([(0, 35, 190), (0, 190, 725), (1, 320, None), (2, 0, 1000)]):
-            job = Job(
-                scheduler="slurm", cluster="c", job_id=str(900 + number), job_id_raw=str(900 + number), user="u",
-                account="a", partition="p", name="j", state="RUNNING", start=t0 + timedelta(minutes=start), end=None,
-                gpus=1, node_list="gpu-d-01", team_id=team.id,
-            )  # fmt: skip
-            session.add(job)
-            session.flush()
-            session.add(
-                Allocation(
-                    job_pk=job.id, gpu_id=gpus[index].id, start=t0 + timedelta(minutes=start),
-                    end=None if end is None else t0 + timedelta(minutes=end, seconds=30),
-                )
-            )  # fmt: skip
-        session.flush()
+        seed_day(session, t0, readings, [(0, 35, 190), (0, 190, 725), (1, 320, None), (2, 0, 1000)])
         compare_modes(session, PrometheusClient(vm_url), until)
 
 
