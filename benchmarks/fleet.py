@@ -13,8 +13,8 @@ is read from /proc). Prints figures; asserts nothing about time. Helpers and wor
 
 1. **Steady state per worker count**: every node of a ``--gpus`` fleet posting its first 20 cycles as
    single-cycle POSTs (8 readings each, as the collector does every 10 s), against ``serve --workers N`` for each
-   ``--workers`` value, alternating, ``--repeat`` times: POST/s, service CPU µs per POST (all its processes) and
-   PostgreSQL's.
+   ``--workers`` value, alternating, ``--repeat`` times, each after a warm-up pass of the same POSTs (each process
+   caches GPU ids and partitions of its own): POST/s, service CPU µs per POST (all its processes) and PostgreSQL's.
 2. **COPY**: the same fleet's rows (``--hours`` of them) by text ``COPY`` on one connection beside binary ``COPY``
    (``set_types``) cut over ``--copy-connections`` connections, alternating: rows/s and CPU µs per row.
 3. **Replicas**: ``--fleet-gpus`` GPUs read every 10 s for ``--fleet-minutes`` minutes (10,000 GPUs and 60 minutes
@@ -79,7 +79,8 @@ def steady_by_workers(url: str, token: str, steady: list[tuple[int, bytes]], wor
     for _ in range(repeat):
         for n in workers:
             with serving(url, token, "--workers", str(n)) as (base, server):
-                http_run(base, token, steady[: 50 * n], clients, server, backends)  # warm every process
+                # Warm-up: every process meets every node (its GPU ids and partitions are cached per process).
+                http_run(base, token, steady, clients, server, backends)
                 runs[n].append(http_run(base, token, steady, clients, server, backends))
     return runs
 
