@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -60,7 +60,9 @@ from collector.contract import metric_names as m  # noqa: E402
 from collector.contract import wire  # noqa: E402
 from collector.contract.sample import Sample  # noqa: E402
 from collector.shipper import INGEST_PATH, Shipper  # noqa: E402
+from finops.db.dialect import _copy_types  # noqa: E402
 from finops.db.engine import downgrade, make_engine, upgrade  # noqa: E402
+from finops.db.models import GpuSample  # noqa: E402
 from finops.ingest.partitions import create_partitions  # noqa: E402
 from finops.ingest.readings import SAMPLE_COLUMNS  # noqa: E402
 from finops.timeutil import to_epoch  # noqa: E402
@@ -155,6 +157,15 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _service_cpu(pid: int) -> float:
+    """CPU seconds of the ``serve`` process ``pid`` and of its live children (the processes of ``--workers``)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except FileNotFoundError:
+        children = []
+    return _cpu_seconds(pid) + sum(_cpu_seconds(int(child)) for child in children)
+
+
 class Backends:
     """CPU time of the PostgreSQL backends connected to the benchmark's database, summed. A backend that ends
     during a run takes its CPU time with it, so a run that opened more sessions than it left open is unmeasured
@@ -192,6 +203,13 @@ class Run:
     sender_us: float
     postgres_us: float
     client_us: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    """Seconds of each POST, request sent to answer read (HTTP runs)."""
+
+    def latency_ms(self, quantile: float) -> float:
+        """The ``quantile`` (0–1) of :attr:`latencies`, in ms."""
+        ordered = sorted(self.latencies)
+        return 1e3 * ordered[min(len(ordered) - 1, int(quantile * len(ordered)))]
 
 
 def _empty(conninfo: str) -> None:
@@ -200,46 +218,81 @@ def _empty(conninfo: str) -> None:
         connection.execute("CHECKPOINT")
 
 
-def copy_run(conninfo: str, rows: list[tuple[object, ...]]) -> Run:
-    """One ``COPY gpu_samples (…) FROM STDIN`` of ``rows`` (text format), committed, into the emptied table."""
+def copy_run(conninfo: str, rows: list[tuple[object, ...]], connections: int = 1, binary: bool = False) -> Run:
+    """``COPY gpu_samples (…) FROM STDIN`` of ``rows`` into the emptied table, text format (``binary``: binary, the
+    types set with ``set_types``), cut into ``connections`` slices each copied and committed on a connection of its
+    own, in a thread of its own."""
     _empty(conninfo)
     names = ", ".join(SAMPLE_COLUMNS)
-    with psycopg.connect(conninfo) as connection:
-        backend = connection.info.backend_pid
-        postgres, client = _cpu_seconds(backend), time.process_time()
-        began = time.perf_counter()
-        with connection.cursor() as cursor, cursor.copy(f"COPY gpu_samples ({names}) FROM STDIN") as copy:
-            for row in rows:
+    statement = f"COPY gpu_samples ({names}) FROM STDIN" + (" (FORMAT BINARY)" if binary else "")
+    kinds = _copy_types(GpuSample.__table__, SAMPLE_COLUMNS)  # type: ignore[arg-type]
+    opened = [psycopg.connect(conninfo) for _ in range(connections)]
+    backends = [connection.info.backend_pid for connection in opened]
+
+    def load(connection: psycopg.Connection[object], part: list[tuple[object, ...]]) -> None:
+        with connection.cursor() as cursor, cursor.copy(statement) as copy:
+            if binary:
+                copy.set_types(kinds)
+            for row in part:
                 copy.write_row(row)
         connection.commit()
-        elapsed = time.perf_counter() - began
-        per = 1e6 / len(rows)
-        return Run(len(rows) / elapsed, (time.process_time() - client) * per, (_cpu_seconds(backend) - postgres) * per)
+
+    threads = [
+        threading.Thread(target=load, args=(connection, rows[k::connections])) for k, connection in enumerate(opened)
+    ]
+    postgres, client = sum(map(_cpu_seconds, backends)), time.process_time()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - began
+    per = 1e6 / len(rows)
+    run = Run(
+        len(rows) / elapsed,
+        (time.process_time() - client) * per,
+        (sum(map(_cpu_seconds, backends)) - postgres) * per,
+    )
+    for connection in opened:
+        connection.close()
+    return run
 
 
-def http_run(base_url: str, token: str, bodies: list[tuple[int, bytes]], clients: int, server: int,
-             backends: Backends) -> tuple[Run, float]:  # fmt: skip
-    """POST every body with ``clients`` concurrent threads into the emptied table; returns the run and POST/s."""
-    _empty(backends.conninfo)
+def http_run(base_url: str | list[str], token: str, bodies: list[tuple[int, bytes]], clients: int,
+             server: int | list[int], backends: Backends, empty: bool = True) -> tuple[Run, float]:  # fmt: skip
+    """POST every body with ``clients`` concurrent threads (into the emptied table, unless not ``empty``); returns
+    the run and POST/s. Several ``base_url`` (replicas, ``server`` their process ids): client k posts to the k-th
+    modulo their number; the service CPU is theirs, summed, workers included."""
+    bases = [base_url] if isinstance(base_url, str) else base_url
+    servers = [server] if isinstance(server, int) else server
+    if empty:
+        _empty(backends.conninfo)
     work: queue.SimpleQueue[tuple[int, bytes]] = queue.SimpleQueue()
     for body in bodies:
         work.put(body)
     failures: list[str] = []
+    latencies: list[float] = []
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Content-Encoding": "gzip"}
 
-    def client() -> None:
-        with httpx.Client(base_url=base_url, headers=headers, timeout=120) as http:
+    def client(base: str) -> None:
+        with httpx.Client(base_url=base, headers=headers, timeout=120) as http:
             while True:
                 try:
                     count, body = work.get_nowait()
                 except queue.Empty:
                     return
+                sent = time.perf_counter()
                 response = http.post(INGEST_PATH, content=body)
+                latencies.append(time.perf_counter() - sent)
                 if response.status_code != 200 or response.json()["accepted"] != count:
                     failures.append(f"HTTP {response.status_code}: {response.text[:200]}")
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    postgres, service, own = backends.snapshot(), _cpu_seconds(server), time.process_time()
+    threads = [threading.Thread(target=client, args=(bases[k % len(bases)],)) for k in range(clients)]
+
+    def service_cpu() -> float:
+        return sum(map(_service_cpu, servers))
+
+    postgres, service, own = backends.snapshot(), service_cpu(), time.process_time()
     began = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -252,19 +305,20 @@ def http_run(base_url: str, token: str, bodies: list[tuple[int, bytes]], clients
     per = 1e6 / readings
     run = Run(
         readings / elapsed,
-        (_cpu_seconds(server) - service) * per,
+        (service_cpu() - service) * per,
         Backends.used(postgres, backends.snapshot()) * per,
         (time.process_time() - own) * per,
+        latencies,
     )
     return run, len(bodies) / elapsed
 
 
 @contextmanager
-def serving(url: str, token: str) -> Iterator[tuple[str, int]]:
-    """``gpu-finops serve --no-scheduler`` on a free port of 127.0.0.1 until the block ends; yields its URL and
-    process id."""
+def serving(url: str, token: str, *options: str) -> Iterator[tuple[str, int]]:
+    """``gpu-finops serve --no-scheduler`` with ``options`` (e.g. ``--workers 2``) on a free port of 127.0.0.1
+    until the block ends; yields its URL and process id."""
     port = free_port()
-    command = [sys.executable, "-m", "finops.cli", "serve", "--port", str(port), "--no-scheduler"]
+    command = [sys.executable, "-m", "finops.cli", "serve", "--port", str(port), "--no-scheduler", *options]
     env = {**os.environ, "FINOPS_DATABASE_URL": url, "FINOPS_INGEST_TOKEN": token, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(command, env=env, cwd=REPO)
     base = f"http://127.0.0.1:{port}"

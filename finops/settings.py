@@ -157,7 +157,8 @@ class IngestSettings(SettingsGroup):
         READINGS_PER_SECOND,
         gt=0,
         description="Readings a node may send per second, on average (its token bucket's refill; Mimir's "
-        "`ingestion_rate` default). A collector sends about 0.1 per GPU; over it: `429` with `Retry-After`.",
+        "`ingestion_rate` default). A collector sends about 0.1 per GPU; over it: `429` with `Retry-After`. Counted "
+        "per server process: under `serve --workers N` a node may get up to N times it.",
     )
     ingest_readings_burst: int = Field(
         READINGS_BURST,

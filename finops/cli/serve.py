@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -23,8 +24,10 @@ from typing import Annotated, Any
 import typer
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
+from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp
+from uvicorn.supervisors import Multiprocess
 
 from alerts.service import AlertRunner, AlertService
 from finops.access.api_tokens import any_live_token as api_token_exists
@@ -203,11 +206,51 @@ def tls_files(settings: Settings, cert_file: Path | None, key_file: Path | None)
     return cert, key
 
 
+def _secrets(settings: Settings) -> tuple[str | None, str | None]:
+    """(shared ingest token, ``FINOPS_API_TOKEN``), each None when unset."""
+    token = settings.ingest_token.get_secret_value() if settings.ingest_token else None
+    api_token = settings.api_token.get_secret_value() if settings.api_token else None
+    return token, api_token
+
+
+def _serve_workers(workers: int, listen: dict[str, Any]) -> None:
+    """``workers`` processes of :func:`worker_app` answering on one listening socket (uvicorn's supervisor) until
+    SIGTERM or SIGINT. The socket has ``TCP_NODELAY``, which the connections accepted on it inherit: the
+    processes get it as a socket rebuilt from its descriptor, on which asyncio does not set it, and without it a
+    response written in two parts waits for the client's delayed ACK (about 40 ms)."""
+    config = uvicorn.Config(
+        f"{__name__}:worker_app", factory=True, workers=workers, timeout_graceful_shutdown=int(SHUTDOWN_SECONDS),
+        **listen,
+    )  # fmt: skip
+    listening = config.bind_socket()
+    listening.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    Multiprocess(config, sockets=[listening]).run()
+
+
+def worker_app() -> FastAPI:
+    """The service's application built from the settings alone: the factory each process of ``serve --workers N``
+    (N > 1) imports (``finops.cli.serve:worker_app``), after the parent has checked the credentials. Each process
+    has its own connection pool, metrics and per-node token buckets."""
+    settings = load_settings()
+    token, api_token = _secrets(settings)
+    catalog = load_pricing(settings).catalog
+    limits = ingest_limits(settings)
+    return create_app(open_sessions(settings), token, ServiceMetrics(), api_token, catalog, limits=limits)
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
     scheduler: Annotated[bool, typer.Option(help="Run the rollup and budget jobs in this process.")] = True,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Server processes sharing the port (more than 1 needs --no-scheduler and a credential; each process "
+            "counts its own per-node ingest rate and /metrics).",
+        ),
+    ] = 1,
     insecure_no_token: Annotated[
         bool,
         typer.Option(
@@ -231,15 +274,22 @@ def serve(
     (an admin), never an ingest credential: serve refuses to start when FINOPS_API_TOKEN equals FINOPS_INGEST_TOKEN.
 
     With --tls-cert and --tls-key (or FINOPS_TLS_CERT_FILE and FINOPS_TLS_KEY_FILE) it speaks HTTPS only. Without
-    them on an address other than loopback it warns that tokens travel in clear text."""
+    them on an address other than loopback it warns that tokens travel in clear text.
+
+    With --workers N (N > 1), N processes answer on the port, started and stopped by this one; the scheduled jobs
+    then run elsewhere (`gpu-finops scheduler`), and each process applies FINOPS_INGEST_READINGS_PER_SECOND and
+    its burst on its own, so a node may get up to N times the rate."""
+    if workers > 1 and scheduler:
+        raise FinopsError("--workers above 1 needs --no-scheduler: run the scheduled jobs in `gpu-finops scheduler`")
+    if workers > 1 and insecure_no_token:
+        raise FinopsError("--workers above 1 needs a credential: it does not combine with --insecure-no-token")
     settings = load_settings()
     tls = tls_files(settings, tls_cert, tls_key)
     if tls is None and not is_loopback(host):
         log.warning(PLAIN_HTTP_WARNING, host)
     cert_file, key_file = tls or (None, None)
     sessions = open_sessions(settings)
-    token = settings.ingest_token.get_secret_value() if settings.ingest_token else None
-    api_token = settings.api_token.get_secret_value() if settings.api_token else None
+    token, api_token = _secrets(settings)
     if token is not None and token == api_token:
         raise FinopsError(
             "FINOPS_API_TOKEN equals FINOPS_INGEST_TOKEN: an ingest credential must not open the REST API; "
@@ -263,6 +313,16 @@ def serve(
             "no API token (`gpu-finops api-token create`, or FINOPS_API_TOKEN): the REST API, /metrics and /docs "
             "refuse every request until one is made"
         )
+    listen: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "log_level": "warning",
+        "ssl_certfile": cert_file,
+        "ssl_keyfile": key_file,
+    }
+    if workers > 1:
+        _serve_workers(workers, listen)
+        return
     metrics = ServiceMetrics()
     pricing = load_pricing(settings)
     jobs = ScheduledJobs(settings, pricing, metrics.registry) if scheduler else None
@@ -279,11 +339,7 @@ def serve(
                 readings_in_tsdb=settings.telemetry_source == "tsdb",
             ),
             None if jobs is None else jobs.stopping,
-            host=host,
-            port=port,
-            log_level="warning",
-            ssl_certfile=cert_file,
-            ssl_keyfile=key_file,
+            **listen,
         )
     finally:
         if jobs is not None:

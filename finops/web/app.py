@@ -315,7 +315,9 @@ def create_app(
     ) -> JSONResponse:
         """Store a batch of GPU readings (wire format in :mod:`collector.contract.wire`), gzip or plain JSON."""
         try:
-            holder = await anyio.to_thread.run_sync(ingest_auth.holder, authorization)
+            # The shared token needs no database read: no worker thread for it.
+            shared = ingest_auth.shared_admits(authorization)
+            holder = None if shared else await anyio.to_thread.run_sync(ingest_auth.holder, authorization)
         except HTTPException:
             metrics.requests.labels(code="401").inc()
             raise

@@ -108,10 +108,15 @@ class IngestAuth:
     def __init__(self, sessions: sessionmaker[Session], shared: str | None, open_: bool = False) -> None:
         self.sessions, self.shared, self.open = sessions, shared, open_
 
+    def shared_admits(self, authorization: str | None) -> bool:
+        """Whether ``authorization`` is the shared token (constant time, no database): :meth:`holder` would answer
+        None, so a caller may skip it."""
+        return self.shared is not None and bearer_ok(authorization, self.shared)
+
     def holder(self, authorization: str | None) -> TokenHolder | None:
         """The node token's holder, or None for a request that may speak for any node; raises 401 otherwise.
-        Reads the database: call it from a worker thread."""
-        if self.shared is not None and bearer_ok(authorization, self.shared):
+        Reads the database for a node token: call it from a worker thread."""
+        if self.shared_admits(authorization):
             return None
         scheme, _, presented = (authorization or "").partition(" ")
         if scheme.lower() == "bearer" and split_token(presented.strip()) is not None:
