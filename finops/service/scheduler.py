@@ -158,8 +158,9 @@ def run_rollup_and_alerts(
 
 
 def run_sample_maintenance(sessions: sessionmaker[Session], retention_days: int) -> Pruned:
-    """Daily upkeep of raw samples: make today's and the next two days' partitions (PostgreSQL), then drop the
-    samples older than ``retention_days`` (:func:`finops.ingest.partitions.prune_samples`). One transaction each.
+    """Upkeep of raw samples, hourly: make today's and the next two days' partitions (PostgreSQL) that do not exist
+    yet, then drop the samples older than ``retention_days`` (:func:`finops.ingest.partitions.prune_samples`). One
+    transaction each.
 
     Returns what was pruned.
     """
@@ -231,7 +232,8 @@ def start_scheduler(
     run goes through :meth:`RunningJobs.run`, so that :meth:`RunningJobs.stop` can stop them at shutdown (their
     sessions must be on the engine its switch watches).
 
-    With ``sample_retention_days``, also :func:`run_sample_maintenance` at start and then every 24 hours. With
+    With ``sample_retention_days``, also :func:`run_sample_maintenance` at start and then every hour (a run that
+    timed out waiting for a lock behind a long rollup is tried again within the hour, not the next day). With
     ``alerts``, the rollup job evaluates the alert rules after each rollup (:func:`run_rollup_and_alerts`) and a
     delivery job dispatches and sends alert messages every ``alerts.service.poll_seconds``.
 
@@ -264,7 +266,7 @@ def start_scheduler(
     if alerts is not None:
         every("alert_delivery", alerts.deliver, [], seconds=alerts.service.poll_seconds)
     if sample_retention_days is not None:
-        every("sample_maintenance", run_sample_maintenance, [sessions, sample_retention_days], hours=24)
+        every("sample_maintenance", run_sample_maintenance, [sessions, sample_retention_days], hours=1)
     if sacct is not None:
         every("sacct_import", sacct.run, [sessions], seconds=sacct.interval_seconds)
     if prometheus is not None:
