@@ -62,7 +62,9 @@ def test_a_rollup_logs_info_only_when_it_took_in_something_new(
     sessions: sessionmaker[Session], service_logging: pytest.LogCaptureFixture
 ) -> None:
     progress = RollupProgress()
-    now = minute_floor(utc_now())
+    # A minute back: the readings stamped "now" below are then in the past at every rollup, whatever second of its
+    # minute the test starts at.
+    now = minute_floor(utc_now()) - timedelta(minutes=1)
     for _ in range(2):
         run_rollup(sessions, PRICING, IdlePolicy(), progress)
     assert [level for level, _ in _rollup_records(service_logging)] == [logging.DEBUG] * 2, "an empty database"
