@@ -37,7 +37,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import psycopg
-from sqlalchemy import make_url
+from sqlalchemy import Engine, make_url
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -62,6 +62,8 @@ from finops.ingest.partitions import create_partitions  # noqa: E402
 from finops.service.scheduler import run_rollup  # noqa: E402
 from finops.timeutil import to_epoch  # noqa: E402
 
+PARTS = ("steady", "copy", "replicas")
+"""The module's parts, in the order they run."""
 ROLLUP_CYCLES = 5 * 60 // INTERVAL_SECONDS
 """Collection cycles between two rollups: 5 minutes of readings."""
 STORAGE_SQL = """
@@ -135,9 +137,12 @@ def main() -> None:
     parser.add_argument("--fleet-minutes", type=int, default=15, help="replica run's minutes (full size: 60)")
     parser.add_argument("--clients", type=int, default=8, help="concurrent HTTP clients")
     parser.add_argument("--repeat", type=int, default=2, help="measurements of each steady-state and COPY case")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="parts to run (default: all)")
     args = parser.parse_args()
     if make_url(args.database_url).get_backend_name() != "postgresql":
         parser.error("this benchmark measures PostgreSQL: give a PostgreSQL URL")
+    if "copy" in args.parts and "steady" not in args.parts:
+        parser.error("--parts copy needs steady: it copies readings of the GPUs that steady registers")
     engine = make_engine(args.database_url)
     downgrade(engine, "base")
     upgrade(engine)
@@ -146,6 +151,19 @@ def main() -> None:
     with open("/proc/loadavg") as load:
         print(f"load average at the start: {' '.join(load.read().split()[:3])}")
 
+    if "steady" in args.parts:
+        steady_state(args, token, backends)
+    if "copy" in args.parts:
+        copies(args, engine, conninfo)
+    if "replicas" in args.parts:
+        engine.dispose()
+        downgrade(engine, "base")
+        upgrade(engine)
+        replicas(args.database_url, token, args.fleet_gpus, args.fleet_minutes, args.clients, backends)
+
+
+def steady_state(args: argparse.Namespace, token: str, backends: Backends) -> None:
+    """Part 1 of the module: single-cycle POSTs per worker count; prints it."""
     fleet = _fleet_samples(args.gpus, args.hours)
     steady = _bodies({node: cycles[:STEADY_CYCLES] for node, cycles in fleet.items()}, 1)
     print(f"steady state: {len(steady):,} single-cycle POSTs of {args.gpus} GPUs, {args.clients} clients")
@@ -157,25 +175,25 @@ def main() -> None:
               f"service {run.sender_us * GPUS_PER_NODE:,.0f} µs + PostgreSQL {run.postgres_us * GPUS_PER_NODE:,.0f} "
               f"µs")  # fmt: skip
 
+
+def copies(args: argparse.Namespace, engine: Engine, conninfo: str) -> None:
+    """Part 2 of the module: text ``COPY`` on one connection beside binary ``COPY`` on several; prints it."""
+    fleet = _fleet_samples(args.gpus, args.hours)
     with engine.begin() as connection:
         create_partitions(connection, {to_epoch(cycle[0].timestamp) for cycle in next(iter(fleet.values()))})
     with psycopg.connect(conninfo) as connection:
         rows = _rows(fleet, dict(connection.execute("SELECT uuid, id FROM gpus").fetchall()))
     cases = {"text, 1 connection": (1, False), f"binary, {args.copy_connections} connections": (args.copy_connections,
                                                                                             True)}  # fmt: skip
-    copies: dict[str, list[Run]] = {name: [] for name in cases}
+    runs_by_case: dict[str, list[Run]] = {name: [] for name in cases}
     for _ in range(args.repeat):
         for name, (connections, binary) in cases.items():
-            copies[name].append(copy_run(conninfo, rows, connections, binary))
+            runs_by_case[name].append(copy_run(conninfo, rows, connections, binary))
     print(f"COPY of {len(rows):,} rows:")
-    for name, runs in copies.items():
+    for name, runs in runs_by_case.items():
         run = _median(runs)
         print(f"  {name}: {run.rate:,.0f} rows/s ({', '.join(f'{r.rate:,.0f}' for r in runs)}); CPU per row: client "
               f"{run.sender_us:.1f} + PostgreSQL {run.postgres_us:.1f} µs")  # fmt: skip
-    engine.dispose()
-    downgrade(engine, "base")
-    upgrade(engine)
-    replicas(args.database_url, token, args.fleet_gpus, args.fleet_minutes, args.clients, backends)
 
 
 if __name__ == "__main__":
