@@ -15,7 +15,7 @@ from itertools import chain, repeat
 from typing import Any
 
 import psycopg
-from sqlalchemy import event, select, update
+from sqlalchemy import bindparam, event, select, update
 from sqlalchemy.orm import Session, SessionTransaction
 
 from collector.contract.wire import READING_COLUMNS, GpuInfo, GpuSeries, IngestBatch
@@ -29,6 +29,18 @@ SAMPLE_COLUMNS = ("gpu_id", "ts", *READING_COLUMNS)
 JOB_UTILIZATION_COLUMNS = ("gpu_id", "ts", "job_id", "utilization_ratio")
 """``gpu_job_utilization`` columns in the order of the row tuples ingest writes."""
 
+_GPUS: Any = Gpu.__table__
+_NODES: Any = Node.__table__
+_CONFLICTS = (
+    select(_GPUS.c.uuid, _GPUS.c.gpu_index, _GPUS.c.model, _NODES.c.hostname)
+    .join(_NODES, _NODES.c.id == _GPUS.c.node_id)
+    .where(
+        _GPUS.c.uuid.in_(bindparam("uuids", expanding=True))
+        | ((_NODES.c.hostname == bindparam("node")) & _GPUS.c.gpu_index.in_(bindparam("indexes", expanding=True)))
+    )
+)
+"""The GPUs a batch names or whose slots it describes (:meth:`Ingestor.conflicts`): one Core statement built once
+and run on the session's connection, about half the CPU of building and running it through the ORM per batch."""
 _HOUR_OF = HOUR.__rfloordiv__  # epoch seconds -> hour number, mapped over a series in C
 
 
@@ -140,13 +152,9 @@ class Ingestor:
         entries = {info.uuid: info for info in batch.gpus}
         uuids = batch.gpu_uuids
         indexes = sorted({info.index for info in batch.gpus})
-        query = (
-            select(Gpu.uuid, Gpu.gpu_index, Gpu.model, Node.hostname)
-            .join(Node, Node.id == Gpu.node_id)
-            .where(Gpu.uuid.in_(sorted(uuids)) | ((Node.hostname == batch.node) & Gpu.gpu_index.in_(indexes)))
-        )
+        parameters = {"uuids": sorted(uuids), "node": batch.node, "indexes": indexes}
         by_uuid, by_slot = {}, {}
-        for row in session.execute(query):
+        for row in session.connection().execute(_CONFLICTS, parameters):
             if row.uuid in uuids:
                 by_uuid[row.uuid] = row
             if row.hostname == batch.node and row.uuid is not None:
