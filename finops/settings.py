@@ -246,7 +246,8 @@ class TelemetrySettings(SettingsGroup):
     telemetry_source: Literal["database", "tsdb"] = Field(
         "database",
         description="`database`: readings are ingested into `gpu_samples`; `tsdb`: readings stay in the TSDB at "
-        "`FINOPS_TSDB_URL`, the ingest API refuses them (409) and the Prometheus pull does not run.",
+        "`FINOPS_TSDB_URL`, the ingest API refuses them (409), `serve` starts without an ingest credential and the "
+        "Prometheus pull does not run.",
     )
     tsdb_url: str = Field("", description="Base URL of the Prometheus-compatible TSDB (required with `tsdb`).")
     tsdb_discovery_lookback_seconds: int = Field(

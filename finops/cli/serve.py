@@ -235,7 +235,10 @@ def worker_app() -> FastAPI:
     token, api_token = _secrets(settings)
     catalog = load_pricing(settings).catalog
     limits = ingest_limits(settings)
-    return create_app(open_sessions(settings), token, ServiceMetrics(), api_token, catalog, limits=limits)
+    return create_app(
+        open_sessions(settings), token, ServiceMetrics(), api_token, catalog, limits=limits,
+        readings_in_tsdb=settings.telemetry_source == "tsdb",
+    )  # fmt: skip
 
 
 @app.command()
@@ -270,8 +273,10 @@ def serve(
 
     Collectors authenticate with per-node tokens (`nodes token create`) or the shared FINOPS_INGEST_TOKEN (which
     admits every node: logged as a warning at start); with neither, serve refuses to start unless
-    --insecure-no-token. The REST API, /metrics and /docs take API tokens (`api-token create`) or FINOPS_API_TOKEN
-    (an admin), never an ingest credential: serve refuses to start when FINOPS_API_TOKEN equals FINOPS_INGEST_TOKEN.
+    --insecure-no-token, or FINOPS_TELEMETRY_SOURCE=tsdb (readings go to the TSDB: ingest answers 401 to a batch
+    without an ingest credential, 409 to one with). The REST API, /metrics and /docs take API tokens (`api-token
+    create`) or FINOPS_API_TOKEN (an admin), never an ingest credential: serve refuses to start when
+    FINOPS_API_TOKEN equals FINOPS_INGEST_TOKEN.
 
     With --tls-cert and --tls-key (or FINOPS_TLS_CERT_FILE and FINOPS_TLS_KEY_FILE) it speaks HTTPS only. Without
     them on an address other than loopback it warns that tokens travel in clear text.
@@ -295,10 +300,11 @@ def serve(
             "FINOPS_API_TOKEN equals FINOPS_INGEST_TOKEN: an ingest credential must not open the REST API; "
             "give the API its own token (or make role tokens with `gpu-finops api-token create`)"
         )
+    readings_in_tsdb = settings.telemetry_source == "tsdb"
     with sessions() as session:
         now = utc_now()
         node_tokens, api_tokens = any_live_token(session, now), api_token_exists(session, now)
-    if token is None and not node_tokens and not insecure_no_token:
+    if token is None and not node_tokens and not insecure_no_token and not readings_in_tsdb:
         raise FinopsError(
             "no ingest token: make per-node tokens with `gpu-finops nodes token create NODE`, or set "
             "FINOPS_INGEST_TOKEN or FINOPS_INGEST_TOKEN_FILE (or pass --insecure-no-token)"
@@ -306,7 +312,7 @@ def serve(
     insecure = insecure_no_token and token is None and not node_tokens and api_token is None and not api_tokens
     if insecure_no_token and not insecure:
         log.warning("--insecure-no-token ignored: tokens exist, every request requires one")
-    if token is not None:
+    if token is not None and not readings_in_tsdb:
         log.warning(SHARED_TOKEN_WARNING)
     if api_token is None and not api_tokens and not insecure:
         log.warning(
@@ -336,7 +342,7 @@ def serve(
                 pricing.catalog,
                 limits=ingest_limits(settings),
                 insecure_no_token=insecure,
-                readings_in_tsdb=settings.telemetry_source == "tsdb",
+                readings_in_tsdb=readings_in_tsdb,
             ),
             None if jobs is None else jobs.stopping,
             **listen,

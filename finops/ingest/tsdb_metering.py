@@ -11,9 +11,10 @@ every start and end of an allocation of the GPU, so that each holding of the hou
 Segments with the same bounds are asked for all GPUs at once (whole hours: one set of queries per hour).
 
 Queries (PromQL, Prometheus documentation "Query functions"; MetricsQL answers them the same), for a segment
-[a, b) evaluated with the ``@`` modifier at ``b − 1 ms`` over a range of ``b − a + 0.499 s``: a window whose left
-edge, ``a − 0.5 s``, lies between two whole seconds, so that it holds exactly the readings of [a, b) at whole
-seconds whether the server's range is closed on the left (Prometheus 2) or open (Prometheus 3, VictoriaMetrics):
+[a, b) evaluated with the ``@`` modifier at ``b − 1 ms`` over a range of ``b − a``: a window that holds the
+readings of [a, b) to the millisecond (the TSDBs' resolution) where ranges are open on the left (Prometheus 3,
+VictoriaMetrics), and also a reading stamped at ``a − 1 ms`` exactly where they are closed (Prometheus 2). A reading
+thus counts in the second its time falls in, fraction dropped, as the database stores it:
 
 - utilisation: ``count_over_time`` and ``sum_over_time`` of the utilisation field (× its scale to a ratio);
 - memory: ``max_over_time`` of ``DCGM_FI_DEV_FB_USED`` (MiB → bytes);
@@ -21,9 +22,9 @@ seconds whether the server's range is closed on the left (Prometheus 2) or open 
   between consecutive readings that end in [a, b). For a counter without a reset that is the last value in
   [a, b) (``max_over_time``) less the last one before a within an hour (``last_over_time`` over [a − 1 h, a)), or,
   without one, less the first in [a, b) (``min_over_time``). PromQL's ``increase`` is not used: it extrapolates
-  to the window's edges. Where ``resets`` over [a − 1 h, b) is not 0, the counter's values are read at a 1 s step
-  over that span (a range query, one per GPU affected) and the increments summed here, a reset counting the value
-  after it.
+  to the window's edges. Where ``resets`` over [a − 1 h, b) is not 0, the counter's raw readings of that span are
+  read (an instant query of a range selector, one per GPU affected) and the increments summed here as the direct
+  path sums them, a reset counting the value after it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from itertools import pairwise
 
 from sqlalchemy import delete, insert, select
@@ -38,7 +40,7 @@ from sqlalchemy.orm import Session
 
 from collector.contract.dcgm_fields import FIELDS
 from finops.db.models import Allocation, Gpu, TsdbGpuMetering
-from finops.ingest.prometheus import PrometheusClient, promql_string, selector_matchers
+from finops.ingest.prometheus import PrometheusClient, RangeSeries, promql_string, selector_matchers
 from finops.ingest.prometheus_pull import UTILIZATION_FIELDS, PullOptions
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
@@ -50,9 +52,17 @@ hour older is left out."""
 
 
 def window(a: int, b: int) -> str:
-    """The range and ``@`` modifier selecting the readings at whole seconds of [a, b) (epoch seconds):
-    ``[<ms>ms] @ <b − 0.001>`` (see the module documentation)."""
-    return f"[{(b - a) * 1000 + 499}ms] @ {b - 1}.999"
+    """The range and ``@`` modifier selecting the readings of [a, b) (epoch seconds) to the millisecond:
+    ``[<b − a>s] @ <b − 0.001>`` (see the module documentation)."""
+    return f"[{b - a}s] @ {b - 1}.999"
+
+
+def raw_readings(client: PrometheusClient, selector: str, a: int, b: int) -> list[RangeSeries]:
+    """The raw samples of [a, b) (epoch seconds) of ``selector``'s series (each series' in time order, at their
+    own times, to the millisecond): an instant query of ``selector`` and :func:`window`, evaluated at the ``@``
+    instant ``b − 1 ms``. The instant matters: VictoriaMetrics (1.79) ends such a range at the query's time and
+    ignores ``@``, Prometheus honours ``@``."""
+    return client.samples(f"{selector}{window(a, b)}", from_epoch(b) - timedelta(milliseconds=1))
 
 
 def gpu_selector(options: PullOptions, dcgm_field: str, uuid: str) -> str:
@@ -199,9 +209,8 @@ class TsdbMeter:
         return found
 
     def _counter_points(self, uuid: str, a: int, b: int) -> list[tuple[float, float]]:
-        """One GPU's energy counter at every whole second of [a, b) (a range query at a 1 s step: each value is the
-        newest reading at or before the instant, so its increments are the readings')."""
-        series = self.client.query_range(
-            gpu_selector(self.options, ENERGY_FIELD, uuid), from_epoch(a), from_epoch(b - 1), 1
-        )
-        return sorted(point for s in series for point in s.points)
+        """One GPU's energy counter readings of [a, b) at their own times (whole seconds, fraction dropped), in time
+        order: the raw samples of a range selector (:func:`raw_readings`), so that a gap between two readings is the
+        readings' own, not shortened by the server's lookback as values at query steps would be."""
+        series = raw_readings(self.client, gpu_selector(self.options, ENERGY_FIELD, uuid), a, b)
+        return sorted((int(ts), value) for s in series for ts, value in s.points)

@@ -20,25 +20,32 @@ from collector.contract.dcgm_fields import FIELDS
 from collector.contract.wire import GpuInfo
 from finops.db.hours import mark_hours_dirty
 from finops.db.models import Gpu, LedgerEntry
-from finops.ingest.prometheus import PrometheusClient
+from finops.ingest.prometheus import InstantSample, PrometheusClient
 from finops.ingest.prometheus_pull import UTILIZATION_FIELDS, PullOptions, series_identity
 from finops.ingest.readings import Ingestor
-from finops.ingest.tsdb_metering import MEMORY_FIELD, TsdbMeter, gpu_selector, window
+from finops.ingest.tsdb_metering import MEMORY_FIELD, TsdbMeter, gpu_selector, raw_readings
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
 
 DISCOVERY_LOOKBACK_SECONDS = 7 * 86400
 """Default of ``FINOPS_TSDB_DISCOVERY_LOOKBACK_SECONDS``: how far back an empty ledger's first rollup looks for
 GPUs."""
+DISCOVERY_STEPS_PER_QUERY = 1440
+"""Most steps of one discovery subquery (a day at a 60 s step). Prometheus holds some 1.3 samples per series and
+step with a reading at once (measured on 2.42) and refuses a query holding more than ``--query.max-samples`` (50
+million by default; documentation "Command-line flags"): a week at a 60 s step in one query is refused from some
+3,700 GPUs on, a day at a time from some 26,000 on."""
 
 
 @dataclass(frozen=True, slots=True)
 class TsdbTelemetry:
     """The TSDB at ``client`` as the service's telemetry source; ``options``: its series' selector, label names,
-    utilisation field and readings' step (seconds); ``discovery_lookback_seconds``: see :meth:`discover`."""
+    utilisation field and readings' step (seconds); ``discovery_lookback_seconds``: see :meth:`discover`;
+    ``discovery_steps_per_query``: see :data:`DISCOVERY_STEPS_PER_QUERY`."""
 
     client: PrometheusClient
     options: PullOptions = field(default_factory=PullOptions)
     discovery_lookback_seconds: int = DISCOVERY_LOOKBACK_SECONDS
+    discovery_steps_per_query: int = DISCOVERY_STEPS_PER_QUERY
     ingestor: Ingestor = field(default_factory=Ingestor, compare=False)
 
     @property
@@ -61,22 +68,22 @@ class TsdbTelemetry:
         reading found), and mark the ledger hours from a GPU's new ``in_service_from`` to its old one (or ``end``)
         dirty. MIG instance series are left out. Returns how many GPUs were registered or moved back.
 
-        The first reading: ``min_over_time(timestamp(U)[<end − start>s:<step>s])`` (a PromQL subquery at the
-        readings' step, Prometheus documentation "Subquery") gives, per series, the newest reading at the first
-        step instant after the first reading, v; for a GPU unknown or possibly entering service earlier than
-        known, its raw readings of [max(start, v − step + 1), max(start, v) + step) (an instant query of a range
-        selector) give the first one exactly, for readings at most a step apart."""
+        The first reading: ``min_over_time(timestamp(U)[<span>s:<step>s])`` (a PromQL subquery at the readings'
+        step, Prometheus documentation "Subquery"; over [start, end) in spans of at most
+        :attr:`discovery_steps_per_query` steps) gives, per series, the newest reading at the first step instant
+        after the first reading, v; for a GPU unknown or possibly entering service earlier than known, its raw
+        readings of [max(start, v − step + 1), max(start, v) + step) (an instant query of a range selector) give the
+        first one exactly, for readings at most a step apart."""
         step = self.options.step_seconds
         utilization = self.options.query(self.options.utilization_fields[0])
-        subquery = f"min_over_time(timestamp({utilization})[{end - start}s:{step}s])"
         found: dict[str, tuple[str, GpuInfo, int]] = {}
-        for sample in self.client.query(subquery, from_epoch(end - 1)):
+        for sample in self._first_timestamps(utilization, start, end):
             identity = series_identity(sample.labels, self.options.labels)
             if identity is None or identity[1]["mig_profile"]:
                 continue
             node, labels, _ = identity
             info = GpuInfo(uuid=labels["uuid"], index=int(labels["gpu"]), model=labels["model"])
-            approximate = round(sample.value)
+            approximate = int(sample.value)
             if labels["uuid"] not in found or approximate < found[labels["uuid"]][2]:
                 found[labels["uuid"]] = (node, info, approximate)
         known = {
@@ -100,20 +107,32 @@ class TsdbTelemetry:
                 mark_hours_dirty(session, range(floor_hour(first), known.get(uuid, end), HOUR))
         return sum(len(gpus) for gpus in by_node.values())
 
+    def _first_timestamps(self, utilization: str, start: int, end: int) -> list[InstantSample]:
+        """Per series of ``utilization`` and span of [start, end) (epoch seconds) of at most
+        :attr:`discovery_steps_per_query` steps with readings: the subquery's value (see :meth:`register_gpus`)."""
+        step = self.options.step_seconds
+        span = self.discovery_steps_per_query * step
+        return [
+            sample
+            for a in range(start, end, span)
+            for sample in self.client.query(
+                f"min_over_time(timestamp({utilization})[{min(a + span, end) - a}s:{step}s])",
+                from_epoch(min(a + span, end) - 1),
+            )
+        ]
+
     def _first_reading(self, uuid: str, a: int, b: int) -> int | None:
         """The epoch second of one GPU's first utilisation reading in [a, b), None without one."""
-        series = self.client.samples(
-            f"{gpu_selector(self.options, self.options.utilization_fields[0], uuid)}{window(a, b)}", from_epoch(b)
-        )
-        return min((round(ts) for s in series for ts, _ in s.points), default=None)
+        series = raw_readings(self.client, gpu_selector(self.options, self.options.utilization_fields[0], uuid), a, b)
+        return min((int(ts) for s in series for ts, _ in s.points), default=None)
 
     def idle_readings(self, session: Session, start: int, end: int) -> list[tuple[int, int, float, float | None]]:
         """The readings of [start, end) (epoch seconds) of the GPUs the database knows, as idle detection judges
         them (:class:`finops.analysis.idle.ReadingSource`): (``gpus.id``, epoch second, utilisation ratio, memory
         used in bytes or None), each the TSDB's own sample, not a value resampled at a step: raw samples of the
-        utilisation and memory series by instant queries of range selectors, an hour at a time, over windows that
-        hold the readings of whole seconds (:func:`finops.ingest.tsdb_metering.window`). MIG instance series are
-        left out."""
+        utilisation and memory series by instant queries of range selectors, an hour at a time
+        (:func:`finops.ingest.tsdb_metering.raw_readings`), at the second their time falls in (fraction dropped, as
+        the database stores readings). MIG instance series are left out."""
         by_uuid = {uuid: gpu_id for gpu_id, uuid in session.execute(select(Gpu.id, Gpu.uuid)) if uuid is not None}
         utilization_field = self.options.utilization_fields[0]
         scales = {
@@ -124,13 +143,13 @@ class TsdbTelemetry:
         for a in range(start, end, HOUR):
             b = min(a + HOUR, end)
             for name, scale in scales.items():
-                for series in self.client.samples(f"{self.options.query(name)}{window(a, b)}", from_epoch(b)):
+                for series in raw_readings(self.client, self.options.query(name), a, b):
                     labels = self.options.labels.dcgm_exporter(series.labels)
                     gpu_id = by_uuid.get(labels.get("UUID", ""))
                     if gpu_id is None or "GPU_I_PROFILE" in labels:
                         continue
                     for ts, value in series.points:
-                        values[name][gpu_id, round(ts)] = value * scale
+                        values[name][gpu_id, int(ts)] = value * scale
         memory = values[MEMORY_FIELD]
         return [
             (gpu_id, ts, u, memory.get((gpu_id, ts))) for (gpu_id, ts), u in sorted(values[utilization_field].items())

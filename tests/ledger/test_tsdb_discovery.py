@@ -1,10 +1,10 @@
-"""GPUs found in a real VictoriaMetrics (``FINOPS_TELEMETRY_SOURCE=tsdb``): registered with their node, index, model
-and UUID from the series' labels and entering service at their first reading; the scheduler's rollup then builds
-the ledger from the TSDB with no row in ``gpu_samples``."""
+"""GPUs found in a real VictoriaMetrics or Prometheus (``FINOPS_TELEMETRY_SOURCE=tsdb``): registered with their node,
+index, model and UUID from the series' labels and entering service at their first reading; the scheduler's rollup
+then builds the ledger from the TSDB with no row in ``gpu_samples``; discovery over days stays within Prometheus'
+limit of samples per query."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,20 +15,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from collector.contract.sample import Sample
 from finops.analysis.idle import IdlePolicy
 from finops.db.models import DirtyHour, Gpu, GpuSample, LedgerEntry, Node
-from finops.ingest.prometheus import PrometheusClient
+from finops.ingest.prometheus import PrometheusClient, PrometheusError
 from finops.ingest.tsdb_source import TsdbTelemetry
 from finops.service.scheduler import run_rollup
 from finops.timeutil import HOUR, floor_hour, to_epoch
 from tests.ledger.test_tsdb_metering import DAY_GPUS, PRICING, day_readings, exposition
 from tests.support import scenario
 from tests.support.environment import debian_binary
-from tests.support.prometheus_server import import_prometheus, victoria_metrics
-
-
-@pytest.fixture
-def vm_url(tmp_path: Path) -> Iterator[str]:
-    with victoria_metrics(debian_binary("victoria-metrics"), tmp_path) as url:
-        yield url
+from tests.support.prometheus_server import TsdbLoader, backfill_openmetrics, prometheus
 
 
 def late_gpu(readings: list[Sample]) -> list[Sample]:
@@ -42,15 +36,15 @@ def late_gpu(readings: list[Sample]) -> list[Sample]:
     return moved
 
 
-def test_gpus_are_registered_from_the_tsdb_series(sessions: sessionmaker[Session], vm_url: str) -> None:
+def test_gpus_are_registered_from_the_tsdb_series(sessions: sessionmaker[Session], tsdb: TsdbLoader) -> None:
     t0 = scenario.start_hour() - timedelta(days=2)
     readings = day_readings(t0)
-    import_prometheus(vm_url, exposition(readings, "gpu-d-01") + exposition(late_gpu(readings), "gpu-e-01"))
-    tsdb = TsdbTelemetry(PrometheusClient(vm_url))
+    url = tsdb(exposition(readings, "gpu-d-01") + exposition(late_gpu(readings), "gpu-e-01"))
+    telemetry = TsdbTelemetry(PrometheusClient(url))
     start, end = to_epoch(t0) - HOUR, to_epoch(t0) + 2 * HOUR
     with sessions.begin() as session:
-        assert tsdb.register_gpus(session, start, end) == DAY_GPUS + 1
-        assert tsdb.register_gpus(session, start, end) == 0
+        assert telemetry.register_gpus(session, start, end) == DAY_GPUS + 1
+        assert telemetry.register_gpus(session, start, end) == 0
         found = {
             (node, gpu.gpu_index): (gpu.uuid, gpu.model, to_epoch(gpu.in_service_from))
             for gpu, node in session.execute(select(Gpu, Node.hostname).join(Node, Node.id == Gpu.node_id))
@@ -68,14 +62,31 @@ def test_gpus_are_registered_from_the_tsdb_series(sessions: sessionmaker[Session
 
 
 def test_scheduled_rollup_from_the_tsdb_registers_gpus_and_stores_no_readings(
-    sessions: sessionmaker[Session], vm_url: str
+    sessions: sessionmaker[Session], tsdb: TsdbLoader
 ) -> None:
     t0 = scenario.start_hour() - timedelta(days=2)
-    import_prometheus(vm_url, exposition(day_readings(t0), "gpu-d-01"))
-    tsdb = TsdbTelemetry(PrometheusClient(vm_url), discovery_lookback_seconds=3 * 86400)
-    built, _ = run_rollup(sessions, PRICING, IdlePolicy(), tsdb=tsdb)
+    url = tsdb(exposition(day_readings(t0), "gpu-d-01"))
+    telemetry = TsdbTelemetry(PrometheusClient(url), discovery_lookback_seconds=3 * 86400)
+    built, _ = run_rollup(sessions, PRICING, IdlePolicy(), tsdb=telemetry)
     with sessions() as session:
         assert session.scalar(select(func.count()).select_from(Gpu)) == DAY_GPUS
         assert session.scalar(select(func.count()).select_from(GpuSample)) == 0
         metered = session.scalar(select(func.sum(LedgerEntry.sample_count)))
     assert built.hours >= 48 and metered == len(day_readings(t0))
+
+
+def test_discovery_over_a_day_holds_few_samples_per_prometheus_query(
+    sessions: sessionmaker[Session], tmp_path: Path
+) -> None:
+    t0 = scenario.start_hour() - timedelta(days=2)
+    backfill_openmetrics(debian_binary("promtool"), tmp_path, exposition(day_readings(t0), "gpu-d-01"))
+    start, end = to_epoch(t0), to_epoch(t0) + 86400
+    # A day of 3 GPUs at 60 s is some 5,700 samples held by one subquery, 6 hours some 1,400.
+    flags = ["--query.max-samples=2000"]
+    with prometheus(debian_binary("prometheus"), tmp_path, flags=flags) as url, sessions.begin() as session:
+        client = PrometheusClient(url)
+        with pytest.raises(PrometheusError, match="too many samples"):
+            TsdbTelemetry(client, discovery_steps_per_query=86400 // 60).register_gpus(session, start, end)
+        assert TsdbTelemetry(client, discovery_steps_per_query=360).register_gpus(session, start, end) == DAY_GPUS
+        entered = set(session.scalars(select(Gpu.in_service_from)))
+    assert {to_epoch(first) for first in entered} == {start}

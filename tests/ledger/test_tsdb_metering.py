@@ -1,13 +1,12 @@
-"""The ledger metered by PromQL from a real VictoriaMetrics (``FINOPS_TELEMETRY_SOURCE=tsdb``) equals the ledger
-metered from the same readings stored in the database: per-team cost to the cent, utilisation within 1e-6, energy
-within 1e-6 J; no raw rows in ``gpu_samples`` in the TSDB mode."""
+"""The ledger metered by PromQL from a real VictoriaMetrics and a real Prometheus (``FINOPS_TELEMETRY_SOURCE=tsdb``)
+equals the ledger metered from the same readings stored in the database: per-team cost to the cent, utilisation
+within 1e-6, energy within 1e-6 J; no raw rows in ``gpu_samples`` in the TSDB mode."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from sqlalchemy import delete, func, select
@@ -36,17 +35,9 @@ from finops.ledger.rollup import rollup
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.timeutil import to_epoch
 from tests.support import scenario
-from tests.support.environment import debian_binary
-from tests.support.prometheus_server import import_prometheus, victoria_metrics
+from tests.support.prometheus_server import TsdbLoader
 
 PRICING = Pricing(load_catalog(), PricingModel.ON_DEMAND)
-
-
-@pytest.fixture
-def vm_url(tmp_path: Path) -> Iterator[str]:
-    """A VictoriaMetrics of the test's own: a sample imported twice would be counted twice (no deduplication)."""
-    with victoria_metrics(debian_binary("victoria-metrics"), tmp_path) as url:
-        yield url
 
 
 def exposition(readings: list[Sample], node: str) -> list[str]:
@@ -84,8 +75,8 @@ def team_costs(session: Session) -> dict[str, tuple[Decimal, Decimal]]:
     return {name: (Decimal(a).quantize(Decimal("0.01")), Decimal(u).quantize(Decimal("0.01"))) for name, a, u in rows}
 
 
-def test_window_selects_whole_seconds_of_a_half_open_segment() -> None:
-    assert window(3600, 7200) == "[3600499ms] @ 7199.999"
+def test_window_selects_a_half_open_segment_to_the_millisecond() -> None:
+    assert window(3600, 7200) == "[3600s] @ 7199.999"
 
 
 def test_counter_increase_counts_a_reset_and_skips_long_gaps() -> None:
@@ -94,18 +85,25 @@ def test_counter_increase_counts_a_reset_and_skips_long_gaps() -> None:
     assert counter_increase(points, 121) == 3
 
 
-def test_scenario_metered_from_victoria_metrics_equals_the_direct_path(
-    sessions: sessionmaker[Session], vm_url: str
+@pytest.mark.parametrize("offset_ms", [0, -300], ids=["whole-seconds", "sub-second"])
+def test_scenario_metered_from_the_tsdb_equals_the_direct_path(
+    sessions: sessionmaker[Session], tsdb: TsdbLoader, offset_ms: int
 ) -> None:
+    """Readings at whole seconds, or 0.3 s before them, as Prometheus stamps scrapes (to the millisecond): then
+    just before each hour and each job's start or end, in the second before it, where the database puts them."""
     t0 = scenario.start_hour()
     until = to_epoch(t0 + timedelta(hours=2))
-    readings = scenario.samples(t0)
-    import_prometheus(vm_url, exposition(readings, scenario.NODE))
+    readings = [replace(s, timestamp=s.timestamp + timedelta(milliseconds=offset_ms)) for s in scenario.samples(t0)]
+    url = tsdb(exposition(readings, scenario.NODE))
+    batch = IngestBatch.model_validate(
+        {"node": scenario.NODE, "gpus": [gpu_info_dict(s) for s in readings[:2]],
+         "samples": [reading_dict(s) for s in readings]}
+    )  # fmt: skip
     with sessions.begin() as session:
         map_account(session, "acct-a", "alpha", actor="system:test")
-        Ingestor().store(session, scenario.batch(t0))
+        Ingestor().store(session, batch)
         import_sacct(session, scenario.sacct_lines(t0), source="scenario")
-        compare_modes(session, PrometheusClient(vm_url), until)
+        compare_modes(session, PrometheusClient(url), until)
 
 
 DAY_GPUS = 3
@@ -113,11 +111,13 @@ DAY_GPUS = 3
 
 def day_readings(t0: datetime) -> list[Sample]:
     """A day of 1-minute readings of 3 GPUs from ``t0``: utilisation varying by the minute (idle runs where it
-    falls to 0 %), an energy counter of 30 kJ a minute that GPU 2's driver resets at 10:17, one minute missing."""
+    falls to 0 %), an energy counter of 30 kJ a minute that GPU 2's driver resets at 10:17, one minute missing, and
+    GPU 2 silent for 63 minutes (09:16 to 10:18) across the reset: the first increment after the silence spans more
+    than an hour, so it counts for nothing."""
     readings = []
     for minute in range(24 * 60):
         for index in range(DAY_GPUS):
-            if index == 1 and minute == 200:
+            if (index == 1 and minute == 200) or (index == 2 and 556 <= minute < 618):
                 continue
             percent = 0 if 300 <= minute < 400 else (minute * 7 + index * 13) % 101
             energy = 30_000.0 * minute + 1e9 * index
@@ -171,16 +171,16 @@ def seed_day(session: Session, t0: datetime, readings: list[Sample], holdings: l
 
 
 def test_a_day_with_partial_hours_and_a_counter_reset_equals_the_direct_path(
-    sessions: sessionmaker[Session], vm_url: str
+    sessions: sessionmaker[Session], tsdb: TsdbLoader
 ) -> None:
     t0 = scenario.start_hour() - timedelta(days=2)
     until = to_epoch(t0 + timedelta(days=1))
     readings = day_readings(t0)
-    import_prometheus(vm_url, exposition(readings, "gpu-d-01"))
+    url = tsdb(exposition(readings, "gpu-d-01"))
     with sessions.begin() as session:
         # Jobs starting and ending mid-hour, one after another on GPU 0, one running on GPU 1 from 05:20.
         seed_day(session, t0, readings, [(0, 35, 190), (0, 190, 725), (1, 320, None), (2, 0, 1000)])
-        compare_modes(session, PrometheusClient(vm_url), until)
+        compare_modes(session, PrometheusClient(url), until)
 
 
 def compare_modes(session: Session, client: PrometheusClient, until: int) -> None:
