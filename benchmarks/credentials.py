@@ -25,16 +25,12 @@ with ``FINOPS_API_TOKEN`` and with an API token, µs per check (wall and CPU).
 from __future__ import annotations
 
 import argparse
-import queue
 import secrets
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -44,13 +40,12 @@ from sqlalchemy import make_url  # noqa: E402
 from benchmarks.ingest import (  # noqa: E402
     GPUS_PER_NODE,
     STEADY_CYCLES,
+    Backends,
     _bodies,
-    _cpu_seconds,
-    _empty,
     _fleet_samples,
+    http_run,
     serving,
 )
-from collector.shipper import INGEST_PATH  # noqa: E402
 from finops.access.api_tokens import create_token as create_api_token  # noqa: E402
 from finops.db.engine import downgrade, make_engine, session_factory, upgrade  # noqa: E402
 from finops.ingest.node_tokens import create_token as create_node_token  # noqa: E402
@@ -60,39 +55,6 @@ from finops.web.auth import ApiAuth, IngestAuth  # noqa: E402
 
 ACTOR = "system:benchmark"
 """The audit log's actor of the tokens the benchmark makes."""
-Post = tuple[int, bytes, str]
-"""(readings, gzip body, bearer token) of one POST."""
-
-
-def post_all(base: str, posts: list[Post], clients: int, server: int) -> tuple[float, float]:
-    """POST every one with ``clients`` threads; (POST/s, service CPU µs per POST). Raises unless all are 200."""
-    work: queue.SimpleQueue[Post] = queue.SimpleQueue()
-    for post in posts:
-        work.put(post)
-    failures: list[str] = []
-
-    def client() -> None:
-        with httpx.Client(base_url=base, timeout=120) as http:
-            while True:
-                try:
-                    count, body, token = work.get_nowait()
-                except queue.Empty:
-                    return
-                headers = {"Authorization": f"Bearer {token}", "Content-Encoding": "gzip"}
-                response = http.post(INGEST_PATH, content=body, headers=headers)
-                if response.status_code != 200 or response.json()["accepted"] != count:
-                    failures.append(f"HTTP {response.status_code}: {response.text[:200]}")
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    service, began = _cpu_seconds(server), time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - began
-    if failures:
-        raise RuntimeError(f"{len(failures)} POSTs failed, e.g. {failures[0]}")
-    return len(posts) / elapsed, (_cpu_seconds(server) - service) * 1e6 / len(posts)
 
 
 def per_check(check: Callable[[], object], times: int) -> tuple[float, float]:
@@ -126,21 +88,18 @@ def main() -> None:
     shared = secrets.token_urlsafe()
     bodies = _bodies(fleet, 1)
     nodes = [node for _ in range(STEADY_CYCLES) for node in fleet]  # _bodies interleaves nodes, cycle by cycle
-    conninfo = make_url(args.database_url).set(drivername="postgresql").render_as_string(hide_password=False)
-    kinds = {
-        "shared": [(count, body, shared) for count, body in bodies],
-        "node": [(count, body, node_tokens[node]) for (count, body), node in zip(bodies, nodes, strict=True)],
-    }
+    backends = Backends(make_url(args.database_url).set(drivername="postgresql").render_as_string(hide_password=False))
+    kinds = {"shared": [shared] * len(bodies), "node": [node_tokens[node] for node in nodes]}
     print(
         f"{len(fleet)} nodes × {STEADY_CYCLES} single-cycle POSTs of {GPUS_PER_NODE} readings, {args.clients} clients"
     )
     figures: dict[str, list[tuple[float, float]]] = {kind: [] for kind in kinds}
     with serving(args.database_url, shared) as (base, server):
-        post_all(base, kinds["shared"][:200], args.clients, server)  # warm-up
+        http_run(base, shared, bodies[:200], args.clients, server, backends)  # warm-up
         for _ in range(args.repeat):
-            for kind, posts in kinds.items():
-                _empty(conninfo)
-                figures[kind].append(post_all(base, posts, args.clients, server))
+            for kind, tokens in kinds.items():
+                run, rate = http_run(base, shared, bodies, args.clients, server, backends, tokens=tokens)
+                figures[kind].append((rate, run.sender_us * GPUS_PER_NODE))
     print(f"{'token':<8} {'POST/s':>8} {'service CPU µs/POST':>20}")
     medians = {}
     for kind, runs in figures.items():

@@ -259,30 +259,32 @@ def copy_run(conninfo: str, rows: list[tuple[object, ...]], connections: int = 1
 
 
 def http_run(base_url: str | list[str], token: str, bodies: list[tuple[int, bytes]], clients: int,
-             server: int | list[int], backends: Backends, empty: bool = True) -> tuple[Run, float]:  # fmt: skip
+             server: int | list[int], backends: Backends, empty: bool = True,
+             tokens: list[str] | None = None) -> tuple[Run, float]:  # fmt: skip
     """POST every body with ``clients`` concurrent threads (into the emptied table, unless not ``empty``); returns
     the run and POST/s. Several ``base_url`` (replicas, ``server`` their process ids): client k posts to the k-th
-    modulo their number; the service CPU is theirs, summed, workers included."""
+    modulo their number; the service CPU is theirs, summed, workers included. ``tokens``: the bearer token of each
+    body, in their order (default: ``token`` for all)."""
     bases = [base_url] if isinstance(base_url, str) else base_url
     servers = [server] if isinstance(server, int) else server
     if empty:
         _empty(backends.conninfo)
-    work: queue.SimpleQueue[tuple[int, bytes]] = queue.SimpleQueue()
-    for body in bodies:
-        work.put(body)
+    work: queue.SimpleQueue[tuple[int, bytes, str]] = queue.SimpleQueue()
+    for (count, body), bearer in zip(bodies, tokens or [token] * len(bodies), strict=True):
+        work.put((count, body, bearer))
     failures: list[str] = []
     latencies: list[float] = []
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Content-Encoding": "gzip"}
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
 
     def client(base: str) -> None:
         with httpx.Client(base_url=base, headers=headers, timeout=120) as http:
             while True:
                 try:
-                    count, body = work.get_nowait()
+                    count, body, bearer = work.get_nowait()
                 except queue.Empty:
                     return
                 sent = time.perf_counter()
-                response = http.post(INGEST_PATH, content=body)
+                response = http.post(INGEST_PATH, content=body, headers={"Authorization": f"Bearer {bearer}"})
                 latencies.append(time.perf_counter() - sent)
                 if response.status_code != 200 or response.json()["accepted"] != count:
                     failures.append(f"HTTP {response.status_code}: {response.text[:200]}")
