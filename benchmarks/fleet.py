@@ -106,6 +106,9 @@ def replicas(url: str, token: str, gpus: int, minutes: int, clients: int, backen
             rolled = time.perf_counter()
             run_rollup(sessions, pricing, policy)
             rollups.append(time.perf_counter() - rolled)
+            print(f"  minutes {first * INTERVAL_SECONDS // 60}–{(first + ROLLUP_CYCLES) * INTERVAL_SECONDS // 60}: "
+                  f"{posts[-1].rate:,.0f} readings/s, POST p50 {posts[-1].latency_ms(0.5):.1f} ms, rollup "
+                  f"{rollups[-1]:.2f} s", flush=True)  # fmt: skip
     elapsed = time.perf_counter() - began
     latencies = Run(0, 0, 0, latencies=[s for run in posts for s in run.latencies])
     readings = gpus // GPUS_PER_NODE * GPUS_PER_NODE * cycles
