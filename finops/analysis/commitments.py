@@ -31,13 +31,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Literal
 
-from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
 from finops.analysis.commitment_cost import (
@@ -279,7 +279,7 @@ def commitment_report(
     with the rates of ``catalog`` in force at that hour. ``model``: only that GPU model (a catalogue key or any name
     the catalogue resolves to it, else a reported GPU name); ``quantity``: a "what if" commitment of that many GPUs
     of each rented model. ValueError for ``days`` outside 1..:data:`MAX_DAYS` or ``quantity`` outside
-    0..:data:`MAX_QUANTITY`. Two grouped reads of the ledger rows of the window."""
+    0..:data:`MAX_QUANTITY`. One grouped read of the ledger rows of the window."""
     if not 1 <= days <= MAX_DAYS:
         raise ValueError(f"days must be 1 to {MAX_DAYS}, got {days}")
     if quantity is not None and not 0 <= quantity <= MAX_QUANTITY:
@@ -287,8 +287,9 @@ def commitment_report(
     stop = floor_hour(to_epoch(end))
     first = stop - days * 24 * HOUR
     wanted = None if model is None else catalog.resolve(model) or model
-    commitments, left_out = _rented(session, catalog, first, stop, wanted, quantity)
-    owned, owned_left_out = _owned(session, catalog, first, stop, wanted)
+    rented_seconds, owned_sums = _read_window(session, first, stop)
+    commitments, left_out = _rented(catalog, rented_seconds, stop, wanted, quantity)
+    owned, owned_left_out = _owned(catalog, owned_sums, stop, wanted)
     return CommitmentReport(
         start=from_epoch(first),
         end=from_epoch(stop),
@@ -336,24 +337,66 @@ def _not_in_catalogue(name: str, section: Section) -> NotAnalysed:
     return NotAnalysed(name, section, "no price catalogue model covers this GPU name", unpriced_fix(name))
 
 
-def _rented(
-    session: Session, catalog: PriceCatalog, first: int, stop: int, wanted: str | None, quantity: int | None
-) -> tuple[list[ModelCommitment], list[NotAnalysed]]:
-    """Rented demand per catalogue model (module docstring) and its plans; the models left out."""
-    held = func.sum(case((LedgerEntry.job_pk.is_not(None), LedgerEntry.seconds), else_=0))
+@dataclass(slots=True)
+class _OwnedSums:
+    """One GPU name's on-prem ledger rows of the window, summed: cost and seconds of the priced rows (all, held),
+    busy seconds of the held ones, seconds without a price, and the currencies the rows are in."""
+
+    cost: Decimal = Decimal(0)
+    capacity: int = 0
+    allocated: int = 0
+    used: float = 0.0
+    unpriced: int = 0
+    currencies: set[str] = field(default_factory=set)
+
+
+def _read_window(session: Session, first: int, stop: int) -> tuple[dict[str, dict[int, int]], dict[str, _OwnedSums]]:
+    """One grouped read of the ledger hours [first, stop) by GPU name, hour and whether the rows are on-prem: the
+    rented GPU-seconds held per name and hour (epoch), and the owned sums per name."""
+    is_owned = LedgerEntry.pricing_model == _ON_PREM
+    owned_row = case((is_owned, 1), else_=0).label("owned")
+    priced = LedgerEntry.allocated_cost.is_not(None)
+    allocated = LedgerEntry.job_pk.is_not(None)
+    priced_held = and_(priced, allocated)
     rows = session.execute(
-        select(Gpu.model, LedgerEntry.hour, held)
-        .join(Gpu, Gpu.id == LedgerEntry.gpu_id)
-        .where(
-            LedgerEntry.hour >= from_epoch(first),
-            LedgerEntry.hour < from_epoch(stop),
-            or_(LedgerEntry.pricing_model.is_(None), LedgerEntry.pricing_model != _ON_PREM),
+        select(
+            Gpu.model,
+            LedgerEntry.hour,
+            owned_row,
+            func.sum(case((allocated, LedgerEntry.seconds), else_=0)),
+            func.sum(case((and_(priced, is_owned), LedgerEntry.allocated_cost))),
+            func.sum(case((priced, LedgerEntry.seconds), else_=0)),
+            func.sum(case((priced_held, LedgerEntry.seconds), else_=0)),
+            func.sum(case((priced_held, LedgerEntry.used_gpu_seconds), else_=0.0)),
+            func.sum(case((priced, 0), else_=LedgerEntry.seconds)),
+            func.min(LedgerEntry.currency),
+            func.max(LedgerEntry.currency),
         )
-        .group_by(Gpu.model, LedgerEntry.hour)
+        .join(Gpu, Gpu.id == LedgerEntry.gpu_id)
+        .where(LedgerEntry.hour >= from_epoch(first), LedgerEntry.hour < from_epoch(stop))
+        .group_by(Gpu.model, LedgerEntry.hour, owned_row)
     ).all()
-    by_name: dict[str, dict[int, int]] = defaultdict(dict)
-    for name, hour, seconds in rows:
-        by_name[name][to_epoch(hour)] = int(seconds)
+    rented: dict[str, dict[int, int]] = defaultdict(dict)
+    owned: dict[str, _OwnedSums] = defaultdict(_OwnedSums)
+    for name, hour, is_owned, held, cost, capacity, held_priced, used, unpriced, low, high in rows:
+        if not is_owned:
+            rented[name][to_epoch(hour)] = int(held)
+            continue
+        sums = owned[name]
+        sums.cost += Decimal(0) if cost is None else Decimal(cost)
+        sums.capacity += int(capacity)
+        sums.allocated += int(held_priced)
+        sums.used += float(used)
+        sums.unpriced += int(unpriced)
+        sums.currencies.update((low, high))
+    return rented, owned
+
+
+def _rented(
+    catalog: PriceCatalog, by_name: dict[str, dict[int, int]], stop: int, wanted: str | None, quantity: int | None
+) -> tuple[list[ModelCommitment], list[NotAnalysed]]:
+    """Rented demand per catalogue model (module docstring) from the GPU-seconds held per GPU name and hour, and
+    its plans; the models left out."""
     at = from_epoch(stop)
     plans: list[ModelCommitment] = []
     left_out: list[NotAnalysed] = []
@@ -393,31 +436,10 @@ def _rented(
 
 
 def _owned(
-    session: Session, catalog: PriceCatalog, first: int, stop: int, wanted: str | None
+    catalog: PriceCatalog, by_name: dict[str, _OwnedSums], stop: int, wanted: str | None
 ) -> tuple[list[OnPremComparison], list[NotAnalysed]]:
-    """Owned GPUs per catalogue model against the on-demand rate (module docstring); the models left out."""
-    priced = LedgerEntry.allocated_cost.is_not(None)
-    held = and_(priced, LedgerEntry.job_pk.is_not(None))
-    rows = session.execute(
-        select(
-            Gpu.model,
-            func.sum(LedgerEntry.allocated_cost),
-            func.sum(case((priced, LedgerEntry.seconds), else_=0)),
-            func.sum(case((held, LedgerEntry.seconds), else_=0)),
-            func.sum(case((held, LedgerEntry.used_gpu_seconds), else_=0.0)),
-            func.sum(case((priced, 0), else_=LedgerEntry.seconds)),
-            func.min(LedgerEntry.currency),
-            func.max(LedgerEntry.currency),
-        )
-        .join(Gpu, Gpu.id == LedgerEntry.gpu_id)
-        .where(
-            LedgerEntry.hour >= from_epoch(first),
-            LedgerEntry.hour < from_epoch(stop),
-            LedgerEntry.pricing_model == _ON_PREM,
-        )
-        .group_by(Gpu.model)
-    ).all()
-    by_name = {row[0]: row[1:] for row in rows}
+    """Owned GPUs per catalogue model against the on-demand rate (module docstring), from the sums per GPU name;
+    the models left out."""
     at = from_epoch(stop)
     compared: list[OnPremComparison] = []
     left_out: list[NotAnalysed] = []
@@ -426,10 +448,8 @@ def _owned(
             left_out.extend(_not_in_catalogue(name, "on-prem") for name in names)
             continue
         parts = [by_name[name] for name in names]
-        cost = sum((Decimal(p[0]) for p in parts if p[0] is not None), Decimal(0))
-        capacity, allocated, unpriced = (sum(int(p[i]) for p in parts) for i in (1, 2, 4))
-        used = sum(float(p[3]) for p in parts)
-        currencies = {c for p in parts for c in p[5:7] if c is not None}
+        capacity = sum(p.capacity for p in parts)
+        currencies = set().union(*(p.currencies for p in parts))
         on_demand = _rate(catalog, key, PricingModel.ON_DEMAND, at)
         if on_demand is None:
             left_out.append(_missing_rate(key, [PricingModel.ON_DEMAND], at, "on-prem"))
@@ -450,12 +470,12 @@ def _owned(
                 OnPremComparison(
                     model=key,
                     gpu_names=tuple(sorted(names)),
-                    capacity_cost=cost,
+                    capacity_cost=sum((p.cost for p in parts), Decimal(0)),
                     capacity_gpu_seconds=capacity,
-                    allocated_gpu_seconds=allocated,
-                    used_gpu_seconds=used,
+                    allocated_gpu_seconds=sum(p.allocated for p in parts),
+                    used_gpu_seconds=sum(p.used for p in parts),
                     on_demand_rate=on_demand,
-                    unpriced_gpu_seconds=unpriced,
+                    unpriced_gpu_seconds=sum(p.unpriced for p in parts),
                 )
             )
     return compared, left_out
