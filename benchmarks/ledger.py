@@ -27,8 +27,10 @@ Timed, each printed beside its goal: the data generation; ``finops.ledger.rollup
 empty ledger (cold); ``finops.analysis.idle.rejudge_idle`` over the hours it rebuilt (what a month-old backfill
 costs besides the ledger); a re-rollup after one day is marked dirty (incremental);
 ``finops.analysis.report.cost_report`` of the month by team (median of ``--report-runs`` warm runs, after ``VACUUM
-ANALYZE ledger`` as autovacuum would run it after the bulk load); ``finops.analysis.budgets.budget_status``. The
-machine's load average is printed with the figures: they are wall-clock times.
+ANALYZE ledger`` as autovacuum would run it after the bulk load); ``finops.analysis.budgets.budget_status``;
+``finops.analysis.commitments.commitment_report`` of the month (the demand series of the rented GPUs read from the
+ledger, the least-cost commitment, spot and on-prem figures; median of ``--report-runs`` warm runs). The machine's load
+average is printed with the figures: they are wall-clock times.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from finops.analysis.budgets import budget_status  # noqa: E402
+from finops.analysis.commitments import commitment_report  # noqa: E402
 from finops.analysis.idle import IdlePolicy, rejudge_idle  # noqa: E402
 from finops.analysis.report import cost_report  # noqa: E402
 from finops.db.engine import downgrade, make_engine, session_factory, upgrade  # noqa: E402
@@ -412,6 +415,22 @@ def main() -> None:
             statuses = budget_status(session, until - timedelta(seconds=1))
             budgets = time.perf_counter() - began
         print(f"budget_status, month:      {budgets * 1000:7.1f} ms  ({len(statuses)} budgets)")
+
+        runs = []
+        for _ in range(args.report_runs + 1):
+            with sessions() as session:
+                began = time.perf_counter()
+                commitments = commitment_report(session, pricing.catalog, until, args.days)
+                runs.append(time.perf_counter() - began)
+        plans = ", ".join(
+            f"{c.model} commit {c.best.quantity} of peak {c.demand.peak_gpus} over {c.demand.hours} h, saving "
+            f"{c.best.saving_per_month:,.2f} USD/month at {c.best.utilisation or 0:.1%} utilisation"
+            for c in commitments.commitments
+        )
+        print(
+            f"commitment_report, month:  {statistics.median(runs[1:]) * 1000:7.1f} ms  (median of {args.report_runs} "
+            f"warm runs, first {runs[0] * 1000:.0f} ms; {plans}; {len(commitments.on_prem)} on-prem model(s))"
+        )
         print(f"load average (1 min) before the cold rollup {load_before:.1f}, now {os.getloadavg()[0]:.1f}, "
               f"on {os.cpu_count()} CPUs")  # fmt: skip
     finally:

@@ -1,13 +1,14 @@
-"""The REST API under ``/api/v1`` (FastAPI router): costs, budgets, idle episodes, events, team rules, the
-price catalog and pricing rules.
+"""The REST API under ``/api/v1`` (FastAPI router): costs, commitments, budgets, idle episodes, events, team
+rules, the price catalog and pricing rules.
 
 Every route needs ``Authorization: Bearer <token>``, an API token or ``FINOPS_API_TOKEN``
 (:class:`finops.web.auth.ApiAuth`): reading needs any role, and a ``team`` token reads only its team's costs,
-budgets, idle episodes, events and team rules; changing needs an ``admin`` token (403 otherwise), and so does the
-audit log. Money is a decimal string (exact, 6 decimals in the ledger; cost reports round to cents so rows add up
-to the total); times are ISO 8601 UTC; periods are [start, end). Errors are JSON
-``{"detail": "…"}`` naming the offending parameter, with 400/404/422 as FastAPI gives them; a budget refused
-answers 422 as FastAPI's own validation does, ``{"detail": [{"type", "loc", "msg"}]}`` with the field's place.
+budgets, idle episodes, events and team rules; the commitments, fleet-wide, need a ``viewer`` or ``admin`` token;
+changing needs an ``admin`` token (403 otherwise), and so does the audit log. Money is a decimal string (exact, 6
+decimals in the ledger; cost reports round to cents so rows add up to the total); times are ISO 8601 UTC; periods
+are [start, end). Errors are JSON ``{"detail": "…"}`` naming the offending parameter, with 400/404/422 as FastAPI
+gives them; a budget refused answers 422 as FastAPI's own validation does, ``{"detail": [{"type", "loc", "msg"}]}``
+with the field's place.
 """
 
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from finops.analysis.budgets import (
     parse_month,
     set_budget,
 )
+from finops.analysis.commitments import DEFAULT_DAYS, MAX_DAYS, MAX_MODEL_LENGTH, MAX_QUANTITY, commitment_report
 from finops.analysis.events import EVENT_KINDS, list_events
 from finops.analysis.idle import list_episodes
 from finops.analysis.report import GroupBy, cost_report, report_csv, report_dicts, unpriced_by_model
@@ -133,6 +135,7 @@ def create_router(
     fallback_catalog = configured_catalog if configured_catalog is not None else load_catalog()
     router = APIRouter(prefix="/api/v1")
     reader = Annotated[Principal, Depends(auth.reader)]
+    fleet_reader = Annotated[Principal, Depends(auth.fleet_reader)]
     admin = Annotated[Principal, Depends(auth.admin)]
     # Evaluated here (this module does not postpone annotations). scope="function": the transaction commits
     # before the response is sent, so a client reading right after a write sees it.
@@ -166,6 +169,28 @@ def create_router(
             "rows": report_dicts(rows, group_by),
             "unpriced": [{"model": u.model, "gpu_hours": u.gpu_hours, "fix": u.fix} for u in unpriced],
         }
+
+    @router.get("/commitments")
+    def commitments(
+        db: db,
+        caller: fleet_reader,
+        days: Annotated[int, Query(ge=1, le=MAX_DAYS, description="Whole days before the current hour.")] = (
+            DEFAULT_DAYS
+        ),
+        model: Annotated[
+            str | None,
+            Query(max_length=MAX_MODEL_LENGTH, description="Only this GPU model (a catalogue model or a name)."),
+        ] = None,
+        quantity: Annotated[
+            int | None, Query(ge=0, le=MAX_QUANTITY, description="What if this many GPUs of each model were committed.")
+        ] = None,
+    ) -> dict[str, Any]:
+        """Per GPU model, the reserved quantity that costs least against the GPUs jobs held in each hour of the last
+        ``days`` days, at the catalogue's rates in force now, as ``gpu-finops commitments --format json`` gives it
+        (:mod:`finops.analysis.commitments`); owned GPUs against renting them on demand; models left out with the
+        reason and the fix. Fleet-wide: a team token is refused (403)."""
+        catalog = catalog_in_force(db, fallback_catalog)
+        return commitment_report(db, catalog, utc_now(), days, model=model, quantity=quantity).as_dict()
 
     @router.get("/budgets")
     def budgets(
