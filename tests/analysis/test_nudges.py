@@ -8,6 +8,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 import pytest
+from sqlalchemy import select
 
 from finops.analysis.idle import list_episodes
 from finops.analysis.mig_profiles import GIB, mig_model, smallest_profile
@@ -21,6 +22,7 @@ from finops.analysis.nudges import (
     NudgePolicy,
     find_nudges,
 )
+from finops.db.models import Gpu, Node, TsdbGpuMetering
 from finops.ledger.costmodel import round_exact
 from finops.timeutil import utc_now
 from tests.support.alert_cluster import Cluster, minute_floor
@@ -99,6 +101,16 @@ def test_a_one_gpu_job_at_low_utilisation_and_memory_is_a_mig_candidate(sessions
     bigger = _found(sessions, now, NudgePolicy(mig_max_memory_bytes=32 * GIB))
     assert bigger["max", MIG_CANDIDATE].jobs[0].fix == "#SBATCH --gres=gpu:3g.40gb:1", "the smallest holding 30 GiB"
     assert set(_found(sessions, now, NudgePolicy(mig_max_utilization_ratio=0.05))) == set()
+    # The TSDB mode's metered segments count too: one of them saw 12 GiB in use.
+    with sessions.begin() as session:
+        gpu = session.scalar(select(Gpu.id).join(Node, Node.id == Gpu.node_id).where(Node.hostname == "n-mia"))
+        segment = start_hour(now) + timedelta(hours=2)
+        session.add(TsdbGpuMetering(gpu_id=gpu, start=segment, stop=segment + timedelta(hours=1), samples=60,
+                                    utilization_sum=6.0, energy_joules=0.0, memory_max_bytes=12 * GIB))  # fmt: skip
+    assert set(_found(sessions, now)) == set()
+    assert _found(sessions, now, NudgePolicy(mig_max_memory_bytes=12 * GIB))["mia", MIG_CANDIDATE].jobs[0].profile == (
+        "1g.20gb"
+    )
 
 
 def test_a_running_job_idle_for_an_hour_is_a_warning_with_scancel(sessions) -> None:  # type: ignore[no-untyped-def]
