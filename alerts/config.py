@@ -41,7 +41,7 @@ import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
@@ -56,8 +56,12 @@ Severity = Literal["info", "warning", "critical"]
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
 class AlertConfigError(FinopsError, ValueError):
-    """The rules file is unreadable or invalid; the message names the file and the field."""
+    """A configuration file of the alerts package (the rules file, the nudge recipients file) is unreadable or
+    invalid; the message names the file and the field."""
 
 
 def parse_duration(value: object) -> object:
@@ -79,15 +83,31 @@ def parse_duration(value: object) -> object:
 Duration = Annotated[timedelta, BeforeValidator(parse_duration), Field(ge=timedelta(0))]
 
 
-def _listify(value: object) -> object:
+def listify(value: object) -> object:
+    """One text where a list is expected, as that list of one (``email: a@b`` is ``email: [a@b]``)."""
     return [value] if isinstance(value, str) else value
 
 
-class _Strict(BaseModel):
+TextList = Annotated[list[str], BeforeValidator(listify)]
+"""A list of texts that may be written as one text."""
+
+
+def email_addresses(addresses: list[str]) -> list[str]:
+    """``addresses`` unchanged; ValueError naming the first that is not an e-mail address (one ``@``, no space,
+    comma or angle bracket: a bare address, as a recipient list joins them)."""
+    for address in addresses:
+        if not re.fullmatch(r"[^@\s,<>]+@[^@\s,<>]+", address):
+            raise ValueError(f"{address!r} is not an e-mail address")
+    return addresses
+
+
+class Strict(BaseModel):
+    """A part of a configuration file: unknown keys are errors, fields may be given by their alias."""
+
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-class TimersConfig(_Strict):
+class TimersConfig(Strict):
     """Alertmanager's route timers."""
 
     group_wait: Duration = timedelta(seconds=30)
@@ -95,7 +115,7 @@ class TimersConfig(_Strict):
     repeat_interval: Duration = Field(timedelta(hours=4), gt=timedelta(0))
 
 
-class RouteConfig(_Strict):
+class RouteConfig(Strict):
     """Where a set of alerts goes: matchers (``team`` is ``team="…"``), a minimum severity, the Slack webhooks
     (by name), e-mail recipients and Alertmanagers (by name), the grouping labels and optional timers of its own."""
 
@@ -103,9 +123,9 @@ class RouteConfig(_Strict):
     team: str | None = None
     match: list[str] = Field(default_factory=list)
     min_severity: Severity = "info"
-    slack: Annotated[list[str], BeforeValidator(_listify)] = Field(default_factory=list)
-    email: Annotated[list[str], BeforeValidator(_listify)] = Field(default_factory=list)
-    alertmanager: Annotated[list[str], BeforeValidator(_listify)] = Field(default_factory=list)
+    slack: TextList = Field(default_factory=list)
+    email: TextList = Field(default_factory=list)
+    alertmanager: TextList = Field(default_factory=list)
     group_by: list[str] = Field(default_factory=lambda: list(DEFAULT_GROUP_BY))
     group_wait: Duration | None = None
     group_interval: Duration | None = None
@@ -121,10 +141,7 @@ class RouteConfig(_Strict):
     @field_validator("email")
     @classmethod
     def _addresses(cls, value: list[str]) -> list[str]:
-        for address in value:
-            if not re.fullmatch(r"[^@\s,<>]+@[^@\s,<>]+", address):
-                raise ValueError(f"{address!r} is not an e-mail address")
-        return value
+        return email_addresses(value)
 
     def matchers(self) -> tuple[Matcher, ...]:
         """The route's label matchers, ``team`` first."""
@@ -146,7 +163,7 @@ class RouteConfig(_Strict):
         )
 
 
-class RuleConfig(_Strict):
+class RuleConfig(Strict):
     """What every rule has: on/off, severity, whether resolution is announced, its own repeat interval."""
 
     enabled: bool = True
@@ -182,7 +199,7 @@ class DataQualityConfig(RuleConfig):
     period: Duration = Field(timedelta(days=1), gt=timedelta(0))
 
 
-class RulesConfig(_Strict):
+class RulesConfig(Strict):
     """Every rule by name."""
 
     budget_50: EventRuleConfig = Field(EventRuleConfig(severity="info"), alias="budget-50")
@@ -209,7 +226,7 @@ RULE_NAMES = tuple(str(f.alias) for f in RulesConfig.model_fields.values())
 """Every rule's name, as alerts carry it in their ``rule`` label."""
 
 
-class AlertConfig(_Strict):
+class AlertConfig(Strict):
     """Rules, routes and timers (module docstring: the file format)."""
 
     timers: TimersConfig = TimersConfig()
@@ -258,21 +275,19 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return path or "(top level)"
 
 
-def parse_config(data: Any, source: str) -> AlertConfig:
-    """Validate parsed YAML ``data`` (None: all defaults). AlertConfigError naming ``source`` and each bad field."""
+def parse_model(model: type[M], data: Any, source: str) -> M:
+    """Validate parsed YAML ``data`` (None: all defaults) as ``model``. AlertConfigError naming ``source`` and each
+    bad field (``alerts.yaml: routes[0].email[1]: …``)."""
     try:
-        return AlertConfig.model_validate(data if data is not None else {})
+        return model.model_validate(data if data is not None else {})
     except ValidationError as exc:
         problems = "; ".join(f"{_field_path(e['loc'])}: {e['msg']}" for e in exc.errors())
         raise AlertConfigError(f"{source}: {problems}") from None
 
 
-def load_config(path: Path | None) -> AlertConfig:
-    """The configuration in the YAML file at ``path`` over the defaults (None: the defaults alone).
-
-    AlertConfigError naming the file (and the line for YAML syntax, the field for a wrong value)."""
-    if path is None:
-        return AlertConfig()
+def load_model(model: type[M], path: Path) -> M:
+    """The YAML file at ``path`` as ``model`` (:func:`parse_model`). AlertConfigError naming the file (and the line
+    for YAML syntax, the field for a wrong value)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -283,4 +298,16 @@ def load_config(path: Path | None) -> AlertConfig:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise AlertConfigError(f"{path}:{where} not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    return parse_config(data, str(path))
+    return parse_model(model, data, str(path))
+
+
+def parse_config(data: Any, source: str) -> AlertConfig:
+    """Validate parsed YAML ``data`` (None: all defaults). AlertConfigError naming ``source`` and each bad field."""
+    return parse_model(AlertConfig, data, source)
+
+
+def load_config(path: Path | None) -> AlertConfig:
+    """The configuration in the YAML file at ``path`` over the defaults (None: the defaults alone).
+
+    AlertConfigError naming the file (and the line for YAML syntax, the field for a wrong value)."""
+    return AlertConfig() if path is None else load_model(AlertConfig, path)

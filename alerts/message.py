@@ -15,6 +15,7 @@ class Message:
         fields: ordered (name, value) facts: team, job, GPUs, cost so far, ...
         link: (label, URL) of the dashboard page to act from, if any.
         severity: ``"info"``, ``"warning"`` or ``"critical"``.
+        mentions: Slack member IDs (``U012AB3CD``) the Slack message @-mentions; other channels leave them out.
     """
 
     title: str
@@ -22,6 +23,7 @@ class Message:
     fields: list[tuple[str, str]] = field(default_factory=list)
     link: tuple[str, str] | None = None
     severity: str = "warning"
+    mentions: tuple[str, ...] = ()
 
     def plain_text(self) -> str:
         """The message as plain text: title, summary, one ``name: value`` line per field, the link."""

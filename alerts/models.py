@@ -1,4 +1,4 @@
-"""Alert tables: alert instances, notification groups, silences and the delivery outbox.
+"""Alert tables: alert instances, notification groups, silences, the delivery outbox and the nudge log.
 
 They share the service's declarative base (:class:`finops.db.models.Base`) and so its metadata and Alembic
 naming convention; the schema changes only through a migration in ``migrations/``.
@@ -107,3 +107,15 @@ class AlertDelivery(Base):
     last_attempt_at: Mapped[datetime | None] = mapped_column(EpochSeconds)
     delivered_at: Mapped[datetime | None] = mapped_column(EpochSeconds)
     last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class NudgeLog(Base):
+    """When a user was last sent a nudge of a kind (:mod:`alerts.nudges`, migration 0018): a user gets at most one
+    message per kind every ``FINOPS_NUDGE_REPEAT_DAYS``. ``sent_at``: when the message was queued in the outbox;
+    ``jobs``: the job ids it listed."""
+
+    __tablename__ = "nudge_log"
+    user: Mapped[str] = mapped_column(String(128), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    sent_at: Mapped[datetime] = mapped_column(EpochSeconds)
+    jobs: Mapped[list[str]] = mapped_column(JSON)

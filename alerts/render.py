@@ -95,14 +95,17 @@ def render_group(
 
 
 def message_to_payload(message: Message) -> dict[str, Any]:
-    """A message as the outbox stores it (JSON)."""
-    return {
+    """A message as the outbox stores it (JSON); ``mentions`` only when it has some."""
+    payload: dict[str, Any] = {
         "title": message.title,
         "summary": message.summary,
         "fields": [list(pair) for pair in message.fields],
         "link": None if message.link is None else list(message.link),
         "severity": message.severity,
     }
+    if message.mentions:
+        payload["mentions"] = list(message.mentions)
+    return payload
 
 
 def payload_to_message(payload: Mapping[str, Any]) -> Message:
@@ -114,4 +117,5 @@ def payload_to_message(payload: Mapping[str, Any]) -> Message:
         fields=[(str(n), str(v)) for n, v in payload.get("fields", [])],
         link=None if not link else (str(link[0]), str(link[1])),
         severity=str(payload.get("severity", "warning")),
+        mentions=tuple(str(m) for m in payload.get("mentions", ())),
     )

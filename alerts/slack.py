@@ -5,7 +5,8 @@ Format: Slack "Sending messages using incoming webhooks" and the Block Kit refer
 a ``section`` text at most 3,000, a section has at most 10 ``fields`` of at most 2,000 characters each, a
 button's text at most 75 and its URL at most 3,000; a message has at most 50 blocks. ``text`` is the
 notification fallback, shown where blocks are not; mrkdwn text escapes ``&``, ``<`` and ``>``
-("Formatting text for app surfaces").
+("Formatting text for app surfaces"), where ``<@U012AB3CD>`` @-mentions a member: a message's ``mentions`` open its
+summary and its fallback text.
 
 Each POST carries an ``Idempotency-Key`` header (IETF draft-ietf-httpapi-idempotency-key-header), the same for
 every attempt at one outbox row: Slack ignores it; a receiver of its own (a relay, a chat bridge) can drop a
@@ -17,6 +18,7 @@ Responses: 200 ``ok``; 4xx such as 400 ``invalid_payload``, 403 ``action_prohibi
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -40,11 +42,19 @@ def _mrkdwn(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _mentions(message: Message) -> str:
+    """``<@U012AB3CD> `` for each of the message's mentions that is a member ID (upper-case letters and digits)."""
+    return "".join(f"<@{member}> " for member in message.mentions if re.fullmatch(r"[A-Z0-9]+", member))
+
+
 def slack_payload(message: Message) -> dict[str, Any]:
-    """The webhook JSON for ``message``: header, summary, fields (10 per section), a link button; text fallback."""
+    """The webhook JSON for ``message``: header, summary (after its mentions), fields (10 per section), a link
+    button; text fallback."""
+    mentions = _mentions(message)
+    summary = _clip(mentions + _mrkdwn(message.summary), SECTION_LIMIT)
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": _clip(message.title, HEADER_LIMIT)}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": _clip(_mrkdwn(message.summary), SECTION_LIMIT)}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": summary}},
     ]
     for start in range(0, len(message.fields), FIELDS_PER_SECTION):
         chunk = message.fields[start : start + FIELDS_PER_SECTION]
@@ -57,7 +67,7 @@ def slack_payload(message: Message) -> dict[str, Any]:
         label, url = message.link
         button = {"type": "button", "text": {"type": "plain_text", "text": _clip(label, BUTTON_TEXT_LIMIT)}, "url": url}
         blocks.append({"type": "actions", "elements": [button]})
-    return {"text": _clip(message.plain_text(), FALLBACK_LIMIT), "blocks": blocks}
+    return {"text": _clip(mentions + message.plain_text(), FALLBACK_LIMIT), "blocks": blocks}
 
 
 def post_to_slack(

@@ -40,6 +40,7 @@ TITLES = {
     "CollectorSettings": "Collectors",
     "DemoSettings": "Demo data",
     "AlertSettings": "Alerts",
+    "NudgeSettings": "Nudges",
     "DashboardSettings": "Dashboard log-in (OpenID Connect)",
 }
 """Section titles of the settings groups whose class name does not read well as one."""
@@ -253,6 +254,8 @@ def _setting_default(field: FieldInfo) -> str:
         return "—"
     if default == "" or (default == [] and _comma_list(field)):
         return "empty"
+    if _comma_list(field):
+        return f"`{', '.join(default)}`"
     if isinstance(default, enum.Enum):
         return f"`{default.value}`"
     if isinstance(default, bool):

@@ -16,6 +16,7 @@ what the service, the CLI and the dashboard read. Code that needs one group may 
 - :class:`CollectorSettings` — what the service assumes of its collectors.
 - :class:`DemoSettings` — where the demo and the tests find real third-party traces.
 - :class:`AlertSettings` — alert rules file, Slack webhooks, SMTP, Alertmanagers, delivery.
+- :class:`NudgeSettings` — per-user messages about wasteful jobs: thresholds, schedule, users' addresses.
 - :class:`DashboardSettings` — the dashboard's log-in with an OpenID Connect provider, and groups → roles.
 
 Every field is ``FINOPS_<NAME>`` in the environment, whichever group holds it. Secrets can also come from a
@@ -29,6 +30,7 @@ posted to are a JSON object of name → :class:`AlertmanagerTarget` whose creden
 from __future__ import annotations
 
 import json
+import re
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -37,6 +39,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from finops.analysis.nudges import NUDGE_KINDS
 from finops.ingest.limits import (
     BODY_TIMEOUT_SECONDS,
     DEFAULT_RETENTION_DAYS,
@@ -390,6 +393,105 @@ class AlertSettings(SettingsGroup):
         return dict(self.alert_slack_webhooks or {})
 
 
+_DOMAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+")
+
+
+def email_domain(value: str) -> str:
+    """An e-mail domain without a leading ``@`` (``"@example.edu"`` and ``"example.edu"`` are alike); ValueError for
+    text that is not a domain name. Empty stays empty (no domain)."""
+    domain = value.strip().removeprefix("@")
+    if domain and not _DOMAIN.fullmatch(domain):
+        raise ValueError(f"{value!r} is not a domain name such as example.edu")
+    return domain
+
+
+class NudgeSettings(SettingsGroup):
+    """Nudges: messages to the users whose jobs waste GPUs, with the jobs, their cost and the fix, sent through the
+    alert outbox (docs/nudges.md). Defaults are Princeton's Job Defense Shield's (JDS), cited per setting."""
+
+    nudge_schedule_seconds: int = Field(
+        3600,
+        ge=0,
+        description="How often `serve` and `scheduler` look for nudges due (and queue them); 0: not scheduled "
+        "(`gpu-finops nudges` still sends on demand).",
+    )
+    nudge_kinds: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(NUDGE_KINDS),
+        description="The kinds of nudge sent, comma-separated: " + ", ".join(f"`{k}`" for k in NUDGE_KINDS) + ".",
+    )
+    nudge_period_days: float = Field(
+        7, gt=0, description="Days of the ledger the nudges about finished work read (JDS `--days`, default 7)."
+    )
+    nudge_repeat_days: float = Field(
+        7,
+        gt=0,
+        description="A user gets at most one message per kind of nudge this often (JDS: one e-mail per user and "
+        "alert every `--days`, default 7).",
+    )
+    nudge_idle_running_minutes: int = Field(
+        60,
+        gt=0,
+        description="`idle-running-job`: a running job with a GPU idle (`FINOPS_IDLE_THRESHOLD_RATIO`) this long "
+        "(JDS cancel-zero-gpu-jobs `first_warning_minutes: 60`).",
+    )
+    nudge_zero_util_gpu_hours: float = Field(
+        24,
+        ge=0,
+        description="`zero-util-gpu-hours`: a user's GPU-hours at 0 % over the period from which they are told "
+        "(JDS zero-util-gpu-hours `gpu_hours_threshold_user: 24`).",
+    )
+    nudge_low_efficiency_ratio: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="`low-gpu-efficiency`: a user's mean GPU utilisation over the period at or below this "
+        "(JDS low-gpu-efficiency `eff_thres_pct: 25`).",
+    )
+    nudge_low_efficiency_gpu_hours: float = Field(
+        50,
+        ge=0,
+        description="`low-gpu-efficiency`: … over more than this many GPU-hours (JDS `absolute_thres_hours: 50`).",
+    )
+    nudge_mig_max_utilization_ratio: float = Field(
+        0.20,
+        ge=0,
+        le=1,
+        description="`mig-candidate`: a one-GPU job with a mean utilisation above 0 and at or below this "
+        "(JDS gpu-model-too-powerful `gpu_util_threshold: 20`).",
+    )
+    nudge_mig_max_memory_gib: float = Field(
+        10,
+        gt=0,
+        description="`mig-candidate`: … whose memory peak is at most this many GiB "
+        "(JDS gpu-model-too-powerful `gpu_mem_usage_max: 10`, GB of 1024³ bytes).",
+    )
+    nudge_email_domain: str = Field(
+        "",
+        description="E-mail domain of users not in the recipients file: user `alice` is `alice@<domain>` "
+        "(JDS `email-domain-name`); empty: none.",
+    )
+    nudge_recipients: Path | None = Field(
+        None,
+        description="YAML file of users' own addresses (e-mail, Slack webhook and member ID) and of the targets "
+        "every nudge is copied to (format: `docs/nudges.md`).",
+    )
+
+    @field_validator("nudge_kinds", mode="before")
+    @classmethod
+    def _kinds(cls, value: object) -> object:
+        """``"zero-util-gpu-hours, mig-candidate"`` → a list; each must be a kind of nudge."""
+        kinds = [item.strip() for item in value.split(",") if item.strip()] if isinstance(value, str) else value
+        for kind in kinds if isinstance(kinds, list) else []:
+            if kind not in NUDGE_KINDS:
+                raise ValueError(f"{kind!r} is not a kind of nudge ({', '.join(NUDGE_KINDS)})")
+        return kinds
+
+    @field_validator("nudge_email_domain")
+    @classmethod
+    def _domain(cls, value: str) -> str:
+        return email_domain(value)
+
+
 class DashboardSettings(SettingsGroup):
     """Log-in to the dashboard with the site's OpenID Connect provider (Keycloak, Okta, Entra ID, Dex, …) and the
     groups of the ID token that make someone a viewer, an admin or one team's member. Without a provider, the
@@ -472,6 +574,7 @@ class Settings(
     CollectorSettings,
     DemoSettings,
     AlertSettings,
+    NudgeSettings,
     DashboardSettings,
 ):
     """All service settings, every group's. Each field is ``FINOPS_<NAME>`` in the environment."""

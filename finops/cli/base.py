@@ -43,6 +43,7 @@ SERVICE_COMMANDS: dict[str, str] = {
     "nodes": "nodes",
     "idle": "idle",
     "alerts": "alerts",
+    "nudges": "nudges",
     "audit": "audit",
     "export": "export",
     "api-token": "api_tokens",

@@ -1,6 +1,6 @@
 """The long-running service processes: ``gpu-finops serve`` (ingest and REST API, by default with the
 scheduled jobs), ``gpu-finops scheduler`` (the scheduled jobs alone) and ``gpu-finops dashboard`` (Streamlit);
-and the scheduled jobs the settings switch on (Prometheus pull, sacct import, alert rules).
+and the scheduled jobs the settings switch on (Prometheus pull, sacct import, alert rules, nudges).
 
 Shutdown of ``serve`` and ``scheduler`` on SIGTERM or SIGINT (:func:`serve_http`): the scheduled jobs' database
 work is stopped at once (their engine's :class:`finops.db.stopping.StopSwitch`: a rollup under way rolls back,
@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp
 from uvicorn.supervisors import Multiprocess
 
+from alerts.nudges import NudgeRunner, NudgeService
 from alerts.service import AlertRunner, AlertService
 from finops.access.api_tokens import any_live_token as api_token_exists
 from finops.cli.context import idle_policy, load_pricing, load_settings, open_engine, open_sessions, tsdb_telemetry
@@ -106,7 +107,8 @@ class ScheduledJobs:
     holder, :mod:`finops.service.leases`); :meth:`stopping` at the signal, then :meth:`stop`, end them."""
 
     def __init__(self, settings: Settings, pricing: Pricing, registry: CollectorRegistry) -> None:
-        """Start them. AlertConfigError (a FinopsError) for an alert rules file that cannot be read or is invalid."""
+        """Start them. AlertConfigError (a FinopsError) for an alert rules file or a nudge recipients file that cannot
+        be read or is invalid."""
         engine = open_engine(settings)
         sessions = session_factory(engine)
         self.running = RunningJobs(StopSwitch(engine))
@@ -121,6 +123,7 @@ class ScheduledJobs:
             sacct=scheduled_sacct(settings),
             sample_retention_days=settings.sample_retention_days,
             alerts=AlertRunner(AlertService.from_settings(settings), sessions),
+            nudges=NudgeRunner(NudgeService.from_settings(settings), sessions),
             running=self.running,
             leases=self.leases,
             tsdb=tsdb_telemetry(settings),

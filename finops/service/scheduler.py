@@ -1,7 +1,9 @@
 """The service's periodic work on APScheduler 3.x: ledger rollup with idle detection, budget status and, when a
 Prometheus URL is configured, the pull of dcgm-exporter telemetry
 (:class:`finops.ingest.prometheus_pull.ScheduledPull`). With alerts (:class:`alerts.service.AlertRunner`): rule
-evaluation right after each rollup, and dispatch plus delivery of alert messages every few seconds.
+evaluation right after each rollup, and dispatch plus delivery of alert messages every few seconds. With nudges
+(:class:`alerts.nudges.NudgeRunner`): the per-user messages about wasteful jobs queued every
+``FINOPS_NUDGE_SCHEDULE_SECONDS`` (delivered by the alert delivery job).
 
 Runs in the ``serve`` process by default (``--no-scheduler`` leaves it to another process). Each job
 opens its own session and transaction; a failing run is logged by APScheduler and retried next interval.
@@ -48,6 +50,7 @@ from finops.service.leases import JobLeases, LeaseLost
 from finops.timeutil import from_epoch, to_epoch, utc_now
 
 if TYPE_CHECKING:
+    from alerts.nudges import NudgeRunner
     from alerts.service import AlertRunner
     from finops.ingest.prometheus_pull import ScheduledPull
     from finops.ingest.tsdb_source import TsdbTelemetry
@@ -226,6 +229,7 @@ def start_scheduler(
     leases: JobLeases | None = None,
     running: RunningJobs | None = None,
     tsdb: TsdbTelemetry | None = None,
+    nudges: NudgeRunner | None = None,
 ) -> BackgroundScheduler:
     """Start the background scheduler with the rollup and cost-metrics jobs (and the Prometheus pull, if given, at the
     same interval; and the sacct import, if given, at its own); the caller shuts it down. With ``running``, each
@@ -235,11 +239,13 @@ def start_scheduler(
     With ``sample_retention_days``, also :func:`run_sample_maintenance` at start and then every hour (a run that
     timed out waiting for a lock behind a long rollup is tried again within the hour, not the next day). With
     ``alerts``, the rollup job evaluates the alert rules after each rollup (:func:`run_rollup_and_alerts`) and a
-    delivery job dispatches and sends alert messages every ``alerts.service.poll_seconds``.
+    delivery job dispatches and sends alert messages every ``alerts.service.poll_seconds``. With ``nudges`` and its
+    interval not 0, the nudge pass every ``nudges.service.interval_seconds`` (its messages go out with the alert
+    delivery job).
 
     With ``leases``, every job but the cost-metrics refresh runs under its lease (named by its job id:
-    ``rollup``, ``alert_delivery``, ``sample_maintenance``, ``sacct_import``, ``prometheus_pull``): the leases are
-    taken before the scheduler starts and released when it shuts down.
+    ``rollup``, ``alert_delivery``, ``sample_maintenance``, ``sacct_import``, ``prometheus_pull``, ``nudges``): the
+    leases are taken before the scheduler starts and released when it shuts down.
 
     With ``tsdb`` (``FINOPS_TELEMETRY_SOURCE=tsdb``), the rollup reads telemetry from that TSDB (:func:`run_rollup`);
     the caller passes no ``prometheus`` pull then."""
@@ -265,6 +271,8 @@ def start_scheduler(
 
     if alerts is not None:
         every("alert_delivery", alerts.deliver, [], seconds=alerts.service.poll_seconds)
+    if nudges is not None and nudges.service.interval_seconds:
+        every("nudges", nudges.run, [], seconds=nudges.service.interval_seconds)
     if sample_retention_days is not None:
         every("sample_maintenance", run_sample_maintenance, [sessions, sample_retention_days], hours=1)
     if sacct is not None:

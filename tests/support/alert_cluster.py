@@ -75,14 +75,21 @@ def gpu_samples(
 
 
 def sacct_line(
-    job_id: str, account: str, user: str, node: str, gpus: int, start: datetime, end: datetime | None
+    job_id: str,
+    account: str,
+    user: str,
+    node: str,
+    gpus: int,
+    start: datetime,
+    end: datetime | None,
+    gpu_type: str | None = None,
 ) -> str:
     """A ``sacct`` output line of Slurm job ``job_id`` on cluster orion, running from ``start`` (to ``end``, else
-    still running)."""
+    still running), its GPUs of GRES type ``gpu_type`` (None: untyped)."""
     record = SacctJob(
         job_id=job_id, job_id_raw=job_id, cluster="orion", partition="gpu", account=account, user=user,
         submit=start, start=start, end=end, elapsed=((end or datetime.now(UTC)) - start),
-        state="RUNNING" if end is None else "COMPLETED", cancelled_by=None, gpus=gpus, gpu_type=None,
+        state="RUNNING" if end is None else "COMPLETED", cancelled_by=None, gpus=gpus, gpu_type=gpu_type,
         nodes=(node,), name=f"job-{job_id}",
     )  # fmt: skip
     return format_sacct_line(record, tz=UTC)
@@ -130,9 +137,11 @@ class Cluster:
         end: datetime | None = None,
         *,
         team: str | None = None,
+        gpu_type: str | None = None,
     ) -> None:
-        """Import one Slurm job through the sacct importer (``team``: map ``account`` to it first)."""
-        line = sacct_line(job_id, account, user, node, gpus, start, end)
+        """Import one Slurm job through the sacct importer (``team``: map ``account`` to it first; ``gpu_type``: its
+        GRES type)."""
+        line = sacct_line(job_id, account, user, node, gpus, start, end, gpu_type)
         with self.sessions.begin() as session:
             if team is not None:
                 map_account(session, account, team, actor="system:test")

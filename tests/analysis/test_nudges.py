@@ -1,0 +1,197 @@
+"""Nudges found from the ledger, the idle episodes and the readings (both databases): each kind fires on a user whose
+jobs fit it and not on one whose jobs nearly do, with the jobs, their cost and the fix; and the MIG profile table."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+from sqlalchemy import select
+
+from finops.analysis.idle import list_episodes
+from finops.analysis.mig_profiles import GIB, mig_model, smallest_profile
+from finops.analysis.nudges import (
+    IDLE_RUNNING,
+    LOW_EFFICIENCY,
+    MIG_CANDIDATE,
+    NO_GPU_USED,
+    ZERO_UTILIZATION,
+    Nudge,
+    NudgePolicy,
+    find_nudges,
+)
+from finops.db.models import Gpu, Node, TsdbGpuMetering
+from finops.ledger.costmodel import round_exact
+from finops.timeutil import utc_now
+from tests.support.alert_cluster import Cluster, minute_floor
+from tests.support.nudge_cluster import (
+    hour_rate,
+    idle_running_users,
+    low_efficiency_users,
+    mig_users,
+    roll_up,
+    start_hour,
+    zero_util_users,
+)
+
+DEFAULTS = NudgePolicy()
+
+
+def _found(sessions, now, policy: NudgePolicy = DEFAULTS, user: str | None = None) -> dict[tuple[str, str], Nudge]:  # type: ignore[no-untyped-def]
+    with sessions() as session:
+        return {(n.user, n.kind): n for n in find_nudges(session, now, policy, user=user)}
+
+
+def test_gpu_hours_at_zero_percent_over_24_are_a_nudge_with_the_gpus_the_job_used(sessions) -> None:  # type: ignore[no-untyped-def]
+    now = minute_floor(utc_now())
+    zero_util_users(Cluster(sessions), now)
+    roll_up(sessions, now)
+    found = _found(sessions, now)
+    assert set(found) == {("zed", ZERO_UTILIZATION)}, "yan's 5 GPU-hours at 0 % are under the threshold"
+    nudge = found["zed", ZERO_UTILIZATION]
+    (job,) = nudge.jobs
+    assert (job.job_id, job.gpus, job.gpus_at_zero) == ("7101", 8, 6)
+    assert nudge.gpu_hours == job.gpu_seconds / 3600 == 30.0, "6 GPUs at 0 % for 5 h"
+    assert nudge.cost == job.cost == 30 * hour_rate(start_hour(now)), "the ledger's cost of those GPU-hours"
+    assert nudge.currency == "USD" and nudge.teams == ("vision",)
+    assert job.fix == "#SBATCH --gres=gpu:h100:2", "ask for the 2 GPUs it used"
+    # The threshold is a setting: at 5 GPU-hours yan is told too, to ask for the one GPU his job used.
+    lower = _found(sessions, now, NudgePolicy(zero_util_gpu_hours=5))
+    assert lower["yan", ZERO_UTILIZATION].jobs[0].fix == "#SBATCH --gres=gpu:h100:1"
+    assert set(_found(sessions, now, NudgePolicy(zero_util_gpu_hours=31))) == set(), "30 < 31"
+    assert set(_found(sessions, now, user="yan")) == set()
+
+
+def test_low_mean_utilisation_over_more_than_50_gpu_hours_is_a_nudge(sessions) -> None:  # type: ignore[no-untyped-def]
+    now = minute_floor(utc_now())
+    low_efficiency_users(Cluster(sessions), now)
+    roll_up(sessions, now)
+    found = _found(sessions, now)
+    assert set(found) == {("lou", LOW_EFFICIENCY)}, "ned's 30 % is above 25 %"
+    nudge = found["lou", LOW_EFFICIENCY]
+    assert nudge.utilization == pytest.approx(0.20)
+    assert nudge.allocated_gpu_seconds == 56 * 3600
+    rate = hour_rate(start_hour(now))
+    assert nudge.allocated_cost == 56 * rate
+    assert nudge.cost == round_exact(Fraction(56 * rate) * Fraction(8, 10)), "the idle 80 % of the cost"
+    (job,) = nudge.jobs
+    assert (job.job_id, job.gpus, job.fix) == ("7201", 8, None), "every GPU was used a little: no request line fixes it"
+    assert set(_found(sessions, now, NudgePolicy(low_efficiency_ratio=0.30))) == {
+        ("lou", LOW_EFFICIENCY),
+        ("ned", LOW_EFFICIENCY),
+    }
+    assert set(_found(sessions, now, NudgePolicy(low_efficiency_gpu_hours=56))) == set(), "more than, not as many as"
+
+
+def test_a_one_gpu_job_at_low_utilisation_and_memory_is_a_mig_candidate(sessions) -> None:  # type: ignore[no-untyped-def]
+    now = minute_floor(utc_now())
+    mig_users(Cluster(sessions), now)
+    roll_up(sessions, now)
+    found = _found(sessions, now)
+    assert set(found) == {("mia", MIG_CANDIDATE)}, "max's 30 GiB peak does not fit 10 GiB"
+    nudge = found["mia", MIG_CANDIDATE]
+    (job,) = nudge.jobs
+    assert (job.job_id, job.profile, job.fix) == ("7301", "1g.10gb", "#SBATCH --gres=gpu:1g.10gb:1")
+    assert job.peak_memory_bytes == 4 * GIB and job.utilization == pytest.approx(0.10)
+    cost = 5 * hour_rate(start_hour(now))
+    assert job.cost == nudge.cost == cost
+    assert job.saving == nudge.saving == round_exact(Fraction(cost) * Fraction(6, 7)), "a 1g slice is 1/7 of an H100"
+    bigger = _found(sessions, now, NudgePolicy(mig_max_memory_bytes=32 * GIB))
+    assert bigger["max", MIG_CANDIDATE].jobs[0].fix == "#SBATCH --gres=gpu:3g.40gb:1", "the smallest holding 30 GiB"
+    assert set(_found(sessions, now, NudgePolicy(mig_max_utilization_ratio=0.05))) == set()
+    # The TSDB mode's metered segments count too: one of them saw 12 GiB in use.
+    with sessions.begin() as session:
+        gpu = session.scalar(select(Gpu.id).join(Node, Node.id == Gpu.node_id).where(Node.hostname == "n-mia"))
+        segment = start_hour(now) + timedelta(hours=2)
+        session.add(TsdbGpuMetering(gpu_id=gpu, start=segment, stop=segment + timedelta(hours=1), samples=60,
+                                    utilization_sum=6.0, energy_joules=0.0, memory_max_bytes=12 * GIB))  # fmt: skip
+    assert set(_found(sessions, now)) == set()
+    assert _found(sessions, now, NudgePolicy(mig_max_memory_bytes=12 * GIB))["mia", MIG_CANDIDATE].jobs[0].profile == (
+        "1g.20gb"
+    )
+
+
+def test_a_running_job_idle_for_an_hour_is_a_warning_with_scancel(sessions) -> None:  # type: ignore[no-untyped-def]
+    now = minute_floor(utc_now())
+    idle_running_users(Cluster(sessions), now)
+    roll_up(sessions, now)
+    at = now + timedelta(seconds=30)
+    found = _found(sessions, at)
+    assert set(found) == {("ida", IDLE_RUNNING)}, "ike's GPUs have been idle for 30 min only"
+    nudge = found["ida", IDLE_RUNNING]
+    (job,) = nudge.jobs
+    assert (job.job_id, job.gpus, job.gpus_at_zero, job.fix) == ("7401", 2, 2, "scancel 7401")
+    with sessions() as session:
+        episodes = [e for e in list_episodes(session, now - timedelta(days=1), at) if e.job_id == "7401"]
+    assert len(episodes) == 2 and job.cost == nudge.cost == sum((e.cost for e in episodes), Decimal(0)) > 0
+    assert job.since == now - timedelta(minutes=100) + timedelta(minutes=10), "idle from the end of the grace"
+    assert set(_found(sessions, at, NudgePolicy(idle_running=timedelta(minutes=25)))) == {
+        ("ida", IDLE_RUNNING),
+        ("ike", IDLE_RUNNING),
+    }
+    later = now + timedelta(minutes=20)
+    assert set(_found(sessions, later)) == set(), "no reading for 20 min: the episode is no longer open"
+    assert set(_found(sessions, at, NudgePolicy(kinds=frozenset({ZERO_UTILIZATION})))) == set()
+
+
+def test_a_finished_job_that_used_none_of_its_gpus_is_told_so() -> None:
+    from finops.analysis.nudges import _GpuUse, _JobUse
+    from finops.db.models import Job
+
+    use = _JobUse(Job(job_id="9", scheduler="slurm", gpu_type="a100", end=utc_now()), "t")
+    use.gpus = {1: _GpuUse(3600, 3600, 0.0), 2: _GpuUse(3600, 3600, 0.0)}
+    assert use.fewer_gpus_fix() == NO_GPU_USED
+    use.job.end = None
+    assert use.fewer_gpus_fix() == "scancel 9"
+    use.gpus[3] = _GpuUse(3600, 0, 0.0)
+    use.nodes = {1, 2}
+    assert use.fewer_gpus_fix() == "#SBATCH --gpus=a100:1", "a GPU without readings counts as used; two nodes"
+    use.job.scheduler, use.job.job_id = "kubernetes", "ml/train-0"
+    assert use.fewer_gpus_fix() == "resources.limits: nvidia.com/gpu: 1"
+
+
+def test_the_policy_refuses_nonsense() -> None:
+    with pytest.raises(ValueError, match="low_efficiency_ratio"):
+        NudgePolicy(low_efficiency_ratio=25)
+    with pytest.raises(ValueError, match="unknown nudge kind 'idle'"):
+        NudgePolicy(kinds=frozenset({"idle"}))
+
+
+@pytest.mark.parametrize(
+    ("model", "memory", "peak_gib", "profile"),
+    [
+        ("NVIDIA H100 80GB HBM3", None, 4, "1g.10gb"),
+        ("NVIDIA H100 80GB HBM3", None, 10, "1g.10gb"),
+        ("NVIDIA H100 80GB HBM3", None, 10.5, "1g.20gb"),
+        ("NVIDIA-H100-80GB-HBM3", None, 21, "3g.40gb"),
+        ("NVIDIA H100 NVL", None, 11, "1g.12gb"),
+        ("NVIDIA A100-SXM4-40GB", None, 4, "1g.5gb"),
+        ("NVIDIA A100-SXM4-40GB", None, 8, "1g.10gb"),
+        ("NVIDIA A100-PCIE", 80 * GIB, 4, "1g.10gb"),
+        ("NVIDIA A100-PCIE", 40 * GIB, 4, "1g.5gb"),
+        ("NVIDIA A30", None, 7, "2g.12gb"),
+        ("NVIDIA H200", None, 100, "7g.141gb"),
+        ("NVIDIA B200", None, 20, "1g.23gb"),
+        ("NVIDIA H100 80GB HBM3", None, 81, None),
+        ("NVIDIA L40S", None, 4, None),
+        ("", None, 4, None),
+    ],
+)
+def test_the_smallest_mig_profile_holding_a_peak(model: str, memory: int | None, peak_gib: float, profile) -> None:  # type: ignore[no-untyped-def]
+    assert smallest_profile(model, int(peak_gib * GIB), memory) == profile
+
+
+def test_every_profile_fits_its_model() -> None:
+    from finops.analysis.mig_profiles import B200, H200, profile_memory_gib
+    from finops.jobs.mig import mig_share
+
+    for model in ("NVIDIA A30", "NVIDIA A100 80GB PCIe", "NVIDIA H100 NVL", "NVIDIA H200", "NVIDIA B200"):
+        found = mig_model(model)
+        assert found is not None
+        sizes = [(int(p.split("g.")[0]), profile_memory_gib(p)) for p in found.profiles]
+        assert sizes == sorted(sizes), "smallest first: compute slices, then memory"
+        assert profile_memory_gib(found.profiles[-1]) == found.memory_gib
+        assert mig_share(found.profiles[-1], model) == 1, "the largest profile is the whole GPU"
+    assert (H200.memory_gib, B200.memory_gib) == (141, 180)
