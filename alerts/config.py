@@ -30,6 +30,10 @@ Durations are seconds (a number) or Prometheus-style text (``90s``, ``5m``, ``1h
 are facts, not conditions: by default they are sent once and end silently. Errors name the file and the field
 (``alerts.yaml: routes[0].email[1]: …``).
 
+A team's monthly showback statement goes to the first route that matches the labels ``team="<team>"`` and
+``rule="showback"``, whatever its ``min_severity`` (:meth:`AlertConfig.showback_route`): e-mail recipients get the
+whole statement, Slack webhooks a summary with a link; ``match: ['rule!="showback"']`` keeps statements off a route.
+
 A route's Alertmanagers get the route's alerts themselves, not its group messages: every alert the route takes,
 firing or lately resolved, after every evaluation (:mod:`alerts.alertmanager`); grouping, timers, silences and
 inhibition of those alerts are then Alertmanager's.
@@ -224,6 +228,8 @@ class RulesConfig(Strict):
 
 RULE_NAMES = tuple(str(f.alias) for f in RulesConfig.model_fields.values())
 """Every rule's name, as alerts carry it in their ``rule`` label."""
+SHOWBACK_RULE = "showback"
+"""The ``rule`` label a team's monthly statement is routed by (:meth:`AlertConfig.showback_route`); not a rule."""
 
 
 class AlertConfig(Strict):
@@ -240,6 +246,17 @@ class AlertConfig(Strict):
             if route_name(route, index) == name:
                 return route
         return self.default_route
+
+    def showback_route(self, team: str) -> tuple[str, RouteConfig]:
+        """(name, route) of ``team``'s monthly statements: the first route whose matchers all match the labels
+        ``team="<team>"`` and ``rule="showback"`` (:data:`SHOWBACK_RULE`), else the default route. A route's
+        ``min_severity`` is not judged: a statement is not an alert. A route matching ``rule="showback"`` with no
+        e-mail or Slack target stops statements."""
+        labels = {"team": team, "rule": SHOWBACK_RULE}
+        for index, route in enumerate(self.routes):
+            if all(matcher.matches(labels) for matcher in route.matchers()):
+                return route_name(route, index), route
+        return "default", self.default_route
 
     def route_for(self, labels: Mapping[str, str]) -> tuple[str, RouteConfig]:
         """(name, route) of the first route matching ``labels``, else ``("default", default_route)``."""

@@ -17,6 +17,7 @@ import html
 import re
 import smtplib
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
@@ -58,7 +59,7 @@ class SmtpSettings:
     timeout_seconds: float = 30.0
 
 
-def _cell(text: str, style: str, tag: str = "td", **attributes: str) -> str:
+def html_cell(text: str, style: str, tag: str = "td", **attributes: str) -> str:
     """``<td>`` (or ``tag``) holding ``text`` escaped, with an inline ``style`` and escaped attributes."""
     extra = "".join(f' {name}="{html.escape(value, quote=True)}"' for name, value in attributes.items())
     return f'<{tag}{extra} style="{style}">{html.escape(text)}</{tag}>'
@@ -71,22 +72,22 @@ def is_amount(value: str) -> bool:
     return _NUMBER.fullmatch(value) is not None and not value.lstrip("+-").isdigit()
 
 
-def _fact_rows(fields: list[tuple[str, str]]) -> str:
+def fact_rows(fields: list[tuple[str, str]]) -> str:
     """One zebra row per field: the name as a row header, the value (right-aligned when :func:`is_amount`)."""
     cell = f"font-family:{FONT};color:#1f2328;font-size:14px;line-height:20px;padding:8px 12px;border:{BORDER};"
     rows = []
     for number, (name, value) in enumerate(fields):
-        header = _cell(name, f"{cell}text-align:left;font-weight:600;white-space:nowrap;", "th", scope="row")
+        header = html_cell(name, f"{cell}text-align:left;font-weight:600;white-space:nowrap;", "th", scope="row")
         if is_amount(value):
             amount = f"{cell}text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap;"
-            data = _cell(value, amount, align="right")
+            data = html_cell(value, amount, align="right")
         else:
-            data = _cell(value, f"{cell}text-align:left;", align="left")
+            data = html_cell(value, f"{cell}text-align:left;", align="left")
         rows.append(f'<tr style="background-color:{ZEBRA[number % 2]};">{header}{data}</tr>')
     return "".join(rows)
 
 
-def _button(label: str, url: str) -> str:
+def html_button(label: str, url: str) -> str:
     """A bulletproof button: the link styled as one, inside a table cell of the button's colour."""
     link_style = (
         f"display:inline-block;padding:10px 20px;font-family:{FONT};font-size:15px;line-height:20px;"
@@ -102,40 +103,49 @@ def _button(label: str, url: str) -> str:
 
 def html_body(message: Message) -> str:
     """The HTML part of ``message`` (module docstring): under a bar of its severity's colour, the title, the
-    summary, the fields as a table (:func:`_fact_rows`) and a button to ``message.link``, if any; a footer."""
+    summary, the fields as a table (:func:`fact_rows`) and a button to ``message.link``, if any; a footer."""
     text = f"font-family:{FONT};color:#1f2328;"
     rows = [
-        _cell(message.title, f"{text}padding:20px 24px 8px 24px;font-size:20px;line-height:28px;font-weight:600;"),
-        _cell(message.summary, f"{text}padding:0 24px 20px 24px;font-size:15px;line-height:22px;"),
+        html_cell(message.title, f"{text}padding:20px 24px 8px 24px;font-size:20px;line-height:28px;font-weight:600;"),
+        html_cell(message.summary, f"{text}padding:0 24px 20px 24px;font-size:15px;line-height:22px;"),
     ]
     if message.fields:
         rows.append(
             '<td style="padding:0 24px 20px 24px;"><table width="100%" cellpadding="0" cellspacing="0" '
-            f'style="width:100%;border-collapse:collapse;border:{BORDER};">{_fact_rows(message.fields)}</table></td>'
+            f'style="width:100%;border-collapse:collapse;border:{BORDER};">{fact_rows(message.fields)}</table></td>'
         )
     if message.link is not None:
-        rows.append(f'<td style="padding:0 24px 24px 24px;">{_button(*message.link)}</td>')
-    footer = f"font-family:{FONT};color:#656d76;font-size:12px;line-height:16px;padding:12px 24px;border-top:{BORDER};"
-    rows.append(_cell(f"Sent by gpu-finops, severity {message.severity}.", footer))
+        rows.append(f'<td style="padding:0 24px 24px 24px;">{html_button(*message.link)}</td>')
     colour = SEVERITY_COLOURS.get(message.severity, SEVERITY_COLOURS["warning"])
+    return html_page(message.title, rows, colour, f"Sent by gpu-finops, severity {message.severity}.")
+
+
+def html_page(title: str, rows: Sequence[str], colour: str, footer: str) -> str:
+    """A whole HTML e-mail: on a grey background, a white card 600 px wide at most under a 4 px bar of ``colour``,
+    each of ``rows`` one ``<td>…</td>`` row of it, then ``footer`` (text) in small grey type; ``title`` is the
+    document's ``<title>``."""
+    footer_style = (
+        f"font-family:{FONT};color:#656d76;font-size:12px;line-height:16px;padding:12px 24px;border-top:{BORDER};"
+    )
     card = f"width:100%;max-width:600px;background-color:#ffffff;border:{BORDER};border-top:4px solid {colour};"
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{html.escape(message.title)}</title></head>"
+        f"<title>{html.escape(title)}</title></head>"
         f'<body style="margin:0;padding:0;background-color:#f3f4f6;font-family:{FONT};">'
         '<table role="presentation" width="100%" cellpadding="0" cellspacing="0" '
         f'style="background-color:#f3f4f6;font-family:{FONT};">'
         '<tr><td align="center" style="padding:24px 12px;">'
         f'<table role="presentation" width="600" cellpadding="0" cellspacing="0" style="{card}">'
-        + "".join(f"<tr>{row}</tr>" for row in rows)
+        + "".join(f"<tr>{row}</tr>" for row in [*rows, html_cell(footer, footer_style)])
         + "</table></td></tr></table></body></html>"
     )
 
 
 def build_email(message: Message, sender: str, recipients: list[str]) -> EmailMessage:
     """The RFC 5322 message: subject = title, a plain-text part (:meth:`Message.plain_text`) and its HTML
-    alternative (:func:`html_body`)."""
+    alternative (:func:`html_body`, or the message's document's own); a document's attachments after them
+    (``multipart/mixed`` around the ``multipart/alternative``)."""
     email = EmailMessage()
     email["From"] = sender
     email["To"] = ", ".join(recipients)
@@ -143,7 +153,13 @@ def build_email(message: Message, sender: str, recipients: list[str]) -> EmailMe
     email["Date"] = formatdate(usegmt=True)
     email["Message-ID"] = make_msgid(domain=sender.rpartition("@")[2] or None)
     email.set_content(message.plain_text())
-    email.add_alternative(html_body(message), subtype="html")
+    document = message.document
+    email.add_alternative(html_body(message) if document is None else document.html, subtype="html")
+    for attachment in document.attachments if document is not None else ():
+        maintype, _, subtype = attachment.content_type.partition("/")
+        if maintype != "text":
+            raise ValueError(f"attachment {attachment.filename}: only text attachments, not {attachment.content_type}")
+        email.add_attachment(attachment.content, subtype=subtype, filename=attachment.filename)
     return email
 
 

@@ -6,6 +6,26 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file an e-mail carries: ``filename``, MIME ``content_type`` (``text/csv``), ``content`` (text, UTF-8)."""
+
+    filename: str
+    content_type: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """An e-mail's own bodies, written for the whole message (a monthly statement) instead of the layout
+    :func:`alerts.mail.html_body` makes of a message's facts: the plain ``text``, its ``html`` alternative, and the
+    ``attachments``. Slack shows the message's title, summary, fields and link, never the document."""
+
+    text: str
+    html: str
+    attachments: tuple[Attachment, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     """One notification.
 
@@ -16,6 +36,7 @@ class Message:
         link: (label, URL) of the dashboard page to act from, if any.
         severity: ``"info"``, ``"warning"`` or ``"critical"``.
         mentions: Slack member IDs (``U012AB3CD``) the Slack message @-mentions; other channels leave them out.
+        document: the e-mail's own bodies and attachments, if any (:class:`Document`).
     """
 
     title: str
@@ -24,9 +45,13 @@ class Message:
     link: tuple[str, str] | None = None
     severity: str = "warning"
     mentions: tuple[str, ...] = ()
+    document: Document | None = None
 
     def plain_text(self) -> str:
-        """The message as plain text: title, summary, one ``name: value`` line per field, the link."""
+        """The message as plain text: the document's text, else title, summary, one ``name: value`` line per field,
+        the link."""
+        if self.document is not None:
+            return self.document.text
         lines = [self.title, "", self.summary, ""]
         lines += [f"{name}: {value}" for name, value in self.fields]
         if self.link is not None:

@@ -1,4 +1,5 @@
-"""Alert tables: alert instances, notification groups, silences, the delivery outbox and the nudge log.
+"""Alert tables: alert instances, notification groups, silences, the delivery outbox, the nudge log and the monthly
+statements queued.
 
 They share the service's declarative base (:class:`finops.db.models.Base`) and so its metadata and Alembic
 naming convention; the schema changes only through a migration in ``migrations/``.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, CheckConstraint, Index, Integer, String, Text
+from sqlalchemy import JSON, CheckConstraint, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from finops.db.models import Base
@@ -119,3 +120,16 @@ class NudgeLog(Base):
     kind: Mapped[str] = mapped_column(String(32), primary_key=True)
     sent_at: Mapped[datetime] = mapped_column(EpochSeconds)
     jobs: Mapped[list[str]] = mapped_column(JSON)
+
+
+class ShowbackStatement(Base):
+    """A team's monthly showback statement, queued once (:mod:`alerts.showback`): the primary key (team, month) is
+    what makes a second run queue nothing. ``month`` is the month's first instant; ``queued_at`` when its messages
+    were put in the outbox, through ``route`` (a route name), as the outbox rows ``deliveries`` (ids)."""
+
+    __tablename__ = "showback_statements"
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), primary_key=True)
+    month: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True)
+    queued_at: Mapped[datetime] = mapped_column(EpochSeconds)
+    route: Mapped[str] = mapped_column(String(128))
+    deliveries: Mapped[list[int]] = mapped_column(JSON)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from alerts.config import SEVERITIES
-from alerts.message import Message
+from alerts.message import Attachment, Document, Message
 
 MAX_LISTED = 30
 RULE_TITLES = {
@@ -95,7 +95,8 @@ def render_group(
 
 
 def message_to_payload(message: Message) -> dict[str, Any]:
-    """A message as the outbox stores it (JSON); ``mentions`` only when it has some."""
+    """A message as the outbox stores it (JSON); ``mentions`` only when it has some; its document, if any, under
+    ``document`` (``text``, ``html``, ``attachments``: a list of ``filename``, ``content_type``, ``content``)."""
     payload: dict[str, Any] = {
         "title": message.title,
         "summary": message.summary,
@@ -105,12 +106,30 @@ def message_to_payload(message: Message) -> dict[str, Any]:
     }
     if message.mentions:
         payload["mentions"] = list(message.mentions)
+    if message.document is not None:
+        document = message.document
+        payload["document"] = {
+            "text": document.text,
+            "html": document.html,
+            "attachments": [
+                {"filename": a.filename, "content_type": a.content_type, "content": a.content}
+                for a in document.attachments
+            ],
+        }
     return payload
 
 
 def payload_to_message(payload: Mapping[str, Any]) -> Message:
     """The message stored by :func:`message_to_payload`."""
     link = payload.get("link")
+    stored = payload.get("document")
+    document = None
+    if stored is not None:
+        attachments = tuple(
+            Attachment(str(a["filename"]), str(a["content_type"]), str(a["content"]))
+            for a in stored.get("attachments", [])
+        )
+        document = Document(str(stored["text"]), str(stored["html"]), attachments)
     return Message(
         title=str(payload["title"]),
         summary=str(payload.get("summary", "")),
@@ -118,4 +137,5 @@ def payload_to_message(payload: Mapping[str, Any]) -> Message:
         link=None if not link else (str(link[0]), str(link[1])),
         severity=str(payload.get("severity", "warning")),
         mentions=tuple(str(m) for m in payload.get("mentions", ())),
+        document=document,
     )

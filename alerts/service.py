@@ -1,9 +1,9 @@
-"""The alerts package as the service runs it: configuration from settings, and the two scheduled jobs.
+"""The alerts package as the service runs it: configuration from settings, and the three scheduled jobs.
 
 :class:`AlertService` is built once from :class:`finops.settings.Settings` (rules file, webhooks, SMTP, timing);
 :class:`AlertRunner` binds it to a session factory and a delivery worker. The scheduler calls
-:meth:`AlertRunner.evaluate` right after each ledger rollup and :meth:`AlertRunner.deliver` every
-``FINOPS_ALERT_DELIVERY_POLL_SECONDS``.
+:meth:`AlertRunner.evaluate` right after each ledger rollup, :meth:`AlertRunner.deliver` every
+``FINOPS_ALERT_DELIVERY_POLL_SECONDS``, and :meth:`AlertRunner.showback` on the first day of each month.
 """
 
 from __future__ import annotations
@@ -21,14 +21,17 @@ from alerts.config import AlertConfig, load_config
 from alerts.delivery import BATCH, Channels, DeliveryWorker, Outcome, smtp_context
 from alerts.engine import Dispatched, Evaluation, RuleInputs, dispatch, evaluate
 from alerts.mail import SmtpSettings
+from alerts.showback import NotSettled, Queued, queue_month
 from alerts.webhooks import WebhookPolicy
-from finops.timeutil import utc_now
+from finops.timeutil import previous_month_start, utc_now
 
 if TYPE_CHECKING:
     from finops.settings import Settings
 
 log = logging.getLogger(__name__)
 
+SCHEDULER_ACTOR = "system:scheduler"
+"""Who the scheduled jobs' changes are audited as (the monthly statements queued)."""
 MAX_BATCHES = 10
 """Batches sent per delivery pass at most; a row that failed is tried again on a later pass, not this one."""
 
@@ -138,6 +141,39 @@ class AlertRunner:
             if len(batch) < BATCH or ids is not None:
                 break
         return dispatched, outcomes
+
+    def showback(
+        self, month: datetime | None = None, teams: Sequence[str] | None = None, *, actor: str = SCHEDULER_ACTOR
+    ) -> list[Queued]:
+        """Queue the monthly statements of ``month`` (default: the month before the clock's) for every team, or for
+        ``teams``, not queued yet (:func:`alerts.showback.queue_month`); the delivery job sends them.
+
+        Scheduled (no ``month``): a month that is not settled yet (ledger hours pending a rollup) is logged and left
+        to the next run. Given a ``month``: :class:`alerts.showback.NotSettled` is raised instead."""
+        now = self.clock()
+        chosen = month if month is not None else previous_month_start(now)
+        service = self.service
+        try:
+            done = queue_month(
+                self.sessions, service.config, chosen, now, dashboard_url=service.dashboard_url,
+                deadline=service.deadline, idle_window_seconds=service.inputs.idle_window_seconds, actor=actor,
+                teams=teams,
+            )  # fmt: skip
+        except NotSettled as exc:
+            if month is not None:
+                raise
+            log.info("showback statements not queued yet: %s", exc)
+            return []
+        queued = [q.team for q in done if q.queued]
+        untargeted = [q.team for q in done if not q.queued and q.queued_at is None]
+        log.log(
+            logging.INFO if queued or untargeted else logging.DEBUG,
+            "showback %s: %d statements queued (%s), %d queued before, %d teams whose route has no e-mail or Slack "
+            "target (%s)",
+            f"{chosen:%Y-%m}", len(queued), ", ".join(queued) or "none", len(done) - len(queued) - len(untargeted),
+            len(untargeted), ", ".join(untargeted) or "none",
+        )  # fmt: skip
+        return done
 
     def close(self) -> None:
         """Close the delivery worker's HTTP client."""

@@ -48,6 +48,11 @@ def next_month_start(at: datetime) -> datetime:
     return datetime(start.year + start.month // 12, start.month % 12 + 1, 1, tzinfo=UTC)
 
 
+def previous_month_start(at: datetime) -> datetime:
+    """First instant (UTC) of the month before the one holding ``at``."""
+    return month_start(month_start(at) - timedelta(seconds=1))
+
+
 _MONTH = re.compile(r"^\d{4}-\d{2}$")
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 

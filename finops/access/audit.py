@@ -10,6 +10,7 @@ a keyword-only ``actor``. The actor is a string: ``api-token:<id>`` (an API toke
 Recorded (action: what): ``budget.set``, ``budget.delete``; ``team_rule.set``, ``team_rule.delete`` (with the jobs
 moved); ``pricing_rule.set``, ``pricing_rule.delete``; ``prices.import`` (a summary of the catalogue, never its
 YAML); ``node.set_model``; ``gpu.replace``; ``silence.create``, ``silence.expire``; ``delivery.retry``;
+``showback.queue`` (a monthly statement queued: team, month, route, outbox ids);
 ``node_token.create``, ``node_token.revoke``, ``api_token.create``, ``api_token.revoke`` (id, node or role, team,
 name, expiry: never a token's secret or its hash). ``before`` and ``after`` are JSON objects (money as decimal
 text, times as ISO 8601), None when the thing did not exist before or does not any more.

@@ -138,7 +138,7 @@ def known_teams(session: Session) -> list[str]:
     return sorted(session.scalars(select(Team.name).where(or_(*owned))))
 
 
-def _check_known(session: Session, team: str) -> None:
+def check_known_team(session: Session, team: str) -> None:
     """UnknownTeam unless ``team`` is one of :func:`known_teams`."""
     known = known_teams(session)
     if team in known:
@@ -186,7 +186,7 @@ def set_budget(
     first = budget_month(month)
     team, project = _name(team, "team"), _name(project, "project", empty=True)
     if not allow_unknown_team:
-        _check_known(session, team)
+        check_known_team(session, team)
     team_id = team_by_name(session, team).id
     budget = session.get(Budget, (team_id, first, project))
     before = None if budget is None else _budget_state(team, budget)
@@ -298,15 +298,17 @@ def month_spend(
     by_project: bool = False,
     scope: Scope | None = None,
     team_ids: Collection[int] | None = None,
+    month: datetime | None = None,
 ) -> dict[tuple[int, str], MonthSpend]:
-    """:class:`MonthSpend` of each team in the month holding ``at``, keyed by (team id, project): project ``''``
-    (the whole team), or with ``by_project`` the project of the team's jobs (jobs without one left out). One
-    query; ``scope`` (:mod:`finops.analysis.filters`) and ``team_ids`` narrow the rows. Teams without rows are absent.
+    """:class:`MonthSpend` of each team in the month holding ``at`` (or in ``month``, its first instant, for a month
+    that ``at`` closes: its end), keyed by (team id, project): project ``''`` (the whole team), or with
+    ``by_project`` the project of the team's jobs (jobs without one left out). One query; ``scope``
+    (:mod:`finops.analysis.filters`) and ``team_ids`` narrow the rows. Teams without rows are absent.
 
     Whole-team spend without a cluster or partition filter is read from the team-hours
     (:mod:`finops.ledger.team_hours`), the rest from the ledger."""
     scope = scope or Scope()
-    start, window = month_start(at), at - RUN_RATE_WINDOW
+    start, window = month if month is not None else month_start(at), at - RUN_RATE_WINDOW
     source: type[LedgerTeamHour] | type[LedgerEntry]
     conditions: list[ColumnElement[bool]]
     if by_project or scope.cluster is not None or scope.partition is not None:
@@ -357,16 +359,22 @@ def budget_status(
     *,
     team: str | None = None,
     spend: Mapping[tuple[int, str], MonthSpend] | None = None,
+    month: datetime | None = None,
 ) -> list[BudgetStatus]:
     """Status of every budget set for the month holding ``at`` (UTC), by team name and project; only ``team``'s
     budgets when it is given. ``spend``: the whole-team :func:`month_spend` at ``at`` when the caller has it
-    already (it must cover the teams of the budgets), so the run-rate window is not read twice.
+    already (it must cover the teams of the budgets), so the run-rate window is not read twice. ``month``: the
+    first instant of the month instead, when ``at`` is that month's end (a closed month: its forecast is its spend);
+    ValueError unless ``month`` ≤ ``at`` ≤ its end.
 
     A whole team's ``spent`` is its row of :func:`finops.analysis.report.cost_report` by team over
     [month start, ``at``) (of ``team`` only when given, as ``gpu-finops report --team`` reads it), in the cents
     the report prints. Spend is in the currency of the ledger's newest hour (the budget's own while the ledger is
     empty)."""
-    start, end = month_start(at), next_month_start(at)
+    start = month_start(at) if month is None else month_start(month)
+    end = next_month_start(start)
+    if not start <= at <= end:
+        raise ValueError(f"{at.isoformat()} is not in the month {start:%Y-%m} or at its end")
     query = (
         select(Budget, Team.name)
         .join(Team, Team.id == Budget.team_id)
@@ -381,9 +389,9 @@ def budget_status(
     span = run_rate_seconds(session, at)
     ids = [budget.team_id for budget, _ in budgets]
     if spend is None:
-        spend = month_spend(session, at, team_ids=ids)
+        spend = month_spend(session, at, team_ids=ids, month=start)
     if any(budget.project for budget, _ in budgets):
-        spend = {**spend, **month_spend(session, at, by_project=True, team_ids=ids)}
+        spend = {**spend, **month_spend(session, at, by_project=True, team_ids=ids, month=start)}
     report = cost_report(session, start, at, "team", team=team)
     team_cents = dict(zip((row.key for row in report), printed_cents(report, "allocated_cost"), strict=True))
     ledger_currency = session.scalar(select(LedgerTeamHour.currency).order_by(LedgerTeamHour.hour.desc()).limit(1))

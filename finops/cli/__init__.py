@@ -15,7 +15,7 @@ from one module per command group:
 - :mod:`finops.cli.api_tokens`: ``api-token``, the REST API's credentials;
 - :mod:`finops.cli.audit`: ``audit``, the log of changes;
 - :mod:`finops.cli.report`: ``report``, ``rollup``; :mod:`finops.cli.commitments`: ``commitments``;
-  :mod:`finops.cli.demo`: ``demo``.
+  :mod:`finops.cli.showback`: ``showback``, the monthly statements; :mod:`finops.cli.demo`: ``demo``.
 
 The collector runs on GPU nodes that have only the base dependencies, so it is the one command registered here;
 the service commands are imported when they are run or listed (:data:`finops.cli.base.SERVICE_COMMANDS`): a

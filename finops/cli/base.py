@@ -46,6 +46,7 @@ SERVICE_COMMANDS: dict[str, str] = {
     "nudges": "nudges",
     "audit": "audit",
     "export": "export",
+    "showback": "showback",
     "api-token": "api_tokens",
 }
 """Every top-level command but ``collector`` → the ``finops.cli`` module whose ``app`` defines it (a command, or a

@@ -27,9 +27,22 @@ def insert_ignoring_conflicts(session: Session, table: Table, rows: list[dict[st
     """
     if not rows:
         return
-    dialect = session.get_bind().dialect.name
-    insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
-    session.execute(insert(table).on_conflict_do_nothing(), rows)
+    session.execute(_insert_ignoring(session, table), rows)
+
+
+def insert_unless_exists(session: Session, table: Table, row: dict[str, Any]) -> bool:
+    """Insert ``row`` into ``table`` unless a row with its unique key exists; True when this call inserted it.
+
+    On PostgreSQL a concurrent transaction inserting the same key makes this one wait for it to end, then insert
+    (it rolled back) or not (it committed): of two callers, exactly one gets True."""
+    result = session.execute(_insert_ignoring(session, table), row)
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def _insert_ignoring(session: Session, table: Table) -> Any:
+    """``INSERT … ON CONFLICT DO NOTHING`` into ``table`` in the session's database's dialect."""
+    insert = sqlite.insert if session.get_bind().dialect.name == "sqlite" else postgresql.insert
+    return insert(table).on_conflict_do_nothing()
 
 
 # PostgreSQL binary COPY type of each column type (as SQLAlchemy compiles it for PostgreSQL).

@@ -1,7 +1,8 @@
 """The service's periodic work on APScheduler 3.x: ledger rollup with idle detection, budget status and, when a
 Prometheus URL is configured, the pull of dcgm-exporter telemetry
 (:class:`finops.ingest.prometheus_pull.ScheduledPull`). With alerts (:class:`alerts.service.AlertRunner`): rule
-evaluation right after each rollup, and dispatch plus delivery of alert messages every few seconds. With nudges
+evaluation right after each rollup, dispatch plus delivery of alert messages every few seconds, and the previous
+month's showback statements on the first day of each month (:data:`SHOWBACK_SCHEDULE`). With nudges
 (:class:`alerts.nudges.NudgeRunner`): the per-user messages about wasteful jobs queued every
 ``FINOPS_NUDGE_SCHEDULE_SECONDS`` (delivered by the alert delivery job).
 
@@ -28,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -57,6 +58,12 @@ if TYPE_CHECKING:
     from finops.jobs.slurm_import import ScheduledSacct
 
 log = logging.getLogger(__name__)
+
+SHOWBACK_SCHEDULE: dict[str, Any] = {"day": 1, "hour": "*", "minute": 10, "misfire_grace_time": 3000}
+"""When the previous month's showback statements are queued: APScheduler cron fields, every hour at :10 on the first
+day of each month (UTC). Each team's statement is queued once (:mod:`alerts.showback`): the first run after the
+month's last ledger hours are rolled up queues them, the later runs find them queued; a run up to 50 minutes late
+(the process was busy or restarting) still runs."""
 
 
 @dataclass
@@ -243,34 +250,44 @@ def start_scheduler(
     interval not 0, the nudge pass every ``nudges.service.interval_seconds`` (its messages go out with the alert
     delivery job).
 
+    With ``alerts``, also the monthly showback statements (:meth:`alerts.service.AlertRunner.showback`) on the
+    schedule :data:`SHOWBACK_SCHEDULE`.
+
     With ``leases``, every job but the cost-metrics refresh runs under its lease (named by its job id:
-    ``rollup``, ``alert_delivery``, ``sample_maintenance``, ``sacct_import``, ``prometheus_pull``, ``nudges``): the
-    leases are taken before the scheduler starts and released when it shuts down.
+    ``rollup``, ``alert_delivery``, ``showback``, ``sample_maintenance``, ``sacct_import``, ``prometheus_pull``,
+    ``nudges``): the leases are taken before the scheduler starts and released when it shuts down.
 
     With ``tsdb`` (``FINOPS_TELEMETRY_SOURCE=tsdb``), the rollup reads telemetry from that TSDB (:func:`run_rollup`);
     the caller passes no ``prometheus`` pull then."""
     scheduler = BackgroundScheduler(timezone="UTC")
 
-    def every(
-        job_id: str, function: Callable[..., object], args: list[object], leased: bool = True, **interval: float
+    def add(
+        job_id: str, function: Callable[..., object], args: list[object], trigger: str, leased: bool, **fields: Any
     ) -> None:
-        """Run ``function(*args)`` now and then at ``interval`` (under the lease ``job_id`` when there are leases
-        and ``leased``); a run still going when the next is due is not doubled, and missed runs coalesce."""
+        """Run ``function(*args)`` on APScheduler's ``trigger`` with ``fields`` (under the lease ``job_id`` when
+        there are leases and ``leased``); a run still going when the next is due is not doubled, and missed runs
+        coalesce."""
         if leases is not None and leased:
             function = leases.leased(job_id, function)
         scheduler.add_job(
             function if running is None else running.run,
-            "interval",
+            trigger,
             args=args if running is None else [job_id, function, *args],
             id=job_id,
             max_instances=1,
             coalesce=True,
-            next_run_time=utc_now(),
-            **interval,
+            **fields,
         )
+
+    def every(
+        job_id: str, function: Callable[..., object], args: list[object], leased: bool = True, **interval: float
+    ) -> None:
+        """Run ``function(*args)`` now and then at ``interval`` (:func:`add`)."""
+        add(job_id, function, args, "interval", leased, next_run_time=utc_now(), **interval)
 
     if alerts is not None:
         every("alert_delivery", alerts.deliver, [], seconds=alerts.service.poll_seconds)
+        add("showback", alerts.showback, [], "cron", True, **SHOWBACK_SCHEDULE)
     if nudges is not None and nudges.service.interval_seconds:
         every("nudges", nudges.run, [], seconds=nudges.service.interval_seconds)
     if sample_retention_days is not None:

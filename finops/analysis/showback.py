@@ -1,0 +1,576 @@
+"""The monthly showback statement of one team: what its GPUs cost in a month, against its budget, who and what spent
+it, what of it was idle and why, and what right-sizing would save.
+
+A :class:`Statement` is pure data, made by :func:`build_statement` from the ledger: the team, the month, the period it
+covers [start, end) (the whole month once the month has ended, else the month to date), the currency, and a list of
+:class:`Section`, each a table whose :class:`Column` says what its cells are (text, money, GPU-hours, percent).
+Renderers (the text here, the CSV here, the e-mail in :mod:`alerts.showback`) walk the sections and need to know
+none of them. Money is ``Decimal`` in cents: each section's money column is rounded by
+:func:`finops.ledger.costmodel.round_preserving_total`, so its rows add up to its total, and the team's spend is the
+cost report's by team to the cent (:func:`finops.analysis.report.printed_cents`, as the budgets read it).
+
+Sections, in order (their :attr:`Section.key`):
+
+- ``spend``: the team's row of the cost report by team over the period: GPU-hours, allocated cost (the spend),
+  used and idle cost, utilisation (used ÷ metered GPU-seconds), GPU-hours without a price (never costed as 0).
+- ``budget``: each budget of the team and its projects for the month (:func:`finops.analysis.budgets.budget_status`):
+  amount, spent, percent used, the run-rate forecast while the month runs, and a verdict. No budget: no rows and a
+  note saying so and how to set one.
+- ``top_jobs`` and ``top_users``: the cost report by job and by user, of the team, costliest first; the e-mail shows
+  the first :data:`SHOWN_ROWS` and one line for the rest, the CSV every row up to :data:`MAX_ROWS`.
+- ``idle_by_reason``: the team's idle cost (the ledger's: allocated − used) by :class:`IdleReason`. Reasons are not
+  classified yet: :func:`unclassified_idle` makes the one row :data:`NOT_CLASSIFIED` of the whole idle cost, and the
+  note adds the idle episodes overlapping the period (:func:`finops.analysis.idle.episode_totals`).
+- ``rightsizing``: the savings of right-sizing, one :class:`Saving` per job; not computed yet (``None``): no rows
+  and a note saying so, never an empty table that would read as "nothing to save".
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Literal
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from finops.analysis.budgets import BudgetStatus, budget_status, check_known_team
+from finops.analysis.idle import EpisodeTotals, episode_totals, list_episodes
+from finops.analysis.report import ReportRow, UnpricedModel, cost_report, printed_cents, unpriced_by_model
+from finops.db.hours import pending_hours
+from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Budget, Team
+from finops.ledger.costmodel import CENT, float_decimal, quantize, round_preserving_total
+from finops.pricing.catalog import load_catalog
+from finops.pricing.store import catalog_in_force
+from finops.timeutil import month_start, next_month_start
+
+ColumnKind = Literal["text", "money", "hours", "percent"]
+Cell = str | Decimal | float | None
+"""A cell: text; money in cents or a percent (``Decimal``); GPU-hours (``float``); None: unknown (unpriced, not
+comparable), never 0."""
+
+SHOWN_ROWS = 10
+"""Rows of the job and user tables the e-mail and the text show; the rest is one line."""
+MAX_ROWS = 1000
+"""Rows of a section the statement keeps (the CSV's); the rest is one row "N more jobs"."""
+NOT_CLASSIFIED = "not_classified"
+"""The reason of idle cost whose reason is not classified."""
+SPECIAL_TEAMS = frozenset({UNALLOCATED_TEAM, UNMAPPED_TEAM})
+"""Ledger "teams" that are not teams: capacity no job held, jobs whose account maps to no team. No statement."""
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """A column of a section: ``key`` (the CSV header, snake_case), ``title`` (what people read), ``kind``."""
+
+    key: str
+    title: str
+    kind: ColumnKind
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One table of a statement. ``rows`` hold one cell per column; ``total`` (or None) adds them up; ``shown``: the
+    rows the e-mail and the text show (None: all), the rest summed on one line that counts them as ``noun``
+    (``jobs``). ``note``: sentences under the title ("" none); a section without rows is its note alone."""
+
+    key: str
+    title: str
+    columns: tuple[Column, ...]
+    rows: tuple[tuple[Cell, ...], ...] = ()
+    total: tuple[Cell, ...] | None = None
+    note: str = ""
+    shown: int | None = None
+    noun: str = "rows"
+
+
+@dataclass(frozen=True, slots=True)
+class IdleReason:
+    """One reason's share of a team's idle cost over the period: ``reason`` (a key), ``title`` (as people read it),
+    the idle GPU-hours and their exact cost (priced GPU-hours only; ``unpriced_gpu_hours`` apart, never as 0)."""
+
+    reason: str
+    title: str
+    gpu_hours: float
+    cost: Decimal
+    unpriced_gpu_hours: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Saving:
+    """What one job could have asked for instead, and what that would have saved over the period: ``change`` (the
+    request line that fixes it), the GPU-hours it would not have held, the exact saving (None: unpriced)."""
+
+    job_id: str
+    user: str
+    change: str
+    gpu_hours_saved: float
+    saving: Decimal | None
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """A team's showback for one month (module docstring). ``month``: its first instant; [``start``, ``end``): the
+    ledger hours it covers, the whole month when ``complete``; ``made_at``: when it was made; ``pending_hours``: ledger
+    hours of the period still waiting for a rollup then (its figures may change). ``summary``: one paragraph of the
+    headline figures, ``facts``: those figures as (name, value) pairs (a chat message's fields)."""
+
+    team: str
+    month: datetime
+    start: datetime
+    end: datetime
+    complete: bool
+    currency: str
+    made_at: datetime
+    summary: str
+    facts: tuple[tuple[str, str], ...]
+    sections: tuple[Section, ...] = field(default=())
+    pending_hours: int = 0
+
+    @property
+    def title(self) -> str:
+        """``GPU showback October 2026: team vision`` (``… month to date`` while the month runs)."""
+        to_date = "" if self.complete else " month to date"
+        return f"GPU showback {self.month:%B %Y}{to_date}: team {self.team}"
+
+    def section(self, key: str) -> Section:
+        """The section called ``key``; KeyError if there is none."""
+        for section in self.sections:
+            if section.key == key:
+                return section
+        raise KeyError(key)
+
+
+def money(amount: Decimal | None, currency: str) -> str:
+    """``1234.5`` → ``1,234.50 USD``; None → ``unpriced``."""
+    return "unpriced" if amount is None else f"{amount:,.2f} {currency}"
+
+
+def _hours(seconds: float) -> float:
+    return round(seconds / 3600, 6)
+
+
+def _percent(part: float | Decimal, whole: float | Decimal) -> Decimal | None:
+    """``part`` as a percent of ``whole`` to one decimal (None for a zero whole); floats by their shortest text."""
+    if not whole:
+        return None
+    exact = [value if isinstance(value, Decimal) else float_decimal(value) for value in (part, whole)]
+    return quantize(exact[0] * 100 / exact[1], Decimal("0.1"))
+
+
+def statement_period(month: datetime, now: datetime) -> tuple[datetime, datetime, bool]:
+    """[start, end) of the statement of ``month`` (any instant in it) made at ``now``, and whether the month has
+    ended: the whole month, or the month to date. ValueError for a month that has not begun."""
+    start, end = month_start(month), next_month_start(month)
+    if now <= start:
+        raise ValueError(f"month {start:%Y-%m} has not begun")
+    return start, min(end, now), now >= end
+
+
+def statement_teams(session: Session, month: datetime, now: datetime) -> list[str]:
+    """The teams that get a statement for ``month`` at ``now``, sorted: those with GPU time in the ledger in the
+    period (:func:`statement_period`) or a budget for the month; not :data:`SPECIAL_TEAMS`."""
+    start, end, _ = statement_period(month, now)
+    spending = {row.key for row in cost_report(session, start, end, "team") if row.allocated_gpu_seconds}
+    budgeted = set(
+        session.scalars(select(Team.name).join(Budget, Budget.team_id == Team.id).where(Budget.month == start))
+    )
+    return sorted((spending | budgeted) - SPECIAL_TEAMS)
+
+
+def unclassified_idle(row: ReportRow | None) -> list[IdleReason]:
+    """The team's whole idle cost (its cost report row; None: no GPU time) as one reason, :data:`NOT_CLASSIFIED`."""
+    if row is None:
+        return []
+    return [IdleReason(NOT_CLASSIFIED, "reason not classified", _hours(row.idle_gpu_seconds), row.idle_cost)]
+
+
+def build_statement(
+    session: Session, team: str, month: datetime, now: datetime, *, idle_window_seconds: int = 1800
+) -> Statement:
+    """The statement of ``team`` for ``month`` (any instant in it) as the ledger has it at ``now`` (module
+    docstring). ``idle_window_seconds``: the idle policy's window, named in the idle section's note.
+
+    Raises :class:`finops.analysis.budgets.UnknownTeam` for a team with no jobs, rules, ledger hours or budgets
+    (the message lists the known ones), ValueError for a month that has not begun."""
+    check_known_team(session, team)
+    start, end, complete = statement_period(month, now)
+    team_rows = cost_report(session, start, end, "team", team=team)
+    row = team_rows[0] if team_rows else None
+    jobs = cost_report(session, start, end, "job", team=team)
+    users = cost_report(session, start, end, "user", team=team)
+    statuses = budget_status(session, end, team=team, month=start)
+    episodes = list_episodes(session, start, end, team=team)
+    unpriced = unpriced_by_model(session, start, end, team=team)
+    if row is not None:
+        currency = row.currency
+    else:
+        currency = statuses[0].spend_currency if statuses else catalog_in_force(session, load_catalog()).currency
+    spent = printed_cents(team_rows, "allocated_cost")[0] if row is not None else Decimal("0.00")
+    idle = printed_cents(team_rows, "idle_cost")[0] if row is not None else Decimal("0.00")
+
+    reasons = unclassified_idle(row)
+    savings: list[Saving] | None = None  # right-sizing is not computed yet
+
+    sections = (
+        _spend_section(row, spent, unpriced_text=_unpriced_note(unpriced)),
+        _budget_section(team, start, statuses, complete),
+        _jobs_section(jobs),
+        _users_section(users),
+        idle_section(reasons, episode_totals(episodes), idle_window_seconds),
+        rightsizing_section(savings),
+    )
+    whole = next((s for s in statuses if not s.project), None)
+    summary, facts = _headline(team, start, complete, spent, idle, whole, currency)
+    return Statement(
+        team=team,
+        month=start,
+        start=start,
+        end=end,
+        complete=complete,
+        currency=currency,
+        made_at=now,
+        summary=summary,
+        facts=facts,
+        sections=sections,
+        pending_hours=pending_hours(session, start, end, now),
+    )
+
+
+def _unpriced_note(unpriced: Sequence[UnpricedModel]) -> str:
+    """One sentence per GPU model without a price: its GPU-hours and the fix."""
+    return " ".join(f"{u.gpu_hours:,.2f} GPU-hours of {u.model} have no price: {u.fix}" for u in unpriced)
+
+
+def _spend_section(row: ReportRow | None, spent: Decimal, *, unpriced_text: str) -> Section:
+    columns: tuple[Column, ...] = (
+        Column("gpu_hours", "GPU-hours held", "hours"),
+        Column("allocated_cost", "Spend (allocated cost)", "money"),
+        Column("used_cost", "Used", "money"),
+        Column("idle_cost", "Idle", "money"),
+        Column("utilization_percent", "Utilisation", "percent"),
+        Column("unpriced_gpu_hours", "GPU-hours without a price", "hours"),
+    )
+    if row is None:
+        return Section("spend", "Spend", columns, note="No GPU time was billed to the team in this period.")
+    used, idle = round_preserving_total([row.used_cost, row.idle_cost])
+    metered = row.used_gpu_seconds + row.idle_gpu_seconds
+    cells: tuple[Cell, ...] = (
+        _hours(row.allocated_gpu_seconds),
+        None if row.unpriced_only else spent,
+        None if row.unpriced_only else used,
+        None if row.unpriced_only else idle,
+        _percent(row.used_gpu_seconds, metered),
+        _hours(row.unpriced_gpu_seconds),
+    )
+    if not row.unpriced_gpu_seconds:  # every GPU-hour priced: no column of zeros
+        columns, cells = columns[:-1], cells[:-1]
+    note = (
+        "Spend is the cost of the GPUs the team's jobs held; of it, used is the share they kept busy "
+        "(utilisation × cost) and idle the rest."
+    )
+    if row.unmetered_gpu_seconds:
+        note += f" {_hours(row.unmetered_gpu_seconds):,.2f} GPU-hours had no reading: neither used nor idle."
+    if unpriced_text:
+        note += f" {unpriced_text}"
+    return Section("spend", "Spend", columns, (cells,), note=note)
+
+
+def _budget_section(team: str, month: datetime, statuses: Sequence[BudgetStatus], complete: bool) -> Section:
+    columns = [
+        Column("budget_scope", "Budget of", "text"),
+        Column("budget", "Budget", "money"),
+        Column("spent", "Spent", "money"),
+        Column("used_percent", "Used", "percent"),
+    ]
+    if not complete:
+        columns.append(Column("forecast", "Forecast month-end", "money"))
+    columns.append(Column("budget_verdict", "Verdict", "text"))
+    if not statuses:
+        note = (
+            f"No budget was set for team {team} for {month:%Y-%m} "
+            f"(gpu-finops budget set {team} AMOUNT --month {month:%Y-%m})."
+        )
+        return Section("budget", "Budget", tuple(columns), note=note)
+    rows = []
+    for status in statuses:
+        cells: list[Cell] = [
+            f"project {status.project}" if status.project else "whole team",
+            quantize(status.budget, CENT),
+            status.spent,
+            status.used_percent if status.comparable else None,
+        ]
+        if not complete:
+            cells.append(quantize(status.forecast, CENT))
+        cells.append(_verdict(status, complete))
+        rows.append(tuple(cells))
+    return Section("budget", "Budget", tuple(columns), tuple(rows))
+
+
+def _verdict(status: BudgetStatus, complete: bool) -> str:
+    """What the budget's figures mean, in a few words."""
+    if status.problem is not None:
+        return status.problem
+    over = status.spent - quantize(status.budget, CENT)
+    if over > 0:
+        return f"over budget by {money(over, status.currency)}"
+    if not complete and status.forecast > status.budget:
+        return "within budget so far; the forecast is over"
+    return "within budget"
+
+
+def _top(rows: Sequence[ReportRow], labels: Sequence[tuple[str, ...]], noun: str) -> tuple[tuple[Cell, ...], ...]:
+    """One row per report row: its ``labels``, GPU-hours, cost and idle cost in the report's cents (None when all
+    its GPU-hours are unpriced); past :data:`MAX_ROWS`, one row "N more …" of the rest."""
+    allocated, idle = printed_cents(rows, "allocated_cost"), printed_cents(rows, "idle_cost")
+    cells: list[tuple[Cell, ...]] = [
+        (*label, _hours(row.allocated_gpu_seconds), None if row.unpriced_only else a, None if row.unpriced_only else i)
+        for row, label, a, i in zip(rows, labels, allocated, idle, strict=True)
+    ]
+    if len(cells) <= MAX_ROWS:
+        return tuple(cells)
+    rest = cells[MAX_ROWS - 1 :]
+    width = len(labels[0])
+    more: tuple[Cell, ...] = (
+        f"{len(rest)} more {noun}",
+        *[""] * (width - 1),
+        *(_sum([r[i] for r in rest]) for i in range(width, width + 3)),
+    )
+    return (*cells[: MAX_ROWS - 1], more)
+
+
+def _sum(values: Sequence[Cell]) -> Cell:
+    """The sum of a column's numbers (None and text left out)."""
+    numbers = [v for v in values if isinstance(v, Decimal | float)]
+    if not numbers:
+        return None
+    if all(isinstance(v, Decimal) for v in numbers):
+        return sum((v for v in numbers if isinstance(v, Decimal)), Decimal(0))
+    return round(sum(float(v) for v in numbers), 6)
+
+
+def _totals(columns: Sequence[Column], rows: Sequence[tuple[Cell, ...]], label: str = "Total") -> tuple[Cell, ...]:
+    """The total row of a table: ``label`` in the first column, the sum of each money and hours column."""
+    cells: list[Cell] = []
+    for index, column in enumerate(columns):
+        if index == 0:
+            cells.append(label)
+        elif column.kind in ("money", "hours"):
+            cells.append(_sum([row[index] for row in rows]))
+        else:
+            cells.append("")
+    return tuple(cells)
+
+
+_COST_COLUMNS = (
+    Column("gpu_hours", "GPU-hours", "hours"),
+    Column("allocated_cost", "Cost", "money"),
+    Column("idle_cost", "Idle", "money"),
+)
+
+
+def _jobs_section(rows: Sequence[ReportRow]) -> Section:
+    columns = (
+        Column("job", "Job", "text"),
+        Column("job_name", "Name", "text"),
+        Column("user", "User", "text"),
+        *_COST_COLUMNS,
+    )
+    if not rows:
+        return Section("top_jobs", "Top jobs", columns, note="No job of the team held a GPU in this period.")
+    labels = [(row.key, row.job.name if row.job else "", row.user or "") for row in rows]
+    cells = _top(rows, labels, "jobs")
+    return Section("top_jobs", "Top jobs", columns, cells, _totals(columns, cells), shown=SHOWN_ROWS, noun="jobs")
+
+
+def _users_section(rows: Sequence[ReportRow]) -> Section:
+    columns = (Column("user", "User", "text"), *_COST_COLUMNS)
+    if not rows:
+        return Section("top_users", "Top users", columns, note="No user of the team held a GPU in this period.")
+    cells = _top(rows, [(row.key,) for row in rows], "users")
+    return Section("top_users", "Top users", columns, cells, _totals(columns, cells), shown=SHOWN_ROWS, noun="users")
+
+
+def idle_section(
+    reasons: Sequence[IdleReason], episodes: Sequence[EpisodeTotals], idle_window_seconds: int = 1800
+) -> Section:
+    """The ``idle_by_reason`` section: one row per reason (idle GPU-hours, cost in cents adding up to the total),
+    and a note on the idle cost, what :data:`NOT_CLASSIFIED` means when it is the only reason, and ``episodes``
+    (:func:`finops.analysis.idle.episode_totals` of the episodes overlapping the period)."""
+    columns = (
+        Column("idle_reason", "Reason", "text"),
+        Column("idle_gpu_hours", "Idle GPU-hours", "hours"),
+        Column("idle_cost", "Idle cost", "money"),
+    )
+    note = "Idle cost is the cost of GPU time the team's jobs held but did not use (allocated − used)."
+    if [r.reason for r in reasons] == [NOT_CLASSIFIED]:
+        note += " Waste reasons are not classified yet: the whole idle cost is one line."
+    for totals in episodes:
+        priced = money(totals.cost, totals.currency) if not totals.all_unpriced else "unpriced"
+        note += (
+            f" {totals.count} idle episode{'s' if totals.count != 1 else ''} (a GPU idle for "
+            f"{idle_window_seconds // 60} min or longer) overlap the period: {totals.gpu_hours:,.2f} GPU-hours, "
+            f"{priced}{' for the priced ones' if totals.unpriced_gpu_hours and not totals.all_unpriced else ''}."
+        )
+    if not reasons:
+        return Section("idle_by_reason", "Idle cost by reason", columns, note=note)
+    cents = round_preserving_total([r.cost for r in reasons])
+    rows = tuple((r.title, r.gpu_hours, c) for r, c in zip(reasons, cents, strict=True))
+    return Section("idle_by_reason", "Idle cost by reason", columns, rows, _totals(columns, rows), note=note)
+
+
+def rightsizing_section(savings: Sequence[Saving] | None) -> Section:
+    """The ``rightsizing`` section: one row per job (its change, GPU-hours saved, saving in cents adding up to the
+    total), largest saving first; ``None``: right-sizing is not computed, and the section says so."""
+    columns = (
+        Column("job", "Job", "text"),
+        Column("user", "User", "text"),
+        Column("change", "Change", "text"),
+        Column("gpu_hours_saved", "GPU-hours saved", "hours"),
+        Column("saving", "Saving", "money"),
+    )
+    title = "Right-sizing savings"
+    if savings is None:
+        return Section("rightsizing", title, columns, note="Right-sizing savings are not computed yet.")
+    if not savings:
+        return Section(
+            "rightsizing", title, columns, note="No job of the team would have cost less with a smaller request."
+        )
+    ordered = sorted(savings, key=lambda s: (s.saving is None, -(s.saving or 0), s.job_id))
+    cents = round_preserving_total([s.saving or Decimal(0) for s in ordered])
+    rows = tuple(
+        (s.job_id, s.user, s.change, s.gpu_hours_saved, None if s.saving is None else c)
+        for s, c in zip(ordered, cents, strict=True)
+    )
+    return Section("rightsizing", title, columns, rows, _totals(columns, rows), shown=SHOWN_ROWS, noun="jobs")
+
+
+def _headline(
+    team: str,
+    month: datetime,
+    complete: bool,
+    spent: Decimal,
+    idle: Decimal,
+    budget: BudgetStatus | None,
+    currency: str,
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The statement's summary paragraph and facts."""
+    period = f"in {month:%B %Y}" if complete else f"in {month:%B %Y} so far"
+    text = f"Team {team} spent {money(spent, currency)} on GPUs {period}"
+    facts = [("Team", team), ("Month", f"{month:%Y-%m}"), ("Spend", money(spent, currency))]
+    if budget is None:
+        text += " (no budget set)"
+    elif budget.comparable:
+        text += f", {budget.used_percent} % of its {money(budget.budget, budget.currency)} budget"
+        facts += [("Budget", money(budget.budget, budget.currency)), ("Budget used", f"{budget.used_percent} %")]
+    else:
+        text += f" (budget not comparable: {budget.problem})"
+    share = _percent(idle, spent)
+    text += f"; {money(idle, currency)} of it was idle" + (f" ({share} %)." if share is not None else ".")
+    facts.append(("Idle cost", money(idle, currency)))
+    return text, tuple(facts)
+
+
+# --- plain renderings ------------------------------------------------------------------------------------------
+
+
+def cell_text(value: Cell, kind: ColumnKind) -> str:
+    """A cell as text: money ``1,234.50`` (None: ``unpriced``), hours ``12.50``, percent ``85.0 %`` (None:
+    ``n/a``), text as it is; ``""`` (a total row's cell of a column not added up) stays empty."""
+    if isinstance(value, str):
+        return value
+    if kind == "money":
+        return "unpriced" if value is None else f"{value:,.2f}"
+    if kind == "hours":
+        return "" if value is None else f"{value:,.2f}"
+    if kind == "percent":
+        return "n/a" if value is None else f"{value} %"
+    return "" if value is None else str(value)
+
+
+def shown_rows(section: Section) -> list[tuple[Cell, ...]]:
+    """The rows a reader is shown: the first :attr:`Section.shown` and, when there are more, one row summing the
+    rest (``3 more jobs (in the CSV)``), so the shown rows still add up to the total."""
+    if section.shown is None or len(section.rows) <= section.shown:
+        return list(section.rows)
+    rest = section.rows[section.shown :]
+    more: list[Cell] = [f"{len(rest)} more {section.noun} (in the CSV)"]
+    for index, column in enumerate(section.columns[1:], start=1):
+        more.append(_sum([row[index] for row in rest]) if column.kind in ("money", "hours") else "")
+    return [*section.rows[: section.shown], tuple(more)]
+
+
+def statement_text(statement: Statement) -> str:
+    """The statement as plain text (the e-mail's text part, ``gpu-finops showback``'s output): title, summary, then
+    each section: title, note, and its table in fixed-width columns (one row alone as ``name: value`` lines)."""
+    lines = [statement.title, "", statement.summary]
+    if statement.pending_hours:
+        lines.append(pending_note(statement))
+    lines.append(
+        f"Period: {statement.start:%Y-%m-%d %H:%M} – {statement.end:%Y-%m-%d %H:%M} UTC. Money in {statement.currency}."
+    )
+    for section in statement.sections:
+        lines += ["", section.title, "-" * len(section.title)]
+        if section.note:
+            lines.append(section.note)
+        if not section.rows:
+            continue
+        if len(section.rows) == 1 and section.total is None:
+            width = max(len(c.title) for c in section.columns)
+            lines += [
+                f"{c.title + ':':<{width + 1}} {cell_text(v, c.kind)}"
+                for c, v in zip(section.columns, section.rows[0], strict=True)
+            ]
+            continue
+        table = [[c.title for c in section.columns]]
+        for row in [*shown_rows(section), *([section.total] if section.total else [])]:
+            table.append([cell_text(v, c.kind) for c, v in zip(section.columns, row, strict=True)])
+        widths = [max(len(line[i]) for line in table) for i in range(len(section.columns))]
+        for line in table:
+            cells = [
+                cell.ljust(w) if c.kind == "text" else cell.rjust(w)
+                for cell, w, c in zip(line, widths, section.columns, strict=True)
+            ]
+            lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def pending_note(statement: Statement) -> str:
+    """The sentence saying the statement's figures may change (pending ledger hours); "" when none were pending."""
+    hours = statement.pending_hours
+    if not hours:
+        return ""
+    return (
+        f"Note: {hours} ledger hour{'s' if hours != 1 else ''} of this period "
+        f"{'were' if hours != 1 else 'was'} waiting for a rollup when this was made: figures may change."
+    )
+
+
+def statement_csv(statement: Statement) -> str:
+    """Every row of every section as CSV with a header line: ``month`` (``YYYY-MM``), ``team``, ``currency``,
+    ``section`` (its key), then the columns of all sections by key in the order they first appear (a row's cell of
+    another section's column is empty). Money in cents as plain decimals (``1234.50``), GPU-hours rounded to 6 decimals,
+    percents with one; unknown (unpriced) cells empty. Totals are left out: the rows add up to them."""
+    keys: list[str] = []
+    for section in statement.sections:
+        keys += [c.key for c in section.columns if c.key not in keys]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=["month", "team", "currency", "section", *keys], lineterminator="\n")
+    writer.writeheader()
+    base = {"month": f"{statement.month:%Y-%m}", "team": statement.team, "currency": statement.currency}
+    for section in statement.sections:
+        for row in section.rows:
+            cells = {c.key: "" if v is None else str(v) for c, v in zip(section.columns, row, strict=True)}
+            writer.writerow({**base, "section": section.key, **cells})
+    return out.getvalue()
+
+
+def csv_filename(statement: Statement) -> str:
+    """The CSV attachment's file name: ``showback-2026-10-vision.csv`` (the team name's characters other than
+    letters, digits, ``-``, ``_`` and ``.`` as ``_``)."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in statement.team)
+    return f"showback-{statement.month:%Y-%m}-{safe}.csv"

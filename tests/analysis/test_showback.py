@@ -1,0 +1,172 @@
+"""The monthly showback statement against figures computed by hand from a hand-written month
+(:mod:`tests.support.showback_scenario`), on both databases; its text and CSV renderings; and the places where idle
+cost by reason and right-sizing savings go, with rows and without."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+
+from finops.analysis.budgets import UnknownTeam, set_budget
+from finops.analysis.showback import (
+    NOT_CLASSIFIED,
+    SHOWN_ROWS,
+    Column,
+    IdleReason,
+    Saving,
+    Section,
+    build_statement,
+    idle_section,
+    rightsizing_section,
+    shown_rows,
+    statement_csv,
+    statement_teams,
+    statement_text,
+)
+from finops.ledger.costmodel import CENT, quantize
+from tests.support import showback_scenario as scenario
+
+
+def _column(section: Section, key: str) -> list[object]:
+    index = [c.key for c in section.columns].index(key)
+    return [row[index] for row in section.rows]
+
+
+def _facts(section: Section) -> dict[str, object]:
+    (row,) = section.rows
+    return {c.key: v for c, v in zip(section.columns, row, strict=True)}
+
+
+def test_statement_figures_match_the_hand_computation(sessions) -> None:  # type: ignore[no-untyped-def]
+    scenario.seed(sessions)
+    want = scenario.expected()
+    with sessions() as session:
+        assert statement_teams(session, scenario.MONTH, scenario.NOW) == ["nlp", "vision"]
+        statement = build_statement(session, "vision", scenario.MONTH, scenario.NOW)
+        nlp = build_statement(session, "nlp", scenario.MONTH, scenario.NOW)
+
+    assert (statement.start, statement.end, statement.complete) == (scenario.MONTH, scenario.NEXT_MONTH, True)
+    assert statement.currency == "USD" and statement.pending_hours == 0
+    assert [s.key for s in statement.sections] == [
+        "spend", "budget", "top_jobs", "top_users", "idle_by_reason", "rightsizing",
+    ]  # fmt: skip
+
+    spend = _facts(statement.section("spend"))
+    assert spend["gpu_hours"] == pytest.approx(want.gpu_hours)
+    assert (spend["allocated_cost"], spend["used_cost"], spend["idle_cost"]) == (want.spend, want.used, want.idle)
+    assert spend["utilization_percent"] == want.utilization_percent
+    assert "unpriced_gpu_hours" not in spend, "every GPU-hour is priced: no column of zeros"
+
+    budget = _facts(statement.section("budget"))
+    assert (budget["budget_scope"], budget["budget"], budget["spent"]) == ("whole team", Decimal("100.00"), want.spend)
+    assert budget["used_percent"] == want.budget_used_percent and budget["budget_verdict"] == "within budget"
+    assert "forecast" not in budget, "a closed month has no forecast"
+
+    jobs = statement.section("top_jobs")
+    assert _column(jobs, "job") == [key for key, *_ in want.jobs]
+    assert _column(jobs, "user") == ["lars", "mei", "mei"]
+    assert _column(jobs, "gpu_hours") == pytest.approx([hours for _, hours, _, _ in want.jobs])
+    assert _column(jobs, "allocated_cost") == [cost for _, _, cost, _ in want.jobs]
+    assert _column(jobs, "idle_cost") == [idle for *_, idle in want.jobs]
+    assert jobs.total is not None and jobs.total[4:] == (want.spend, want.idle)
+    users = statement.section("top_users")
+    assert [(r[0], r[2], r[3]) for r in users.rows] == [(u, c, i) for u, _, c, i in want.users]
+
+    idle = statement.section("idle_by_reason")
+    ((reason, hours, cost),) = idle.rows
+    assert (reason, cost) == ("reason not classified", want.idle) and hours == pytest.approx(want.idle_gpu_hours)
+    assert "not classified yet" in idle.note
+    assert f"{want.episodes} idle episodes" in idle.note and f"{want.episode_gpu_hours:,.2f} GPU-hours" in idle.note
+
+    rightsizing = statement.section("rightsizing")
+    assert rightsizing.rows == () and rightsizing.note == "Right-sizing savings are not computed yet."
+
+    assert statement.summary.startswith(f"Team vision spent {want.spend:,.2f} USD on GPUs in October 2026")
+    assert f"{want.budget_used_percent} % of its 100.00 USD budget" in statement.summary
+    assert dict(statement.facts)["Idle cost"] == f"{want.idle:,.2f} USD"
+
+    # Team nlp: its own job only, and no budget said in so many words.
+    assert _column(nlp.section("top_jobs"), "job") == ["7003"]
+    assert _facts(nlp.section("spend"))["allocated_cost"] == quantize(2 * scenario.rate(), CENT)
+    assert (
+        nlp.section("budget").rows == () and "No budget was set for team nlp for 2026-10" in nlp.section("budget").note
+    )
+
+    # The CSV: every row of every section with rows, the rows of each table adding up to the spend.
+    rows = list(csv.DictReader(io.StringIO(statement_csv(statement))))
+    assert {r["section"] for r in rows} == {"spend", "budget", "top_jobs", "top_users", "idle_by_reason"}
+    assert all((r["month"], r["team"], r["currency"]) == ("2026-10", "vision", "USD") for r in rows)
+    for section in ("top_jobs", "top_users"):
+        assert sum(Decimal(r["allocated_cost"]) for r in rows if r["section"] == section) == want.spend
+    (reason_row,) = [r for r in rows if r["section"] == "idle_by_reason"]
+    assert (reason_row["idle_reason"], Decimal(reason_row["idle_cost"])) == ("reason not classified", want.idle)
+
+    text = statement_text(statement)
+    assert text.startswith("GPU showback October 2026: team vision\n")
+    assert "Right-sizing savings are not computed yet." in text and "reason not classified" in text
+
+
+def test_month_to_date_statement_has_a_forecast(sessions) -> None:  # type: ignore[no-untyped-def]
+    """November at 00:10 on its first day: job 7004's first November hour, the budget's forecast, "month to date"."""
+    scenario.seed(sessions)
+    with sessions.begin() as session:
+        set_budget(session, "vision", Decimal(500), scenario.NEXT_MONTH, actor="system:test")
+    with sessions() as session:
+        statement = build_statement(session, "vision", scenario.NOW, scenario.NOW)
+    assert (statement.start, statement.end, statement.complete) == (scenario.NEXT_MONTH, scenario.NOW, False)
+    assert statement.title == "GPU showback November 2026 month to date: team vision"
+    assert _facts(statement.section("spend"))["allocated_cost"] == quantize(scenario.rate(), CENT)
+    budget = _facts(statement.section("budget"))
+    assert budget["spent"] == quantize(scenario.rate(), CENT) and budget["forecast"] is not None
+    assert "so far" in statement.summary
+
+
+def test_unknown_team_and_future_month_are_refused(sessions) -> None:  # type: ignore[no-untyped-def]
+    scenario.seed(sessions)
+    with sessions() as session:
+        with pytest.raises(UnknownTeam, match=r"team nobody has no jobs or rules yet; known teams: .*nlp, vision"):
+            build_statement(session, "nobody", scenario.MONTH, scenario.NOW)
+        with pytest.raises(ValueError, match="month 2026-12 has not begun"):
+            build_statement(session, "vision", datetime(2026, 12, 1, tzinfo=UTC), scenario.NOW)
+
+
+def test_idle_reasons_and_savings_fill_their_sections() -> None:
+    """What the waste reasons and right-sizing will hand over: several reasons adding up to the idle cost in cents
+    (largest remainder), savings largest first with the unpriced one last and shown as unknown, not 0."""
+    reasons = [
+        IdleReason("waiting_on_storage", "waiting on storage", 2.5, Decimal("10.004")),
+        IdleReason("over_requested", "over-requested", 1.0, Decimal("5.003")),
+        IdleReason("unexplained", "unexplained", 0.5, Decimal("0.003")),
+    ]
+    section = idle_section(reasons, [])
+    assert [row[0] for row in section.rows] == ["waiting on storage", "over-requested", "unexplained"]
+    assert section.total is not None and section.total[2] == Decimal("15.01")
+    assert sum(row[2] for row in section.rows) == section.total[2]  # type: ignore[misc]
+    assert "not classified" not in section.note
+    assert [r[0] for r in idle_section([IdleReason(NOT_CLASSIFIED, "reason not classified", 1, Decimal(1))], []).rows]
+
+    savings = [
+        Saving("11", "mei", "#SBATCH --gres=gpu:h100:2", 4.0, Decimal("27.52")),
+        Saving("12", "lars", "#SBATCH --gres=gpu:1g.10gb:1", 0.0, None),
+        Saving("13", "ana", "#SBATCH --gres=gpu:h100:1", 8.0, Decimal("55.04")),
+    ]
+    section = rightsizing_section(savings)
+    assert [row[0] for row in section.rows] == ["13", "11", "12"]
+    assert section.rows[2][4] is None and section.total is not None and section.total[4] == Decimal("82.56")
+    assert rightsizing_section([]).note.startswith("No job of the team would have cost less")
+    assert rightsizing_section(None).note == "Right-sizing savings are not computed yet."
+
+
+def test_long_tables_show_their_first_rows_and_sum_the_rest() -> None:
+    columns = (Column("job", "Job", "text"), Column("gpu_hours", "GPU-hours", "hours"), Column("cost", "Cost", "money"))
+    rows = tuple((str(n), 1.0, Decimal(n)) for n in range(SHOWN_ROWS + 3, 0, -1))
+    total = ("Total", float(len(rows)), sum(r[2] for r in rows))
+    section = Section("top_jobs", "Top jobs", columns, rows, total, shown=SHOWN_ROWS, noun="jobs")
+    shown = shown_rows(section)
+    assert len(shown) == SHOWN_ROWS + 1
+    assert shown[-1] == ("3 more jobs (in the CSV)", 3.0, Decimal(6))
+    assert sum(row[2] for row in shown) == section.total[2]  # type: ignore[index, misc]
