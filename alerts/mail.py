@@ -77,7 +77,7 @@ def fact_rows(fields: list[tuple[str, str]]) -> str:
     cell = f"font-family:{FONT};color:#1f2328;font-size:14px;line-height:20px;padding:8px 12px;border:{BORDER};"
     rows = []
     for number, (name, value) in enumerate(fields):
-        header = html_cell(name, f"{cell}text-align:left;font-weight:600;white-space:nowrap;", "th", scope="row")
+        header = html_cell(name, f"{cell}text-align:left;font-weight:600;", "th", scope="row")
         if is_amount(value):
             amount = f"{cell}text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap;"
             data = html_cell(value, amount, align="right")
@@ -120,12 +120,14 @@ def html_body(message: Message) -> str:
     return html_page(message.title, rows, colour, f"Sent by gpu-finops, severity {message.severity}.")
 
 
-def html_page(title: str, rows: Sequence[str], colour: str, footer: str) -> str:
-    """A whole HTML e-mail: on a grey background, a white card 600 px wide at most under a 4 px bar of ``colour``,
-    each of ``rows`` one ``<td>…</td>`` row of it, then ``footer`` (text) in small grey type; ``title`` is the
-    document's ``<title>``."""
+def html_page(title: str, rows: Sequence[str], colour: str, footer: str, margin_px: int = 24) -> str:
+    """A whole HTML e-mail: on a grey background, a white card 600 px wide at most (the screen's width on a phone)
+    under a 4 px bar of ``colour``, each of ``rows`` one ``<td>…</td>`` row of it, then ``footer`` (text) in small
+    grey type, ``margin_px`` from the card's sides as the rows' own padding should be; ``title`` is the document's
+    ``<title>``."""
     footer_style = (
-        f"font-family:{FONT};color:#656d76;font-size:12px;line-height:16px;padding:12px 24px;border-top:{BORDER};"
+        f"font-family:{FONT};color:#656d76;font-size:12px;line-height:16px;padding:12px {margin_px}px;"
+        f"border-top:{BORDER};"
     )
     card = f"width:100%;max-width:600px;background-color:#ffffff;border:{BORDER};border-top:4px solid {colour};"
     return (
@@ -135,7 +137,7 @@ def html_page(title: str, rows: Sequence[str], colour: str, footer: str) -> str:
         f'<body style="margin:0;padding:0;background-color:#f3f4f6;font-family:{FONT};">'
         '<table role="presentation" width="100%" cellpadding="0" cellspacing="0" '
         f'style="background-color:#f3f4f6;font-family:{FONT};">'
-        '<tr><td align="center" style="padding:24px 12px;">'
+        '<tr><td align="center" style="padding:24px 0;">'
         f'<table role="presentation" width="600" cellpadding="0" cellspacing="0" style="{card}">'
         + "".join(f"<tr>{row}</tr>" for row in [*rows, html_cell(footer, footer_style)])
         + "</table></td></tr></table></body></html>"

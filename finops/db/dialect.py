@@ -35,8 +35,8 @@ def insert_unless_exists(session: Session, table: Table, row: dict[str, Any]) ->
 
     On PostgreSQL a concurrent transaction inserting the same key makes this one wait for it to end, then insert
     (it rolled back) or not (it committed): of two callers, exactly one gets True."""
-    result = session.execute(_insert_ignoring(session, table), row)
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+    statement = _insert_ignoring(session, table).returning(*table.primary_key.columns)
+    return session.execute(statement, row).first() is not None  # rowcount is not reliable here (psycopg: 1 either way)
 
 
 def _insert_ignoring(session: Session, table: Table) -> Any:
