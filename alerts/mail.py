@@ -9,6 +9,9 @@ so it stays a button where padding on links is ignored). Every value is HTML-esc
 STARTTLS (``tls="starttls"``, the default) or implicit TLS (``tls="implicit"``, RFC 8314 port 465); credentials
 are only ever sent on an encrypted connection: a server that does not offer STARTTLS gets none and the attempt
 is refused. ``tls="none"`` exists for a local relay without authentication and refuses credentials.
+
+A message with a :class:`alerts.message.Document` (a monthly statement) carries that document's own text and HTML
+instead, and its attachments after them (``multipart/mixed``); :func:`html_page` is the page both HTML forms share.
 """
 
 from __future__ import annotations

@@ -226,6 +226,9 @@ def build_statement(
     )
     whole = next((s for s in statuses if not s.project), None)
     summary, facts = _headline(team, start, complete, spent, idle, whole, currency)
+    if unpriced:
+        hours = sum(u.gpu_hours for u in unpriced)
+        summary += f" {hours:,.2f} GPU-hours had no price and are not in these amounts."
     return Statement(
         team=team,
         month=start,

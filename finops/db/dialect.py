@@ -35,8 +35,9 @@ def insert_unless_exists(session: Session, table: Table, row: dict[str, Any]) ->
 
     On PostgreSQL a concurrent transaction inserting the same key makes this one wait for it to end, then insert
     (it rolled back) or not (it committed): of two callers, exactly one gets True."""
+    # The row it returns, not the rowcount: through a Session on PostgreSQL that was 1 whether a row went in or not.
     statement = _insert_ignoring(session, table).returning(*table.primary_key.columns)
-    return session.execute(statement, row).first() is not None  # rowcount is not reliable here (psycopg: 1 either way)
+    return session.execute(statement, row).first() is not None
 
 
 def _insert_ignoring(session: Session, table: Table) -> Any:

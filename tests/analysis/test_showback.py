@@ -11,6 +11,7 @@ from decimal import Decimal
 
 import pytest
 
+from finops.analysis import showback
 from finops.analysis.budgets import UnknownTeam, set_budget
 from finops.analysis.showback import (
     NOT_CLASSIFIED,
@@ -170,3 +171,22 @@ def test_long_tables_show_their_first_rows_and_sum_the_rest() -> None:
     assert len(shown) == SHOWN_ROWS + 1
     assert shown[-1] == ("3 more jobs (in the CSV)", 3.0, Decimal(6))
     assert sum(row[2] for row in shown) == section.total[2]  # type: ignore[index, misc]
+
+
+def test_rows_past_the_limit_are_one_row_that_keeps_the_sums(sessions, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """With room for two rows, vision's three jobs are the costliest and one row of the other two: the CSV still adds
+    up to the spend."""
+    monkeypatch.setattr(showback, "MAX_ROWS", 2)
+    scenario.seed(sessions)
+    want = scenario.expected()
+    with sessions() as session:
+        statement = build_statement(session, "vision", scenario.MONTH, scenario.NOW)
+    jobs = statement.section("top_jobs")
+    assert [row[0] for row in jobs.rows] == ["7002", "2 more jobs"]
+    assert jobs.rows[1][3:] == (
+        pytest.approx(5.0),
+        want.jobs[1][2] + want.jobs[2][2],
+        want.jobs[1][3] + want.jobs[2][3],
+    )
+    rows = list(csv.DictReader(io.StringIO(statement_csv(statement))))
+    assert sum(Decimal(r["allocated_cost"]) for r in rows if r["section"] == "top_jobs") == want.spend
