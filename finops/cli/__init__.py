@@ -11,6 +11,7 @@ from one module per command group:
   :mod:`~finops.cli.nodes`, :mod:`~finops.cli.budget`, :mod:`~finops.cli.alerts`, :mod:`~finops.cli.export`: ``db``,
   ``import``, ``team``, ``prices``, ``nodes``, ``budget``, ``alerts``, ``export``;
 - :mod:`finops.cli.idle`: ``idle``, the idle GPU episodes;
+- :mod:`finops.cli.rightsizing`: ``rightsizing``, GPU requests that use would have let be smaller;
 - :mod:`finops.cli.api_tokens`: ``api-token``, the REST API's credentials;
 - :mod:`finops.cli.audit`: ``audit``, the log of changes;
 - :mod:`finops.cli.report`: ``report``, ``rollup``; :mod:`finops.cli.demo`: ``demo``.

@@ -33,6 +33,7 @@ SERVICE_COMMANDS: dict[str, str] = {
     "dashboard": "serve",
     "rollup": "report",
     "report": "report",
+    "rightsizing": "rightsizing",
     "demo": "demo",
     "db": "db",
     "import": "imports",
