@@ -10,11 +10,11 @@ exist). Its schema is dropped, migrated afresh, filled by :func:`benchmarks.ledg
 rolled up). The schema is dropped at the end unless ``--keep`` or ``--reuse``. Prints figures; asserts nothing about
 time.
 
-Timed (median of ``--runs`` runs after one warm-up, each printed with the machine's load average):
+Timed (median of ``--runs`` runs after one warm-up, printed with the machine's load average):
 :func:`finops.analysis.rightsizing.rightsizing` over the month with the default thresholds, where only the jobs at
 low utilisation have their memory read (the workload's GPUs read 0-3 % in 15 % of their 2-hour blocks and 35-100 %
 otherwise, so few jobs qualify), and with ``low_utilization_ratio=1``, where every job's memory peak is read from
-``gpu_samples`` (the bound on that part's cost).
+``gpu_samples`` (the bound on that part's cost; ``--every-job-runs`` runs).
 """
 
 from __future__ import annotations
@@ -89,7 +89,10 @@ def main() -> None:
     parser.add_argument("database_url", nargs="?", default=DEFAULT_URL, help=f"PostgreSQL URL (default {DEFAULT_URL})")
     parser.add_argument("--nodes", type=int, default=128, help="8-GPU nodes (default 128: 1,024 GPUs)")
     parser.add_argument("--days", type=int, default=30, help="days of 1-minute readings from 2026-10-01 (default 30)")
-    parser.add_argument("--runs", type=int, default=3, help="timed runs of each variant after a warm-up (median)")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs with the default thresholds after a warm-up")
+    parser.add_argument(
+        "--every-job-runs", type=int, default=1, help="timed runs reading every job's memory after a warm-up (0: none)"
+    )
     keep = parser.add_mutually_exclusive_group()
     keep.add_argument("--keep", action="store_true", help="leave the data in the database at the end")
     keep.add_argument("--reuse", action="store_true", help="reuse the ledger an earlier --keep run left, and keep it")
@@ -121,8 +124,10 @@ def main() -> None:
             f"({rows['MIG allocations']:,} MIG shares), {rows['ledger']:,} ledger rows"
         )
         _print("rightsizing, month, default thresholds", *_timed(engine, args.days, RightsizingPolicy(), args.runs))
-        every = RightsizingPolicy(low_utilization_ratio=1.0)
-        _print("rightsizing, month, every job's memory read", *_timed(engine, args.days, every, args.runs))
+        if args.every_job_runs:
+            every = RightsizingPolicy(low_utilization_ratio=1.0)
+            timed = _timed(engine, args.days, every, args.every_job_runs)
+            _print("rightsizing, month, every job's memory read", *timed)
     finally:
         if not (args.keep or args.reuse):
             downgrade(engine, "base")

@@ -95,6 +95,15 @@ def test_findings_of_the_slice(slice_) -> None:  # type: ignore[no-untyped-def]
     assert [f.job_id for f in report.findings] == ["701", "702", "704"], "largest saving first"
 
 
+def test_memory_is_read_within_the_jobs_holding(slice_) -> None:  # type: ignore[no-untyped-def]
+    """GPU 4 holds 70 GiB ten minutes before and after job 702; over a period reaching past the job both are left
+    out, as the holding bounds the lookup."""
+    sessions, t0, catalog = slice_
+    with sessions() as session:
+        report = rightsizing(session, t0 - timedelta(hours=1), t0 + timedelta(hours=3), catalog=catalog, priced_at=t0)
+    assert next(f for f in report.findings if f.job_id == "702").memory_peak_bytes == 6 * rs.GIB
+
+
 def test_thresholds_change_the_findings(slice_) -> None:  # type: ignore[no-untyped-def]
     strict = _run(slice_, policy=RightsizingPolicy(idle_ratio=0.02))
     over = next(f for f in strict.findings if f.job_id == "701")

@@ -6,8 +6,8 @@ has no collector. Jobs (Slurm, account ``acct-a`` → team ``alpha``, ``acct-b``
 - 701, alice, alpha, ``gres/gpu:h100=4`` on GPUs 0-3: GPU 0 at 80 % with 40 GiB in use, GPUs 1-2 at 0 %, GPU 3
   at 3 % — one GPU busy of four; a request of 1 saves GPUs 1-3: 3 × 2 GPU-hours.
 - 702, bob, beta, ``gres/gpu:h100=1`` on GPU 4: 10 % with 6 GiB in use (and 70 GiB on that GPU ten minutes before
-  the job, which is not the job's) — low utilisation; 6 GiB × 1.2 = 7.2 GiB fits ``1g.10gb`` (1/7 of the GPU) and
-  an L40S (48 GiB), the cheapest NVIDIA model.
+  and after the job, which is not the job's) — low utilisation; 6 GiB × 1.2 = 7.2 GiB fits ``1g.10gb`` (1/7 of the
+  GPU) and an L40S (48 GiB), the cheapest NVIDIA model.
 - 703, carol, alpha, ``gres/gpu:h100=1`` on GPU 5 at 90 %: nothing to say.
 - 704, dave, beta, ``gres/gpu=2`` (untyped) on GPUs 6-7 at 12 %, no memory reading: listed, memory unknown.
 - 705, erin, alpha, ``gres/gpu:h100=1`` on ``rs-02``: no reading at all, not judged.
@@ -35,8 +35,10 @@ READINGS: dict[int, tuple[float, float | None]] = {
     6: (0.12, None),
     7: (0.12, None),
 }
-EARLY_MEMORY_GIB = 70.0
-"""Memory in use on GPU 4 ten minutes before job 702 starts."""
+OTHER_MEMORY_GIB = 70.0
+"""Memory in use on GPU 4 ten minutes before job 702 starts and ten minutes after it ends."""
+OUTSIDE = (-10, 130)
+"""Minutes from T of GPU 4's readings outside job 702."""
 
 
 def uuid(index: int) -> str:
@@ -44,15 +46,16 @@ def uuid(index: int) -> str:
 
 
 def samples(t0: datetime) -> list[Sample]:
-    """The node's readings: one a minute per GPU over [T, T+2h), and GPU 4's reading at T − 10 min."""
+    """The node's readings: one a minute per GPU over [T, T+2h), and GPU 4's at :data:`OUTSIDE`."""
     readings = []
-    for minute in range(-10, 120):
+    for minute in [*range(120), *OUTSIDE]:
         for index, (utilization, memory) in READINGS.items():
-            if minute < 0 and index != 4:
+            outside = minute in OUTSIDE
+            if outside and index != 4:
                 continue
             values = {m.GPU_UTILIZATION: utilization, m.GPU_MEMORY_TOTAL: 80.0 * GIB}
-            if minute < 0:
-                values[m.GPU_MEMORY_USED] = EARLY_MEMORY_GIB * GIB
+            if outside:
+                values[m.GPU_MEMORY_USED] = OTHER_MEMORY_GIB * GIB
             elif memory is not None:
                 values[m.GPU_MEMORY_USED] = memory * GIB
             labels = {"gpu": str(index), "uuid": uuid(index), "model": MODEL}
