@@ -32,9 +32,9 @@ job that held whole GPUs (:func:`rightsizing`):
 
 A job's **saving** is its GPU-count saving plus the larger of its MIG and smaller-model savings (these apply to the
 GPUs it keeps, so they add). Each finding carries the fix as a job script or pod spec would say it
-(:func:`request_line`): Slurm ``#SBATCH --gres=gpu:h100:2`` (one node; ``--gpus=h100:9`` when the job spanned
-several nodes, since ``--gres`` counts per node), ``#SBATCH --gres=gpu:1g.10gb:1`` for a MIG slice (Slurm's MIG GRES
-types are the profile names), Kubernetes ``nvidia.com/gpu: 2`` or ``nvidia.com/mig-1g.10gb: 1`` under
+(:func:`request_line`): Slurm ``#SBATCH --gres=gpu:h100:2`` (one node; ``--gpus=h100:9`` when the GPUs it keeps
+span several nodes, since ``--gres`` counts per node), ``#SBATCH --gres=gpu:1g.10gb:1`` for a MIG slice (Slurm's
+MIG GRES types are the profile names), Kubernetes ``nvidia.com/gpu: 2`` or ``nvidia.com/mig-1g.10gb: 1`` under
 ``resources.limits``.
 
 Jobs that held MIG shares are left out (their GPUs' memory and utilisation readings are the whole GPU's). On a
@@ -428,7 +428,8 @@ class _Context:
 
 @dataclass(frozen=True, slots=True)
 class _Draft:
-    """A job's GPU-count judgement, before its memory is read (module docstring)."""
+    """A job's GPU-count judgement, before its memory is read (module docstring). ``multi_node``: the GPUs it keeps
+    are on several nodes (the fix then counts them with ``--gpus``)."""
 
     job: _JobRow
     use: _JobUse
@@ -459,7 +460,7 @@ class _Draft:
             job, use, model_name, context.catalog.resolve(model_name), kept, dropped,
             busy=len(metered) - len(idle),
             unmetered=len(use.gpus) - len(metered),
-            multi_node=len({context.gpus[g.gpu_id][1] for g in use.gpus}) > 1,
+            multi_node=len({context.gpus[g.gpu_id][1] for g in kept}) > 1,
             low_utilization=kept_mean is not None and kept_mean <= context.policy.low_utilization_ratio,
         )  # fmt: skip
 

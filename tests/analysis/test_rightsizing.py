@@ -62,8 +62,8 @@ def test_findings_of_the_slice(slice_) -> None:  # type: ignore[no-untyped-def]
     sessions, t0, catalog = slice_
     report = _run(slice_)
     by_job = {f.job_id: f for f in report.findings}
-    assert set(by_job) == {"701", "702", "704"}, "703 keeps its GPU busy; 705 has no reading"
-    assert (report.jobs_examined, report.jobs_unmetered) == (5, 1)
+    assert set(by_job) == {"701", "702", "704", "706"}, "703 keeps its GPU busy; 705 has no reading"
+    assert (report.jobs_examined, report.jobs_unmetered) == (6, 1)
 
     over = by_job["701"]
     assert (over.gpus_requested, over.gpus_held, over.gpus_busy, over.gpus_suggested) == (4, 4, 1, 1)
@@ -75,6 +75,11 @@ def test_findings_of_the_slice(slice_) -> None:  # type: ignore[no-untyped-def]
     assert over.count_fix == "#SBATCH --gres=gpu:h100:1"
     assert over.memory_peak_bytes is None and over.mig_profile is None, "its kept GPU is busy: memory not read"
     assert over.saving == over.count_saving
+
+    spread = by_job["706"]
+    assert (spread.gpus_requested, spread.gpus_busy, spread.gpus_suggested) == (4, 2, 2)
+    assert spread.count_fix == "#SBATCH --gpus=h100:2", "the two kept GPUs are on two nodes: the job's total"
+    assert spread.count_saving == 4 * rate_then
 
     small = by_job["702"]
     assert small.memory_peak_bytes == 6 * rs.GIB, "the reading before the job started is not the job's"
@@ -92,7 +97,7 @@ def test_findings_of_the_slice(slice_) -> None:  # type: ignore[no-untyped-def]
     assert unknown.notes[0].startswith(NO_MEMORY_READING) and unknown.fixes == () and unknown.saving is None
     assert (unknown.gpus_busy, unknown.gpus_suggested) == (2, 2)
 
-    assert [f.job_id for f in report.findings] == ["701", "702", "704"], "largest saving first"
+    assert [f.job_id for f in report.findings] == ["701", "706", "702", "704"], "largest saving first"
 
 
 def test_memory_is_read_within_the_jobs_holding(slice_) -> None:  # type: ignore[no-untyped-def]
@@ -114,7 +119,7 @@ def test_thresholds_change_the_findings(slice_) -> None:  # type: ignore[no-unty
     assert next(f for f in roomy.findings if f.job_id == "702").mig_profile == "1g.20gb", "6 GiB × 2 > 10 GiB"
 
     busy = _run(slice_, policy=RightsizingPolicy(low_utilization_ratio=0.05))
-    assert [f.job_id for f in busy.findings] == ["701"], "10 % and 12 % are not low at 5 %"
+    assert [f.job_id for f in busy.findings] == ["701", "706"], "10 % and 12 % are not low at 5 %"
 
 
 def test_an_idle_job_keeps_one_gpu(slice_) -> None:  # type: ignore[no-untyped-def]
@@ -131,11 +136,11 @@ def test_filters_and_totals(slice_) -> None:  # type: ignore[no-untyped-def]
     assert _run(slice_, team="nobody").findings == []
     report = _run(slice_)
     teams = {t.key: t for t in rightsizing_totals(report.findings, "team")}
-    assert set(teams) == {"alpha", "beta"}
+    assert set(teams) == {"alpha", "beta"} and teams["alpha"].saved_gpu_seconds == 10 * 3600
     assert teams["beta"].jobs == 2 and teams["beta"].memory_unknown_jobs == 1
     assert sum(t.saving for t in teams.values()) == sum(f.saving or Decimal(0) for f in report.findings)
     users = rightsizing_totals(report.findings, "user")
-    assert [u.key for u in users] == ["alice", "bob", "dave"] and users[0].team == "alpha"
+    assert [u.key for u in users] == ["alice", "frank", "bob", "dave"] and users[0].team == "alpha"
     rows = total_dicts(users, "user")
     assert sum(Decimal(r["saving"]) for r in rows) == sum(
         Decimal(r["saving"] or 0) for r in finding_dicts(report.findings)
@@ -147,7 +152,7 @@ def test_memory_from_tsdb_segments(slice_) -> None:  # type: ignore[no-untyped-d
     the period are not the job's."""
     sessions, t0, _ = slice_
     with sessions.begin() as session:
-        gpus = {index: pk for index, pk in session.execute(select(Gpu.gpu_index, Gpu.id).where(Gpu.uuid.is_not(None)))}
+        gpus = {i: pk for i, pk in session.execute(select(Gpu.gpu_index, Gpu.id).where(Gpu.uuid.like("%-0001-%")))}
         for index, start, minutes, gib in ((6, 0, 60, 20), (7, 60, 60, 30), (7, 120, 60, 79)):
             session.add(
                 TsdbGpuMetering(

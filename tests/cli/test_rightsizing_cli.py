@@ -50,14 +50,14 @@ def test_rightsizing_command_and_api(sessions) -> None:  # type: ignore[no-untyp
             assert answered.status_code == 200, answered.text
             assert orjson.loads(listed.stdout) == answered.json()["rows"], by
         body = get("viewer").json()
-        assert (body["jobs_examined"], body["jobs_unmetered"]) == (5, 1)
+        assert (body["jobs_examined"], body["jobs_unmetered"]) == (6, 1)
         rows = body["rows"]
-        assert [row["job"] for row in rows] == ["701", "702", "704"]
+        assert [row["job"] for row in rows] == ["701", "706", "702", "704"]
         assert rows[0]["fixes"] == ["#SBATCH --gres=gpu:h100:1"] and rows[0]["gpus_suggested"] == 1
-        assert rows[1]["mig_profile"] == "1g.10gb" and rows[2]["notes"][0].startswith("no memory reading")
+        assert rows[2]["mig_profile"] == "1g.10gb" and rows[3]["notes"][0].startswith("no memory reading")
 
         alpha = get("alpha")
-        assert alpha.status_code == 200 and [row["job"] for row in alpha.json()["rows"]] == ["701"]
+        assert alpha.status_code == 200 and [row["job"] for row in alpha.json()["rows"]] == ["701", "706"]
         assert "bob" not in alpha.text and "beta" not in alpha.text
         assert get("alpha", team="beta").status_code == 403
         assert get("alpha", team="alpha").json()["rows"] == alpha.json()["rows"]
@@ -70,21 +70,21 @@ def test_rightsizing_command_and_api(sessions) -> None:  # type: ignore[no-untyp
             assert refused.status_code == 422, (params, refused.text)
         as_csv = get("viewer", format="csv")
         assert as_csv.headers["content-type"].startswith("text/csv")
-        assert [row["job"] for row in csv.DictReader(io.StringIO(as_csv.text))] == ["701", "702", "704"]
+        assert [row["job"] for row in csv.DictReader(io.StringIO(as_csv.text))] == ["701", "706", "702", "704"]
 
-    assert list(csv.DictReader(io.StringIO(command("--format", "csv").stdout)))[1]["fixes"] == (
+    assert list(csv.DictReader(io.StringIO(command("--format", "csv").stdout)))[2]["fixes"] == (
         "#SBATCH --gres=gpu:1g.10gb:1 | #SBATCH --gres=gpu:l40s:1"
     )
     table = command().stdout.splitlines()
     assert table[0] == "Savings in USD" and table[1].split()[:4] == ["job", "user", "team", "model"]
     assert table[2].split()[:3] == ["701", "alice", "alpha"]
     assert "701: #SBATCH --gres=gpu:h100:1" in table
-    assert table[-1].startswith("5 jobs on whole GPUs examined (1 without readings")
+    assert table[-1].startswith("6 jobs on whole GPUs examined (1 without readings")
     by_team = command("--by", "team").stdout.splitlines()
     assert [line.split()[0] for line in by_team[2:5]] == ["alpha", "beta", "TOTAL"]
     assert orjson.loads(command("--user", "bob", "--format", "json").stdout)[0]["job"] == "702"
     assert orjson.loads(command("--low-utilization-ratio", "0.05", "--format", "json").stdout)[0]["job"] == "701"
-    assert len(orjson.loads(command("--low-utilization-ratio", "0.05", "--format", "json").stdout)) == 1
+    assert len(orjson.loads(command("--low-utilization-ratio", "0.05", "--format", "json").stdout)) == 2
     for bad in (["--by", "node"], ["--format", "xml"], ["--memory-headroom", "0.5"], ["--memory-headroom", "x"]):
         refused = command(*bad)
         assert refused.exit_code == 2, (bad, refused.output)

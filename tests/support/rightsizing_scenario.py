@@ -1,7 +1,8 @@
 """A cluster slice with right-sizing findings worked out by hand, on both databases.
 
-Node ``rs-01`` has eight H100 GPUs read every minute over [T, T+2h), T hour-aligned three hours back; node ``rs-02``
-has no collector. Jobs (Slurm, account ``acct-a`` → team ``alpha``, ``acct-b`` → ``beta``), each over [T, T+2h):
+Node ``rs-01`` has eight H100 GPUs and nodes ``rs-03`` and ``rs-04`` two each, read every minute over [T, T+2h), T
+hour-aligned three hours back; node ``rs-02`` has no collector. Jobs (Slurm, account ``acct-a`` → team ``alpha``,
+``acct-b`` → ``beta``), each over [T, T+2h), on ``rs-01`` unless said:
 
 - 701, alice, alpha, ``gres/gpu:h100=4`` on GPUs 0-3: GPU 0 at 80 % with 40 GiB in use, GPUs 1-2 at 0 %, GPU 3
   at 3 % — one GPU busy of four; a request of 1 saves GPUs 1-3: 3 × 2 GPU-hours.
@@ -11,6 +12,8 @@ has no collector. Jobs (Slurm, account ``acct-a`` → team ``alpha``, ``acct-b``
 - 703, carol, alpha, ``gres/gpu:h100=1`` on GPU 5 at 90 %: nothing to say.
 - 704, dave, beta, ``gres/gpu=2`` (untyped) on GPUs 6-7 at 12 %, no memory reading: listed, memory unknown.
 - 705, erin, alpha, ``gres/gpu:h100=1`` on ``rs-02``: no reading at all, not judged.
+- 706, frank, alpha, ``gres/gpu:h100=4`` on ``rs-03`` and ``rs-04`` (two GPUs each): GPU 0 of each at 60 %, GPU 1 at
+  0 % — two busy GPUs on two nodes; a request of 2 (``--gpus``, the job's total) saves 2 × 2 GPU-hours.
 """
 
 from __future__ import annotations
@@ -22,18 +25,21 @@ from collector.contract.sample import Sample
 from collector.contract.wire import IngestBatch, gpu_info_dict, reading_dict
 from tests.support.scenario import MODEL, start_hour
 
-NODE, BARE_NODE = "rs-01", "rs-02"
+NODE, BARE_NODE, PAIR = "rs-01", "rs-02", ("rs-03", "rs-04")
 GIB = 2**30
-# GPU index → (utilisation ratio, memory in use in GiB or None for no memory reading)
-READINGS: dict[int, tuple[float, float | None]] = {
-    0: (0.80, 40.0),
-    1: (0.0, 0.0),
-    2: (0.0, 0.0),
-    3: (0.03, 0.5),
-    4: (0.10, 6.0),
-    5: (0.90, 70.0),
-    6: (0.12, None),
-    7: (0.12, None),
+# node → GPU index → (utilisation ratio, memory in use in GiB or None for no memory reading)
+READINGS: dict[str, dict[int, tuple[float, float | None]]] = {
+    NODE: {
+        0: (0.80, 40.0),
+        1: (0.0, 0.0),
+        2: (0.0, 0.0),
+        3: (0.03, 0.5),
+        4: (0.10, 6.0),
+        5: (0.90, 70.0),
+        6: (0.12, None),
+        7: (0.12, None),
+    },
+    **{node: {0: (0.60, 50.0), 1: (0.0, 0.0)} for node in PAIR},
 }
 OTHER_MEMORY_GIB = 70.0
 """Memory in use on GPU 4 ten minutes before job 702 starts and ten minutes after it ends."""
@@ -41,34 +47,34 @@ OUTSIDE = (-10, 130)
 """Minutes from T of GPU 4's readings outside job 702."""
 
 
-def uuid(index: int) -> str:
-    return f"GPU-rsrsrsrs-0000-0000-0000-{index:012d}"
+def uuid(node: str, index: int) -> str:
+    return f"GPU-rsrsrsrs-0000-0000-{node[-2:]:0>4}-{index:012d}"
 
 
-def samples(t0: datetime) -> list[Sample]:
-    """The node's readings: one a minute per GPU over [T, T+2h), and GPU 4's at :data:`OUTSIDE`."""
+def samples(t0: datetime, node: str) -> list[Sample]:
+    """``node``'s readings: one a minute per GPU over [T, T+2h), and on :data:`NODE` GPU 4's at :data:`OUTSIDE`."""
     readings = []
     for minute in [*range(120), *OUTSIDE]:
-        for index, (utilization, memory) in READINGS.items():
+        for index, (utilization, memory) in READINGS[node].items():
             outside = minute in OUTSIDE
-            if outside and index != 4:
+            if outside and (node, index) != (NODE, 4):
                 continue
             values = {m.GPU_UTILIZATION: utilization, m.GPU_MEMORY_TOTAL: 80.0 * GIB}
             if outside:
                 values[m.GPU_MEMORY_USED] = OTHER_MEMORY_GIB * GIB
             elif memory is not None:
                 values[m.GPU_MEMORY_USED] = memory * GIB
-            labels = {"gpu": str(index), "uuid": uuid(index), "model": MODEL}
+            labels = {"gpu": str(index), "uuid": uuid(node, index), "model": MODEL}
             readings.append(Sample("gpu", labels, values, t0 + timedelta(minutes=minute)))
     return readings
 
 
-def batch(t0: datetime) -> IngestBatch:
-    """The readings as one ingest batch from :data:`NODE`."""
-    readings = samples(t0)
+def batch(t0: datetime, node: str) -> IngestBatch:
+    """``node``'s readings as one ingest batch."""
+    readings = samples(t0, node)
     gpus = {s.labels["uuid"]: gpu_info_dict(s) for s in readings}
     return IngestBatch.model_validate(
-        {"node": NODE, "gpus": list(gpus.values()), "samples": [reading_dict(s) for s in readings]}
+        {"node": node, "gpus": list(gpus.values()), "samples": [reading_dict(s) for s in readings]}
     )
 
 
@@ -90,6 +96,7 @@ def sacct_lines(t0: datetime) -> list[str]:
         line(703, "acct-a", "carol", "gres/gpu:h100=1,gres/gpu=1"),
         line(704, "acct-b", "dave", "gres/gpu=2"),
         line(705, "acct-a", "erin", "gres/gpu:h100=1,gres/gpu=1", BARE_NODE),
+        line(706, "acct-a", "frank", "gres/gpu:h100=4,gres/gpu=4", ",".join(PAIR)).replace("node=1", "node=2"),
     ]
 
 
@@ -104,8 +111,9 @@ def load(session, pricing) -> datetime:  # type: ignore[no-untyped-def]
     t0 = start_hour()
     for account, team in (("acct-a", "alpha"), ("acct-b", "beta")):
         map_account(session, account, team, actor="system:test")
-    Ingestor().store(session, batch(t0))
+    for node in READINGS:
+        Ingestor().store(session, batch(t0, node))
     result = import_sacct(session, sacct_lines(t0), source="rightsizing-scenario")
-    assert (result.jobs, result.errors) == (5, []), result
+    assert (result.jobs, result.errors) == (6, []), result
     rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
     return t0
