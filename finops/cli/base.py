@@ -34,6 +34,7 @@ SERVICE_COMMANDS: dict[str, str] = {
     "rollup": "report",
     "report": "report",
     "commitments": "commitments",
+    "rightsizing": "rightsizing",
     "demo": "demo",
     "db": "db",
     "import": "imports",

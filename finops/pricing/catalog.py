@@ -169,8 +169,67 @@ def normalise_name(name: str) -> str:
     return _SEPARATORS.sub("-", name.strip().casefold()).strip("-")
 
 
+GIB = 2**30
+"""Bytes in a GiB."""
+
+MIG_PROFILE_PATTERN = r"^([1-9][0-9]?)g\.([1-9][0-9]*)gb$"
+"""A MIG GPU instance profile as the NVIDIA MIG user guide names it: ``<compute slices>g.<memory GB>gb``
+(``1g.10gb``); the media-extension variants (``+me``) hold the same compute and memory and are not listed."""
+
+
+class MemorySize(BaseModel):
+    """A model's memory: ``gib`` as its datasheet names it (80 for "80GB"), and where that was read.
+
+    Datasheets' "GB" of HBM are GiB-sized and NVML reports a little less as usable (81,559 MiB ≈ 79.6 GiB on an
+    H100 80GB), so the size is a nominal one, compared as GiB against memory in use."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gib: Annotated[Decimal, BeforeValidator(_no_float), Field(gt=0, allow_inf_nan=False)]
+    source: Source
+
+    @property
+    def bytes(self) -> Decimal:
+        """The size in bytes (``gib`` × 2³⁰)."""
+        return self.gib * GIB
+
+
+class MigProfiles(BaseModel):
+    """The MIG GPU instance profiles a model supports (``1g.10gb`` …, :data:`MIG_PROFILE_PATTERN`), from the NVIDIA
+    MIG user guide's "Supported MIG Profiles" tables, and where they were read.
+
+    A profile's memory is the number in its name (GB, read as GiB like the model's own, :class:`MemorySize`;
+    ``nvidia-smi mig -lgip`` shows 9.75 GiB usable for ``1g.10gb`` on an H100 80GB); its share of the GPU's
+    compute, and so of its price, is its compute slices over the model's (:func:`finops.jobs.mig.mig_share`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    profiles: list[Annotated[str, Field(pattern=MIG_PROFILE_PATTERN)]] = Field(min_length=1)
+    source: Source
+
+    @field_validator("profiles")
+    @classmethod
+    def _distinct(cls, profiles: list[str]) -> list[str]:
+        repeated = sorted({profile for profile in profiles if profiles.count(profile) > 1})
+        if repeated:
+            raise ValueError(f"profile {repeated[0]!r} is listed twice")
+        return profiles
+
+    @staticmethod
+    def memory_gib(profile: str) -> int:
+        """The memory of ``profile`` in GiB, from its name (``"3g.40gb"`` -> 40); ValueError for another name."""
+        found = re.fullmatch(MIG_PROFILE_PATTERN, profile)
+        if found is None:
+            raise ValueError(f"{profile!r} is not a MIG profile such as 1g.10gb")
+        return int(found.group(2))
+
+
 class GpuModel(BaseModel):
-    """One catalog model: the names it covers (exact ``aliases``, ``match`` expressions) and its price rows."""
+    """One catalog model: the names it covers (exact ``aliases``, ``match`` expressions), its price rows, and,
+    optionally, its ``vendor`` (``nvidia``, ``amd``: code built for one does not run on the other's GPUs unchanged),
+    ``memory`` size and ``mig`` profiles (what right-sizing compares memory in use with,
+    :mod:`finops.analysis.rightsizing`). A model with ``mig`` needs a ``memory`` at least as large as its largest
+    profile's."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -178,6 +237,9 @@ class GpuModel(BaseModel):
     aliases: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
     match: list[str] = Field(min_length=1)
     prices: list[PriceRow] = Field(min_length=1)
+    vendor: Literal["nvidia", "amd"] | None = None
+    memory: MemorySize | None = None
+    mig: MigProfiles | None = None
     _patterns: list[re.Pattern[str]] = PrivateAttr(default_factory=list)
 
     @field_validator("match")
@@ -193,6 +255,17 @@ class GpuModel(BaseModel):
     def model_post_init(self, context: Any, /) -> None:
         """Compile the ``match`` expressions once, case-insensitive."""
         self._patterns = [re.compile(pattern, re.IGNORECASE) for pattern in self.match]
+
+    @model_validator(mode="after")
+    def _mig_within_memory(self) -> GpuModel:
+        if self.mig is None:
+            return self
+        if self.memory is None:
+            raise ValueError("mig profiles need the model's memory (memory.gib) beside them")
+        largest = max(self.mig.profiles, key=MigProfiles.memory_gib)
+        if MigProfiles.memory_gib(largest) > self.memory.gib:
+            raise ValueError(f"mig profile {largest!r} holds more memory than the model's {self.memory.gib} GiB")
+        return self
 
     @model_validator(mode="after")
     def _one_row_per_date(self) -> GpuModel:

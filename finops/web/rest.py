@@ -1,5 +1,5 @@
-"""The REST API under ``/api/v1`` (FastAPI router): costs, commitments, budgets, idle episodes, events, team
-rules, the price catalog and pricing rules.
+"""The REST API under ``/api/v1`` (FastAPI router): costs, commitments, budgets, idle episodes, right-sizing, events,
+team rules, the price catalog and pricing rules.
 
 Every route needs ``Authorization: Bearer <token>``, an API token or ``FINOPS_API_TOKEN``
 (:class:`finops.web.auth.ApiAuth`): reading needs any role, and a ``team`` token reads only its team's costs,
@@ -36,16 +36,19 @@ from finops.analysis.commitments import DEFAULT_DAYS, MAX_DAYS, MAX_MODEL_LENGTH
 from finops.analysis.events import EVENT_KINDS, list_events
 from finops.analysis.idle import list_episodes
 from finops.analysis.report import GroupBy, cost_report, report_csv, report_dicts, unpriced_by_model
+from finops.analysis.rightsizing import RightsizingPolicy, rightsizing, rightsizing_csv, rightsizing_dicts
 from finops.db.models import TEAM_RULE_KINDS
 from finops.jobs.teams import delete_rule, list_rules, set_rule
 from finops.pricing.catalog import CatalogError, OnPremRow, PriceCatalog, PricingModel, load_catalog
 from finops.pricing.rules import delete_pricing_rule, list_pricing_rules, set_pricing_rule
 from finops.pricing.store import catalog_in_force, import_catalog
 from finops.timeutil import month_start, next_month_start, utc_now
-from finops.web.auth import ApiAuth
+from finops.web.auth import ApiAuth, forbidden
 from finops.web.deps import instant, one_of, transaction, unprocessable
 
 MONTH_HELP = "Month as YYYY-MM (a year from 2000 to 2999)."
+_RIGHTSIZING = RightsizingPolicy()
+"""The right-sizing thresholds a request does not set."""
 RULE_KEY_MAX_LENGTH = 253
 """Longest label name of a team or pricing rule (characters): the width of ``team_rules.key`` and
 ``pricing_rules.key`` (a Kubernetes label prefix is a DNS subdomain of up to 253)."""
@@ -258,6 +261,45 @@ def create_router(
         team's jobs' episodes only."""
         period = instant(start, "start"), instant(end, "end")
         return [e.as_dict() for e in list_episodes(db, *period, team=caller.team_scope)]
+
+    @router.get("/rightsizing", response_model=None)
+    def rightsizing_findings(
+        db: db,
+        caller: reader,
+        start: Annotated[str, Query(description="Period start, ISO 8601 (UTC if no offset).")],
+        end: Annotated[str, Query(description="Period end (exclusive), ISO 8601.")],
+        by: Annotated[Literal["job", "user", "team"], Query(description="job, user or team.")] = "job",
+        team: Annotated[str | None, Query(max_length=MAX_NAME, description="Only jobs billed to this team.")] = None,
+        user: Annotated[str | None, Query(max_length=128, description="Only jobs of this user.")] = None,
+        idle_ratio: Annotated[float, Query(ge=0, le=1)] = _RIGHTSIZING.idle_ratio,
+        low_utilization_ratio: Annotated[float, Query(ge=0, le=1)] = _RIGHTSIZING.low_utilization_ratio,
+        memory_headroom: Annotated[Decimal, Query(ge=1, le=100, allow_inf_nan=False)] = _RIGHTSIZING.memory_headroom,
+        format: Annotated[Literal["json", "csv"], Query(description="json or csv.")] = "json",
+    ) -> Any:
+        """Right-sizing over [start, end), as ``gpu-finops rightsizing``: per job (GPUs requested and kept busy, the
+        request that suffices, the MIG profile or cheaper model its memory peak fits, the savings, the fix lines and
+        notes), or summed per user or team. Thresholds left out take
+        :class:`~finops.analysis.rightsizing.RightsizingPolicy`'s defaults. A team token: its team's jobs only (403
+        for another ``team``)."""
+        period = instant(start, "start"), instant(end, "end")
+        if caller.team_scope is not None and team not in (None, caller.team_scope):
+            raise forbidden(caller, f"a viewer token to read team {team!r}")
+        policy = RightsizingPolicy(idle_ratio, low_utilization_ratio, memory_headroom)
+        report = rightsizing(
+            db, *period, catalog=catalog_in_force(db, fallback_catalog), priced_at=utc_now(), policy=policy,
+            team=caller.team_scope or team, user=user,
+        )  # fmt: skip
+        if format == "csv":
+            return Response(rightsizing_csv(report, by), media_type="text/csv")
+        return {
+            "by": by,
+            "start": start,
+            "end": end,
+            "priced_at": report.priced_at.isoformat(),
+            "jobs_examined": report.jobs_examined,
+            "jobs_unmetered": report.jobs_unmetered,
+            "rows": rightsizing_dicts(report, by),
+        }
 
     @router.get("/events")
     def events(

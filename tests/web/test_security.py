@@ -126,6 +126,9 @@ READS = (
     "/api/v1/costs?group_by=job&format=csv",
     "/api/v1/budgets?month={month}",
     "/api/v1/idle-episodes",
+    "/api/v1/rightsizing?by=job",
+    "/api/v1/rightsizing?by=user",
+    "/api/v1/rightsizing?by=team",
     "/api/v1/events",
     "/api/v1/team-rules",
     "/api/v1/alerts?state=all",
@@ -139,7 +142,7 @@ def _read(run: Run, path: str, who: str | None) -> httpx.Response:
         first = session.scalar(select(func.min(GpuSample.ts)))
     assert first is not None
     period = {"start": (first - timedelta(days=1)).isoformat(), "end": (utc_now() + timedelta(days=1)).isoformat()}
-    params = period if "costs" in path or "idle" in path else {}
+    params = period if "costs" in path or "idle" in path or "rightsizing" in path else {}
     return httpx.get(f"{run.url}{path.format(month=run.month)}", params=params or None, headers=run.headers(who))
 
 
