@@ -41,6 +41,7 @@ from sqlalchemy.orm import Session
 from finops.analysis.budgets import BudgetStatus, budget_status, check_known_team
 from finops.analysis.idle import EpisodeTotals, episode_totals, list_episodes
 from finops.analysis.report import ReportRow, UnpricedModel, cost_report, printed_cents, unpriced_by_model
+from finops.analysis.rightsizing import JobFinding, rightsizing
 from finops.db.hours import pending_hours
 from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Budget, Team
 from finops.ledger.costmodel import CENT, float_decimal, quantize, round_preserving_total
@@ -206,15 +207,14 @@ def build_statement(
     statuses = budget_status(session, end, team=team, month=start)
     episodes = list_episodes(session, start, end, team=team)
     unpriced = unpriced_by_model(session, start, end, team=team)
-    if row is not None:
-        currency = row.currency
-    else:
-        currency = statuses[0].spend_currency if statuses else catalog_in_force(session, load_catalog()).currency
+    catalog = catalog_in_force(session, load_catalog())
+    fallback_currency = statuses[0].spend_currency if statuses else catalog.currency
+    currency = row.currency if row is not None else fallback_currency
     spent = printed_cents(team_rows, "allocated_cost")[0] if row is not None else Decimal("0.00")
     idle = printed_cents(team_rows, "idle_cost")[0] if row is not None else Decimal("0.00")
 
     reasons = unclassified_idle(row)
-    savings: list[Saving] | None = None  # right-sizing is not computed yet
+    savings = team_savings(rightsizing(session, start, end, catalog=catalog, priced_at=now, team=team).findings)
 
     sections = (
         _spend_section(row, spent, unpriced_text=_unpriced_note(unpriced)),
@@ -424,6 +424,23 @@ def idle_section(
     cents = round_preserving_total([r.cost for r in reasons])
     rows = tuple((r.title, r.gpu_hours, c) for r, c in zip(reasons, cents, strict=True))
     return Section("idle_by_reason", "Idle cost by reason", columns, rows, _totals(columns, rows), note=note)
+
+
+def team_savings(findings: Sequence[JobFinding]) -> list[Saving]:
+    """The statement's right-sizing rows from :func:`finops.analysis.rightsizing.rightsizing`'s findings: per job the
+    fewer GPUs it should have asked for when that saves anything (the GPU-hours it would not have held), else the
+    cheaper of its MIG profile and smaller model (the same GPU-hours, on less; 0 GPU-hours saved). A finding with no
+    saving of any kind (unpriced) keeps its change with an unknown saving."""
+    savings = []
+    for f in findings:
+        if f.count_fix is not None and f.saved_gpu_seconds > 0:
+            savings.append(Saving(f.job_id, f.user, f.count_fix, f.saved_gpu_seconds / 3600, f.count_saving))
+            continue
+        options = [(v, fix) for v, fix in ((f.mig_saving, f.mig_fix), (f.smaller_model_saving, f.model_fix)) if fix]
+        if options:
+            saving, fix = max(options, key=lambda option: option[0] or Decimal(0))
+            savings.append(Saving(f.job_id, f.user, str(fix), 0.0, saving))
+    return savings
 
 
 def rightsizing_section(savings: Sequence[Saving] | None) -> Section:

@@ -19,8 +19,8 @@ from tests.support import showback_scenario as scenario
 from tests.support.environment import debian_binary
 
 DASHBOARD = "https://finops.example.org/dash"
-JOBS = "table:has(th:text-is('Job')):not(:has(table))"
-"""The top jobs table: the innermost table with a column header ``Job``."""
+JOBS = "table:has(th:text-is('Job')):has(th:text-is('Idle')):not(:has(table))"
+"""The top jobs table: the innermost table with the column headers ``Job`` and ``Idle``."""
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def test_the_statement_email_renders_as_tables_in_chromium(browser: Browser, ema
     colours = [rows.nth(i).evaluate("r => getComputedStyle(r.cells[0]).backgroundColor + getComputedStyle(r)"
                                     ".backgroundColor") for i in range(3)]  # fmt: skip
     assert len(set(colours)) == 3, "a shaded header row above zebra rows"
-    assert page.get_by_text("Right-sizing savings are not computed yet.").is_visible()
+    assert page.get_by_text("#SBATCH --gres=gpu:1").is_visible()
     assert page.get_by_text("reason not classified", exact=True).is_visible()
 
     # The screenshot: the whole page, a white card on grey with text in it, the jobs table drawn where the DOM says.

@@ -83,8 +83,11 @@ def test_statement_figures_match_the_hand_computation(sessions) -> None:  # type
     assert "not classified yet" in idle.note
     assert f"{want.episodes} idle episodes" in idle.note and f"{want.episode_gpu_hours:,.2f} GPU-hours" in idle.note
 
+    # Job 7002 held two GPUs for 3 hours and used neither: one (the least a job keeps) would have saved 3 GPU-hours.
     rightsizing = statement.section("rightsizing")
-    assert rightsizing.rows == () and rightsizing.note == "Right-sizing savings are not computed yet."
+    ((job, user, change, hours_saved, saving),) = rightsizing.rows
+    assert (job, user, change, saving) == ("7002", "lars", "#SBATCH --gres=gpu:1", quantize(3 * scenario.rate(), CENT))
+    assert hours_saved == pytest.approx(3.0)
 
     assert statement.summary.startswith(f"Team vision spent {want.spend:,.2f} USD on GPUs in October 2026")
     assert f"{want.budget_used_percent} % of its 100.00 USD budget" in statement.summary
@@ -99,7 +102,7 @@ def test_statement_figures_match_the_hand_computation(sessions) -> None:  # type
 
     # The CSV: every row of every section with rows, the rows of each table adding up to the spend.
     rows = list(csv.DictReader(io.StringIO(statement_csv(statement))))
-    assert {r["section"] for r in rows} == {"spend", "budget", "top_jobs", "top_users", "idle_by_reason"}
+    assert {r["section"] for r in rows} == {"spend", "budget", "top_jobs", "top_users", "idle_by_reason", "rightsizing"}
     assert all((r["month"], r["team"], r["currency"]) == ("2026-10", "vision", "USD") for r in rows)
     for section in ("top_jobs", "top_users"):
         assert sum(Decimal(r["allocated_cost"]) for r in rows if r["section"] == section) == want.spend
@@ -108,7 +111,7 @@ def test_statement_figures_match_the_hand_computation(sessions) -> None:  # type
 
     text = statement_text(statement)
     assert text.startswith("GPU showback October 2026: team vision\n")
-    assert "Right-sizing savings are not computed yet." in text and "reason not classified" in text
+    assert "#SBATCH --gres=gpu:1" in text and "reason not classified" in text
 
 
 def test_month_to_date_statement_has_a_forecast(sessions) -> None:  # type: ignore[no-untyped-def]

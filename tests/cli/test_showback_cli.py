@@ -35,7 +35,7 @@ def test_statements_printed_and_written(sessions, database_url: str, tmp_path: P
     assert printed.exit_code == 0, printed.output
     assert "GPU showback October 2026: team nlp\n" in printed.stdout
     assert "GPU showback October 2026: team vision\n" in printed.stdout
-    assert "reason not classified" in printed.stdout and "Right-sizing savings are not computed yet." in printed.stdout
+    assert "reason not classified" in printed.stdout and "#SBATCH --gres=gpu:1" in printed.stdout
 
     html, table = tmp_path / "vision.html", tmp_path / "vision.csv"
     assert _showback(env, "--month", "2026-10", "--team", "vision", "--html", str(html)).stdout == f"wrote {html}\n"
