@@ -1,0 +1,114 @@
+"""A node's fabric and storage rates per hour (``node_io_hours``), from the ``node_io`` entries of its collector's
+batches (:class:`collector.contract.wire.NodeIo`), and how fast a node moved data over a period.
+
+Entries are folded into their node's hour and kind as they arrive: one more reading, its rate added to the sum and
+compared with the maximum, the hour's newest instant moved on. A collector sends its cycles in order, its spool oldest
+first, so an entry at or before the newest instant stored for its node, hour and kind has been stored already (a batch
+sent again after the collector missed the answer) and is not added twice. An entry arriving out of order (two
+collectors speaking for one node) is dropped the same way.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from collector.contract.wire import NodeIo
+from finops.db.dialect import upsert_accumulating
+from finops.db.models import Node, NodeIoHour
+from finops.timeutil import HOUR, from_epoch, to_epoch
+
+
+def store_node_io(session: Session, node: str, entries: Sequence[NodeIo]) -> int:
+    """Fold ``entries`` of node ``node`` (a hostname) into its hours, in the caller's transaction; returns how many
+    (entry, kind) rates were new. A node the database does not know stores nothing (its GPUs register it)."""
+    hours = sorted({entry.ts - entry.ts % HOUR for entry in entries})
+    if not hours:
+        return 0
+    found = session.execute(
+        select(Node.id, NodeIoHour.hour, NodeIoHour.kind, NodeIoHour.last_ts)
+        .outerjoin(NodeIoHour, (NodeIoHour.node_id == Node.id) & NodeIoHour.hour.in_([from_epoch(h) for h in hours]))
+        .where(Node.hostname == node)
+    ).all()
+    if not found:
+        return 0
+    node_id = found[0].id
+    stored = {(to_epoch(r.hour), r.kind): to_epoch(r.last_ts) for r in found if r.hour is not None}
+    cells: dict[tuple[int, str], list[tuple[int, float]]] = defaultdict(list)
+    for entry in entries:
+        hour = entry.ts - entry.ts % HOUR
+        for kind, rate in entry.rates().items():
+            if entry.ts > stored.get((hour, kind), -1):
+                cells[hour, kind].append((entry.ts, rate))
+    rows: list[dict[str, Any]] = [
+        {
+            "node_id": node_id,
+            "hour": from_epoch(hour),
+            "kind": kind,
+            "readings": len(values),
+            "rate_sum": sum(rate for _, rate in values),
+            "rate_max": max(rate for _, rate in values),
+            "last_ts": from_epoch(max(ts for ts, _ in values)),
+        }
+        for (hour, kind), values in sorted(cells.items())
+    ]
+    table: Any = NodeIoHour.__table__
+    upsert_accumulating(
+        session, table, rows, ("node_id", "hour", "kind"), ("readings", "rate_sum"), ("rate_max",), "last_ts"
+    )
+    return sum(row["readings"] for row in rows)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRate:
+    """How fast a node moved data of one kind over a period: ``mean`` bytes per second (each hour's mean weighted by
+    the seconds of the period in it) and ``peak``, the largest single reading of those hours; ``seconds`` of the
+    period that had readings of the kind."""
+
+    mean: float
+    peak: float
+    seconds: int
+
+
+def node_rates(
+    session: Session, periods: Iterable[tuple[int, datetime, datetime]]
+) -> dict[tuple[int, datetime, datetime], dict[str, NodeRate]]:
+    """Per (``nodes.id``, start, end) of ``periods``: kind → :class:`NodeRate` over [start, end) from the node's
+    hours (a period's part in an hour weighs that hour's mean); a kind without readings in the period is absent.
+    One query for all the periods' nodes and hours."""
+    wanted = list(dict.fromkeys(periods))
+    if not wanted:
+        return {}
+    first = min(to_epoch(start) for _, start, _ in wanted)
+    last = max(to_epoch(end) for _, _, end in wanted)
+    hours: dict[int, list[tuple[int, str, float, float]]] = defaultdict(list)
+    query = select(NodeIoHour.node_id, NodeIoHour.hour, NodeIoHour.kind, NodeIoHour.readings, NodeIoHour.rate_sum,
+                   NodeIoHour.rate_max).where(
+        NodeIoHour.node_id.in_(sorted({node for node, _, _ in wanted})),
+        NodeIoHour.hour >= from_epoch(first - first % HOUR),
+        NodeIoHour.hour < from_epoch(last),
+    )  # fmt: skip
+    for node_id, stored_hour, kind, readings, rate_sum, rate_max in session.execute(query):
+        hours[node_id].append((to_epoch(stored_hour), kind, rate_sum / readings, rate_max))
+    result: dict[tuple[int, datetime, datetime], dict[str, NodeRate]] = {}
+    for node_id, start, end in wanted:
+        lo, hi = to_epoch(start), to_epoch(end)
+        weighted: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        for hour, kind, mean, peak in hours[node_id]:
+            overlap = min(hi, hour + HOUR) - max(lo, hour)
+            if overlap <= 0:
+                continue
+            sums = weighted[kind]
+            sums[0] += mean * overlap
+            sums[1] += overlap
+            sums[2] = max(sums[2], peak)
+        result[node_id, start, end] = {
+            kind: NodeRate(total / seconds, peak, int(seconds)) for kind, (total, seconds, peak) in weighted.items()
+        }
+    return result
