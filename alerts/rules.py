@@ -37,7 +37,7 @@ from sqlalchemy import or_, select, text
 from sqlalchemy.orm import Session
 
 from alerts.config import DataQualityConfig, SilenceConfig, ThrottlingConfig
-from collector.contract.clocks_events import CLOCKS_EVENT_REASONS
+from collector.contract.clocks_events import POWER_MASK, THERMAL_MASK
 from finops.analysis.events import BUDGET_FORECAST, BUDGET_THRESHOLD, SPEND_ANOMALY, EventView
 from finops.analysis.idle import list_episodes
 from finops.analysis.quality import coverage, unattributed_causes
@@ -45,10 +45,6 @@ from finops.analysis.report import cost_report
 from finops.db.models import Allocation, Gpu, Job, Node, Team
 from finops.timeutil import from_epoch, next_month_start, to_epoch
 
-THERMAL_REASONS = ("sw_thermal", "hw_thermal", "hw_slowdown")
-POWER_REASONS = ("sw_power_cap", "hw_power_brake")
-THERMAL_MASK = sum(CLOCKS_EVENT_REASONS[name] for name in THERMAL_REASONS)
-POWER_MASK = sum(CLOCKS_EVENT_REASONS[name] for name in POWER_REASONS)
 THROTTLE_LOOKBACK = timedelta(hours=1)
 """How far back throttling runs are looked for; a run reaching further back counts from the window's start."""
 SILENCE_LOOKBACK = timedelta(hours=24)

@@ -18,7 +18,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from dashboards.charts import COST_COLOURS, USED
-from finops.analysis.idle import MEMORY_HELD_BYTES
+from finops.analysis.waste import MEMORY_HELD_BYTES
 from finops.ledger.costmodel import CENT
 
 Number = Decimal | float | int
