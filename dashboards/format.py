@@ -189,6 +189,8 @@ COLUMNS: dict[str, Column] = {
     "start": Column("Start (UTC)", "time"),
     "hours": Column("Duration (hours)", "number"),
     "memory_held": Column("Memory held", "flag", help=f"Over {MEMORY_HELD_BYTES // 2**20} MiB of GPU memory in use"),
+    "reason": Column("Probable reason", help="Why it idled, by the first rule that holds (docs/waste-reasons.md)"),
+    "evidence": Column("Evidence"),
     "episode_cost": Column("Episode cost ({currency})", "money"),
     "unpriced_model": Column("Unpriced GPU model"),
     # readings

@@ -31,7 +31,7 @@ from sqlalchemy import TextClause, delete, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from collector.contract.clocks_events import POWER_MASK, THERMAL_MASK
-from finops.analysis.waste import MEMORY_HELD_BYTES, EpisodeRun, ReasonPolicy, judge_episodes
+from finops.analysis.waste import MEMORY_HELD_BYTES, EpisodeRun, ReasonPolicy, Verdict, judge_episodes
 from finops.db.models import Allocation, Gpu, IdleEpisode, Job, Node, Team
 from finops.ledger.costmodel import capacity_cost
 from finops.ledger.rollup import unpriced_fix
@@ -289,9 +289,10 @@ def rejudge_idle(
 
 @dataclass(frozen=True, slots=True)
 class EpisodeView:
-    """An idle episode as people read it: where, whose, how long, what it cost. ``cost`` is None (unpriced) when
-    the GPU's model (``model``) had no price in effect: :attr:`unpriced_model` and :attr:`unpriced_fix` say which
-    and what to do."""
+    """An idle episode as people read it: where, whose, how long, what it cost, and why (``reason``, a key of
+    :data:`finops.analysis.waste.REASONS`, with its ``evidence``; None for an episode judged before reasons were).
+    ``cost`` is None (unpriced) when the GPU's model (``model``) had no price in effect: :attr:`unpriced_model` and
+    :attr:`unpriced_fix` say which and what to do."""
 
     node: str
     gpu_index: int
@@ -304,6 +305,13 @@ class EpisodeView:
     cost: Decimal | None
     currency: str
     model: str = ""
+    reason: str | None = None
+    evidence: str | None = None
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """The episode's reason and evidence, when it has been given one."""
+        return None if self.reason is None else Verdict(self.reason, self.evidence or "")
 
     @property
     def hours(self) -> float:
@@ -323,7 +331,7 @@ class EpisodeView:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, as the REST API and ``gpu-finops idle list`` give it: times ISO 8601 UTC, hours rounded to
         6 decimals, cost a decimal string, or null when unpriced, with ``unpriced_model`` and ``unpriced_fix`` set
-        (null for a priced episode)."""
+        (null for a priced episode); ``reason`` (key), ``reason_title`` and ``evidence`` (null when not judged)."""
         return {
             "node": self.node,
             "gpu_index": self.gpu_index,
@@ -338,6 +346,9 @@ class EpisodeView:
             "currency": self.currency,
             "unpriced_model": self.unpriced_model,
             "unpriced_fix": self.unpriced_fix,
+            "reason": self.reason,
+            "reason_title": None if self.verdict is None else self.verdict.title,
+            "evidence": self.evidence,
         }
 
 
@@ -410,6 +421,20 @@ def list_episodes(
     if partition is not None:
         query = query.where(Job.partition == partition)
     return [
-        EpisodeView(host, index, job_id, user, team, ep.start, ep.end, ep.memory_held, ep.cost, ep.currency, model)
+        EpisodeView(
+            host,
+            index,
+            job_id,
+            user,
+            team,
+            ep.start,
+            ep.end,
+            ep.memory_held,
+            ep.cost,
+            ep.currency,
+            model,
+            ep.reason,
+            ep.evidence,
+        )
         for ep, host, index, model, job_id, user, team in session.execute(query)
     ]

@@ -21,6 +21,8 @@ hours take the job's reason.
 
 from __future__ import annotations
 
+import csv
+import io
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -130,6 +132,37 @@ class _Attribution:
     job_means: dict[int, float | None] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class WasteReport:
+    """Idle cost by reason (:class:`ReasonCost` rows, sorted by team, month and reason precedence) and the
+    low-utilisation jobs (:class:`JobWaste`, costliest first) of one period."""
+
+    rows: list[ReasonCost]
+    jobs: list[JobWaste]
+
+
+def waste_report(
+    session: Session,
+    start: datetime,
+    end: datetime,
+    *,
+    team: str | None = None,
+    policy: ReasonPolicy = ReasonPolicy(),  # noqa: B008 - frozen dataclass: a safe default
+) -> WasteReport:
+    """Idle cost by reason per team and month over the ledger hours in [start, end) (UTC), and the jobs with such
+    hours whose mean utilisation is low or that left a GPU at ~0 % beside busy ones; ``team``'s only when given.
+    ``policy``: the thresholds of the jobs' reasons (those of stored episodes were applied when they were judged)."""
+    attribution = _attribute(session, start, end, team, policy)
+    names = _team_names(session, {team_id for team_id, _, _ in attribution.cells})
+    rows = [
+        ReasonCost(names[team_id], month, reason, sums.seconds, sums.cost, sums.unpriced, sums.currency)
+        for (team_id, month, reason), sums in attribution.cells.items()
+        if sums.seconds > 0 or sums.cost
+    ]
+    rows.sort(key=lambda r: (r.team, r.month, REASON_ORDER.index(r.reason)))
+    return WasteReport(rows, _jobs(session, attribution))
+
+
 def idle_cost_by_reason(
     session: Session,
     start: datetime,
@@ -138,18 +171,9 @@ def idle_cost_by_reason(
     team: str | None = None,
     policy: ReasonPolicy = ReasonPolicy(),  # noqa: B008 - frozen dataclass: a safe default
 ) -> list[ReasonCost]:
-    """Idle cost by reason per team and month over the ledger hours in [start, end) (UTC), ``team``'s only when
-    given: one row per team, month and reason with GPU time, sorted by team, month and reason precedence
-    (:data:`REASON_ORDER`). ``policy``: the thresholds of the jobs' reasons (those of stored episodes were applied
-    when they were judged)."""
-    attribution = _attribute(session, start, end, team, policy)
-    names = _team_names(session, {team_id for team_id, _, _ in attribution.cells})
-    rows = [
-        ReasonCost(names[team_id], month, reason, sums.seconds, sums.cost, sums.unpriced, sums.currency)
-        for (team_id, month, reason), sums in attribution.cells.items()
-        if sums.seconds > 0 or sums.cost
-    ]
-    return sorted(rows, key=lambda r: (r.team, r.month, REASON_ORDER.index(r.reason)))
+    """The idle cost by reason per team and month of :func:`waste_report`: one row per team, month and reason with
+    GPU time, sorted by team, month and reason precedence (:data:`REASON_ORDER`)."""
+    return waste_report(session, start, end, team=team, policy=policy).rows
 
 
 def low_utilization_jobs(
@@ -160,15 +184,18 @@ def low_utilization_jobs(
     team: str | None = None,
     policy: ReasonPolicy = ReasonPolicy(),  # noqa: B008 - frozen dataclass: a safe default
 ) -> list[JobWaste]:
-    """The jobs with job-held GPU-hours in [start, end) whose mean utilisation is low, or that left a GPU at ~0 %
-    beside busy ones (:func:`finops.analysis.waste.judge_job_gpu`), with their verdict and idle cost outside their
-    episodes' hours; costliest first."""
-    attribution = _attribute(session, start, end, team, policy)
+    """The low-utilisation jobs of :func:`waste_report`, costliest first: each with its verdict (:func:`finops.analysis.
+    waste.judge_job_gpu`) and its idle cost in the period outside its episodes' hours."""
+    return waste_report(session, start, end, team=team, policy=policy).jobs
+
+
+def _jobs(session: Session, attribution: _Attribution) -> list[JobWaste]:
+    """The :class:`JobWaste` of the jobs ``attribution`` gave a verdict, costliest first."""
     if not attribution.jobs:
         return []
     found = []
     query = select(Job.id, Job.job_id, Team.name, Job.user, Job.name, Job.gpus).join(Team, Team.id == Job.team_id)
-    for job_pk, job_id, team_name, user, name, gpus in session.execute(query.where(Job.id.in_(attribution.jobs))):
+    for job_pk, job_id, team_name, user, name, gpus in _chunked(session, query, Job.id, set(attribution.jobs)):
         verdicts = attribution.jobs[job_pk]
         _, verdict = max(verdicts.values(), key=lambda item: (item[0].seconds, item[1].reason))
         total = _Sums()
@@ -390,3 +417,61 @@ def job_dicts(jobs: Sequence[JobWaste]) -> list[dict[str, object]]:
         }
         for job in jobs
     ]
+
+
+def reason_csv(rows: Sequence[ReasonCost]) -> str:
+    """The rows of :func:`reason_dicts` as CSV text with a header line (empty without rows)."""
+    dicts = reason_dicts(rows)
+    out = io.StringIO()
+    if dicts:
+        writer = csv.DictWriter(out, fieldnames=list(dicts[0]))
+        writer.writeheader()
+        writer.writerows(dicts)
+    return out.getvalue()
+
+
+def reason_table(report: WasteReport, jobs_shown: int = 10) -> str:
+    """The report as fixed-width text: per team, month and reason the idle GPU-hours, unpriced GPU-hours and idle
+    cost (in cents that add up to the TOTAL line), then the ``jobs_shown`` costliest low-utilisation jobs with their
+    reason and evidence."""
+    if not report.rows:
+        return "No job-held GPU-hours in this period."
+    dicts = reason_dicts(report.rows)
+    headers = ["team", "month", "reason", "idle GPU-h", "unpriced GPU-h", "idle cost"]
+    lines = [
+        [str(d["team"]), str(d["month"]), str(d["title"]), f"{d['gpu_hours']:,.2f}", f"{d['unpriced_gpu_hours']:,.2f}",
+         "unpriced" if d["cost"] is None else f"{Decimal(str(d['cost'])):,.2f}"]
+        for d in dicts
+    ]  # fmt: skip
+    total = sum((Decimal(str(d["cost"] or 0)) for d in dicts), Decimal(0))
+    hours = sum(float(str(d["gpu_hours"])) for d in dicts)
+    unpriced = sum(float(str(d["unpriced_gpu_hours"])) for d in dicts)
+    lines.append(["TOTAL", "", "", f"{hours:,.2f}", f"{unpriced:,.2f}", f"{total:,.2f}"])
+    out = [f"Idle cost by reason, in {report.rows[0].currency} ('no reading': allocated cost of unmetered GPU-hours)"]
+    out += _aligned([headers, *lines], left=3)
+    if report.jobs:
+        shown = report.jobs[:jobs_shown]
+        out += ["", f"Low-utilisation jobs, costliest first ({len(shown)} of {len(report.jobs)}):"]
+        rows = [["job", "team", "user", "mean use", "idle GPU-h", "idle cost", "probable reason"]]
+        rows += [
+            [job.job_id, job.team, job.user, "—" if job.mean_utilization is None else f"{job.mean_utilization:.0%}",
+             f"{job.idle_gpu_seconds / 3600:,.2f}", f"{job.idle_cost:,.2f}",
+             f"{job.verdict.title}: {job.verdict.evidence}"]
+            for job in shown
+        ]  # fmt: skip
+        out += _aligned(rows, left=3, last_free=True)
+    return "\n".join(out)
+
+
+def _aligned(rows: Sequence[Sequence[str]], left: int, last_free: bool = False) -> list[str]:
+    """``rows`` of cells as lines: the first ``left`` columns left-aligned, the others right-aligned, two spaces
+    apart; with ``last_free`` the last column is left as it is (free text)."""
+    fixed = len(rows[0]) - (1 if last_free else 0)
+    widths = [max(len(row[i]) for row in rows) for i in range(fixed)]
+    lines = []
+    for row in rows:
+        cells = [
+            c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row[:fixed], widths, strict=True))
+        ]
+        lines.append("  ".join([*cells, *row[fixed:]]).rstrip())
+    return lines

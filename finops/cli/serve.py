@@ -235,7 +235,10 @@ def worker_app() -> FastAPI:
     token, api_token = _secrets(settings)
     catalog = load_pricing(settings).catalog
     limits = ingest_limits(settings)
-    return create_app(open_sessions(settings), token, ServiceMetrics(), api_token, catalog, limits=limits)
+    return create_app(
+        open_sessions(settings), token, ServiceMetrics(), api_token, catalog, limits=limits,
+        reasons=settings.reason_policy,
+    )  # fmt: skip
 
 
 @app.command()
@@ -337,6 +340,7 @@ def serve(
                 limits=ingest_limits(settings),
                 insecure_no_token=insecure,
                 readings_in_tsdb=settings.telemetry_source == "tsdb",
+                reasons=settings.reason_policy,
             ),
             None if jobs is None else jobs.stopping,
             **listen,

@@ -64,6 +64,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from collector.contract.wire import READING_COLUMNS, SIDE_PARTS, IngestBatch
+from finops.analysis.waste import ReasonPolicy
 from finops.ingest.limits import IngestLimits, ReadingBuckets, TimeWindow
 from finops.ingest.node_tokens import TokenHolder
 from finops.ingest.readings import Ingestor
@@ -256,6 +257,7 @@ def create_app(
     clock: Callable[[], float] = time.time,
     insecure_no_token: bool = False,
     readings_in_tsdb: bool = False,
+    reasons: ReasonPolicy | None = None,
 ) -> FastAPI:
     """The FastAPI application: ingest, health, metrics and the REST API (:mod:`finops.web.rest`).
 
@@ -269,6 +271,7 @@ def create_app(
     wall clock in epoch seconds that readings' times are judged against, and the nodes' token buckets run on.
     ``readings_in_tsdb`` (``FINOPS_TELEMETRY_SOURCE=tsdb``): ingest answers every authenticated batch 409
     (:data:`READINGS_IN_TSDB`), storing nothing: readings go to the TSDB, and GPUs are found there.
+    ``reasons``: the waste reasons' thresholds the REST API judges jobs with (default: the defaults).
     """
     limits = limits or IngestLimits()
     # The OpenAPI pages are served below, behind authentication.
@@ -276,7 +279,7 @@ def create_app(
     app.add_middleware(_BodyLimit, limit=REST_MAX_BODY_BYTES, exempt=frozenset({INGEST_PATH}))
     ingest_auth = IngestAuth(sessions, token, insecure_no_token)
     api_auth = ApiAuth(sessions, api_token, insecure_no_token)
-    app.include_router(create_router(sessions, api_auth, catalog))
+    app.include_router(create_router(sessions, api_auth, catalog, reasons))
     app.include_router(create_alerts_router(sessions, api_auth))
     ingestor = Ingestor()
     buckets = ReadingBuckets(limits.readings_per_second, limits.readings_burst, clock)

@@ -10,14 +10,23 @@ no capture holds a thermal or power reason active (every one shows ``gpu_idle`` 
 
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
+import httpx
+import orjson
 import pytest
+from click.testing import Result
 from sqlalchemy import select
+from typer.testing import CliRunner
 
+from alerts.render import Shown, render_group
+from alerts.rules import idle_candidates
+from finops.access.api_tokens import create_token
 from finops.analysis.idle import IdlePolicy, detect_idle
 from finops.analysis.report import cost_report
 from finops.analysis.waste import (
@@ -31,13 +40,16 @@ from finops.analysis.waste import (
     WAITING_ON_STORAGE,
 )
 from finops.analysis.waste_costs import idle_cost_by_reason, low_utilization_jobs, reason_dicts
+from finops.cli import app
 from finops.db.models import UNALLOCATED_TEAM, Gpu, IdleEpisode, Job, Node
 from finops.jobs.slurm_import import import_sacct
 from finops.jobs.teams import map_account
 from finops.ledger.rollup import rollup
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
-from finops.timeutil import to_epoch
+from finops.timeutil import to_epoch, utc_now
+from finops.web.app import create_app
 from tests.support.captured_node import CapturedNode
+from tests.support.servers import API_TOKEN, running
 from tests.support.waste_node import H100, L40S, RTX_4080, capture_row, edited, run_node, sacct_line, steady, switching
 
 T0 = datetime(2026, 3, 2, 10, tzinfo=UTC)
@@ -197,3 +209,71 @@ def test_episodes_are_judged_again_with_later_evidence(sessions, built: Built) -
     assert {nodes[gpu]: reason for gpu, reason in again if nodes[gpu] != "gpu-q-01"} == {
         "gpu-s-01": WAITING_ON_STORAGE, "gpu-n-01": WAITING_ON_NETWORK
     }  # fmt: skip
+
+
+def test_report_by_reason_on_the_command_line(sessions, built: Built) -> None:  # type: ignore[no-untyped-def]
+    url = sessions.kw["bind"].url.render_as_string(hide_password=False)
+
+    def report(*args: str) -> Result:
+        return CliRunner().invoke(
+            app, ["report", "--by", "reason", "--start", "2026-03-02", "--end", "2026-03-02", *args],
+            env={"FINOPS_DATABASE_URL": url},
+        )  # fmt: skip
+
+    table = report()
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert lines[0].startswith("Idle cost by reason, in USD")
+    storage = next(line for line in lines if line.startswith("storage "))
+    assert storage.split()[:4] == ["storage", "2026-03", "waiting", "on"]
+    assert any(line.startswith("TOTAL") for line in lines)
+    assert any("waiting on storage: mean utilisation 0 %; its idle episodes" in line for line in lines), "the jobs"
+    body = orjson.loads(report("--format", "json", "--team", "fabric").stdout)
+    assert [(r["team"], r["reason"]) for r in body["rows"]] == [("fabric", WAITING_ON_NETWORK)]
+    assert body["jobs"][0]["job_id"] == "709" and body["ledger_hours_pending"] == 0
+    rows = list(csv.DictReader(io.StringIO(report("--format", "csv").stdout)))
+    assert {row["team"] for row in rows} >= {"storage", "fabric", "dark"}
+    refused = report("--cluster", "orion")
+    assert refused.exit_code == 2 and "--by reason takes --team" in refused.output
+
+
+def test_idle_by_reason_over_rest_with_team_scoping(sessions, built: Built) -> None:  # type: ignore[no-untyped-def]
+    with sessions.begin() as session:
+        _, storage_token = create_token(session, "team", utc_now(), team="storage", actor="system:test")
+    with running(create_app(sessions, None, api_token=API_TOKEN)) as url:
+
+        def get(query: str, token: str = API_TOKEN) -> httpx.Response:
+            headers = {"Authorization": f"Bearer {token}"}
+            return httpx.get(f"{url}/api/v1/costs/idle-by-reason{query}", headers=headers, timeout=30)
+
+        everything = get("?month=2026-03").json()
+        assert everything["month"] == "2026-03"
+        assert {r["team"] for r in everything["rows"]} >= {"storage", "fabric", "over", "dark"}
+        with sessions() as session:
+            march = idle_cost_by_reason(session, datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 4, 1, tzinfo=UTC))
+        assert everything["rows"] == reason_dicts(march)
+        scoped = get("?month=2026-03", storage_token).json()
+        assert [(r["team"], r["reason"]) for r in scoped["rows"]] == [("storage", WAITING_ON_STORAGE)]
+        assert [j["job_id"] for j in scoped["jobs"]] == ["708"]
+        csv_text = get("?month=2026-03&format=csv", storage_token)
+        assert csv_text.headers["content-type"].startswith("text/csv")
+        assert next(csv.DictReader(io.StringIO(csv_text.text)))["reason"] == WAITING_ON_STORAGE
+        assert get("?month=2026-02").json()["rows"] == []
+        bad = get("?month=2026-13")
+        assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "month"]
+        assert get("?month=2026-03", "wrong").status_code == 401
+
+
+def test_the_idle_gpu_alert_says_the_probable_reason(sessions, built: Built) -> None:  # type: ignore[no-untyped-def]
+    with sessions() as session:
+        candidates = {c.labels["job"]: c for c in idle_candidates(session, T0 + timedelta(minutes=MINUTES), 1800, 150)}
+    storage = candidates["708"]
+    fields = dict(storage.annotations["fields"])
+    assert fields["Probable reason"].startswith("waiting on storage: 2.1 GB/s Lustre reads during the episode")
+    assert storage.annotations["summary"].endswith(
+        "Probably waiting on storage: 2.1 GB/s Lustre reads during the episode (node-wide, peak 2.1 GB/s)."
+    )
+    assert (storage.figures["reason"], storage.figures["evidence"][:8]) == (WAITING_ON_STORAGE, "2.1 GB/s")
+    assert dict(candidates["705"].annotations["fields"])["Probable reason"].startswith("stalled process: 0.6 GiB")
+    message = render_group([Shown("idle-gpu", "warning", storage.annotations)], [], {"job": "708"}, "")
+    assert "Probable reason: waiting on storage: 2.1 GB/s Lustre reads" in message.plain_text()
