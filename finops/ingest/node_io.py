@@ -1,5 +1,7 @@
 """A node's fabric and storage rates per hour (``node_io_hours``), from the ``node_io`` entries of its collector's
-batches (:class:`collector.contract.wire.NodeIo`), and how fast a node moved data over a period.
+batches (:class:`collector.contract.wire.NodeIo`) or, in the TSDB mode, from the collectors' counters in the TSDB
+(:meth:`finops.ingest.tsdb_source.TsdbTelemetry.store_node_rates`, :func:`replace_hours`), and how fast a node
+moved data over a period.
 
 Entries are folded into their node's hour and kind as they arrive: one more reading, its rate added to the sum and
 compared with the maximum, the hour's newest instant moved on. A collector sends its cycles in order, its spool oldest
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
 from collector.contract.wire import NodeIo
@@ -63,6 +65,45 @@ def store_node_io(session: Session, node: str, entries: Sequence[NodeIo]) -> int
         session, table, rows, ("node_id", "hour", "kind"), ("readings", "rate_sum"), ("rate_max",), "last_ts"
     )
     return sum(row["readings"] for row in rows)
+
+
+@dataclass(frozen=True, slots=True)
+class HourRate:
+    """One node's rate of one kind over one UTC hour (epoch start), bytes per second: ``readings`` instants, their
+    ``mean`` and ``peak``."""
+
+    node: str
+    hour: int
+    kind: str
+    readings: int
+    mean: float
+    peak: float
+
+
+def replace_hours(session: Session, hours: Iterable[int], rates: Iterable[HourRate]) -> int:
+    """Replace the ``node_io_hours`` rows of ``hours`` (epoch starts) by ``rates`` (those of nodes the database does
+    not know, or with no reading, left out), in the caller's transaction; returns the rows written."""
+    wanted = sorted(set(hours))
+    if not wanted:
+        return 0
+    session.execute(delete(NodeIoHour).where(NodeIoHour.hour.in_([from_epoch(h) for h in wanted])))
+    nodes = {name: node_id for node_id, name in session.execute(select(Node.id, Node.hostname))}
+    rows = [
+        {
+            "node_id": nodes[rate.node],
+            "hour": from_epoch(rate.hour),
+            "kind": rate.kind,
+            "readings": rate.readings,
+            "rate_sum": rate.mean * rate.readings,
+            "rate_max": rate.peak,
+            "last_ts": from_epoch(rate.hour + HOUR - 1),
+        }
+        for rate in rates
+        if rate.node in nodes and rate.readings > 0
+    ]
+    if rows:
+        session.execute(insert(NodeIoHour), rows)
+    return len(rows)
 
 
 @dataclass(frozen=True, slots=True)
