@@ -437,7 +437,7 @@ def judge_episodes(session: Session, runs: Sequence[EpisodeRun], policy: ReasonP
     rates = node_rates(session, [(run.node_id, from_epoch(run.start), from_epoch(run.end)) for run in runs])
     verdicts = []
     for run in runs:
-        gpu_mean, sibling_mean = _means(usage.get(run.job_pk, {}), run.gpu_id)
+        gpu_mean, sibling_mean = _means(usage_means(usage.get(run.job_pk, {}))[1], run.gpu_id)
         facts = EpisodeFacts(
             partition=run.partition,
             job_name=run.job_name,
@@ -490,22 +490,26 @@ def gpu_usage(session: Session, job_pks: Iterable[int], chunk: int = 1000) -> di
     return usage
 
 
-def _means(usage: GpuUsage, gpu_id: int) -> tuple[float | None, float | None]:
-    """(the GPU's mean utilisation, the busiest other GPU's) of a job's :data:`GpuUsage`; None where unmetered."""
-    means = {gpu: used / seconds for gpu, (used, seconds) in usage.items() if seconds > 0}
+def usage_means(usage: GpuUsage) -> tuple[float | None, dict[int, float]]:
+    """A job's mean utilisation over its metered GPU-seconds (None: none metered) and each metered GPU's, from its
+    :data:`GpuUsage`."""
+    used = sum(u for u, _ in usage.values())
+    metered = sum(s for _, s in usage.values())
+    means = {gpu: u / seconds for gpu, (u, seconds) in usage.items() if seconds > 0}
+    return (used / metered if metered else None), means
+
+
+def _means(means: Mapping[int, float], gpu_id: int) -> tuple[float | None, float | None]:
+    """(the GPU's mean utilisation, the busiest other GPU's) of a job's per-GPU means; None where unmetered."""
     others = [mean for gpu, mean in means.items() if gpu != gpu_id]
     return means.get(gpu_id), (max(others) if others else None)
 
 
-def job_gpu_facts(usage: GpuUsage, gpu_id: int, **job: Any) -> JobGpuFacts:
-    """The :class:`JobGpuFacts` of GPU ``gpu_id`` of a job with ledger ``usage``; ``job``: its ``partition``,
-    ``job_name`` and ``episodes``."""
-    used = sum(u for u, _ in usage.values())
-    metered = sum(s for _, s in usage.values())
-    gpu_mean, sibling_mean = _means(usage, gpu_id)
-    return JobGpuFacts(
-        job_mean=used / metered if metered else None, gpu_mean=gpu_mean, sibling_mean=sibling_mean, **job
-    )
+def job_gpu_facts(job_mean: float | None, means: Mapping[int, float], gpu_id: int, **job: Any) -> JobGpuFacts:
+    """The :class:`JobGpuFacts` of GPU ``gpu_id`` of a job with the mean utilisations :func:`usage_means` gives;
+    ``job``: its ``partition``, ``job_name`` and ``episodes``."""
+    gpu_mean, sibling_mean = _means(means, gpu_id)
+    return JobGpuFacts(job_mean=job_mean, gpu_mean=gpu_mean, sibling_mean=sibling_mean, **job)
 
 
 def episode_summaries(

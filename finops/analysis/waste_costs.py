@@ -44,8 +44,9 @@ from finops.analysis.waste import (
     gpu_usage,
     job_gpu_facts,
     judge_job_gpu,
+    usage_means,
 )
-from finops.db.dialect import insert_rows
+from finops.db.dialect import analyze, insert_rows
 from finops.db.models import IdleEpisode, Job, LedgerEntry, Team
 from finops.db.sqltypes import Money
 from finops.ledger.costmodel import round_preserving_total
@@ -241,10 +242,11 @@ def _attribute(
     for job_pk, reason, lo, hi, evidence in _chunked(session, episode_query, IdleEpisode.job_pk, job_pks):
         episodes[job_pk].append((reason, lo, hi, evidence))
     summaries = {job_pk: episode_summaries(rows) for job_pk, rows in episodes.items()}
+    means = {job_pk: usage_means(usage.get(job_pk, {})) for job_pk in job_pks}
     for (team_id, job_pk, gpu_id, month), (left, unmetered) in remainders.items():
         partition, name = jobs[job_pk]
         facts = job_gpu_facts(
-            usage.get(job_pk, {}), gpu_id, partition=partition, job_name=name, episodes=summaries.get(job_pk, {})
+            *means[job_pk], gpu_id, partition=partition, job_name=name, episodes=summaries.get(job_pk, {})
         )
         result.job_means[job_pk] = facts.job_mean
         verdict = judge_job_gpu(facts, policy)
@@ -343,6 +345,7 @@ def _claimed_by_episodes(
             & (LedgerEntry.gpu_id == _EPISODE_HOURS.c.gpu_id)
             & (LedgerEntry.hour == _EPISODE_HOURS.c.hour),
         )
+        .where(LedgerEntry.hour >= lo, LedgerEntry.hour < hi)
         .group_by(_EPISODE_HOURS.c.job_pk, _EPISODE_HOURS.c.gpu_id, _EPISODE_HOURS.c.reason)
     )
     claimed: dict[tuple[int, int], dict[str, _Sums]] = defaultdict(dict)
@@ -358,12 +361,14 @@ def _load_claims(connection: Connection, rows: Sequence[tuple[int, int, int, str
     connection.execute(
         text(
             f"CREATE TEMPORARY TABLE IF NOT EXISTS {EPISODE_HOURS_TABLE} (job_pk INTEGER NOT NULL, "
-            "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, reason VARCHAR(32) NOT NULL)"
+            "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, reason VARCHAR(32) NOT NULL, "
+            "PRIMARY KEY (job_pk, gpu_id, hour))"
         )
     )
     connection.execute(text(f"DELETE FROM {EPISODE_HOURS_TABLE}"))  # noqa: S608 - a constant
     names = ("job_pk", "gpu_id", "hour", "reason")
     insert_rows(connection, _EPISODE_HOURS, [dict(zip(names, row, strict=True)) for row in rows])
+    analyze(connection, EPISODE_HOURS_TABLE)
 
 
 def _chunked(session: Session, query: Any, key: Any, values: set[int], chunk: int = 1000) -> Iterator[Any]:
