@@ -35,7 +35,7 @@ from __future__ import annotations
 import fnmatch
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -466,7 +466,7 @@ def _with_reference_clock(session: Session, facts: EpisodeFacts, run: EpisodeRun
             GpuSample.ts < from_epoch(run.end),
         )
     )
-    return EpisodeFacts(**{**{f.name: getattr(facts, f.name) for f in fields(facts)}, "reference_sm_clock": clock})
+    return replace(facts, reference_sm_clock=clock)
 
 
 GpuUsage = dict[int, tuple[float, int]]

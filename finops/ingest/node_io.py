@@ -128,7 +128,7 @@ def node_rates(
         return {}
     first = min(to_epoch(start) for _, start, _ in wanted)
     last = max(to_epoch(end) for _, _, end in wanted)
-    hours: dict[int, list[tuple[int, str, float, float]]] = defaultdict(list)
+    hours: dict[tuple[int, int], list[tuple[str, float, float]]] = defaultdict(list)
     query = select(NodeIoHour.node_id, NodeIoHour.hour, NodeIoHour.kind, NodeIoHour.readings, NodeIoHour.rate_sum,
                    NodeIoHour.rate_max).where(
         NodeIoHour.node_id.in_(sorted({node for node, _, _ in wanted})),
@@ -136,19 +136,18 @@ def node_rates(
         NodeIoHour.hour < from_epoch(last),
     )  # fmt: skip
     for node_id, stored_hour, kind, readings, rate_sum, rate_max in session.execute(query):
-        hours[node_id].append((to_epoch(stored_hour), kind, rate_sum / readings, rate_max))
+        hours[node_id, to_epoch(stored_hour)].append((kind, rate_sum / readings, rate_max))
     result: dict[tuple[int, datetime, datetime], dict[str, NodeRate]] = {}
     for node_id, start, end in wanted:
         lo, hi = to_epoch(start), to_epoch(end)
         weighted: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-        for hour, kind, mean, peak in hours[node_id]:
+        for hour in range(lo - lo % HOUR, hi, HOUR):
             overlap = min(hi, hour + HOUR) - max(lo, hour)
-            if overlap <= 0:
-                continue
-            sums = weighted[kind]
-            sums[0] += mean * overlap
-            sums[1] += overlap
-            sums[2] = max(sums[2], peak)
+            for kind, mean, peak in hours.get((node_id, hour), ()):
+                sums = weighted[kind]
+                sums[0] += mean * overlap
+                sums[1] += overlap
+                sums[2] = max(sums[2], peak)
         result[node_id, start, end] = {
             kind: NodeRate(total / seconds, peak, int(seconds)) for kind, (total, seconds, peak) in weighted.items()
         }
