@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from sqlalchemy import Connection, Table, TableClause, delete, false, func, insert, text
+from sqlalchemy import Connection, Table, TableClause, delete, false, insert, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -121,33 +121,10 @@ def _stage_and_upsert(
     )
 
 
-def upsert_accumulating(
-    session: Session,
-    table: Table,
-    rows: list[dict[str, Any]],
-    keys: Sequence[str],
-    added: Sequence[str],
-    largest: Sequence[str],
-    newer: str,
-) -> None:
-    """Insert ``rows`` into ``table``; a row whose ``keys`` exist already is folded into the stored one instead: its
-    ``added`` columns added to the stored values, its ``largest`` columns the larger of the two, but only when its
-    ``newer`` column is greater than the stored one (else it is left out: taken for a replay). Values go through the
-    columns' types. ``INSERT … ON CONFLICT … DO UPDATE … WHERE`` on both databases (SQLite ≥ 3.24); the larger of
-    two is ``GREATEST`` on PostgreSQL, the two-argument ``max`` on SQLite."""
-    if not rows:
-        return
-    dialect = session.get_bind().dialect.name
-    statement = (sqlite.insert if dialect == "sqlite" else postgresql.insert)(table)
-    excluded = statement.excluded
-    larger = func.max if dialect == "sqlite" else func.greatest
-    values: dict[str, Any] = {name: table.c[name] + excluded[name] for name in added}
-    values.update({name: larger(table.c[name], excluded[name]) for name in largest})
-    values[newer] = excluded[newer]
-    session.execute(
-        statement.on_conflict_do_update(index_elements=list(keys), set_=values, where=table.c[newer] < excluded[newer]),
-        rows,
-    )
+def larger_of_two(connection: Connection) -> str:
+    """The SQL function that gives the larger of two values: ``GREATEST`` on PostgreSQL, the two-argument ``max`` on
+    SQLite (which has no ``GREATEST``; its one-argument ``max`` is the aggregate)."""
+    return "MAX" if connection.dialect.name == "sqlite" else "GREATEST"
 
 
 def serialise_transactions(session: Session, key: int, mapped: type[Any]) -> None:

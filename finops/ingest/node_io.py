@@ -18,53 +18,55 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, insert, select, text
 from sqlalchemy.orm import Session
 
 from collector.contract.wire import NodeIo
-from finops.db.dialect import upsert_accumulating
+from finops.db.dialect import larger_of_two
 from finops.db.models import Node, NodeIoHour
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
+_FOLD = """
+WITH entry (hour, kind, ts, rate) AS (VALUES {values}),
+node AS (SELECT id FROM nodes WHERE hostname = :node),
+fresh AS (
+    SELECT node.id AS node_id, entry.hour, entry.kind, entry.ts, entry.rate
+    FROM entry CROSS JOIN node
+    LEFT JOIN node_io_hours stored
+        ON stored.node_id = node.id AND stored.hour = entry.hour AND stored.kind = entry.kind
+    WHERE stored.last_ts IS NULL OR entry.ts > stored.last_ts
+)
+INSERT INTO node_io_hours (node_id, hour, kind, readings, rate_sum, rate_max, last_ts)
+SELECT node_id, hour, kind, COUNT(*), SUM(rate), MAX(rate), MAX(ts) FROM fresh WHERE true
+GROUP BY node_id, hour, kind
+ON CONFLICT (node_id, hour, kind) DO UPDATE SET
+    readings = node_io_hours.readings + excluded.readings,
+    rate_sum = node_io_hours.rate_sum + excluded.rate_sum,
+    rate_max = {larger}(node_io_hours.rate_max, excluded.rate_max),
+    last_ts = excluded.last_ts
+WHERE node_io_hours.last_ts < excluded.last_ts
+"""
+"""Folds entries (``:h<i>``, ``:k<i>``, ``:t<i>``, ``:r<i>``: hour, kind, instant, rate) of node ``:node`` into its
+hours in one statement: those at or before their hour's newest stored instant are left out, the others summed per
+hour and kind and added (``WHERE true`` lets SQLite tell the upsert from a join)."""
+
 
 def store_node_io(session: Session, node: str, entries: Sequence[NodeIo]) -> int:
-    """Fold ``entries`` of node ``node`` (a hostname) into its hours, in the caller's transaction; returns how many
-    (entry, kind) rates were new. A node the database does not know stores nothing (its GPUs register it)."""
-    hours = sorted({entry.ts - entry.ts % HOUR for entry in entries})
-    if not hours:
-        return 0
-    found = session.execute(
-        select(Node.id, NodeIoHour.hour, NodeIoHour.kind, NodeIoHour.last_ts)
-        .outerjoin(NodeIoHour, (NodeIoHour.node_id == Node.id) & NodeIoHour.hour.in_([from_epoch(h) for h in hours]))
-        .where(Node.hostname == node)
-    ).all()
-    if not found:
-        return 0
-    node_id = found[0].id
-    stored = {(to_epoch(r.hour), r.kind): to_epoch(r.last_ts) for r in found if r.hour is not None}
-    cells: dict[tuple[int, str], list[tuple[int, float]]] = defaultdict(list)
+    """Fold ``entries`` of node ``node`` (a hostname) into its hours, in the caller's transaction, in one statement
+    (:data:`_FOLD`); returns how many (hour, kind) rows it wrote. A node the database does not know stores nothing
+    (its GPUs register it)."""
+    parameters: dict[str, Any] = {"node": node}
     for entry in entries:
         hour = entry.ts - entry.ts % HOUR
         for kind, rate in entry.rates().items():
-            if entry.ts > stored.get((hour, kind), -1):
-                cells[hour, kind].append((entry.ts, rate))
-    rows: list[dict[str, Any]] = [
-        {
-            "node_id": node_id,
-            "hour": from_epoch(hour),
-            "kind": kind,
-            "readings": len(values),
-            "rate_sum": sum(rate for _, rate in values),
-            "rate_max": max(rate for _, rate in values),
-            "last_ts": from_epoch(max(ts for ts, _ in values)),
-        }
-        for (hour, kind), values in sorted(cells.items())
-    ]
-    table: Any = NodeIoHour.__table__
-    upsert_accumulating(
-        session, table, rows, ("node_id", "hour", "kind"), ("readings", "rate_sum"), ("rate_max",), "last_ts"
-    )
-    return sum(row["readings"] for row in rows)
+            i = len(parameters) // 4
+            parameters.update({f"h{i}": hour, f"k{i}": kind, f"t{i}": entry.ts, f"r{i}": rate})
+    count = len(parameters) // 4
+    if not count:
+        return 0
+    values = ", ".join(f"(:h{i}, :k{i}, :t{i}, :r{i})" for i in range(count))
+    statement = _FOLD.format(values=values, larger=larger_of_two(session.connection()))
+    return int(getattr(session.execute(text(statement), parameters), "rowcount", 0) or 0)
 
 
 @dataclass(frozen=True, slots=True)
