@@ -7,8 +7,9 @@ still firing, or resolved when a rule stops returning them).
 - ``budget-50`` / ``budget-80`` / ``budget-100`` / ``budget-forecast`` / ``spend-anomaly``: one alert per event;
   a budget alert lasts until its month ends, an anomaly until the end of the day after the anomalous day.
 - ``idle-gpu``: idle episodes (:mod:`finops.analysis.idle`, already at least the idle window long) still open at ``now``
-  (their end within the idle max gap of ``now``), one alert per job with its GPUs, cost so far and owner (an
-  episode on a GPU whose model has no price is said unpriced, with the fix, never counted as 0).
+  (their end within the idle max gap of ``now``), one alert per job with its GPUs, cost so far, owner and probable
+  waste reason with its evidence (:mod:`finops.analysis.waste`; that of its open episodes with the most GPU-time)
+  (an episode on a GPU whose model has no price is said unpriced, with the fix, never counted as 0).
 - ``throttling``: an allocated GPU whose readings show a thermal (``sw_thermal``, ``hw_thermal``,
   ``hw_slowdown``) or power (``sw_power_cap``, ``hw_power_brake``) clocks-event reason on every reading from
   the first throttled reading after its newest unthrottled one to its newest reading, at least ``for`` apart,
@@ -37,18 +38,15 @@ from sqlalchemy import or_, select, text
 from sqlalchemy.orm import Session
 
 from alerts.config import DataQualityConfig, SilenceConfig, ThrottlingConfig
-from collector.contract.clocks_events import CLOCKS_EVENT_REASONS
+from collector.contract.clocks_events import POWER_MASK, THERMAL_MASK
 from finops.analysis.events import BUDGET_FORECAST, BUDGET_THRESHOLD, SPEND_ANOMALY, EventView
-from finops.analysis.idle import list_episodes
+from finops.analysis.idle import EpisodeView, list_episodes
 from finops.analysis.quality import coverage, unattributed_causes
 from finops.analysis.report import cost_report
+from finops.analysis.waste import RULES, Verdict
 from finops.db.models import Allocation, Gpu, Job, Node, Team
 from finops.timeutil import from_epoch, next_month_start, to_epoch
 
-THERMAL_REASONS = ("sw_thermal", "hw_thermal", "hw_slowdown")
-POWER_REASONS = ("sw_power_cap", "hw_power_brake")
-THERMAL_MASK = sum(CLOCKS_EVENT_REASONS[name] for name in THERMAL_REASONS)
-POWER_MASK = sum(CLOCKS_EVENT_REASONS[name] for name in POWER_REASONS)
 THROTTLE_LOOKBACK = timedelta(hours=1)
 """How far back throttling runs are looked for; a run reaching further back counts from the window's start."""
 SILENCE_LOOKBACK = timedelta(hours=24)
@@ -174,7 +172,8 @@ def idle_candidates(session: Session, now: datetime, window_seconds: int, max_ga
     """One candidate per job holding GPUs in an idle episode still open at ``now`` (episode end at or after
     ``now`` − ``max_gap_seconds``): its GPUs, cost of the open episodes so far, owner. Episodes on GPUs whose model
     has no price are not counted in the cost as 0: the figures name their models (``unpriced_models``, ``cost``
-    null when no episode is priced) and the summary says they are unpriced and how to fix it."""
+    null when no episode is priced) and the summary says they are unpriced and how to fix it. The probable reason
+    (:func:`probable_reason`) is a field and the summary's last sentence, and ``reason``/``evidence`` figures."""
     since = now - timedelta(seconds=max_gap_seconds)
     by_job: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for episode in list_episodes(session, since, now + timedelta(seconds=1)):
@@ -203,11 +202,13 @@ def idle_candidates(session: Session, now: datetime, window_seconds: int, max_ga
         else:
             costing, cost_text = f"costing {money(cost, currency)} so far", money(cost, currency)
         unpriced_text = "No price for " + "; ".join(f"{model!r}: {fix}" for model, fix in sorted(fixes.items()))
+        verdict = probable_reason(episodes)
         summary = (
             f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''} of job {job_id} (user {user}, team {team}) have been "
             f"idle for {idle_for}, {costing}"
             + (" while holding GPU memory." if held else ".")
             + (f" {unpriced_text}." if fixes else "")
+            + ("" if verdict is None else f" {verdict.sentence()[0].upper()}{verdict.sentence()[1:]}.")
         )
         fields = [
             ["Team", team],
@@ -218,6 +219,8 @@ def idle_candidates(session: Session, now: datetime, window_seconds: int, max_ga
             ["Cost so far", cost_text],
             ["Memory held", "yes" if held else "no"],
         ]
+        if verdict is not None:
+            fields.append(["Probable reason", f"{verdict.title}: {verdict.evidence}"])
         if fixes:
             fields.append(["Unpriced", unpriced_text])
         found.append(
@@ -239,11 +242,31 @@ def idle_candidates(session: Session, now: datetime, window_seconds: int, max_ga
                     "unpriced_models": sorted(fixes),
                     "idle_since": since_start.isoformat(),
                     "memory_held": held,
+                    "reason": None if verdict is None else verdict.reason,
+                    "evidence": None if verdict is None else verdict.evidence,
                 },
                 starts_at=since_start + timedelta(seconds=window_seconds),
             )
         )
     return found
+
+
+def probable_reason(episodes: Sequence[EpisodeView]) -> Verdict | None:
+    """The reason of the episodes (one job's) that covers the most GPU-time, the rules' precedence breaking ties, with
+    the evidence of its longest episode; None when none has been judged."""
+    hours: dict[str, float] = defaultdict(float)
+    longest: dict[str, tuple[float, Verdict]] = {}
+    for episode in episodes:
+        verdict = episode.verdict
+        if verdict is None:
+            continue
+        hours[verdict.reason] += episode.hours
+        if episode.hours > longest.get(verdict.reason, (-1.0, verdict))[0]:
+            longest[verdict.reason] = (episode.hours, verdict)
+    if not hours:
+        return None
+    order = [rule.reason for rule in RULES]
+    return longest[max(hours, key=lambda key: (hours[key], -order.index(key)))][1]
 
 
 # --- throttling ---------------------------------------------------------------------------------------------

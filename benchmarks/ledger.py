@@ -23,9 +23,17 @@ Workload, generated in SQL (``generate_series``, ``INSERT … SELECT``), determi
   counter that grows by 14-34 kJ a minute and is reset once on one GPU in 128, and a 3-hour collector outage
   on some nodes.
 
+For the waste reasons (docs/waste-reasons.md), not part of the readings: each node's fabric and storage rates per hour
+(``node_io_hours``: InfiniBand, Lustre, NFS and disk; the storage rates high for one node-hour in 20, InfiniBand for
+one in 30, background otherwise) and one job in 20 named as an Open OnDemand Jupyter session. The readings have no
+clocks-event reasons and no memory held while idle, so no episode is throttled or a stalled process.
+
 Timed, each printed beside its goal: the data generation; ``finops.ledger.rollup.rollup`` of the whole month into an
 empty ledger (cold); ``finops.analysis.idle.rejudge_idle`` over the hours it rebuilt (what a month-old backfill
-costs besides the ledger); a re-rollup after one day is marked dirty (incremental);
+costs besides the ledger), with the part of it spent judging the episodes' waste reasons
+(``finops.analysis.waste.judge_episodes``) and the episodes by reason; the idle cost by reason of the month
+(``finops.analysis.waste_costs.waste_report``: every job-held GPU-hour given a reason); a re-rollup after one day is
+marked dirty (incremental);
 ``finops.analysis.report.cost_report`` of the month by team (median of ``--report-runs`` warm runs, after ``VACUUM
 ANALYZE ledger`` as autovacuum would run it after the bulk load); ``finops.analysis.budgets.budget_status``;
 ``finops.analysis.commitments.commitment_report`` of the month (the demand series of the rented GPUs read from the
@@ -42,16 +50,19 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Connection, Engine, make_url, text
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import finops.analysis.idle  # noqa: E402
 from finops.analysis.budgets import budget_status  # noqa: E402
 from finops.analysis.commitments import commitment_report  # noqa: E402
 from finops.analysis.idle import IdlePolicy, rejudge_idle  # noqa: E402
 from finops.analysis.report import cost_report  # noqa: E402
+from finops.analysis.waste_costs import waste_report  # noqa: E402
 from finops.db.engine import downgrade, make_engine, session_factory, upgrade  # noqa: E402
 from finops.ledger.rollup import rollup  # noqa: E402
 from finops.pricing.catalog import (  # noqa: E402
@@ -269,6 +280,39 @@ def generate(engine: Engine, nodes: int, days: int) -> dict[str, float]:
     return timings
 
 
+def reason_inputs(engine: Engine, days: int) -> float:
+    """Replace the nodes' hourly fabric and storage rates and name one job in 20 as a Jupyter session (module
+    docstring); returns the seconds it took."""
+    start = to_epoch(MONTH)
+    began = time.perf_counter()
+    with engine.begin() as c:
+        _exec(c, "DELETE FROM node_io_hours")
+        # Per node-hour one draw for storage, one for InfiniBand; rates in bytes per second, mean and peak.
+        _exec(
+            c,
+            """
+            INSERT INTO node_io_hours (node_id, hour, kind, readings, rate_sum, rate_max, last_ts)
+            SELECT n.id, h, k.kind, 360, 360 * k.rate, 1.6 * k.rate, h + 3590
+            FROM nodes n CROSS JOIN generate_series(:start, :start + (:days * 24 - 1) * 3600, 3600) h
+            CROSS JOIN LATERAL (SELECT random() AS r_storage, random() AS r_fabric, random() AS r_level
+                                WHERE n.id IS NOT NULL AND h IS NOT NULL) d
+            CROSS JOIN LATERAL (VALUES
+                ('lustre_read', CASE WHEN d.r_storage < 0.05 THEN 2e8 + d.r_level * 2.8e9 ELSE d.r_level * 5e6 END),
+                ('nfs_read', d.r_level * 2e6),
+                ('disk_read', d.r_level * 1e7),
+                ('infiniband_received',
+                 CASE WHEN d.r_fabric < 0.033 THEN 2e8 + d.r_level * 5e9 ELSE d.r_level * 1e6 END),
+                ('infiniband_transmitted', d.r_level * 1e6)
+            ) AS k(kind, rate)""",
+            start=start,
+            days=days,
+        )
+        _exec(c, "UPDATE jobs SET name = CASE WHEN id % 20 = 0 THEN 'sys/dashboard/sys/jupyter' ELSE 'train' END")
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+        _exec(c, "VACUUM ANALYZE node_io_hours")
+    return time.perf_counter() - began
+
+
 def counts(engine: Engine) -> dict[str, int]:
     """Row counts of the tables the benchmark fills."""
     queries = {
@@ -302,6 +346,23 @@ def _data_present(engine: Engine, nodes: int, days: int) -> bool:
     return (
         found[0] == nodes * GPUS_PER_NODE and found[1] is not None and found[1] >= to_epoch(MONTH) + (days - 1) * 86400
     )
+
+
+def _timed_judging() -> list[float]:
+    """Count the seconds :func:`finops.analysis.waste.judge_episodes` takes inside idle detection from now on:
+    the returned list's one element grows by each call's time."""
+    spent = [0.0]
+    judge = finops.analysis.idle.judge_episodes
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return judge(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - began
+
+    finops.analysis.idle.judge_episodes = timed  # type: ignore[assignment]
+    return spent
 
 
 def main() -> None:
@@ -355,6 +416,7 @@ def main() -> None:
             )
         if args.generate_only:
             return
+        print(f"waste reason inputs (node rates per hour, job names): {reason_inputs(engine, args.days):.1f} s")
 
         load_before = os.getloadavg()[0]
         began = time.perf_counter()
@@ -370,13 +432,30 @@ def main() -> None:
         )
         # The month is in the past: what a backfill of it costs besides the ledger is re-judging its idle episodes
         # over the hours rebuilt, as every scheduled rollup does (finops.service.scheduler.run_rollup).
+        judging = _timed_judging()
         began = time.perf_counter()
         with sessions.begin() as session:
             episodes = rejudge_idle(session, hours, IdlePolicy(), pricing)
         idle_seconds = time.perf_counter() - began
         print(
             f"idle re-judged, whole month: {idle_seconds:6.1f} s  ({episodes:,} episodes; "
-            f"{idle_seconds / cold:.2f} × the cold rollup)"
+            f"{idle_seconds / cold:.2f} × the cold rollup), of which judging their waste reasons {judging[0]:.1f} s"
+        )
+        with engine.connect() as c:
+            by_reason = c.execute(text("SELECT reason, count(*) FROM idle_episodes GROUP BY reason ORDER BY 2 DESC"))
+            print("  episodes by reason: " + ", ".join(f"{reason} {n:,}" for reason, n in by_reason))
+        began = time.perf_counter()
+        with sessions() as session:
+            waste = waste_report(session, start, until)
+        waste_seconds = time.perf_counter() - began
+        totals: dict[str, float] = {}
+        for row in waste.rows:
+            totals[row.reason] = totals.get(row.reason, 0.0) + float(row.cost)
+        print(
+            f"idle cost by reason, month: {waste_seconds:6.1f} s  ({len(waste.rows)} team-month-reason rows, "
+            f"{len(waste.jobs):,} low-utilisation jobs; "
+            + ", ".join(f"{reason} {cost:,.0f} USD" for reason, cost in sorted(totals.items(), key=lambda t: -t[1]))
+            + ")"
         )
         # What autovacuum does soon after a bulk load; the report's plan depends on it. Not timed.
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:

@@ -17,6 +17,7 @@ import orjson
 
 from collector.contract import wire
 from collector.contract.sample import Sample
+from collector.node_io import NodeIoRates
 from collector.shipper import Backoff, Shipper
 from collector.spool import Spool
 
@@ -52,12 +53,19 @@ class Delivery:
         self.failed_sends = 0
         self._failures_in_a_row = 0
         self._wake = threading.Event()
+        self._node_io = NodeIoRates()
 
     def enqueue(self, samples: Iterable[Sample]) -> int:
-        """Spool the shippable readings among ``samples`` durably; returns how many were spooled."""
-        batch = wire.batch_dict(samples)
+        """Spool the shippable readings among ``samples`` (one cycle's) durably, with the node's fabric and storage
+        rates since the previous cycle as their ``node_io`` entry (:class:`collector.node_io.NodeIoRates`); returns
+        how many readings were spooled. A cycle without readings spools nothing, its rates included."""
+        collected = list(samples)
+        batch = wire.batch_dict(collected)
         count = len(batch["samples"])
+        node_io = self._node_io.entry(collected)
         if count:
+            if node_io is not None:
+                batch["node_io"] = [node_io]
             self.spool.append(orjson.dumps(batch), count)
             self._wake.set()
         return count

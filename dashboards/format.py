@@ -18,7 +18,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from dashboards.charts import COST_COLOURS, USED
-from finops.analysis.idle import MEMORY_HELD_BYTES
+from finops.analysis.waste import MEMORY_HELD_BYTES
 from finops.ledger.costmodel import CENT
 
 Number = Decimal | float | int
@@ -189,6 +189,8 @@ COLUMNS: dict[str, Column] = {
     "start": Column("Start (UTC)", "time"),
     "hours": Column("Duration (hours)", "number"),
     "memory_held": Column("Memory held", "flag", help=f"Over {MEMORY_HELD_BYTES // 2**20} MiB of GPU memory in use"),
+    "reason": Column("Probable reason", help="Why it idled, by the first rule that holds (docs/waste-reasons.md)"),
+    "evidence": Column("Evidence"),
     "episode_cost": Column("Episode cost ({currency})", "money"),
     "unpriced_model": Column("Unpriced GPU model"),
     # readings

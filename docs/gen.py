@@ -34,6 +34,7 @@ TITLES = {
     "ApiSettings": "API tokens",
     "TlsSettings": "TLS",
     "IdleSettings": "Idle detection",
+    "WasteSettings": "Waste reasons",
     "SchedulerSettings": "Scheduler",
     "PrometheusPullSettings": "Prometheus pull",
     "SacctSettings": "Slurm import (sacct)",

@@ -9,6 +9,7 @@ what the service, the CLI and the dashboard read. Code that needs one group may 
 - :class:`IngestSettings` — per-node ingest limits (readings per second, burst, GPUs per batch), body deadline.
 - :class:`PricingSettings` — default pricing model and the price catalog file.
 - :class:`IdleSettings` — when an allocated GPU counts as idle, and for how long before it is an idle episode.
+- :class:`WasteSettings` — the thresholds and conventions of the waste reasons of idle GPUs.
 - :class:`SchedulerSettings` — how often the scheduler rolls up the ledger, and how long its job leases last.
 - :class:`PrometheusPullSettings` — pulling dcgm-exporter telemetry from a Prometheus.
 - :class:`TelemetrySettings` — where raw telemetry lives: the database, or a Prometheus-compatible TSDB.
@@ -40,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from finops.analysis.nudges import NUDGE_KINDS
+from finops.analysis.waste import ReasonPolicy
 from finops.ingest.limits import (
     BODY_TIMEOUT_SECONDS,
     DEFAULT_RETENTION_DAYS,
@@ -210,6 +212,88 @@ class IdleSettings(SettingsGroup):
         default_factory=dict,
         description='Idle threshold ratio per Slurm partition, JSON: `{"interactive": 0.01}`; others use the default.',
     )
+
+
+_REASONS = ReasonPolicy()
+
+
+def _comma_list(value: object) -> object:
+    """``"finops-admins, sre"`` → ``["finops-admins", "sre"]`` (blank items dropped); anything else as it is."""
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+class WasteSettings(SettingsGroup):
+    """Why idle GPUs are idle: the thresholds and conventions of the waste reasons (docs/waste-reasons.md)."""
+
+    waste_low_utilization_ratio: float = Field(
+        _REASONS.low_utilization_ratio,
+        ge=0,
+        le=1,
+        description="A job whose mean utilisation is below this has its idle time given a reason (Job Defense "
+        "Shield's example threshold, 25 %).",
+    )
+    waste_zero_utilization_ratio: float = Field(
+        _REASONS.zero_utilization_ratio, ge=0, le=1, description="Over-requested: a GPU at most this over the job."
+    )
+    waste_busy_utilization_ratio: float = Field(
+        _REASONS.busy_utilization_ratio,
+        ge=0,
+        le=1,
+        description="Over-requested: while another GPU of the job averaged more than this.",
+    )
+    waste_storage_bytes_per_second: float = Field(
+        _REASONS.storage_bytes_per_second,
+        ge=0,
+        description="Waiting on storage: the node's NFS, Lustre or disk reads or writes at this or more, bytes/s.",
+    )
+    waste_network_bytes_per_second: float = Field(
+        _REASONS.network_bytes_per_second,
+        ge=0,
+        description="Waiting on the network: the node's InfiniBand traffic at this or more, bytes/s.",
+    )
+    waste_throttled_share: float = Field(
+        _REASONS.throttled_share,
+        gt=0,
+        le=1,
+        description="Throttled: this share of an episode's readings or more with a thermal or power clocks-event "
+        "reason.",
+    )
+    waste_reduced_clock_ratio: float = Field(
+        _REASONS.reduced_clock_ratio,
+        gt=0,
+        le=1,
+        description="Throttled: with their SM clock at most this share of the GPU's highest in the day before.",
+    )
+    waste_interactive_partitions: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(_REASONS.interactive_partitions),
+        description="Slurm partitions whose jobs are interactive sessions, comma-separated.",
+    )
+    waste_interactive_job_names: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(_REASONS.interactive_job_names),
+        description="Job names of interactive sessions, comma-separated shell patterns (`*` any text; Open "
+        "OnDemand's apps are `sys/dashboard/sys/<app>`).",
+    )
+
+    _interactive_lists = field_validator("waste_interactive_partitions", "waste_interactive_job_names", mode="before")(
+        _comma_list
+    )
+
+    @property
+    def reason_policy(self) -> ReasonPolicy:
+        """The settings as the waste reasons take them."""
+        return ReasonPolicy(
+            low_utilization_ratio=self.waste_low_utilization_ratio,
+            zero_utilization_ratio=self.waste_zero_utilization_ratio,
+            busy_utilization_ratio=self.waste_busy_utilization_ratio,
+            storage_bytes_per_second=self.waste_storage_bytes_per_second,
+            network_bytes_per_second=self.waste_network_bytes_per_second,
+            throttled_share=self.waste_throttled_share,
+            reduced_clock_ratio=self.waste_reduced_clock_ratio,
+            interactive_partitions=tuple(self.waste_interactive_partitions),
+            interactive_job_names=tuple(self.waste_interactive_job_names),
+        )
 
 
 class SchedulerSettings(SettingsGroup):
@@ -541,13 +625,7 @@ class DashboardSettings(SettingsGroup):
     )
     dashboard_cookie_secret_file: Path | None = Field(None, description="File holding the cookie secret.")
 
-    @field_validator("dashboard_admin_groups", "dashboard_viewer_groups", mode="before")
-    @classmethod
-    def _comma_list(cls, value: object) -> object:
-        """``"finops-admins, sre"`` → ``["finops-admins", "sre"]`` (blank items dropped)."""
-        if isinstance(value, str):
-            return [item.strip() for item in value.split(",") if item.strip()]
-        return value
+    _group_lists = field_validator("dashboard_admin_groups", "dashboard_viewer_groups", mode="before")(_comma_list)
 
     @property
     def oidc_enabled(self) -> bool:
@@ -567,6 +645,7 @@ class Settings(
     IngestSettings,
     PricingSettings,
     IdleSettings,
+    WasteSettings,
     SchedulerSettings,
     PrometheusPullSettings,
     TelemetrySettings,

@@ -35,6 +35,16 @@ SM utilisation ratio (0..1: the sum of its processes' NVML ``smUtil`` / 100, :mo
 The field is optional (absent: none), so batches of collectors that predate it are valid as they were; it is
 never a batch's only content. The service stores it beside the readings (``gpu_job_utilization``) and names a
 malformed entry in its answer without refusing the readings (:mod:`finops.web.app`).
+
+The node's fabric and storage throughput may come along as ``node_io``, one entry per collector cycle
+(:class:`NodeIo`, :mod:`collector.contract.node_io`)::
+
+    {"node": "gpu-a-01", "gpus": [...], "series": [...],
+     "node_io": [{"ts": 1795244410, "infiniband_received_bytes_per_second": 2.4e9,
+                  "lustre_read_bytes_per_second": 2.1e9}]}
+
+Optional too (absent: none; collectors that predate it send none), never a batch's only content, and named entry by
+entry in the answer when malformed, the readings kept.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from typing import Annotated, Any
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from collector.contract import metric_names as m
+from collector.contract.node_io import MAX_NODE_IO_BYTES_PER_SECOND, NODE_IO_COUNTERS, rate_field
 from collector.contract.sample import Sample
 
 INT32_MAX = 2**31 - 1
@@ -147,15 +158,43 @@ class JobUtilization(BaseModel):
     utilization_ratio: Ratio
 
 
+NodeRate = Annotated[float, Field(ge=0, le=MAX_NODE_IO_BYTES_PER_SECOND)]
+
+
+class NodeIo(BaseModel):
+    """One collector cycle's fabric and storage throughput of the batch's node (:mod:`collector.contract.node_io`):
+    ``ts`` (epoch seconds, UTC) and one rate per kind of :data:`~collector.contract.node_io.NODE_IO_COUNTERS`, bytes
+    per second from 0 to :data:`~collector.contract.node_io.MAX_NODE_IO_BYTES_PER_SECOND` (null: the node has no such
+    device). Unknown fields, infinities and NaN are refused."""
+
+    model_config = _FINITE
+    ts: EpochSecond
+    infiniband_received_bytes_per_second: NodeRate | None = None
+    infiniband_transmitted_bytes_per_second: NodeRate | None = None
+    nfs_read_bytes_per_second: NodeRate | None = None
+    nfs_written_bytes_per_second: NodeRate | None = None
+    lustre_read_bytes_per_second: NodeRate | None = None
+    lustre_written_bytes_per_second: NodeRate | None = None
+    disk_read_bytes_per_second: NodeRate | None = None
+    disk_written_bytes_per_second: NodeRate | None = None
+
+    def rates(self) -> dict[str, float]:
+        """Kind (a key of :data:`~collector.contract.node_io.NODE_IO_COUNTERS`) → rate in bytes per second, for the
+        kinds the entry carries."""
+        return {kind: value for kind in NODE_IO_COUNTERS if (value := getattr(self, rate_field(kind))) is not None}
+
+
 class IngestBatch(BaseModel):
-    """A node's batch: its GPU inventory and readings, as rows (``samples``), columns (``series``) or both, and the
-    per-job utilisation of shared GPUs (``job_utilization``, optional)."""
+    """A node's batch: its GPU inventory and readings, as rows (``samples``), columns (``series``) or both, the
+    per-job utilisation of shared GPUs (``job_utilization``, optional) and the node's throughput (``node_io``,
+    optional)."""
 
     node: str = Field(min_length=1, max_length=255)
     gpus: list[GpuInfo] = Field(default_factory=list)
     samples: list[GpuReading] = Field(default_factory=list)
     series: list[GpuSeries] = Field(default_factory=list)
     job_utilization: list[JobUtilization] = Field(default_factory=list)
+    node_io: list[NodeIo] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _carries_readings(self) -> IngestBatch:
@@ -277,20 +316,24 @@ def batch_dict(samples: Iterable[Sample]) -> dict[str, list[dict[str, object]]]:
     return batch
 
 
+SIDE_PARTS = ("job_utilization", "node_io")
+"""The optional parts of a batch beside its readings, carried through merging and the columnar form as they are."""
+
+
 def merge_batches(batches: Iterable[dict[str, list[dict[str, object]]]]) -> dict[str, list[dict[str, object]]]:
-    """Several :func:`batch_dict` results as one: inventories merged by UUID (the last wins), readings and
-    ``job_utilization`` entries in order (a batch without the latter, e.g. spooled by an older collector, adds
-    none)."""
+    """Several :func:`batch_dict` results as one: inventories merged by UUID (the last wins), readings and the
+    entries of each :data:`SIDE_PARTS` part in order (a batch without one, e.g. spooled by an older collector, adds
+    none to it)."""
     inventory: dict[object, dict[str, object]] = {}
     readings: list[dict[str, object]] = []
-    shared: list[dict[str, object]] = []
+    sides: dict[str, list[dict[str, object]]] = {part: [] for part in SIDE_PARTS}
     for batch in batches:
         inventory.update((gpu["uuid"], gpu) for gpu in batch["gpus"])
         readings.extend(batch["samples"])
-        shared.extend(batch.get("job_utilization", []))
+        for part, entries in sides.items():
+            entries.extend(batch.get(part, []))
     merged = {"gpus": list(inventory.values()), "samples": readings}
-    if shared:
-        merged["job_utilization"] = shared
+    merged.update((part, entries) for part, entries in sides.items() if entries)
     return merged
 
 
@@ -314,8 +357,8 @@ def columnar(batch: dict[str, list[dict[str, object]]]) -> dict[str, list[dict[s
     appearance, its readings in their order, columns that are null throughout left out.
 
     A reading the columns cannot carry as is (no aware ``ts``, no UUID, an unknown field) stays a row in
-    ``samples``, so that the service judges it and names it in its answer exactly as before. ``job_utilization``
-    entries pass through as they are.
+    ``samples``, so that the service judges it and names it in its answer exactly as before. The entries of the
+    :data:`SIDE_PARTS` pass through as they are.
     """
     series: dict[str, dict[str, list[Any]]] = {}
     rows: list[dict[str, object]] = []
@@ -339,6 +382,5 @@ def columnar(batch: dict[str, list[dict[str, object]]]) -> dict[str, list[dict[s
     }
     if rows:
         body["samples"] = rows
-    if batch.get("job_utilization"):
-        body["job_utilization"] = batch["job_utilization"]
+    body.update((part, batch[part]) for part in SIDE_PARTS if batch.get(part))
     return body

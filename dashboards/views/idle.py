@@ -1,5 +1,6 @@
-"""Idle GPUs: allocated GPUs that sat at or below the idle threshold for at least the window (an episode on a GPU
-whose model has no price is shown unpriced, with the model and the fix, and left out of the cost, not counted as 0)."""
+"""Idle GPUs: allocated GPUs that sat at or below the idle threshold for at least the window, each with its probable
+waste reason and evidence (an episode on a GPU whose model has no price is shown unpriced, with the model and the fix,
+and left out of the cost, not counted as 0)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ frame = pd.DataFrame(
             "start": e.start,
             "hours": round(e.hours, 2),
             "memory_held": e.memory_held,
+            "reason": "" if e.verdict is None else e.verdict.title,
+            "evidence": e.evidence or "",
             "episode_cost": None if e.cost is None else cents(e.cost),
             "unpriced_model": e.unpriced_model or "",
         }

@@ -30,15 +30,14 @@ from typing import Any, Protocol
 from sqlalchemy import TextClause, delete, func, or_, select, text
 from sqlalchemy.orm import Session
 
+from collector.contract.clocks_events import POWER_MASK, THERMAL_MASK
+from finops.analysis.waste import MEMORY_HELD_BYTES, EpisodeRun, ReasonPolicy, Verdict, judge_episodes
 from finops.db.models import Allocation, Gpu, IdleEpisode, Job, Node, Team
 from finops.ledger.costmodel import capacity_cost
 from finops.ledger.rollup import unpriced_fix
 from finops.pricing.catalog import PriceNotFound, Pricing
 from finops.pricing.rules import pricing_models_by_node
 from finops.timeutil import HOUR, from_epoch, to_epoch
-
-MEMORY_HELD_BYTES = 64 * 2**20
-"""Memory in use above this (64 MiB) during an episode means a process still holds the GPU."""
 
 IDLE_READINGS_TABLE = "idle_readings"
 """The session-local temporary table :func:`detect_idle` judges a :class:`ReadingSource`'s readings in."""
@@ -51,33 +50,47 @@ _NEXT_TS = """COALESCE(LEAD(ts) OVER (PARTITION BY gpu_id ORDER BY ts),
                        AND later.utilization_ratio IS NOT NULL))"""
 
 
-def _idle_runs(table: str) -> TextClause:
+def _idle_runs(table: str, clocks: bool) -> TextClause:
     """The idle runs of the readings in ``table`` (``gpu_samples``, or :data:`IDLE_READINGS_TABLE`: columns
     ``gpu_id``, ``ts`` epoch seconds, ``utilization_ratio``, ``memory_used_bytes``): one statement, so that both
-    sources are judged by the same rules."""
+    sources are judged by the same rules. Each run also counts its readings, those with a thermal clocks-event
+    reason, those with a power one, those with either and their mean SM clock
+    (:data:`collector.contract.clocks_events.THERMAL_MASK`, ``POWER_MASK``), from ``clocks_event_reasons`` and
+    ``sm_clock_hertz`` when ``clocks`` (the table has them), else as none."""
     next_ts = _NEXT_TS.format(table=table)
+    clock_columns = (
+        "clocks_event_reasons AS clk, sm_clock_hertz AS sm"
+        if clocks
+        else "CAST(NULL AS BIGINT) AS clk, CAST(NULL AS DOUBLE PRECISION) AS sm"
+    )
+    thermal, power = f"(COALESCE(clk, 0) & {THERMAL_MASK}) <> 0", f"(COALESCE(clk, 0) & {POWER_MASK}) <> 0"
+    throttled = f"(COALESCE(clk, 0) & {THERMAL_MASK | POWER_MASK}) <> 0"
     return text(f"""
 WITH s AS (
-    SELECT gpu_id, ts, utilization_ratio AS u, memory_used_bytes AS mem,
+    SELECT gpu_id, ts, utilization_ratio AS u, memory_used_bytes AS mem, {clock_columns},
            LAG(ts) OVER (PARTITION BY gpu_id ORDER BY ts) AS prev_ts,
            {next_ts} AS next_ts
     FROM {table} g
     WHERE gpu_id IN (SELECT id FROM gpus) AND ts >= :start AND ts < :end AND utilization_ratio IS NOT NULL
 ), runs AS (
-    SELECT gpu_id, ts, u, mem, next_ts,
+    SELECT gpu_id, ts, u, mem, clk, sm, next_ts,
            SUM(CASE WHEN u > :threshold OR prev_ts IS NULL OR ts - prev_ts > :max_gap THEN 1 ELSE 0 END)
                OVER (PARTITION BY gpu_id ORDER BY ts) AS run
     FROM s
 )
-SELECT gpu_id, MIN(ts) AS first_ts, MAX({_COVERED_UNTIL}) AS covered_until, MAX(COALESCE(mem, 0)) AS max_mem
+SELECT gpu_id, MIN(ts) AS first_ts, MAX({_COVERED_UNTIL}) AS covered_until, MAX(COALESCE(mem, 0)) AS max_mem,
+       COUNT(*) AS readings, SUM(CASE WHEN {thermal} THEN 1 ELSE 0 END) AS thermal_readings,
+       SUM(CASE WHEN {power} THEN 1 ELSE 0 END) AS power_readings,
+       SUM(CASE WHEN {throttled} THEN 1 ELSE 0 END) AS throttled_readings,
+       AVG(CASE WHEN {throttled} THEN sm END) AS throttled_sm_clock
 FROM runs WHERE u <= :threshold
 GROUP BY gpu_id, run
 HAVING MAX({_COVERED_UNTIL}) - MIN(ts) >= :window
 """)  # noqa: S608 - the f-string only inlines the constant expressions above and a table name of this module's
 
 
-_IDLE_RUNS = _idle_runs("gpu_samples")
-_IDLE_RUNS_ELSEWHERE = _idle_runs(IDLE_READINGS_TABLE)
+_IDLE_RUNS = _idle_runs("gpu_samples", clocks=True)
+_IDLE_RUNS_ELSEWHERE = _idle_runs(IDLE_READINGS_TABLE, clocks=False)
 
 
 class ReadingSource(Protocol):
@@ -93,13 +106,15 @@ class ReadingSource(Protocol):
 class IdlePolicy:
     """Utilisation ratio ≤ ``threshold`` for ≥ ``window_seconds``; samples > ``max_gap_seconds`` apart break a run;
     the first ``grace_seconds`` of an allocation are not judged; ``partition_thresholds`` override ``threshold``
-    for jobs of those Slurm partitions."""
+    for jobs of those Slurm partitions; ``reasons``: the thresholds of the waste reason each episode is given
+    (:mod:`finops.analysis.waste`)."""
 
     threshold: float = 0.05
     window_seconds: int = 1800
     max_gap_seconds: int = 150
     grace_seconds: int = 600
     partition_thresholds: Mapping[str, float] = field(default_factory=dict)
+    reasons: ReasonPolicy = field(default_factory=ReasonPolicy)
 
     def threshold_for(self, partition: str) -> float:
         """The idle threshold ratio of a job in ``partition``."""
@@ -114,9 +129,11 @@ def detect_idle(
     pricing: Pricing,
     readings: ReadingSource | None = None,
 ) -> int:
-    """Re-judge idle episodes over [start, end) (UTC) and store them; returns how many are stored. The readings are
-    ``gpu_samples``', or ``readings``' (those of the grown period and of the max gap after it, put in the temporary
-    table :data:`IDLE_READINGS_TABLE` for the same statement to judge, and removed after it).
+    """Re-judge idle episodes over [start, end) (UTC) and store them, each with its waste reason and evidence
+    (:func:`finops.analysis.waste.judge_episodes`); returns how many are stored. The readings are ``gpu_samples``',
+    or ``readings``' (those of the grown period and of the max gap after it, put in the temporary table
+    :data:`IDLE_READINGS_TABLE` for the same statement to judge, and removed after it; they carry no clocks-event
+    reasons, so no episode judged on them is throttled).
 
     The period first grows to take in whole every stored episode that touches it, with the max gap to spare on
     both sides (:func:`_span_of_stored`); the stored episodes in the grown period are replaced by those judged
@@ -148,8 +165,8 @@ def detect_idle(
     if not gpu_ids:
         return 0
     allocations = defaultdict(list)
-    for gpu_id, holder, allocated_from, allocated_until, partition in session.execute(
-        select(Allocation.gpu_id, Allocation.job_pk, Allocation.start, Allocation.end, Job.partition)
+    for gpu_id, holder, allocated_from, allocated_until, partition, job_name in session.execute(
+        select(Allocation.gpu_id, Allocation.job_pk, Allocation.start, Allocation.end, Job.partition, Job.name)
         .join(Job, Job.id == Allocation.job_pk)
         .where(
             Allocation.gpu_id.in_(gpu_ids),
@@ -158,16 +175,18 @@ def detect_idle(
         )
     ):
         until = None if allocated_until is None else to_epoch(allocated_until)
-        allocations[gpu_id].append((holder, to_epoch(allocated_from), until, policy.threshold_for(partition)))
+        allocations[gpu_id].append(
+            (holder, to_epoch(allocated_from), until, policy.threshold_for(partition), partition, job_name)
+        )
     node_models = pricing_models_by_node(session, pricing.model)
-    priced_as = {
-        gpu_id: (model, node_models.get(node_id, pricing.model))
-        for gpu_id, model, node_id in session.execute(select(Gpu.id, Gpu.model, Gpu.node_id).where(Gpu.id.in_(gpu_ids)))
-    }
-    stored = 0
+    priced_as, nodes = {}, {}
+    for gpu_id, model, node_id in session.execute(select(Gpu.id, Gpu.model, Gpu.node_id).where(Gpu.id.in_(gpu_ids))):
+        priced_as[gpu_id] = (model, node_models.get(node_id, pricing.model))
+        nodes[gpu_id] = node_id
+    episodes: list[tuple[EpisodeRun, Decimal | None]] = []
     for threshold, found in runs.items():
         for run in found:
-            for job_pk, a_start, a_end, job_threshold in allocations[run.gpu_id]:
+            for job_pk, a_start, a_end, job_threshold, partition, job_name in allocations[run.gpu_id]:
                 if job_threshold != threshold:
                     continue
                 lo = max(run.first_ts, a_start + policy.grace_seconds)
@@ -180,18 +199,28 @@ def detect_idle(
                     cost = capacity_cost(rate, hi - lo)
                 except PriceNotFound:
                     cost = None  # unpriced, never 0: the rollup after a catalog import that prices it re-judges it
-                session.add(
-                    IdleEpisode(
-                        gpu_id=run.gpu_id,
-                        job_pk=job_pk,
-                        start=from_epoch(lo),
-                        end=from_epoch(hi),
-                        memory_held=run.max_mem > MEMORY_HELD_BYTES,
-                        cost=cost,
-                        currency=pricing.catalog.currency,
-                    )
-                )
-                stored += 1
+                episode = EpisodeRun(
+                    run.gpu_id, nodes[run.gpu_id], job_pk, partition, job_name, lo, hi, float(run.max_mem),
+                    int(run.readings), int(run.thermal_readings), int(run.power_readings),
+                    int(run.throttled_readings), run.throttled_sm_clock,
+                )  # fmt: skip
+                episodes.append((episode, cost))
+    verdicts = judge_episodes(session, [episode for episode, _ in episodes], policy.reasons)
+    for (episode, cost), verdict in zip(episodes, verdicts, strict=True):
+        session.add(
+            IdleEpisode(
+                gpu_id=episode.gpu_id,
+                job_pk=episode.job_pk,
+                start=from_epoch(episode.start),
+                end=from_epoch(episode.end),
+                memory_held=episode.memory_bytes > MEMORY_HELD_BYTES,
+                cost=cost,
+                currency=pricing.catalog.currency,
+                reason=verdict.reason,
+                evidence=verdict.evidence,
+            )
+        )
+    stored = len(episodes)
     session.flush()
     return stored
 
@@ -260,9 +289,10 @@ def rejudge_idle(
 
 @dataclass(frozen=True, slots=True)
 class EpisodeView:
-    """An idle episode as people read it: where, whose, how long, what it cost. ``cost`` is None (unpriced) when
-    the GPU's model (``model``) had no price in effect: :attr:`unpriced_model` and :attr:`unpriced_fix` say which
-    and what to do."""
+    """An idle episode as people read it: where, whose, how long, what it cost, and why (``reason``, a key of
+    :data:`finops.analysis.waste.REASONS`, with its ``evidence``; None for an episode judged before reasons were).
+    ``cost`` is None (unpriced) when the GPU's model (``model``) had no price in effect: :attr:`unpriced_model` and
+    :attr:`unpriced_fix` say which and what to do."""
 
     node: str
     gpu_index: int
@@ -275,6 +305,13 @@ class EpisodeView:
     cost: Decimal | None
     currency: str
     model: str = ""
+    reason: str | None = None
+    evidence: str | None = None
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """The episode's reason and evidence, when it has been given one."""
+        return None if self.reason is None else Verdict(self.reason, self.evidence or "")
 
     @property
     def hours(self) -> float:
@@ -294,7 +331,7 @@ class EpisodeView:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, as the REST API and ``gpu-finops idle list`` give it: times ISO 8601 UTC, hours rounded to
         6 decimals, cost a decimal string, or null when unpriced, with ``unpriced_model`` and ``unpriced_fix`` set
-        (null for a priced episode)."""
+        (null for a priced episode); ``reason`` (key), ``reason_title`` and ``evidence`` (null when not judged)."""
         return {
             "node": self.node,
             "gpu_index": self.gpu_index,
@@ -309,6 +346,9 @@ class EpisodeView:
             "currency": self.currency,
             "unpriced_model": self.unpriced_model,
             "unpriced_fix": self.unpriced_fix,
+            "reason": self.reason,
+            "reason_title": None if self.verdict is None else self.verdict.title,
+            "evidence": self.evidence,
         }
 
 
@@ -381,6 +421,20 @@ def list_episodes(
     if partition is not None:
         query = query.where(Job.partition == partition)
     return [
-        EpisodeView(host, index, job_id, user, team, ep.start, ep.end, ep.memory_held, ep.cost, ep.currency, model)
+        EpisodeView(
+            host,
+            index,
+            job_id,
+            user,
+            team,
+            ep.start,
+            ep.end,
+            ep.memory_held,
+            ep.cost,
+            ep.currency,
+            model,
+            ep.reason,
+            ep.evidence,
+        )
         for ep, host, index, model, job_id, user, team in session.execute(query)
     ]

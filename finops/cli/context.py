@@ -118,13 +118,15 @@ def load_pricing(settings: Settings) -> Pricing:
 
 
 def idle_policy(settings: Settings) -> IdlePolicy:
-    """The idle detection thresholds of the ``FINOPS_IDLE_*`` settings."""
+    """The idle detection thresholds of the ``FINOPS_IDLE_*`` settings, with the waste reasons' of the
+    ``FINOPS_WASTE_*`` ones."""
     return IdlePolicy(
         settings.idle_threshold_ratio,
         settings.idle_window_seconds,
         settings.idle_max_gap_seconds,
         settings.idle_grace_seconds,
         settings.idle_partition_thresholds,
+        settings.reason_policy,
     )
 
 

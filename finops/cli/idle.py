@@ -33,6 +33,9 @@ _COLUMNS = (
     "currency",
     "unpriced_model",
     "unpriced_fix",
+    "reason",
+    "reason_title",
+    "evidence",
 )
 
 
@@ -44,9 +47,9 @@ def idle_list(
     output_format: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
 ) -> None:
     """Idle episodes overlapping [start, end) (default: this month to date), costliest first: node, GPU, job, user,
-    team, when, how long, whether GPU memory stayed held, what the idle time cost. An episode on a GPU whose model has
-    no price is "unpriced" (after the priced ones, longest first), with the model and the fix. JSON as the REST API
-    gives it."""
+    team, when, how long, whether GPU memory stayed held, what the idle time cost, and its probable waste reason
+    (docs/waste-reasons.md; the evidence in JSON and CSV). An episode on a GPU whose model has no price is "unpriced"
+    (after the priced ones, longest first), with the model and the fix. JSON as the REST API gives it."""
     if output_format not in FORMATS:
         raise typer.BadParameter(f"must be one of {', '.join(FORMATS)}", param_hint="--format")
     begin, finish = period(start, end)
@@ -70,17 +73,19 @@ def episodes_csv(episodes: list[EpisodeView]) -> str:
 
 
 def episodes_table(episodes: list[EpisodeView]) -> str:
-    """The episodes as a text table, with a total line (GPU-hours and the cost of the priced episodes per currency,
-    and the unpriced GPU-hours by model) and, when some are unpriced, one line per model saying how to price it."""
+    """The episodes as a text table (the probable reason last), with a total line (GPU-hours and the cost of the priced
+    episodes per currency, and the unpriced GPU-hours by model) and, when some are unpriced, one line per model saying
+    how to price it."""
     lines = [
         f"{'node':<16} {'gpu':>3} {'job':<20} {'user':<12} {'team':<16} {'start (UTC)':<16} {'hours':>7} mem "
-        f"{'cost':>12}"
+        f"{'cost':>16}  reason"
     ]
     for e in episodes:
         cost = f"{'unpriced':>12} ({e.model})" if e.cost is None else f"{e.cost:>12.2f} {e.currency}"
+        reason = "" if e.verdict is None else e.verdict.title
         lines.append(
             f"{e.node:<16} {e.gpu_index:>3} {e.job_id:<20} {e.user:<12} {e.team:<16} {e.start:%Y-%m-%d %H:%M} "
-            f"{e.hours:>7.2f} {'yes' if e.memory_held else 'no ':<3} {cost}"
+            f"{e.hours:>7.2f} {'yes' if e.memory_held else 'no ':<3} {cost}  {reason}".rstrip()
         )
     parts = []
     models: dict[str, float] = {}

@@ -1,5 +1,6 @@
 """``gpu-finops report`` (cost per team, job, user, node or GPU model over a period, from the hourly ledger,
-with the month's budgets) and ``gpu-finops rollup`` (the scheduled ledger and idle work, run once)."""
+with the month's budgets; or idle cost by waste reason) and ``gpu-finops rollup`` (the scheduled ledger and idle
+work, run once)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from finops.analysis.report import (
     report_table,
     unpriced_by_model,
 )
+from finops.analysis.waste_costs import job_dicts, reason_csv, reason_dicts, reason_table, waste_report
 from finops.cli.budget import budget_table
 from finops.cli.context import PeriodEnd, PeriodStart, load_pricing, load_settings, open_sessions, period, roll_up
 from finops.db.hours import pending_hours
@@ -36,7 +38,12 @@ def rollup() -> None:
 def report(
     start: PeriodStart = None,
     end: PeriodEnd = None,
-    by: Annotated[str, typer.Option(help="team, job, user, node or gpu_model.")] = "team",
+    by: Annotated[
+        str,
+        typer.Option(
+            help="team, job, user, node, gpu_model, or reason (idle cost by waste reason per team and month)."
+        ),
+    ] = "team",
     output_format: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
     cluster: Annotated[
         str | None, typer.Option(help="Only jobs of this cluster, and the capacity no job held on its nodes.")
@@ -58,14 +65,34 @@ def report(
     --cluster, --team and --partition select the ledger rows as the dashboard's filters do (finops/analysis/filters.py),
     so the report equals the dashboard's for the same period and filters. GPU-hours whose model has no price are
     counted, never costed: the table's TOTAL line adds them by model, JSON and CSV have unpriced_gpu_hours per row
-    (cost null when all its GPU-hours are unpriced), and a line on stderr per model says how to price them."""
-    group = next((g for g in GROUP_BYS if g == by), None)
-    if group is None:
-        raise typer.BadParameter(f"must be one of {', '.join(GROUP_BYS)}", param_hint="--by")
+    (cost null when all its GPU-hours are unpriced), and a line on stderr per model says how to price them.
+
+    --by reason: the idle cost of the job-held GPU-hours per team, month and probable waste reason
+    (docs/waste-reasons.md), adding up to the idle cost by team plus the allocated cost of unmetered GPU-hours
+    ("no reading"); the table then lists the costliest low-utilisation jobs with their reason and evidence, JSON has
+    ``rows`` and ``jobs``. Takes --team, not --cluster or --partition."""
     if output_format not in ("table", "json", "csv"):
         raise typer.BadParameter("must be table, json or csv", param_hint="--format")
     begin, finish = period(start, end)
     settings = load_settings()
+    if by == "reason":
+        if cluster is not None or partition is not None:
+            raise typer.BadParameter("--by reason takes --team, not --cluster or --partition", param_hint="--by")
+        with open_sessions(settings)() as session:
+            found = waste_report(session, begin, finish, team=team, policy=settings.reason_policy)
+            pending = pending_hours(session, begin, finish)
+        _pending_note(pending)
+        if output_format == "json":
+            body = {"rows": reason_dicts(found.rows), "jobs": job_dicts(found.jobs), "ledger_hours_pending": pending}
+            typer.echo(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode())
+        elif output_format == "csv":
+            typer.echo(reason_csv(found.rows), nl=False)
+        else:
+            typer.echo(reason_table(found))
+        return
+    group = next((g for g in GROUP_BYS if g == by), None)
+    if group is None:
+        raise typer.BadParameter(f"must be one of {', '.join(GROUP_BYS)} or reason", param_hint="--by")
     with open_sessions(settings)() as session:
         catalog = pricing_in_force(session, load_pricing(settings)).catalog if group == "gpu_model" else None
         rows = cost_report(
@@ -74,12 +101,7 @@ def report(
         unpriced = unpriced_by_model(session, begin, finish, cluster=cluster, team=team, partition=partition)
         statuses = budget_status(session, utc_now(), team=team) if output_format == "table" else []
         pending = pending_hours(session, begin, finish)
-    if pending:
-        typer.echo(
-            f"note: {pending} ledger hour{'s' if pending != 1 else ''} in this period {'are' if pending != 1 else 'is'}"
-            " pending (not rolled up yet): these numbers may change; run gpu-finops rollup for current ones",
-            err=True,
-        )
+    _pending_note(pending)
     if output_format == "json":
         dicts = [{**row, "ledger_hours_pending": pending} for row in report_dicts(rows, group)]
         typer.echo(orjson.dumps(dicts, option=orjson.OPT_INDENT_2).decode())
@@ -93,3 +115,13 @@ def report(
     if output_format != "table":  # the table says it on its TOTAL line; JSON and CSV stay machine-readable
         for u in unpriced:
             typer.echo(f"unpriced: {u.gpu_hours:,.2f} GPU-hours of {u.model} (not in the costs): {u.fix}", err=True)
+
+
+def _pending_note(pending: int) -> None:
+    """Say on stderr that ``pending`` ledger hours of the period are not rolled up yet (nothing when none)."""
+    if pending:
+        typer.echo(
+            f"note: {pending} ledger hour{'s' if pending != 1 else ''} in this period {'are' if pending != 1 else 'is'}"
+            " pending (not rolled up yet): these numbers may change; run gpu-finops rollup for current ones",
+            err=True,
+        )

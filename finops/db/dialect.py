@@ -135,6 +135,12 @@ def _stage_and_upsert(
     )
 
 
+def larger_of_two(connection: Connection) -> str:
+    """The SQL function that gives the larger of two values: ``GREATEST`` on PostgreSQL, the two-argument ``max`` on
+    SQLite (which has no ``GREATEST``; its one-argument ``max`` is the aggregate)."""
+    return "MAX" if connection.dialect.name == "sqlite" else "GREATEST"
+
+
 def serialise_transactions(session: Session, key: int, mapped: type[Any]) -> None:
     """Make the transactions that call this with the same ``key`` run one after the other: the second waits here
     until the first has ended.

@@ -37,6 +37,8 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
+EVIDENCE_MAX_LENGTH = 255
+"""Longest text of an idle episode's waste evidence (characters)."""
 UNALLOCATED_TEAM = "__unallocated__"
 UNMAPPED_TEAM = "__unmapped__"
 
@@ -291,7 +293,12 @@ class TsdbGpuMetering(Base):
 
 
 class IdleEpisode(Base):
-    """An allocated GPU at or below the idle threshold over [start, end) for at least the idle window."""
+    """An allocated GPU at or below the idle threshold over [start, end) for at least the idle window.
+
+    ``reason`` is its probable waste reason (a key of :data:`finops.analysis.waste.REASONS`, migration 0020) and
+    ``evidence`` what showed it ("2.1 GB/s Lustre reads during the episode"), judged with the episode; both NULL
+    for an episode stored before reasons were, until it is judged again.
+    """
 
     __tablename__ = "idle_episodes"
     __table_args__ = (UniqueConstraint("gpu_id", "job_pk", "start"),)
@@ -304,6 +311,29 @@ class IdleEpisode(Base):
     cost: Mapped[Decimal | None] = mapped_column(Money)
     """The capacity cost of [start, end); None (unpriced) when the GPU's model has no price in effect."""
     currency: Mapped[str] = mapped_column(String(3))
+    reason: Mapped[str | None] = mapped_column(String(32))
+    evidence: Mapped[str | None] = mapped_column(String(EVIDENCE_MAX_LENGTH))
+
+
+class NodeIoHour(Base):
+    """A node's fabric or storage throughput of one kind over one UTC hour, from its collector's ``node_io`` entries
+    (:mod:`finops.ingest.node_io`, migration 0020).
+
+    ``kind``: a key of :data:`collector.contract.node_io.NODE_IO_COUNTERS` (``lustre_read``, ``infiniband_received``,
+    …); ``readings``: the entries of the hour that carried it; ``rate_sum`` and ``rate_max``: the sum and the largest
+    of their rates, bytes per second (the hour's mean is ``rate_sum / readings``); ``last_ts``: the newest entry's
+    instant, before which a later entry of the hour is taken for a replay and not added again. Expires with the raw
+    samples (:func:`finops.ingest.partitions.prune_samples`).
+    """
+
+    __tablename__ = "node_io_hours"
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"), primary_key=True)
+    hour: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True, index=True)
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    readings: Mapped[int] = mapped_column(Integer)
+    rate_sum: Mapped[float] = mapped_column(Float)
+    rate_max: Mapped[float] = mapped_column(Float)
+    last_ts: Mapped[datetime] = mapped_column(EpochSeconds)
 
 
 class Budget(Base):

@@ -20,8 +20,8 @@ transaction (a few milliseconds): ingest waits that long. The maintenance job gi
 Retention (:func:`prune_samples`) drops whole days older than the retention on PostgreSQL and deletes the same
 rows on SQLite (one plain table there), never touching the ledger, and never a day holding or preceding
 (within the ledger's energy lookback) an hour still waiting for a ledger rebuild. The per-job utilisation of
-shared GPUs (``gpu_job_utilization``, a small unpartitioned table) goes with the samples of the same instants,
-by ``DELETE``.
+shared GPUs (``gpu_job_utilization``, a small unpartitioned table) and the nodes' hourly fabric and storage rates
+(``node_io_hours``) go with the samples of the same instants and hours, by ``DELETE``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection, delete, func, select, text
 from sqlalchemy.orm import Session
 
-from finops.db.models import DirtyHour, GpuJobUtilization, GpuSample
+from finops.db.models import DirtyHour, GpuJobUtilization, GpuSample, NodeIoHour
 from finops.ledger.sql import ENERGY_LOOKBACK_SECONDS
 from finops.timeutil import from_epoch, to_epoch
 
@@ -167,13 +167,14 @@ class Pruned:
 
     ``partitions`` are the dropped day partitions (PostgreSQL); ``rows`` the deleted rows (SQLite; None when whole
     partitions were dropped, whose rows are not counted); ``job_utilization_rows`` the deleted
-    ``gpu_job_utilization`` rows (both databases).
+    ``gpu_job_utilization`` rows and ``node_io_rows`` the deleted ``node_io_hours`` rows (both databases).
     """
 
     before: datetime
     partitions: tuple[str, ...] = ()
     rows: int | None = None
     job_utilization_rows: int = 0
+    node_io_rows: int = 0
 
 
 def retention_floor(epoch: int, retention_days: int) -> int:
@@ -201,8 +202,8 @@ def prune_samples(session: Session, retention_days: int, now: datetime) -> Prune
 
     PostgreSQL: ``DROP TABLE`` of every day partition that ends at or before the cutoff (waiting at most
     ``MAINTENANCE_LOCK_TIMEOUT`` for its lock; psycopg's LockNotAvailable otherwise). SQLite: ``DELETE`` of the
-    rows before the cutoff. Both: ``DELETE`` of the ``gpu_job_utilization`` rows before the cutoff. The ledger and
-    every other table are left alone.
+    rows before the cutoff. Both: ``DELETE`` of the ``gpu_job_utilization`` rows and of the ``node_io_hours`` hours
+    before the cutoff (a midnight: whole hours). The ledger and every other table are left alone.
     """
     cutoff = retention_cutoff(session, retention_days, now)
     connection = session.connection()
@@ -217,22 +218,29 @@ def prune_samples(session: Session, retention_days: int, now: datetime) -> Prune
         if dropped:
             log.info("retention: dropped gpu_samples partitions %s", ", ".join(dropped))
         # after gpu_samples' lock, as ingest takes them: one lock order
-        shares = _prune_job_utilization(session, cutoff)
-        return Pruned(from_epoch(cutoff), partitions=tuple(dropped), job_utilization_rows=shares)
+        shares, rates = _prune_beside(session, cutoff)
+        return Pruned(from_epoch(cutoff), tuple(dropped), job_utilization_rows=shares, node_io_rows=rates)
     result = session.execute(delete(GpuSample).where(GpuSample.ts < from_epoch(cutoff)))
     rows = int(getattr(result, "rowcount", 0) or 0)
     if rows:
         log.info("retention: deleted %d samples before %s", rows, from_epoch(cutoff).isoformat())
-    return Pruned(from_epoch(cutoff), rows=rows, job_utilization_rows=_prune_job_utilization(session, cutoff))
+    shares, rates = _prune_beside(session, cutoff)
+    return Pruned(from_epoch(cutoff), rows=rows, job_utilization_rows=shares, node_io_rows=rates)
 
 
-def _prune_job_utilization(session: Session, cutoff: int) -> int:
-    """Delete the ``gpu_job_utilization`` rows before ``cutoff`` (epoch seconds); returns how many went."""
-    result = session.execute(delete(GpuJobUtilization).where(GpuJobUtilization.ts < from_epoch(cutoff)))
-    rows = int(getattr(result, "rowcount", 0) or 0)
-    if rows:
-        log.info("retention: deleted %d per-job utilisation rows before %s", rows, from_epoch(cutoff).isoformat())
-    return rows
+def _prune_beside(session: Session, cutoff: int) -> tuple[int, int]:
+    """Delete the ``gpu_job_utilization`` rows and ``node_io_hours`` hours before ``cutoff`` (epoch seconds);
+    returns how many of each went."""
+    deleted = []
+    for what, statement in (
+        ("per-job utilisation rows", delete(GpuJobUtilization).where(GpuJobUtilization.ts < from_epoch(cutoff))),
+        ("node fabric and storage hours", delete(NodeIoHour).where(NodeIoHour.hour < from_epoch(cutoff))),
+    ):
+        rows = int(getattr(session.execute(statement), "rowcount", 0) or 0)
+        if rows:
+            log.info("retention: deleted %d %s before %s", rows, what, from_epoch(cutoff).isoformat())
+        deleted.append(rows)
+    return deleted[0], deleted[1]
 
 
 def create_upcoming_partitions(session: Session, now: datetime, days_ahead: int = DAYS_AHEAD) -> list[str]:

@@ -1,5 +1,5 @@
 """Storing collector batches: GPU inventory upsert, idempotent sample insert, per-job utilisation of shared GPUs,
-dirty-hour marking.
+the node's fabric and storage rates (:mod:`finops.ingest.node_io`), dirty-hour marking.
 
 A batch's readings, rows or columns (:mod:`collector.contract.wire`), become ``gpu_samples`` rows without a Python
 object per reading for columns: each series is zipped straight into row tuples and written by one binary
@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, SessionTransaction
 from collector.contract.wire import READING_COLUMNS, GpuInfo, GpuSeries, IngestBatch
 from finops.db.dialect import bulk_insert_ignoring_conflicts, insert_ignoring_conflicts
 from finops.db.models import DirtyHour, Gpu, GpuJobUtilization, GpuSample, Node
+from finops.ingest.node_io import store_node_io
 from finops.ingest.partitions import DAY, PartitionCache
 from finops.timeutil import HOUR, to_epoch
 
@@ -86,7 +87,9 @@ class Ingestor:
         at once both succeed), moves a GPU's ``in_service_from`` back to its earliest reading, marks the UTC hours
         the readings fall in dirty for the ledger. The batch's ``job_utilization`` entries go to
         ``gpu_job_utilization`` by insert-or-ignore (unique on GPU, instant and job), their instants counting as
-        readings' for the GPU's registration and the dirty hours; they are not counted in the return value.
+        readings' for the GPU's registration and the dirty hours; they are not counted in the return value. Its
+        ``node_io`` entries are folded into the node's hours (:func:`finops.ingest.node_io.store_node_io`, after the
+        samples: one lock order with the retention job) when the batch stored readings.
         Readings of a GPU missing from both the batch's ``gpus`` and the database raise KeyError naming it. What
         this instance caches about GPUs is updated only once the transaction commits, so a rolled-back batch leaves
         no trace in it.
@@ -138,6 +141,8 @@ class Ingestor:
             shares = [(gpu_ids[j.uuid], j.ts, j.job_id, j.utilization_ratio) for j in batch.job_utilization]
             table: Any = GpuJobUtilization.__table__
             bulk_insert_ignoring_conflicts(session, table, JOB_UTILIZATION_COLUMNS, shares)
+        if batch.node_io:
+            store_node_io(session, batch.node, batch.node_io)
         return len(rows)
 
     @staticmethod

@@ -1,6 +1,7 @@
 """Raw telemetry kept in a Prometheus-compatible TSDB (``FINOPS_TELEMETRY_SOURCE=tsdb``): what the scheduler's rollup
-reads from it instead of ``gpu_samples``: the GPUs (:meth:`TsdbTelemetry.discover`), the ledger's metering and
-the readings idle episodes are judged on (:meth:`TsdbTelemetry.idle_readings`).
+reads from it instead of ``gpu_samples``: the GPUs (:meth:`TsdbTelemetry.discover`), the ledger's metering,
+the readings idle episodes are judged on (:meth:`TsdbTelemetry.idle_readings`) and the nodes' fabric and storage
+rates their waste reasons read (:meth:`TsdbTelemetry.store_node_rates`).
 
 :class:`TsdbTelemetry` bundles the TSDB's client (Prometheus HTTP API,
 :class:`finops.ingest.prometheus.PrometheusClient`) with the series' selector and label names
@@ -11,20 +12,28 @@ metering (:class:`finops.ingest.tsdb_metering.TsdbMeter`).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from collector.contract.dcgm_fields import FIELDS
+from collector.contract.node_io import NODE_IO_COUNTERS
 from collector.contract.wire import GpuInfo
 from finops.db.hours import mark_hours_dirty
 from finops.db.models import Gpu, LedgerEntry
-from finops.ingest.prometheus import InstantSample, PrometheusClient
+from finops.ingest.node_io import HourRate, replace_hours
+from finops.ingest.prometheus import InstantSample, PrometheusClient, selector_matchers
 from finops.ingest.prometheus_pull import UTILIZATION_FIELDS, PullOptions, series_identity
 from finops.ingest.readings import Ingestor
 from finops.ingest.tsdb_metering import MEMORY_FIELD, TsdbMeter, gpu_selector, raw_readings
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
+
+STACKED_DISKS = 'device!~"(dm-|md)[0-9]+"'
+"""Disks left out of the disk rates, as the collector leaves them out (:mod:`collector.node_io`)."""
+RATE_WINDOW_SECONDS = 300
+"""The shortest ``rate()`` window of the node rates (five minutes: scrapes every 15 to 60 s give it several points)."""
 
 DISCOVERY_LOOKBACK_SECONDS = 7 * 86400
 """Default of ``FINOPS_TSDB_DISCOVERY_LOOKBACK_SECONDS``: how far back an empty ledger's first rollup looks for
@@ -154,3 +163,39 @@ class TsdbTelemetry:
         return [
             (gpu_id, ts, u, memory.get((gpu_id, ts))) for (gpu_id, ts), u in sorted(values[utilization_field].items())
         ]
+
+    def store_node_rates(self, session: Session, hours: Iterable[int]) -> int:
+        """Read the nodes' fabric and storage rates of ``hours`` (epoch starts; the hours a rollup rebuilt) from the
+        collectors' byte counters in the TSDB and put them in ``node_io_hours`` in place of those hours' rows
+        (:func:`finops.ingest.node_io.replace_hours`); returns the rows written.
+
+        Per hour and kind (:data:`collector.contract.node_io.NODE_IO_COUNTERS`), one instant query at the hour's last
+        second: the node's rate ``sum by (instance, Hostname) (rate(COUNTER[w]))`` (w the step, at least
+        :data:`RATE_WINDOW_SECONDS`; device-mapper and md disks left out) sampled at the step over the hour by a
+        subquery, its ``avg_over_time``, ``max_over_time`` and ``count_over_time`` (told apart by a ``stat`` label).
+        The node is the ``Hostname`` label, else ``instance`` without its port, as for dcgm-exporter's series."""
+        wanted = sorted(set(hours))
+        labels, step = self.options.labels, self.options.step_seconds
+        window_seconds = max(step, RATE_WINDOW_SECONDS)
+        found: list[HourRate] = []
+        for hour in wanted:
+            for kind, (entity, counter) in NODE_IO_COUNTERS.items():
+                matchers = ", ".join(m for m in (selector_matchers(self.options.selector),
+                                                 STACKED_DISKS if entity == "disk" else "") if m)  # fmt: skip
+                rate = (
+                    f"sum by ({labels.instance}, {labels.hostname}) (rate({counter}{{{matchers}}}[{window_seconds}s]))"
+                )
+                stats = " or ".join(
+                    f'label_replace({stat}_over_time(({rate})[{HOUR}s:{step}s]), "stat", "{stat}", "", "")'
+                    for stat in ("avg", "max", "count")
+                )
+                per_node: dict[str, dict[str, float]] = defaultdict(dict)
+                for sample in self.client.query(stats, from_epoch(hour + HOUR - 1)):
+                    per_node[labels.node(sample.labels)][sample.labels.get("stat", "")] = sample.value
+                found += [
+                    HourRate(node, hour, kind, int(values.get("count", 0)), values.get("avg", 0.0),
+                             values.get("max", 0.0))
+                    for node, values in per_node.items()
+                    if node
+                ]  # fmt: skip
+        return replace_hours(session, wanted, found)

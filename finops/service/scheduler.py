@@ -121,7 +121,9 @@ def run_rollup(
     With ``tsdb`` (``FINOPS_TELEMETRY_SOURCE=tsdb``), the GPUs with readings in the TSDB are registered first
     (:meth:`finops.ingest.tsdb_source.TsdbTelemetry.discover`), and the hours are metered and idle episodes judged
     from that TSDB by PromQL (:attr:`~finops.ingest.tsdb_source.TsdbTelemetry.meter`,
-    :meth:`~finops.ingest.tsdb_source.TsdbTelemetry.idle_readings`) instead of ``gpu_samples``.
+    :meth:`~finops.ingest.tsdb_source.TsdbTelemetry.idle_readings`) instead of ``gpu_samples``, the rebuilt hours'
+    node fabric and storage rates read from the collectors' counters there first
+    (:meth:`~finops.ingest.tsdb_source.TsdbTelemetry.store_node_rates`).
 
     Returns (what the rollup rebuilt: hours, GPU-seconds priced and unpriced; idle episodes stored).
     """
@@ -133,6 +135,8 @@ def run_rollup(
             tsdb.discover(session, to_epoch(now))
         rebuilt: list[int] = []
         built = rollup(session, pricing, to_epoch(now), rebuilt=rebuilt, meter=None if tsdb is None else tsdb.meter)
+        if tsdb is not None:
+            tsdb.store_node_rates(session, rebuilt)
         episodes = rejudge_idle(session, rebuilt, policy, pricing, tsdb)
         record_budget_events(session, now)
         record_anomaly_events(session, now)

@@ -20,7 +20,10 @@ with ``{"accepted": n, "rejected": [...]}`` naming each rejected reading:
 - a ``job_utilization`` entry (per-job utilisation of a shared GPU, :class:`collector.contract.wire.JobUtilization`):
   ``{"job_utilization": j, "field": "job_utilization[j].name", "error": "…", "readings": 0}`` (entry j is left
   out; the readings are stored: it is not one of them), or ``{"field": "job_utilization", "error": "…",
-  "readings": 0}`` when the field is not a list (every entry left out).
+  "readings": 0}`` when the field is not a list (every entry left out);
+- a ``node_io`` entry (the node's fabric and storage rates of one cycle, :class:`collector.contract.wire.NodeIo`):
+  likewise ``{"node_io": j, "field": "node_io[j].name", "error": "…", "readings": 0}``, or ``{"field": "node_io",
+  …}`` for a field that is not a list.
 
 A batch-level error (``node``, ``gpus``, not JSON) stores nothing. So does a batch naming more GPUs than
 ``IngestLimits.max_gpus_per_batch`` or holding more readings than the node's burst (``422``, it can never pass), and
@@ -60,7 +63,8 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from collector.contract.wire import READING_COLUMNS, IngestBatch
+from collector.contract.wire import READING_COLUMNS, SIDE_PARTS, IngestBatch
+from finops.analysis.waste import ReasonPolicy
 from finops.ingest.limits import IngestLimits, ReadingBuckets, TimeWindow
 from finops.ingest.node_tokens import TokenHolder
 from finops.ingest.readings import Ingestor
@@ -253,6 +257,7 @@ def create_app(
     clock: Callable[[], float] = time.time,
     insecure_no_token: bool = False,
     readings_in_tsdb: bool = False,
+    reasons: ReasonPolicy | None = None,
 ) -> FastAPI:
     """The FastAPI application: ingest, health, metrics and the REST API (:mod:`finops.web.rest`).
 
@@ -266,6 +271,7 @@ def create_app(
     wall clock in epoch seconds that readings' times are judged against, and the nodes' token buckets run on.
     ``readings_in_tsdb`` (``FINOPS_TELEMETRY_SOURCE=tsdb``): ingest answers every authenticated batch 409
     (:data:`READINGS_IN_TSDB`), storing nothing: readings go to the TSDB, and GPUs are found there.
+    ``reasons``: the waste reasons' thresholds the REST API judges jobs with (default: the defaults).
     """
     limits = limits or IngestLimits()
     # The OpenAPI pages are served below, behind authentication.
@@ -273,7 +279,7 @@ def create_app(
     app.add_middleware(_BodyLimit, limit=REST_MAX_BODY_BYTES, exempt=frozenset({INGEST_PATH}))
     ingest_auth = IngestAuth(sessions, token, insecure_no_token)
     api_auth = ApiAuth(sessions, api_token, insecure_no_token)
-    app.include_router(create_router(sessions, api_auth, catalog))
+    app.include_router(create_router(sessions, api_auth, catalog, reasons))
     app.include_router(create_alerts_router(sessions, api_auth))
     ingestor = Ingestor()
     buckets = ReadingBuckets(limits.readings_per_second, limits.readings_burst, clock)
@@ -577,15 +583,17 @@ class _Origins:
         rows: list[int] | None = None,
         series: list[int] | None = None,
         values: dict[int, set[int]] | None = None,
-        shares: list[int] | None = None,
+        sides: dict[str, list[int]] | None = None,
     ) -> None:
-        self.rows, self.series, self.values, self.shares = rows, series, values or {}, shares
+        self.rows, self.series, self.values, self.sides = rows, series, values or {}, sides or {}
 
     def row(self, index: int) -> int:
         return index if self.rows is None else self.rows[index]
 
-    def share(self, index: int) -> int:
-        return index if self.shares is None else self.shares[index]
+    def side(self, part: str, index: int) -> int:
+        """The place as sent of the ``index``-th entry left in side part ``part`` (one of :data:`SIDE_PARTS`)."""
+        kept = self.sides.get(part)
+        return index if kept is None else kept[index]
 
     def series_of(self, index: int) -> int:
         return index if self.series is None else self.series[index]
@@ -604,8 +612,9 @@ _AS_SENT = _Origins()
 def _outside_window(
     batch: IngestBatch, origins: _Origins, window: TimeWindow
 ) -> tuple[IngestBatch, list[dict[str, Any]]]:
-    """``batch`` without its readings and ``job_utilization`` entries stamped outside ``window``, and their
-    rejections, named by their place as sent (``series[s].ts[k]``, ``samples[i].ts``, ``job_utilization[j].ts``)."""
+    """``batch`` without its readings and side entries (:data:`SIDE_PARTS`) stamped outside ``window``, and their
+    rejections, named by their place as sent (``series[s].ts[k]``, ``samples[i].ts``, ``job_utilization[j].ts``,
+    ``node_io[j].ts``)."""
     rejected: list[dict[str, Any]] = []
     update: dict[str, Any] = {}
     series = batch.series
@@ -636,13 +645,16 @@ def _outside_window(
             if not window.holds(ts):
                 sent = origins.row(position)
                 rejected.append({"index": sent, "field": f"samples[{sent}].ts", "error": window.reason(ts)})
-    if not all(window.holds(j.ts) for j in batch.job_utilization):
-        update["job_utilization"] = [j for j in batch.job_utilization if window.holds(j.ts)]
-        for position, share in enumerate(batch.job_utilization):
-            if not window.holds(share.ts):
-                sent = origins.share(position)
-                field, error = f"job_utilization[{sent}].ts", window.reason(share.ts)
-                rejected.append({"job_utilization": sent, "field": field, "error": error, "readings": 0})
+    for part in SIDE_PARTS:
+        entries = getattr(batch, part)
+        if all(window.holds(e.ts) for e in entries):
+            continue
+        update[part] = [e for e in entries if window.holds(e.ts)]
+        for position, side_entry in enumerate(entries):
+            if not window.holds(side_entry.ts):
+                sent = origins.side(part, position)
+                field, error = f"{part}[{sent}].ts", window.reason(side_entry.ts)
+                rejected.append({part: sent, "field": field, "error": error, "readings": 0})
     return (batch.model_copy(update=update) if update else batch), rejected
 
 
@@ -657,17 +669,18 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]], _O
     bad_rows: set[int] = set()
     bad_values: dict[int, set[int]] = {}
     bad_series: dict[int, dict[str, Any]] = {}
-    bad_shares: set[int] = set()
-    every_share_bad = False
+    bad_sides: dict[str, set[int]] = {part: set() for part in SIDE_PARTS}
+    every_side_bad: set[str] = set()
     for error in errors:
         loc, entry = error["loc"], {"field": _field_path(error["loc"]), "error": error["msg"]}
-        if loc and loc[0] == "job_utilization":  # not a reading: reject the entry, keep the readings
+        if loc and loc[0] in bad_sides:  # not a reading: reject the entry, keep the readings
+            part = str(loc[0])
             if len(loc) >= 2 and isinstance(loc[1], int):
-                rejected.append({"job_utilization": loc[1], **entry, "readings": 0})
-                bad_shares.add(loc[1])
+                rejected.append({part: loc[1], **entry, "readings": 0})
+                bad_sides[part].add(loc[1])
             else:
                 rejected.append({**entry, "readings": 0})
-                every_share_bad = True
+                every_side_bad.add(part)
         elif len(loc) >= 2 and loc[0] == "samples" and isinstance(loc[1], int):
             rejected.append({"index": loc[1], **entry})
             bad_rows.add(loc[1])
@@ -697,11 +710,12 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]], _O
     if bad_rows:
         origins.rows = [i for i in range(len(data["samples"])) if i not in bad_rows]
         data["samples"] = [data["samples"][i] for i in origins.rows]
-    if every_share_bad:
-        del data["job_utilization"]
-    elif bad_shares:
-        origins.shares = [i for i in range(len(data["job_utilization"])) if i not in bad_shares]
-        data["job_utilization"] = [data["job_utilization"][i] for i in origins.shares]
+    for part, bad in bad_sides.items():
+        if part in every_side_bad:
+            del data[part]
+        elif bad:
+            origins.sides[part] = [i for i in range(len(data[part])) if i not in bad]
+            data[part] = [data[part][i] for i in origins.sides[part]]
     if series:
         origins.series = [index for index in range(len(series)) if index not in bad_series]
         data["series"] = [_without(series[index], bad_values.get(index, set())) for index in origins.series]

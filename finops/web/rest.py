@@ -1,5 +1,5 @@
-"""The REST API under ``/api/v1`` (FastAPI router): costs, commitments, budgets, idle episodes, right-sizing, events,
-team rules, the price catalog and pricing rules.
+"""The REST API under ``/api/v1`` (FastAPI router): costs (by group, and idle cost by waste reason), commitments,
+budgets, idle episodes, right-sizing, events, team rules, the price catalog and pricing rules.
 
 Every route needs ``Authorization: Bearer <token>``, an API token or ``FINOPS_API_TOKEN``
 (:class:`finops.web.auth.ApiAuth`): reading needs any role, and a ``team`` token reads only its team's costs,
@@ -37,6 +37,8 @@ from finops.analysis.events import EVENT_KINDS, list_events
 from finops.analysis.idle import list_episodes
 from finops.analysis.report import GroupBy, cost_report, report_csv, report_dicts, unpriced_by_model
 from finops.analysis.rightsizing import RightsizingPolicy, rightsizing, rightsizing_csv, rightsizing_dicts
+from finops.analysis.waste import ReasonPolicy
+from finops.analysis.waste_costs import job_dicts, reason_csv, reason_dicts, waste_report
 from finops.db.models import TEAM_RULE_KINDS
 from finops.jobs.teams import delete_rule, list_rules, set_rule
 from finops.pricing.catalog import CatalogError, OnPremRow, PriceCatalog, PricingModel, load_catalog
@@ -131,11 +133,16 @@ def _budget_refused(**where: str) -> Iterator[None]:
 
 
 def create_router(
-    sessions: sessionmaker[Session], auth: ApiAuth, configured_catalog: PriceCatalog | None = None
+    sessions: sessionmaker[Session],
+    auth: ApiAuth,
+    configured_catalog: PriceCatalog | None = None,
+    reasons: ReasonPolicy | None = None,
 ) -> APIRouter:
     """The ``/api/v1`` routes on ``sessions``, authenticated by ``auth``; ``configured_catalog`` (default: the
-    packaged one) is in force until a catalog is imported."""
+    packaged one) is in force until a catalog is imported; ``reasons``: the waste reasons' thresholds (the
+    ``FINOPS_WASTE_*`` settings; default: their defaults)."""
     fallback_catalog = configured_catalog if configured_catalog is not None else load_catalog()
+    reason_policy = reasons or ReasonPolicy()
     router = APIRouter(prefix="/api/v1")
     reader = Annotated[Principal, Depends(auth.reader)]
     fleet_reader = Annotated[Principal, Depends(auth.fleet_reader)]
@@ -194,6 +201,25 @@ def create_router(
         reason and the fix. Fleet-wide: a team token is refused (403)."""
         catalog = catalog_in_force(db, fallback_catalog)
         return commitment_report(db, catalog, utc_now(), days, model=model, quantity=quantity).as_dict()
+
+    @router.get("/costs/idle-by-reason", response_model=None)
+    def idle_by_reason(
+        db: db,
+        caller: reader,
+        month: Annotated[str | None, Query(description=MONTH_HELP + " Default: this month.")] = None,
+        format: Annotated[Literal["json", "csv"], Query(description="json or csv.")] = "json",
+    ) -> Any:
+        """Idle cost by probable waste reason per team over month YYYY-MM (default: this month, UTC, so far), as
+        ``gpu-finops report --by reason`` (docs/waste-reasons.md): ``rows`` of ``{team, month, reason, title,
+        gpu_hours, unpriced_gpu_hours, cost, currency}`` adding up to the idle cost by team plus the allocated cost
+        of unmetered GPU-hours (``no_reading``), and ``jobs``, the low-utilisation jobs with their reason and
+        evidence, costliest first. CSV: the rows. A team token: its team's only. 422 for a month that is not one."""
+        with _budget_refused(month="query"):
+            first = month_start(utc_now()) if month is None else parse_month(month)
+        found = waste_report(db, first, next_month_start(first), team=caller.team_scope, policy=reason_policy)
+        if format == "csv":
+            return Response(reason_csv(found.rows), media_type="text/csv")
+        return {"month": f"{first:%Y-%m}", "rows": reason_dicts(found.rows), "jobs": job_dicts(found.jobs)}
 
     @router.get("/budgets")
     def budgets(

@@ -75,7 +75,7 @@ def test_an_idle_episode_on_an_unpriced_gpu_is_unpriced_until_a_price_is_importe
     assert (row["cost"], row["unpriced_model"], row["unpriced_fix"]) == ("", MODEL, unpriced_fix(MODEL))
     table = idle_list().splitlines()
     assert table[1].split()[:5] == ["gpu-a-01", "0", "501", "alice", "alpha"]
-    assert table[1].endswith(f"unpriced ({MODEL})") and "0.00" not in table[1]
+    assert table[1].endswith(f"unpriced ({MODEL})  unexplained") and "0.00" not in table[1], "the reason comes last"
     assert table[-2] == "1 episode: 0.50 GPU-hours, unpriced"
     assert table[-1] == f"unpriced: 0.50 GPU-hours of {MODEL!r}, which has no price: {unpriced_fix(MODEL)}"
 

@@ -348,6 +348,8 @@ def test_gpus_page_reads_fabric_and_storage_from_prometheus(
 def test_idle_and_quality_pages_apply_the_filters(seeded: str) -> None:
     idle = _run("views/idle.py", period="7d")
     assert idle.dataframe[0].value["job"].tolist() == ["501"]
+    assert idle.dataframe[0].value["reason"].tolist() == ["unexplained"], "the scenario's idle GPU held no memory"
+    assert idle.dataframe[0].value["evidence"].iloc[0].startswith("nothing stood out: no storage rates")
     assert _run("views/idle.py", period="7d", cluster="vega").success[0].value == "No idle episodes in this period."
     quality = _run("views/quality.py", period="7d")
     assert _metrics(quality)["GPU-hours held by a job"] == "66.7%"  # 4 of the 6 GPU-hours

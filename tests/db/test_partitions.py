@@ -360,3 +360,24 @@ def test_retention_expires_per_job_utilization_with_the_samples(sessions: sessio
         left = session.execute(select(GpuJobUtilization.ts, GpuJobUtilization.job_id).order_by("job_id")).all()
     assert [(to_epoch(ts), job) for ts, job in left] == [(recent + 600, "501"), (recent + 600, "502")]
     assert _samples(sessions) == 1
+
+
+def test_retention_expires_the_nodes_hourly_rates_with_the_samples(sessions: sessionmaker[Session]) -> None:
+    from finops.db.models import NodeIoHour
+
+    cutoff = TODAY - 35 * DAY
+    for instant in (cutoff - 3600, cutoff, TODAY - DAY):
+        batch = _batch("gpu-a-01", [instant + 600]).model_dump()
+        batch["node_io"] = [{"ts": instant + 600, "nfs_read_bytes_per_second": 1e8, "disk_read_bytes_per_second": 0}]
+        _store(sessions, IngestBatch.model_validate(batch))
+    with sessions.begin() as session:
+        session.execute(delete(DirtyHour))
+    with sessions.begin() as session:
+        pruned = prune_samples(session, 35, datetime.fromtimestamp(TODAY + 3600, UTC))
+    assert (to_epoch(pruned.before), pruned.node_io_rows) == (cutoff, 2), "the last hour before the cutoff: 2 kinds"
+    with sessions() as session:
+        left = session.execute(select(NodeIoHour.hour, NodeIoHour.kind).order_by(NodeIoHour.hour, "kind")).all()
+    assert [(to_epoch(hour), kind) for hour, kind in left] == [
+        (cutoff, "disk_read"), (cutoff, "nfs_read"), (TODAY - DAY, "disk_read"), (TODAY - DAY, "nfs_read")
+    ]  # fmt: skip
+    assert _samples(sessions) == 2

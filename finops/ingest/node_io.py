@@ -1,0 +1,156 @@
+"""A node's fabric and storage rates per hour (``node_io_hours``), from the ``node_io`` entries of its collector's
+batches (:class:`collector.contract.wire.NodeIo`) or, in the TSDB mode, from the collectors' counters in the TSDB
+(:meth:`finops.ingest.tsdb_source.TsdbTelemetry.store_node_rates`, :func:`replace_hours`), and how fast a node
+moved data over a period.
+
+Entries are folded into their node's hour and kind as they arrive: one more reading, its rate added to the sum and
+compared with the maximum, the hour's newest instant moved on. A collector sends its cycles in order, its spool oldest
+first, so an entry at or before the newest instant stored for its node, hour and kind has been stored already (a batch
+sent again after the collector missed the answer) and is not added twice. An entry arriving out of order (two
+collectors speaking for one node) is dropped the same way.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, insert, select, text
+from sqlalchemy.orm import Session
+
+from collector.contract.wire import NodeIo
+from finops.db.dialect import larger_of_two
+from finops.db.models import Node, NodeIoHour
+from finops.timeutil import HOUR, from_epoch, to_epoch
+
+_FOLD = """
+WITH entry (hour, kind, ts, rate) AS (VALUES {values}),
+node AS (SELECT id FROM nodes WHERE hostname = :node),
+fresh AS (
+    SELECT node.id AS node_id, entry.hour, entry.kind, entry.ts, entry.rate
+    FROM entry CROSS JOIN node
+    LEFT JOIN node_io_hours stored
+        ON stored.node_id = node.id AND stored.hour = entry.hour AND stored.kind = entry.kind
+    WHERE stored.last_ts IS NULL OR entry.ts > stored.last_ts
+)
+INSERT INTO node_io_hours (node_id, hour, kind, readings, rate_sum, rate_max, last_ts)
+SELECT node_id, hour, kind, COUNT(*), SUM(rate), MAX(rate), MAX(ts) FROM fresh WHERE true
+GROUP BY node_id, hour, kind
+ON CONFLICT (node_id, hour, kind) DO UPDATE SET
+    readings = node_io_hours.readings + excluded.readings,
+    rate_sum = node_io_hours.rate_sum + excluded.rate_sum,
+    rate_max = {larger}(node_io_hours.rate_max, excluded.rate_max),
+    last_ts = excluded.last_ts
+WHERE node_io_hours.last_ts < excluded.last_ts
+"""
+"""Folds entries (``:h<i>``, ``:k<i>``, ``:t<i>``, ``:r<i>``: hour, kind, instant, rate) of node ``:node`` into its
+hours in one statement: those at or before their hour's newest stored instant are left out, the others summed per
+hour and kind and added (``WHERE true`` lets SQLite tell the upsert from a join)."""
+
+
+def store_node_io(session: Session, node: str, entries: Sequence[NodeIo]) -> int:
+    """Fold ``entries`` of node ``node`` (a hostname) into its hours, in the caller's transaction, in one statement
+    (:data:`_FOLD`); returns how many (hour, kind) rows it wrote. A node the database does not know stores nothing
+    (its GPUs register it)."""
+    parameters: dict[str, Any] = {"node": node}
+    for entry in entries:
+        hour = entry.ts - entry.ts % HOUR
+        for kind, rate in entry.rates().items():
+            i = len(parameters) // 4
+            parameters.update({f"h{i}": hour, f"k{i}": kind, f"t{i}": entry.ts, f"r{i}": rate})
+    count = len(parameters) // 4
+    if not count:
+        return 0
+    values = ", ".join(f"(:h{i}, :k{i}, :t{i}, :r{i})" for i in range(count))
+    statement = _FOLD.format(values=values, larger=larger_of_two(session.connection()))
+    return int(getattr(session.execute(text(statement), parameters), "rowcount", 0) or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class HourRate:
+    """One node's rate of one kind over one UTC hour (epoch start), bytes per second: ``readings`` instants, their
+    ``mean`` and ``peak``."""
+
+    node: str
+    hour: int
+    kind: str
+    readings: int
+    mean: float
+    peak: float
+
+
+def replace_hours(session: Session, hours: Iterable[int], rates: Iterable[HourRate]) -> int:
+    """Replace the ``node_io_hours`` rows of ``hours`` (epoch starts) by ``rates`` (those of nodes the database does
+    not know, or with no reading, left out), in the caller's transaction; returns the rows written."""
+    wanted = sorted(set(hours))
+    if not wanted:
+        return 0
+    session.execute(delete(NodeIoHour).where(NodeIoHour.hour.in_([from_epoch(h) for h in wanted])))
+    nodes = {name: node_id for node_id, name in session.execute(select(Node.id, Node.hostname))}
+    rows = [
+        {
+            "node_id": nodes[rate.node],
+            "hour": from_epoch(rate.hour),
+            "kind": rate.kind,
+            "readings": rate.readings,
+            "rate_sum": rate.mean * rate.readings,
+            "rate_max": rate.peak,
+            "last_ts": from_epoch(rate.hour + HOUR - 1),
+        }
+        for rate in rates
+        if rate.node in nodes and rate.readings > 0
+    ]
+    if rows:
+        session.execute(insert(NodeIoHour), rows)
+    return len(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRate:
+    """How fast a node moved data of one kind over a period: ``mean`` bytes per second (each hour's mean weighted by
+    the seconds of the period in it) and ``peak``, the largest single reading of those hours; ``seconds`` of the
+    period that had readings of the kind."""
+
+    mean: float
+    peak: float
+    seconds: int
+
+
+def node_rates(
+    session: Session, periods: Iterable[tuple[int, datetime, datetime]]
+) -> dict[tuple[int, datetime, datetime], dict[str, NodeRate]]:
+    """Per (``nodes.id``, start, end) of ``periods``: kind → :class:`NodeRate` over [start, end) from the node's
+    hours (a period's part in an hour weighs that hour's mean); a kind without readings in the period is absent.
+    One query for all the periods' nodes and hours."""
+    wanted = list(dict.fromkeys(periods))
+    if not wanted:
+        return {}
+    first = min(to_epoch(start) for _, start, _ in wanted)
+    last = max(to_epoch(end) for _, _, end in wanted)
+    hours: dict[tuple[int, int], list[tuple[str, float, float]]] = defaultdict(list)
+    query = select(NodeIoHour.node_id, NodeIoHour.hour, NodeIoHour.kind, NodeIoHour.readings, NodeIoHour.rate_sum,
+                   NodeIoHour.rate_max).where(
+        NodeIoHour.node_id.in_(sorted({node for node, _, _ in wanted})),
+        NodeIoHour.hour >= from_epoch(first - first % HOUR),
+        NodeIoHour.hour < from_epoch(last),
+    )  # fmt: skip
+    for node_id, stored_hour, kind, readings, rate_sum, rate_max in session.execute(query):
+        hours[node_id, to_epoch(stored_hour)].append((kind, rate_sum / readings, rate_max))
+    result: dict[tuple[int, datetime, datetime], dict[str, NodeRate]] = {}
+    for node_id, start, end in wanted:
+        lo, hi = to_epoch(start), to_epoch(end)
+        weighted: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        for hour in range(lo - lo % HOUR, hi, HOUR):
+            overlap = min(hi, hour + HOUR) - max(lo, hour)
+            for kind, mean, peak in hours.get((node_id, hour), ()):
+                sums = weighted[kind]
+                sums[0] += mean * overlap
+                sums[1] += overlap
+                sums[2] = max(sums[2], peak)
+        result[node_id, start, end] = {
+            kind: NodeRate(total / seconds, peak, int(seconds)) for kind, (total, seconds, peak) in weighted.items()
+        }
+    return result
