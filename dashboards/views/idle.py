@@ -47,9 +47,9 @@ frame = pd.DataFrame(
             "start": e.start,
             "hours": round(e.hours, 2),
             "memory_held": e.memory_held,
+            "episode_cost": None if e.cost is None else cents(e.cost),
             "reason": "" if e.verdict is None else e.verdict.title,
             "evidence": e.evidence or "",
-            "episode_cost": None if e.cost is None else cents(e.cost),
             "unpriced_model": e.unpriced_model or "",
         }
         for e in found
