@@ -27,14 +27,19 @@ def free_port() -> int:
 
 @contextmanager
 def running(app: FastAPI, port: int | None = None) -> Iterator[str]:
-    """Serve ``app`` on 127.0.0.1 (on ``port``, default a free one) until the block ends; yields its base URL."""
-    port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
+    """Serve ``app`` on 127.0.0.1 (on ``port``, default one the kernel picks, held from the start so no other test
+    can take it between choosing and binding) until the block ends; yields its base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port or 0))
+    port = int(sock.getsockname()[1])
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
+            sock.close()
             raise RuntimeError("uvicorn did not start")
         time.sleep(0.02)
     try:
@@ -42,6 +47,7 @@ def running(app: FastAPI, port: int | None = None) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=20)
+        sock.close()
 
 
 API_TOKEN = "test-admin-api-token"
