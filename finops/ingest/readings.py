@@ -9,7 +9,8 @@ fall in are made first when missing (:class:`finops.ingest.partitions.PartitionC
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from typing import Any
@@ -36,12 +37,11 @@ _CONFLICTS = (
     select(_GPUS.c.uuid, _GPUS.c.gpu_index, _GPUS.c.model, _NODES.c.hostname)
     .join(_NODES, _NODES.c.id == _GPUS.c.node_id)
     .where(
-        _GPUS.c.uuid.in_(bindparam("uuids", expanding=True))
-        | ((_NODES.c.hostname == bindparam("node")) & _GPUS.c.gpu_index.in_(bindparam("indexes", expanding=True)))
+        _GPUS.c.uuid.in_(bindparam("uuids", expanding=True)) | _NODES.c.hostname.in_(bindparam("nodes", expanding=True))
     )
 )
-"""The GPUs a batch names or whose slots it describes (:meth:`Ingestor.conflicts`): one Core statement built once
-and run on the session's connection, about half the CPU of building and running it through the ORM per batch."""
+"""The GPUs batches name and those of their nodes (:meth:`Ingestor.conflicts`): one Core statement built once and
+run on the session's connection, about half the CPU of building and running it through the ORM per batch."""
 _HOUR_OF = HOUR.__rfloordiv__  # epoch seconds -> hour number, mapped over a series in C
 
 
@@ -56,6 +56,73 @@ def _mark_dirty(hours: set[int]) -> str:
     :func:`finops.db.hours.mark_hours_dirty` does), as one statement that can travel with the sample insert."""
     values = ", ".join(f"({int(hour)})" for hour in sorted(hours))
     return f"INSERT INTO {DirtyHour.__tablename__} (hour) VALUES {values} ON CONFLICT DO NOTHING"  # noqa: S608
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What :meth:`Ingestor.store_all` needs of one batch before it writes: each GPU's earliest reading (UUID ->
+    epoch seconds), the hours its readings fall in (epoch // 3600) and its row readings' instants (epoch seconds)."""
+
+    first_seen: dict[str, int]
+    hour_numbers: set[int]
+    epochs: list[int]
+
+    @classmethod
+    def of(cls, batch: IngestBatch) -> _Plan:
+        first_seen: dict[str, int] = {}
+        hour_numbers: set[int] = set()
+        for series in batch.series:
+            if series.ts:
+                earliest = min(series.ts)
+                if earliest < first_seen.get(series.uuid, earliest + 1):
+                    first_seen[series.uuid] = earliest
+                hour_numbers.update(set(map(_HOUR_OF, series.ts)))
+        epochs = [to_epoch(reading.ts) for reading in batch.samples]
+        for reading, ts in zip(batch.samples, epochs, strict=True):
+            hour_numbers.add(ts // HOUR)
+            if ts < first_seen.get(reading.uuid, ts + 1):
+                first_seen[reading.uuid] = ts
+        for share in batch.job_utilization:
+            hour_numbers.add(share.ts // HOUR)
+            if share.ts < first_seen.get(share.uuid, share.ts + 1):
+                first_seen[share.uuid] = share.ts
+        return cls(first_seen, hour_numbers, epochs)
+
+    def rows(self, batch: IngestBatch, gpu_ids: dict[str, int]) -> Iterator[tuple[Any, ...]]:
+        """The batch's ``gpu_samples`` rows (:data:`SAMPLE_COLUMNS`), series first."""
+        yield from chain.from_iterable(_series_rows(s, gpu_ids[s.uuid]) for s in batch.series)
+        for r, ts in zip(batch.samples, self.epochs, strict=True):
+            yield (
+                gpu_ids[r.uuid], ts, r.utilization_ratio, r.memory_utilization_ratio, r.memory_used_bytes,
+                r.power_watts, r.energy_joules, r.temperature_celsius, r.sm_clock_hertz, r.clocks_event_reasons,
+                r.job_id,
+            )  # fmt: skip
+
+
+def _batch_conflicts(
+    batch: IngestBatch, by_uuid: dict[str, Any], by_slot: dict[int, Any]
+) -> tuple[dict[str, str], set[str]]:
+    """:meth:`Ingestor.conflicts` of one batch, from the rows of the GPUs it names (``by_uuid``) and of its node's
+    GPUs by index (``by_slot``)."""
+    entries = {info.uuid: info for info in batch.gpus}
+    uuids = batch.gpu_uuids
+    refused: dict[str, str] = {}
+    for uuid in sorted(uuids):
+        known, entry = by_uuid.get(uuid), entries.get(uuid)
+        if known is not None and known.hostname != batch.node:
+            refused[uuid] = f"{uuid} belongs to node {known.hostname}"
+        elif known is not None and entry is not None and entry.model != known.model:
+            refused[uuid] = (
+                f"{uuid} is registered as {known.model}, not {entry.model}; a GPU changes model only by "
+                f"`gpu-finops nodes gpu replace {batch.node} {known.gpu_index}`"
+            )
+        elif known is None and entry is not None and entry.index in by_slot:
+            holder = by_slot[entry.index].uuid
+            refused[uuid] = (
+                f"index {entry.index} of node {batch.node} is {holder}; after a hardware swap run "
+                f"`gpu-finops nodes gpu replace {batch.node} {entry.index}`"
+            )
+    return refused, uuids - set(entries) - {uuid for uuid in uuids if uuid in by_uuid} - set(refused)
 
 
 def _series_rows(series: GpuSeries, gpu_id: int) -> Iterator[tuple[Any, ...]]:
@@ -99,88 +166,66 @@ class Ingestor:
         and ``gpu_samples`` is taken in ROW EXCLUSIVE mode before ``gpus`` or ``ledger_dirty_hours`` is written.
         The dirty hours, the lock and the savepoint of the sample insert travel in one round trip.
         """
-        first_seen: dict[str, int] = {}
-        hour_numbers: set[int] = set()  # epoch // 3600
-        for series in batch.series:
-            if series.ts:
-                earliest = min(series.ts)
-                if earliest < first_seen.get(series.uuid, earliest + 1):
-                    first_seen[series.uuid] = earliest
-                hour_numbers.update(set(map(_HOUR_OF, series.ts)))
-        epochs = [to_epoch(reading.ts) for reading in batch.samples]
-        for reading, ts in zip(batch.samples, epochs, strict=True):
-            hour_numbers.add(ts // HOUR)
-            if ts < first_seen.get(reading.uuid, ts + 1):
-                first_seen[reading.uuid] = ts
-        for share in batch.job_utilization:
-            hour_numbers.add(share.ts // HOUR)
-            if share.ts < first_seen.get(share.uuid, share.ts + 1):
-                first_seen[share.uuid] = share.ts
-        if not first_seen:
-            return 0
-        hours = {number * HOUR for number in hour_numbers}
+        return self.store_all(session, [batch])[0]
+
+    def store_all(self, session: Session, batches: Sequence[IngestBatch]) -> list[int]:
+        """Store ``batches`` in the caller's transaction as :meth:`store` stores one, their readings by one ``COPY``
+        (the partitions, the lock and the dirty hours of all in one round trip); returns how many readings each
+        carried, in their order. Their GPUs are registered node by node in the order of the nodes' names, one order
+        in every transaction. Used by ingest to commit the batches of concurrent requests together
+        (:class:`finops.ingest.group_commit.GroupCommit`)."""
+        plans = [_Plan.of(batch) for batch in batches]
+        hours = {number * HOUR for plan in plans for number in plan.hour_numbers}
+        counts = [0] * len(batches)
+        if not hours:
+            return counts
         days = {hour - hour % DAY for hour in hours}
         self._partitions.ensure(session, days)
-        gpu_ids = self.register(session, batch.node, batch.gpus, first_seen)
-        rows = list(
-            chain(
-                chain.from_iterable(_series_rows(s, gpu_ids[s.uuid]) for s in batch.series),
-                (
-                    (
-                        gpu_ids[r.uuid], ts, r.utilization_ratio, r.memory_utilization_ratio, r.memory_used_bytes,
-                        r.power_watts, r.energy_joules, r.temperature_celsius, r.sm_clock_hertz,
-                        r.clocks_event_reasons, r.job_id,
-                    )
-                    for r, ts in zip(batch.samples, epochs, strict=True)
-                ),
-            )
-        )  # fmt: skip
+        gpu_ids: list[dict[str, int]] = [{} for _ in batches]
+        for i in sorted(range(len(batches)), key=lambda k: batches[k].node):
+            if plans[i].first_seen:
+                gpu_ids[i] = self.register(session, batches[i].node, batches[i].gpus, plans[i].first_seen)
+        rows: list[tuple[Any, ...]] = []
+        for i, (batch, plan) in enumerate(zip(batches, plans, strict=True)):
+            before = len(rows)
+            rows.extend(plan.rows(batch, gpu_ids[i]))
+            counts[i] = len(rows) - before
         first = "; ".join(filter(None, (self._partitions.lock_statement(), _mark_dirty(hours))))
         self._insert(session, rows, days, first)
-        if batch.job_utilization:
-            shares = [(gpu_ids[j.uuid], j.ts, j.job_id, j.utilization_ratio) for j in batch.job_utilization]
+        shares = [
+            (ids[j.uuid], j.ts, j.job_id, j.utilization_ratio)
+            for batch, ids in zip(batches, gpu_ids, strict=True)
+            for j in batch.job_utilization
+        ]
+        if shares:
             table: Any = GpuJobUtilization.__table__
             bulk_insert_ignoring_conflicts(session, table, JOB_UTILIZATION_COLUMNS, shares)
-        if batch.node_io:
-            store_node_io(session, batch.node, batch.node_io)
-        return len(rows)
+        for batch, plan in zip(batches, plans, strict=True):
+            if batch.node_io and plan.first_seen:
+                store_node_io(session, batch.node, batch.node_io)
+        return counts
 
     @staticmethod
-    def conflicts(session: Session, batch: IngestBatch) -> tuple[dict[str, str], set[str]]:
-        """What ``batch`` may not write, in one query: (UUIDs refused, each with the reason; UUIDs unknown).
+    def conflicts(session: Session, batches: Sequence[IngestBatch]) -> list[tuple[dict[str, str], set[str]]]:
+        """What each of ``batches`` may not write, in one query: per batch, in their order, (UUIDs refused, each with
+        the reason; UUIDs unknown).
 
         Refused: a GPU registered to another node ("belongs to node X"), or a ``gpus`` entry that would re-register
         a GPU of the batch's node, its index under another UUID or its UUID as another model (only ``gpu-finops nodes
         gpu replace NODE INDEX`` frees a slot for a new board). A slot whose UUID is unknown (a job placement's
         placeholder) may be taken. Unknown: GPUs with readings that neither the batch's ``gpus`` describe nor the
         database knows (what :meth:`store` would refuse with KeyError)."""
-        entries = {info.uuid: info for info in batch.gpus}
-        uuids = batch.gpu_uuids
-        indexes = sorted({info.index for info in batch.gpus})
-        parameters = {"uuids": sorted(uuids), "node": batch.node, "indexes": indexes}
-        by_uuid, by_slot = {}, {}
+        parameters = {
+            "uuids": sorted(set().union(*(batch.gpu_uuids for batch in batches))),
+            "nodes": sorted({batch.node for batch in batches}),
+        }
+        by_uuid: dict[str, Any] = {}
+        by_slot: dict[str, dict[int, Any]] = defaultdict(dict)
         for row in session.connection().execute(_CONFLICTS, parameters):
-            if row.uuid in uuids:
+            if row.uuid is not None:
                 by_uuid[row.uuid] = row
-            if row.hostname == batch.node and row.uuid is not None:
-                by_slot[row.gpu_index] = row
-        refused: dict[str, str] = {}
-        for uuid in sorted(uuids):
-            known, entry = by_uuid.get(uuid), entries.get(uuid)
-            if known is not None and known.hostname != batch.node:
-                refused[uuid] = f"{uuid} belongs to node {known.hostname}"
-            elif known is not None and entry is not None and entry.model != known.model:
-                refused[uuid] = (
-                    f"{uuid} is registered as {known.model}, not {entry.model}; a GPU changes model only by "
-                    f"`gpu-finops nodes gpu replace {batch.node} {known.gpu_index}`"
-                )
-            elif known is None and entry is not None and entry.index in by_slot:
-                holder = by_slot[entry.index].uuid
-                refused[uuid] = (
-                    f"index {entry.index} of node {batch.node} is {holder}; after a hardware swap run "
-                    f"`gpu-finops nodes gpu replace {batch.node} {entry.index}`"
-                )
-        return refused, uuids - set(entries) - set(by_uuid) - set(refused)
+                by_slot[row.hostname][row.gpu_index] = row
+        return [_batch_conflicts(batch, by_uuid, by_slot[batch.node]) for batch in batches]
 
     def _insert(self, session: Session, rows: list[tuple[Any, ...]], days: set[int], first: str) -> None:
         table: Any = GpuSample.__table__

@@ -256,7 +256,7 @@ def test_what_the_shipper_sends_is_stored_and_odd_readings_are_named(service: st
 
 
 def test_many_collectors_at_once_with_new_gpus_and_new_days(service: str, sessions) -> None:  # type: ignore[no-untyped-def]
-    """Twelve nodes (more than are stored at once) POST their first batches together, each with new GPUs and
+    """Twelve nodes POST their first batches together, each with new GPUs and
     readings on three days that have no partition yet: every POST is taken whole."""
     day = (NOW // 86400 - 10) * 86400
     instants = [day + 10, day + 86400 + 10, day + 2 * 86400 + 10]
@@ -273,6 +273,36 @@ def test_many_collectors_at_once_with_new_gpus_and_new_days(service: str, sessio
         answers = list(pool.map(node, range(12)))
     assert answers == [[200, 200, 200]] * 12
     assert _count(sessions) == 12 * 8 * 3 * 3
+
+
+def test_batches_stored_together_are_each_answered_for_themselves(service: str, sessions) -> None:  # type: ignore[no-untyped-def]
+    """Batches arriving together share a transaction; still each gets its own answer: thirty nodes' good
+    batches are stored whole while, among them, one node's batch naming another node's GPU and one naming a GPU
+    nobody describes lose only those GPUs' readings, each refusal in its own answer."""
+    owner = {"node": "gpu-owner", "gpus": [{**GPU, "uuid": "GPU-owned"}], "series": []}
+    owner["series"] = [{"uuid": "GPU-owned", "ts": [NOW - 3600], "power_watts": [300.0]}]
+    assert _post(service, owner).status_code == 200
+
+    def batch(n: int) -> dict[str, object]:
+        gpus = [{**GPU, "uuid": f"GPU-{n:04d}-{i}", "index": i} for i in range(2)]
+        series = [{"uuid": g["uuid"], "ts": [NOW - 600, NOW - 590], "power_watts": [300.0] * 2} for g in gpus]
+        if n == 7:  # also reports the owner's GPU as its own
+            gpus.append({**GPU, "uuid": "GPU-owned", "index": 5})
+            series.append({"uuid": "GPU-owned", "ts": [NOW - 600], "power_watts": [1.0]})
+        if n == 13:  # readings of a GPU its gpus do not describe
+            series.append({"uuid": "GPU-stranger", "ts": [NOW - 600, NOW - 590, NOW - 580], "power_watts": [1.0] * 3})
+        return {"node": f"gpu-t-{n:02d}", "gpus": gpus, "series": series}
+
+    with ThreadPoolExecutor(30) as pool:
+        answers = list(pool.map(lambda n: _post(service, batch(n)), range(30)))
+    codes = [answer.status_code for answer in answers]
+    assert codes == [422 if n in (7, 13) else 200 for n in range(30)]
+    assert all(answer.json() == {"accepted": 4, "rejected": []} for n, answer in enumerate(answers) if n not in (7, 13))
+    assert answers[7].json()["accepted"] == 4
+    assert [(r["uuid"], r["readings"]) for r in answers[7].json()["rejected"]] == [("GPU-owned", 1)]
+    assert "belongs to node gpu-owner" in answers[7].json()["rejected"][0]["error"]
+    assert [(r["uuid"], r["readings"]) for r in answers[13].json()["rejected"]] == [("GPU-stranger", 3)]
+    assert _count(sessions) == 1 + 30 * 4
 
 
 def _shares(sessions) -> list[tuple[str, int, str, float]]:  # type: ignore[no-untyped-def]
