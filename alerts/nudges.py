@@ -34,7 +34,6 @@ from alerts.models import NudgeLog
 from alerts.recipients import Recipients
 from alerts.render import dashboard_link, message_to_payload
 from alerts.rules import duration_text, money
-from finops.analysis.mig_profiles import GIB
 from finops.analysis.nudges import (
     IDLE_RUNNING,
     LOW_EFFICIENCY,
@@ -45,6 +44,8 @@ from finops.analysis.nudges import (
     NudgePolicy,
     find_nudges,
 )
+from finops.pricing.catalog import GIB, PriceCatalog, load_catalog
+from finops.pricing.store import catalog_in_force
 from finops.timeutil import utc_now
 
 if TYPE_CHECKING:
@@ -66,7 +67,9 @@ Status = Literal["due", "sent", "suppressed", "no-address"]
 @dataclass(frozen=True)
 class NudgeService:
     """What a nudge pass needs: the thresholds, the users' addresses, the repeat interval, the schedule (seconds;
-    0: not scheduled), the dashboard URL of the links and the outbox deadline."""
+    0: not scheduled), the dashboard URL of the links, the outbox deadline and the configured price catalog, whose
+    MIG profiles the slices are chosen from unless a catalog was imported
+    (:func:`finops.pricing.store.catalog_in_force`)."""
 
     policy: NudgePolicy = field(default_factory=NudgePolicy)
     recipients: Recipients = field(default_factory=Recipients)
@@ -74,12 +77,13 @@ class NudgeService:
     interval_seconds: int = 3600
     dashboard_url: str = ""
     deadline: timedelta = timedelta(hours=1)
+    catalog: PriceCatalog = field(default_factory=load_catalog)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> NudgeService:
         """From the ``FINOPS_NUDGE_*`` settings (an idle episode counts as open while its end is at most a rollup
         interval and the idle max gap old). AlertConfigError (a FinopsError) for a recipients file that cannot be
-        read or is invalid."""
+        read or is invalid; CatalogError for a price catalog file (``FINOPS_PRICE_CATALOG``) that cannot be."""
         policy = NudgePolicy(
             period=timedelta(days=settings.nudge_period_days),
             idle_running=timedelta(minutes=settings.nudge_idle_running_minutes),
@@ -98,6 +102,7 @@ class NudgeService:
             interval_seconds=settings.nudge_schedule_seconds,
             dashboard_url=settings.alert_dashboard_url,
             deadline=timedelta(seconds=settings.alert_delivery_deadline_seconds),
+            catalog=load_catalog(settings.price_catalog),
         )
 
 
@@ -118,7 +123,7 @@ class Planned:
 def plan_nudges(session: Session, service: NudgeService, now: datetime, *, user: str | None = None) -> list[Planned]:
     """The nudges due at ``now`` (``user``'s only when given), rendered and addressed, each ``due``,
     ``suppressed`` or ``no-address``; nothing is written."""
-    found = find_nudges(session, now, service.policy, user=user)
+    found = find_nudges(session, now, service.policy, catalog=catalog_in_force(session, service.catalog), user=user)
     last = {
         (row.user, row.kind): row.sent_at
         for row in session.scalars(select(NudgeLog).where(NudgeLog.user.in_(sorted({n.user for n in found}))))

@@ -30,6 +30,8 @@ sys.path.insert(0, str(REPO))
 from finops.analysis.nudges import NUDGE_KINDS, NudgePolicy, find_nudges  # noqa: E402
 from finops.db.engine import make_engine, session_factory  # noqa: E402
 from finops.db.models import LedgerEntry  # noqa: E402
+from finops.pricing.catalog import load_catalog  # noqa: E402
+from finops.pricing.store import catalog_in_force  # noqa: E402
 from finops.timeutil import HOUR, parse_utc  # noqa: E402
 
 
@@ -41,6 +43,7 @@ def main() -> None:
     args = parser.parse_args()
     sessions = session_factory(make_engine(args.database_url))
     policy = NudgePolicy()
+    configured = load_catalog()
     timings = []
     for _ in range(args.runs):
         with sessions() as session:
@@ -53,7 +56,7 @@ def main() -> None:
                 assert newest is not None, "the ledger is empty"
                 now = newest + timedelta(seconds=HOUR)
             started = time.perf_counter()
-            found = find_nudges(session, now, policy)
+            found = find_nudges(session, now, policy, catalog=catalog_in_force(session, configured))
             timings.append(time.perf_counter() - started)
             session.rollback()
     with sessions() as session:

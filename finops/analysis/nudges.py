@@ -25,10 +25,13 @@ Four kinds (:data:`NUDGE_KINDS`), each one finding per user (:class:`Nudge`) lis
 - ``mig-candidate`` (JDS "GPU Model Too Powerful", ``gpu_util_threshold: 20``, ``gpu_mem_usage_max: 10`` GB, which
   JDS reads as GiB): a job of one GPU, not already on a MIG slice, with mean utilisation above 0 (JDS leaves 0 %
   jobs to the alert above) and at most 20 %, whose memory peak — the most ``memory_used_bytes`` of its GPU while it
-  held it in the period, from ``gpu_samples`` or the TSDB mode's ``tsdb_gpu_metering`` — is at most 10 GiB, on a
-  model with MIG profiles (:mod:`finops.analysis.mig_profiles`). Cost: the job's ``allocated_cost``; the saving is
-  that less the slice's share of it (:func:`finops.jobs.mig.mig_share`: compute slices over the GPU's). Fix: the
-  smallest profile holding the peak (:func:`finops.analysis.fix_lines.mig_line`).
+  held it in the period, from ``gpu_samples`` or the TSDB mode's ``tsdb_gpu_metering`` — is at most 10 GiB, and
+  whose GPU's price-catalog model has a MIG profile holding that peak with right-sizing's headroom
+  (:func:`finops.analysis.mig_profiles.smallest_profile`: peak × :attr:`NudgePolicy.memory_headroom`, 1.2 by
+  default, within the profile's memory; the smallest share of the GPU, then the least memory; never the whole GPU).
+  Cost: the job's ``allocated_cost``; the saving is that less the slice's share of it
+  (:func:`finops.jobs.mig.mig_share`: compute slices over the GPU's). Fix: that profile
+  (:func:`finops.analysis.fix_lines.mig_line`).
 
 The period is the ledger hours starting in [now − period, now); costs are the ledger's (exact decimals, the prices
 in force then); a ledger row of a GPU whose model has no price is unpriced, counted in ``unpriced_gpu_seconds``,
@@ -48,11 +51,11 @@ from sqlalchemy import BigInteger, and_, case, func, or_, select, type_coerce
 from sqlalchemy.orm import Session
 
 from finops.analysis.fix_lines import cancel_line, mig_line, request_line
-from finops.analysis.mig_profiles import GIB, smallest_profile
+from finops.analysis.mig_profiles import MEMORY_HEADROOM, MigFit, smallest_profile
 from finops.db.models import Allocation, Gpu, GpuSample, IdleEpisode, Job, LedgerEntry, Team, TsdbGpuMetering
 from finops.db.sqltypes import Money
-from finops.jobs.mig import mig_share
 from finops.ledger.costmodel import round_exact
+from finops.pricing.catalog import GIB, PriceCatalog
 from finops.timeutil import to_epoch
 
 IDLE_RUNNING = "idle-running-job"
@@ -77,8 +80,9 @@ class NudgePolicy:
     gap: episodes are extended at each rollup); ``zero_util_gpu_hours``: GPU-hours at 0 % from which a user is told;
     ``low_efficiency_ratio`` and ``low_efficiency_gpu_hours``: mean utilisation at or below which, over more than how
     many GPU-hours; ``mig_max_utilization_ratio`` and ``mig_max_memory_bytes``: a single-GPU job at or below both
-    would fit a MIG slice; ``kinds``: the kinds looked for. ValueError for a ratio outside [0, 1], a negative
-    threshold or an unknown kind."""
+    is a MIG candidate; ``memory_headroom`` (≥ 1, right-sizing's default): what its memory peak is multiplied by
+    before it is matched to a MIG profile; ``kinds``: the kinds looked for. ValueError for a ratio outside [0, 1], a
+    negative threshold, a headroom below 1 or an unknown kind."""
 
     period: timedelta = timedelta(days=7)
     idle_running: timedelta = timedelta(hours=1)
@@ -88,6 +92,7 @@ class NudgePolicy:
     low_efficiency_gpu_hours: float = 50.0
     mig_max_utilization_ratio: float = 0.20
     mig_max_memory_bytes: int = 10 * GIB
+    memory_headroom: Decimal = MEMORY_HEADROOM
     kinds: frozenset[str] = frozenset(NUDGE_KINDS)
 
     def __post_init__(self) -> None:
@@ -97,6 +102,8 @@ class NudgePolicy:
         for name in ("zero_util_gpu_hours", "low_efficiency_gpu_hours", "mig_max_memory_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, not {getattr(self, name)!r}")
+        if not self.memory_headroom.is_finite() or self.memory_headroom < 1:
+            raise ValueError(f"memory_headroom must be at least 1, not {self.memory_headroom}")
         unknown = sorted(set(self.kinds) - set(NUDGE_KINDS))
         if unknown:
             raise ValueError(f"unknown nudge kind {unknown[0]!r} (kinds: {', '.join(NUDGE_KINDS)})")
@@ -194,11 +201,11 @@ class _JobUse:
     team: str
     currency: str = ""
     model: str = ""
-    memory_total_bytes: int | None = None
     nodes: set[int] = field(default_factory=set)
     gpus: dict[int, _GpuUse] = field(default_factory=dict)
     on_mig: bool = False
     peak_memory_bytes: int | None = None
+    mig_fit: MigFit | None = None
 
     @property
     def seconds(self) -> int:
@@ -265,9 +272,8 @@ def _ledger_uses(session: Session, start: datetime, end: datetime, user: str | N
             continue
         job, team = jobs[job_pk]
         use = uses.setdefault(job_pk, _JobUse(job, team))
-        model, memory_total, node_id = gpus[gpu_id]
+        model, node_id = gpus[gpu_id]
         use.model = use.model or model
-        use.memory_total_bytes = use.memory_total_bytes or memory_total
         use.currency = use.currency or currency
         use.nodes.add(node_id)
         use.gpus[gpu_id] = _GpuUse(
@@ -292,14 +298,12 @@ def _jobs(session: Session, job_pks: Iterable[int]) -> dict[int, tuple[Job, str]
     return found
 
 
-def _gpus(session: Session, gpu_ids: Iterable[int]) -> dict[int, tuple[str, int | None, int]]:
-    """(model, total memory in bytes, node id) by GPU id."""
-    found: dict[int, tuple[str, int | None, int]] = {}
+def _gpus(session: Session, gpu_ids: Iterable[int]) -> dict[int, tuple[str, int]]:
+    """(model, node id) by GPU id."""
+    found: dict[int, tuple[str, int]] = {}
     for chunk in _chunks(sorted(gpu_ids)):
-        for gpu_id, model, memory, node_id in session.execute(
-            select(Gpu.id, Gpu.model, Gpu.memory_total_bytes, Gpu.node_id).where(Gpu.id.in_(chunk))
-        ):
-            found[gpu_id] = (model, memory, node_id)
+        for gpu_id, model, node_id in session.execute(select(Gpu.id, Gpu.model, Gpu.node_id).where(Gpu.id.in_(chunk))):
+            found[gpu_id] = (model, node_id)
     return found
 
 
@@ -345,16 +349,19 @@ def _peak_memory(session: Session, job_pks: Sequence[int], start: datetime, end:
 # --- the four kinds -------------------------------------------------------------------------------------------
 
 
-def find_nudges(session: Session, now: datetime, policy: NudgePolicy, *, user: str | None = None) -> list[Nudge]:
+def find_nudges(
+    session: Session, now: datetime, policy: NudgePolicy, *, catalog: PriceCatalog, user: str | None = None
+) -> list[Nudge]:
     """Every nudge due at ``now`` under ``policy`` (its kinds only; ``user``'s only when given), by user then kind
-    (:data:`NUDGE_KINDS` order). Whether a user was told lately is not looked at here (:mod:`alerts.nudges`)."""
+    (:data:`NUDGE_KINDS` order). ``catalog``: the price catalog in force, whose models' MIG profiles the slices are
+    chosen from. Whether a user was told lately is not looked at here (:mod:`alerts.nudges`)."""
     start = now - policy.period
     found: list[Nudge] = []
     if IDLE_RUNNING in policy.kinds:
         found += _idle_running(session, now, policy, user)
     if policy.kinds & {ZERO_UTILIZATION, LOW_EFFICIENCY, MIG_CANDIDATE}:
         uses = _ledger_uses(session, start, now, user)
-        _read_peaks(session, uses, start, now, policy)
+        _fit_mig(session, uses, start, now, policy, catalog)
         by_user: dict[str, list[_JobUse]] = defaultdict(list)
         for use in uses.values():
             by_user[use.job.user].append(use)
@@ -378,21 +385,24 @@ def _mig_eligible(use: _JobUse, policy: NudgePolicy) -> bool:
     )
 
 
-def _read_peaks(
-    session: Session, uses: dict[int, _JobUse], start: datetime, end: datetime, policy: NudgePolicy
+def _fit_mig(
+    session: Session,
+    uses: dict[int, _JobUse],
+    start: datetime,
+    end: datetime,
+    policy: NudgePolicy,
+    catalog: PriceCatalog,
 ) -> None:
-    """Set the memory peak of the jobs that could fit a MIG slice (only those: it reads raw readings)."""
+    """Set the memory peak of the jobs that could fit a MIG slice (only those: it reads raw readings) and, when the
+    peak is within the policy's, the slice that holds it (module docstring)."""
     eligible = sorted(pk for pk, use in uses.items() if _mig_eligible(use, policy))
     for job_pk, peak in _peak_memory(session, eligible, start, end).items():
-        uses[job_pk].peak_memory_bytes = peak
-
-
-def _mig_profile(use: _JobUse, policy: NudgePolicy) -> str | None:
-    """The MIG profile a job would fit (module docstring), else None."""
-    peak = use.peak_memory_bytes
-    if not _mig_eligible(use, policy) or peak is None or peak > policy.mig_max_memory_bytes:
-        return None
-    return smallest_profile(use.model, peak, use.memory_total_bytes)
+        use = uses[job_pk]
+        use.peak_memory_bytes = peak
+        if peak <= policy.mig_max_memory_bytes:
+            key = catalog.resolve(use.model)
+            model = catalog.models[key] if key is not None else None
+            use.mig_fit = smallest_profile(model, use.model, peak, policy.memory_headroom)
 
 
 def _teams(jobs: Iterable[_JobUse]) -> tuple[str, ...]:
@@ -465,7 +475,7 @@ def _low(user: str, uses: list[_JobUse], start: datetime, end: datetime, policy:
             continue
         unpriced = sum(g.metered_unpriced for g in use.gpus.values())
         idle = _priced(sum((g.idle_cost for g in use.gpus.values()), Decimal(0)), use.metered, unpriced)
-        profile = _mig_profile(use, policy)
+        profile = use.mig_fit.profile if use.mig_fit is not None else None
         fix = use.fewer_gpus_fix() or (mig_line(use.job.scheduler, profile) if profile else None)
         jobs.append(_nudge_job(use, use.seconds, idle, unpriced, fix, profile=profile))
     listed = _by_cost(jobs)
@@ -480,15 +490,16 @@ def _low(user: str, uses: list[_JobUse], start: datetime, end: datetime, policy:
 def _mig(user: str, uses: list[_JobUse], start: datetime, end: datetime, policy: NudgePolicy) -> Nudge | None:
     jobs = []
     for use in uses:
-        profile = _mig_profile(use, policy)
-        if profile is None:
+        fit = use.mig_fit
+        if fit is None:
             continue
         (gpu,) = use.gpus.values()
         cost = _priced(gpu.cost, gpu.seconds, gpu.unpriced)
+        saving = None if cost is None else round_exact(Fraction(cost) * (1 - fit.share))
         jobs.append(
             _nudge_job(
-                use, gpu.seconds, cost, gpu.unpriced, mig_line(use.job.scheduler, profile),
-                saving=_mig_saving(cost, profile, use.model), profile=profile,
+                use, gpu.seconds, cost, gpu.unpriced, mig_line(use.job.scheduler, fit.profile), saving=saving,
+                profile=fit.profile,
             )
         )  # fmt: skip
     if not jobs:
@@ -500,18 +511,6 @@ def _mig(user: str, uses: list[_JobUse], start: datetime, end: datetime, policy:
         sum(j.gpu_seconds for j in listed), _sum_cost(listed), sum(j.unpriced_gpu_seconds for j in listed),
         listed[0].currency, saving=sum(savings, Decimal(0)) if savings else None,
     )  # fmt: skip
-
-
-def _mig_saving(cost: Decimal | None, profile: str, model: str) -> Decimal | None:
-    """What ``cost`` of a whole GPU of ``model`` less a ``profile`` slice's share of it is (exact to the ledger's
-    quantum); None when unpriced or the model's compute slices are unknown."""
-    if cost is None:
-        return None
-    try:
-        share = mig_share(profile, model)
-    except ValueError:
-        return None
-    return round_exact(Fraction(cost) * (1 - share))
 
 
 def _idle_running(session: Session, now: datetime, policy: NudgePolicy, user: str | None) -> list[Nudge]:

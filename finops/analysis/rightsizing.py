@@ -16,14 +16,16 @@ job that held whole GPUs (:func:`rightsizing`):
   model or MIG": the job does not need the whole GPU's compute, which a smaller model or a MIG slice lacks), the
   job's memory peak — the most memory in use on any of its GPUs while it held them, from ``gpu_samples``
   (``memory_used_bytes``) and from the TSDB mode's segments (``tsdb_gpu_metering.memory_max_bytes``) — times
-  :attr:`RightsizingPolicy.memory_headroom` (default 1.2: readings every 10-60 s miss short peaks; a 20 % margin) is
-  compared with the price catalog's memory sizes (:class:`finops.pricing.catalog.MemorySize`):
+  :attr:`RightsizingPolicy.memory_headroom` (default :data:`finops.analysis.mig_profiles.MEMORY_HEADROOM`, 1.2:
+  readings every 10-60 s miss short peaks; a 20 % margin) is compared with the price catalog's memory sizes
+  (:class:`finops.pricing.catalog.MemorySize`):
 
-  - **MIG profile**: for a job left with one GPU, the smallest MIG profile of its model that holds it (fewest
-    compute slices, then least memory; :class:`finops.pricing.catalog.MigProfiles`). A slice costs its share of the
-    GPU's rate, as the ledger prices one (:func:`finops.jobs.mig.mig_share`: ``1g.10gb`` on an H100 is 1/7);
-    saving = kept GPU-hours × rate × (1 − share). One slice only: MIG instances have no NVLink or peer-to-peer
-    between them, so a multi-GPU job is not moved to several.
+  - **MIG profile**: for a job left with one GPU, the smallest MIG profile of its model that holds it
+    (:func:`finops.analysis.mig_profiles.smallest_profile`, the rule the nudges use too: smallest share of the GPU,
+    then least memory, the whole GPU never). A slice costs its share of the GPU's rate, as the ledger prices one
+    (:func:`finops.jobs.mig.mig_share`: ``1g.10gb`` on an H100 is 1/7); saving = kept GPU-hours × rate × (1 −
+    share). One slice only: MIG instances have no NVLink or peer-to-peer between them, so a multi-GPU job is not
+    moved to several.
   - **Smaller model**: the cheapest catalog model of the same vendor whose memory holds it and whose rate in the
     job's pricing model is below its own; saving = kept GPU-hours × (rate − smaller rate).
 
@@ -32,10 +34,10 @@ job that held whole GPUs (:func:`rightsizing`):
 
 A job's **saving** is its GPU-count saving plus the larger of its MIG and smaller-model savings (these apply to the
 GPUs it keeps, so they add). Each finding carries the fix as a job script or pod spec would say it
-(:func:`request_line`): Slurm ``#SBATCH --gres=gpu:h100:2`` (one node; ``--gpus=h100:9`` when the GPUs it keeps
-span several nodes, since ``--gres`` counts per node), ``#SBATCH --gres=gpu:1g.10gb:1`` for a MIG slice (Slurm's
-MIG GRES types are the profile names), Kubernetes ``nvidia.com/gpu: 2`` or ``nvidia.com/mig-1g.10gb: 1`` under
-``resources.limits``.
+(:mod:`finops.analysis.fix_lines`): Slurm ``#SBATCH --gres=gpu:h100:2`` (one node; ``--gpus=h100:9`` when the
+GPUs it keeps span several nodes, since ``--gres`` counts per node), ``#SBATCH --gres=gpu:1g.10gb:1`` for a MIG
+slice (Slurm's MIG GRES types are the profile names), Kubernetes ``nvidia.com/gpu: 2`` or
+``nvidia.com/mig-1g.10gb: 1`` under ``resources.limits``.
 
 Jobs that held MIG shares are left out (their GPUs' memory and utilisation readings are the whole GPU's). On a
 time-sliced GPU the memory in use is every holder's, so a peak can only be too high: no slice is proposed that the
@@ -58,11 +60,13 @@ from sqlalchemy import ColumnElement, case, exists, func, select
 from sqlalchemy.orm import Session
 
 from finops.analysis.filters import Scope, ledger_conditions
+from finops.analysis.fix_lines import mig_line, request_line
+from finops.analysis.mig_profiles import MEMORY_HEADROOM, smallest_profile
 from finops.db.dialect import transaction_settings
 from finops.db.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Team, TsdbGpuMetering
-from finops.jobs.mig import gres_mig_type, mig_share
+from finops.jobs.mig import gres_mig_type
 from finops.ledger.costmodel import SECONDS_PER_HOUR, round_exact, round_preserving_total
-from finops.pricing.catalog import GIB, GpuModel, MigProfiles, PriceCatalog, PriceNotFound, PricingModel
+from finops.pricing.catalog import GIB, GpuModel, PriceCatalog, PriceNotFound, PricingModel
 from finops.timeutil import to_epoch
 
 GroupBy = Literal["job", "user", "team"]
@@ -81,7 +85,7 @@ class RightsizingPolicy:
 
     idle_ratio: float = 0.05
     low_utilization_ratio: float = 0.15
-    memory_headroom: Decimal = Decimal("1.2")
+    memory_headroom: Decimal = MEMORY_HEADROOM
 
     def __post_init__(self) -> None:
         for name in ("idle_ratio", "low_utilization_ratio"):
@@ -106,7 +110,7 @@ class JobFinding:
     ``saved_gpu_seconds``; ``mig_saving`` for ``mig_profile``; ``smaller_model_saving`` for ``smaller_model``
     (``smaller_model_in_fleet``: the database has GPUs of it). ``memory_peak_bytes``: None when not read (the job
     keeps its GPUs busy) or no reading exists (then a note says so). Fixes (``count_fix``, ``mig_fix``,
-    ``model_fix``) are the request lines of :func:`request_line`; ``notes`` say what could not be judged.
+    ``model_fix``) are the lines of :mod:`finops.analysis.fix_lines`; ``notes`` say what could not be judged.
     """
 
     job_pk: int
@@ -528,20 +532,12 @@ class _Draft:
         fit = _MemoryFit()
         if entry is None:
             return fit
-        if entry.mig is not None and len(self.kept) == 1:
-            shares = []
-            for profile in entry.mig.profiles:
-                if MigProfiles.memory_gib(profile) * GIB < need:
-                    continue
-                try:
-                    shares.append((mig_share(profile, self.model_name), MigProfiles.memory_gib(profile), profile))
-                except ValueError as exc:
-                    notes.append(f"MIG profile {profile}: {exc}")
-            best = min(shares, default=None)
-            if best is not None and best[0] < 1:
-                fit.mig_profile = best[2]
+        if len(self.kept) == 1:
+            slice_ = smallest_profile(entry, self.model_name, peak, context.policy.memory_headroom, notes)
+            if slice_ is not None:
+                fit.mig_profile = slice_.profile
                 if rate is not None:
-                    fit.mig_saving = round_exact(kept_hours * Fraction(rate) * (1 - best[0]))
+                    fit.mig_saving = round_exact(kept_hours * Fraction(rate) * (1 - slice_.share))
         if entry.vendor is not None and rate is not None and self.model is not None:
             candidates = []
             for key, other in context.catalog.models.items():
@@ -588,38 +584,6 @@ def _product_label(model: GpuModel) -> str | None:
         return None
     names = [alias for alias in model.aliases if alias.startswith("NVIDIA ")]
     return names[0].replace(" ", "-") if names else None
-
-
-def request_line(
-    scheduler: str,
-    count: int,
-    *,
-    gres_type: str | None = None,
-    vendor: str | None = None,
-    multi_node: bool = False,
-    product: str | None = None,
-) -> str:
-    """How a job asks for ``count`` GPUs (of GRES type ``gres_type``, None: any).
-
-    Slurm (sbatch(1)): ``#SBATCH --gres=gpu:h100:2`` on one node; ``#SBATCH --gpus=h100:9`` for a job on several
-    nodes, since ``--gres`` counts GPUs per node and ``--gpus`` the job's total. Kubernetes (device plugins'
-    extended resources): ``resources.limits: nvidia.com/gpu: 2`` (``amd.com/gpu`` for ``vendor`` amd), with
-    ``nodeSelector: nvidia.com/gpu.product: <product>`` when a model is named."""
-    if scheduler == "kubernetes":
-        resource = "amd.com/gpu" if vendor == "amd" else "nvidia.com/gpu"
-        line = f"resources.limits: {resource}: {count}"
-        return f"{line}; nodeSelector: nvidia.com/gpu.product: {product}" if product else line
-    typed = f"{gres_type}:{count}" if gres_type else str(count)
-    return f"#SBATCH --gpus={typed}" if multi_node else f"#SBATCH --gres=gpu:{typed}"
-
-
-def mig_line(scheduler: str, profile: str) -> str:
-    """How a job asks for one MIG slice of ``profile``: Slurm ``#SBATCH --gres=gpu:1g.10gb:1`` (Slurm's MIG GRES
-    types are the profile names), Kubernetes ``resources.limits: nvidia.com/mig-1g.10gb: 1`` (the NVIDIA device
-    plugin's mixed strategy)."""
-    if scheduler == "kubernetes":
-        return f"resources.limits: nvidia.com/mig-{profile}: 1"
-    return f"#SBATCH --gres=gpu:{profile}:1"
 
 
 def rightsizing_totals(findings: Sequence[JobFinding], by: Literal["user", "team"]) -> list[RightsizingTotal]:

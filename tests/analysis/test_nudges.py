@@ -1,5 +1,5 @@
 """Nudges found from the ledger, the idle episodes and the readings (both databases): each kind fires on a user whose
-jobs fit it and not on one whose jobs nearly do, with the jobs, their cost and the fix; and the MIG profile table."""
+jobs fit it and not on one whose jobs nearly do, with the jobs, their cost and the fix."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 from sqlalchemy import select
 
 from finops.analysis.idle import list_episodes
-from finops.analysis.mig_profiles import GIB, mig_model, smallest_profile
 from finops.analysis.nudges import (
     IDLE_RUNNING,
     LOW_EFFICIENCY,
@@ -24,6 +23,7 @@ from finops.analysis.nudges import (
 )
 from finops.db.models import Gpu, Node, TsdbGpuMetering
 from finops.ledger.costmodel import round_exact
+from finops.pricing.catalog import GIB, load_catalog
 from finops.timeutil import utc_now
 from tests.support.alert_cluster import Cluster, minute_floor
 from tests.support.nudge_cluster import (
@@ -37,11 +37,12 @@ from tests.support.nudge_cluster import (
 )
 
 DEFAULTS = NudgePolicy()
+CATALOG = load_catalog()
 
 
 def _found(sessions, now, policy: NudgePolicy = DEFAULTS, user: str | None = None) -> dict[tuple[str, str], Nudge]:  # type: ignore[no-untyped-def]
     with sessions() as session:
-        return {(n.user, n.kind): n for n in find_nudges(session, now, policy, user=user)}
+        return {(n.user, n.kind): n for n in find_nudges(session, now, policy, catalog=CATALOG, user=user)}
 
 
 def test_gpu_hours_at_zero_percent_over_24_are_a_nudge_with_the_gpus_the_job_used(sessions) -> None:  # type: ignore[no-untyped-def]
@@ -101,6 +102,15 @@ def test_a_one_gpu_job_at_low_utilisation_and_memory_is_a_mig_candidate(sessions
     bigger = _found(sessions, now, NudgePolicy(mig_max_memory_bytes=32 * GIB))
     assert bigger["max", MIG_CANDIDATE].jobs[0].fix == "#SBATCH --gres=gpu:3g.40gb:1", "the smallest holding 30 GiB"
     assert set(_found(sessions, now, NudgePolicy(mig_max_utilization_ratio=0.05))) == set()
+    # Right-sizing's rule: the peak × the headroom (1.2) must fit the profile; at 3, mia's 4 GiB needs 12.
+    roomy = _found(sessions, now, NudgePolicy(memory_headroom=Decimal(3)))
+    assert roomy["mia", MIG_CANDIDATE].jobs[0].profile == "1g.20gb"
+    # The profiles are the price catalog's: a catalog without the H100's leaves no slice to propose.
+    no_mig = CATALOG.model_copy(
+        update={"models": {key: model.model_copy(update={"mig": None}) for key, model in CATALOG.models.items()}}
+    )
+    with sessions() as session:
+        assert find_nudges(session, now, DEFAULTS, catalog=no_mig) == []
     # The TSDB mode's metered segments count too: one of them saw 12 GiB in use.
     with sessions.begin() as session:
         gpu = session.scalar(select(Gpu.id).join(Node, Node.id == Gpu.node_id).where(Node.hostname == "n-mia"))
@@ -157,41 +167,5 @@ def test_the_policy_refuses_nonsense() -> None:
         NudgePolicy(low_efficiency_ratio=25)
     with pytest.raises(ValueError, match="unknown nudge kind 'idle'"):
         NudgePolicy(kinds=frozenset({"idle"}))
-
-
-@pytest.mark.parametrize(
-    ("model", "memory", "peak_gib", "profile"),
-    [
-        ("NVIDIA H100 80GB HBM3", None, 4, "1g.10gb"),
-        ("NVIDIA H100 80GB HBM3", None, 10, "1g.10gb"),
-        ("NVIDIA H100 80GB HBM3", None, 10.5, "1g.20gb"),
-        ("NVIDIA-H100-80GB-HBM3", None, 21, "3g.40gb"),
-        ("NVIDIA H100 NVL", None, 11, "1g.12gb"),
-        ("NVIDIA A100-SXM4-40GB", None, 4, "1g.5gb"),
-        ("NVIDIA A100-SXM4-40GB", None, 8, "1g.10gb"),
-        ("NVIDIA A100-PCIE", 80 * GIB, 4, "1g.10gb"),
-        ("NVIDIA A100-PCIE", 40 * GIB, 4, "1g.5gb"),
-        ("NVIDIA A30", None, 7, "2g.12gb"),
-        ("NVIDIA H200", None, 100, "7g.141gb"),
-        ("NVIDIA B200", None, 20, "1g.23gb"),
-        ("NVIDIA H100 80GB HBM3", None, 81, None),
-        ("NVIDIA L40S", None, 4, None),
-        ("", None, 4, None),
-    ],
-)
-def test_the_smallest_mig_profile_holding_a_peak(model: str, memory: int | None, peak_gib: float, profile) -> None:  # type: ignore[no-untyped-def]
-    assert smallest_profile(model, int(peak_gib * GIB), memory) == profile
-
-
-def test_every_profile_fits_its_model() -> None:
-    from finops.analysis.mig_profiles import B200, H200, profile_memory_gib
-    from finops.jobs.mig import mig_share
-
-    for model in ("NVIDIA A30", "NVIDIA A100 80GB PCIe", "NVIDIA H100 NVL", "NVIDIA H200", "NVIDIA B200"):
-        found = mig_model(model)
-        assert found is not None
-        sizes = [(int(p.split("g.")[0]), profile_memory_gib(p)) for p in found.profiles]
-        assert sizes == sorted(sizes), "smallest first: compute slices, then memory"
-        assert profile_memory_gib(found.profiles[-1]) == found.memory_gib
-        assert mig_share(found.profiles[-1], model) == 1, "the largest profile is the whole GPU"
-    assert (H200.memory_gib, B200.memory_gib) == (141, 180)
+    with pytest.raises(ValueError, match="memory_headroom must be at least 1"):
+        NudgePolicy(memory_headroom=Decimal("0.5"))

@@ -1,6 +1,6 @@
 """Right-sizing on the hand-worked slice (tests/support/rightsizing_scenario.py), on SQLite and PostgreSQL: GPU-count
 findings priced from the ledger, MIG profiles and smaller models from memory peaks at current prices, memory unknown
-said, thresholds, filters, totals, memory from the TSDB mode's segments, and the request lines."""
+said, thresholds, filters, totals and memory from the TSDB mode's segments."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ from finops.analysis.rightsizing import (
     NO_MEMORY_READING,
     RightsizingPolicy,
     finding_dicts,
-    mig_line,
-    request_line,
     rightsizing,
     rightsizing_totals,
     total_dicts,
@@ -165,20 +163,6 @@ def test_memory_from_tsdb_segments(slice_) -> None:  # type: ignore[no-untyped-d
     assert found.memory_peak_bytes == 30 * rs.GIB and not found.memory_unknown
     assert found.mig_profile is None, "two GPUs kept: no single MIG slice"
     assert found.smaller_model == "L40S" and found.model_fix == "#SBATCH --gres=gpu:l40s:2"
-
-
-def test_request_lines() -> None:
-    assert request_line("slurm", 2, gres_type="h100") == "#SBATCH --gres=gpu:h100:2"
-    assert request_line("slurm", 3) == "#SBATCH --gres=gpu:3"
-    assert request_line("slurm", 9, gres_type="h100", multi_node=True) == "#SBATCH --gpus=h100:9"
-    assert request_line("kubernetes", 1) == "resources.limits: nvidia.com/gpu: 1"
-    assert request_line("kubernetes", 2, vendor="amd") == "resources.limits: amd.com/gpu: 2"
-    assert (
-        request_line("kubernetes", 1, product="NVIDIA-L40S")
-        == "resources.limits: nvidia.com/gpu: 1; nodeSelector: nvidia.com/gpu.product: NVIDIA-L40S"
-    )
-    assert mig_line("slurm", "1g.10gb") == "#SBATCH --gres=gpu:1g.10gb:1"
-    assert mig_line("kubernetes", "3g.40gb") == "resources.limits: nvidia.com/mig-3g.40gb: 1"
 
 
 @pytest.mark.parametrize(
