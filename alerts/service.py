@@ -75,6 +75,7 @@ class AlertService:
                 idle_max_gap_seconds=settings.idle_max_gap_seconds,
                 collector_interval_seconds=settings.collector_interval_seconds,
                 idle_threshold_ratio=settings.idle_threshold_ratio,
+                reasons=settings.reason_policy,
             ),
             channels=Channels(
                 slack_webhooks=settings.slack_webhooks,
@@ -156,8 +157,8 @@ class AlertRunner:
         try:
             done = queue_month(
                 self.sessions, service.config, chosen, now, dashboard_url=service.dashboard_url,
-                deadline=service.deadline, idle_window_seconds=service.inputs.idle_window_seconds, actor=actor,
-                teams=teams,
+                deadline=service.deadline, idle_window_seconds=service.inputs.idle_window_seconds,
+                reasons=service.inputs.reasons, actor=actor, teams=teams,
             )  # fmt: skip
         except NotSettled as exc:
             if month is not None:

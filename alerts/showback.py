@@ -51,6 +51,7 @@ from finops.analysis.showback import (
     statement_teams,
     statement_text,
 )
+from finops.analysis.waste import ReasonPolicy
 from finops.db.dialect import insert_unless_exists
 from finops.db.hours import pending_hours
 from finops.db.models import Team
@@ -288,11 +289,13 @@ def queue_month(
     idle_window_seconds: int,
     actor: str,
     teams: Sequence[str] | None = None,
+    reasons: ReasonPolicy = ReasonPolicy(),  # noqa: B008 - frozen dataclass: a safe default
 ) -> list[Queued]:
     """Queue the statement of ``month`` (any instant in it) of every team that has one
     (:func:`finops.analysis.showback.statement_teams`), or of ``teams``, whose statement is not queued yet; one
     transaction per team (:func:`queue_statement`), so a team that fails leaves the others queued. Returns what was
-    done per team, the teams queued before included (not built again).
+    done per team, the teams queued before included (not built again). ``reasons``: the waste reasons' thresholds of
+    the statements' idle cost by reason (the ``FINOPS_WASTE_*`` settings).
 
     Raises :class:`NotSettled` when the month has not ended at ``now`` or ledger hours of it are pending a rollup
     (:func:`finops.db.hours.pending_hours`): nothing is queued then; :class:`finops.analysis.budgets.UnknownTeam` for
@@ -315,11 +318,17 @@ def queue_month(
         done = queued_teams(session, start)
     results = []
     for team in chosen:
-        with sessions.begin() as session:
-            if team in done:
+        if team in done:
+            with sessions() as session:
                 results.append(_earlier(session, team, team_by_name(session, team).id, start))
-                continue
-            statement = build_statement(session, team, start, now, idle_window_seconds=idle_window_seconds)
+            continue
+        # Read in a session of its own: on SQLite the idle cost by reason's work table opens a transaction, whose
+        # snapshot a concurrent run's commit would leave stale (SQLITE_BUSY) by the time this one writes.
+        with sessions() as session:
+            statement = build_statement(
+                session, team, start, now, idle_window_seconds=idle_window_seconds, reasons=reasons
+            )
+        with sessions.begin() as session:
             results.append(
                 queue_statement(
                     session, config, statement, now, dashboard_url=dashboard_url, deadline=deadline, actor=actor

@@ -23,6 +23,7 @@ pages = [
     (st.Page("views/jobs.py", title="Jobs"), True),
     (st.Page("views/gpus.py", title="GPUs & nodes", url_path="gpus"), False),
     (st.Page("views/idle.py", title="Idle GPUs"), True),
+    (st.Page("views/savings.py", title="Savings"), True),
     (st.Page("views/alerts.py", title="Alerts"), True),
     (st.Page("views/quality.py", title="Data quality"), False),
     (st.Page("views/prices.py", title="Prices"), True),

@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import altair as alt
 import pandas as pd
 import streamlit as st
 
+from finops.analysis.commitment_cost import CommitmentOutcome
 from finops.analysis.dashboard_queries import DailyCost
 from finops.db.models import UNALLOCATED_TEAM
 from finops.ledger.costmodel import CENT
@@ -209,3 +211,75 @@ def burn_down_spec(
         datasets |= rule_datasets
         layers.append(alt.Chart(rule).mark_rule(color="#d62728").encode(y=alt.Y("budget:Q", title=title)))
     return vega_lite(alt.layer(*layers), datasets)
+
+
+def reason_cost_spec(frame: pd.DataFrame, currency: str) -> dict[str, Any]:
+    """Horizontal bars: the idle cost of each waste reason (``reason``, its title; in the order the frame first names
+    them), stacked by ``team`` in its colour (:func:`team_colour`), of the Savings page's rows
+    (:func:`dashboards.data.reason_costs`; a ``reason_cost`` of None, unpriced, draws nothing)."""
+    costs = pd.DataFrame(
+        {
+            "team": frame["team"],
+            "reason": frame["reason"],
+            "cost": [0.0 if cost is None or pd.isna(cost) else float(cost) for cost in frame["reason_cost"]],
+        }
+    )
+    data, datasets = dataset("reasons", costs)
+    title = f"Idle cost ({currency})"
+    chart = (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            x=alt.X("sum(cost):Q", title=title),
+            y=alt.Y("reason:N", sort=list(dict.fromkeys(costs["reason"])), title="Probable reason"),
+            color=team_colour("team", costs["team"].tolist()),
+            tooltip=[
+                alt.Tooltip("reason:N", title="Probable reason"),
+                alt.Tooltip("team:N", title="Team"),
+                alt.Tooltip("sum(cost):Q", title=title, format=",.2f"),
+            ],
+        )
+    )
+    return vega_lite(chart, datasets)
+
+
+OPTIMUM_COLOUR = "#D55E00"
+"""The marked least-cost point of a commitment curve (Okabe and Ito's vermilion)."""
+
+
+def commitment_curve_spec(
+    curve: Sequence[tuple[int, Decimal]], best: CommitmentOutcome, currency: str
+) -> dict[str, Any]:
+    """A commitment's cost over its window against the committed quantity (``curve``: ``(GPUs, cost)`` from 0 to the
+    peak, :meth:`finops.analysis.commitments.ModelCommitment.curve`), a line through every whole quantity, with the
+    quantity that costs least (``best``) marked by a larger point in :data:`OPTIMUM_COLOUR` and labelled on the side
+    of the plot's middle (a :func:`vega_lite` spec)."""
+    title = f"Cost over the window ({currency})"
+    points = pd.DataFrame([{"gpus": quantity, "cost": float(cost)} for quantity, cost in curve])
+    line_data, datasets = dataset("curve", points)
+    quantity_axis = alt.X("gpus:Q", title="Committed quantity (GPUs)", axis=alt.Axis(tickMinStep=1, format="d"))
+    tooltip = [
+        alt.Tooltip("gpus:Q", title="Committed GPUs", format=",d"),
+        alt.Tooltip("cost:Q", title=title, format=",.2f"),
+    ]
+    line = (
+        alt.Chart(line_data)
+        .mark_line(point=len(points) <= 100)
+        .encode(x=quantity_axis, y=alt.Y("cost:Q", title=title), tooltip=tooltip)
+    )
+    label_text = f"least cost: {best.quantity} GPUs"
+    lowest = pd.DataFrame([{"gpus": best.quantity, "cost": float(best.cost), "label": label_text}])
+    best_data, best_datasets = dataset("optimum", lowest)
+    datasets |= best_datasets
+    marked = alt.Chart(best_data).encode(x=quantity_axis, y=alt.Y("cost:Q", title=title), tooltip=tooltip)
+    point = marked.mark_point(filled=True, size=140, color=OPTIMUM_COLOUR)
+    leftward = best.quantity > len(points) / 2  # the label stays inside the plot on the curve's right half
+    label = marked.mark_text(
+        align="right" if leftward else "left",
+        dx=-10 if leftward else 10,
+        dy=-10,
+        color=OPTIMUM_COLOUR,
+        fontWeight="bold",
+    )
+    label = label.encode(text="label:N")
+    return vega_lite(alt.layer(line, point, label), datasets)

@@ -23,6 +23,7 @@ from sqlalchemy import Engine
 from dashboards import charts
 from dashboards.format import cents
 from dashboards.node_views import NodeViews, node_views
+from finops.analysis.commitments import CommitmentReport, commitment_report
 from finops.analysis.dashboard_queries import (
     CubeBy,
     DailyCost,
@@ -38,6 +39,7 @@ from finops.analysis.filters import Scope
 from finops.analysis.idle import EpisodeView, list_episodes
 from finops.analysis.quality import NodeFreshness, node_freshness
 from finops.analysis.report import MONEY_FIELDS, ReportRow, UnpricedModel, report_dicts, unpriced_by_model
+from finops.analysis.rightsizing import RightsizingReport, rightsizing
 from finops.analysis.telemetry import (
     JobTelemetry,
     NodeBucket,
@@ -46,6 +48,7 @@ from finops.analysis.telemetry import (
     job_telemetry,
     node_buckets,
 )
+from finops.analysis.waste_costs import ReasonCost, idle_cost_by_reason, reason_dicts
 from finops.db.engine import make_engine, require_migrated, session_factory
 from finops.db.models import UNALLOCATED_TEAM
 from finops.ingest.prometheus import PrometheusClient
@@ -255,6 +258,73 @@ def episodes(url: str, start: datetime, end: datetime, scope: Scope = EVERYTHING
     """:func:`finops.analysis.idle.list_episodes` for the period and filters."""
     with session_factory(engine(url))() as session:
         return list_episodes(session, start, end, **_filters(scope))
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def idle_by_reason(url: str, start: datetime, end: datetime, team: str | None) -> list[ReasonCost]:
+    """:func:`finops.analysis.waste_costs.idle_cost_by_reason` for the period and ``team`` (None: every team), with
+    the configured thresholds of the waste reasons (``FINOPS_WASTE_*``), as ``gpu-finops report --by reason``."""
+    with session_factory(engine(url))() as session:
+        return idle_cost_by_reason(session, start, end, team=team, policy=settings().reason_policy)
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def reason_costs(url: str, start: datetime, end: datetime, team: str | None) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The idle cost by reason (:func:`idle_by_reason`) as the Savings page shows it: the bars of cost per reason
+    and team (:func:`dashboards.charts.reason_cost_spec`, an empty dict without rows) and one row per team, month
+    and reason with the fields of :func:`finops.analysis.waste_costs.reason_dicts`: ``team``, ``month``
+    (``YYYY-MM``), ``reason`` (its title), ``reason_gpu_hours``, ``unpriced_gpu_hours`` and ``reason_cost`` (a
+    Decimal in cents adding up to the rounded total; None when all the row's GPU-hours are unpriced)."""
+    rows = idle_by_reason(url, start, end, team)
+    columns = ["team", "month", "reason", "reason_gpu_hours", "unpriced_gpu_hours", "reason_cost"]
+    frame = pd.DataFrame(
+        [
+            [
+                d["team"],
+                d["month"],
+                d["title"],
+                d["gpu_hours"],
+                d["unpriced_gpu_hours"],
+                None if d["cost"] is None else Decimal(str(d["cost"])),
+            ]
+            for d in reason_dicts(rows)
+        ],
+        columns=columns,
+    )
+    if not rows:
+        return {}, frame
+    return charts.reason_cost_spec(frame, rows[0].currency), frame
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def rightsizing_report(
+    url: str, start: datetime, end: datetime, priced_at: datetime, team: str | None
+) -> RightsizingReport:
+    """:func:`finops.analysis.rightsizing.rightsizing` of the jobs of ``team`` (None: every team) over the period,
+    with the default thresholds, the price catalog in force (:func:`catalog`) and its rates at ``priced_at`` (pass
+    it rounded to the minute, so it caches), as ``gpu-finops rightsizing`` and ``/api/v1/rightsizing``."""
+    with session_factory(engine(url))() as session:
+        return rightsizing(session, start, end, catalog=catalog(url), priced_at=priced_at, team=team)
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def commitments(url: str, end: datetime, days: int) -> CommitmentReport:
+    """:func:`finops.analysis.commitments.commitment_report` of the ``days`` whole days before ``end`` (floored to
+    its hour) at the rates in force then, with the price catalog in force (:func:`catalog`): fleet-wide, as
+    ``gpu-finops commitments`` and ``/api/v1/commitments`` (which a team token may not read)."""
+    with session_factory(engine(url))() as session:
+        return commitment_report(session, catalog(url), end, days)
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def commitment_curve(url: str, end: datetime, days: int, model: str) -> dict[str, Any]:
+    """The cost curve of ``model``'s commitment in :func:`commitments` with its optimum marked
+    (:func:`dashboards.charts.commitment_curve_spec`); KeyError for a model the report does not analyse."""
+    report = commitments(url, end, days)
+    found = {c.model: c for c in report.commitments}
+    if model not in found:
+        raise KeyError(f"no commitment analysis of GPU model {model!r} in this window")
+    return charts.commitment_curve_spec(found[model].curve(), found[model].best, report.currency)
 
 
 @st.cache_data(ttl=TTL_SECONDS)

@@ -232,6 +232,50 @@ COLUMNS: dict[str, Column] = {
     # planning
     "zero_stage": Column("ZeRO stage", "count"),
     "training_state_gb": Column("Training state per GPU (GB)", "number", places=1),
+    # savings: idle cost by reason
+    "month": Column("Month (UTC)"),
+    "reason_gpu_hours": Column(
+        "GPU-hours", "number", help="Unused GPU-hours (allocated × (1 − utilisation)); for no reading, those held"
+    ),
+    "reason_cost": Column(
+        "Cost ({currency})", "money", help="Unused cost; for no reading, the allocated cost (use unknown)"
+    ),
+    # savings: right-sizing
+    "gpus_requested": Column("GPUs requested", "count"),
+    "gpus_busy": Column("GPUs busy", "count", help="Mean utilisation above the idle ratio"),
+    "gpus_suggested": Column("GPUs needed", "count", help="The request that suffices: the busy GPUs, at least 1"),
+    "saved_gpu_hours": Column("GPU-hours saved", "number", help="Those of the GPUs the smaller request drops"),
+    "memory_peak_gib": Column("Memory peak (GiB)", "number"),
+    "mig_profile": Column("MIG profile"),
+    "smaller_model": Column("Cheaper GPU model"),
+    "count_saving": Column("Fewer GPUs saving ({currency})", "money"),
+    "memory_saving": Column(
+        "MIG or model saving ({currency})", "money", help="The larger of the MIG and cheaper-model savings"
+    ),
+    "saving": Column("Saving ({currency})", "money"),
+    "fixes": Column("Fix", help="The request line that fixes it (job script or pod spec)"),
+    "notes": Column("Notes"),
+    "jobs": Column("Jobs", "count"),
+    "memory_unknown_jobs": Column("Jobs with no memory reading", "count"),
+    "unpriced_jobs": Column("Unpriced jobs", "count"),
+    # savings: commitments
+    "hours_in_window": Column("Hours", "count"),
+    "mean_gpus": Column("Mean GPUs held", "number", places=1),
+    "peak_gpus": Column("Peak GPUs held", "count"),
+    "on_demand_rate": Column("On-demand per GPU-hour ({currency})", "money", places=4),
+    "reserved_rate": Column("Reserved per GPU-hour ({currency})", "money", places=4),
+    "commit": Column("GPUs to commit", "count", help="The quantity that costs least"),
+    "commitment_use": Column("Commitment used", "share", help="Share of the committed GPU-hours jobs held"),
+    "on_demand_cost": Column("All on demand ({currency})", "money", help="Every held GPU-hour at the on-demand rate"),
+    "committed_cost": Column("With the commitment ({currency})", "money", help="Committed GPUs + overflow on demand"),
+    "saving_per_month": Column("Saving per month ({currency})", "money", help="Over a 730-hour month"),
+    "spot_commit": Column("GPUs to commit, overflow on spot", "count"),
+    "spot_saving_per_month": Column(
+        "Saving per month, overflow on spot ({currency})", "money", help="Spot is interruptible: restartable work only"
+    ),
+    "section": Column("Section"),
+    "why": Column("Why not analysed"),
+    "what_fixes_it": Column("What fixes it"),
 }
 """How every column of the pages' tables is shown, by the name of the column in the page's DataFrame."""
 

@@ -18,9 +18,11 @@ Sections, in order (their :attr:`Section.key`):
   note saying so and how to set one.
 - ``top_jobs`` and ``top_users``: the cost report by job and by user, of the team, costliest first; the e-mail shows
   the first :data:`SHOWN_ROWS` and one line for the rest, the CSV every row up to :data:`MAX_ROWS`.
-- ``idle_by_reason``: the team's idle cost (the ledger's: allocated − used) by :class:`IdleReason`. Reasons are not
-  classified yet: :func:`unclassified_idle` makes the one row :data:`NOT_CLASSIFIED` of the whole idle cost, and the
-  note adds the idle episodes overlapping the period (:func:`finops.analysis.idle.episode_totals`).
+- ``idle_by_reason``: the team's idle cost by probable waste reason (:class:`IdleReason`, from
+  :func:`finops.analysis.waste_costs.idle_cost_by_reason`: the ledger's idle cost, allocated − used, of each job-held
+  GPU-hour under its reason; for ``no reading``, the allocated cost of the GPU-hours without readings), in the
+  reasons' precedence; the note adds the idle episodes overlapping the period
+  (:func:`finops.analysis.idle.episode_totals`).
 - ``rightsizing``: the savings of right-sizing, one :class:`Saving` per job; not computed yet (``None``): no rows
   and a note saying so, never an empty table that would read as "nothing to save".
 """
@@ -42,6 +44,8 @@ from finops.analysis.budgets import BudgetStatus, budget_status, check_known_tea
 from finops.analysis.idle import EpisodeTotals, episode_totals, list_episodes
 from finops.analysis.report import ReportRow, UnpricedModel, cost_report, printed_cents, unpriced_by_model
 from finops.analysis.rightsizing import JobFinding, rightsizing
+from finops.analysis.waste import NO_READING, REASONS, ReasonPolicy
+from finops.analysis.waste_costs import BUSY_JOB_TITLE, ReasonCost, idle_cost_by_reason
 from finops.db.hours import pending_hours
 from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Budget, Team
 from finops.ledger.costmodel import CENT, float_decimal, quantize, round_preserving_total
@@ -58,8 +62,6 @@ SHOWN_ROWS = 10
 """Rows of the job and user tables the e-mail and the text show; the rest is one line."""
 MAX_ROWS = 1000
 """Rows of a section the statement keeps (the CSV's); the rest is one row "N more jobs"."""
-NOT_CLASSIFIED = "not_classified"
-"""The reason of idle cost whose reason is not classified."""
 SPECIAL_TEAMS = frozenset({UNALLOCATED_TEAM, UNMAPPED_TEAM})
 """Ledger "teams" that are not teams: capacity no job held, jobs whose account maps to no team. No statement."""
 
@@ -183,18 +185,24 @@ def statement_teams(session: Session, month: datetime, now: datetime) -> list[st
     return sorted((spending | budgeted) - SPECIAL_TEAMS)
 
 
-def unclassified_idle(row: ReportRow | None) -> list[IdleReason]:
-    """The team's whole idle cost (its cost report row; None: no GPU time) as one reason, :data:`NOT_CLASSIFIED`."""
-    if row is None:
-        return []
-    return [IdleReason(NOT_CLASSIFIED, "reason not classified", _hours(row.idle_gpu_seconds), row.idle_cost)]
+def idle_reasons(costs: Sequence[ReasonCost]) -> list[IdleReason]:
+    """The statement's idle rows from :func:`finops.analysis.waste_costs.idle_cost_by_reason`'s rows of one team and
+    month (a statement's period lies in one month), in their order: the reasons' precedence."""
+    return [IdleReason(c.reason, c.title, _hours(c.gpu_seconds), c.cost, _hours(c.unpriced_gpu_seconds)) for c in costs]
 
 
 def build_statement(
-    session: Session, team: str, month: datetime, now: datetime, *, idle_window_seconds: int = 1800
+    session: Session,
+    team: str,
+    month: datetime,
+    now: datetime,
+    *,
+    idle_window_seconds: int = 1800,
+    reasons: ReasonPolicy = ReasonPolicy(),  # noqa: B008 - frozen dataclass: a safe default
 ) -> Statement:
     """The statement of ``team`` for ``month`` (any instant in it) as the ledger has it at ``now`` (module
-    docstring). ``idle_window_seconds``: the idle policy's window, named in the idle section's note.
+    docstring). ``idle_window_seconds``: the idle policy's window, named in the idle section's note; ``reasons``: the
+    waste reasons' thresholds (the ``FINOPS_WASTE_*`` settings), as ``gpu-finops report --by reason`` takes them.
 
     Raises :class:`finops.analysis.budgets.UnknownTeam` for a team with no jobs, rules, ledger hours or budgets
     (the message lists the known ones), ValueError for a month that has not begun."""
@@ -213,7 +221,7 @@ def build_statement(
     spent = printed_cents(team_rows, "allocated_cost")[0] if row is not None else Decimal("0.00")
     idle = printed_cents(team_rows, "idle_cost")[0] if row is not None else Decimal("0.00")
 
-    reasons = unclassified_idle(row)
+    idle_rows = idle_reasons(idle_cost_by_reason(session, start, end, team=team, policy=reasons))
     savings = team_savings(rightsizing(session, start, end, catalog=catalog, priced_at=now, team=team).findings)
 
     sections = (
@@ -221,7 +229,7 @@ def build_statement(
         _budget_section(team, start, statuses, complete),
         _jobs_section(jobs),
         _users_section(users),
-        idle_section(reasons, episode_totals(episodes), idle_window_seconds),
+        idle_section(idle_rows, episode_totals(episodes), idle_window_seconds),
         rightsizing_section(savings),
     )
     whole = next((s for s in statuses if not s.project), None)
@@ -401,17 +409,24 @@ def _users_section(rows: Sequence[ReportRow]) -> Section:
 def idle_section(
     reasons: Sequence[IdleReason], episodes: Sequence[EpisodeTotals], idle_window_seconds: int = 1800
 ) -> Section:
-    """The ``idle_by_reason`` section: one row per reason (idle GPU-hours, cost in cents adding up to the total),
-    and a note on the idle cost, what :data:`NOT_CLASSIFIED` means when it is the only reason, and ``episodes``
-    (:func:`finops.analysis.idle.episode_totals` of the episodes overlapping the period)."""
-    columns = (
+    """The ``idle_by_reason`` section: one row per reason (GPU-hours, cost in cents adding up to the total; a reason
+    whose GPU-hours all lack a price has no cost, not 0, and a column of GPU-hours without a price is added when any
+    lack one), and a note on what the costs are and on ``episodes`` (:func:`finops.analysis.idle.episode_totals` of
+    the episodes overlapping the period)."""
+    columns: tuple[Column, ...] = (
         Column("idle_reason", "Reason", "text"),
         Column("idle_gpu_hours", "Idle GPU-hours", "hours"),
         Column("idle_cost", "Idle cost", "money"),
     )
-    note = "Idle cost is the cost of GPU time the team's jobs held but did not use (allocated − used)."
-    if [r.reason for r in reasons] == [NOT_CLASSIFIED]:
-        note += " Waste reasons are not classified yet: the whole idle cost is one line."
+    unpriced = any(r.unpriced_gpu_hours for r in reasons)
+    if unpriced:
+        columns += (Column("idle_unpriced_gpu_hours", "GPU-hours without a price", "hours"),)
+    note = (
+        "Idle cost is the cost of GPU time the team's jobs held but did not use (allocated − used), each GPU-hour "
+        f"under its probable reason (docs/waste-reasons.md); '{REASONS[NO_READING].title}' is the cost of GPU-hours "
+        f"without a reading (whether they were used is unknown) and '{BUSY_JOB_TITLE}' the unused share of jobs whose "
+        "use is not low."
+    )
     for totals in episodes:
         priced = money(totals.cost, totals.currency) if not totals.all_unpriced else "unpriced"
         note += (
@@ -422,7 +437,15 @@ def idle_section(
     if not reasons:
         return Section("idle_by_reason", "Idle cost by reason", columns, note=note)
     cents = round_preserving_total([r.cost for r in reasons])
-    rows = tuple((r.title, r.gpu_hours, c) for r, c in zip(reasons, cents, strict=True))
+    rows = tuple(
+        (
+            r.title,
+            r.gpu_hours,
+            None if r.unpriced_gpu_hours >= r.gpu_hours > 0 and not r.cost else c,
+            *((r.unpriced_gpu_hours,) if unpriced else ()),
+        )
+        for r, c in zip(reasons, cents, strict=True)
+    )
     return Section("idle_by_reason", "Idle cost by reason", columns, rows, _totals(columns, rows), note=note)
 
 

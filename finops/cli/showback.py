@@ -61,9 +61,9 @@ def showback(
         return
     with sessions() as session:
         teams = [team] if team is not None else statement_teams(session, first, now)
+        window, reasons = settings.idle_window_seconds, settings.reason_policy
         statements = [
-            build_statement(session, name, first, now, idle_window_seconds=settings.idle_window_seconds)
-            for name in teams
+            build_statement(session, name, first, now, idle_window_seconds=window, reasons=reasons) for name in teams
         ]
     if html is not None:
         html.write_text(statement_html(statements[0], settings.alert_dashboard_url), encoding="utf-8")

@@ -98,7 +98,8 @@ def test_the_statement_email_renders_as_tables_in_chromium(browser: Browser, ema
                                     ".backgroundColor") for i in range(3)]  # fmt: skip
     assert len(set(colours)) == 3, "a shaded header row above zebra rows"
     assert page.get_by_text("#SBATCH --gres=gpu:1").is_visible()
-    assert page.get_by_text("reason not classified", exact=True).is_visible()
+    assert page.get_by_text("unexplained", exact=True).is_visible()
+    assert page.get_by_text("idle share of busy jobs", exact=True).is_visible()
 
     # The screenshot: the whole page, a white card on grey with text in it, the jobs table drawn where the DOM says.
     height = page.evaluate("document.documentElement.scrollHeight")

@@ -147,7 +147,7 @@ def test_the_scheduled_job_run_twice_emails_each_statement_once(sessions: sessio
     text = text_part.get_content().replace("\r\n", "\n")  # lines end in CRLF on the wire
     assert text.startswith("GPU showback October 2026: team vision\n")
     assert f"Team vision spent {_money(want.spend)} USD on GPUs in October 2026" in text
-    assert "reason not classified" in text and "#SBATCH --gres=gpu:1" in text
+    assert "unexplained" in text and "idle share of busy jobs" in text and "#SBATCH --gres=gpu:1" in text
 
     parser = _Cells()
     parser.feed(html_part.get_content())
@@ -157,7 +157,8 @@ def test_the_scheduled_job_run_twice_emails_each_statement_once(sessions: sessio
         assert [job_id, f"job-{job_id}", "lars" if job_id == "7002" else "mei", f"{hours:,.2f}", _money(cost),
                 _money(idle)] in rows  # fmt: skip
     assert ["Total", "", "", f"{want.gpu_hours:,.2f}", _money(want.spend), _money(want.idle)] in rows
-    assert ["reason not classified", f"{want.idle_gpu_hours:,.2f}", _money(want.idle)] in rows
+    for title, hours, cost in want.reasons:
+        assert [title, f"{hours:,.2f}", _money(cost)] in rows
     assert ["Spend (allocated cost)", f"{_money(want.spend)} USD"] in rows
     assert ["Used", f"{want.budget_used_percent} %"] in rows
     assert "#SBATCH --gres=gpu:1" in html_part.get_content()

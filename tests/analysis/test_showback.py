@@ -14,7 +14,6 @@ import pytest
 from finops.analysis import showback
 from finops.analysis.budgets import UnknownTeam, set_budget
 from finops.analysis.showback import (
-    NOT_CLASSIFIED,
     SHOWN_ROWS,
     Column,
     IdleReason,
@@ -78,9 +77,10 @@ def test_statement_figures_match_the_hand_computation(sessions) -> None:  # type
     assert [(r[0], r[2], r[3]) for r in users.rows] == [(u, c, i) for u, _, c, i in want.users]
 
     idle = statement.section("idle_by_reason")
-    ((reason, hours, cost),) = idle.rows
-    assert (reason, cost) == ("reason not classified", want.idle) and hours == pytest.approx(want.idle_gpu_hours)
-    assert "not classified yet" in idle.note
+    assert [(reason, cost) for reason, _, cost in idle.rows] == [(title, cost) for title, _, cost in want.reasons]
+    assert [hours for _, hours, _ in idle.rows] == pytest.approx([hours for _, hours, _ in want.reasons])
+    assert idle.total is not None and idle.total[1:] == (pytest.approx(want.idle_gpu_hours), want.idle)
+    assert "idle share of busy jobs' the unused share of jobs whose use is not low" in idle.note
     assert f"{want.episodes} idle episodes" in idle.note and f"{want.episode_gpu_hours:,.2f} GPU-hours" in idle.note
 
     # Job 7002 held two GPUs for 3 hours and used neither: one (the least a job keeps) would have saved 3 GPU-hours.
@@ -106,12 +106,12 @@ def test_statement_figures_match_the_hand_computation(sessions) -> None:  # type
     assert all((r["month"], r["team"], r["currency"]) == ("2026-10", "vision", "USD") for r in rows)
     for section in ("top_jobs", "top_users"):
         assert sum(Decimal(r["allocated_cost"]) for r in rows if r["section"] == section) == want.spend
-    (reason_row,) = [r for r in rows if r["section"] == "idle_by_reason"]
-    assert (reason_row["idle_reason"], Decimal(reason_row["idle_cost"])) == ("reason not classified", want.idle)
+    reason_rows = [(r["idle_reason"], Decimal(r["idle_cost"])) for r in rows if r["section"] == "idle_by_reason"]
+    assert reason_rows == [(title, cost) for title, _, cost in want.reasons]
 
     text = statement_text(statement)
     assert text.startswith("GPU showback October 2026: team vision\n")
-    assert "#SBATCH --gres=gpu:1" in text and "reason not classified" in text
+    assert "#SBATCH --gres=gpu:1" in text and "unexplained" in text and "idle share of busy jobs" in text
 
 
 def test_month_to_date_statement_has_a_forecast(sessions) -> None:  # type: ignore[no-untyped-def]
@@ -139,8 +139,9 @@ def test_unknown_team_and_future_month_are_refused(sessions) -> None:  # type: i
 
 
 def test_idle_reasons_and_savings_fill_their_sections() -> None:
-    """What the waste reasons and right-sizing will hand over: several reasons adding up to the idle cost in cents
-    (largest remainder), savings largest first with the unpriced one last and shown as unknown, not 0."""
+    """The idle and right-sizing sections from given rows: several reasons adding up to the idle cost in cents
+    (largest remainder), a reason whose GPU-hours all lack a price shown without a cost (unknown, not 0) beside a
+    column of unpriced GPU-hours; savings largest first with the unpriced one last and shown as unknown, not 0."""
     reasons = [
         IdleReason("waiting_on_storage", "waiting on storage", 2.5, Decimal("10.004")),
         IdleReason("over_requested", "over-requested", 1.0, Decimal("5.003")),
@@ -150,8 +151,17 @@ def test_idle_reasons_and_savings_fill_their_sections() -> None:
     assert [row[0] for row in section.rows] == ["waiting on storage", "over-requested", "unexplained"]
     assert section.total is not None and section.total[2] == Decimal("15.01")
     assert sum(row[2] for row in section.rows) == section.total[2]  # type: ignore[misc]
-    assert "not classified" not in section.note
-    assert [r[0] for r in idle_section([IdleReason(NOT_CLASSIFIED, "reason not classified", 1, Decimal(1))], []).rows]
+    assert [c.key for c in section.columns] == ["idle_reason", "idle_gpu_hours", "idle_cost"], "no column of zeros"
+    unpriced = idle_section(
+        [
+            IdleReason("no_reading", "no reading", 2.0, Decimal("13.76")),
+            IdleReason("busy_job", "idle share of busy jobs", 0.5, Decimal(0), unpriced_gpu_hours=0.5),
+        ],
+        [],
+    )
+    assert unpriced.columns[-1].key == "idle_unpriced_gpu_hours"
+    assert unpriced.rows == (("no reading", 2.0, Decimal("13.76"), 0.0), ("idle share of busy jobs", 0.5, None, 0.5))
+    assert unpriced.total == ("Total", 2.5, Decimal("13.76"), 0.5)
 
     savings = [
         Saving("11", "mei", "#SBATCH --gres=gpu:h100:2", 4.0, Decimal("27.52")),

@@ -35,7 +35,8 @@ def test_statements_printed_and_written(sessions, database_url: str, tmp_path: P
     assert printed.exit_code == 0, printed.output
     assert "GPU showback October 2026: team nlp\n" in printed.stdout
     assert "GPU showback October 2026: team vision\n" in printed.stdout
-    assert "reason not classified" in printed.stdout and "#SBATCH --gres=gpu:1" in printed.stdout
+    assert "unexplained" in printed.stdout and "idle share of busy jobs" in printed.stdout
+    assert "#SBATCH --gres=gpu:1" in printed.stdout
 
     html, table = tmp_path / "vision.html", tmp_path / "vision.csv"
     assert _showback(env, "--month", "2026-10", "--team", "vision", "--html", str(html)).stdout == f"wrote {html}\n"

@@ -45,12 +45,13 @@ PAGES = (
     "views/jobs.py",
     "views/gpus.py",
     "views/idle.py",
+    "views/savings.py",
     "views/alerts.py",
     "views/quality.py",
     "views/prices.py",
     "views/planning.py",
 )
-UNITS = ("(USD)", "(%)", "(W)", "(kW)", "(°C)", "(GB/s)", "(UTC)")
+UNITS = ("(USD)", "(%)", "(W)", "(kW)", "(°C)", "(GB/s)", "(UTC)", "(GPUs)")
 
 
 @pytest.fixture(autouse=True)

@@ -22,12 +22,24 @@ PAGES = [
     ("jobs", "Cost of jobs"),
     ("gpus", "Utilisation by node"),
     ("idle", "Idle-episode cost"),  # shown only when the scenario's idle episode is found
+    ("savings", "Idle cost, all reasons"),
     ("alerts", "Firing alerts"),  # shown only when the seeded firing alerts are found
     ("quality", "GPU-hours held by a job"),
     ("prices", "Per GPU-hour, in USD"),
     ("planning", "Inference: weights + KV cache"),
 ]
-TITLES = ("Overview", "Teams", "Jobs", "GPUs & nodes", "Idle GPUs", "Alerts", "Data quality", "Prices", "Planning")
+TITLES = (
+    "Overview",
+    "Teams",
+    "Jobs",
+    "GPUs & nodes",
+    "Idle GPUs",
+    "Savings",
+    "Alerts",
+    "Data quality",
+    "Prices",
+    "Planning",
+)
 
 
 @pytest.fixture

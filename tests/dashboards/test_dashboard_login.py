@@ -32,6 +32,7 @@ TEAM_PAGES = [  # path, a text the page shows once its data is there
     ("teams", "Budget burn-down"),
     ("jobs", "Cost of jobs"),
     ("idle", "Idle-episode cost"),
+    ("savings", "Idle cost, all reasons"),
     ("alerts", "Resolved alerts"),  # alpha's idle-gpu alert; none of alpha fires
     ("prices", "Per GPU-hour, in USD"),
     ("planning", "Inference: weights + KV cache"),

@@ -35,6 +35,7 @@ PAGES = [
     ("jobs", "Cost of jobs", {"Job", "Allocated GPU-hours", "Utilisation"}, "Cost of jobs", UNUSED_COST),
     ("gpus", "Utilisation by node", {"Node", "Readings", "GPU idle (% of readings)"}, None, None),
     ("idle", EPISODE_COST, {"Duration (hours)", "Memory held", "Episode cost (USD)"}, None, EPISODE_COST),
+    ("savings", "Idle cost, all reasons", {"Probable reason", "Cost (USD)", "GPUs to commit"}, None, None),
     ("alerts", "Silences", set(), None, None),
     ("quality", "GPU-hours held by a job", {"Node", "Newest reading (UTC)"}, None, None),
     ("prices", "Per GPU-hour, in USD", {"GPU model", "Pricing model", "Per GPU-hour (USD)"}, None, None),

@@ -10,7 +10,9 @@ October 2026, node ``gpu-v-01`` with four H100s, one reading a minute per GPU wh
 
 By hand, with r the catalogue's on-demand rate per H100-hour (:func:`expected`): vision held 2×2 + 2×3 + 1 = 11
 GPU-hours, 11 r; used 95 % of the 5 busy GPU-hours, 4.75 r; idle 6.25 r. Job 7002's two GPUs are idle episodes
-from 10:10 (the 10 min grace) to 12:59 (the last reading): 2 h 49 min each.
+from 10:10 (the 10 min grace) to 12:59 (the last reading): 2 h 49 min each. Idle cost by reason: job 7002's 6
+GPU-hours are "unexplained" (no memory held, no throttling, no storage or network rate, an ordinary partition and
+name), and the busy jobs' unused 5 % of 5 GPU-hours is the "idle share of busy jobs".
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def seed(sessions: sessionmaker[Session]) -> None:
 @dataclass(frozen=True, slots=True)
 class Figures:
     """vision's October by hand: money in cents, hours in GPU-hours; jobs and users costliest first as
-    (key, GPU-hours, cost, idle cost)."""
+    (key, GPU-hours, cost, idle cost); idle cost by reason in the reasons' precedence as (title, GPU-hours, cost)."""
 
     gpu_hours: float
     spend: Decimal
@@ -83,6 +85,7 @@ class Figures:
     jobs: list[tuple[str, float, Decimal, Decimal]]
     users: list[tuple[str, float, Decimal, Decimal]]
     idle_gpu_hours: float
+    reasons: list[tuple[str, float, Decimal]]
     episodes: int
     episode_gpu_hours: float
 
@@ -115,6 +118,10 @@ def expected() -> Figures:
         jobs=jobs,
         users=users,
         idle_gpu_hours=6 + 5 * 0.05,
+        reasons=[
+            ("unexplained", 6.0, cents(Decimal(6))),
+            ("idle share of busy jobs", 0.25, cents(5 * (1 - busy_share))),
+        ],
         episodes=2,
         episode_gpu_hours=episode_hours,
     )
