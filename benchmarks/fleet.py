@@ -5,7 +5,7 @@ Usage::
 
     .venv/bin/python benchmarks/fleet.py postgresql+psycopg://postgres@127.0.0.1:5432/bench \\
         [--gpus 800] [--workers 1 2 4] [--copy-connections 8] [--fleet-gpus 1000] [--fleet-minutes 15] \\
-        [--clients 8] [--repeat 2]
+        [--clients 8] [--load httpx wrk] [--repeat 2]
 
 The database's schema is dropped and migrated afresh; PostgreSQL must run on this machine (its backends' CPU time
 is read from /proc). Prints figures; asserts nothing about time. Helpers and workload are those of
@@ -15,6 +15,10 @@ is read from /proc). Prints figures; asserts nothing about time. Helpers and wor
    single-cycle POSTs (8 readings each, as the collector does every 10 s), against ``serve --workers N`` for each
    ``--workers`` value, alternating, ``--repeat`` times, each after a warm-up pass of the same POSTs (each process
    caches GPU ids and partitions of its own): POST/s, service CPU µs per POST (all its processes) and PostgreSQL's.
+   Two load generators (``--load``), each with ``--clients`` connections: ``httpx`` threads in this process (about
+   0.7 ms of CPU per POST on the same 2 cores) and ``wrk`` (Debian package ``wrk``, tens of µs per POST: nearer a
+   fleet whose collectors run on their own nodes), so that the service's rate is seen with and without the clients'
+   share of the machine.
 2. **COPY**: the same fleet's rows (``--hours`` of them) by text ``COPY`` on one connection beside binary ``COPY``
    (``set_types``) cut over ``--copy-connections`` connections, alternating: rows/s and CPU µs per row.
 3. **Replicas**: ``--fleet-gpus`` GPUs read every 10 s for ``--fleet-minutes`` minutes (10,000 GPUs and 60 minutes
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import shutil
 import statistics
 import sys
 import time
@@ -55,6 +60,7 @@ from benchmarks.ingest import (  # noqa: E402
     copy_run,
     http_run,
     serving,
+    wrk_run,
 )
 from finops.cli.context import idle_policy, load_pricing, load_settings, open_sessions  # noqa: E402
 from finops.db.engine import downgrade, make_engine, upgrade  # noqa: E402
@@ -75,15 +81,20 @@ WHERE c.relkind = 'r' AND (c.relname LIKE 'gpu\\_samples\\_p%' OR c.relname LIKE
 
 
 def steady_by_workers(url: str, token: str, steady: list[tuple[int, bytes]], workers: list[int], clients: int,
-                      repeat: int, backends: Backends) -> dict[int, list[tuple[Run, float]]]:  # fmt: skip
-    """(run, POST/s) of ``steady`` per worker count, ``repeat`` times, the counts alternating."""
-    runs: dict[int, list[tuple[Run, float]]] = {n: [] for n in workers}
+                      loads: list[str], repeat: int,
+                      backends: Backends) -> dict[tuple[str, int], list[tuple[Run, float]]]:  # fmt: skip
+    """(run, POST/s) of ``steady`` per load generator and worker count, ``repeat`` times, alternating."""
+    runs: dict[tuple[str, int], list[tuple[Run, float]]] = {(load, n): [] for load in loads for n in workers}
     for _ in range(repeat):
-        for n in workers:
-            with serving(url, token, "--workers", str(n)) as (base, server):
-                # Warm-up: every process meets every node (its GPU ids and partitions are cached per process).
-                http_run(base, token, steady, clients, server, backends)
-                runs[n].append(http_run(base, token, steady, clients, server, backends))
+        for load in loads:
+            for n in workers:
+                with serving(url, token, "--workers", str(n)) as (base, server):
+                    # Warm-up: every process meets every node (its GPU ids and partitions are cached per process).
+                    http_run(base, token, steady, clients, server, backends)
+                    if load == "wrk":
+                        runs[load, n].append(wrk_run(base, token, steady, clients, server, backends))
+                    else:
+                        runs[load, n].append(http_run(base, token, steady, clients, server, backends))
     return runs
 
 
@@ -139,11 +150,20 @@ def main() -> None:
     parser.add_argument("--fleet-gpus", type=int, default=1000, help="replica run's fleet (full size: 10000)")
     parser.add_argument("--fleet-minutes", type=int, default=15, help="replica run's minutes (full size: 60)")
     parser.add_argument("--clients", type=int, default=8, help="concurrent HTTP clients")
+    parser.add_argument(
+        "--load",
+        nargs="+",
+        choices=("httpx", "wrk"),
+        default=["httpx", "wrk"],
+        help="load generators of the steady state (wrk: Debian package wrk)",
+    )
     parser.add_argument("--repeat", type=int, default=2, help="measurements of each steady-state and COPY case")
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="parts to run (default: all)")
     args = parser.parse_args()
     if make_url(args.database_url).get_backend_name() != "postgresql":
         parser.error("this benchmark measures PostgreSQL: give a PostgreSQL URL")
+    if "steady" in args.parts and "wrk" in args.load and shutil.which("wrk") is None:
+        parser.error("--load wrk needs wrk(1): apt-get install wrk (or --load httpx)")
     if "copy" in args.parts and "steady" not in args.parts:
         parser.error("--parts copy needs steady: it copies readings of the GPUs that steady registers")
     engine = make_engine(args.database_url)
@@ -170,13 +190,14 @@ def steady_state(args: argparse.Namespace, token: str, backends: Backends) -> No
     fleet = _fleet_samples(args.gpus, args.hours)
     steady = _bodies({node: cycles[:STEADY_CYCLES] for node, cycles in fleet.items()}, 1)
     print(f"steady state: {len(steady):,} single-cycle POSTs of {args.gpus} GPUs, {args.clients} clients")
-    for n, runs in steady_by_workers(args.database_url, token, steady, args.workers, args.clients, args.repeat,
-                                     backends).items():  # fmt: skip
+    for (load, n), runs in steady_by_workers(args.database_url, token, steady, args.workers, args.clients,
+                                             args.load, args.repeat, backends).items():  # fmt: skip
         run, per_second = _median([r for r, _ in runs]), statistics.median(s for _, s in runs)
-        print(f"  --workers {n}: {per_second:,.0f} POST/s ({', '.join(f'{s:,.0f}' for _, s in runs)}), a fleet of "
+        rates = ", ".join(f"{s:,.0f}" for _, s in runs)
+        print(f"  {load}, --workers {n}: {per_second:,.0f} POST/s ({rates}), a fleet of "
               f"{per_second * GPUS_PER_NODE * INTERVAL_SECONDS:,.0f} GPUs at {INTERVAL_SECONDS} s; CPU per POST: "
               f"service {run.sender_us * GPUS_PER_NODE:,.0f} µs + PostgreSQL {run.postgres_us * GPUS_PER_NODE:,.0f} "
-              f"µs")  # fmt: skip
+              f"µs; the load generator {run.client_us * GPUS_PER_NODE:,.0f} µs")  # fmt: skip
 
 
 def copies(args: argparse.Namespace, engine: Engine, conninfo: str) -> None:

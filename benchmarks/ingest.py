@@ -37,10 +37,13 @@ import math
 import os
 import queue
 import random
+import resource
 import secrets
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -311,6 +314,54 @@ def http_run(base_url: str | list[str], token: str, bodies: list[tuple[int, byte
         Backends.used(postgres, backends.snapshot()) * per,
         (time.process_time() - own) * per,
         latencies,
+    )
+    return run, len(bodies) / elapsed
+
+
+WRK_SCRIPT = Path(__file__).with_name("wrk_post.lua")
+"""wrk(1)'s script that POSTs each body once (:func:`wrk_run`)."""
+
+
+def wrk_run(base_url: str, token: str, bodies: list[tuple[int, bytes]], connections: int, server: int,
+            backends: Backends) -> tuple[Run, float]:  # fmt: skip
+    """POST every body once, in order, over ``connections`` keep-alive connections of wrk(1) (Debian package
+    ``wrk``: one C thread, some µs of CPU per request, where this process's httpx threads take about 0.7 ms) into
+    the emptied table; returns the run (``client_us``: wrk's CPU) and POST/s. Raises unless every POST was
+    answered 200 and ``gpu_samples`` then holds every reading."""
+    _empty(backends.conninfo)
+    with tempfile.TemporaryDirectory() as folder:
+        for i, (_, body) in enumerate(bodies, start=1):
+            Path(folder, f"{i}.gz").write_bytes(body)
+        env = {**os.environ, "WRK_DIR": folder, "WRK_BODIES": str(len(bodies)), "WRK_TOKEN": token}
+        command = ["wrk", "-t1", f"-c{connections}", "-d600s", "-s", str(WRK_SCRIPT), base_url]
+        postgres, service = backends.snapshot(), _service_cpu(server)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        began = time.perf_counter()
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert process.stderr is not None
+        errors = []
+        for line in process.stderr:  # the script's last line comes with the last answer
+            errors.append(line)
+            if line.startswith("answered "):
+                break
+        elapsed = time.perf_counter() - began
+        process.send_signal(signal.SIGINT)  # a stopped thread does not end wrk before its -d: SIGINT does
+        out, rest = process.communicate(timeout=60)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if f"answered {len(bodies)} failed 0" not in "".join(errors):
+        raise RuntimeError(f"wrk: not every POST answered 200: {''.join(errors)[-500:]} {rest[-300:]} {out[-300:]}")
+    readings = sum(count for count, _ in bodies)
+    with psycopg.connect(backends.conninfo) as connection:
+        stored = connection.execute("SELECT count(*) FROM gpu_samples").fetchone()
+    if stored is None or stored[0] != readings:
+        raise RuntimeError(f"{readings} readings posted, {stored} stored")
+    per = 1e6 / readings
+    wrk_cpu = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+    run = Run(
+        readings / elapsed,
+        (_service_cpu(server) - service) * per,
+        Backends.used(postgres, backends.snapshot()) * per,
+        wrk_cpu * per,
     )
     return run, len(bodies) / elapsed
 

@@ -16,7 +16,8 @@ from itertools import chain, repeat
 from typing import Any
 
 import psycopg
-from sqlalchemy import bindparam, event, select, update
+from sqlalchemy import String, any_, bindparam, event, select, update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session, SessionTransaction
 
 from collector.contract.wire import READING_COLUMNS, GpuInfo, GpuSeries, IngestBatch
@@ -33,15 +34,23 @@ JOB_UTILIZATION_COLUMNS = ("gpu_id", "ts", "job_id", "utilization_ratio")
 
 _GPUS: Any = Gpu.__table__
 _NODES: Any = Node.__table__
-_CONFLICTS = (
-    select(_GPUS.c.uuid, _GPUS.c.gpu_index, _GPUS.c.model, _NODES.c.hostname)
-    .join(_NODES, _NODES.c.id == _GPUS.c.node_id)
-    .where(
-        _GPUS.c.uuid.in_(bindparam("uuids", expanding=True)) | _NODES.c.hostname.in_(bindparam("nodes", expanding=True))
-    )
+_GPUS_AND_NODES = select(_GPUS.c.uuid, _GPUS.c.gpu_index, _GPUS.c.model, _NODES.c.hostname).join(
+    _NODES, _NODES.c.id == _GPUS.c.node_id
 )
-"""The GPUs batches name and those of their nodes (:meth:`Ingestor.conflicts`): one Core statement built once and
-run on the session's connection, about half the CPU of building and running it through the ORM per batch."""
+_CONFLICTS = {
+    "postgresql": _GPUS_AND_NODES.where(
+        (_GPUS.c.uuid == any_(bindparam("uuids", type_=ARRAY(String))))
+        | (_NODES.c.hostname == any_(bindparam("nodes", type_=ARRAY(String))))
+    ),
+    "sqlite": _GPUS_AND_NODES.where(
+        _GPUS.c.uuid.in_(bindparam("uuids", expanding=True)) | _NODES.c.hostname.in_(bindparam("nodes", expanding=True))
+    ),
+}
+"""The GPUs batches name and those of their nodes (:meth:`Ingestor.conflicts`), per dialect: one Core statement
+built once and run on the session's connection, about half the CPU of building and running it through the ORM per
+batch. On PostgreSQL the names go as two arrays (``= ANY``), so the statement's text never changes: psycopg parses
+it once and prepares it on the server, where a list of placeholders as long as the names would be a new statement
+for each count of GPUs."""
 _HOUR_OF = HOUR.__rfloordiv__  # epoch seconds -> hour number, mapped over a series in C
 
 
@@ -221,7 +230,8 @@ class Ingestor:
         }
         by_uuid: dict[str, Any] = {}
         by_slot: dict[str, dict[int, Any]] = defaultdict(dict)
-        for row in session.connection().execute(_CONFLICTS, parameters):
+        connection = session.connection()
+        for row in connection.execute(_CONFLICTS[connection.dialect.name], parameters):
             if row.uuid is not None:
                 by_uuid[row.uuid] = row
                 by_slot[row.hostname][row.gpu_index] = row
