@@ -27,11 +27,12 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Protocol
 
-from sqlalchemy import TextClause, delete, func, or_, select, text
+from sqlalchemy import TextClause, column, delete, func, or_, select, table, text
 from sqlalchemy.orm import Session
 
 from collector.contract.clocks_events import POWER_MASK, THERMAL_MASK
 from finops.analysis.waste import MEMORY_HELD_BYTES, EpisodeRun, ReasonPolicy, Verdict, judge_episodes
+from finops.db.dialect import insert_rows
 from finops.db.models import Allocation, Gpu, IdleEpisode, Job, Node, Team
 from finops.ledger.costmodel import capacity_cost
 from finops.ledger.rollup import unpriced_fix
@@ -41,6 +42,9 @@ from finops.timeutil import HOUR, from_epoch, to_epoch
 
 IDLE_READINGS_TABLE = "idle_readings"
 """The session-local temporary table :func:`detect_idle` judges a :class:`ReadingSource`'s readings in."""
+_READINGS = table(
+    IDLE_READINGS_TABLE, column("gpu_id"), column("ts"), column("utilization_ratio"), column("memory_used_bytes")
+)
 
 _COVERED_UNTIL = "CASE WHEN next_ts IS NULL THEN ts WHEN next_ts - ts > :max_gap THEN ts + :max_gap ELSE next_ts END"
 # A reading's next one, also when it lies past the scanned period (the last reading before ``:end``), so that a
@@ -96,9 +100,12 @@ _IDLE_RUNS_ELSEWHERE = _idle_runs(IDLE_READINGS_TABLE, clocks=False)
 class ReadingSource(Protocol):
     """Readings kept elsewhere than ``gpu_samples`` (a TSDB: :class:`finops.ingest.tsdb_source.TsdbTelemetry`)."""
 
-    def idle_readings(self, session: Session, start: int, end: int) -> Iterable[tuple[int, int, float, float | None]]:
+    def idle_readings(
+        self, session: Session, start: int, end: int, threshold: float
+    ) -> Iterable[tuple[int, int, float, float | None]]:
         """The readings with a utilisation in [start, end) (epoch seconds): (``gpus.id``, epoch second, utilisation
-        ratio, memory used in bytes or None), of the GPUs the database knows."""
+        ratio, memory used in bytes or None), of the GPUs the database knows; a GPU none of whose readings there is
+        at or below ``threshold`` (a utilisation ratio) has no idle run, and its readings may be left out."""
         ...
 
 
@@ -156,7 +163,10 @@ def detect_idle(
     if readings is None:
         statement = _IDLE_RUNS
     else:
-        _load_readings(session, readings.idle_readings(session, scan_from, scan_until + policy.max_gap_seconds + 1))
+        _load_readings(
+            session,
+            readings.idle_readings(session, scan_from, scan_until + policy.max_gap_seconds + 1, max(thresholds)),
+        )
         statement = _IDLE_RUNS_ELSEWHERE
     runs = {t: session.execute(statement, {**parameters, "threshold": t}).all() for t in sorted(thresholds)}
     if readings is not None:
@@ -227,17 +237,21 @@ def detect_idle(
 
 def _load_readings(session: Session, rows: Iterable[tuple[int, int, float, float | None]]) -> None:
     """Put ``rows`` (``gpus.id``, epoch second, utilisation ratio, memory bytes) in the session's temporary table
-    :data:`IDLE_READINGS_TABLE`, made if missing and emptied first."""
+    :data:`IDLE_READINGS_TABLE`, made if missing and emptied first (:func:`finops.db.dialect.insert_rows`: a
+    ``COPY`` on PostgreSQL). It is indexed by GPU and time, as ``gpu_samples`` is: the statement looks up each
+    GPU's first reading past the period there."""
     session.execute(
         text(
             f"CREATE TEMPORARY TABLE IF NOT EXISTS {IDLE_READINGS_TABLE} (gpu_id INTEGER NOT NULL, ts BIGINT NOT NULL, "
             "utilization_ratio DOUBLE PRECISION NOT NULL, memory_used_bytes DOUBLE PRECISION)"
         )
     )
+    session.execute(
+        text(f"CREATE INDEX IF NOT EXISTS {IDLE_READINGS_TABLE}_gpu_ts ON {IDLE_READINGS_TABLE} (gpu_id, ts)")
+    )
     session.execute(text(f"DELETE FROM {IDLE_READINGS_TABLE}"))  # noqa: S608 - a constant
-    values = [{"g": g, "t": t, "u": u, "m": m} for g, t, u, m in rows]
-    if values:
-        session.execute(text(f"INSERT INTO {IDLE_READINGS_TABLE} VALUES (:g, :t, :u, :m)"), values)  # noqa: S608
+    columns = [c.name for c in _READINGS.columns]
+    insert_rows(session.connection(), _READINGS, [dict(zip(columns, row, strict=True)) for row in rows])
 
 
 def _span_of_stored(session: Session, start: int, end: int, margin: int) -> tuple[int, int]:

@@ -8,7 +8,14 @@ which the rollup then meters from.
 
 Segments. A GPU-hour [h, h + 1 h) (clipped at the rollup's ``until``) is cut at the GPU's entry into service and at
 every start and end of an allocation of the GPU, so that each holding of the hour is a union of whole segments.
-Segments with the same bounds are asked for all GPUs at once (whole hours: one set of queries per hour).
+
+Terms. An hour is asked as terms, one per segment: the whole hour (clipped), for every GPU at once (no UUID matcher:
+most GPU-hours are not cut), and each segment cut inside the hour for the GPUs cut there only (a matcher on their
+UUID label, :func:`uuid_matcher`, in groups of at most half a query: :func:`uuid_groups`). Per value below, an
+hour's terms are tagged with their index (``label_replace`` into :data:`SEGMENT_LABEL`) and joined by ``or`` into
+as few instant queries of at most :data:`MAX_QUERY_CHARS` characters as they fit in (:func:`packed`), each
+evaluated at its latest segment end, every term at its own ``@`` instant. So the series the TSDB reads and answers
+grow with the GPUs and their segments, and the queries with the text that names them, not with GPUs × bounds.
 
 Queries (PromQL, Prometheus documentation "Query functions"; MetricsQL answers them the same), for a segment
 [a, b) evaluated with the ``@`` modifier at ``b − 1 ms`` over a range of ``b − a``: a window that holds the
@@ -23,14 +30,15 @@ thus counts in the second its time falls in, fraction dropped, as the database s
   [a, b) (``max_over_time``) less the last one before a within an hour (``last_over_time`` over [a − 1 h, a)), or,
   without one, less the first in [a, b) (``min_over_time``). PromQL's ``increase`` is not used: it extrapolates
   to the window's edges. Where ``resets`` over [a − 1 h, b) is not 0, the counter's raw readings of that span are
-  read (an instant query of a range selector, one per GPU affected) and the increments summed here as the direct
-  path sums them, a reset counting the value after it.
+  read (an instant query of a range selector naming the GPUs affected, per segment) and the increments summed here
+  as the direct path sums them, a reset counting the value after it.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from itertools import pairwise
@@ -49,6 +57,14 @@ MEMORY_FIELD = "DCGM_FI_DEV_FB_USED"
 ENERGY_GAP_SECONDS = HOUR
 """As the direct path's :data:`finops.ledger.sql.ENERGY_LOOKBACK_SECONDS`: an increment from a reading more than an
 hour older is left out."""
+MAX_QUERY_CHARS = 4096
+"""Most characters of one PromQL query the metering packs (see the module documentation; a single term longer than
+that is sent alone). Queries go in the URL of a GET: 4 KiB of PromQL stays, URL-encoded, within the 8 KiB request
+line that proxies commonly accept (nginx's ``large_client_header_buffers``), and well within VictoriaMetrics'
+``-search.maxQueryLen`` (16 KiB by default)."""
+SEGMENT_LABEL = "finops_segment"
+"""The label a packed query's terms are told apart by (``label_replace``)."""
+_REGEX_SPECIAL = re.compile(r"[\\.+*?()|\[\]{}^$]")
 
 
 def window(a: int, b: int) -> str:
@@ -65,10 +81,46 @@ def raw_readings(client: PrometheusClient, selector: str, a: int, b: int) -> lis
     return client.samples(f"{selector}{window(a, b)}", from_epoch(b) - timedelta(milliseconds=1))
 
 
-def gpu_selector(options: PullOptions, dcgm_field: str, uuid: str) -> str:
-    """``dcgm_field``'s series of one GPU: ``options``' selector and ``<UUID label>="<uuid>"``."""
-    matcher = f"{options.labels.uuid}={promql_string(uuid)}"
-    return f"{dcgm_field}{{{', '.join(filter(None, (selector_matchers(options.selector), matcher)))}}}"
+def uuid_matcher(options: PullOptions, uuids: Sequence[str]) -> str:
+    """The matcher of some GPUs' series by their UUID label: ``<UUID label>="<uuid>"`` for one,
+    ``<UUID label>=~"<uuid>|<uuid>|…"`` (each regex-escaped) for several. ValueError when ``uuids`` is empty."""
+    if not uuids:
+        raise ValueError("uuids: at least one GPU UUID expected")
+    if len(uuids) == 1:
+        return f"{options.labels.uuid}={promql_string(uuids[0])}"
+    return f"{options.labels.uuid}=~{promql_string('|'.join(map(regex_literal, uuids)))}"
+
+
+def regex_literal(text: str) -> str:
+    """``text`` as an RE2 regular expression (PromQL's ``=~``) matching itself: its metacharacters escaped."""
+    return _REGEX_SPECIAL.sub(r"\\\g<0>", text)
+
+
+def gpu_selector(options: PullOptions, dcgm_field: str, uuids: Sequence[str]) -> str:
+    """``dcgm_field``'s series of some GPUs: ``options``' selector and :func:`uuid_matcher`."""
+    matchers = (selector_matchers(options.selector), uuid_matcher(options, uuids))
+    return f"{dcgm_field}{{{', '.join(filter(None, matchers))}}}"
+
+
+def packed(sizes: Sequence[int], budget: int) -> list[list[int]]:
+    """The indexes of ``sizes`` in consecutive groups whose sizes add up to at most ``budget`` (an index whose size
+    alone is larger in a group of its own)."""
+    groups: list[list[int]] = []
+    used = budget
+    for index, size in enumerate(sizes):
+        if used + size > budget:
+            groups.append([])
+            used = 0
+        groups[-1].append(index)
+        used += size
+    return groups
+
+
+def uuid_groups(uuids: Sequence[str], budget: int = MAX_QUERY_CHARS // 2) -> list[list[str]]:
+    """``uuids`` in consecutive groups whose :func:`uuid_matcher` regex takes at most ``budget`` characters (a UUID
+    longer than that alone in its group), so that a query naming one group stays under :data:`MAX_QUERY_CHARS`."""
+    sizes = [len(promql_string(regex_literal(uuid))) - 1 for uuid in uuids]  # escaped, quotes less one, with its |
+    return [[uuids[index] for index in group] for group in packed(sizes, budget)]
 
 
 def counter_increase(points: Iterable[tuple[float, float]], a: int) -> float:
@@ -91,6 +143,19 @@ class _Segment:
     energy_joules: float = 0.0
     memory_max_bytes: int | None = None
     seen: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Term:
+    """A segment [a, b) (epoch seconds) asked for the GPUs of ``uuids``, or for every GPU when it is empty."""
+
+    a: int
+    b: int
+    uuids: tuple[str, ...] = ()
+
+
+Expression = Callable[[str, int, int], str]
+"""A metering query of one term: (series selector, a, b) → PromQL."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,87 +195,139 @@ class TsdbMeter:
             cuts[gpu_id].add(to_epoch(start))
             if end is not None:
                 cuts[gpu_id].add(to_epoch(end))
-        segments: dict[tuple[int, int], set[int]] = defaultdict(set)
+        by_uuid = {uuid: gpu_id for uuid, (gpu_id, _) in gpus.items()}
+        rows = []
         for hour in sorted(set(hours)):
             hi = min(hour + HOUR, until)
-            for gpu_id, entered in gpus.values():
+            segments: dict[tuple[int, int], list[str]] = defaultdict(list)
+            for uuid, (gpu_id, entered) in sorted(gpus.items()):
                 if entered >= hi:
                     continue
                 bounds = sorted({hour, hi, *(t for t in (entered, *cuts[gpu_id]) if hour < t < hi)})
                 for a, b in pairwise(bounds):
-                    segments[a, b].add(gpu_id)
+                    segments[a, b].append(uuid)
             session.execute(
                 delete(TsdbGpuMetering).where(
                     TsdbGpuMetering.start >= from_epoch(hour), TsdbGpuMetering.start < from_epoch(hour + HOUR)
                 )
             )
-        by_uuid = {uuid: gpu_id for uuid, (gpu_id, _) in gpus.items()}
-        rows = []
-        for (a, b), wanted in sorted(segments.items()):
-            for gpu_id, found in self._segment(a, b, by_uuid).items():
-                if gpu_id in wanted and found.seen:
-                    rows.append(
-                        {
-                            "gpu_id": gpu_id,
-                            "start": from_epoch(a),
-                            "stop": from_epoch(b),
-                            "samples": found.samples,
-                            "utilization_sum": found.utilization_sum,
-                            "energy_joules": found.energy_joules,
-                            "memory_max_bytes": found.memory_max_bytes,
-                        }
-                    )
+            terms = [_Term(hour, hi)] if (hour, hi) in segments else []
+            terms += [
+                _Term(a, b, tuple(group))
+                for (a, b), uuids in sorted(segments.items())
+                if (a, b) != (hour, hi)
+                for group in uuid_groups(uuids)
+            ]
+            found = self._meter(terms, by_uuid)
+            for (a, b), uuids in sorted(segments.items()):
+                for uuid in uuids:
+                    metered = found.get((a, b), {}).get(by_uuid[uuid])
+                    if metered is not None and metered.seen:
+                        rows.append(
+                            {
+                                "gpu_id": by_uuid[uuid],
+                                "start": from_epoch(a),
+                                "stop": from_epoch(b),
+                                "samples": metered.samples,
+                                "utilization_sum": metered.utilization_sum,
+                                "energy_joules": metered.energy_joules,
+                                "memory_max_bytes": metered.memory_max_bytes,
+                            }
+                        )
         if rows:
             session.execute(insert(TsdbGpuMetering), rows)
         return len(rows)
 
-    def _by_gpu(self, promql: str, at: int, by_uuid: dict[str, int]) -> dict[int, float]:
-        """The instant query's value per known GPU (by its series' UUID label; MIG instance series left out, as
-        the pull leaves them out)."""
-        values = {}
-        for sample in self.client.query(promql, from_epoch(at)):
-            labels = self.options.labels.dcgm_exporter(sample.labels)
-            uuid = labels.get("UUID")
-            if uuid in by_uuid and "GPU_I_PROFILE" not in labels:
-                values[by_uuid[uuid]] = sample.value
-        return values
-
-    def _segment(self, a: int, b: int, by_uuid: dict[str, int]) -> dict[int, _Segment]:
-        """The metering of [a, b) per known GPU that has a series in it."""
-        found: dict[int, _Segment] = defaultdict(_Segment)
+    def _meter(self, terms: Sequence[_Term], by_uuid: dict[str, int]) -> dict[tuple[int, int], dict[int, _Segment]]:
+        """The metering of each of ``terms``' segments per known GPU that has a series in it."""
+        found: dict[tuple[int, int], dict[int, _Segment]] = defaultdict(lambda: defaultdict(_Segment))
         utilization_field = self.options.utilization_fields[0]
-        utilization = self.options.query(utilization_field)
-        energy = self.options.query(ENERGY_FIELD)
-        memory = self.options.query(MEMORY_FIELD)
-        w = window(a, b)
         scale = UTILIZATION_FIELDS[utilization_field].scale
-        for gpu_id, count in self._by_gpu(f"count_over_time({utilization}{w})", b, by_uuid).items():
-            found[gpu_id].samples = round(count)
-            found[gpu_id].seen = True
-        for gpu_id, total in self._by_gpu(f"sum_over_time({utilization}{w})", b, by_uuid).items():
-            found[gpu_id].utilization_sum = total * scale
-        for gpu_id, most in self._by_gpu(f"max_over_time({memory}{w})", b, by_uuid).items():
-            found[gpu_id].memory_max_bytes = round(most * FIELDS[MEMORY_FIELD].scale)
-            found[gpu_id].seen = True
-        lasts = self._by_gpu(f"max_over_time({energy}{w})", b, by_uuid)
-        if lasts:
-            firsts = self._by_gpu(f"min_over_time({energy}{w})", b, by_uuid)
-            before = self._by_gpu(f"last_over_time({energy}{window(a - ENERGY_GAP_SECONDS, a)})", a, by_uuid)
-            resets = self._by_gpu(f"resets({energy}{window(a - ENERGY_GAP_SECONDS, b)})", b, by_uuid)
-            uuids = {gpu_id: uuid for uuid, gpu_id in by_uuid.items()}
-            for gpu_id, last in lasts.items():
-                if resets.get(gpu_id, 0.0) > 0:
-                    raw = self._counter_points(uuids[gpu_id], a - ENERGY_GAP_SECONDS, b)
-                    increase = counter_increase(raw, a)
+        for (a, b), count in self._ask(terms, utilization_field, _over_time("count"), by_uuid).items():
+            for gpu_id, value in count.items():
+                found[a, b][gpu_id].samples = round(value)
+                found[a, b][gpu_id].seen = True
+        for (a, b), total in self._ask(terms, utilization_field, _over_time("sum"), by_uuid).items():
+            for gpu_id, value in total.items():
+                found[a, b][gpu_id].utilization_sum = value * scale
+        for (a, b), most in self._ask(terms, MEMORY_FIELD, _over_time("max"), by_uuid).items():
+            for gpu_id, value in most.items():
+                found[a, b][gpu_id].memory_max_bytes = round(value * FIELDS[MEMORY_FIELD].scale)
+                found[a, b][gpu_id].seen = True
+        lasts = self._ask(terms, ENERGY_FIELD, _over_time("max"), by_uuid)
+        energy_terms = [term for term in terms if lasts.get((term.a, term.b))]
+        if not energy_terms:
+            return found
+        firsts = self._ask(energy_terms, ENERGY_FIELD, _over_time("min"), by_uuid)
+        before = self._ask(energy_terms, ENERGY_FIELD, _last_before, by_uuid)
+        resets = self._ask(energy_terms, ENERGY_FIELD, _resets, by_uuid)
+        uuids = {gpu_id: uuid for uuid, gpu_id in by_uuid.items()}
+        for (a, b), per_gpu in lasts.items():
+            reset = {gpu_id for gpu_id, count in resets.get((a, b), {}).items() if count > 0}
+            raw = self._counter_points(sorted(uuids[g] for g in reset), a - ENERGY_GAP_SECONDS, b, by_uuid)
+            for gpu_id, last in per_gpu.items():
+                if gpu_id in reset:
+                    increase = counter_increase(raw.get(gpu_id, []), a)
                 else:
-                    increase = last - before.get(gpu_id, firsts[gpu_id])
-                found[gpu_id].energy_joules = increase * FIELDS[ENERGY_FIELD].scale
-                found[gpu_id].seen = True
+                    increase = last - before.get((a, b), {}).get(gpu_id, firsts[a, b][gpu_id])
+                found[a, b][gpu_id].energy_joules = increase * FIELDS[ENERGY_FIELD].scale
+                found[a, b][gpu_id].seen = True
         return found
 
-    def _counter_points(self, uuid: str, a: int, b: int) -> list[tuple[float, float]]:
-        """One GPU's energy counter readings of [a, b) at their own times (whole seconds, fraction dropped), in time
-        order: the raw samples of a range selector (:func:`raw_readings`), so that a gap between two readings is the
-        readings' own, not shortened by the server's lookback as values at query steps would be."""
-        series = raw_readings(self.client, gpu_selector(self.options, ENERGY_FIELD, uuid), a, b)
-        return sorted((int(ts), value) for s in series for ts, value in s.points)
+    def _ask(
+        self, terms: Sequence[_Term], dcgm_field: str, expression: Expression, by_uuid: dict[str, int]
+    ) -> dict[tuple[int, int], dict[int, float]]:
+        """``expression`` of ``dcgm_field``'s series over each of ``terms``: per segment (a, b), its value per known
+        GPU (by its series' UUID label; MIG instance series left out, as the pull leaves them out). The terms are
+        packed into as few instant queries as :data:`MAX_QUERY_CHARS` allows, each term tagged with its index in
+        :data:`SEGMENT_LABEL` (``label_replace``) and the tagged terms joined by ``or``."""
+        parts = [
+            f'label_replace({expression(self._selector(dcgm_field, term), term.a, term.b)}, "{SEGMENT_LABEL}", '
+            f'"{index}", "", "")'
+            for index, term in enumerate(terms)
+        ]
+        values: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)
+        joint = " or "
+        for group in packed([len(part) + len(joint) for part in parts], MAX_QUERY_CHARS + len(joint)):
+            at = max(terms[index].b for index in group)
+            for sample in self.client.query(joint.join(parts[index] for index in group), from_epoch(at)):
+                labels = self.options.labels.dcgm_exporter(sample.labels)
+                uuid = labels.get("UUID")
+                if uuid in by_uuid and "GPU_I_PROFILE" not in labels:
+                    term = terms[int(sample.labels[SEGMENT_LABEL])]
+                    values[term.a, term.b][by_uuid[uuid]] = sample.value
+        return values
+
+    def _selector(self, dcgm_field: str, term: _Term) -> str:
+        """``dcgm_field``'s series of ``term``'s GPUs (of every GPU when it names none)."""
+        return gpu_selector(self.options, dcgm_field, term.uuids) if term.uuids else self.options.query(dcgm_field)
+
+    def _counter_points(
+        self, uuids: Sequence[str], a: int, b: int, by_uuid: dict[str, int]
+    ) -> dict[int, list[tuple[float, float]]]:
+        """Per GPU of ``uuids``, its energy counter readings of [a, b) at their own times (whole seconds, fraction
+        dropped), in time order: the raw samples of a range selector (:func:`raw_readings`, some GPUs a query), so
+        that a gap between two readings is the readings' own, not shortened by the server's lookback as values at
+        query steps would be. MIG instance series are left out."""
+        points: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        for group in uuid_groups(uuids):
+            for series in raw_readings(self.client, gpu_selector(self.options, ENERGY_FIELD, group), a, b):
+                labels = self.options.labels.dcgm_exporter(series.labels)
+                if labels.get("UUID") in by_uuid and "GPU_I_PROFILE" not in labels:
+                    points[by_uuid[labels["UUID"]]] += [(int(ts), value) for ts, value in series.points]
+        return {gpu_id: sorted(found) for gpu_id, found in points.items()}
+
+
+def _over_time(aggregation: str) -> Expression:
+    """``<aggregation>_over_time`` of the segment's readings (:func:`window`)."""
+    return lambda selector, a, b: f"{aggregation}_over_time({selector}{window(a, b)})"
+
+
+def _last_before(selector: str, a: int, _: int) -> str:
+    """The last reading within :data:`ENERGY_GAP_SECONDS` before the segment."""
+    return f"last_over_time({selector}{window(a - ENERGY_GAP_SECONDS, a)})"
+
+
+def _resets(selector: str, a: int, b: int) -> str:
+    """The counter's resets from :data:`ENERGY_GAP_SECONDS` before the segment to its end."""
+    return f"resets({selector}{window(a - ENERGY_GAP_SECONDS, b)})"

@@ -27,7 +27,7 @@ from finops.ingest.node_io import HourRate, replace_hours
 from finops.ingest.prometheus import InstantSample, PrometheusClient, selector_matchers
 from finops.ingest.prometheus_pull import UTILIZATION_FIELDS, PullOptions, series_identity
 from finops.ingest.readings import Ingestor
-from finops.ingest.tsdb_metering import MEMORY_FIELD, TsdbMeter, gpu_selector, raw_readings
+from finops.ingest.tsdb_metering import MEMORY_FIELD, TsdbMeter, gpu_selector, raw_readings, uuid_groups, window
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
 
 STACKED_DISKS = 'device!~"(dm-|md)[0-9]+"'
@@ -132,33 +132,55 @@ class TsdbTelemetry:
 
     def _first_reading(self, uuid: str, a: int, b: int) -> int | None:
         """The epoch second of one GPU's first utilisation reading in [a, b), None without one."""
-        series = raw_readings(self.client, gpu_selector(self.options, self.options.utilization_fields[0], uuid), a, b)
+        series = raw_readings(self.client, gpu_selector(self.options, self.options.utilization_fields[0], [uuid]), a, b)
         return min((int(ts) for s in series for ts, _ in s.points), default=None)
 
-    def idle_readings(self, session: Session, start: int, end: int) -> list[tuple[int, int, float, float | None]]:
-        """The readings of [start, end) (epoch seconds) of the GPUs the database knows, as idle detection judges
-        them (:class:`finops.analysis.idle.ReadingSource`): (``gpus.id``, epoch second, utilisation ratio, memory
-        used in bytes or None), each the TSDB's own sample, not a value resampled at a step: raw samples of the
-        utilisation and memory series by instant queries of range selectors, an hour at a time
+    def idle_readings(
+        self, session: Session, start: int, end: int, threshold: float
+    ) -> list[tuple[int, int, float, float | None]]:
+        """The readings of [start, end) (epoch seconds) of the GPUs the database knows that read at or below
+        ``threshold`` (a utilisation ratio) at least once in it, as idle detection judges them
+        (:class:`finops.analysis.idle.ReadingSource`): (``gpus.id``, epoch second, utilisation ratio, memory used in
+        bytes or None), each the TSDB's own sample, not a value resampled at a step. MIG instance series are left
+        out.
+
+        First the GPUs: ``min_over_time`` of the utilisation over each hour of the period, for every GPU (one query
+        an hour). Then those GPUs' raw samples of the utilisation and memory series by instant queries of range
+        selectors naming them (:func:`finops.ingest.tsdb_metering.uuid_matcher`, as many a query as
+        :func:`~finops.ingest.tsdb_metering.uuid_groups` allows), an hour at a time
         (:func:`finops.ingest.tsdb_metering.raw_readings`), at the second their time falls in (fraction dropped, as
-        the database stores readings). MIG instance series are left out."""
+        the database stores readings)."""
         by_uuid = {uuid: gpu_id for gpu_id, uuid in session.execute(select(Gpu.id, Gpu.uuid)) if uuid is not None}
         utilization_field = self.options.utilization_fields[0]
         scales = {
             utilization_field: UTILIZATION_FIELDS[utilization_field].scale,
             MEMORY_FIELD: FIELDS[MEMORY_FIELD].scale,
         }
+        hours = [(a, min(a + HOUR, end)) for a in range(start, end, HOUR)]
+        low: set[str] = set()
+        for a, b in hours:
+            for sample in self.client.query(
+                f"min_over_time({self.options.query(utilization_field)}{window(a, b)})", from_epoch(b)
+            ):
+                labels = self.options.labels.dcgm_exporter(sample.labels)
+                uuid = labels.get("UUID", "")
+                if (
+                    uuid in by_uuid
+                    and "GPU_I_PROFILE" not in labels
+                    and sample.value * scales[utilization_field] <= threshold
+                ):
+                    low.add(uuid)
         values: dict[str, dict[tuple[int, int], float]] = {name: {} for name in scales}
-        for a in range(start, end, HOUR):
-            b = min(a + HOUR, end)
-            for name, scale in scales.items():
-                for series in raw_readings(self.client, self.options.query(name), a, b):
-                    labels = self.options.labels.dcgm_exporter(series.labels)
-                    gpu_id = by_uuid.get(labels.get("UUID", ""))
-                    if gpu_id is None or "GPU_I_PROFILE" in labels:
-                        continue
-                    for ts, value in series.points:
-                        values[name][gpu_id, int(ts)] = value * scale
+        for group in uuid_groups(sorted(low)):
+            for a, b in hours:
+                for name, scale in scales.items():
+                    for series in raw_readings(self.client, gpu_selector(self.options, name, group), a, b):
+                        labels = self.options.labels.dcgm_exporter(series.labels)
+                        gpu_id = by_uuid.get(labels.get("UUID", ""))
+                        if gpu_id is None or "GPU_I_PROFILE" in labels:
+                            continue
+                        for ts, value in series.points:
+                            values[name][gpu_id, int(ts)] = value * scale
         memory = values[MEMORY_FIELD]
         return [
             (gpu_id, ts, u, memory.get((gpu_id, ts))) for (gpu_id, ts), u in sorted(values[utilization_field].items())

@@ -55,24 +55,34 @@ def test_idle_episodes_from_the_tsdb_equal_the_direct_path(sessions: sessionmake
         assert abs(ours[2] - theirs[2]) <= STEP and abs(ours[3] - theirs[3]) <= STEP
 
 
+@pytest.mark.parametrize(
+    ("minutes", "threshold"),
+    [((30, 150), 1.0), ((30, 60), 0.0)],
+    ids=["every-gpu", "only-gpu-2-reads-0"],
+)
 def test_idle_readings_are_the_tsdb_readings_of_the_half_open_period(
-    sessions: sessionmaker[Session], tsdb: TsdbLoader
+    sessions: sessionmaker[Session], tsdb: TsdbLoader, minutes: tuple[int, int], threshold: float
 ) -> None:
+    """Of the GPUs that read at or below the threshold in the period: all three at 100 %; at 0 %, from 00:30 to
+    01:00 only GPU 2 (at 00:54; GPU 0 reads 0 % at 00:00 and 01:41, GPU 1 at 00:27 and 02:08)."""
     t0 = scenario.start_hour() - timedelta(days=2)
     # Stamped 0.3 s before each minute, as Prometheus stamps scrapes (to the millisecond): a reading counts in the
     # second its time falls in, as the database stores it.
     readings = [replace(s, timestamp=s.timestamp - timedelta(milliseconds=300)) for s in day_readings(t0)]
     url = tsdb(exposition(readings, "gpu-d-01"))
-    # Both ends 0.3 s after readings, the end in the period's second hour.
-    start, end = to_epoch(t0 + timedelta(minutes=30)), to_epoch(t0 + timedelta(minutes=150))
+    # Both ends 0.3 s after readings.
+    start, end = (to_epoch(t0 + timedelta(minutes=minute)) for minute in minutes)
     with sessions.begin() as session:
         seed_day(session, t0, readings, [])
         by_uuid = {gpu.uuid: gpu.id for gpu in session.scalars(select(Gpu))}
-        found = TsdbTelemetry(PrometheusClient(url)).idle_readings(session, start, end)
+        found = TsdbTelemetry(PrometheusClient(url)).idle_readings(session, start, end, threshold)
+    period = [s for s in readings if start <= to_epoch(s.timestamp) < end]
+    low = {s.labels["uuid"] for s in period if s.values[m.GPU_UTILIZATION] <= threshold}
+    assert len(low) == (3 if threshold else 1)
     expected = sorted(
         (by_uuid[s.labels["uuid"]], to_epoch(s.timestamp), s.values[m.GPU_UTILIZATION], s.values[m.GPU_MEMORY_USED])
-        for s in readings
-        if start <= to_epoch(s.timestamp) < end
+        for s in period
+        if s.labels["uuid"] in low
     )
     assert [row[:2] for row in found] == [row[:2] for row in expected]
     values = [value for row in found for value in row[2:]]
