@@ -5,7 +5,6 @@ and filters, which come from the URL's query string and stay in it."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -19,14 +18,13 @@ from sqlalchemy import update
 from streamlit.testing.v1 import AppTest
 
 from alerts.store import list_silences, select_alerts
-from dashboards import charts, filters
+from dashboards import charts
 from dashboards.filters import period_bounds
 from dashboards.format import compact
-from finops import timeutil
 from finops.analysis.budgets import budget_status
 from finops.analysis.dashboard_queries import top_idle
 from finops.analysis.report import cost_report, fleet_summary
-from finops.db.engine import make_engine, session_factory, upgrade
+from finops.db.engine import make_engine, session_factory
 from finops.db.models import Budget
 from finops.ledger.costmodel import CENT
 from finops.pricing.catalog import load_catalog
@@ -54,35 +52,10 @@ PAGES = (
 UNITS = ("(USD)", "(%)", "(W)", "(kW)", "(°C)", "(GB/s)", "(UTC)", "(GPUs)")
 
 
-@pytest.fixture(autouse=True)
-def _empty_caches() -> Iterator[None]:
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield
-
-
-@pytest.fixture
-def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    url = f"sqlite:///{tmp_path / 'dash.sqlite'}"
-    monkeypatch.setenv("FINOPS_DATABASE_URL", url)
-    monkeypatch.delenv("FINOPS_PROMETHEUS_URL", raising=False)
-    upgrade(make_engine(url))
-    return url
-
-
 @pytest.fixture
 def seeded(database: str) -> str:
     seed_two_clusters(database)
     return database
-
-
-@pytest.fixture
-def now(monkeypatch: pytest.MonkeyPatch) -> datetime:
-    """The pages' clock stopped at the current instant, so that "now" is the same for the page and the test."""
-    frozen = utc_now()
-    monkeypatch.setattr(timeutil, "utc_now", lambda: frozen)
-    monkeypatch.setattr(filters, "utc_now", lambda: frozen)
-    return frozen
 
 
 def _run(page: str, **params: str) -> AppTest:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
-import streamlit as st
 from sqlalchemy.orm import Session
 
 from dashboards import data
@@ -28,15 +26,6 @@ SCOPES = [
     Scope(team="alpha", partition="orion"),
     Scope(cluster="vega", team="alpha", partition="gpu"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _empty_caches() -> Iterator[None]:
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield
-    st.cache_data.clear()
-    st.cache_resource.clear()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ is listed with its fix."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -20,49 +19,23 @@ import streamlit as st
 from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 from streamlit.testing.v1 import AppTest
 
-from dashboards import filters, login
+from dashboards import login
 from dashboards.access import Access
 from dashboards.filters import period_bounds
-from finops import timeutil
 from finops.analysis.commitments import commitment_report
 from finops.analysis.rightsizing import rightsizing, rightsizing_dicts
 from finops.analysis.waste_costs import idle_cost_by_reason
-from finops.db.engine import make_engine, session_factory, upgrade
+from finops.db.engine import make_engine, session_factory
 from finops.ledger.costmodel import CENT
 from finops.ledger.rollup import rollup
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.settings import DashboardSettings
-from finops.timeutil import to_epoch, utc_now
+from finops.timeutil import to_epoch
 from tests.support import rightsizing_scenario, scenario, unpriced
 from tests.support.two_clusters import seed_two_clusters
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboards" / "app.py")
 PAGE = "views/savings.py"
-
-
-@pytest.fixture(autouse=True)
-def _empty_caches() -> Iterator[None]:
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield
-
-
-@pytest.fixture
-def now(monkeypatch: pytest.MonkeyPatch) -> datetime:
-    """The pages' clock stopped at the current instant, so that the period is the same for the page and the test."""
-    frozen = utc_now()
-    monkeypatch.setattr(timeutil, "utc_now", lambda: frozen)
-    monkeypatch.setattr(filters, "utc_now", lambda: frozen)
-    return frozen
-
-
-@pytest.fixture
-def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    url = f"sqlite:///{tmp_path / 'savings.sqlite'}"
-    monkeypatch.setenv("FINOPS_DATABASE_URL", url)
-    monkeypatch.delenv("FINOPS_PROMETHEUS_URL", raising=False)
-    upgrade(make_engine(url))
-    return url
 
 
 @pytest.fixture

@@ -4,12 +4,10 @@ GPU)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from finops.analysis.idle import IdlePolicy, detect_idle
@@ -21,13 +19,6 @@ from tests.support import scenario, unpriced
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboards" / "app.py")
 MODEL = unpriced.UNPRICED_MODEL
-
-
-@pytest.fixture(autouse=True)
-def _empty_caches() -> Iterator[None]:
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield
 
 
 @pytest.fixture
