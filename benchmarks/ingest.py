@@ -348,6 +348,7 @@ def wrk_run(base_url: str, token: str, bodies: list[tuple[int, bytes]], connecti
         process.send_signal(signal.SIGINT)  # a stopped thread does not end wrk before its -d: SIGINT does
         out, rest = process.communicate(timeout=60)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    postgres_used, service_used = Backends.used(postgres, backends.snapshot()), _service_cpu(server) - service
     if f"answered {len(bodies)} failed 0" not in "".join(errors):
         raise RuntimeError(f"wrk: not every POST answered 200: {''.join(errors)[-500:]} {rest[-300:]} {out[-300:]}")
     readings = sum(count for count, _ in bodies)
@@ -357,12 +358,7 @@ def wrk_run(base_url: str, token: str, bodies: list[tuple[int, bytes]], connecti
         raise RuntimeError(f"{readings} readings posted, {stored} stored")
     per = 1e6 / readings
     wrk_cpu = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
-    run = Run(
-        readings / elapsed,
-        (_service_cpu(server) - service) * per,
-        Backends.used(postgres, backends.snapshot()) * per,
-        wrk_cpu * per,
-    )
+    run = Run(readings / elapsed, service_used * per, postgres_used * per, wrk_cpu * per)
     return run, len(bodies) / elapsed
 
 
