@@ -25,18 +25,19 @@ function request()
     -- wrk calls request() once on thread 0's state before the run, to count the requests per call, and
     -- discards what it returns: no body is spent on it.
     verified = true
-    return wrk.format("GET", "/healthz")
+    return wrk.format("GET", "/none")
   end
   sent = sent + 1
   if sent > count then
-    -- wrk keeps every connection busy until the thread stops: the last connections ask for health.
-    return wrk.format("GET", "/healthz")
+    -- wrk keeps every connection busy until the thread stops: the last connections ask for a path that is not
+    -- there (404 without touching the database, whose CPU the caller measures).
+    return wrk.format("GET", "/none")
   end
   return wrk.format("POST", "/api/v1/ingest", headers, bodies[sent])
 end
 
 function response(status, headers, body)
-  if body:sub(1, 2) ~= '{"' or body:find('"status"', 1, true) then return end -- a health answer
+  if status == 404 then return end -- an answer to the filler requests above: ingest never answers 404
   answered = answered + 1
   if status ~= 200 then
     failed = failed + 1
