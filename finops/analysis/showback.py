@@ -23,8 +23,7 @@ Sections, in order (their :attr:`Section.key`):
   GPU-hour under its reason; for ``no reading``, the allocated cost of the GPU-hours without readings), in the
   reasons' precedence; the note adds the idle episodes overlapping the period
   (:func:`finops.analysis.idle.episode_totals`).
-- ``rightsizing``: the savings of right-sizing, one :class:`Saving` per job; not computed yet (``None``): no rows
-  and a note saying so, never an empty table that would read as "nothing to save".
+- ``rightsizing``: the savings of right-sizing, one :class:`Saving` per job (:mod:`finops.analysis.rightsizing`).
 """
 
 from __future__ import annotations
@@ -466,9 +465,9 @@ def team_savings(findings: Sequence[JobFinding]) -> list[Saving]:
     return savings
 
 
-def rightsizing_section(savings: Sequence[Saving] | None) -> Section:
+def rightsizing_section(savings: Sequence[Saving]) -> Section:
     """The ``rightsizing`` section: one row per job (its change, GPU-hours saved, saving in cents adding up to the
-    total), largest saving first; ``None``: right-sizing is not computed, and the section says so."""
+    total), largest saving first; none: a note that no job would have cost less."""
     columns = (
         Column("job", "Job", "text"),
         Column("user", "User", "text"),
@@ -477,8 +476,6 @@ def rightsizing_section(savings: Sequence[Saving] | None) -> Section:
         Column("saving", "Saving", "money"),
     )
     title = "Right-sizing savings"
-    if savings is None:
-        return Section("rightsizing", title, columns, note="Right-sizing savings are not computed yet.")
     if not savings:
         return Section(
             "rightsizing", title, columns, note="No job of the team would have cost less with a smaller request."
