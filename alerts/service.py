@@ -22,6 +22,7 @@ from alerts.delivery import BATCH, Channels, DeliveryWorker, Outcome, smtp_conte
 from alerts.engine import Dispatched, Evaluation, RuleInputs, dispatch, evaluate
 from alerts.mail import SmtpSettings
 from alerts.showback import NotSettled, Queued, queue_month
+from alerts.store import prune_deliveries
 from alerts.webhooks import WebhookPolicy
 from finops.timeutil import previous_month_start, utc_now
 
@@ -39,7 +40,8 @@ MAX_BATCHES = 10
 @dataclass(frozen=True)
 class AlertService:
     """Everything the alert jobs need: rules and routes, rule inputs, channels, dashboard URL, delivery deadline,
-    the delivery poll interval (seconds) and how often the rules are evaluated (the rollup interval)."""
+    the delivery poll interval (seconds), how often the rules are evaluated (the rollup interval) and how long
+    finished outbox rows are kept."""
 
     config: AlertConfig = field(default_factory=AlertConfig)
     inputs: RuleInputs = field(default_factory=RuleInputs)
@@ -48,6 +50,7 @@ class AlertService:
     deadline: timedelta = timedelta(hours=1)
     poll_seconds: float = 5.0
     evaluation_interval: timedelta = timedelta(minutes=5)
+    outbox_retention: timedelta = timedelta(days=90)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AlertService:
@@ -87,6 +90,7 @@ class AlertService:
             deadline=timedelta(seconds=settings.alert_delivery_deadline_seconds),
             poll_seconds=settings.alert_delivery_poll_seconds,
             evaluation_interval=timedelta(seconds=settings.rollup_interval_seconds),
+            outbox_retention=timedelta(days=settings.alert_outbox_retention_days),
         )
 
 
@@ -142,6 +146,17 @@ class AlertRunner:
             if len(batch) < BATCH or ids is not None:
                 break
         return dispatched, outcomes
+
+    def prune_outbox(self) -> int:
+        """Remove the outbox rows finished and queued more than ``service.outbox_retention`` ago
+        (:func:`alerts.store.prune_deliveries`); returns how many, logged when any."""
+        with self.sessions.begin() as session:
+            removed = prune_deliveries(session, self.clock() - self.service.outbox_retention)
+        if removed:
+            log.info(
+                "alert outbox: %d finished deliveries older than %s removed", removed, self.service.outbox_retention
+            )
+        return removed
 
     def showback(
         self, month: datetime | None = None, teams: Sequence[str] | None = None, *, actor: str = SCHEDULER_ACTOR

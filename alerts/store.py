@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from alerts.engine import active_silences, is_muted
@@ -20,6 +20,9 @@ from alerts.models import AlertDelivery, AlertInstance, AlertSilence
 from finops.access import audit
 
 RETRIABLE = ("failed", "refused")
+FINISHED = ("delivered", *RETRIABLE)
+"""Outbox statuses no delivery attempt will change unless retried by hand (``alerts retry``): what
+:func:`prune_deliveries` may remove."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,3 +263,11 @@ def retry_deliveries(
         subject = f"deliveries {', '.join(map(str, chosen))}"
         audit.record(session, actor, "delivery.retry", subject, before, after, now)
     return chosen
+
+
+def prune_deliveries(session: Session, before: datetime) -> int:
+    """Remove the outbox rows queued before ``before`` whose delivery is over (:data:`FINISHED`), in the caller's
+    transaction; returns how many. Pending rows stay whatever their age. What makes a message once-only lives
+    elsewhere (alert groups, ``nudge_log``, ``showback_statements``), so a removed row is never sent again."""
+    statement = delete(AlertDelivery).where(AlertDelivery.status.in_(FINISHED), AlertDelivery.created_at < before)
+    return int(getattr(session.execute(statement), "rowcount", 0) or 0)

@@ -470,6 +470,13 @@ class AlertSettings(SettingsGroup):
     alert_delivery_deadline_seconds: int = Field(
         3600, gt=0, description="A message not delivered this long after it was queued is recorded as failed."
     )
+    alert_outbox_retention_days: int = Field(
+        90,
+        ge=1,
+        le=3660,
+        description="Days the alert outbox keeps a delivered, failed or refused message (`alerts deliveries`, "
+        "`alerts retry`) before the scheduler removes it; pending messages are kept.",
+    )
 
     @property
     def slack_webhooks(self) -> dict[str, SecretStr]:

@@ -255,11 +255,12 @@ def start_scheduler(
     delivery job).
 
     With ``alerts``, also the monthly showback statements (:meth:`alerts.service.AlertRunner.showback`) on the
-    schedule :data:`SHOWBACK_SCHEDULE`.
+    schedule :data:`SHOWBACK_SCHEDULE`, and the alert outbox's finished rows removed hourly once older than
+    ``alerts.service.outbox_retention`` (:meth:`alerts.service.AlertRunner.prune_outbox`).
 
     With ``leases``, every job but the cost-metrics refresh runs under its lease (named by its job id:
-    ``rollup``, ``alert_delivery``, ``showback``, ``sample_maintenance``, ``sacct_import``, ``prometheus_pull``,
-    ``nudges``): the leases are taken before the scheduler starts and released when it shuts down.
+    ``rollup``, ``alert_delivery``, ``showback``, ``alert_outbox``, ``sample_maintenance``, ``sacct_import``,
+    ``prometheus_pull``, ``nudges``): the leases are taken before the scheduler starts and released when it shuts down.
 
     With ``tsdb`` (``FINOPS_TELEMETRY_SOURCE=tsdb``), the rollup reads telemetry from that TSDB (:func:`run_rollup`);
     the caller passes no ``prometheus`` pull then."""
@@ -292,6 +293,7 @@ def start_scheduler(
     if alerts is not None:
         every("alert_delivery", alerts.deliver, [], seconds=alerts.service.poll_seconds)
         add("showback", alerts.showback, [], "cron", True, **SHOWBACK_SCHEDULE)
+        every("alert_outbox", alerts.prune_outbox, [], hours=1)
     if nudges is not None and nudges.service.interval_seconds:
         every("nudges", nudges.run, [], seconds=nudges.service.interval_seconds)
     if sample_retention_days is not None:

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 import pytest
 from pydantic import SecretStr
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from alerts.config import RouteConfig
@@ -21,6 +21,7 @@ from alerts.mail import SmtpSettings
 from alerts.message import Message
 from alerts.models import AlertDelivery
 from alerts.render import message_to_payload
+from alerts.service import AlertRunner, AlertService
 from alerts.slack import slack_payload
 from alerts.store import list_deliveries, retry_deliveries
 from alerts.webhooks import WebhookPolicy
@@ -308,3 +309,24 @@ def test_a_server_without_starttls_gets_no_credentials_and_the_delivery_is_refus
     row = _row(sessions, delivery)
     assert row.status == "refused" and "mail-secret" not in (row.last_error or "")
     _no_secret_in(secrets_logged, "mail-secret")
+
+
+def test_the_outbox_keeps_finished_messages_for_its_retention_and_pending_ones_for_ever(sessions) -> None:  # type: ignore[no-untyped-def]
+    now = utc_now().replace(microsecond=0)
+    old, recent = now - timedelta(days=40), now - timedelta(days=10)
+    queued = {
+        (status, at): _queue(sessions, at, RouteConfig(slack=["vision"]))[0]
+        for status in ("delivered", "failed", "refused", "pending")
+        for at in (old, recent)
+    }
+    with sessions.begin() as session:
+        for (status, _), delivery in queued.items():
+            session.execute(update(AlertDelivery).where(AlertDelivery.id == delivery).values(status=status))
+    runner = AlertRunner(AlertService(outbox_retention=timedelta(days=30)), sessions, clock=lambda: now)
+    assert runner.prune_outbox() == 3, "delivered, failed and refused rows older than 30 days"
+    with sessions() as session:
+        left = set(session.scalars(select(AlertDelivery.id)))
+    assert left == {queued[s, recent] for s in ("delivered", "failed", "refused", "pending")} | {
+        queued["pending", old]
+    }, "recent rows and a pending one however old stay"
+    assert runner.prune_outbox() == 0
