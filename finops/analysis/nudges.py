@@ -206,6 +206,8 @@ class _JobUse:
     on_mig: bool = False
     peak_memory_bytes: int | None = None
     mig_fit: MigFit | None = None
+    vendor: str | None = None
+    """The GPU model's vendor in the price catalog (``amd``: ``amd.com/gpu`` in a pod's fix), None when unknown."""
 
     @property
     def seconds(self) -> int:
@@ -237,7 +239,9 @@ class _JobUse:
         job = self.job
         if kept == 0:
             return cancel_line(job.scheduler, job.job_id) if job.end is None else NO_GPU_USED
-        return request_line(job.scheduler, kept, gres_type=job.gpu_type, multi_node=len(self.nodes) > 1)
+        return request_line(
+            job.scheduler, kept, gres_type=job.gpu_type, vendor=self.vendor, multi_node=len(self.nodes) > 1
+        )
 
 
 def _ledger_uses(session: Session, start: datetime, end: datetime, user: str | None) -> dict[int, _JobUse]:
@@ -358,9 +362,11 @@ def find_nudges(
     start = now - policy.period
     found: list[Nudge] = []
     if IDLE_RUNNING in policy.kinds:
-        found += _idle_running(session, now, policy, user)
+        found += _idle_running(session, now, policy, user, catalog)
     if policy.kinds & {ZERO_UTILIZATION, LOW_EFFICIENCY, MIG_CANDIDATE}:
         uses = _ledger_uses(session, start, now, user)
+        for use in uses.values():
+            use.vendor = _vendor(catalog, use.model)
         _fit_mig(session, uses, start, now, policy, catalog)
         by_user: dict[str, list[_JobUse]] = defaultdict(list)
         for use in uses.values():
@@ -513,7 +519,15 @@ def _mig(user: str, uses: list[_JobUse], start: datetime, end: datetime, policy:
     )  # fmt: skip
 
 
-def _idle_running(session: Session, now: datetime, policy: NudgePolicy, user: str | None) -> list[Nudge]:
+def _vendor(catalog: PriceCatalog, model: str) -> str | None:
+    """The vendor of GPU model ``model`` (a name as stored) in ``catalog``, None when it resolves to no model."""
+    key = catalog.resolve(model)
+    return catalog.models[key].vendor if key is not None else None
+
+
+def _idle_running(
+    session: Session, now: datetime, policy: NudgePolicy, user: str | None, catalog: PriceCatalog
+) -> list[Nudge]:
     """The ``idle-running-job`` nudges (module docstring), from the idle episodes the rollup keeps current."""
     query = (
         select(IdleEpisode, Job, Team.name, Gpu.model)
@@ -563,7 +577,13 @@ def _idle_running(session: Session, now: datetime, policy: NudgePolicy, user: st
         fix = (
             cancel_line(job.scheduler, job.job_id)
             if kept == 0
-            else request_line(job.scheduler, kept, gres_type=job.gpu_type, multi_node=len(nodes) > 1)
+            else request_line(
+                job.scheduler,
+                kept,
+                gres_type=job.gpu_type,
+                vendor=_vendor(catalog, found[0][1]),
+                multi_node=len(nodes) > 1,
+            )
         )
         by_user[job.user].append(
             NudgeJob(

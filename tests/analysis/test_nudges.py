@@ -160,6 +160,8 @@ def test_a_finished_job_that_used_none_of_its_gpus_is_told_so() -> None:
     assert use.fewer_gpus_fix() == "#SBATCH --gpus=a100:1", "a GPU without readings counts as used; two nodes"
     use.job.scheduler, use.job.job_id = "kubernetes", "ml/train-0"
     assert use.fewer_gpus_fix() == "resources.limits: nvidia.com/gpu: 1"
+    use.vendor = "amd"
+    assert use.fewer_gpus_fix() == "resources.limits: amd.com/gpu: 1", "an AMD pod asks for amd.com/gpu"
 
 
 def test_the_policy_refuses_nonsense() -> None:
