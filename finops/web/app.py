@@ -296,6 +296,7 @@ def create_app(
     buckets = ReadingBuckets(limits.readings_per_second, limits.readings_burst, clock)
     ingest_slots = anyio.CapacityLimiter(INGEST_CONCURRENCY)
     large_slots = anyio.CapacityLimiter(LARGE_INGEST_CONCURRENCY)
+    app.state.large_ingest_slots = large_slots
     metrics = metrics or ServiceMetrics()
     app.state.metrics = metrics
 
