@@ -53,11 +53,10 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from alerts.dispatch import DEFAULT_GROUP_BY, Timers
 from alerts.matchers import Matcher, parse_matcher
 from finops.errors import FinopsError
+from finops.timeutil import parse_duration as parse_text_duration
 
 SEVERITIES = ("info", "warning", "critical")
 Severity = Literal["info", "warning", "critical"]
-
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -69,18 +68,15 @@ class AlertConfigError(FinopsError, ValueError):
 
 
 def parse_duration(value: object) -> object:
-    """``90``, ``"90s"``, ``"5m"``, ``"1h30m"``, ``"1d"`` → :class:`~datetime.timedelta`; others are left to
-    pydantic to refuse. ValueError for text that is not a duration."""
+    """``90``, ``"90s"``, ``"5m"``, ``"1h30m"``, ``"1d"`` → :class:`~datetime.timedelta` (text as
+    :func:`finops.timeutil.parse_duration` reads it); others are left to pydantic to refuse. ValueError for text that
+    is not a duration."""
     if isinstance(value, bool):
         return value
     if isinstance(value, int | float):
         return timedelta(seconds=value)
     if isinstance(value, str):
-        found = _DURATION.match(value.strip())
-        if found is None or not any(found.groups()):
-            raise ValueError(f"{value!r} is not a duration (e.g. 30s, 5m, 4h, 1h30m, 1d)")
-        days, hours, minutes, seconds = (int(part or 0) for part in found.groups())
-        return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+        return parse_text_duration(value)
     return value
 
 

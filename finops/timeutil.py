@@ -53,6 +53,20 @@ def previous_month_start(at: datetime) -> datetime:
     return month_start(month_start(at) - timedelta(seconds=1))
 
 
+_DURATION = re.compile(r"(?:(\d{1,6})w)?(?:(\d{1,6})d)?(?:(\d{1,6})h)?(?:(\d{1,6})m)?(?:(\d{1,6})s)?")
+
+
+def parse_duration(text: str) -> timedelta:
+    """A duration as Prometheus and Grafana spell one: numbers with units, largest unit first, each unit at most once
+    (``90d``, ``2w``, ``12h``, ``1h30m``, ``45s``; units w, d, h, m, s; each number at most 6 digits), as a
+    timedelta. ValueError (saying "is not a duration") otherwise."""
+    found = _DURATION.fullmatch(text.strip())
+    if found is None or not any(found.groups()):
+        raise ValueError(f"{text!r} is not a duration (numbers with units w, d, h, m, s, largest first: 90d, 1h30m)")
+    weeks, days, hours, minutes, seconds = (int(part or 0) for part in found.groups())
+    return timedelta(weeks=weeks, days=days, hours=hours, minutes=minutes, seconds=seconds)
+
+
 _MONTH = re.compile(r"^\d{4}-\d{2}$")
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import re
 import secrets
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -29,6 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from finops.db.models import ApiToken, NodeToken
 from finops.errors import FinopsError
+from finops.timeutil import parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -38,19 +38,20 @@ ID_BYTES = 8
 """Random bytes of a token's public id (16 hex characters)."""
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 """``last_used_at`` is written when it is older than this: at most one write a minute per token."""
-_DURATION = re.compile(r"^([1-9][0-9]{0,5})([smhdw])$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 Row = TypeVar("Row", NodeToken, ApiToken)
 
 
-def parse_duration(text: str) -> timedelta:
-    """``90d``, ``12h``, ``2w``, ``30m``, ``45s`` (Prometheus and Grafana spell durations so) as a timedelta;
-    FinopsError otherwise."""
-    match = _DURATION.match(text.strip())
-    if match is None:
-        raise FinopsError(f"duration {text!r}: give a number and a unit, one of s, m, h, d, w (e.g. 90d)")
-    return timedelta(seconds=int(match[1]) * _UNITS[match[2]])
+def parse_lifetime(text: str) -> timedelta:
+    """A token's lifetime: a duration as :func:`finops.timeutil.parse_duration` reads one (``90d``, ``12h``, ``2w``,
+    ``1h30m``), more than 0; FinopsError otherwise."""
+    try:
+        lifetime = parse_duration(text)
+    except ValueError as exc:
+        raise FinopsError(f"lifetime: {exc}") from None
+    if lifetime <= timedelta(0):
+        raise FinopsError(f"lifetime {text!r}: a token must live more than 0 s")
+    return lifetime
 
 
 def digest(secret: str) -> str:

@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from finops.access.api_tokens import ROLES, create_token, list_tokens, revoke_token
 from finops.access.audit import os_user_actor
-from finops.access.tokens import parse_duration
+from finops.access.tokens import parse_lifetime
 from finops.cli.context import TOKEN_COLUMNS, load_settings, open_sessions, token_columns, utc_stamp
 from finops.db.models import Team
 from finops.timeutil import utc_now
@@ -33,7 +33,7 @@ def api_token_create(
     """Make an API token and print it once, alone on the last line (only its SHA-256 is stored: it cannot be shown
     again). Send it as `Authorization: Bearer <token>`. A --team no job, rule or budget names yet is said on stderr
     (a typo would give a token that sees nothing)."""
-    expires_in = parse_duration(expires) if expires is not None else None
+    expires_in = parse_lifetime(expires) if expires is not None else None
     with open_sessions(load_settings()).begin() as session:
         row, token = create_token(
             session, role, utc_now(), team=team, name=name, expires_in=expires_in, actor=os_user_actor()

@@ -23,7 +23,7 @@ import typer
 from sqlalchemy import select, update
 
 from finops.access import audit
-from finops.access.tokens import parse_duration
+from finops.access.tokens import parse_lifetime
 from finops.cli.context import (
     STDIN,
     TOKEN_COLUMNS,
@@ -139,7 +139,7 @@ def token_create(
     """Make a token for NODE's collector and print it once, alone on the last line (only its SHA-256 is stored:
     it cannot be shown again). NODE may be one that has sent no batch yet (a new node); that is said on stderr.
     Give the token to the collector in its --token-file."""
-    expires_in = parse_duration(expires) if expires is not None else None
+    expires_in = parse_lifetime(expires) if expires is not None else None
     now = utc_now()
     with open_sessions(load_settings()).begin() as session:
         row, token = create_token(session, node, now, expires_in, actor=audit.os_user_actor())

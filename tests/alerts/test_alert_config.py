@@ -100,6 +100,11 @@ def test_durations() -> None:
     assert parse_duration("1h30m") == timedelta(hours=1, minutes=30)
     assert parse_duration("1d") == timedelta(days=1)
     assert parse_duration(45) == timedelta(seconds=45)
+    assert parse_duration("2w1d12h") == timedelta(days=15, hours=12), "weeks, as Prometheus writes them"
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration("30m1h")  # units largest first, as Prometheus reads them
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration("1234567s")  # at most 6 digits a unit
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration("5 minutes")
 

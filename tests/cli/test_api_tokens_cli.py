@@ -103,7 +103,8 @@ def test_bad_options_are_one_error_line_and_make_no_token(cli_env, sessions) -> 
         (["--role", "team"], "--team"),
         (["--role", "viewer", "--team", "alpha"], "team role only"),
         (["--role", "root"], "one of viewer, team, admin"),
-        (["--role", "viewer", "--expires", "3 months"], "s, m, h, d, w"),
+        (["--role", "viewer", "--expires", "3 months"], "units w, d, h, m, s"),
+        (["--role", "viewer", "--expires", "0s"], "must live more than 0 s"),
     ):
         result = cli_env.invoke(app, ["api-token", "create", *options])
         assert result.exit_code == 2, (options, result.output)

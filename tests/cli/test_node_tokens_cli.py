@@ -81,7 +81,7 @@ def test_bad_input_is_a_user_error(cli_env) -> None:  # type: ignore[no-untyped-
     unknown = cli_env.invoke(app, ["nodes", "token", "revoke", "0123456789abcdef"])
     assert unknown.exit_code == 2 and "no token '0123456789abcdef'" in unknown.stderr
     bad = cli_env.invoke(app, ["nodes", "token", "create", "gpu-a-01", "--expires", "3 months"])
-    assert bad.exit_code == 2 and "s, m, h, d, w" in bad.stderr
+    assert bad.exit_code == 2 and "units w, d, h, m, s" in bad.stderr
 
 
 def test_serve_starts_on_node_tokens_alone_and_warns_about_a_shared_token(  # type: ignore[no-untyped-def]
