@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,21 @@ def fake_env() -> Iterator[dict[str, str]]:
     os.environ.update(saved)
 
 
+@pytest.fixture
+def sources() -> Iterator[Callable[..., NvidiaSmiSource]]:
+    """Makes :class:`NvidiaSmiSource` instances (its arguments) and stops their timer threads, which the first
+    ``collect`` starts, when the test ends: none goes on running nvidia-smi after its test."""
+    made: list[NvidiaSmiSource] = []
+
+    def make(*args: Any, **kwargs: Any) -> NvidiaSmiSource:
+        made.append(NvidiaSmiSource(*args, **kwargs))
+        return made[-1]
+
+    yield make
+    for source in made:
+        source.stop()
+
+
 def _configure(settings: dict[str, str], shared_data: Path, capture: str, state: str, **extra: str) -> None:
     settings.update(FAKE_NVIDIA_SMI_CAPTURE=str(shared_data / CAPTURES / CAPTURE_NAMES[capture]),
                     FAKE_NVIDIA_SMI_STATE=state, **extra)  # fmt: skip
@@ -52,10 +68,15 @@ def _configure(settings: dict[str, str], shared_data: Path, capture: str, state:
 @pytest.mark.parametrize("capture", ["H100", "H200", "L40S", "H100 MIG"])
 @pytest.mark.parametrize("state", ["idle", "load"])
 def test_values_equal_the_nvml_sources_for_the_same_capture(
-    shared_data: Path, command: Path, fake_env: dict[str, str], capture: str, state: str
+    shared_data: Path,
+    command: Path,
+    fake_env: dict[str, str],
+    sources: Callable[..., NvidiaSmiSource],
+    capture: str,
+    state: str,
 ) -> None:
     _configure(fake_env, shared_data, capture, state)
-    source = NvidiaSmiSource(str(command))
+    source = sources(str(command))
     source.run_once()
     (smi,) = source.collect()
     clock = ManualClock()
@@ -68,11 +89,15 @@ def test_values_equal_the_nvml_sources_for_the_same_capture(
 
 
 def test_a_field_an_older_driver_rejects_is_dropped_and_the_rest_read(
-    shared_data: Path, command: Path, fake_env: dict[str, str], caplog: pytest.LogCaptureFixture
+    shared_data: Path,
+    command: Path,
+    fake_env: dict[str, str],
+    sources: Callable[..., NvidiaSmiSource],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     _configure(fake_env, shared_data, "L40S", "load",
                FAKE_NVIDIA_SMI_UNKNOWN="clocks_event_reasons_counters.sw_power_cap")  # fmt: skip
-    source = NvidiaSmiSource(str(command))
+    source = sources(str(command))
     with caplog.at_level(logging.WARNING):
         source.run_once()
     (sample,) = source.collect()
@@ -82,10 +107,10 @@ def test_a_field_an_older_driver_rejects_is_dropped_and_the_rest_read(
 
 
 def test_a_timeout_fails_the_source_and_a_later_run_recovers(
-    shared_data: Path, command: Path, fake_env: dict[str, str]
+    shared_data: Path, command: Path, fake_env: dict[str, str], sources: Callable[..., NvidiaSmiSource]
 ) -> None:
     _configure(fake_env, shared_data, "H100", "load", FAKE_NVIDIA_SMI_SLEEP="3")
-    source = NvidiaSmiSource(str(command), timeout_seconds=0.5)
+    source = sources(str(command), timeout_seconds=0.5)
     source.run_once()
     with pytest.raises(RuntimeError, match=r"timed out after 0\.5 s"):
         source.collect()
@@ -95,10 +120,14 @@ def test_a_timeout_fails_the_source_and_a_later_run_recovers(
 
 
 def test_a_garbled_line_is_skipped_with_its_line_number(
-    shared_data: Path, command: Path, fake_env: dict[str, str], caplog: pytest.LogCaptureFixture
+    shared_data: Path,
+    command: Path,
+    fake_env: dict[str, str],
+    sources: Callable[..., NvidiaSmiSource],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     _configure(fake_env, shared_data, "H200", "load", FAKE_NVIDIA_SMI_GARBLE="1")
-    source = NvidiaSmiSource(str(command))
+    source = sources(str(command))
     with caplog.at_level(logging.WARNING):
         source.run_once()
     assert [s.labels["model"] for s in source.collect()] == ["NVIDIA H200"]
@@ -106,13 +135,13 @@ def test_a_garbled_line_is_skipped_with_its_line_number(
 
 
 def test_timer_thread_runs_on_its_own_and_a_missing_command_is_no_data(
-    shared_data: Path, command: Path, fake_env: dict[str, str], tmp_path: Path
+    shared_data: Path, command: Path, fake_env: dict[str, str], sources: Callable[..., NvidiaSmiSource], tmp_path: Path
 ) -> None:
     _configure(fake_env, shared_data, "H100", "idle")
-    source = NvidiaSmiSource(str(command), interval_seconds=60)
+    source = sources(str(command), interval_seconds=60)
     try:
         (sample,) = source.collect()  # the first collect starts the thread and waits for its first run
         assert sample.values[m.GPU_UTILIZATION] == 0.0
     finally:
         source.stop()
-    assert NvidiaSmiSource(str(tmp_path / "no-such-nvidia-smi")).collect() == []
+    assert sources(str(tmp_path / "no-such-nvidia-smi")).collect() == []
