@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
@@ -311,15 +311,20 @@ def report_dicts(rows: Sequence[ReportRow], by: GroupBy = "team") -> list[dict[s
     return result
 
 
-def report_csv(rows: Sequence[ReportRow], by: GroupBy = "team") -> str:
-    """The rows of :func:`report_dicts` as CSV text with a header line."""
-    dicts = report_dicts(rows, by)
+def dicts_csv(dicts: Sequence[Mapping[str, object]]) -> str:
+    """``dicts`` (rows with the same keys, in order) as CSV text (RFC 4180, ``csv`` module defaults) with a header
+    line of the first row's keys; empty text without rows."""
     out = io.StringIO()
     if dicts:
         writer = csv.DictWriter(out, fieldnames=list(dicts[0]))
         writer.writeheader()
         writer.writerows(dicts)
     return out.getvalue()
+
+
+def report_csv(rows: Sequence[ReportRow], by: GroupBy = "team") -> str:
+    """The rows of :func:`report_dicts` as CSV text with a header line."""
+    return dicts_csv(report_dicts(rows, by))
 
 
 def report_table(rows: Sequence[ReportRow], by: GroupBy = "team", unpriced: Sequence[UnpricedModel] = ()) -> str:

@@ -46,8 +46,6 @@ job's own use would not fit.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +60,7 @@ from sqlalchemy.orm import Session
 from finops.analysis.filters import Scope, ledger_conditions
 from finops.analysis.fix_lines import mig_line, request_line
 from finops.analysis.mig_profiles import MEMORY_HEADROOM, smallest_profile
+from finops.analysis.report import dicts_csv
 from finops.db.dialect import transaction_settings
 from finops.db.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Team, TsdbGpuMetering
 from finops.jobs.mig import gres_mig_type
@@ -695,12 +694,7 @@ def rightsizing_dicts(report: RightsizingReport, by: GroupBy) -> list[dict[str, 
 def rightsizing_csv(report: RightsizingReport, by: GroupBy) -> str:
     """The rows of :func:`rightsizing_dicts` as CSV with a header line (lists joined by `` | ``)."""
     rows = rightsizing_dicts(report, by)
-    out = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows({k: " | ".join(v) if isinstance(v, list) else v for k, v in row.items()} for row in rows)
-    return out.getvalue()
+    return dicts_csv([{k: " | ".join(v) if isinstance(v, list) else v for k, v in row.items()} for row in rows])
 
 
 def rightsizing_table(report: RightsizingReport, by: GroupBy) -> str:

@@ -21,8 +21,6 @@ hours take the job's reason.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +31,7 @@ from typing import Any
 from sqlalchemy import Connection, case, column, func, literal, select, table, text
 from sqlalchemy.orm import Session
 
+from finops.analysis.report import dicts_csv
 from finops.analysis.waste import (
     BUSY_JOB,
     NO_READING,
@@ -154,14 +153,7 @@ def waste_report(
     hours whose mean utilisation is low or that left a GPU at ~0 % beside busy ones; ``team``'s only when given.
     ``policy``: the thresholds of the jobs' reasons (those of stored episodes were applied when they were judged)."""
     attribution = _attribute(session, start, end, team, policy)
-    names = _team_names(session, {team_id for team_id, _, _ in attribution.cells})
-    rows = [
-        ReasonCost(names[team_id], month, reason, sums.seconds, sums.cost, sums.unpriced, sums.currency)
-        for (team_id, month, reason), sums in attribution.cells.items()
-        if sums.seconds > 0 or sums.cost
-    ]
-    rows.sort(key=lambda r: (r.team, r.month, REASON_ORDER.index(r.reason)))
-    return WasteReport(rows, _jobs(session, attribution))
+    return WasteReport(_reason_rows(session, attribution), _jobs(session, attribution))
 
 
 def idle_cost_by_reason(
@@ -172,9 +164,9 @@ def idle_cost_by_reason(
     team: str | None = None,
     policy: ReasonPolicy = ReasonPolicy(),  # noqa: B008 - frozen dataclass: a safe default
 ) -> list[ReasonCost]:
-    """The idle cost by reason per team and month of :func:`waste_report`: one row per team, month and reason with
-    GPU time, sorted by team, month and reason precedence (:data:`REASON_ORDER`)."""
-    return waste_report(session, start, end, team=team, policy=policy).rows
+    """The idle cost by reason per team and month of :func:`waste_report` (without reading its jobs): one row per
+    team, month and reason with GPU time, sorted by team, month and reason precedence (:data:`REASON_ORDER`)."""
+    return _reason_rows(session, _attribute(session, start, end, team, policy))
 
 
 def low_utilization_jobs(
@@ -187,7 +179,20 @@ def low_utilization_jobs(
 ) -> list[JobWaste]:
     """The low-utilisation jobs of :func:`waste_report`, costliest first: each with its verdict (:func:`finops.analysis.
     waste.judge_job_gpu`) and its idle cost in the period outside its episodes' hours."""
-    return waste_report(session, start, end, team=team, policy=policy).jobs
+    return _jobs(session, _attribute(session, start, end, team, policy))
+
+
+def _reason_rows(session: Session, attribution: _Attribution) -> list[ReasonCost]:
+    """The :class:`ReasonCost` rows of ``attribution``'s cells with GPU time or cost, by team, month and reason
+    precedence."""
+    names = _team_names(session, {team_id for team_id, _, _ in attribution.cells})
+    rows = [
+        ReasonCost(names[team_id], month, reason, sums.seconds, sums.cost, sums.unpriced, sums.currency)
+        for (team_id, month, reason), sums in attribution.cells.items()
+        if sums.seconds > 0 or sums.cost
+    ]
+    rows.sort(key=lambda r: (r.team, r.month, REASON_ORDER.index(r.reason)))
+    return rows
 
 
 def _jobs(session: Session, attribution: _Attribution) -> list[JobWaste]:
@@ -426,13 +431,7 @@ def job_dicts(jobs: Sequence[JobWaste]) -> list[dict[str, object]]:
 
 def reason_csv(rows: Sequence[ReasonCost]) -> str:
     """The rows of :func:`reason_dicts` as CSV text with a header line (empty without rows)."""
-    dicts = reason_dicts(rows)
-    out = io.StringIO()
-    if dicts:
-        writer = csv.DictWriter(out, fieldnames=list(dicts[0]))
-        writer.writeheader()
-        writer.writerows(dicts)
-    return out.getvalue()
+    return dicts_csv(reason_dicts(rows))
 
 
 def reason_table(report: WasteReport, jobs_shown: int = 10) -> str:
