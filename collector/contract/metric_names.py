@@ -43,6 +43,14 @@ GPU_REMAPPED_UNCORRECTABLE = "gpufinops_gpu_remapped_rows_uncorrectable"
 GPU_REMAPPED_PENDING = "gpufinops_gpu_remapped_rows_pending"
 GPU_REMAPPED_FAILURE = "gpufinops_gpu_remapped_rows_failure"
 GPU_UP = "gpufinops_gpu_up"
+GPU_SM_ACTIVE = "gpufinops_gpu_sm_active_ratio"
+GPU_SM_OCCUPANCY = "gpufinops_gpu_sm_occupancy_ratio"
+GPU_TENSOR_ACTIVE = "gpufinops_gpu_tensor_active_ratio"
+GPU_DRAM_ACTIVE = "gpufinops_gpu_dram_active_ratio"
+GPU_FP64_ACTIVE = "gpufinops_gpu_fp64_active_ratio"
+GPU_FP32_ACTIVE = "gpufinops_gpu_fp32_active_ratio"
+GPU_FP16_ACTIVE = "gpufinops_gpu_fp16_active_ratio"
+GPU_GRAPHICS_ENGINE_ACTIVE = "gpufinops_gpu_graphics_engine_active_ratio"
 GPU_PROCESS_MEMORY_USED = "gpufinops_gpu_process_memory_used_bytes"
 GPU_PROCESS_SM_UTILIZATION = "gpufinops_gpu_process_sm_utilization_ratio"
 DISK_READ_BYTES = "gpufinops_disk_read_bytes_total"
@@ -129,6 +137,52 @@ SPECS: dict[str, MetricSpec] = {
         MetricSpec(GPU_REMAPPED_PENDING, "gauge", "1 if a row remapping waits for a GPU reset (NVML remapped rows)."),
         MetricSpec(GPU_REMAPPED_FAILURE, "gauge", "1 if a row remapping failed (NVML remapped rows)."),
         MetricSpec(GPU_UP, "gauge", "1 if the GPU answered this cycle, 0 if it is lost or timed out."),
+        MetricSpec(
+            GPU_SM_ACTIVE,
+            "gauge",
+            "Fraction of time at least one warp was resident on an SM, mean over SMs and the cycle "
+            "(DCGM_FI_PROF_SM_ACTIVE; NVML GPM SM_UTIL / 100).",
+        ),
+        MetricSpec(
+            GPU_SM_OCCUPANCY,
+            "gauge",
+            "Resident warps over the SM's maximum, mean over SMs and the cycle "
+            "(DCGM_FI_PROF_SM_OCCUPANCY; NVML GPM SM_OCCUPANCY / 100).",
+        ),
+        MetricSpec(
+            GPU_TENSOR_ACTIVE,
+            "gauge",
+            "Fraction of cycles any tensor pipe was active, mean over the cycle "
+            "(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE; NVML GPM ANY_TENSOR_UTIL / 100).",
+        ),
+        MetricSpec(
+            GPU_DRAM_ACTIVE,
+            "gauge",
+            "Fraction of cycles device memory sent or received data, mean over the cycle "
+            "(DCGM_FI_PROF_DRAM_ACTIVE; NVML GPM DRAM_BW_UTIL / 100).",
+        ),
+        MetricSpec(
+            GPU_FP64_ACTIVE,
+            "gauge",
+            "Fraction of cycles the FP64 pipe was active (DCGM_FI_PROF_PIPE_FP64_ACTIVE; NVML GPM FP64_UTIL / 100).",
+        ),
+        MetricSpec(
+            GPU_FP32_ACTIVE,
+            "gauge",
+            "Fraction of cycles the FMA (FP32) pipe was active "
+            "(DCGM_FI_PROF_PIPE_FP32_ACTIVE; NVML GPM FP32_UTIL / 100).",
+        ),
+        MetricSpec(
+            GPU_FP16_ACTIVE,
+            "gauge",
+            "Fraction of cycles the FP16 pipe was active (DCGM_FI_PROF_PIPE_FP16_ACTIVE; NVML GPM FP16_UTIL / 100).",
+        ),
+        MetricSpec(
+            GPU_GRAPHICS_ENGINE_ACTIVE,
+            "gauge",
+            "Fraction of time the graphics or compute engine was active "
+            "(DCGM_FI_PROF_GR_ENGINE_ACTIVE; NVML GPM GRAPHICS_UTIL / 100).",
+        ),
         MetricSpec(
             GPU_PROCESS_MEMORY_USED,
             "gauge",

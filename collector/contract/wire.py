@@ -105,11 +105,43 @@ class GpuReading(BaseModel):
     sm_clock_hertz: NonNegative | None = None
     clocks_event_reasons: Count | None = None
     job_id: JobId | None = None
+    sm_active_ratio: Ratio | None = None
+    sm_occupancy_ratio: Ratio | None = None
+    tensor_active_ratio: Ratio | None = None
+    dram_active_ratio: Ratio | None = None
+    fp64_active_ratio: Ratio | None = None
+    fp32_active_ratio: Ratio | None = None
+    fp16_active_ratio: Ratio | None = None
+    graphics_engine_active_ratio: Ratio | None = None
 
+
+ACTIVITY_COLUMNS = (
+    "sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio", "dram_active_ratio", "fp64_active_ratio",
+    "fp32_active_ratio", "fp16_active_ratio", "graphics_engine_active_ratio",
+)  # fmt: skip
+"""The hardware activity fields of a reading (ratios 0..1, each the mean over the reading's interval, never an
+instant): what the GPU's profiling counters measured, as DCGM's profiling fields and NVML GPM define them.
+
+- ``sm_active_ratio``: fraction of time at least one warp was resident on an SM, averaged over all SMs
+  (DCGM_FI_PROF_SM_ACTIVE, NVML GPM ``NVML_GPM_METRIC_SM_UTIL`` / 100);
+- ``sm_occupancy_ratio``: resident warps over the maximum an SM holds, averaged over time and SMs
+  (DCGM_FI_PROF_SM_OCCUPANCY, ``NVML_GPM_METRIC_SM_OCCUPANCY`` / 100);
+- ``tensor_active_ratio``: fraction of cycles any tensor pipe was active (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
+  ``NVML_GPM_METRIC_ANY_TENSOR_UTIL`` / 100);
+- ``dram_active_ratio``: fraction of cycles device memory was sending or receiving data
+  (DCGM_FI_PROF_DRAM_ACTIVE, ``NVML_GPM_METRIC_DRAM_BW_UTIL`` / 100);
+- ``fp64_active_ratio``, ``fp32_active_ratio``, ``fp16_active_ratio``: fraction of cycles the FP64, FMA (FP32) and
+  FP16 pipes were active (DCGM_FI_PROF_PIPE_FP64/FP32/FP16_ACTIVE, ``NVML_GPM_METRIC_FP64/FP32/FP16_UTIL`` / 100);
+- ``graphics_engine_active_ratio``: fraction of time the graphics or compute engine was active
+  (DCGM_FI_PROF_GR_ENGINE_ACTIVE, ``NVML_GPM_METRIC_GRAPHICS_UTIL`` / 100).
+
+A GPU that does not report a field leaves it null, never 0 (NVIDIA DCGM user guide, "Profiling Metrics"; NVML API
+reference, "GPM"). DCGM 4.6's ``*_UTIL_RATIO`` names are the same fields.
+"""
 
 READING_COLUMNS = (
     "utilization_ratio", "memory_utilization_ratio", "memory_used_bytes", "power_watts", "energy_joules",
-    "temperature_celsius", "sm_clock_hertz", "clocks_event_reasons", "job_id",
+    "temperature_celsius", "sm_clock_hertz", "clocks_event_reasons", "job_id", *ACTIVITY_COLUMNS,
 )  # fmt: skip
 """The reading fields besides ``uuid`` and ``ts``, in storage order: the columns of a :class:`GpuSeries`."""
 
@@ -132,6 +164,14 @@ class GpuSeries(BaseModel):
     sm_clock_hertz: list[NonNegative | None] | None = None
     clocks_event_reasons: list[Count | None] | None = None
     job_id: list[JobId | None] | None = None
+    sm_active_ratio: list[Ratio | None] | None = None
+    sm_occupancy_ratio: list[Ratio | None] | None = None
+    tensor_active_ratio: list[Ratio | None] | None = None
+    dram_active_ratio: list[Ratio | None] | None = None
+    fp64_active_ratio: list[Ratio | None] | None = None
+    fp32_active_ratio: list[Ratio | None] | None = None
+    fp16_active_ratio: list[Ratio | None] | None = None
+    graphics_engine_active_ratio: list[Ratio | None] | None = None
 
     @model_validator(mode="after")
     def _columns_as_long_as_ts(self) -> GpuSeries:
@@ -223,6 +263,14 @@ _READING_FIELDS: dict[str, str] = {
     m.GPU_TEMPERATURE: "temperature_celsius",
     m.GPU_SM_CLOCK: "sm_clock_hertz",
     m.GPU_CLOCKS_EVENT_REASONS: "clocks_event_reasons",
+    m.GPU_SM_ACTIVE: "sm_active_ratio",
+    m.GPU_SM_OCCUPANCY: "sm_occupancy_ratio",
+    m.GPU_TENSOR_ACTIVE: "tensor_active_ratio",
+    m.GPU_DRAM_ACTIVE: "dram_active_ratio",
+    m.GPU_FP64_ACTIVE: "fp64_active_ratio",
+    m.GPU_FP32_ACTIVE: "fp32_active_ratio",
+    m.GPU_FP16_ACTIVE: "fp16_active_ratio",
+    m.GPU_GRAPHICS_ENGINE_ACTIVE: "graphics_engine_active_ratio",
 }
 _INTEGER_FIELDS = {"memory_used_bytes", "clocks_event_reasons"}
 

@@ -107,6 +107,14 @@ class GpuSample(Base):
     sm_clock_hertz: Mapped[float | None] = mapped_column(Float)
     clocks_event_reasons: Mapped[int | None] = mapped_column(BigInteger)
     job_id: Mapped[str | None] = mapped_column(String(JOB_ID_MAX_LENGTH))
+    sm_active_ratio: Mapped[float | None] = mapped_column(Float)
+    sm_occupancy_ratio: Mapped[float | None] = mapped_column(Float)
+    tensor_active_ratio: Mapped[float | None] = mapped_column(Float)
+    dram_active_ratio: Mapped[float | None] = mapped_column(Float)
+    fp64_active_ratio: Mapped[float | None] = mapped_column(Float)
+    fp32_active_ratio: Mapped[float | None] = mapped_column(Float)
+    fp16_active_ratio: Mapped[float | None] = mapped_column(Float)
+    graphics_engine_active_ratio: Mapped[float | None] = mapped_column(Float)
 
 
 class Team(Base):
@@ -212,6 +220,13 @@ class LedgerEntry(Base):
     its seconds, utilisation, samples and energy, and ``allocated_cost``, ``used_cost`` and ``idle_cost`` are
     NULL (not 0: the cost is unknown); the model is its GPU's :attr:`Gpu.model`. ``energy_cost`` is priced by the
     catalog's tariff, not the GPU's rate, so it is kept. ``ix_ledger_unpriced`` indexes only unpriced rows.
+
+    Hardware activity (migration 0021): ``profiled_seconds`` of the row's ``seconds`` were metered with readings that
+    carry a profiling field (``seconds`` × the share of the holding's readings with one, floored); each
+    ``*_ratio`` column is the mean of that activity (:data:`collector.contract.wire.ACTIVITY_COLUMNS`) over the
+    readings that carry it, NULL when none does or the row is unallocated (never 0: unmeasured is not idle).
+    ``sm_active_cost`` = ``allocated_cost`` × ``sm_active_ratio`` (:func:`finops.ledger.costmodel.used_cost`'s exact
+    rule), NULL where either is.
     """
 
     __tablename__ = "ledger"
@@ -239,6 +254,16 @@ class LedgerEntry(Base):
     energy_cost: Mapped[Decimal] = mapped_column(Money)
     currency: Mapped[str] = mapped_column(String(3))
     pricing_model: Mapped[str | None] = mapped_column(String(16))
+    profiled_seconds: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    sm_active_ratio: Mapped[float | None] = mapped_column(Float)
+    sm_occupancy_ratio: Mapped[float | None] = mapped_column(Float)
+    tensor_active_ratio: Mapped[float | None] = mapped_column(Float)
+    dram_active_ratio: Mapped[float | None] = mapped_column(Float)
+    fp64_active_ratio: Mapped[float | None] = mapped_column(Float)
+    fp32_active_ratio: Mapped[float | None] = mapped_column(Float)
+    fp16_active_ratio: Mapped[float | None] = mapped_column(Float)
+    graphics_engine_active_ratio: Mapped[float | None] = mapped_column(Float)
+    sm_active_cost: Mapped[Decimal | None] = mapped_column(Money)
 
 
 class LedgerTeamHour(Base):
@@ -247,6 +272,11 @@ class LedgerTeamHour(Base):
     ``seconds``, ``used_gpu_seconds``, money and ``energy_joules`` are the sums of the team's ledger rows of the
     hour; ``metered_gpu_seconds`` and ``unmetered_gpu_seconds`` those of its rows held by a job with and without
     samples; ``currency`` the least of its rows' (one currency per ledger in practice).
+
+    Hardware activity (migration 0021): ``profiled_gpu_seconds`` = Σ ``profiled_seconds``; for SM, tensor and DRAM
+    activity, ``<activity>_gpu_seconds`` = Σ ``profiled_seconds`` × the row's mean and
+    ``<activity>_measured_gpu_seconds`` = Σ ``profiled_seconds`` of the rows that have one (the team's mean is
+    their quotient; NULL / 0 when nothing measured it); ``sm_active_cost`` = Σ of the rows' (NULL when none has one).
     """
 
     __tablename__ = "ledger_team_hours"
@@ -263,6 +293,14 @@ class LedgerTeamHour(Base):
     energy_cost: Mapped[Decimal] = mapped_column(Money)
     currency: Mapped[str] = mapped_column(String(3))
     unpriced_gpu_seconds: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    profiled_gpu_seconds: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    sm_active_gpu_seconds: Mapped[float | None] = mapped_column(Float)
+    sm_active_measured_gpu_seconds: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    tensor_active_gpu_seconds: Mapped[float | None] = mapped_column(Float)
+    tensor_active_measured_gpu_seconds: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    dram_active_gpu_seconds: Mapped[float | None] = mapped_column(Float)
+    dram_active_measured_gpu_seconds: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    sm_active_cost: Mapped[Decimal | None] = mapped_column(Money)
 
 
 class DirtyHour(Base):
@@ -279,7 +317,10 @@ class TsdbGpuMetering(Base):
     A segment lies inside one hour and is cut wherever an allocation of the GPU starts or ends, so that every
     holding of the hour is a union of segments. ``samples``: readings with a utilisation; ``utilization_sum``: Σ of
     their utilisation ratios; ``energy_joules``: Σ of the energy counter's increments ending in the segment (the
-    ledger's rule); ``memory_max_bytes``: the most memory in use (NULL: no memory reading).
+    ledger's rule); ``memory_max_bytes``: the most memory in use (NULL: no memory reading). Hardware activity
+    (migration 0021): ``readings`` in the segment, ``profiled`` of them with a profiling field, and per activity of
+    :data:`collector.contract.wire.ACTIVITY_COLUMNS` (``sm_active_ratio`` → ``sm_active``) the Σ of its values
+    (``<activity>_sum``) and how many readings had one (``<activity>_n``).
     """
 
     __tablename__ = "tsdb_gpu_metering"
@@ -290,6 +331,24 @@ class TsdbGpuMetering(Base):
     utilization_sum: Mapped[float] = mapped_column(Float)
     energy_joules: Mapped[float] = mapped_column(Float)
     memory_max_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    readings: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    profiled: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    sm_active_sum: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    sm_active_n: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    sm_occupancy_sum: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    sm_occupancy_n: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    tensor_active_sum: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    tensor_active_n: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    dram_active_sum: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    dram_active_n: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    fp64_active_sum: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    fp64_active_n: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    fp32_active_sum: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    fp32_active_n: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    fp16_active_sum: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    fp16_active_n: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    graphics_engine_active_sum: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    graphics_engine_active_n: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class IdleEpisode(Base):

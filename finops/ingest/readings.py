@@ -101,11 +101,7 @@ class _Plan:
         """The batch's ``gpu_samples`` rows (:data:`SAMPLE_COLUMNS`), series first."""
         yield from chain.from_iterable(_series_rows(s, gpu_ids[s.uuid]) for s in batch.series)
         for r, ts in zip(batch.samples, self.epochs, strict=True):
-            yield (
-                gpu_ids[r.uuid], ts, r.utilization_ratio, r.memory_utilization_ratio, r.memory_used_bytes,
-                r.power_watts, r.energy_joules, r.temperature_celsius, r.sm_clock_hertz, r.clocks_event_reasons,
-                r.job_id,
-            )  # fmt: skip
+            yield (gpu_ids[r.uuid], ts, *(getattr(r, name) for name in READING_COLUMNS))
 
 
 def _batch_conflicts(

@@ -17,6 +17,7 @@ from finops.db.models import Job
 from finops.jobs.placement import job_keys
 from finops.ledger import costmodel
 from finops.ledger.job_utilization import job_utilization_by_gpu_hour
+from finops.ledger.sql import ACTIVITIES
 from finops.pricing.catalog import PriceCatalog, PricingModel
 
 
@@ -25,6 +26,26 @@ class _Metering:
     samples: int
     utilization_sum: float
     energy_joules: float
+    readings: int = 0
+    profiled: int = 0
+    activity_sums: tuple[float, ...] = ()
+    activity_counts: tuple[int, ...] = ()
+
+    def activity_means(self) -> dict[str, float | None]:
+        """Ledger column (``<activity>_ratio``) → mean over the readings that carried the activity, None where none
+        did."""
+        return {
+            f"{name}_ratio": (total / count if count else None)
+            for name, total, count in zip(ACTIVITIES, self.activity_sums, self.activity_counts, strict=True)
+        }
+
+    def profiled_seconds(self, seconds: int) -> int:
+        """Of ``seconds`` metered by these readings, those with a profiling field: seconds × profiled ÷ readings,
+        floored (the SQL costing's integer division)."""
+        return seconds * self.profiled // self.readings if self.readings else 0
+
+
+_NO_ACTIVITY: dict[str, float | None] = {f"{name}_ratio": None for name in ACTIVITIES}
 
 
 # The GPU-hours to split, their holdings in allocation id order, and their metering.
@@ -36,10 +57,13 @@ JOIN tmp_ledger_gpu_hours gh ON gh.gpu_id = sp.gpu_id AND gh.hour = sp.hour
 LEFT JOIN tmp_ledger_holdings h ON h.gpu_id = sp.gpu_id AND h.hour = sp.hour
 ORDER BY sp.gpu_id, sp.hour, h.allocation_id
 """)
-_SPLIT_METERING = text("""
-SELECT m.gpu_id, m.hour, m.allocation_id, m.samples, m.utilization_sum, m.energy_joules
+_SPLIT_METERING = text(
+    f"""
+SELECT m.gpu_id, m.hour, m.allocation_id, m.samples, m.utilization_sum, m.energy_joules, m.readings, m.profiled,
+       {", ".join(f"m.{a}_sum, m.{a}_n" for a in ACTIVITIES)}
 FROM tmp_ledger_metering m JOIN tmp_ledger_split sp ON sp.gpu_id = m.gpu_id AND sp.hour = m.hour
-""")
+"""  # noqa: S608 - only constant SQL is inlined
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +115,15 @@ def split_rows(
             gpu_hour.holdings.append(_Holding(r.allocation_id, r.start, r.stop, share, r.job_pk, r.team_id))
     metering: dict[tuple[int, int], dict[int | None, _Metering]] = defaultdict(dict)
     for m in connection.execute(_SPLIT_METERING):
-        metering[m.gpu_id, m.hour][m.allocation_id] = _Metering(m.samples, m.utilization_sum, m.energy_joules)
+        metering[m.gpu_id, m.hour][m.allocation_id] = _Metering(
+            m.samples,
+            m.utilization_sum,
+            m.energy_joules,
+            m.readings,
+            m.profiled,
+            tuple(m[8 + 2 * i] for i in range(len(ACTIVITIES))),
+            tuple(m[9 + 2 * i] for i in range(len(ACTIVITIES))),
+        )
     usage = _job_usage(connection, gpu_hours, h0, h1)
     rows: list[dict[str, object]] = []
     for key, gpu_hour in gpu_hours.items():
@@ -139,9 +171,11 @@ def _gpu_hour_rows(
 
     A GPU-hour held by disjoint whole-GPU holdings is metered per holding (the readings inside it; the rest
     under None). A shared GPU-hour (a MIG share, or holdings that overlap: time-slicing) is metered as a whole
-    (under None): every holder gets the GPU's mean utilisation, and the hour's energy is split in proportion to
-    GPU-seconds. Holdings go to the cost model with their place in the hour and, by job, the ``usage`` measured
-    for the job on this GPU-hour (:func:`_job_usage`), which split overlapping holdings.
+    (under None): every holder gets the GPU's mean utilisation and hardware activity, and the hour's energy is split
+    in proportion to GPU-seconds. A holder's ``profiled_seconds`` are its GPU-seconds × the share of its readings
+    with a profiling field; the unallocated rest has no activity (NULL) and no profiled seconds. Holdings go to the
+    cost model with their place in the hour and, by job, the ``usage`` measured for the job on this GPU-hour
+    (:func:`_job_usage`), which split overlapping holdings.
     """
     held = gpu_hour.holdings
     whole = by_allocation.get(None) if gpu_hour.shared else None
@@ -172,6 +206,8 @@ def _gpu_hour_rows(
         else:
             metered = by_allocation.get(holder.allocation_id if holder is not None else None)
             joules = metered.energy_joules if metered else 0.0
+        activity = metered.activity_means() if metered and holder is not None else _NO_ACTIVITY
+        sm_active = activity["sm_active_ratio"]
         rows.append(
             {
                 "hour": gpu_hour.hour,
@@ -188,6 +224,11 @@ def _gpu_hour_rows(
                 "energy_cost": costmodel.energy_cost(joules, catalog.tariff_per_kwh, catalog.pue),
                 "currency": catalog.currency,
                 "pricing_model": gpu_hour.pricing_model,
+                "profiled_seconds": metered.profiled_seconds(cost.gpu_seconds) if metered and holder else 0,
+                **activity,
+                "sm_active_cost": (
+                    costmodel.used_cost(cost.allocated, sm_active) if priced and sm_active is not None else None
+                ),
             }
         )
     return rows

@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection, TextClause, column, insert, table, text
 
+from collector.contract.wire import ACTIVITY_COLUMNS
 from finops.db.dialect import emptying, run_statements, transaction_settings
 from finops.db.models import LedgerEntry
 from finops.db.sqltypes import MONEY_SCALE, Money
@@ -31,9 +32,14 @@ ENERGY_LOOKBACK_SECONDS = HOUR
 over a longer gap (a collector down for hours) cannot be placed in an hour, so it is left out. The rule
 does not depend on how the hours are cut into rebuilds."""
 
+ACTIVITIES = tuple(name.removesuffix("_ratio") for name in ACTIVITY_COLUMNS)
+"""The hardware activities (:data:`collector.contract.wire.ACTIVITY_COLUMNS` without ``_ratio``): the metering's
+``<activity>_sum`` and ``<activity>_n`` columns, the ledger's ``<activity>_ratio``."""
+
 LEDGER_COLUMNS = (
     "hour", "gpu_id", "job_pk", "team_id", "seconds", "used_gpu_seconds", "sample_count", "energy_joules",
-    "allocated_cost", "used_cost", "idle_cost", "energy_cost", "currency", "pricing_model",
+    "allocated_cost", "used_cost", "idle_cost", "energy_cost", "currency", "pricing_model", "profiled_seconds",
+    *ACTIVITY_COLUMNS, "sm_active_cost",
 )  # fmt: skip
 
 # Session-local work tables of a rebuild (emptied at its start).
@@ -54,7 +60,8 @@ _TEMP_TABLES = {
     "tmp_ledger_rows": "{ledger_columns}",
 }
 # Created by the metering statement itself (CREATE … AS, which PostgreSQL can run with parallel workers; the
-# SELECT of an INSERT it cannot): gpu_id, hour, allocation_id, samples, utilization_sum, energy_joules.
+# SELECT of an INSERT it cannot): gpu_id, hour, allocation_id, samples, utilization_sum, energy_joules, readings,
+# profiled and, per activity of ACTIVITIES, <activity>_sum and <activity>_n.
 METERING_TABLE = "tmp_ledger_metering"
 
 # 1. In-service GPU-hours [lo, hi) of the chunk that have a row in tmp_ledger_rates (a rate, or NULL: unpriced).
@@ -135,25 +142,27 @@ HAVING :everything = 1 OR gh.lo <> gh.hour OR gh.hi <> gh.hour + 3600 OR COUNT(h
 # work quadratic in the readings of a GPU without a counter, and growing with every day stored. Each reading is
 # assigned to the holding that contains it in a GPU-hour that is not shared (its holdings are disjoint), else to none
 # (allocation_id NULL: the unallocated rest, or a shared GPU-hour as a whole), and summed per GPU-hour key and
-# holding. The metering does not depend on which GPU-hours are costed in SQL. On SQLite, ``gpu_id IN (…)`` makes it
+# holding. Hardware activity rides along: per GPU-hour and holding, the readings, those with any activity field
+# (profiled), and per activity the sum of its values and how many readings had one (the firsts' rows carry none).
+# The metering does not depend on which GPU-hours are costed in SQL. On SQLite, ``gpu_id IN (…)`` makes it
 # range-scan the (gpu_id, ts) key per GPU; PostgreSQL reads the day partitions the chunk spans.
 _METERING_SQL = """
 CREATE TEMPORARY TABLE tmp_ledger_metering AS
 WITH windowed AS (
     SELECT k, k % 4294967296 AS ts, u,
            CASE WHEN e IS NULL OR pe IS NULL OR dk IS NULL OR dk > :gap THEN 0.0 WHEN e < pe THEN e ELSE e - pe END
-               AS de
+               AS de, 1 AS n{activities}
     FROM (
-        SELECT k, u, e, k - LAG(k) OVER w AS dk, LAG(e) OVER w AS pe
-        FROM (SELECT k, u, e, CASE WHEN e IS NULL THEN -k ELSE k END AS o
-              FROM (SELECT r.gpu_id * 4294967296 + r.ts AS k, r.utilization_ratio AS u, r.energy_joules AS e
+        SELECT k, u, e, k - LAG(k) OVER w AS dk, LAG(e) OVER w AS pe{activities}
+        FROM (SELECT k, u, e, CASE WHEN e IS NULL THEN -k ELSE k END AS o{activities}
+              FROM (SELECT r.gpu_id * 4294967296 + r.ts AS k, r.utilization_ratio AS u, r.energy_joules AS e{scanned}
                     FROM gpu_samples r WHERE {per_gpu}r.ts >= :h0 AND r.ts < :end) scanned) keyed
         WINDOW w AS (ORDER BY o ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
     ) lagged
 ), firsts AS (
     SELECT f.gpu_id * 4294967296 + f.ts AS k, f.ts, CAST(NULL AS DOUBLE PRECISION) AS u,
            CASE WHEN f.ts - p.ts > :gap THEN 0.0 WHEN f.energy_joules < p.energy_joules THEN f.energy_joules
-                ELSE f.energy_joules - p.energy_joules END AS de
+                ELSE f.energy_joules - p.energy_joules END AS de, CAST(NULL AS INTEGER) AS n{no_activities}
     FROM (SELECT g.id,
                  (SELECT MIN(ts) FROM gpu_samples WHERE gpu_id = g.id AND ts >= :h0 AND ts < :end
                     AND energy_joules IS NOT NULL) AS first_ts,
@@ -164,21 +173,34 @@ WITH windowed AS (
     WHERE f.gpu_id = b.id AND f.ts = b.first_ts AND f.ts >= :h0 AND f.ts < :end
       AND p.gpu_id = b.id AND p.ts = b.previous_ts AND p.ts >= :lookback AND p.ts < :h0
 ), readings AS (
-    SELECT k, ts, u, de FROM firsts
+    SELECT k, ts, u, de, n{activities} FROM firsts
     UNION ALL
-    SELECT k, ts, u, de FROM windowed
+    SELECT k, ts, u, de, n{activities} FROM windowed
 )
 SELECT CAST(gpu_hour / 4294967296 AS INTEGER) AS gpu_id, gpu_hour % 4294967296 AS hour, allocation_id,
-       CAST(samples AS INTEGER) AS samples, utilization_sum, energy_joules
+       CAST(samples AS INTEGER) AS samples, utilization_sum, energy_joules, CAST(readings AS INTEGER) AS readings,
+       CAST(profiled AS INTEGER) AS profiled{activity_columns}
 FROM (
     SELECT s.k - s.ts % 3600 AS gpu_hour, d.allocation_id, COUNT(s.u) AS samples,
-           COALESCE(SUM(s.u), 0.0) AS utilization_sum, COALESCE(SUM(s.de), 0.0) AS energy_joules
+           COALESCE(SUM(s.u), 0.0) AS utilization_sum, COALESCE(SUM(s.de), 0.0) AS energy_joules,
+           COUNT(s.n) AS readings, COUNT(CASE WHEN {any_activity} THEN 1 END) AS profiled{activity_sums}
     FROM readings s
     LEFT JOIN tmp_ledger_holdings d
       ON d.gpu_hour = s.k - s.ts % 3600 AND s.ts >= d.start AND s.ts < d.stop AND d.shared = 0
     GROUP BY s.k - s.ts % 3600, d.allocation_id
 ) metered
 """
+_METERING_SQL = (
+    _METERING_SQL.replace("{activities}", "".join(f", {a}" for a in ACTIVITIES))
+    .replace("{scanned}", "".join(f", r.{a}_ratio AS {a}" for a in ACTIVITIES))
+    .replace("{no_activities}", "".join(f", CAST(NULL AS DOUBLE PRECISION) AS {a}" for a in ACTIVITIES))
+    .replace("{any_activity}", " OR ".join(f"s.{a} IS NOT NULL" for a in ACTIVITIES))
+    .replace(
+        "{activity_sums}",
+        "".join(f", COALESCE(SUM(s.{a}), 0.0) AS {a}_sum, COUNT(s.{a}) AS {a}_n" for a in ACTIVITIES),
+    )
+    .replace("{activity_columns}", "".join(f", {a}_sum, CAST({a}_n AS INTEGER) AS {a}_n" for a in ACTIVITIES))
+)
 _METERING = {
     "sqlite": text(_METERING_SQL.replace("{per_gpu}", "r.gpu_id IN (SELECT id FROM gpus) AND ")),
     "postgresql": text(_METERING_SQL.replace("{per_gpu}", "")),
@@ -187,12 +209,15 @@ _METERING = {
 # 4'. The same metering table from the segments metered in a TSDB (tsdb_gpu_metering)
 # instead of the readings: a segment lies in one hour and within one holding or none (its bounds are cut at every
 # allocation's start and end), so assigning whole segments gives the sums the readings would.
-_TSDB_METERING = text("""
+_TSDB_METERING = text(
+    """
 CREATE TEMPORARY TABLE tmp_ledger_metering AS
 SELECT gpu_id, hour, allocation_id, CAST(SUM(samples) AS INTEGER) AS samples,
-       COALESCE(SUM(utilization_sum), 0.0) AS utilization_sum, COALESCE(SUM(energy_joules), 0.0) AS energy_joules
+       COALESCE(SUM(utilization_sum), 0.0) AS utilization_sum, COALESCE(SUM(energy_joules), 0.0) AS energy_joules,
+       CAST(SUM(readings) AS INTEGER) AS readings, CAST(SUM(profiled) AS INTEGER) AS profiled{activity_sums}
 FROM (
-    SELECT s.gpu_id, s.start - s.start % 3600 AS hour, d.allocation_id, s.samples, s.utilization_sum, s.energy_joules
+    SELECT s.gpu_id, s.start - s.start % 3600 AS hour, d.allocation_id, s.samples, s.utilization_sum, s.energy_joules,
+           s.readings, s.profiled{activities}
     FROM tsdb_gpu_metering s
     LEFT JOIN tmp_ledger_holdings d
       ON d.gpu_id = s.gpu_id AND d.hour = s.start - s.start % 3600 AND s.start >= d.start AND s.stop <= d.stop
@@ -200,7 +225,11 @@ FROM (
     WHERE s.start >= :h0 AND s.start < :end
 ) segments
 GROUP BY gpu_id, hour, allocation_id
-""")
+""".replace(
+        "{activity_sums}",
+        "".join(f", COALESCE(SUM({a}_sum), 0.0) AS {a}_sum, CAST(SUM({a}_n) AS INTEGER) AS {a}_n" for a in ACTIVITIES),
+    ).replace("{activities}", "".join(f", s.{a}_sum, s.{a}_n" for a in ACTIVITIES))
+)
 
 # 5. The common GPU-hours, costed in SQL: their base columns, then (_PG_COSTED, _SQLITE_COSTED) the database's exact
 # used and energy cost, then the ledger row.
@@ -208,21 +237,30 @@ _COMMON_BASE = """
 SELECT gh.hour, gh.gpu_id, h.job_pk, COALESCE(h.team_id, :unallocated) AS team_id, r.capacity,
        COALESCE(m.samples, 0) AS sample_count, COALESCE(m.energy_joules, 0.0) AS energy_joules,
        CASE WHEN h.job_pk IS NOT NULL AND m.samples > 0 THEN m.utilization_sum / m.samples END AS utilization,
-       gh.pricing_model
+       gh.pricing_model,
+       CASE WHEN h.job_pk IS NOT NULL AND m.readings > 0 THEN 3600 * m.profiled / m.readings ELSE 0 END
+           AS profiled_seconds{activity_means}
 FROM tmp_ledger_gpu_hours gh
 JOIN tmp_ledger_rates r ON r.model = gh.model AND r.pricing_model = gh.pricing_model AND r.hour = gh.hour
 LEFT JOIN tmp_ledger_holdings h ON h.gpu_id = gh.gpu_id AND h.hour = gh.hour
 LEFT JOIN tmp_ledger_metering m
   ON m.gpu_id = gh.gpu_id AND m.hour = gh.hour AND COALESCE(m.allocation_id, 0) = COALESCE(h.allocation_id, 0)
 WHERE NOT EXISTS (SELECT 1 FROM tmp_ledger_split sp WHERE sp.gpu_id = gh.gpu_id AND sp.hour = gh.hour)
-"""
+""".replace(
+    "{activity_means}",
+    "".join(
+        f",\n       CASE WHEN h.job_pk IS NOT NULL AND m.{a}_n > 0 THEN m.{a}_sum / m.{a}_n END AS {a}"
+        for a in ACTIVITIES
+    ),
+)
 _COMMON_INSERT = """
 INSERT INTO tmp_ledger_rows ({columns})
 SELECT hour, gpu_id, job_pk, team_id, 3600,
        CASE WHEN utilization IS NULL THEN 0.0 ELSE 3600 * utilization END, sample_count, energy_joules,
        capacity, CASE WHEN capacity IS NULL THEN NULL ELSE used END,
        CASE WHEN capacity IS NULL THEN NULL WHEN utilization IS NULL THEN 0 ELSE capacity - used END,
-       energy, :currency, pricing_model
+       energy, :currency, pricing_model, profiled_seconds, {activities},
+       CASE WHEN capacity IS NULL THEN NULL ELSE sm_active_cost END
 FROM ({costed}) costed
 """
 
@@ -241,19 +279,25 @@ def _pg_half_even(numerator: str, denominator: int) -> str:
 # products rounded half-even to micro-units. SQLite: the registered functions of _register_sqlite_functions on
 # micro-units.
 _PG_UTILIZATION = "CAST(CAST(LEAST(GREATEST(utilization, 0.0), 1.0) AS text) AS numeric)"
+_PG_SM_ACTIVE = "CAST(CAST(LEAST(GREATEST(sm_active, 0.0), 1.0) AS text) AS numeric)"
 _PG_JOULES = "CAST(CAST(energy_joules AS text) AS numeric)"
 _PG_USED = _pg_half_even("used_units", 1)
+_PG_SM_ACTIVE_COST = _pg_half_even("sm_active_units", 1)
 _PG_ENERGY = _pg_half_even("energy_tenths", 36)
 _PG_COSTED = f"""
             SELECT e.*, CASE WHEN utilization IS NULL THEN 0 ELSE {_PG_USED} * 0.000001 END AS used,
-                   {_PG_ENERGY} * 0.000001 AS energy
+                   {_PG_ENERGY} * 0.000001 AS energy,
+                   CASE WHEN sm_active IS NULL THEN NULL ELSE {_PG_SM_ACTIVE_COST} * 0.000001 END AS sm_active_cost
             FROM (SELECT b.*, capacity * {_PG_UTILIZATION} * 1000000 AS used_units,
+                         capacity * {_PG_SM_ACTIVE} * 1000000 AS sm_active_units,
                          {_PG_JOULES} * CAST(:energy_factor AS numeric) AS energy_tenths
                   FROM ({_COMMON_BASE}) b) e"""  # noqa: S608 - only constant SQL is inlined
 _SQLITE_COSTED = f"""
         SELECT b.*, CASE WHEN utilization IS NULL OR capacity IS NULL THEN 0
                          ELSE finops_used_cost(capacity, utilization) END AS used,
-               finops_energy_cost(energy_joules) AS energy
+               finops_energy_cost(energy_joules) AS energy,
+               CASE WHEN sm_active IS NULL OR capacity IS NULL THEN NULL
+                    ELSE finops_used_cost(capacity, sm_active) END AS sm_active_cost
         FROM ({_COMMON_BASE}) b"""  # noqa: S608 - only constant SQL is inlined
 
 
@@ -283,7 +327,9 @@ def _sqlite_costing(connection: Connection, catalog: PriceCatalog) -> dict[str, 
 
 
 def _common(costed: str) -> TextClause:
-    return text(_COMMON_INSERT.format(columns=", ".join(LEDGER_COLUMNS), costed=costed))
+    return text(
+        _COMMON_INSERT.format(columns=", ".join(LEDGER_COLUMNS), costed=costed, activities=", ".join(ACTIVITIES))
+    )
 
 
 # Per database: the statement of step 5, and what it needs first (parameters of its own, registered functions).
@@ -392,7 +438,8 @@ def fill_split(connection: Connection, everything: bool) -> None:
 
 def meter(connection: Connection, h0: int, end: int, *, from_tsdb: bool = False) -> None:
     """Step 4: create :data:`METERING_TABLE` (gpu_id, hour, allocation_id, samples, utilization_sum,
-    energy_joules) from the readings of [h0, end), with energy increments from readings up to
+    energy_joules, readings, profiled, and ``<activity>_sum``, ``<activity>_n`` per :data:`ACTIVITIES`) from the
+    readings of [h0, end), with energy increments from readings up to
     :data:`ENERGY_LOOKBACK_SECONDS` before h0; ``from_tsdb``: from the segments of [h0, end) in
     ``tsdb_gpu_metering`` instead (metered from a TSDB before the rebuild: :mod:`finops.ingest.tsdb_metering`)."""
     if from_tsdb:

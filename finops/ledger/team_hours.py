@@ -23,7 +23,8 @@ def ledger_team_sums() -> dict[str, ColumnElement[object]]:
     """The aggregates of :class:`LedgerEntry` rows that make a :class:`LedgerTeamHour`, by its column names.
 
     Money sums the priced rows (0 when there are none); an unpriced row (NULL money: no price for its GPU's model)
-    counts in ``seconds`` and ``unpriced_gpu_seconds``."""
+    counts in ``seconds`` and ``unpriced_gpu_seconds``. Hardware activity: :func:`activity_sums`, and
+    ``sm_active_cost`` the sum of the rows' (NULL when none has one)."""
     held = LedgerEntry.job_pk.is_not(None)
     zero = literal(0, Money())
     return {
@@ -38,7 +39,29 @@ def ledger_team_sums() -> dict[str, ColumnElement[object]]:
         "energy_cost": func.sum(LedgerEntry.energy_cost),
         "currency": func.min(LedgerEntry.currency),
         "unpriced_gpu_seconds": func.sum(case((LedgerEntry.allocated_cost.is_(None), LedgerEntry.seconds), else_=0)),
+        "profiled_gpu_seconds": func.sum(LedgerEntry.profiled_seconds),
+        **activity_sums(),
+        "sm_active_cost": func.sum(LedgerEntry.sm_active_cost),
     }
+
+
+TEAM_ACTIVITIES = ("sm_active", "tensor_active", "dram_active")
+"""The activities whose sums the team-hours keep (the ledger keeps all of
+:data:`collector.contract.wire.ACTIVITY_COLUMNS`)."""
+
+
+def activity_sums() -> dict[str, ColumnElement[object]]:
+    """Per activity of :data:`TEAM_ACTIVITIES`, over :class:`LedgerEntry` rows: ``<activity>_gpu_seconds`` = Σ
+    profiled seconds × the row's mean (NULL when no row measured it) and ``<activity>_measured_gpu_seconds`` = Σ
+    profiled seconds of the rows that measured it; their quotient is the activity's mean over those seconds."""
+    sums: dict[str, ColumnElement[object]] = {}
+    for name in TEAM_ACTIVITIES:
+        ratio = getattr(LedgerEntry, f"{name}_ratio")
+        sums[f"{name}_gpu_seconds"] = func.sum(LedgerEntry.profiled_seconds * ratio)
+        sums[f"{name}_measured_gpu_seconds"] = func.sum(
+            case((ratio.is_not(None), LedgerEntry.profiled_seconds), else_=0)
+        )
+    return sums
 
 
 def refresh_team_hours(session: Session | Connection, start: datetime | int, end: datetime | int) -> None:
