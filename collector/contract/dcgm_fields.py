@@ -49,6 +49,14 @@ FIELDS: dict[str, Field] = {
     "DCGM_FI_DEV_ROW_REMAP_FAILURE": Field(m.GPU_REMAPPED_FAILURE, 1.0),
     "DCGM_FI_PROF_PCIE_RX_BYTES": Field(m.GPU_PCIE_RX, 1.0),  # bytes/s
     "DCGM_FI_PROF_PCIE_TX_BYTES": Field(m.GPU_PCIE_TX, 1.0),  # bytes/s
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": Field(m.GPU_GRAPHICS_ENGINE_ACTIVE, 1.0),  # ratio
+    "DCGM_FI_PROF_SM_ACTIVE": Field(m.GPU_SM_ACTIVE, 1.0),  # ratio
+    "DCGM_FI_PROF_SM_OCCUPANCY": Field(m.GPU_SM_OCCUPANCY, 1.0),  # ratio
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": Field(m.GPU_TENSOR_ACTIVE, 1.0),  # ratio
+    "DCGM_FI_PROF_DRAM_ACTIVE": Field(m.GPU_DRAM_ACTIVE, 1.0),  # ratio
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": Field(m.GPU_FP64_ACTIVE, 1.0),  # ratio
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": Field(m.GPU_FP32_ACTIVE, 1.0),  # ratio
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": Field(m.GPU_FP16_ACTIVE, 1.0),  # ratio
 }
 """DCGM field -> our metric and scale (field units: dcgm-exporter's counters CSV and the DCGM field reference)."""
 
@@ -64,9 +72,6 @@ IGNORED = frozenset(
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",  # per-lane counter sum without a stated unit
         "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
         "DCGM_FI_DRIVER_VERSION",  # a label, not a value
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",  # profiling ratios: utilisation comes from DCGM_FI_DEV_GPU_UTIL
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-        "DCGM_FI_PROF_DRAM_ACTIVE",
     }
 )
 """dcgm-exporter's default fields we do not map, on purpose."""
