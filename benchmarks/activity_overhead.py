@@ -7,8 +7,8 @@ Usage::
 
 ``--baseline-tree`` is a checkout of the code to compare with (``git worktree add /tmp/base <commit>``); this
 script's own tree is the other side. ``DATABASE_URL`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/
-test_activity``) is dropped and migrated afresh for every run, by the code of the tree under test. Prints figures;
-asserts nothing about time.
+test_activity``) is dropped, created and migrated afresh for every run, by the code of the tree under test.
+Prints figures; asserts nothing about time.
 
 Workload: ``--gpus`` H100s (8 per node) read every 10 s for ``--hours`` hours, cut into POSTs of 10 minutes per
 node (480 readings) and encoded as the collector's columns (:func:`collector.contract.wire.columnar`); one job per
@@ -86,14 +86,13 @@ def _child(database_url: str, gpus: int, hours: float, activity: bool) -> dict[s
     from sqlalchemy.orm import Session
 
     from collector.contract.wire import IngestBatch
-    from finops.db.engine import downgrade, make_engine, upgrade
+    from finops.db.engine import make_engine, upgrade
     from finops.ingest.readings import Ingestor
     from finops.ledger.rollup import rollup
     from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 
     bodies = _bodies(gpus, hours, activity)
     engine = make_engine(database_url)
-    downgrade(engine, "base")
     upgrade(engine)
     figures: dict[str, float] = {"readings": 0.0}
     began = time.perf_counter()
@@ -153,7 +152,6 @@ def main() -> None:
         figures = _child(options.database_url, options.gpus, options.hours, options.child == "with")
         print(json.dumps(figures))
         return
-    _ensure_database(options.database_url)
     cases = {
         "baseline": (options.baseline_tree.resolve(), "without"),
         "current, no activity": (REPO, "without"),
@@ -162,6 +160,7 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
     for _ in range(options.repeat):
         for name, (tree, activity) in cases.items():
+            _recreate_database(options.database_url)
             env = {**os.environ, "PYTHONPATH": str(tree)}
             command = [sys.executable, __file__, options.database_url, "--baseline-tree", str(tree), "--child",
                        activity, "--gpus", str(options.gpus), "--hours", str(options.hours)]  # fmt: skip
@@ -179,15 +178,16 @@ def main() -> None:
         print(f"{name:22s} {cells}")
 
 
-def _ensure_database(url: str) -> None:
-    """Create the benchmark's PostgreSQL database if it does not exist."""
+def _recreate_database(url: str) -> None:
+    """Drop the benchmark's PostgreSQL database and create it empty (each tree migrates it with its own
+    migrations, which cannot read a schema a newer tree left)."""
     from sqlalchemy import create_engine, make_url, text
 
     target = make_url(url)
     admin = create_engine(target.set(database="postgres"), isolation_level="AUTOCOMMIT")
     with admin.connect() as c:
-        if not c.scalar(text("SELECT 1 FROM pg_database WHERE datname = :d"), {"d": target.database}):
-            c.execute(text(f'CREATE DATABASE "{target.database}"'))
+        c.execute(text(f'DROP DATABASE IF EXISTS "{target.database}" WITH (FORCE)'))
+        c.execute(text(f'CREATE DATABASE "{target.database}"'))
     admin.dispose()
 
 

@@ -67,7 +67,7 @@ from finops.db.dialect import _copy_types  # noqa: E402
 from finops.db.engine import downgrade, make_engine, upgrade  # noqa: E402
 from finops.db.models import GpuSample  # noqa: E402
 from finops.ingest.partitions import create_partitions  # noqa: E402
-from finops.ingest.readings import SAMPLE_COLUMNS  # noqa: E402
+from finops.ingest.readings import UNPROFILED_READING_COLUMNS  # noqa: E402
 from finops.timeutil import to_epoch  # noqa: E402
 from tests.support.servers import free_port  # noqa: E402
 
@@ -76,6 +76,8 @@ INTERVAL_SECONDS = 10
 MODEL = "NVIDIA H100 80GB HBM3"
 MEMORY_TOTAL = 80 * 2**30
 STEADY_CYCLES = 20
+SAMPLE_COLUMNS = ("gpu_id", "ts", *UNPROFILED_READING_COLUMNS)
+"""The columns the fleet's rows fill (its readings carry no hardware activity)."""
 
 
 def _fleet_samples(gpus: int, hours: float, seed: int = 7) -> dict[str, list[list[Sample]]]:
@@ -137,7 +139,7 @@ def _bodies(fleet: dict[str, list[list[Sample]]], cycles_per_post: int) -> list[
 
 
 def _rows(fleet: dict[str, list[list[Sample]]], gpu_ids: dict[str, int]) -> list[tuple[object, ...]]:
-    """The ``gpu_samples`` rows (SAMPLE_COLUMNS order) the fleet's readings become."""
+    """The ``gpu_samples`` rows (:data:`SAMPLE_COLUMNS` order) the fleet's readings become."""
     rows = []
     for cycles in fleet.values():
         for cycle in cycles:

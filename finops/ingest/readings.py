@@ -20,7 +20,7 @@ from sqlalchemy import String, any_, bindparam, event, select, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session, SessionTransaction
 
-from collector.contract.wire import READING_COLUMNS, GpuInfo, GpuSeries, IngestBatch
+from collector.contract.wire import ACTIVITY_COLUMNS, READING_COLUMNS, GpuInfo, GpuSeries, IngestBatch
 from finops.db.dialect import bulk_insert_ignoring_conflicts, insert_ignoring_conflicts
 from finops.db.models import DirtyHour, Gpu, GpuJobUtilization, GpuSample, Node
 from finops.ingest.node_io import store_node_io
@@ -29,6 +29,18 @@ from finops.timeutil import HOUR, to_epoch
 
 SAMPLE_COLUMNS = ("gpu_id", "ts", *READING_COLUMNS)
 """``gpu_samples`` columns in the order of the row tuples ingest writes."""
+UNPROFILED_READING_COLUMNS = tuple(name for name in READING_COLUMNS if name not in ACTIVITY_COLUMNS)
+"""The reading fields of batches that carry no hardware activity: their rows leave the activity columns out of the
+``COPY`` (NULL by default) rather than sending eight nulls per row."""
+
+
+def _carries_activity(batches: Sequence[IngestBatch]) -> bool:
+    """Whether any reading of ``batches`` carries a hardware activity field (:data:`ACTIVITY_COLUMNS`)."""
+    return any(getattr(s, name) is not None for b in batches for s in b.series for name in ACTIVITY_COLUMNS) or any(
+        getattr(r, name) is not None for b in batches for r in b.samples for name in ACTIVITY_COLUMNS
+    )
+
+
 JOB_UTILIZATION_COLUMNS = ("gpu_id", "ts", "job_id", "utilization_ratio")
 """``gpu_job_utilization`` columns in the order of the row tuples ingest writes."""
 
@@ -97,11 +109,11 @@ class _Plan:
                 first_seen[share.uuid] = share.ts
         return cls(first_seen, hour_numbers, epochs)
 
-    def rows(self, batch: IngestBatch, gpu_ids: dict[str, int]) -> Iterator[tuple[Any, ...]]:
-        """The batch's ``gpu_samples`` rows (:data:`SAMPLE_COLUMNS`), series first."""
-        yield from chain.from_iterable(_series_rows(s, gpu_ids[s.uuid]) for s in batch.series)
+    def rows(self, batch: IngestBatch, gpu_ids: dict[str, int], fields: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+        """The batch's ``gpu_samples`` rows (``gpu_id``, ``ts``, then the reading ``fields``), series first."""
+        yield from chain.from_iterable(_series_rows(s, gpu_ids[s.uuid], fields) for s in batch.series)
         for r, ts in zip(batch.samples, self.epochs, strict=True):
-            yield (gpu_ids[r.uuid], ts, *(getattr(r, name) for name in READING_COLUMNS))
+            yield (gpu_ids[r.uuid], ts, *(getattr(r, name) for name in fields))
 
 
 def _batch_conflicts(
@@ -130,10 +142,10 @@ def _batch_conflicts(
     return refused, uuids - set(entries) - {uuid for uuid in uuids if uuid in by_uuid} - set(refused)
 
 
-def _series_rows(series: GpuSeries, gpu_id: int) -> Iterator[tuple[Any, ...]]:
+def _series_rows(series: GpuSeries, gpu_id: int, fields: Sequence[str]) -> Iterator[tuple[Any, ...]]:
     n = len(series.ts)
     columns: list[Iterable[Any]] = [repeat(gpu_id, n), series.ts]
-    for name in READING_COLUMNS:
+    for name in fields:
         column = getattr(series, name)
         columns.append(repeat(None, n) if column is None else column)
     return zip(*columns, strict=False)
@@ -190,13 +202,14 @@ class Ingestor:
         for i in sorted(range(len(batches)), key=lambda k: batches[k].node):
             if plans[i].first_seen:
                 gpu_ids[i] = self.register(session, batches[i].node, batches[i].gpus, plans[i].first_seen)
+        fields = READING_COLUMNS if _carries_activity(batches) else UNPROFILED_READING_COLUMNS
         rows: list[tuple[Any, ...]] = []
         for i, (batch, plan) in enumerate(zip(batches, plans, strict=True)):
             before = len(rows)
-            rows.extend(plan.rows(batch, gpu_ids[i]))
+            rows.extend(plan.rows(batch, gpu_ids[i], fields))
             counts[i] = len(rows) - before
         first = "; ".join(filter(None, (self._partitions.lock_statement(), _mark_dirty(hours))))
-        self._insert(session, rows, days, first)
+        self._insert(session, ("gpu_id", "ts", *fields), rows, days, first)
         shares = [
             (ids[j.uuid], j.ts, j.job_id, j.utilization_ratio)
             for batch, ids in zip(batches, gpu_ids, strict=True)
@@ -233,16 +246,18 @@ class Ingestor:
                 by_slot[row.hostname][row.gpu_index] = row
         return [_batch_conflicts(batch, by_uuid, by_slot[batch.node]) for batch in batches]
 
-    def _insert(self, session: Session, rows: list[tuple[Any, ...]], days: set[int], first: str) -> None:
+    def _insert(
+        self, session: Session, columns: Sequence[str], rows: list[tuple[Any, ...]], days: set[int], first: str
+    ) -> None:
         table: Any = GpuSample.__table__
         try:
-            bulk_insert_ignoring_conflicts(session, table, SAMPLE_COLUMNS, rows, before=first)
+            bulk_insert_ignoring_conflicts(session, table, columns, rows, before=first)
         except psycopg.errors.CheckViolation:
             # "no partition of relation gpu_samples found for row": a cached partition is gone (dropped by the
             # retention job, or its creating transaction rolled back). Ask the catalog again and retry once.
             self._partitions.forget()
             self._partitions.ensure(session, days)
-            bulk_insert_ignoring_conflicts(session, table, SAMPLE_COLUMNS, rows)
+            bulk_insert_ignoring_conflicts(session, table, columns, rows)
 
     def register(
         self, session: Session, hostname: str, inventory: list[GpuInfo], first_seen: dict[str, int]
