@@ -9,8 +9,10 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import httpx
+import orjson
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
+from typer.testing import CliRunner
 
 from finops.analysis.mfu import (
     NOT_REPORTED,
@@ -20,6 +22,7 @@ from finops.analysis.mfu import (
     job_efficiency,
     model_flops_utilization,
 )
+from finops.cli import app
 from finops.db.models import Gpu, Job, LedgerEntry, Node, Team
 from finops.ingest.prometheus import PrometheusClient
 from finops.pricing.catalog import load_catalog
@@ -178,3 +181,27 @@ def test_formulas_by_hand() -> None:
         cost_per_pflop(Decimal("5"), -1.0)
     with pytest.raises(ValueError, match="cost"):
         cost_per_pflop(Decimal("NaN"), 1e15)
+
+
+def test_the_mfu_command(ledger: sessionmaker[Session], prometheus_url: str) -> None:
+    database = ledger.kw["bind"].url.render_as_string(hide_password=False)
+    period = ["--start", "2026-03-02T10:00:00Z", "--end", "2026-03-02T11:00:00Z"]
+    env = {"FINOPS_DATABASE_URL": database, "FINOPS_PROMETHEUS_URL": prometheus_url}
+    shown = CliRunner().invoke(app, ["mfu", *period, "--format", "json"], env=env)
+    assert shown.exit_code == 0, shown.output
+    rows = {row["job"]: row for row in orjson.loads(shown.stdout)}
+    assert rows["llm/vllm-0"]["mfu"] == pytest.approx(2.5e14 / 989.5e12, rel=1e-9)
+    assert rows["llm/vllm-0"]["cost_per_pflop"] == "0.013656" and rows["llm/vllm-0"]["peak_tflops"] == "989.5"
+    assert rows["llm/vllm-0"]["cost_per_million_tokens"] == "34.138889"
+    assert rows["4242"]["mfu"] is None and rows["4242"]["cost_per_pflop"] is None
+    assert rows["4242"]["mfu_note"] == NOT_REPORTED
+    table = CliRunner().invoke(
+        app, ["mfu", *period, "--job", "4242"], env=env | {"FINOPS_MFU_PRECISION": "fp16_tensor"}
+    )
+    assert table.exit_code == 0, table.output
+    assert "4242" in table.stdout and "vllm-0" not in table.stdout and "peak: dense fp16_tensor" in table.stdout
+    assert f"4242: no MFU: {NOT_REPORTED}" in table.stdout
+    bad = CliRunner().invoke(app, ["mfu", *period, "--precision", "fp4"], env=env)
+    assert bad.exit_code == 2 and "'fp4' must be one of fp64, fp64_tensor" in bad.output
+    nowhere = CliRunner().invoke(app, ["mfu", *period], env={"FINOPS_DATABASE_URL": database})
+    assert nowhere.exit_code == 2 and "FINOPS_PROMETHEUS_URL" in nowhere.output
