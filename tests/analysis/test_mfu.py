@@ -153,6 +153,14 @@ def test_another_precision_and_a_peak_the_catalog_lacks(ledger: sessionmaker[Ses
     with ledger() as session:
         a100 = _by_job(job_efficiency(session, client, load_catalog(), T0, T0 + HOUR, precision="fp8_tensor"))["4242"]
     assert a100.mfu is None and a100.mfu_note == NOT_REPORTED, "no counter: that is what to fix first"
+    with ledger() as session:
+        l40s = _by_job(job_efficiency(session, client, load_catalog(), T0, T0 + HOUR, precision="fp64"))["llm/sg-0"]
+    assert l40s.peak_tflops is None and l40s.mfu is None
+    assert (
+        l40s.mfu_note == "L40S has no fp64 peak in the price catalog (it has fp32, tf32_tensor, bf16_tensor, "
+        "fp16_tensor, fp8_tensor)"
+    )
+    assert l40s.cost_per_pflop == Decimal("0.005167"), "the FLOPs done do not depend on a peak"
 
 
 def test_achieved_flops_query_and_window(prometheus_url: str) -> None:
