@@ -50,6 +50,7 @@ from finops.ingest.limits import (
     READINGS_PER_SECOND,
 )
 from finops.pricing.catalog import PricingModel
+from finops.pricing.peaks import Precision
 
 DEFAULT_DATA_DIR = Path("data")
 
@@ -323,6 +324,11 @@ class PrometheusPullSettings(SettingsGroup):
     )
     prometheus_selector: str = Field("", description='Label matchers added to the pulled series, e.g. `{cluster="a"}`.')
     prometheus_step_seconds: int = Field(60, gt=0, description="Seconds between readings pulled from Prometheus.")
+    mfu_precision: Precision = Field(
+        "bf16_tensor",
+        description="The datasheet peak model FLOPs utilisation divides by (`gpu-finops mfu`): `bf16_tensor` (LLM "
+        "serving in BF16/FP16), `fp8_tensor` for FP8 models; any precision name of the price catalog's `peak_tflops`.",
+    )
 
 
 class TelemetrySettings(SettingsGroup):

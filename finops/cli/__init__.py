@@ -13,6 +13,7 @@ from one module per command group:
 - :mod:`finops.cli.idle`: ``idle``, the idle GPU episodes;
 - :mod:`finops.cli.nudges`: ``nudges``, the per-user messages about wasteful jobs;
 - :mod:`finops.cli.rightsizing`: ``rightsizing``, GPU requests that use would have let be smaller;
+- :mod:`finops.cli.mfu`: ``mfu``, inference jobs' model FLOPs utilisation and cost per PFLOP and per 1M tokens;
 - :mod:`finops.cli.api_tokens`: ``api-token``, the REST API's credentials;
 - :mod:`finops.cli.audit`: ``audit``, the log of changes;
 - :mod:`finops.cli.report`: ``report``, ``rollup``; :mod:`finops.cli.commitments`: ``commitments``;

@@ -35,6 +35,7 @@ SERVICE_COMMANDS: dict[str, str] = {
     "report": "report",
     "commitments": "commitments",
     "rightsizing": "rightsizing",
+    "mfu": "mfu",
     "demo": "demo",
     "db": "db",
     "import": "imports",

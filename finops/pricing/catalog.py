@@ -50,6 +50,8 @@ from pydantic import (
 )
 
 from finops.errors import FinopsError
+from finops.pricing.peaks import PeakTflops
+from finops.pricing.sources import Source, no_float
 
 DEFAULT_CATALOG = Path(__file__).parent / "price_catalog.yaml"
 HOURS_PER_YEAR = Decimal(8760)
@@ -75,24 +77,8 @@ class CatalogError(FinopsError, ValueError):
     """The catalog file cannot be read or is invalid; the message names the file and the field."""
 
 
-def _no_float(value: object) -> object:
-    """Reject floats: money must reach Decimal from its text, never through binary floating point."""
-    if isinstance(value, float):
-        raise ValueError(f"{value!r} is a float; give the amount as decimal text")
-    return value
-
-
-Money = Annotated[Decimal, BeforeValidator(_no_float), Field(ge=0, allow_inf_nan=False)]
+Money = Annotated[Decimal, BeforeValidator(no_float), Field(ge=0, allow_inf_nan=False)]
 """An amount >= 0 in the catalog currency, exact."""
-
-
-class Source(BaseModel):
-    """Where a figure was read: a public URL and a short note of what it says."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    url: str = Field(pattern=r"^https?://\S+$")
-    note: str = Field(min_length=1)
 
 
 class _Row(BaseModel):
@@ -126,8 +112,8 @@ class OnPremRow(_Row):
 
     pricing_model: Literal[PricingModel.ON_PREM]
     capex_usd: Money
-    amortisation_years: Annotated[Decimal, BeforeValidator(_no_float), Field(gt=0, allow_inf_nan=False)]
-    board_power_watts: Annotated[Decimal, BeforeValidator(_no_float), Field(ge=0, allow_inf_nan=False)]
+    amortisation_years: Annotated[Decimal, BeforeValidator(no_float), Field(gt=0, allow_inf_nan=False)]
+    board_power_watts: Annotated[Decimal, BeforeValidator(no_float), Field(ge=0, allow_inf_nan=False)]
     support_per_year_usd: Money
 
 
@@ -185,7 +171,7 @@ class MemorySize(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    gib: Annotated[Decimal, BeforeValidator(_no_float), Field(gt=0, allow_inf_nan=False)]
+    gib: Annotated[Decimal, BeforeValidator(no_float), Field(gt=0, allow_inf_nan=False)]
     source: Source
 
     @property
@@ -228,7 +214,9 @@ class GpuModel(BaseModel):
     """One catalog model: the names it covers (exact ``aliases``, ``match`` expressions), its price rows, and,
     optionally, its ``vendor`` (``nvidia``, ``amd``: code built for one does not run on the other's GPUs unchanged),
     ``memory`` size and ``mig`` profiles (what right-sizing and the MIG nudges compare memory in use with,
-    :mod:`finops.analysis.rightsizing`, :mod:`finops.analysis.mig_profiles`). A model with ``mig`` needs a
+    :mod:`finops.analysis.rightsizing`, :mod:`finops.analysis.mig_profiles`), and ``peak_tflops``, its datasheet's
+    dense peak per precision (:class:`~finops.pricing.peaks.PeakTflops`, the denominator of
+    :mod:`finops.analysis.mfu`). A model with ``mig`` needs a
     ``memory`` at least as large as its largest profile's."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -240,6 +228,7 @@ class GpuModel(BaseModel):
     vendor: Literal["nvidia", "amd"] | None = None
     memory: MemorySize | None = None
     mig: MigProfiles | None = None
+    peak_tflops: PeakTflops | None = None
     _patterns: list[re.Pattern[str]] = PrivateAttr(default_factory=list)
 
     @field_validator("match")
@@ -295,7 +284,7 @@ class PriceCatalog(BaseModel):
     currency: str = Field(pattern=r"^[A-Z]{3}$", description="ISO 4217 code of every amount in the catalog.")
     tariff_per_kwh: Money = Field(description="Electricity price, currency per kWh.")
     tariff_source: Source
-    pue: Annotated[Decimal, BeforeValidator(_no_float), Field(ge=1, allow_inf_nan=False)] = Field(
+    pue: Annotated[Decimal, BeforeValidator(no_float), Field(ge=1, allow_inf_nan=False)] = Field(
         description="Power usage effectiveness of the facility (total power / IT power), >= 1."
     )
     pue_source: Source
