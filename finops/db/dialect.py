@@ -73,13 +73,17 @@ def _copy_types(table: Table, columns: Sequence[str]) -> list[str]:
 
 
 def bulk_insert_ignoring_conflicts(
-    session: Session, table: Table, columns: Sequence[str], rows: Sequence[tuple[Any, ...]], before: str = ""
+    session: Session,
+    table: Table,
+    columns: Sequence[str],
+    rows: Sequence[tuple[Any, ...]],
+    before: Sequence[str] = (),
 ) -> None:
     """The hot-path variant of :func:`insert_ignoring_conflicts` for plain tuples already in their stored
     form (epoch seconds for instants; no per-value type processing), in the caller's transaction.
 
-    ``before``: one SQL statement without parameters to run first (also when there are no rows); on PostgreSQL
-    it travels with the ``SAVEPOINT`` below, saving a round trip.
+    ``before``: SQL statements without parameters to run first, in order (also when there are no rows); on
+    PostgreSQL they travel with the ``SAVEPOINT`` below in one round trip; SQLite runs them one by one.
 
     PostgreSQL: binary ``COPY`` straight into ``table`` inside a savepoint, the common case where no key exists
     yet. If one does (a replayed batch: unique violation) or two transactions inserting the same keys deadlock,
@@ -90,15 +94,16 @@ def bulk_insert_ignoring_conflicts(
     ``INSERT … ON CONFLICT DO NOTHING`` (SQLite ≥ 3.24).
     """
     connection = session.connection()
-    if not rows:
-        if before:
-            connection.exec_driver_sql(before)
-        return
+    if not rows or connection.dialect.name != "postgresql":
+        for statement in before:
+            connection.exec_driver_sql(statement)
+        if not rows:
+            return
     names = ", ".join(f'"{name}"' for name in columns)
     if connection.dialect.name == "postgresql":
         kinds = _copy_types(table, columns)
         with connection.connection.driver_connection.cursor() as cursor:  # type: ignore[union-attr]
-            cursor.execute(f"{before}; SAVEPOINT {_SAVEPOINT}" if before else f"SAVEPOINT {_SAVEPOINT}")
+            cursor.execute("; ".join([*before, f"SAVEPOINT {_SAVEPOINT}"]))
             try:
                 try:
                     with cursor.copy(f'COPY "{table.name}" ({names}) FROM STDIN (FORMAT BINARY)') as copy:
@@ -113,8 +118,6 @@ def bulk_insert_ignoring_conflicts(
                 raise
         # The savepoint is left to the transaction's end (released by COMMIT): one round trip less per batch.
         return
-    if before:
-        connection.exec_driver_sql(before)
     marks = ", ".join("?" for _ in columns)
     statement = f'INSERT INTO "{table.name}" ({names}) VALUES ({marks}) ON CONFLICT DO NOTHING'  # noqa: S608
     connection.exec_driver_sql(statement, list(rows))

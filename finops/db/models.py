@@ -310,6 +310,16 @@ class DirtyHour(Base):
     hour: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True)
 
 
+class ProfiledHour(Base):
+    """An hour some of whose stored readings carry a hardware activity field
+    (:data:`collector.contract.wire.ACTIVITY_COLUMNS`), marked by ingest when it stores them. The ledger's metering
+    reads the activity columns only for hours marked here (:func:`finops.ledger.sql.meter`), so a fleet without
+    profiling data pays nothing for them. Marks are never removed (an hour whose readings expired is not rebuilt)."""
+
+    __tablename__ = "profiled_hours"
+    hour: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True)
+
+
 class TsdbGpuMetering(Base):
     """The metering of one GPU over one segment [start, stop) of a UTC hour, read from a Prometheus-compatible TSDB
     by PromQL (:mod:`finops.ingest.tsdb_metering`) instead of raw readings.

@@ -1,5 +1,6 @@
 """Storing collector batches: GPU inventory upsert, idempotent sample insert, per-job utilisation of shared GPUs,
-the node's fabric and storage rates (:mod:`finops.ingest.node_io`), dirty-hour marking.
+the node's fabric and storage rates (:mod:`finops.ingest.node_io`), dirty-hour marking (and the marking of hours whose
+readings carry hardware activity: ``profiled_hours``).
 
 A batch's readings, rows or columns (:mod:`collector.contract.wire`), become ``gpu_samples`` rows without a Python
 object per reading for columns: each series is zipped straight into row tuples and written by one binary
@@ -22,7 +23,7 @@ from sqlalchemy.orm import Session, SessionTransaction
 
 from collector.contract.wire import ACTIVITY_COLUMNS, READING_COLUMNS, GpuInfo, GpuSeries, IngestBatch
 from finops.db.dialect import bulk_insert_ignoring_conflicts, insert_ignoring_conflicts
-from finops.db.models import DirtyHour, Gpu, GpuJobUtilization, GpuSample, Node
+from finops.db.models import DirtyHour, Gpu, GpuJobUtilization, GpuSample, Node, ProfiledHour
 from finops.ingest.node_io import store_node_io
 from finops.ingest.partitions import DAY, PartitionCache
 from finops.timeutil import HOUR, to_epoch
@@ -72,11 +73,12 @@ class _KnownGpu:
     in_service_from: int
 
 
-def _mark_dirty(hours: set[int]) -> str:
-    """``INSERT … ON CONFLICT DO NOTHING`` of the hour starts into ``ledger_dirty_hours`` (what
-    :func:`finops.db.hours.mark_hours_dirty` does), as one statement that can travel with the sample insert."""
+def _mark_hours(table: str, hours: set[int]) -> str:
+    """``INSERT … ON CONFLICT DO NOTHING`` of the hour starts into ``table`` (``ledger_dirty_hours``: what
+    :func:`finops.db.hours.mark_hours_dirty` does; ``profiled_hours``), as one statement that can travel with the
+    sample insert."""
     values = ", ".join(f"({int(hour)})" for hour in sorted(hours))
-    return f"INSERT INTO {DirtyHour.__tablename__} (hour) VALUES {values} ON CONFLICT DO NOTHING"  # noqa: S608
+    return f"INSERT INTO {table} (hour) VALUES {values} ON CONFLICT DO NOTHING"  # noqa: S608
 
 
 @dataclass(slots=True)
@@ -181,7 +183,9 @@ class Ingestor:
         On PostgreSQL, locks are taken in one order, ``gpu_samples`` first, so that a transaction making a day
         partition and one registering GPUs or marking hours cannot deadlock: missing partitions are made first,
         and ``gpu_samples`` is taken in ROW EXCLUSIVE mode before ``gpus`` or ``ledger_dirty_hours`` is written.
-        The dirty hours, the lock and the savepoint of the sample insert travel in one round trip.
+        The dirty hours, the lock and the savepoint of the sample insert travel in one round trip. When a reading
+        carries a hardware activity field, the batch's hours are marked in ``profiled_hours`` too (same round trip),
+        and the rows carry the activity columns; otherwise those columns are left out of the ``COPY`` (NULL).
         """
         return self.store_all(session, [batch])[0]
 
@@ -202,13 +206,17 @@ class Ingestor:
         for i in sorted(range(len(batches)), key=lambda k: batches[k].node):
             if plans[i].first_seen:
                 gpu_ids[i] = self.register(session, batches[i].node, batches[i].gpus, plans[i].first_seen)
-        fields = READING_COLUMNS if _carries_activity(batches) else UNPROFILED_READING_COLUMNS
+        profiled = _carries_activity(batches)
+        fields = READING_COLUMNS if profiled else UNPROFILED_READING_COLUMNS
         rows: list[tuple[Any, ...]] = []
         for i, (batch, plan) in enumerate(zip(batches, plans, strict=True)):
             before = len(rows)
             rows.extend(plan.rows(batch, gpu_ids[i], fields))
             counts[i] = len(rows) - before
-        first = "; ".join(filter(None, (self._partitions.lock_statement(), _mark_dirty(hours))))
+        marks = [_mark_hours(DirtyHour.__tablename__, hours)]
+        if profiled:
+            marks.append(_mark_hours(ProfiledHour.__tablename__, hours))
+        first = [statement for statement in (self._partitions.lock_statement(), *marks) if statement]
         self._insert(session, ("gpu_id", "ts", *fields), rows, days, first)
         shares = [
             (ids[j.uuid], j.ts, j.job_id, j.utilization_ratio)
@@ -247,7 +255,12 @@ class Ingestor:
         return [_batch_conflicts(batch, by_uuid, by_slot[batch.node]) for batch in batches]
 
     def _insert(
-        self, session: Session, columns: Sequence[str], rows: list[tuple[Any, ...]], days: set[int], first: str
+        self,
+        session: Session,
+        columns: Sequence[str],
+        rows: list[tuple[Any, ...]],
+        days: set[int],
+        first: Sequence[str],
     ) -> None:
         table: Any = GpuSample.__table__
         try:

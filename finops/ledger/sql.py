@@ -142,19 +142,22 @@ HAVING :everything = 1 OR gh.lo <> gh.hour OR gh.hi <> gh.hour + 3600 OR COUNT(h
 # work quadratic in the readings of a GPU without a counter, and growing with every day stored. Each reading is
 # assigned to the holding that contains it in a GPU-hour that is not shared (its holdings are disjoint), else to none
 # (allocation_id NULL: the unallocated rest, or a shared GPU-hour as a whole), and summed per GPU-hour key and
-# holding. Hardware activity rides along: per GPU-hour and holding, the readings, those with any activity field
+# holding. Hardware activity rides along where the chunk has some (an hour in ``profiled_hours``, which ingest marks
+# when it stores readings that carry activity): per GPU-hour and holding, the readings, those with any activity field
 # (profiled), and per activity the sum of its values and how many readings had one (the firsts' rows carry none).
-# The metering does not depend on which GPU-hours are costed in SQL. On SQLite, ``gpu_id IN (…)`` makes it
-# range-scan the (gpu_id, ts) key per GPU; PostgreSQL reads the day partitions the chunk spans.
+# Elsewhere the activity columns are constants (no readings counted, nothing profiled), so that GPU-hours without
+# profiling data cost the metering no more than before it kept activity. The metering does not depend on which
+# GPU-hours are costed in SQL. On SQLite, ``gpu_id IN (…)`` makes it range-scan the (gpu_id, ts) key per GPU;
+# PostgreSQL reads the day partitions the chunk spans.
 _METERING_SQL = """
 CREATE TEMPORARY TABLE tmp_ledger_metering AS
 WITH windowed AS (
     SELECT k, k % 4294967296 AS ts, u,
            CASE WHEN e IS NULL OR pe IS NULL OR dk IS NULL OR dk > :gap THEN 0.0 WHEN e < pe THEN e ELSE e - pe END
-               AS de, 1 AS n{activities}
+               AS de{windowed_extra}
     FROM (
-        SELECT k, u, e, k - LAG(k) OVER w AS dk, LAG(e) OVER w AS pe{activities}
-        FROM (SELECT k, u, e, CASE WHEN e IS NULL THEN -k ELSE k END AS o{activities}
+        SELECT k, u, e, k - LAG(k) OVER w AS dk, LAG(e) OVER w AS pe{carried}
+        FROM (SELECT k, u, e, CASE WHEN e IS NULL THEN -k ELSE k END AS o{carried}
               FROM (SELECT r.gpu_id * 4294967296 + r.ts AS k, r.utilization_ratio AS u, r.energy_joules AS e{scanned}
                     FROM gpu_samples r WHERE {per_gpu}r.ts >= :h0 AND r.ts < :end) scanned) keyed
         WINDOW w AS (ORDER BY o ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
@@ -162,7 +165,7 @@ WITH windowed AS (
 ), firsts AS (
     SELECT f.gpu_id * 4294967296 + f.ts AS k, f.ts, CAST(NULL AS DOUBLE PRECISION) AS u,
            CASE WHEN f.ts - p.ts > :gap THEN 0.0 WHEN f.energy_joules < p.energy_joules THEN f.energy_joules
-                ELSE f.energy_joules - p.energy_joules END AS de, CAST(NULL AS INTEGER) AS n{no_activities}
+                ELSE f.energy_joules - p.energy_joules END AS de{firsts_extra}
     FROM (SELECT g.id,
                  (SELECT MIN(ts) FROM gpu_samples WHERE gpu_id = g.id AND ts >= :h0 AND ts < :end
                     AND energy_joules IS NOT NULL) AS first_ts,
@@ -173,38 +176,58 @@ WITH windowed AS (
     WHERE f.gpu_id = b.id AND f.ts = b.first_ts AND f.ts >= :h0 AND f.ts < :end
       AND p.gpu_id = b.id AND p.ts = b.previous_ts AND p.ts >= :lookback AND p.ts < :h0
 ), readings AS (
-    SELECT k, ts, u, de, n{activities} FROM firsts
+    SELECT k, ts, u, de{union_extra} FROM firsts
     UNION ALL
-    SELECT k, ts, u, de, n{activities} FROM windowed
+    SELECT k, ts, u, de{union_extra} FROM windowed
 )
 SELECT CAST(gpu_hour / 4294967296 AS INTEGER) AS gpu_id, gpu_hour % 4294967296 AS hour, allocation_id,
-       CAST(samples AS INTEGER) AS samples, utilization_sum, energy_joules, CAST(readings AS INTEGER) AS readings,
-       CAST(profiled AS INTEGER) AS profiled{activity_columns}
+       CAST(samples AS INTEGER) AS samples, utilization_sum, energy_joules{outer}
 FROM (
     SELECT s.k - s.ts % 3600 AS gpu_hour, d.allocation_id, COUNT(s.u) AS samples,
-           COALESCE(SUM(s.u), 0.0) AS utilization_sum, COALESCE(SUM(s.de), 0.0) AS energy_joules,
-           COUNT(s.n) AS readings, COUNT(CASE WHEN {any_activity} THEN 1 END) AS profiled{activity_sums}
+           COALESCE(SUM(s.u), 0.0) AS utilization_sum, COALESCE(SUM(s.de), 0.0) AS energy_joules{aggregates}
     FROM readings s
     LEFT JOIN tmp_ledger_holdings d
       ON d.gpu_hour = s.k - s.ts % 3600 AND s.ts >= d.start AND s.ts < d.stop AND d.shared = 0
     GROUP BY s.k - s.ts % 3600, d.allocation_id
 ) metered
 """
-_METERING_SQL = (
-    _METERING_SQL.replace("{activities}", "".join(f", {a}" for a in ACTIVITIES))
-    .replace("{scanned}", "".join(f", r.{a}_ratio AS {a}" for a in ACTIVITIES))
-    .replace("{no_activities}", "".join(f", CAST(NULL AS DOUBLE PRECISION) AS {a}" for a in ACTIVITIES))
-    .replace("{any_activity}", " OR ".join(f"s.{a} IS NOT NULL" for a in ACTIVITIES))
-    .replace(
-        "{activity_sums}",
-        "".join(f", COALESCE(SUM(s.{a}), 0.0) AS {a}_sum, COUNT(s.{a}) AS {a}_n" for a in ACTIVITIES),
-    )
-    .replace("{activity_columns}", "".join(f", {a}_sum, CAST({a}_n AS INTEGER) AS {a}_n" for a in ACTIVITIES))
-)
-_METERING = {
-    "sqlite": text(_METERING_SQL.replace("{per_gpu}", "r.gpu_id IN (SELECT id FROM gpus) AND ")),
-    "postgresql": text(_METERING_SQL.replace("{per_gpu}", "")),
+_CARRIED = "".join(f", {a}" for a in ACTIVITIES)
+_PROFILED_PARTS = {
+    "windowed_extra": f", 1 AS n{_CARRIED}",
+    "carried": _CARRIED,
+    "scanned": "".join(f", r.{a}_ratio AS {a}" for a in ACTIVITIES),
+    "firsts_extra": ", CAST(NULL AS INTEGER) AS n"
+    + "".join(f", CAST(NULL AS DOUBLE PRECISION) AS {a}" for a in ACTIVITIES),
+    "union_extra": f", n{_CARRIED}",
+    "aggregates": ", COUNT(s.n) AS readings, COUNT(CASE WHEN "
+    + " OR ".join(f"s.{a} IS NOT NULL" for a in ACTIVITIES)
+    + " THEN 1 END) AS profiled"
+    + "".join(f", COALESCE(SUM(s.{a}), 0.0) AS {a}_sum, COUNT(s.{a}) AS {a}_n" for a in ACTIVITIES),
+    "outer": ", CAST(readings AS INTEGER) AS readings, CAST(profiled AS INTEGER) AS profiled"
+    + "".join(f", {a}_sum, CAST({a}_n AS INTEGER) AS {a}_n" for a in ACTIVITIES),
 }
+_UNPROFILED_PARTS = dict.fromkeys(_PROFILED_PARTS, "") | {
+    "outer": ", CAST(0 AS INTEGER) AS readings, CAST(0 AS INTEGER) AS profiled"
+    + "".join(f", CAST(0 AS DOUBLE PRECISION) AS {a}_sum, CAST(0 AS INTEGER) AS {a}_n" for a in ACTIVITIES),
+}
+_PER_GPU = {"sqlite": "r.gpu_id IN (SELECT id FROM gpus) AND ", "postgresql": ""}
+
+
+def _metering_statement(dialect: str, parts: dict[str, str]) -> TextClause:
+    """The metering statement for ``dialect`` with its activity ``parts`` filled in."""
+    statement = _METERING_SQL.replace("{per_gpu}", _PER_GPU[dialect])
+    for name, part in parts.items():
+        statement = statement.replace("{" + name + "}", part)
+    return text(statement)
+
+
+_METERING = {
+    (dialect, profiled): _metering_statement(dialect, _PROFILED_PARTS if profiled else _UNPROFILED_PARTS)
+    for dialect in _PER_GPU
+    for profiled in (True, False)
+}
+"""The metering statement by (dialect, whether the chunk has profiled hours)."""
+_PROFILED = text("SELECT 1 FROM profiled_hours WHERE hour >= :h0 AND hour < :end LIMIT 1")
 
 # 4'. The same metering table from the segments metered in a TSDB (tsdb_gpu_metering)
 # instead of the readings: a segment lies in one hour and within one holding or none (its bounds are cut at every
@@ -440,13 +463,16 @@ def meter(connection: Connection, h0: int, end: int, *, from_tsdb: bool = False)
     """Step 4: create :data:`METERING_TABLE` (gpu_id, hour, allocation_id, samples, utilization_sum,
     energy_joules, readings, profiled, and ``<activity>_sum``, ``<activity>_n`` per :data:`ACTIVITIES`) from the
     readings of [h0, end), with energy increments from readings up to
-    :data:`ENERGY_LOOKBACK_SECONDS` before h0; ``from_tsdb``: from the segments of [h0, end) in
-    ``tsdb_gpu_metering`` instead (metered from a TSDB before the rebuild: :mod:`finops.ingest.tsdb_metering`)."""
+    :data:`ENERGY_LOOKBACK_SECONDS` before h0, and hardware activity only when an hour of [h0, end) is in
+    ``profiled_hours`` (else readings, profiled and the activity sums are 0); ``from_tsdb``: from the segments of
+    [h0, end) in ``tsdb_gpu_metering`` instead (metered from a TSDB before the rebuild:
+    :mod:`finops.ingest.tsdb_metering`)."""
     if from_tsdb:
         connection.execute(_TSDB_METERING, {"h0": h0, "end": end})
         return
+    profiled = connection.scalar(_PROFILED, {"h0": h0, "end": end}) is not None
     connection.execute(
-        _METERING[connection.dialect.name],
+        _METERING[connection.dialect.name, profiled],
         {"h0": h0, "end": end, "lookback": h0 - ENERGY_LOOKBACK_SECONDS, "gap": ENERGY_LOOKBACK_SECONDS},
     )
 

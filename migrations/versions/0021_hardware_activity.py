@@ -35,6 +35,11 @@ def upgrade() -> None:
     with op.batch_alter_table("gpu_samples") as batch:
         for name in ACTIVITIES:
             batch.add_column(sa.Column(f"{name}_ratio", sa.Float(), nullable=True))
+    op.create_table(
+        "profiled_hours",
+        sa.Column("hour", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("hour", name=op.f("pk_profiled_hours")),
+    )
     with op.batch_alter_table("ledger") as batch:
         batch.add_column(sa.Column("profiled_seconds", sa.Integer(), nullable=False, server_default="0"))
         for name in ACTIVITIES:
@@ -73,6 +78,7 @@ def downgrade() -> None:
         for name in reversed(ACTIVITIES):
             batch.drop_column(f"{name}_ratio")
         batch.drop_column("profiled_seconds")
+    op.drop_table("profiled_hours")
     with op.batch_alter_table("gpu_samples") as batch:
         for name in reversed(ACTIVITIES):
             batch.drop_column(f"{name}_ratio")
