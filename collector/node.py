@@ -15,7 +15,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, start_http_server
 
 from collector.agent import Agent, Annotate
-from collector.contract.sample import Source
+from collector.contract.sample import Closable, Source
 from collector.delivery import Delivery
 from collector.exposition import DeliveryStats, LatestSamples
 from collector.jobmap.mapper import JobMapper
@@ -102,7 +102,8 @@ def build_source(name: str, config: NodeConfig) -> Source:
 
 def run(config: NodeConfig, sources: Sequence[Source], stop: threading.Event, annotate: Annotate | None = None) -> None:
     """Serve ``/metrics``, start the sender thread and collect every interval until ``stop`` is set; then close the
-    connections to the service once the sender has stopped (within 5 s).
+    sources that hold resources (:class:`collector.contract.sample.Closable`) and, once the sender has stopped
+    (within 5 s), the connections to the service.
 
     ``annotate`` maps GPUs to jobs; default: :class:`JobMapper` over ``config.job_mapping_dir`` and the
     processes' cgroups under ``config.proc_root``.
@@ -128,6 +129,9 @@ def run(config: NodeConfig, sources: Sequence[Source], stop: threading.Event, an
         delivery.spool.pending_samples,
     )
     Agent(sources, latest, delivery.enqueue, config.interval_seconds, annotate).run(stop)
+    for source in sources:
+        if isinstance(source, Closable):
+            source.close()
     sender.join(timeout=5)
     if not sender.is_alive():
         delivery.shipper.close()

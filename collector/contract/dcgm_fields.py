@@ -3,7 +3,14 @@
 dcgm-exporter (NVIDIA/dcgm-exporter) names each series after its DCGM field (``DCGM_FI_DEV_POWER_USAGE``) in the
 field's own unit, as its counters CSV documents (``default-counters.csv``: W, MHz, °C, MiB, %, mJ, µs). The
 declarative :data:`FIELDS` table maps each field we use to our metric and scale; :data:`IGNORED` lists the
-default fields we deliberately do not map.
+fields dcgm-exporter may expose that we deliberately do not map.
+
+Hardware activity (profiling fields, ``DCGM_FI_PROF_*``; NVIDIA/DCGM ``dcgmlib/dcgm_fields.h``): DCGM 4.6 renamed
+the ratio fields 1001-1016 ``*_UTIL_RATIO`` (``DCGM_FI_PROF_SM_ACTIVE`` is now ``DCGM_FI_PROF_SM_UTIL_RATIO``) and
+keeps the old names as aliases; both names are in :data:`FIELDS`. DCGM 4.6 also added raw monotonic cycle counters
+(field ids 1084-1096, ``DCGM_FI_PROF_*_CYCLES_*_TOTAL``): :data:`CYCLE_COUNTERS` maps each active-cycles counter to
+its activity metric, whose mean between two scrapes is Δ active cycles / Δ :data:`SM_CYCLES_ELAPSED`
+(:mod:`collector.sources.dcgm_cycles`).
 
 GPU identity from dcgm-exporter's labels: ``gpu`` (index), ``UUID``, ``modelName``; for a MIG instance also
 ``GPU_I_PROFILE`` and ``GPU_I_ID`` (:func:`gpu_labels`). Job mapping: ``hpc_job``, else Kubernetes
@@ -57,6 +64,23 @@ FIELDS: dict[str, Field] = {
     "DCGM_FI_PROF_PIPE_FP64_ACTIVE": Field(m.GPU_FP64_ACTIVE, 1.0),  # ratio
     "DCGM_FI_PROF_PIPE_FP32_ACTIVE": Field(m.GPU_FP32_ACTIVE, 1.0),  # ratio
     "DCGM_FI_PROF_PIPE_FP16_ACTIVE": Field(m.GPU_FP16_ACTIVE, 1.0),  # ratio
+    "DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE": Field(m.GPU_TENSOR_HMMA_ACTIVE, 1.0),  # ratio
+    "DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE": Field(m.GPU_TENSOR_IMMA_ACTIVE, 1.0),  # ratio
+    "DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE": Field(m.GPU_TENSOR_DFMA_ACTIVE, 1.0),  # ratio
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": Field(m.GPU_NVLINK_RX_RATE, 1.0),  # bytes/s
+    "DCGM_FI_PROF_NVLINK_TX_BYTES": Field(m.GPU_NVLINK_TX_RATE, 1.0),  # bytes/s
+    # DCGM 4.6 names of the same fields (1001-1008, 1013-1015)
+    "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO": Field(m.GPU_GRAPHICS_ENGINE_ACTIVE, 1.0),
+    "DCGM_FI_PROF_SM_UTIL_RATIO": Field(m.GPU_SM_ACTIVE, 1.0),
+    "DCGM_FI_PROF_SM_OCCUPANCY_RATIO": Field(m.GPU_SM_OCCUPANCY, 1.0),
+    "DCGM_FI_PROF_TENSOR_UTIL_RATIO": Field(m.GPU_TENSOR_ACTIVE, 1.0),
+    "DCGM_FI_PROF_DRAM_UTIL_RATIO": Field(m.GPU_DRAM_ACTIVE, 1.0),
+    "DCGM_FI_PROF_FP64_UTIL_RATIO": Field(m.GPU_FP64_ACTIVE, 1.0),
+    "DCGM_FI_PROF_FP32_UTIL_RATIO": Field(m.GPU_FP32_ACTIVE, 1.0),
+    "DCGM_FI_PROF_FP16_UTIL_RATIO": Field(m.GPU_FP16_ACTIVE, 1.0),
+    "DCGM_FI_PROF_HMMA_UTIL_RATIO": Field(m.GPU_TENSOR_HMMA_ACTIVE, 1.0),
+    "DCGM_FI_PROF_IMMA_UTIL_RATIO": Field(m.GPU_TENSOR_IMMA_ACTIVE, 1.0),
+    "DCGM_FI_PROF_DFMA_UTIL_RATIO": Field(m.GPU_TENSOR_DFMA_ACTIVE, 1.0),
 }
 """DCGM field -> our metric and scale (field units: dcgm-exporter's counters CSV and the DCGM field reference)."""
 
@@ -72,9 +96,32 @@ IGNORED = frozenset(
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",  # per-lane counter sum without a stated unit
         "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
         "DCGM_FI_DRIVER_VERSION",  # a label, not a value
+        # DCGM 4.6 cumulative counters without a metric of ours
+        "DCGM_FI_PROF_DMMA_CYCLES_ACTIVE_TOTAL",  # FP64 matrix; DFMA is the FP64 tensor pipe we expose
+        "DCGM_FI_PROF_INT_CYCLES_ACTIVE_TOTAL",  # integer pipe
+        "DCGM_FI_PROF_PCIE_TX_BYTES_TOTAL",  # DCGM_FI_PROF_PCIE_TX_BYTES gives the rate
+        "DCGM_FI_PROF_PCIE_RX_BYTES_TOTAL",  # DCGM_FI_PROF_PCIE_RX_BYTES gives the rate
     }
 )
-"""dcgm-exporter's default fields we do not map, on purpose."""
+"""Fields dcgm-exporter may expose (its default counters, and DCGM 4.6 counters) that we do not map, on purpose.
+None of them is in :data:`FIELDS`, :data:`CYCLE_COUNTERS` or :data:`SM_CYCLES_ELAPSED`."""
+
+SM_CYCLES_ELAPSED = "DCGM_FI_PROF_SM_CYCLES_ELAPSED_TOTAL"
+"""Field 1084, SM cycles elapsed (a raw monotonic counter, DCGM 4.6): the denominator of every cycle mean."""
+
+CYCLE_COUNTERS: dict[str, str] = {
+    "DCGM_FI_PROF_SM_CYCLES_ACTIVE_TOTAL": m.GPU_SM_ACTIVE,  # 1085, SM cycles with at least one warp
+    "DCGM_FI_PROF_MMA_CYCLES_ACTIVE_TOTAL": m.GPU_TENSOR_ACTIVE,  # 1086, any tensor (MMA) pipe
+    "DCGM_FI_PROF_HMMA_CYCLES_ACTIVE_TOTAL": m.GPU_TENSOR_HMMA_ACTIVE,  # 1088
+    "DCGM_FI_PROF_IMMA_CYCLES_ACTIVE_TOTAL": m.GPU_TENSOR_IMMA_ACTIVE,  # 1089
+    "DCGM_FI_PROF_DFMA_CYCLES_ACTIVE_TOTAL": m.GPU_TENSOR_DFMA_ACTIVE,  # 1090
+    "DCGM_FI_PROF_FP64_CYCLES_ACTIVE_TOTAL": m.GPU_FP64_ACTIVE,  # 1094
+    "DCGM_FI_PROF_FP32_CYCLES_ACTIVE_TOTAL": m.GPU_FP32_ACTIVE,  # 1095
+    "DCGM_FI_PROF_FP16_CYCLES_ACTIVE_TOTAL": m.GPU_FP16_ACTIVE,  # 1096
+}
+"""DCGM 4.6 active-cycles counter -> the activity metric it gives as Δ counter / Δ :data:`SM_CYCLES_ELAPSED`
+between two scrapes (the exact mean over that interval; it wins over the same scrape's ratio field, which DCGM
+averages over its own sampling window). DRAM, SM occupancy and the graphics engine have no cycle counter."""
 
 
 def fill_memory_total(values: dict[str, float], free_mib: float | None) -> None:

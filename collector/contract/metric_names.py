@@ -38,6 +38,8 @@ GPU_PCIE_RX = "gpufinops_gpu_pcie_received_bytes_per_second"
 GPU_PCIE_TX = "gpufinops_gpu_pcie_transmitted_bytes_per_second"
 GPU_NVLINK_RX = "gpufinops_gpu_nvlink_received_bytes_total"
 GPU_NVLINK_TX = "gpufinops_gpu_nvlink_transmitted_bytes_total"
+GPU_NVLINK_RX_RATE = "gpufinops_gpu_nvlink_received_bytes_per_second"
+GPU_NVLINK_TX_RATE = "gpufinops_gpu_nvlink_transmitted_bytes_per_second"
 GPU_REMAPPED_CORRECTABLE = "gpufinops_gpu_remapped_rows_correctable"
 GPU_REMAPPED_UNCORRECTABLE = "gpufinops_gpu_remapped_rows_uncorrectable"
 GPU_REMAPPED_PENDING = "gpufinops_gpu_remapped_rows_pending"
@@ -46,6 +48,9 @@ GPU_UP = "gpufinops_gpu_up"
 GPU_SM_ACTIVE = "gpufinops_gpu_sm_active_ratio"
 GPU_SM_OCCUPANCY = "gpufinops_gpu_sm_occupancy_ratio"
 GPU_TENSOR_ACTIVE = "gpufinops_gpu_tensor_active_ratio"
+GPU_TENSOR_HMMA_ACTIVE = "gpufinops_gpu_tensor_hmma_active_ratio"
+GPU_TENSOR_IMMA_ACTIVE = "gpufinops_gpu_tensor_imma_active_ratio"
+GPU_TENSOR_DFMA_ACTIVE = "gpufinops_gpu_tensor_dfma_active_ratio"
 GPU_DRAM_ACTIVE = "gpufinops_gpu_dram_active_ratio"
 GPU_FP64_ACTIVE = "gpufinops_gpu_fp64_active_ratio"
 GPU_FP32_ACTIVE = "gpufinops_gpu_fp32_active_ratio"
@@ -120,9 +125,17 @@ SPECS: dict[str, MetricSpec] = {
             "Double-bit (uncorrected) ECC errors since the driver was loaded (NVML volatile ECC count; "
             "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL).",
         ),
-        MetricSpec(GPU_PCIE_RX, "gauge", "PCIe receive throughput, bytes/s (NVML PCIe throughput, KB/s x 1024)."),
         MetricSpec(
-            GPU_PCIE_TX, "gauge", "PCIe transmit throughput, bytes per second (NVML PCIe throughput, KB/s x 1024)."
+            GPU_PCIE_RX,
+            "gauge",
+            "PCIe receive throughput, bytes/s (NVML GPM PCIE_RX_PER_SEC, MiB/s x 2^20, mean over the cycle; else "
+            "NVML PCIe throughput, KB/s x 1024, a 20 ms sample; DCGM_FI_PROF_PCIE_RX_BYTES).",
+        ),
+        MetricSpec(
+            GPU_PCIE_TX,
+            "gauge",
+            "PCIe transmit throughput, bytes/s (NVML GPM PCIE_TX_PER_SEC, MiB/s x 2^20, mean over the cycle; else "
+            "NVML PCIe throughput, KB/s x 1024, a 20 ms sample; DCGM_FI_PROF_PCIE_TX_BYTES).",
         ),
         MetricSpec(
             GPU_NVLINK_RX, "counter", "NVLink data received over all links, bytes (NVML NVLink throughput, KiB x 1024)."
@@ -131,6 +144,18 @@ SPECS: dict[str, MetricSpec] = {
             GPU_NVLINK_TX,
             "counter",
             "NVLink data transmitted over all links, bytes (NVML NVLink throughput, KiB x 1024).",
+        ),
+        MetricSpec(
+            GPU_NVLINK_RX_RATE,
+            "gauge",
+            "NVLink receive throughput over all links, bytes/s, mean over the cycle "
+            "(NVML GPM NVLINK_TOTAL_RX_PER_SEC, MiB/s x 2^20; DCGM_FI_PROF_NVLINK_RX_BYTES).",
+        ),
+        MetricSpec(
+            GPU_NVLINK_TX_RATE,
+            "gauge",
+            "NVLink transmit throughput over all links, bytes/s, mean over the cycle "
+            "(NVML GPM NVLINK_TOTAL_TX_PER_SEC, MiB/s x 2^20; DCGM_FI_PROF_NVLINK_TX_BYTES).",
         ),
         MetricSpec(GPU_REMAPPED_CORRECTABLE, "gauge", "Rows remapped for correctable errors (NVML remapped rows)."),
         MetricSpec(GPU_REMAPPED_UNCORRECTABLE, "gauge", "Rows remapped for uncorrectable errors (NVML remapped rows)."),
@@ -154,6 +179,24 @@ SPECS: dict[str, MetricSpec] = {
             "gauge",
             "Fraction of cycles any tensor pipe was active, mean over the cycle "
             "(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE; NVML GPM ANY_TENSOR_UTIL / 100).",
+        ),
+        MetricSpec(
+            GPU_TENSOR_HMMA_ACTIVE,
+            "gauge",
+            "Fraction of cycles the HMMA (half-precision matrix) tensor pipe was active, mean over the cycle "
+            "(DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE; NVML GPM HMMA_TENSOR_UTIL / 100).",
+        ),
+        MetricSpec(
+            GPU_TENSOR_IMMA_ACTIVE,
+            "gauge",
+            "Fraction of cycles the IMMA (integer matrix) tensor pipe was active, mean over the cycle "
+            "(DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE; NVML GPM IMMA_TENSOR_UTIL / 100).",
+        ),
+        MetricSpec(
+            GPU_TENSOR_DFMA_ACTIVE,
+            "gauge",
+            "Fraction of cycles the DFMA (double-precision) tensor pipe was active, mean over the cycle "
+            "(DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE; NVML GPM DFMA_TENSOR_UTIL / 100).",
         ),
         MetricSpec(
             GPU_DRAM_ACTIVE,

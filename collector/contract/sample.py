@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,13 @@ class Source(Protocol):
     name: str
 
     def collect(self) -> list[Sample]: ...
+
+
+@runtime_checkable
+class Closable(Protocol):
+    """A source that holds resources until the collector stops (NVML and its GPM samples): ``close`` frees them."""
+
+    def close(self) -> None: ...
 
 
 def utc_now() -> datetime:

@@ -3,7 +3,13 @@
 dcgm-exporter (NVIDIA/dcgm-exporter) names each series after its DCGM field (``DCGM_FI_DEV_POWER_USAGE``) in the
 field's own unit, as its counters CSV documents (``default-counters.csv``: W, MHz, °C, MiB, %, mJ, µs). The
 declarative :data:`FIELDS` table maps each field we use to our metric and scale; :data:`IGNORED` lists the
-default fields we deliberately do not map. Anything else is ignored too (logged once at DEBUG).
+fields we deliberately do not map. Anything else is ignored too (logged once at DEBUG).
+
+Hardware activity: the profiling ratio fields (``DCGM_FI_PROF_SM_ACTIVE``, or its DCGM 4.6 name
+``DCGM_FI_PROF_SM_UTIL_RATIO``, ...) are DCGM's averages over its sampling window. Where the sidecar also exports
+DCGM 4.6's cycle counters (:data:`CYCLE_COUNTERS`, :data:`SM_CYCLES_ELAPSED`), the mean since the previous scrape
+(:class:`collector.sources.dcgm_cycles.CycleMeans`) replaces the ratio field's value; on the first scrape or after
+a counter reset the counters give nothing and the ratio field, if exported, stands.
 
 GPU identity from dcgm-exporter's labels: ``gpu`` (index), ``UUID``, ``modelName``; for a MIG instance also
 ``GPU_I_PROFILE`` and ``GPU_I_ID``. DCGM labels a MIG instance with its parent's UUID, so the instance's ``uuid``
@@ -24,8 +30,17 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.contract import metric_names as m
-from collector.contract.dcgm_fields import FIELDS, IGNORED, fill_memory_total, gpu_labels, job_of
+from collector.contract.dcgm_fields import (
+    CYCLE_COUNTERS,
+    FIELDS,
+    IGNORED,
+    SM_CYCLES_ELAPSED,
+    fill_memory_total,
+    gpu_labels,
+    job_of,
+)
 from collector.contract.sample import Sample, utc_now
+from collector.sources.dcgm_cycles import CycleMeans
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +70,7 @@ class DcgmSource:
         self._client = client or httpx.Client(timeout=timeout_seconds)
         self._clock = clock
         self._unmapped_logged: set[str] = set()
+        self._cycles: CycleMeans[tuple[str, str, str]] = CycleMeans()
 
     def collect(self) -> list[Sample]:
         """Samples of every GPU in the sidecar's current scrape."""
@@ -64,6 +80,7 @@ class DcgmSource:
         timestamp = self._clock()
         gpus: dict[tuple[str, str, str], tuple[dict[str, str], dict[str, float], str | None]] = {}
         free: dict[tuple[str, str, str], float] = {}
+        counters: dict[tuple[str, str, str], dict[str, float]] = {}
         seen_dcgm = False
         for name, labels, value in self._series(response.text):
             if not name.startswith("DCGM_FI_"):
@@ -77,6 +94,8 @@ class DcgmSource:
             field = FIELDS.get(name)
             if field is not None:
                 gpus[key][1][field.metric] = float(value) * field.scale
+            elif name in CYCLE_COUNTERS or name == SM_CYCLES_ELAPSED:
+                counters.setdefault(key, {})[name] = value
             elif name == "DCGM_FI_DEV_FB_FREE":
                 free[key] = value
             elif name not in IGNORED and name not in self._unmapped_logged:
@@ -84,6 +103,8 @@ class DcgmSource:
                 self._unmapped_logged.add(name)
         if not seen_dcgm:
             raise RuntimeError(f"{self.url}: no DCGM_FI_ series in the answer")
+        for key, means in self._cycles.update(counters).items():
+            gpus[key][1].update(means)
         samples = []
         for key, (labels, values, job) in gpus.items():
             fill_memory_total(values, free.get(key))

@@ -14,6 +14,7 @@ from typing import Any
 
 from collector.contract import metric_names as m
 from collector.contract.sample import Sample, utc_now
+from collector.sources.nvml_gpm import Gpm
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +162,15 @@ class NvmlSource:
     and unit conversion (NVML API reference), are listed on each reader in :data:`READERS`; every GPU that
     answered carries ``gpufinops_gpu_up`` = 1.
 
+    Hardware activity (Hopper or newer): NVML GPM (:class:`collector.sources.nvml_gpm.Gpm`) gives SM activity
+    and occupancy, tensor (any, HMMA, IMMA, DFMA), DRAM, FP64/FP32/FP16 and graphics-engine activity, PCIe and
+    NVLink rates, each the mean since the previous cycle (absent in the first); the GPM PCIe rates replace
+    nvmlDeviceGetPcieThroughput's 20 ms sample. GPUs without GPM are named once, at INFO, with the reason.
+
     MIG: when nvmlDeviceGetMigMode is enabled, each nvmlDeviceGetMigDeviceHandleByIndex device is a GPU sample
     with its own ``MIG-`` UUID, ``mig_profile`` from its name (``"NVIDIA H100 80GB HBM3 MIG 1g.10gb"`` ->
-    ``1g.10gb``), ``parent_uuid`` and the :data:`MIG_READERS` series.
+    ``1g.10gb``), ``parent_uuid``, the :data:`MIG_READERS` series and the GPM means of its GPU instance
+    (nvmlGpmMigSampleGet with nvmlDeviceGetGpuInstanceId; compute instances of one GPU instance share them).
 
     Processes (nvmlDeviceGetComputeRunningProcesses): labels ``gpu``, ``uuid`` (the MIG instance's UUID when the
     process's ``gpuInstanceId`` names one, else the GPU's) and ``pid``; values the process's device memory in
@@ -200,6 +207,7 @@ class NvmlSource:
         self._reinitialise = False
         self._known: dict[int, dict[str, str]] = {}
         self._last_seen: dict[str, int] = {}
+        self._gpm = Gpm(nvml, self._fatal_gpu_errors)
 
     def collect(self) -> list[Sample]:
         """Samples of every GPU, MIG instance and compute process; ``[]`` when this host has no NVIDIA driver."""
@@ -211,7 +219,13 @@ class NvmlSource:
         samples: list[Sample] = []
         for index in range(self._nvml.nvmlDeviceGetCount()):
             samples.extend(self._read_gpu(index, timestamp))
+        self._gpm.log_unsupported()
         return samples
+
+    def close(self) -> None:
+        """Free the GPM samples and shut NVML down (when the collector stops)."""
+        if self._initialised:
+            self._shutdown()
 
     def _initialise(self) -> bool:
         nvml = self._nvml
@@ -228,7 +242,9 @@ class NvmlSource:
         return True
 
     def _shutdown(self) -> None:
-        """Before re-initialising after a lost GPU: nvmlShutdown (its own failure is only logged)."""
+        """Before re-initialising after a lost GPU, and on :meth:`close`: free the GPM samples, then nvmlShutdown
+        (its own failure is only logged)."""
+        self._gpm.close()
         try:
             self._nvml.nvmlShutdown()
         except self._nvml.NVMLError as exc:
@@ -246,6 +262,7 @@ class NvmlSource:
             values: dict[str, float] = {m.GPU_UP: 1.0}
             for read in READERS:
                 values.update(self._read_field(read, handle, index))
+            values.update(self._gpm.gpu(handle, labels))
         except nvml.NVMLError as exc:
             log.warning("NVML GPU %d did not answer: %s (NVML error %d); gpu_up 0", index, exc, exc.value)
             if exc.value in self._fatal_gpu_errors:
@@ -275,6 +292,7 @@ class NvmlSource:
                 log.warning("NVML GPU %s: MIG mode unreadable: %s", parent["gpu"], exc)
             return []
         samples: list[tuple[Sample, int | None]] = []
+        activity: dict[int, dict[str, float]] = {}  # GPU instance id -> its GPM means, read once per cycle
         for position in range(count):
             try:
                 mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, position)
@@ -288,8 +306,13 @@ class NvmlSource:
             values: dict[str, float] = {m.GPU_UP: 1.0}
             for read in MIG_READERS:
                 values.update(self._read_field(read, mig, int(parent["gpu"])))
+            instance = self._gpu_instance_id(mig)
+            if instance is not None:
+                if instance not in activity:
+                    activity[instance] = self._gpm.gpu_instance(handle, parent, instance)
+                values.update(activity[instance])
             sample = Sample(entity="gpu", labels=labels, values=values, timestamp=timestamp)
-            samples.append((sample, self._gpu_instance_id(mig)))
+            samples.append((sample, instance))
         return samples
 
     def _gpu_instance_id(self, mig: Any) -> int | None:

@@ -41,6 +41,11 @@ the records stamped after ``lastSeenTimeStamp`` and up to the fake's clock, and 
 are none. A fake built without a pmon section answers NVML_ERROR_NOT_SUPPORTED. The records carry only the
 fields the source reads and the capture gives for such lines: no ``encUtil``/``decUtil``.
 
+GPM (nvmlGpmQueryDeviceSupport, nvmlGpmSampleAlloc/Free, nvmlGpmSampleGet, nvmlGpmMigSampleGet,
+nvmlGpmMetricsGet) comes from :class:`tests.support.fake_pynvml_gpm.FakeGpm`, with nvidia-ml-py's structures, metric
+ids and return codes. Its values are WRITTEN BY HAND (no public capture of NVML GPM output exists): the tests set
+``gpm``; without it the fake's driver has no GPM (NVMLError_FunctionNotFound).
+
 Constants (``NVML_ERROR_*``, ``NVML_TEMPERATURE_GPU``, ``NVML_CLOCK_SM``, ``nvmlMemory_v2``) and the
 ``NVMLError`` class are the real ones from ``pynvml``, so ``NVMLError(code)`` is the same subclass real NVML
 raises. Errors can be injected: ``init_error`` (raised by ``nvmlInit``), ``gpu_errors`` (index -> code raised
@@ -51,6 +56,7 @@ by every call on that GPU, handle included), ``call_errors`` ((index, function n
 from __future__ import annotations
 
 import csv
+import ctypes
 import io
 import re
 from collections.abc import Callable
@@ -60,6 +66,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pynvml
+
+from tests.support.fake_pynvml_gpm import FakeGpm, GpmPhase, GpmTarget
 
 CAPTURES = Path("nvidia-smi-captures")
 """The captures' folder, relative to the shared data folder."""
@@ -191,11 +199,12 @@ class FakeMigHandle:
     device: MigDevice
 
 
-class FakeNvml:
+class FakeNvml(FakeGpm):
     """The module-like fake: GPU ``i`` answers from ``gpus[i]`` (a :func:`query_gpu_rows` row)."""
 
     NVMLError = pynvml.NVMLError
     nvmlMemory_v2 = pynvml.nvmlMemory_v2
+    c_nvmlGpmMetricsGet_t = pynvml.c_nvmlGpmMetricsGet_t
 
     def __getattr__(self, name: str) -> int:
         """The real ``NVML_*`` constants (error codes, clock types, policies, field ids)."""
@@ -222,6 +231,8 @@ class FakeNvml:
         self.gpu_errors: dict[int, int] = {}
         self.call_errors: dict[tuple[int, str], int] = {}
         self.missing_functions: set[str] = set()
+        self.gpm: dict[GpmTarget, list[GpmPhase]] | None = None
+        self.gpm_samples: dict[int, tuple[ctypes.c_uint64, tuple[GpmTarget, float] | None]] = {}
 
     # --- library ---------------------------------------------------------------------------------------------
 
