@@ -12,7 +12,11 @@ already a ratio, see :data:`UTILIZATION_FIELDS`), DCGM_FI_DEV_MEM_COPY_UTIL % �
 bytes, DCGM_FI_DEV_POWER_USAGE W, DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION mJ (a counter since boot, as the CSV says) → J,
 DCGM_FI_DEV_GPU_TEMP °C, DCGM_FI_DEV_SM_CLOCK MHz → Hz, DCGM_FI_DEV_CLOCKS_EVENT_REASONS (or its pre-3.3 name
 DCGM_FI_DEV_CLOCK_THROTTLE_REASONS) bitmask; DCGM_FI_DEV_FB_TOTAL, or FB_USED + FB_FREE, MiB → the inventory's
-memory size.
+memory size; and the hardware activity (:data:`ACTIVITY_METRICS`), from every profiling field the table maps to
+one, ratios 0..1: DCGM_FI_PROF_SM_ACTIVE, SM_OCCUPANCY, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE, PIPE_FP64/FP32/FP16_ACTIVE
+and GR_ENGINE_ACTIVE (also the utilisation fallback: it fills both). Where two fields give one value (a field and its
+other name) the first in the table's order present counts. A field the exporter does not export (dcgm-exporter's
+``default-counters.csv`` leaves SM activity and occupancy and the FP pipes out) leaves its value null, never 0.
 
 Sampling: a range query evaluates every series at ``first, first + step, …, last``; each value is the newest
 scraped sample at or before that instant (within Prometheus' lookback, 5 minutes by default). The instants are

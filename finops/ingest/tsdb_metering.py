@@ -11,11 +11,14 @@ every start and end of an allocation of the GPU, so that each holding of the hou
 
 Terms. An hour is asked as terms, one per segment: the whole hour (clipped), for every GPU at once (no UUID matcher:
 most GPU-hours are not cut), and each segment cut inside the hour for the GPUs cut there only (a matcher on their
-UUID label, :func:`uuid_matcher`, in groups of at most half a query: :func:`uuid_groups`). Per value below, an
-hour's terms are tagged with their index (``label_replace`` into :data:`SEGMENT_LABEL`) and joined by ``or`` into
-as few instant queries of at most :data:`MAX_QUERY_CHARS` characters as they fit in (:func:`packed`), each
-evaluated at its latest segment end, every term at its own ``@`` instant. So the series the TSDB reads and answers
-grow with the GPUs and their segments, and the queries with the text that names them, not with GPUs × bounds.
+UUID label, :func:`uuid_matcher`, in groups of at most half a query: :func:`uuid_groups`). Each value below of each
+term is an ask; an hour's asks are tagged with their index (``label_replace`` into :data:`SEGMENT_LABEL`) and joined
+by ``or`` into as few instant queries of at most :data:`MAX_QUERY_CHARS` characters as they fit in (:func:`packed`;
+values of different fields share a query), each evaluated at its latest segment end, every ask at its own ``@``
+instant, in two rounds: first what needs nothing else, then what depends on it (the energy counter's further
+values for the terms where it has readings; each activity field's values for the GPUs that have it in the hour). So
+the series the TSDB reads and answers grow with the GPUs and their segments, and the queries with the text that
+names them, not with GPUs × bounds.
 
 Queries (PromQL, Prometheus documentation "Query functions"; MetricsQL answers them the same), for a segment
 [a, b) evaluated with the ``@`` modifier at ``b − 1 ms`` over a range of ``b − a``: a window that holds the
@@ -25,6 +28,14 @@ thus counts in the second its time falls in, fraction dropped, as the database s
 
 - utilisation: ``count_over_time`` and ``sum_over_time`` of the utilisation field (× its scale to a ratio);
 - memory: ``max_over_time`` of ``DCGM_FI_DEV_FB_USED`` (MiB → bytes);
+- hardware activity, per activity field (:data:`ACTIVITY_FIELDS`: DCGM_FI_PROF_SM_ACTIVE, SM_OCCUPANCY,
+  PIPE_TENSOR_ACTIVE, DRAM_ACTIVE, PIPE_FP64/FP32/FP16_ACTIVE, GR_ENGINE_ACTIVE, ratios): first its
+  ``count_over_time`` over the whole hour for every GPU, which finds the GPUs that have it (a field no GPU exports
+  costs that one ask an hour); then, for those GPUs only, its ``count_over_time`` and ``sum_over_time`` per segment,
+  the readings sampled as the utilisation's are. Of an activity with several fields, the first with readings in the
+  segment counts. ``profiled`` (readings with a profiling field) is the most readings of one activity and
+  ``readings`` the larger of that and the utilisation's: exact where the fields are read together, as one
+  dcgm-exporter scrape stamps them all; a GPU exporting every field has ``readings`` = ``samples``;
 - energy (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``, a counter in mJ → J): the ledger's rule sums the increments
   between consecutive readings that end in [a, b). For a counter without a reset that is the last value in
   [a, b) (``max_over_time``) less the last one before a within an hour (``last_over_time`` over [a − 1 h, a)), or,
