@@ -76,7 +76,7 @@ from finops.db.hours import mark_hours_dirty  # noqa: E402
 from finops.db.models import Allocation, Gpu, Job, LedgerEntry, Node, Team, TsdbGpuMetering  # noqa: E402
 from finops.ingest.prometheus import PrometheusClient  # noqa: E402
 from finops.ingest.prometheus_pull import PullOptions  # noqa: E402
-from finops.ingest.tsdb_metering import ENERGY_FIELD, MEMORY_FIELD  # noqa: E402
+from finops.ingest.tsdb_metering import ACTIVITY_FIELDS, ENERGY_FIELD, MEMORY_FIELD  # noqa: E402
 from finops.ingest.tsdb_source import TsdbTelemetry  # noqa: E402
 from finops.ledger.rollup import rollup  # noqa: E402
 from finops.service.scheduler import run_rollup  # noqa: E402
@@ -125,9 +125,12 @@ def node_jobs(rng: np.random.Generator, first: int, last: int, job_hours: float)
     return jobs
 
 
-def node_series(rng: np.random.Generator, jobs: list[NodeJob], times: np.ndarray) -> dict[str, np.ndarray]:
-    """Each field's values (dcgm-exporter's units, whole numbers) of a node's 8 GPUs at ``times`` (epoch seconds):
-    (8, len(times)) arrays by field name."""
+def node_series(
+    rng: np.random.Generator, jobs: list[NodeJob], times: np.ndarray, activity: Sequence[str] = ()
+) -> dict[str, np.ndarray]:
+    """Each field's values (dcgm-exporter's units, whole numbers; the ``activity`` fields' ratios to 6 decimals, a
+    share of the utilisation of each field's own) of a node's 8 GPUs at ``times`` (epoch seconds): (8, len(times))
+    arrays by field name."""
     shape = (GPUS_PER_NODE, len(times))
     utilization, memory = np.zeros(shape), np.zeros(shape)
     for job in jobs:
@@ -139,11 +142,25 @@ def node_series(rng: np.random.Generator, jobs: list[NodeJob], times: np.ndarray
     power = np.where(memory > 0, 90 + 5.5 * utilization + rng.normal(0, 15, shape), 62 + rng.normal(0, 2, shape))
     increments = np.rint(power * INTERVAL_SECONDS * 1000).astype(np.int64)
     energy = rng.integers(10**10, 10**12, (GPUS_PER_NODE, 1)) + np.cumsum(increments, axis=1)
+    ratios = {
+        name: np.round(utilization / 100 * (0.3 + 0.7 * (number + 1) / len(activity)), 6)
+        for number, name in enumerate(activity)
+    }
     return {
         UTILIZATION_FIELD: utilization.astype(np.int64),
         ENERGY_FIELD: energy,
         MEMORY_FIELD: memory.astype(np.int64),
+        **ratios,
     }
+
+
+ACTIVITY_SETS: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "default": ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE"),
+    "all": tuple(names[0] for names in ACTIVITY_FIELDS.values()),
+}
+"""``--activity``: the profiling fields each GPU exports (``default``: those dcgm-exporter's ``default-counters.csv``
+enables)."""
 
 
 def node_name(n: int) -> str:
@@ -207,7 +224,9 @@ def disk_bytes(path: Path) -> int:
     return total
 
 
-def import_day(url: str, pid: int, gpus: int, start: int, end: int, job_hours: float) -> dict[str, list[NodeJob]]:
+def import_day(
+    url: str, pid: int, gpus: int, start: int, end: int, job_hours: float, activity: Sequence[str] = ()
+) -> dict[str, list[NodeJob]]:
     """Part 1 of the module: the fleet's readings of [start, end) into VictoriaMetrics, flushed; prints it. Returns
     each node's jobs."""
     rng = np.random.default_rng(7)
@@ -225,7 +244,7 @@ def import_day(url: str, pid: int, gpus: int, start: int, end: int, job_hours: f
             for n in range(first, min(first + NODES_PER_REQUEST, nodes)):
                 phase = n % INTERVAL_SECONDS
                 jobs[node_name(n)] = node_jobs(rng, start, end, job_hours)
-                series = node_series(rng, jobs[node_name(n)], start + phase + offsets)
+                series = node_series(rng, jobs[node_name(n)], start + phase + offsets, activity)
                 parts.append(import_body(n, series, stamps[phase]))
             body = b"".join(parts)
             sent += len(body)
@@ -236,9 +255,10 @@ def import_day(url: str, pid: int, gpus: int, start: int, end: int, job_hours: f
             pending.result().raise_for_status()
         http.get("/internal/force_flush").raise_for_status()
     elapsed, vm_cpu, own_cpu = time.perf_counter() - began, _cpu_seconds(pid) - vm_cpu, time.process_time() - own_cpu
-    samples = nodes * GPUS_PER_NODE * cycles * 3
+    fields = 3 + len(activity)
+    samples = nodes * GPUS_PER_NODE * cycles * fields
     print(f"import: {nodes * GPUS_PER_NODE:,} GPUs × {(end - start) / HOUR:g} h at {INTERVAL_SECONDS} s = "
-          f"{samples // 3:,} readings, {samples:,} samples ({sent / 2**30:.2f} GiB of JSON lines, "
+          f"{samples // fields:,} readings, {samples:,} samples ({sent / 2**30:.2f} GiB of JSON lines, "
           f"{-(-nodes // NODES_PER_REQUEST):,} requests)")  # fmt: skip
     print(f"  {elapsed:.0f} s = {samples / elapsed:,.0f} samples/s with the generation beside it; "
           f"VictoriaMetrics CPU {vm_cpu:.0f} s = {vm_cpu / samples * 1e6:.2f} µs per sample; generator CPU "
@@ -450,6 +470,12 @@ def main() -> None:
         default=list(PARTS),
         help="what is measured after the import (none: the import and storage only)",
     )
+    parser.add_argument(
+        "--activity",
+        choices=list(ACTIVITY_SETS),
+        default="none",
+        help="profiling fields each GPU exports besides: none, dcgm-exporter's default three, or all eight",
+    )
     parser.add_argument("--victoria-metrics", default="/usr/bin/victoria-metrics", help="VictoriaMetrics' binary")
     args = parser.parse_args()
     if args.hours < 2:
@@ -466,7 +492,7 @@ def main() -> None:
     start = end - args.hours * HOUR
     with tempfile.TemporaryDirectory(prefix="tsdb-day-") as workdir, \
             victoria_metrics(args.victoria_metrics, Path(workdir)) as (url, pid):  # fmt: skip
-        jobs = import_day(url, pid, args.gpus, start, end, args.job_hours)
+        jobs = import_day(url, pid, args.gpus, start, end, args.job_hours, ACTIVITY_SETS[args.activity])
         storage(url, pid, Path(workdir) / "data", len(jobs) * GPUS_PER_NODE * args.hours / 24)
         if args.parts:
             metering(args.database_url, Counted(url, pid), jobs, start, end, args.parts, args.repeat)

@@ -12,7 +12,11 @@ already a ratio, see :data:`UTILIZATION_FIELDS`), DCGM_FI_DEV_MEM_COPY_UTIL % �
 bytes, DCGM_FI_DEV_POWER_USAGE W, DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION mJ (a counter since boot, as the CSV says) → J,
 DCGM_FI_DEV_GPU_TEMP °C, DCGM_FI_DEV_SM_CLOCK MHz → Hz, DCGM_FI_DEV_CLOCKS_EVENT_REASONS (or its pre-3.3 name
 DCGM_FI_DEV_CLOCK_THROTTLE_REASONS) bitmask; DCGM_FI_DEV_FB_TOTAL, or FB_USED + FB_FREE, MiB → the inventory's
-memory size.
+memory size; and the hardware activity (:data:`ACTIVITY_METRICS`), from every profiling field the table maps to
+one, ratios 0..1: DCGM_FI_PROF_SM_ACTIVE, SM_OCCUPANCY, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE, PIPE_FP64/FP32/FP16_ACTIVE
+and GR_ENGINE_ACTIVE (also the utilisation fallback: it fills both). Where two fields give one value (a field and its
+other name) the first in the table's order present counts. A field the exporter does not export (dcgm-exporter's
+``default-counters.csv`` leaves SM activity and occupancy and the FP pipes out) leaves its value null, never 0.
 
 Sampling: a range query evaluates every series at ``first, first + step, …, last``; each value is the newest
 scraped sample at or before that instant (within Prometheus' lookback, 5 minutes by default). The instants are
@@ -74,6 +78,19 @@ UTILIZATION_FIELDS: dict[str, Field] = {
 
 FB_FREE = "DCGM_FI_DEV_FB_FREE"
 
+ACTIVITY_METRICS: dict[str, str] = {
+    m.GPU_SM_ACTIVE: "sm_active",
+    m.GPU_SM_OCCUPANCY: "sm_occupancy",
+    m.GPU_TENSOR_ACTIVE: "tensor_active",
+    m.GPU_DRAM_ACTIVE: "dram_active",
+    m.GPU_FP64_ACTIVE: "fp64_active",
+    m.GPU_FP32_ACTIVE: "fp32_active",
+    m.GPU_FP16_ACTIVE: "fp16_active",
+    m.GPU_GRAPHICS_ENGINE_ACTIVE: "graphics_engine_active",
+}
+"""Our hardware activity metrics (ratios 0..1) → the activity's name (the reading field
+:data:`collector.contract.wire.ACTIVITY_COLUMNS` without ``_ratio``)."""
+
 
 _STORED_METRICS = frozenset(
     {
@@ -85,13 +102,15 @@ _STORED_METRICS = frozenset(
         m.GPU_TEMPERATURE,
         m.GPU_SM_CLOCK,
         m.GPU_CLOCKS_EVENT_REASONS,
+        *ACTIVITY_METRICS,
     }
 )
 
 
 VALUE_FIELDS: tuple[str, ...] = (*(name for name, spec in FIELDS.items() if spec.metric in _STORED_METRICS), FB_FREE)
-"""DCGM fields pulled besides utilisation: every field whose value the ingest wire format carries, the memory
-size fields for the inventory, and FB_FREE (memory size = FB_USED + FB_FREE when FB_TOTAL is not exported)."""
+"""DCGM fields pulled besides utilisation: every field whose value the ingest wire format carries (the hardware
+activity fields among them, :data:`ACTIVITY_METRICS`), the memory size fields for the inventory, and FB_FREE (memory
+size = FB_USED + FB_FREE when FB_TOTAL is not exported)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +145,8 @@ class PullOptions:
 
     @property
     def dcgm_fields(self) -> tuple[str, ...]:
-        """Every DCGM field pulled: the utilisation fields, then :data:`VALUE_FIELDS`."""
-        return (*self.utilization_fields, *VALUE_FIELDS)
+        """Every DCGM field pulled, once: the utilisation fields, then :data:`VALUE_FIELDS`."""
+        return tuple(dict.fromkeys((*self.utilization_fields, *VALUE_FIELDS)))
 
     def query(self, dcgm_field: str) -> str:
         """The PromQL selector of one field: ``DCGM_FI_DEV_GPU_UTIL{cluster="a"}``."""
@@ -246,12 +265,14 @@ def pull_chunk(client: PrometheusClient, first: int, last: int, options: PullOpt
 
 def reading_values(raw: Mapping[str, float], utilization_fields: tuple[str, ...]) -> dict[str, float]:
     """Our metrics in base units (:mod:`collector.contract.metric_names`) from one GPU's DCGM field values at one
-    instant, scaled by the collector's field table; utilisation from the first of ``utilization_fields`` present."""
+    instant, scaled by the collector's field table (where several fields give one metric, as a field and its
+    older name, the first of ``raw`` present); utilisation from the first of ``utilization_fields`` present. A
+    metric none of whose fields is in ``raw`` is absent (stored as null), never 0."""
     values: dict[str, float] = {}
     for name, value in raw.items():
         spec = FIELDS.get(name)
         if spec is not None and spec.metric != m.GPU_UTILIZATION:
-            values[spec.metric] = value * spec.scale
+            values.setdefault(spec.metric, value * spec.scale)
     for name in utilization_fields:
         if name in raw:
             values[m.GPU_UTILIZATION] = raw[name] * UTILIZATION_FIELDS[name].scale

@@ -11,11 +11,14 @@ every start and end of an allocation of the GPU, so that each holding of the hou
 
 Terms. An hour is asked as terms, one per segment: the whole hour (clipped), for every GPU at once (no UUID matcher:
 most GPU-hours are not cut), and each segment cut inside the hour for the GPUs cut there only (a matcher on their
-UUID label, :func:`uuid_matcher`, in groups of at most half a query: :func:`uuid_groups`). Per value below, an
-hour's terms are tagged with their index (``label_replace`` into :data:`SEGMENT_LABEL`) and joined by ``or`` into
-as few instant queries of at most :data:`MAX_QUERY_CHARS` characters as they fit in (:func:`packed`), each
-evaluated at its latest segment end, every term at its own ``@`` instant. So the series the TSDB reads and answers
-grow with the GPUs and their segments, and the queries with the text that names them, not with GPUs × bounds.
+UUID label, :func:`uuid_matcher`, in groups of at most half a query: :func:`uuid_groups`). Each value below of each
+term is an ask; an hour's asks are tagged with their index (``label_replace`` into :data:`SEGMENT_LABEL`) and joined
+by ``or`` into as few instant queries of at most :data:`MAX_QUERY_CHARS` characters as they fit in (:func:`packed`;
+values of different fields share a query), each evaluated at its latest segment end, every ask at its own ``@``
+instant, in two rounds: first what needs nothing else, then what depends on it (the energy counter's further
+values for the terms where it has readings; each activity field's values for the GPUs that have it in the hour). So
+the series the TSDB reads and answers grow with the GPUs and their segments, and the queries with the text that
+names them, not with GPUs × bounds.
 
 Queries (PromQL, Prometheus documentation "Query functions"; MetricsQL answers them the same), for a segment
 [a, b) evaluated with the ``@`` modifier at ``b − 1 ms`` over a range of ``b − a``: a window that holds the
@@ -25,6 +28,14 @@ thus counts in the second its time falls in, fraction dropped, as the database s
 
 - utilisation: ``count_over_time`` and ``sum_over_time`` of the utilisation field (× its scale to a ratio);
 - memory: ``max_over_time`` of ``DCGM_FI_DEV_FB_USED`` (MiB → bytes);
+- hardware activity, per activity field (:data:`ACTIVITY_FIELDS`: DCGM_FI_PROF_SM_ACTIVE, SM_OCCUPANCY,
+  PIPE_TENSOR_ACTIVE, DRAM_ACTIVE, PIPE_FP64/FP32/FP16_ACTIVE, GR_ENGINE_ACTIVE, ratios): first its
+  ``count_over_time`` over the whole hour for every GPU, which finds the GPUs that have it (a field no GPU exports
+  costs that one ask an hour); then, for those GPUs only, its ``count_over_time`` and ``sum_over_time`` per segment,
+  the readings sampled as the utilisation's are. Of an activity with several fields, the first with readings in the
+  segment counts. ``profiled`` (readings with a profiling field) is the most readings of one activity and
+  ``readings`` the larger of that and the utilisation's: exact where the fields are read together, as one
+  dcgm-exporter scrape stamps them all; a GPU exporting every field has ``readings`` = ``samples``;
 - energy (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``, a counter in mJ → J): the ledger's rule sums the increments
   between consecutive readings that end in [a, b). For a counter without a reset that is the last value in
   [a, b) (``max_over_time``) less the last one before a within an hour (``last_over_time`` over [a − 1 h, a)), or,
@@ -49,7 +60,8 @@ from sqlalchemy.orm import Session
 from collector.contract.dcgm_fields import FIELDS
 from finops.db.models import Allocation, Gpu, TsdbGpuMetering
 from finops.ingest.prometheus import PrometheusClient, RangeSeries, promql_string, selector_matchers
-from finops.ingest.prometheus_pull import UTILIZATION_FIELDS, PullOptions
+from finops.ingest.prometheus_pull import ACTIVITY_METRICS, UTILIZATION_FIELDS, PullOptions
+from finops.ledger.sql import ACTIVITIES
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
 ENERGY_FIELD = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
@@ -57,6 +69,12 @@ MEMORY_FIELD = "DCGM_FI_DEV_FB_USED"
 ENERGY_GAP_SECONDS = HOUR
 """As the direct path's :data:`finops.ledger.sql.ENERGY_LOOKBACK_SECONDS`: an increment from a reading more than an
 hour older is left out."""
+ACTIVITY_FIELDS: dict[str, tuple[str, ...]] = {
+    activity: tuple(name for name, spec in FIELDS.items() if ACTIVITY_METRICS.get(spec.metric) == activity)
+    for activity in ACTIVITIES
+}
+"""Per hardware activity (:data:`finops.ledger.sql.ACTIVITIES`), the DCGM fields that give it
+(:data:`collector.contract.dcgm_fields.FIELDS`; several where a field has another name), in order of preference."""
 MAX_QUERY_CHARS = 4096
 """Most characters of one PromQL query the metering packs (see the module documentation; a single term longer than
 that is sent alone). Queries go in the URL of a GET: 4 KiB of PromQL stays, URL-encoded, within the 8 KiB request
@@ -143,6 +161,17 @@ class _Segment:
     energy_joules: float = 0.0
     memory_max_bytes: int | None = None
     seen: bool = False
+    activity: dict[str, tuple[float, int]] = field(default_factory=dict)  # activity → (Σ ratio, readings)
+
+    @property
+    def profiled(self) -> int:
+        """Readings with a profiling field: the most readings of one activity (they are read together)."""
+        return max((n for _, n in self.activity.values()), default=0)
+
+    @property
+    def readings(self) -> int:
+        """Readings with a utilisation or a profiling field."""
+        return max(self.samples, self.profiled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +185,19 @@ class _Term:
 
 Expression = Callable[[str, int, int], str]
 """A metering query of one term: (series selector, a, b) → PromQL."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    """One value asked of the TSDB: ``expression`` of ``dcgm_field``'s series over ``term``."""
+
+    dcgm_field: str
+    expression: Expression
+    term: _Term
+
+
+Answers = dict[_Ask, dict[int, float]]
+"""Per :class:`_Ask`, its value per known GPU (``gpus.id``) that has a series in it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +260,7 @@ class TsdbMeter:
                 if (a, b) != (hour, hi)
                 for group in uuid_groups(uuids)
             ]
-            found = self._meter(terms, by_uuid)
+            found = self._meter(terms, _Term(hour, hi), by_uuid)
             for (a, b), uuids in sorted(segments.items()):
                 for uuid in uuids:
                     metered = found.get((a, b), {}).get(by_uuid[uuid])
@@ -232,70 +274,104 @@ class TsdbMeter:
                                 "utilization_sum": metered.utilization_sum,
                                 "energy_joules": metered.energy_joules,
                                 "memory_max_bytes": metered.memory_max_bytes,
+                                "readings": metered.readings,
+                                "profiled": metered.profiled,
+                                **{
+                                    f"{activity}_{part}": value
+                                    for activity in ACTIVITIES
+                                    for part, value in zip(
+                                        ("sum", "n"), metered.activity.get(activity, (0.0, 0)), strict=True
+                                    )
+                                },
                             }
                         )
         if rows:
             session.execute(insert(TsdbGpuMetering), rows)
         return len(rows)
 
-    def _meter(self, terms: Sequence[_Term], by_uuid: dict[str, int]) -> dict[tuple[int, int], dict[int, _Segment]]:
-        """The metering of each of ``terms``' segments per known GPU that has a series in it."""
-        found: dict[tuple[int, int], dict[int, _Segment]] = defaultdict(lambda: defaultdict(_Segment))
+    def _meter(
+        self, terms: Sequence[_Term], whole: _Term, by_uuid: dict[str, int]
+    ) -> dict[tuple[int, int], dict[int, _Segment]]:
+        """The metering of each of ``terms``' segments per known GPU that has a series in it; ``whole``: the
+        (clipped) hour the terms lie in, for every GPU.
+
+        Two rounds of queries. First, per term, the utilisation's count and sum, the memory's and the energy
+        counter's most; and per activity field the count over ``whole`` for every GPU, which tells the GPUs that
+        have the field in the hour. Then, for the terms with an energy counter, its least, last before and resets;
+        and per activity field the GPUs that have it: its count and sum over each term, naming only those GPUs
+        (a field no GPU exports costs no second-round query)."""
+        if not terms:
+            return {}
         utilization_field = self.options.utilization_fields[0]
+        fields = [name for names in ACTIVITY_FIELDS.values() for name in names]
+        kinds = ((utilization_field, _COUNT), (utilization_field, _SUM), (MEMORY_FIELD, _MAX), (ENERGY_FIELD, _MAX))
+        first = [_Ask(dcgm_field, expression, term) for term in terms for dcgm_field, expression in kinds]
+        got = self._answers([*first, *(_Ask(name, _COUNT, whole) for name in fields)], by_uuid)
+        present = {name: set(got[_Ask(name, _COUNT, whole)]) for name in fields}
+        energy_terms = [term for term in terms if got[_Ask(ENERGY_FIELD, _MAX, term)]]
+        activity_terms = {
+            name: _narrowed(terms, {u for u, g in by_uuid.items() if g in present[name]}) for name in fields
+        }
+        second = [_Ask(ENERGY_FIELD, e, term) for term in energy_terms for e in (_MIN, _last_before, _resets)]
+        second += [_Ask(n, e, term) for n, kept in activity_terms.items() for term in kept for e in (_COUNT, _SUM)]
+        got.update(self._answers([ask for ask in dict.fromkeys(second) if ask not in got], by_uuid))
+
+        found: dict[tuple[int, int], dict[int, _Segment]] = defaultdict(lambda: defaultdict(_Segment))
         scale = UTILIZATION_FIELDS[utilization_field].scale
-        for (a, b), count in self._ask(terms, utilization_field, _over_time("count"), by_uuid).items():
-            for gpu_id, value in count.items():
-                found[a, b][gpu_id].samples = round(value)
-                found[a, b][gpu_id].seen = True
-        for (a, b), total in self._ask(terms, utilization_field, _over_time("sum"), by_uuid).items():
-            for gpu_id, value in total.items():
-                found[a, b][gpu_id].utilization_sum = value * scale
-        for (a, b), most in self._ask(terms, MEMORY_FIELD, _over_time("max"), by_uuid).items():
-            for gpu_id, value in most.items():
-                found[a, b][gpu_id].memory_max_bytes = round(value * FIELDS[MEMORY_FIELD].scale)
-                found[a, b][gpu_id].seen = True
-        lasts = self._ask(terms, ENERGY_FIELD, _over_time("max"), by_uuid)
-        energy_terms = [term for term in terms if lasts.get((term.a, term.b))]
-        if not energy_terms:
-            return found
-        firsts = self._ask(energy_terms, ENERGY_FIELD, _over_time("min"), by_uuid)
-        before = self._ask(energy_terms, ENERGY_FIELD, _last_before, by_uuid)
-        resets = self._ask(energy_terms, ENERGY_FIELD, _resets, by_uuid)
+        for term in terms:
+            segment = found[term.a, term.b]
+            for gpu_id, value in got[_Ask(utilization_field, _COUNT, term)].items():
+                segment[gpu_id].samples = round(value)
+                segment[gpu_id].seen = True
+            for gpu_id, value in got[_Ask(utilization_field, _SUM, term)].items():
+                segment[gpu_id].utilization_sum = value * scale
+            for gpu_id, value in got[_Ask(MEMORY_FIELD, _MAX, term)].items():
+                segment[gpu_id].memory_max_bytes = round(value * FIELDS[MEMORY_FIELD].scale)
+                segment[gpu_id].seen = True
+        for activity, names in ACTIVITY_FIELDS.items():
+            for name in names:  # the first field of the activity with readings in the segment
+                for term in activity_terms[name]:
+                    totals = got[_Ask(name, _SUM, term)]
+                    for gpu_id, count in got[_Ask(name, _COUNT, term)].items():
+                        metered = found[term.a, term.b][gpu_id]
+                        if count > 0 and activity not in metered.activity:
+                            metered.activity[activity] = (totals.get(gpu_id, 0.0) * FIELDS[name].scale, round(count))
+                            metered.seen = True
         uuids = {gpu_id: uuid for uuid, gpu_id in by_uuid.items()}
-        for (a, b), per_gpu in lasts.items():
-            reset = {gpu_id for gpu_id, count in resets.get((a, b), {}).items() if count > 0}
+        for term in energy_terms:
+            a, b = term.a, term.b
+            firsts, before = got[_Ask(ENERGY_FIELD, _MIN, term)], got[_Ask(ENERGY_FIELD, _last_before, term)]
+            reset = {gpu_id for gpu_id, count in got[_Ask(ENERGY_FIELD, _resets, term)].items() if count > 0}
             raw = self._counter_points(sorted(uuids[g] for g in reset), a - ENERGY_GAP_SECONDS, b, by_uuid)
-            for gpu_id, last in per_gpu.items():
+            for gpu_id, last in got[_Ask(ENERGY_FIELD, _MAX, term)].items():
                 if gpu_id in reset:
                     increase = counter_increase(raw.get(gpu_id, []), a)
                 else:
-                    increase = last - before.get((a, b), {}).get(gpu_id, firsts[a, b][gpu_id])
+                    increase = last - before.get(gpu_id, firsts[gpu_id])
                 found[a, b][gpu_id].energy_joules = increase * FIELDS[ENERGY_FIELD].scale
                 found[a, b][gpu_id].seen = True
         return found
 
-    def _ask(
-        self, terms: Sequence[_Term], dcgm_field: str, expression: Expression, by_uuid: dict[str, int]
-    ) -> dict[tuple[int, int], dict[int, float]]:
-        """``expression`` of ``dcgm_field``'s series over each of ``terms``: per segment (a, b), its value per known
-        GPU (by its series' UUID label; MIG instance series left out, as the pull leaves them out). The terms are
-        packed into as few instant queries as :data:`MAX_QUERY_CHARS` allows, each term tagged with its index in
-        :data:`SEGMENT_LABEL` (``label_replace``) and the tagged terms joined by ``or``."""
+    def _answers(self, asks: Sequence[_Ask], by_uuid: dict[str, int]) -> Answers:
+        """Each of ``asks``: its value per known GPU (by its series' UUID label; MIG instance series left out, as
+        the pull leaves them out). The asks are packed into as few instant queries as :data:`MAX_QUERY_CHARS`
+        allows, each tagged with its index in :data:`SEGMENT_LABEL` (``label_replace``) and the tagged asks joined
+        by ``or``; a query is evaluated at the latest segment end of its asks."""
+        asks = list(dict.fromkeys(asks))
         parts = [
-            f'label_replace({expression(self._selector(dcgm_field, term), term.a, term.b)}, "{SEGMENT_LABEL}", '
-            f'"{index}", "", "")'
-            for index, term in enumerate(terms)
+            f"label_replace({ask.expression(self._selector(ask.dcgm_field, ask.term), ask.term.a, ask.term.b)}, "
+            f'"{SEGMENT_LABEL}", "{index}", "", "")'
+            for index, ask in enumerate(asks)
         ]
-        values: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)
+        values: Answers = {ask: {} for ask in asks}
         joint = " or "
         for group in packed([len(part) + len(joint) for part in parts], MAX_QUERY_CHARS + len(joint)):
-            at = max(terms[index].b for index in group)
+            at = max(asks[index].term.b for index in group)
             for sample in self.client.query(joint.join(parts[index] for index in group), from_epoch(at)):
                 labels = self.options.labels.dcgm_exporter(sample.labels)
                 uuid = labels.get("UUID")
                 if uuid in by_uuid and "GPU_I_PROFILE" not in labels:
-                    term = terms[int(sample.labels[SEGMENT_LABEL])]
-                    values[term.a, term.b][by_uuid[uuid]] = sample.value
+                    values[asks[int(sample.labels[SEGMENT_LABEL])]][by_uuid[uuid]] = sample.value
         return values
 
     def _selector(self, dcgm_field: str, term: _Term) -> str:
@@ -331,3 +407,19 @@ def _last_before(selector: str, a: int, _: int) -> str:
 def _resets(selector: str, a: int, b: int) -> str:
     """The counter's resets from :data:`ENERGY_GAP_SECONDS` before the segment to its end."""
     return f"resets({selector}{window(a - ENERGY_GAP_SECONDS, b)})"
+
+
+_COUNT, _SUM, _MAX, _MIN = (_over_time(aggregation) for aggregation in ("count", "sum", "max", "min"))
+
+
+def _narrowed(terms: Sequence[_Term], uuids: set[str]) -> list[_Term]:
+    """``terms`` for the GPUs of ``uuids`` only: a term naming GPUs keeps those of ``uuids`` (none: left out); the
+    term for every GPU stays, unless ``uuids`` is empty."""
+    if not uuids:
+        return []
+    kept = []
+    for term in terms:
+        named = tuple(uuid for uuid in term.uuids if uuid in uuids)
+        if not term.uuids or named:
+            kept.append(_Term(term.a, term.b, named))
+    return kept

@@ -21,14 +21,24 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
+from collector.contract.dcgm_fields import FIELDS
 from collector.contract.sample import Sample
-from collector.contract.wire import GpuReading, reading_dict
+from collector.contract.wire import ACTIVITY_COLUMNS, GpuReading, reading_dict
 from finops.analysis.tokens import cost_per_million_tokens, generated_tokens
 from finops.cli import app
 from finops.cli.serve import prometheus_pull
 from finops.db.models import Gpu, GpuSample, Node
 from finops.ingest.prometheus import MAX_POINTS_PER_SERIES, LabelNames, PrometheusClient, PrometheusError, parse_step
-from finops.ingest.prometheus_pull import PullOptions, ScheduledPull, import_range, pull, reading_values, step_chunks
+from finops.ingest.prometheus_pull import (
+    ACTIVITY_METRICS,
+    PullOptions,
+    ScheduledPull,
+    import_range,
+    pull,
+    reading_values,
+    step_chunks,
+)
+from finops.ledger.sql import ACTIVITIES
 from finops.service.cost_metrics import CostMetrics
 from finops.service.scheduler import start_scheduler
 from finops.settings import Settings
@@ -571,6 +581,31 @@ def test_the_pulled_fields_fill_every_reading_field_of_the_wire_format() -> None
     assert set(GpuReading.model_fields) - {"uuid", "ts", "job_id"} <= set(reading)
     assert reading["utilization_ratio"] == 1.0, "GR_ENGINE_ACTIVE is a ratio"
     assert reading_values(raw, ("DCGM_FI_DEV_GPU_UTIL",))["gpufinops_gpu_utilization_ratio"] == 0.01, "GPU_UTIL is %"
+
+
+def test_activity_fields_are_pulled_once_and_stay_null_when_not_exported() -> None:
+    """Every DCGM field of an activity metric is pulled, each once (GR_ENGINE_ACTIVE is also the utilisation
+    fallback); a field the exporter does not export leaves its activity absent (stored null), never 0."""
+    fields = PullOptions().dcgm_fields
+    assert len(fields) == len(set(fields))
+    assert {name for name, spec in FIELDS.items() if spec.metric in ACTIVITY_METRICS} <= set(fields)
+    assert tuple(ACTIVITY_METRICS.values()) == ACTIVITIES
+    # The busy Tesla T4 capture's profiling fields (shared_data dcgm-profiling-captures): no SM, FP pipe field.
+    raw = {"DCGM_FI_DEV_GPU_UTIL": 91.0, "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.156205,
+           "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.005822, "DCGM_FI_PROF_DRAM_ACTIVE": 0.092781}  # fmt: skip
+    reading = reading_dict(
+        Sample("gpu", {"uuid": "GPU-1"}, reading_values(raw, PullOptions().utilization_fields), utc_now())
+    )
+    assert {column: reading.get(column) for column in ACTIVITY_COLUMNS} == {
+        "sm_active_ratio": None, "sm_occupancy_ratio": None, "tensor_active_ratio": 0.005822,
+        "dram_active_ratio": 0.092781, "fp64_active_ratio": None, "fp32_active_ratio": None,
+        "fp16_active_ratio": None, "graphics_engine_active_ratio": 0.156205,
+    }  # fmt: skip
+    assert reading["utilization_ratio"] == 0.91
+    without_util = reading_values(
+        {k: v for k, v in raw.items() if k != "DCGM_FI_DEV_GPU_UTIL"}, PullOptions().utilization_fields
+    )
+    assert without_util["gpufinops_gpu_utilization_ratio"] == without_util["gpufinops_gpu_graphics_engine_active_ratio"]
 
 
 def test_generated_tokens_query() -> None:

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract import metric_names as m
 from collector.contract.sample import Sample
-from collector.contract.wire import IngestBatch, gpu_info_dict, reading_dict
+from collector.contract.wire import ACTIVITY_COLUMNS, IngestBatch, gpu_info_dict, reading_dict
 from finops.db.models import (
     Allocation,
     DirtyHour,
@@ -27,8 +27,9 @@ from finops.db.models import (
     TsdbGpuMetering,
 )
 from finops.ingest.prometheus import PrometheusClient
+from finops.ingest.prometheus_pull import ACTIVITY_METRICS
 from finops.ingest.readings import Ingestor
-from finops.ingest.tsdb_metering import TsdbMeter, counter_increase, window
+from finops.ingest.tsdb_metering import ACTIVITY_FIELDS, TsdbMeter, counter_increase, window
 from finops.jobs.slurm_import import import_sacct
 from finops.jobs.teams import map_account
 from finops.ledger.rollup import rollup
@@ -50,16 +51,20 @@ def exposition(readings: list[Sample], node: str) -> list[str]:
             "DCGM_FI_DEV_GPU_UTIL": s.values[m.GPU_UTILIZATION] * 100,
             "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": s.values[m.GPU_ENERGY] * 1000,
             "DCGM_FI_DEV_FB_USED": s.values[m.GPU_MEMORY_USED] / 2**20,
-        }
+        } | {ACTIVITY_FIELDS[activity][0]: s.values[metric] for metric, activity in ACTIVITY_METRICS.items()
+             if metric in s.values}  # fmt: skip
         lines += [f"{name}{{{labels}}} {value!r} {ms}" for name, value in values.items()]
     return lines
 
 
 def ledger(session: Session) -> dict[tuple[object, ...], tuple[object, ...]]:
-    """Ledger rows by (hour, GPU, job, team): seconds, samples, used GPU-seconds, energy, money."""
+    """Ledger rows by (hour, GPU, job, team): seconds, samples, used GPU-seconds, energy, the activity means (a
+    tuple, None where unmeasured), then exact: money (the SM-active cost last) and profiled seconds."""
     return {
         (r.hour, r.gpu_id, r.job_pk, r.team_id): (
-            r.seconds, r.sample_count, r.used_gpu_seconds, r.energy_joules, r.allocated_cost, r.used_cost, r.idle_cost,
+            r.seconds, r.sample_count, r.used_gpu_seconds, r.energy_joules,
+            tuple(getattr(r, column) for column in ACTIVITY_COLUMNS), r.allocated_cost, r.used_cost, r.idle_cost,
+            r.sm_active_cost, r.profiled_seconds,
         )
         for r in session.scalars(select(LedgerEntry))
     }  # fmt: skip
@@ -113,7 +118,9 @@ def day_readings(t0: datetime) -> list[Sample]:
     """A day of 1-minute readings of 3 GPUs from ``t0``: utilisation varying by the minute (idle runs where it
     falls to 0 %), an energy counter of 30 kJ a minute that GPU 2's driver resets at 10:17, one minute missing, and
     GPU 2 silent for 63 minutes (09:16 to 10:18) across the reset: the first increment after the silence spans more
-    than an hour, so it counts for nothing."""
+    than an hour, so it counts for nothing. Hardware activity, values written by hand (varying by the minute):
+    GPU 0 reports SM, SM occupancy, tensor, DRAM, FP16 and graphics engine activity all day; GPU 1 only DRAM and
+    graphics engine activity, from 06:10 on (profiling turned on mid-hour); GPU 2 none."""
     readings = []
     for minute in range(24 * 60):
         for index in range(DAY_GPUS):
@@ -128,6 +135,13 @@ def day_readings(t0: datetime) -> list[Sample]:
                 m.GPU_ENERGY: energy,
                 m.GPU_MEMORY_USED: 2.0**30 * (index + 1),
             }
+            activity = ((minute * 11 + index * 5) % 97) / 100
+            if index == 0:
+                values |= {m.GPU_SM_ACTIVE: activity, m.GPU_SM_OCCUPANCY: activity / 2, m.GPU_TENSOR_ACTIVE: 0.25,
+                           m.GPU_DRAM_ACTIVE: 1 - activity, m.GPU_FP16_ACTIVE: activity / 4,
+                           m.GPU_GRAPHICS_ENGINE_ACTIVE: min(1.0, activity + 0.03)}  # fmt: skip
+            elif index == 1 and minute >= 370:
+                values |= {m.GPU_DRAM_ACTIVE: activity / 3, m.GPU_GRAPHICS_ENGINE_ACTIVE: activity}
             labels = {
                 "gpu": str(index),
                 "uuid": f"GPU-dddddddd-0000-0000-0000-00000000000{index}",
@@ -181,6 +195,10 @@ def test_a_day_with_partial_hours_and_a_counter_reset_equals_the_direct_path(
         # Jobs starting and ending mid-hour, one after another on GPU 0, one running on GPU 1 from 05:20.
         seed_day(session, t0, readings, [(0, 35, 190), (0, 190, 725), (1, 320, None), (2, 0, 1000)])
         compare_modes(session, PrometheusClient(url), until)
+        held = session.scalars(select(LedgerEntry).where(LedgerEntry.job_pk.is_not(None))).all()
+        # GPU 1's 06:00 hour: 50 of its 60 readings profiled; GPU 2 never.
+        assert {0, 3000, 3600} <= {row.profiled_seconds for row in held}
+        assert any(row.sm_active_cost for row in held) and any(row.sm_active_cost is None for row in held)
 
 
 def compare_modes(session: Session, client: PrometheusClient, until: int) -> None:
@@ -201,4 +219,8 @@ def compare_modes(session: Session, client: PrometheusClient, until: int) -> Non
         assert other[:2] == row[:2], key
         assert other[2] == pytest.approx(row[2], abs=1e-6 * 3600), key
         assert other[3] == pytest.approx(row[3], abs=1e-6), key
-        assert other[4:] == row[4:], key
+        assert [mean is None for mean in other[4]] == [mean is None for mean in row[4]], key
+        assert [mean for mean in other[4] if mean is not None] == pytest.approx(
+            [mean for mean in row[4] if mean is not None], abs=1e-9
+        ), key
+        assert other[5:] == row[5:], key
