@@ -26,10 +26,17 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from collector.contract import metric_names as m
 from collector.contract.sample import Sample
+from collector.contract.wire import IngestBatch, gpu_info_dict, reading_dict
 from finops.ledger.costmodel import capacity_cost, used_cost
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from finops.pricing.catalog import Pricing
 
 MODEL = "NVIDIA H100 80GB HBM3"
 NODE = "gpu-p-01"
@@ -127,3 +134,24 @@ def sacct_lines(t0: datetime) -> list[str]:
         )
 
     return [job(601, "acct-v", "vera", 120, 0), job(602, "acct-n", "nils", 120, 1), job(603, "acct-v", "vera", 60, 2)]
+
+
+def build(session: Session, t0: datetime, pricing: Pricing) -> None:
+    """The slice in ``session``'s database, as the service stores it: readings, jobs, team rules, the ledger."""
+    from finops.ingest.readings import Ingestor
+    from finops.jobs.slurm_import import import_sacct
+    from finops.jobs.teams import map_account
+    from finops.ledger.rollup import rollup
+    from finops.timeutil import to_epoch
+
+    readings = samples(t0)
+    batch = {
+        "node": NODE,
+        "gpus": [gpu_info_dict(s) for s in readings[:4]],
+        "samples": [reading_dict(s) for s in readings],
+    }
+    map_account(session, "acct-v", "vision", actor="system:test")
+    map_account(session, "acct-n", "nlp", actor="system:test")
+    Ingestor().store(session, IngestBatch.model_validate(batch))
+    assert import_sacct(session, sacct_lines(t0), source="activity").errors == []
+    rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
