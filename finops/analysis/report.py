@@ -6,13 +6,18 @@ Money is summed exactly in SQL (NUMERIC, or integer micro-units on SQLite) and r
 GPU-hours whose GPU model has no price (unpriced ledger rows) are counted in GPU-hours, never in money: each row
 says how many of its GPU-hours are unpriced, a row with nothing but unpriced GPU-hours has no cost (None, not 0),
 and :func:`unpriced_by_model` names the models and the fix; the table's TOTAL line adds them.
+
+Hardware activity (docs/cost-model.md, "Hardware activity"): per group the mean SM, tensor-pipe and DRAM activity
+over the GPU-seconds that measured it (Σ profiled seconds × the row's mean ÷ Σ profiled seconds of the rows with one),
+the SM-active cost (Σ of the rows', rounded like the other money) and the profiled share of the held GPU-seconds.
+What nothing measured is None ("not measured"), never 0.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
@@ -25,7 +30,7 @@ from finops.analysis.filters import Scope, ledger_conditions
 from finops.db.models import UNALLOCATED_TEAM, Gpu, Job, LedgerEntry, LedgerTeamHour, Node, Team
 from finops.ledger.costmodel import JOULES_PER_KWH, quantize, round_preserving_total
 from finops.ledger.rollup import unpriced_fix
-from finops.ledger.team_hours import ledger_team_sums
+from finops.ledger.team_hours import TEAM_ACTIVITIES, ledger_team_sums
 from finops.pricing.catalog import PriceCatalog
 
 GroupBy = Literal["team", "job", "user", "node", "gpu_model"]
@@ -39,7 +44,15 @@ _SUMMED_FIELDS = (
     *MONEY_FIELDS,
     "energy_joules",
     "unpriced_gpu_seconds",
+    "held_gpu_seconds",
+    "profiled_gpu_seconds",
+    *(f"{name}_measured_gpu_seconds" for name in TEAM_ACTIVITIES),
 )
+_KNOWN_SUMMED_FIELDS = (*(f"{name}_gpu_seconds" for name in TEAM_ACTIVITIES), "sm_active_cost")
+"""Summed fields that are None when no row of the group has one (not measured), never 0."""
+ACTIVITY_FIELDS = tuple(f"{name}_ratio" for name in TEAM_ACTIVITIES)
+"""The activity means of a report row: ``sm_active_ratio``, ``tensor_active_ratio``, ``dram_active_ratio``."""
+NOT_MEASURED = "not measured"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +74,13 @@ class ReportRow:
     For the ``__unallocated__`` row, ``allocated_gpu_seconds`` is capacity no job held and its cost.
     ``unmetered_gpu_seconds`` are allocated seconds with no sample: neither used nor idle. ``unpriced_gpu_seconds``
     are the part of ``allocated_gpu_seconds`` whose GPU model has no price: the money covers the rest only.
+
+    Hardware activity: ``held_gpu_seconds`` are the GPU-seconds jobs held (0 for ``__unallocated__``),
+    ``profiled_gpu_seconds`` those of them metered with readings that carry a profiling field; per activity of
+    :data:`finops.ledger.team_hours.TEAM_ACTIVITIES`, ``<activity>_gpu_seconds`` = Σ profiled seconds × the ledger
+    row's mean (None when no row measured it) and ``<activity>_measured_gpu_seconds`` = Σ profiled seconds of the
+    rows that measured it (:func:`finops.ledger.team_hours.activity_sums`); ``sm_active_cost`` = Σ of the ledger rows'
+    allocated cost × SM activity, exact (None when no row has one: not measured, or unpriced).
     """
 
     key: str
@@ -78,11 +98,34 @@ class ReportRow:
     currency: str
     unpriced_gpu_seconds: int = 0
     job: JobFacts | None = None
+    held_gpu_seconds: int = 0
+    profiled_gpu_seconds: int = 0
+    sm_active_gpu_seconds: float | None = None
+    sm_active_measured_gpu_seconds: int = 0
+    tensor_active_gpu_seconds: float | None = None
+    tensor_active_measured_gpu_seconds: int = 0
+    dram_active_gpu_seconds: float | None = None
+    dram_active_measured_gpu_seconds: int = 0
+    sm_active_cost: Decimal | None = None
 
     @property
     def unpriced_only(self) -> bool:
         """True when every GPU-second of the row is unpriced: its cost is unknown, not 0."""
         return self.unpriced_gpu_seconds > 0 and self.unpriced_gpu_seconds >= self.allocated_gpu_seconds
+
+    def activity_ratio(self, field: str) -> float | None:
+        """The mean of ``field`` (one of :data:`ACTIVITY_FIELDS`, e.g. ``sm_active_ratio``) over the GPU-seconds
+        that measured it, weighted by profiled seconds: Σ profiled seconds × ratio ÷ Σ profiled seconds of the rows
+        with a ratio; None when none did (not measured). Raises AttributeError for another field."""
+        activity = field.removesuffix("_ratio")
+        total: float | None = getattr(self, f"{activity}_gpu_seconds")
+        measured: int = getattr(self, f"{activity}_measured_gpu_seconds")
+        return total / measured if total is not None and measured else None
+
+    @property
+    def profiled_share(self) -> float | None:
+        """Profiled ÷ held GPU-seconds (0..1); None when jobs held none (``__unallocated__``)."""
+        return self.profiled_gpu_seconds / self.held_gpu_seconds if self.held_gpu_seconds else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,12 +224,26 @@ def cost_report(
             job=JobFacts(r.job_name, r.job_start, r.job_end, int(r.job_gpus))
             if by == "job" and r.job_name is not None
             else None,
+            held_gpu_seconds=int(r.metered_gpu_seconds) + int(r.unmetered_gpu_seconds),
+            profiled_gpu_seconds=int(r.profiled_gpu_seconds or 0),
+            **_activity_sums(r),
+            sm_active_cost=None if r.sm_active_cost is None else Decimal(r.sm_active_cost),
         )
         for r in session.execute(query)
     ]
     if catalog is not None and by == "gpu_model":
         rows = _by_catalog_model(rows, catalog)
     return sorted(rows, key=lambda row: (row.key == UNALLOCATED_TEAM, -row.allocated_cost, row.key))
+
+
+def _activity_sums(r: Any) -> dict[str, Any]:
+    """The ``<activity>_gpu_seconds`` (None: not measured) and ``<activity>_measured_gpu_seconds`` of a query row."""
+    sums: dict[str, Any] = {}
+    for name in TEAM_ACTIVITIES:
+        total = getattr(r, f"{name}_gpu_seconds")
+        sums[f"{name}_gpu_seconds"] = None if total is None else float(total)
+        sums[f"{name}_measured_gpu_seconds"] = int(getattr(r, f"{name}_measured_gpu_seconds") or 0)
+    return sums
 
 
 def _team_hours_query(start: datetime, end: datetime, team: str | None) -> Select[*tuple[Any, ...]]:
@@ -254,14 +311,32 @@ def _by_catalog_model(rows: Sequence[ReportRow], catalog: PriceCatalog) -> list[
     groups: dict[str, list[ReportRow]] = {}
     for row in rows:
         groups.setdefault(catalog.resolve(row.key) or row.key, []).append(row)
-    return [
-        replace(group[0], key=key, **{name: sum(getattr(row, name) for row in group) for name in _SUMMED_FIELDS})
-        for key, group in groups.items()
-    ]
+    return [_merged(key, group) for key, group in groups.items()]
+
+
+def _merged(key: str, group: Sequence[ReportRow]) -> ReportRow:
+    """One row of key ``key`` whose GPU-seconds, money and activity sums are those of ``group`` (not empty)."""
+    return replace(
+        group[0],
+        key=key,
+        **{name: sum(getattr(row, name) for row in group) for name in _SUMMED_FIELDS},
+        **{name: _sum_known(getattr(row, name) for row in group) for name in _KNOWN_SUMMED_FIELDS},
+    )
+
+
+def _sum_known(values: Iterable[Any]) -> Any:
+    """Σ of the values that are not None; None when all are (nothing measured is not 0)."""
+    known = [value for value in values if value is not None]
+    return sum(known[1:], known[0]) if known else None
 
 
 def _hours(seconds: float) -> float:
     return round(seconds / 3600, 6)
+
+
+def _ratio(value: float | None) -> float | None:
+    """A ratio as reported: 6 decimals, None kept."""
+    return None if value is None else round(value, 6)
 
 
 def printed_cents(rows: Sequence[ReportRow], field: str) -> list[Decimal]:
@@ -272,14 +347,31 @@ def printed_cents(rows: Sequence[ReportRow], field: str) -> list[Decimal]:
     return round_preserving_total([getattr(row, field) for row in rows])
 
 
+def printed_sm_active_cents(rows: Sequence[ReportRow]) -> list[Decimal | None]:
+    """The SM-active cost of ``rows`` in row order, in cents by
+    :func:`finops.ledger.costmodel.round_preserving_total` over the rows that have one (they add up to their rounded
+    total); None for a row without one (not measured, or unpriced)."""
+    known = [i for i, row in enumerate(rows) if row.sm_active_cost is not None]
+    rounded = round_preserving_total([rows[i].sm_active_cost or Decimal(0) for i in known])
+    cents: list[Decimal | None] = [None] * len(rows)
+    for i, amount in zip(known, rounded, strict=True):
+        cents[i] = amount
+    return cents
+
+
 def report_dicts(rows: Sequence[ReportRow], by: GroupBy = "team") -> list[dict[str, object]]:
     """JSON-ready rows: ``{team|job, allocated_gpu_hours, used_gpu_hours, idle_gpu_hours, allocated_cost,
     used_cost, idle_cost, energy_kwh, energy_cost, currency}`` plus ``allocated_gpu_seconds``,
     ``unmetered_gpu_hours`` and ``unpriced_gpu_hours``; by job also ``name``, ``team``, ``user``, ``start``, ``end``
     (ISO 8601 UTC, null while running) and ``gpus``; money as decimal strings in cents that add up to the rounded
     totals. The money of the GPU-hours with a price only; a row whose GPU-hours are all unpriced has allocated,
-    used and idle cost None (unknown, not 0)."""
+    used and idle cost None (unknown, not 0).
+
+    Then the hardware activity: ``sm_active_ratio``, ``tensor_active_ratio``, ``dram_active_ratio``
+    (:meth:`ReportRow.activity_ratio`, 6 decimals), ``sm_active_cost`` (cents, :func:`printed_sm_active_cents`) and
+    ``profiled_share`` (:attr:`ReportRow.profiled_share`, 6 decimals); each None where nothing measured it."""
     rounded = {name: printed_cents(rows, name) for name in MONEY_FIELDS}
+    sm_active_cents = printed_sm_active_cents(rows)
     result = []
     for i, row in enumerate(rows):
         item: dict[str, object] = {by: row.key}
@@ -306,6 +398,9 @@ def report_dicts(rows: Sequence[ReportRow], by: GroupBy = "team") -> list[dict[s
             energy_kwh=float(quantize(Decimal(repr(row.energy_joules)) / JOULES_PER_KWH, Decimal("0.001"))),
             energy_cost=str(rounded["energy_cost"][i]),
             currency=row.currency,
+            **{field: _ratio(row.activity_ratio(field)) for field in ACTIVITY_FIELDS},
+            sm_active_cost=None if (cents := sm_active_cents[i]) is None else str(cents),
+            profiled_share=_ratio(row.profiled_share),
         )
         result.append(item)
     return result
@@ -330,7 +425,12 @@ def report_csv(rows: Sequence[ReportRow], by: GroupBy = "team") -> str:
 def report_table(rows: Sequence[ReportRow], by: GroupBy = "team", unpriced: Sequence[UnpricedModel] = ()) -> str:
     """The rows as a fixed-width text table with a total line. When some GPU-hours have no price, an
     ``unpriced GPU-h`` column, the TOTAL line ends ``+ N unpriced GPU-hours (models …)`` (money totals cover the
-    priced GPU-hours only), and a line per model of ``unpriced`` (:func:`unpriced_by_model`) says how to fix it."""
+    priced GPU-hours only), and a line per model of ``unpriced`` (:func:`unpriced_by_model`) says how to fix it.
+
+    The hardware activity follows the existing columns: SM, tensor and DRAM activity and the profiled share as
+    percentages, the SM-active cost in cents; ``not measured`` where nothing measured it (``unpriced`` for the
+    SM-active cost of a measured row whose GPU-hours are all unpriced). The TOTAL line has the activity of all rows
+    together (weighted by profiled seconds, as a row's)."""
     dicts = report_dicts(rows, by)
     if not dicts:
         return "No ledger rows in this period."
@@ -341,10 +441,16 @@ def report_table(rows: Sequence[ReportRow], by: GroupBy = "team", unpriced: Sequ
         headers.insert(3, "unpriced GPU-h")
         keys.insert(3, "unpriced_gpu_hours")
     labels = [by, *(_JOB_HEADERS if by == "job" else ())]
-    lines = [[*_labels(row, d[by], by), *(_cell(d[k]) for k in keys)] for row, d in zip(rows, dicts, strict=True)]
+    lines = [
+        [*_labels(row, d[by], by), *(_cell(d[k]) for k in keys), *_activity_cells(row, d)]
+        for row, d in zip(rows, dicts, strict=True)
+    ]
     totals = ["TOTAL", *[""] * (len(labels) - 1)]
     totals += [_cell(sum((Decimal(str(d[k] or 0)) for d in dicts), Decimal(0))) for k in keys]
-    headers = [*labels, *headers]
+    total = _merged("TOTAL", rows)
+    total_sm_active = None if total.sm_active_cost is None else quantize(total.sm_active_cost, Decimal("0.01"))
+    totals += _activity_cells(total, {"sm_active_cost": total_sm_active})
+    headers = [*labels, *headers, *_ACTIVITY_HEADERS]
     widths = [max(len(h), *(len(line[i]) for line in [*lines, totals])) for i, h in enumerate(headers)]
     out = [f"Costs in {dicts[0]['currency']}"]
     for line in [headers, *lines, totals]:
@@ -361,6 +467,7 @@ def report_table(rows: Sequence[ReportRow], by: GroupBy = "team", unpriced: Sequ
     return "\n".join(out)
 
 
+_ACTIVITY_HEADERS = ("SM active", "tensor active", "DRAM active", "SM-active cost", "profiled")
 _JOB_HEADERS = ("name", "team", "user", "start (UTC)", "end (UTC)", "GPUs")
 _JOB_NAME_WIDTH = 24
 
@@ -377,6 +484,23 @@ def _labels(row: ReportRow, key: object, by: GroupBy) -> list[str]:
     start = f"{job.start:%Y-%m-%d %H:%M}" if job.start else ""
     end = f"{job.end:%Y-%m-%d %H:%M}" if job.end else "running"
     return [str(key), name, row.team or "", row.user or "", start, end, str(job.gpus)]
+
+
+def _activity_cells(row: ReportRow, printed: Mapping[str, object]) -> list[str]:
+    """The activity cells of a table row: SM, tensor and DRAM activity and the profiled share as percentages, and
+    the SM-active cost as ``printed`` has it (cents); ``not measured`` for None (``unpriced`` for the SM-active cost
+    of a row whose SM activity was measured but whose GPU-hours are all unpriced)."""
+    ratios = [row.activity_ratio(field) for field in ACTIVITY_FIELDS]
+    cost = printed["sm_active_cost"]
+    if cost is None:
+        cost_cell = "unpriced" if row.unpriced_only and ratios[0] is not None else NOT_MEASURED
+    else:
+        cost_cell = _cell(cost)
+    return [*(_percent(ratio) for ratio in ratios), cost_cell, _percent(row.profiled_share)]
+
+
+def _percent(ratio: float | None) -> str:
+    return NOT_MEASURED if ratio is None else f"{ratio:.1%}"
 
 
 def _cell(value: object) -> str:

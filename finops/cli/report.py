@@ -67,6 +67,11 @@ def report(
     counted, never costed: the table's TOTAL line adds them by model, JSON and CSV have unpriced_gpu_hours per row
     (cost null when all its GPU-hours are unpriced), and a line on stderr per model says how to price them.
 
+    Each row also has the hardware activity where the GPUs report it (DCGM profiling fields, NVML GPM): SM, tensor
+    and DRAM activity (means over the profiled GPU-seconds), the SM-active cost (allocated × SM activity) and the
+    profiled share of the held GPU-seconds; "not measured" in the table, null in JSON and empty in CSV where nothing
+    measured it (docs/cost-model.md, "Hardware activity").
+
     --by reason: the idle cost of the job-held GPU-hours per team, month and probable waste reason
     (docs/waste-reasons.md), adding up to the idle cost by team plus the allocated cost of unmetered GPU-hours
     ("no reading"); the table then lists the costliest low-utilisation jobs with their reason and evidence, JSON has

@@ -15,7 +15,11 @@ is the cost format finance tools read. docs/cost-model.md ("FOCUS export") has t
   quantity = cost) and ListCost = ContractedCost × ListUnitPrice ÷ ContractedUnitPrice, i.e. the on-demand
   price of the same GPU-hours. These three are rounded half-even to :data:`FINE` (10⁻¹² GPU-hours or
   currency); ConsumedQuantity = held seconds ÷ 3600 to the same quantum;
-- team, job, user and account go to SubAccountId/Name (the team), Tags (JSON) and ``x_`` columns.
+- team, job, user and account go to SubAccountId/Name (the team), Tags (JSON) and ``x_`` columns;
+- hardware activity, in provider columns named by FOCUS's column naming convention (Pascal case, ``x_`` prefix,
+  ``specification/attributes/column_naming_convention.md``): x_ProfiledGpuSeconds (held seconds metered with a
+  profiling field), x_SmActiveRatio, x_TensorActiveRatio, x_DramActiveRatio (the ledger row's means, 0..1) and
+  x_SmActiveCost (allocated × SM activity, exact); null where the row measured none (never 0).
 
 Rows are read with ``yield_per`` and written as they come, so a month of a large cluster never sits in
 memory. CSV writes decimal text and ISO 8601 times ending in ``Z``; Parquet (pyarrow) writes ``decimal128``
@@ -133,6 +137,11 @@ CUSTOM_COLUMNS: tuple[tuple[str, Kind], ...] = (
     ("x_IdleCost", "decimal6"),
     ("x_EnergyKwh", "decimal6"),
     ("x_EnergyCost", "decimal6"),
+    ("x_ProfiledGpuSeconds", "int"),
+    ("x_SmActiveRatio", "float"),
+    ("x_TensorActiveRatio", "float"),
+    ("x_DramActiveRatio", "float"),
+    ("x_SmActiveCost", "decimal6"),
 )
 """Provider columns, after the FOCUS ones as FOCUS asks (ColumnHandling: ``x_`` prefix, not intermixed)."""
 
@@ -268,6 +277,11 @@ def _query(start: datetime, end: datetime) -> Any:
             LedgerEntry.currency,
             LedgerEntry.pricing_model,
             LedgerEntry.job_pk,
+            LedgerEntry.profiled_seconds,
+            LedgerEntry.sm_active_ratio,
+            LedgerEntry.tensor_active_ratio,
+            LedgerEntry.dram_active_ratio,
+            LedgerEntry.sm_active_cost,
             Gpu.uuid,
             Gpu.model,
             Gpu.gpu_index,
@@ -402,6 +416,11 @@ def focus_rows(
             "x_IdleCost": r.idle_cost,
             "x_EnergyKwh": energy_kwh,
             "x_EnergyCost": r.energy_cost,
+            "x_ProfiledGpuSeconds": r.profiled_seconds,
+            "x_SmActiveRatio": r.sm_active_ratio,
+            "x_TensorActiveRatio": r.tensor_active_ratio,
+            "x_DramActiveRatio": r.dram_active_ratio,
+            "x_SmActiveCost": r.sm_active_cost,
         }
 
 

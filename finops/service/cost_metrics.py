@@ -11,6 +11,12 @@ catalog currency, named by a ``currency`` label (Prometheus has no money unit, a
   a recomputed hour can move them by its correction).
 - ``gpufinops_team_gpu_seconds_total{team}``, ``gpufinops_team_used_gpu_seconds_total{team}``: GPU-seconds held
   and GPU-seconds × utilisation.
+- Hardware activity (DCGM profiling fields, NVML GPM), only for a team whose GPUs measured it (absent, not 0,
+  otherwise): ``gpufinops_team_sm_active_cost_total{team,currency}``, the ledger's SM-active cost (allocated × SM
+  activity) since it began, a counter like the costs above; ``gpufinops_team_profiled_gpu_seconds_total{team}``,
+  held GPU-seconds metered with a profiling field; ``gpufinops_team_sm_active_ratio{team}``,
+  ``gpufinops_team_tensor_active_ratio{team}``, ``gpufinops_team_dram_active_ratio{team}``: the mean activity of
+  the current calendar month (UTC) over the profiled GPU-seconds that measured it (the cost report's rule).
 - ``gpufinops_budget_used_ratio{team,project}``: month-to-date spend ÷ budget.
 - ``gpufinops_budget_forecast_ratio{team,project}``: forecast month-end spend ÷ budget.
   Neither for a budget in another currency than the spend (not comparable: ``gpu-finops budget status`` says so).
@@ -40,9 +46,16 @@ from finops.analysis.budgets import budget_status
 from finops.analysis.quality import newest_reading
 from finops.analysis.report import unpriced_by_model
 from finops.db.models import DirtyHour, Gpu, LedgerEntry, LedgerTeamHour, Team
+from finops.ledger.team_hours import TEAM_ACTIVITIES
 from finops.timeutil import month_start, utc_now
 
 _MONEY = ("allocated", "used", "idle", "energy")
+_ACTIVITY_TEXT = {
+    "sm_active": "SM activity (DCGM_FI_PROF_SM_ACTIVE)",
+    "tensor_active": "tensor-pipe activity (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)",
+    "dram_active": "DRAM activity (DCGM_FI_PROF_DRAM_ACTIVE)",
+}
+"""How each of :data:`finops.ledger.team_hours.TEAM_ACTIVITIES` is named in a series' help."""
 
 
 @dataclass
@@ -56,6 +69,9 @@ class _Snapshot:
     newest_hour: float | None = None
     dirty_hours: int = 0
     unpriced_gpu_hours: dict[str, float] = field(default_factory=dict)
+    sm_active_cost: dict[tuple[str, str], float] = field(default_factory=dict)
+    profiled_gpu_seconds: dict[str, float] = field(default_factory=dict)
+    activity: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 FRESHNESS_LOOKBACK_SECONDS = 86400
@@ -67,6 +83,31 @@ def _newest_sample(session: Session) -> int | None:
     GPU."""
     since = int(utc_now().timestamp()) - FRESHNESS_LOOKBACK_SECONDS
     return session.scalar(select(func.max(newest_reading(since))).select_from(Gpu))
+
+
+def _month_activity(session: Session) -> dict[str, dict[str, float]]:
+    """Activity (``sm_active`` …, :data:`finops.ledger.team_hours.TEAM_ACTIVITIES`) → team → mean over the current
+    calendar month's (UTC) profiled GPU-seconds that measured it: Σ ``<activity>_gpu_seconds`` ÷ Σ
+    ``<activity>_measured_gpu_seconds`` of the team-hours; a team that measured none is left out."""
+    columns = []
+    for name in TEAM_ACTIVITIES:
+        columns += [
+            func.sum(getattr(LedgerTeamHour, f"{name}_gpu_seconds")),
+            func.sum(getattr(LedgerTeamHour, f"{name}_measured_gpu_seconds")),
+        ]
+    rows = session.execute(
+        select(Team.name, *columns)
+        .join(Team, Team.id == LedgerTeamHour.team_id)
+        .where(LedgerTeamHour.hour >= month_start(utc_now()))
+        .group_by(Team.name)
+    ).all()
+    means: dict[str, dict[str, float]] = {name: {} for name in TEAM_ACTIVITIES}
+    for team, *sums in rows:
+        for i, name in enumerate(TEAM_ACTIVITIES):
+            total, measured = sums[2 * i], sums[2 * i + 1]
+            if total is not None and measured:
+                means[name][team] = float(total) / float(measured)
+    return means
 
 
 class CostMetrics(Collector):
@@ -91,15 +132,22 @@ class CostMetrics(Collector):
                     func.sum(LedgerTeamHour.energy_cost),
                     func.sum(LedgerTeamHour.seconds),
                     func.sum(LedgerTeamHour.used_gpu_seconds),
+                    func.sum(LedgerTeamHour.profiled_gpu_seconds),
+                    func.sum(LedgerTeamHour.sm_active_cost),
                 )
                 .join(Team, Team.id == LedgerTeamHour.team_id)
                 .group_by(Team.name)
             ).all()
-            for team, currency, *amounts, seconds, used_seconds in sums:
+            for team, currency, *amounts, seconds, used_seconds, profiled, sm_active_cost in sums:
                 for kind, amount in zip(_MONEY, amounts[:4], strict=True):
                     snapshot.money.setdefault(kind, {})[team, currency] = float(amount)
                 snapshot.gpu_seconds[team] = float(seconds)
                 snapshot.used_gpu_seconds[team] = float(used_seconds)
+                if profiled:
+                    snapshot.profiled_gpu_seconds[team] = float(profiled)
+                if sm_active_cost is not None:
+                    snapshot.sm_active_cost[team, currency] = float(sm_active_cost)
+            snapshot.activity = _month_activity(session)
             for status in budget_status(session, utc_now()):
                 if not status.comparable:  # budget and spend in two currencies: no ratio (the pages say why)
                     continue
@@ -138,6 +186,33 @@ class CostMetrics(Collector):
             for team, value in sorted(values.items()):
                 counter.add_metric([team], value)
             yield counter
+        sm_active_cost = CounterMetricFamily(
+            "gpufinops_team_sm_active_cost",
+            "SM-active GPU cost of the team in the ledger (allocated cost x SM activity, DCGM_FI_PROF_SM_ACTIVE), in "
+            "the currency label's unit; only teams whose GPUs measured SM activity.",
+            labels=["team", "currency"],
+        )
+        for (team, currency), amount in sorted(snapshot.sm_active_cost.items()):
+            sm_active_cost.add_metric([team, currency], amount)
+        yield sm_active_cost
+        profiled = CounterMetricFamily(
+            "gpufinops_team_profiled_gpu_seconds",
+            "GPU-seconds the team held that were metered with a hardware activity (profiling) field (ledger).",
+            labels=["team"],
+        )
+        for team, seconds in sorted(snapshot.profiled_gpu_seconds.items()):
+            profiled.add_metric([team], seconds)
+        yield profiled
+        for name in TEAM_ACTIVITIES:
+            gauge = GaugeMetricFamily(
+                f"gpufinops_team_{name}_ratio",
+                f"Mean {_ACTIVITY_TEXT[name]} of the team's GPUs this calendar month (UTC), over the profiled "
+                "GPU-seconds that measured it; absent when none did.",
+                labels=["team"],
+            )
+            for team, ratio in sorted(snapshot.activity.get(name, {}).items()):
+                gauge.add_metric([team], ratio)
+            yield gauge
         for name, ratios, text in (
             ("gpufinops_budget_used_ratio", snapshot.budget_used, "Month-to-date spend / monthly budget."),
             ("gpufinops_budget_forecast_ratio", snapshot.budget_forecast, "Forecast month-end spend / budget."),

@@ -46,6 +46,7 @@ from finops.pricing.rules import delete_pricing_rule, list_pricing_rules, set_pr
 from finops.pricing.store import catalog_in_force, import_catalog
 from finops.timeutil import month_start, next_month_start, utc_now
 from finops.web.auth import ApiAuth, forbidden
+from finops.web.cost_schema import CostsOut
 from finops.web.deps import instant, one_of, transaction, unprocessable
 
 MONTH_HELP = "Month as YYYY-MM (a year from 2000 to 2999)."
@@ -151,7 +152,11 @@ def create_router(
     # before the response is sent, so a client reading right after a write sees it.
     db = Annotated[Session, Depends(transaction(sessions), scope="function")]
 
-    @router.get("/costs", response_model=None)
+    @router.get(
+        "/costs",
+        response_model=None,
+        responses={200: {"model": CostsOut, "content": {"text/csv": {"schema": {"type": "string"}}}}},
+    )
     def costs(
         db: db,
         caller: reader,
@@ -164,6 +169,9 @@ def create_router(
         one row per price catalog model). GPU-hours whose model has no price are counted, not costed:
         ``unpriced_gpu_hours`` per row (its costs null when all its GPU-hours are unpriced) and, in JSON, ``unpriced``:
         ``[{model, gpu_hours, fix}]``; CSV sends them in the ``X-Unpriced-GPU-Hours`` header (``MODEL=HOURS; …``).
+        Hardware activity per row: ``sm_active_ratio``, ``tensor_active_ratio``, ``dram_active_ratio``,
+        ``sm_active_cost`` and ``profiled_share``, null where nothing measured it (every field:
+        :mod:`finops.web.cost_schema`).
         A team token: its team's ledger rows only."""
         period = instant(start, "start"), instant(end, "end")
         team = caller.team_scope

@@ -86,6 +86,9 @@ def test_focus_columns_then_custom_columns() -> None:
     assert schema.field("BilledCost").type == pa.decimal128(20, 6)
     assert schema.field("ListCost").type == pa.decimal128(28, 12)
     assert schema.field("ChargePeriodStart").type == pa.timestamp("s", tz="UTC")
+    activity = ("x_ProfiledGpuSeconds", "x_SmActiveRatio", "x_TensorActiveRatio", "x_DramActiveRatio", "x_SmActiveCost")
+    assert [schema.field(name).type for name in activity] == [pa.int64(), *[pa.float64()] * 3, pa.decimal128(20, 6)]
+    assert all(name.removeprefix("x_").isalnum() and name[2].isupper() for name in custom)  # FOCUS naming, x_ prefix
 
 
 def test_rows_of_the_hand_computed_slice(sessions) -> None:  # type: ignore[no-untyped-def]

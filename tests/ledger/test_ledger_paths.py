@@ -6,8 +6,8 @@ ledgers must be identical, floats and micro-units included. The slice has in-ser
 inside an hour, jobs starting and ending mid-hour and on the hour, MIG shares (1/7, 3/7), overlapping whole-GPU
 allocations (time-slicing), open allocations, holdings without readings, readings without utilisation,
 collector gaps longer than the energy lookback, counter resets, four pricing models chosen by pricing rules,
-a GPU model without a price, and rates, utilisations and energies that put many amounts exactly halfway
-between two micro-units (half-even rounding matters).
+a GPU model without a price, rates, utilisations and energies that put many amounts exactly halfway
+between two micro-units (half-even rounding matters), and readings with and without hardware activity fields.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from collector.contract.wire import ACTIVITY_COLUMNS
 from finops.db.hours import mark_hours_dirty
 from finops.db.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Node, PricingRule, Team
 from finops.ingest.partitions import create_partitions, is_partitioned
@@ -83,8 +84,10 @@ def _catalog() -> PriceCatalog:
 
 
 def _readings(rng: random.Random, gpu_id: int, start: int, kind: str) -> list[dict[str, Any]]:
-    """One reading a minute from ``start`` to the build time, shaped by ``kind``."""
+    """One reading a minute from ``start`` to the build time, shaped by ``kind``, with hardware activity from an RNG of
+    its own (so the slice's readings and jobs do not depend on it)."""
     rows = []
+    profiling = random.Random(gpu_id * 100_003 + start)
     energy = rng.choice([0.0, 1e9 + 0.1, 123456.7])
     for ts in range(start + rng.randrange(60), UNTIL, 60):
         if kind == "gappy" and T0 + HOUR <= ts < T0 + 2 * HOUR + 1800:  # a 90-minute collector outage
@@ -105,9 +108,21 @@ def _readings(rng: random.Random, gpu_id: int, start: int, kind: str) -> list[di
                 "ts": ts,
                 "utilization_ratio": utilization,
                 "energy_joules": None if rng.random() < 0.02 else energy,
+                **_activity(profiling),
             }
         )
     return rows
+
+
+def _activity(rng: random.Random) -> dict[str, float | None]:
+    """A reading's hardware activity fields: none at all a third of the time (an unprofiled reading), else each
+    field present or not, with a value that is a tie, a round ratio or any float."""
+    if rng.random() < 0.33:
+        return dict.fromkeys(ACTIVITY_COLUMNS)
+    return {
+        name: None if rng.random() < 0.2 else rng.choice([0.5, rng.randrange(101) / 100, rng.random()])
+        for name in ACTIVITY_COLUMNS
+    }
 
 
 def _build(session: Session, seed: int) -> None:
@@ -245,6 +260,10 @@ def test_sql_costing_matches_the_python_cost_model(
         assert fast_row == reference_row
     ties = [row for row in reference if row[LEDGER_COLUMNS.index("used_cost")] == Decimal("0.500000")]
     assert ties  # 1.000001 × 0.5 = 0.5000005 rounded half-even, not up to 0.500001
+    profiled, seconds = LEDGER_COLUMNS.index("profiled_seconds"), LEDGER_COLUMNS.index("seconds")
+    partly = [row for row in reference if 0 < row[profiled] < row[seconds]]
+    measured = [row for row in reference if row[LEDGER_COLUMNS.index("sm_active_cost")] is not None]
+    assert len(partly) > 20 and len(measured) > 20  # the activity columns were compared where they hold values
 
 
 def test_postgresql_float_text_is_the_python_repr(sessions: sessionmaker[Session]) -> None:

@@ -12,8 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from finops.analysis.budgets import set_budget
 from finops.analysis.report import cost_report
+from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.service.cost_metrics import CostMetrics
-from finops.timeutil import to_epoch, utc_now
+from finops.timeutil import month_start, to_epoch, utc_now
+from tests.support import activity_scenario, scenario
 from tests.support.environment import debian_binary
 
 
@@ -57,5 +59,41 @@ def test_promtool_accepts_the_cost_series(loaded, tmp_path) -> None:  # type: ig
         capture_output=True,
         text=True,
         check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_activity_series_only_for_teams_that_measured_it(sessions, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """tests/support/activity_scenario.py: team vision is profiled (SM-active cost, profiled seconds, this month's
+    mean activity equal to the cost report's), team nlp and the unallocated capacity have no activity series at
+    all (absent, not 0); promtool accepts the series."""
+    t0 = scenario.start_hour()
+    catalog = load_catalog()
+    with sessions.begin() as session:
+        activity_scenario.build(session, t0, Pricing(catalog, PricingModel.ON_DEMAND))
+    registry = CollectorRegistry()
+    CostMetrics(registry).refresh(sessions)
+    text = generate_latest(registry).decode()
+    samples = _samples(text)
+    costs = activity_scenario.sm_active_costs(catalog.rate(activity_scenario.MODEL, PricingModel.ON_DEMAND, t0))
+    vision = (("team", "vision"),)
+    cost = samples["gpufinops_team_sm_active_cost_total", (("currency", "USD"), *vision)]
+    assert Decimal(repr(cost)) == costs["601"] + costs["603"]  # type: ignore[operator]
+    assert samples["gpufinops_team_profiled_gpu_seconds_total", vision] == 9000
+    now = utc_now()
+    with sessions() as session:
+        month = {row.key: row for row in cost_report(session, month_start(now), now + timedelta(hours=1), "team")}
+    for name in ("sm_active", "tensor_active", "dram_active"):
+        expected = month["vision"].activity_ratio(f"{name}_ratio")
+        assert samples[f"gpufinops_team_{name}_ratio", vision] == pytest.approx(expected)
+    if t0 >= month_start(now):  # the slice lies in this month: the hand-computed means
+        assert samples["gpufinops_team_sm_active_ratio", vision] == pytest.approx(0.525)
+        assert samples["gpufinops_team_dram_active_ratio", vision] == pytest.approx(0.25)
+    activity = [key for key in samples if "active" in key[0] or "profiled" in key[0]]
+    assert len(activity) == 5 and all(key[1][-1] == ("team", "vision") for key in activity)
+    for team in ("nlp", "__unallocated__"):  # held or not, but not profiled: no series, rather than a 0
+        assert f'team="{team}"' in text and not any(dict(labels).get("team") == team for _, labels in activity)
+    result = subprocess.run(
+        [debian_binary("promtool"), "check", "metrics"], input=text, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr

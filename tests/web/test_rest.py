@@ -17,6 +17,7 @@ from finops.analysis.report import GROUP_BYS, cost_report, report_dicts
 from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM
 from finops.pricing.catalog import DEFAULT_CATALOG, load_catalog
 from finops.web.app import create_app
+from finops.web.cost_schema import CostsOut
 from tests.support.servers import running
 
 TOKEN = "rest-token"
@@ -46,6 +47,7 @@ def test_costs_equal_the_report_for_every_grouping(api) -> None:  # type: ignore
             rows = cost_report(session, t0, t0 + timedelta(hours=2), group_by, catalog=load_catalog())
             expected = report_dicts(rows, group_by)
         assert response.json()["rows"] == expected
+        CostsOut.model_validate(response.json())  # the OpenAPI description has every field sent, and no other
         totals = sum(Decimal(row["allocated_cost"]) for row in response.json()["rows"])
         assert totals == sum(Decimal(row["allocated_cost"]) for row in expected) and totals > 0
     nodes = httpx.get(f"{url}/api/v1/costs", params={**_period(t0), "group_by": "node"}, headers=AUTH).json()
@@ -128,6 +130,11 @@ def test_openapi_schema_lists_every_route(api) -> None:  # type: ignore[no-untyp
     group_by = next(p for p in paths["/api/v1/costs"]["get"]["parameters"] if p["name"] == "group_by")
     assert group_by["schema"]["enum"] == list(GROUP_BYS)
     assert set(paths["/api/v1/budgets/{team}/{month}"]) == {"put", "delete"}
+    ok = paths["/api/v1/costs"]["get"]["responses"]["200"]["content"]
+    assert ok["application/json"]["schema"] == {"$ref": "#/components/schemas/CostsOut"} and "text/csv" in ok
+    row = schema["components"]["schemas"]["CostRowOut"]["properties"]
+    for name in ("sm_active_ratio", "tensor_active_ratio", "dram_active_ratio", "sm_active_cost", "profiled_share"):
+        assert {"type": "null"} in row[name]["anyOf"] and "Null when" in row[name]["description"], name
 
 
 def test_price_catalog_and_pricing_rules(api) -> None:  # type: ignore[no-untyped-def]
