@@ -222,7 +222,7 @@ class LedgerEntry(Base):
     catalog's tariff, not the GPU's rate, so it is kept. ``ix_ledger_unpriced`` indexes only unpriced rows.
 
     Hardware activity (migration 0021): ``profiled_seconds`` of the row's ``seconds`` were metered with readings that
-    carry a profiling field (``seconds`` × the share of the holding's readings with one, floored); each
+    carry a profiling field (``seconds`` × the share of the holding's readings with one, rounded up); each
     ``*_ratio`` column is the mean of that activity (:data:`collector.contract.wire.ACTIVITY_COLUMNS`) over the
     readings that carry it, NULL when none does or the row is unallocated (never 0: unmeasured is not idle).
     ``sm_active_cost`` = ``allocated_cost`` × ``sm_active_ratio`` (:func:`finops.ledger.costmodel.used_cost`'s exact

@@ -41,8 +41,8 @@ class _Metering:
 
     def profiled_seconds(self, seconds: int) -> int:
         """Of ``seconds`` metered by these readings, those with a profiling field: seconds × profiled ÷ readings,
-        floored (the SQL costing's integer division)."""
-        return seconds * self.profiled // self.readings if self.readings else 0
+        rounded up (so a holding with any profiled reading has a profiled second; integers as the SQL costing's)."""
+        return -(-seconds * self.profiled // self.readings) if self.readings else 0
 
 
 _NO_ACTIVITY: dict[str, float | None] = {f"{name}_ratio": None for name in ACTIVITIES}

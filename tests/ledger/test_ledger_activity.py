@@ -27,7 +27,18 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.wire import ACTIVITY_COLUMNS
 from finops.db.hours import mark_hours_dirty
-from finops.db.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, LedgerTeamHour, Node, PricingRule, Team
+from finops.db.models import (
+    Allocation,
+    Gpu,
+    GpuSample,
+    Job,
+    LedgerEntry,
+    LedgerTeamHour,
+    Node,
+    PricingRule,
+    ProfiledHour,
+    Team,
+)
 from finops.ingest.partitions import create_partitions, is_partitioned
 from finops.ledger.costmodel import used_cost
 from finops.ledger.rollup import rollup
@@ -107,6 +118,8 @@ def _build(session: Session) -> None:
         create_partitions(session.connection(), {sample["ts"] for sample in samples})
     session.execute(GpuSample.__table__.insert(), samples)  # type: ignore[attr-defined]
     mark_hours_dirty(session, range(T0 - HOUR, UNTIL, HOUR))
+    # What ingest does for readings that carry activity: the metering reads activity in these hours.
+    session.execute(ProfiledHour.__table__.insert(), [{"hour": h} for h in range(T0 - HOUR, UNTIL, HOUR)])  # type: ignore[attr-defined]
 
 
 def _ledger(session: Session) -> list[dict[str, Any]]:
@@ -166,10 +179,15 @@ def test_both_costing_paths_write_the_hand_computed_activity(sessions: sessionma
         check((hour, "g0", "A"), 1800, 0.75, 0.5, None)
     for name in ("B", "C"):  # time-sliced: each holder gets the GPU's mean, all its seconds profiled
         check((0, "g1", name), rows[0, "g1", name]["seconds"], 0.375, None, 0.125)
-    for hour, name in ((0, "D"), (0, "E"), (h1, "D"), (h1, "E")):  # MIG shares of a half-profiled GPU-hour
+    for hour, name in (
+        (0, "D"),
+        (0, "E"),
+        (h1, "D"),
+        (h1, "E"),
+    ):  # MIG shares of a half-profiled GPU-hour: half their seconds, rounded up
         seconds = rows[hour, "g2", name]["seconds"]
         assert seconds == round(Fraction(3 if name == "D" else 1, 7) * (3600 if hour or name == "D" else 1800))
-        check((hour, "g2", name), seconds // 2, 0.5, 0.25, None)
+        check((hour, "g2", name), -(-seconds // 2), 0.5, 0.25, None)
     check((0, "g3", "F"), 1800, 0.625, None, None)
     check((0, "g3", "G"), 0, None, None, None)  # held, not profiled: NULL, never 0
     check((0, "g4", "H"), 3600, 0.5, None, None)

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.wire import ACTIVITY_COLUMNS
 from finops.db.hours import mark_hours_dirty
-from finops.db.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Node, PricingRule, Team
+from finops.db.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Node, PricingRule, ProfiledHour, Team
 from finops.ingest.partitions import create_partitions, is_partitioned
 from finops.ledger import rollup as ledger
 from finops.ledger.costmodel import float_decimal
@@ -219,6 +219,8 @@ def _build(session: Session, seed: int) -> None:
         create_partitions(session.connection(), {sample["ts"] for sample in samples})
     session.execute(GpuSample.__table__.insert(), samples)  # type: ignore[attr-defined]
     mark_hours_dirty(session, range(T0 - 3 * HOUR, UNTIL, HOUR))
+    # What ingest does for readings that carry activity: the metering reads activity in these hours.
+    session.execute(ProfiledHour.__table__.insert(), [{"hour": h} for h in range(T0 - 3 * HOUR, UNTIL, HOUR)])  # type: ignore[attr-defined]
 
 
 def _ledger(session: Session) -> list[tuple[Any, ...]]:
