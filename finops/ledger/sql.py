@@ -261,8 +261,8 @@ SELECT gh.hour, gh.gpu_id, h.job_pk, COALESCE(h.team_id, :unallocated) AS team_i
        COALESCE(m.samples, 0) AS sample_count, COALESCE(m.energy_joules, 0.0) AS energy_joules,
        CASE WHEN h.job_pk IS NOT NULL AND m.samples > 0 THEN m.utilization_sum / m.samples END AS utilization,
        gh.pricing_model,
-       CASE WHEN h.job_pk IS NOT NULL AND m.readings > 0 THEN (3600 * m.profiled + m.readings - 1) / m.readings ELSE 0 END
-           AS profiled_seconds{activity_means}
+       CASE WHEN h.job_pk IS NOT NULL AND m.readings > 0
+            THEN (3600 * m.profiled + m.readings - 1) / m.readings ELSE 0 END AS profiled_seconds{activity_means}
 FROM tmp_ledger_gpu_hours gh
 JOIN tmp_ledger_rates r ON r.model = gh.model AND r.pricing_model = gh.pricing_model AND r.hour = gh.hour
 LEFT JOIN tmp_ledger_holdings h ON h.gpu_id = gh.gpu_id AND h.hour = gh.hour
