@@ -13,6 +13,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,9 +36,19 @@ from finops.db.engine import downgrade, make_engine, session_factory, upgrade
 from finops.demo.activity import GpuProfile, nominal_h100_profile, profile_from_capture
 from finops.demo.allocation import TeamSeries, derive_jobs, node_names
 from finops.demo.helios import load_helios
-from finops.demo.profiling import CAPTURES, JITTER, WorkloadProfile, load_profiles
+from finops.demo.profiling import CAPTURES, IDLE_CAPTURE, JITTER, WorkloadProfile, load_profiles
 from finops.demo.synthetic import synthetic_week
-from finops.demo.workload import PROFILE_WEIGHTS, Readings, Trace, node_sink, node_steps, plan_jobs, sacct_lines
+from finops.demo.workload import (
+    IDLE_JOB_SHARE,
+    PROFILE_WEIGHTS,
+    SPARE_GPU_SHARE,
+    Readings,
+    Trace,
+    node_sink,
+    node_steps,
+    plan_jobs,
+    sacct_lines,
+)
 from finops.jobs.slurm_import import import_sacct
 from finops.jobs.teams import map_account
 from finops.ledger.rollup import rollup
@@ -77,12 +88,17 @@ class _Inputs:
 
 
 DERIVED_NOTE = """\
-DERIVED (not in the trace): per job, seeded: busy or idle (10 %); busy GPUs' SM, tensor and DRAM activity from
-the activity-to-utilisation ratios of real DCGM captures ({profiles}, each job's
-ratios times a factor in 1 ± {jitter:.0%}; SM activity is the capture's GR_ENGINE_ACTIVE, an upper bound), or none at
-all for {unmeasured:.0%} of jobs (not measured); idle jobs wait on Lustre or NFS reads, InfiniBand traffic (node_io),
-thermal throttling (clocks-event reasons), held memory or an open notebook, or on nothing; one busy multi-GPU job in
-ten leaves a GPU idle."""
+DERIVED, not in the trace (docs/demo.md), each drawn per job with a fixed seed: busy or idle ({idle} idle); the SM,
+tensor and DRAM activity of busy GPUs, as their utilisation times the activity-to-utilisation ratios of the real
+DCGM captures above ({profiles}; each job's ratios times a factor in 1 ± {jitter}; SM activity is the capture's
+GR_ENGINE_ACTIVE, an upper bound), or no activity field at all for the other {unmeasured} of jobs (not measured);
+what idle jobs wait on: Lustre or NFS reads and InfiniBand traffic (the nodes' node_io rates), thermal throttling
+(clocks-event reasons), memory held with no compute, an open notebook, or nothing; {spare} of the busy multi-GPU
+jobs leave a GPU idle."""
+
+
+def _percent(ratio: float) -> str:
+    return f"{ratio * 100:.0f} %"
 
 
 def _inputs(options: DemoOptions) -> _Inputs:
@@ -104,9 +120,16 @@ def _inputs(options: DemoOptions) -> _Inputs:
     if profiles:
         for workload in profiles:
             print(f"GPU activity profile '{workload.name}': DERIVED from the capture {workload.capture}")
-        print(f"idle GPU activity: the capture {CAPTURES}/kops-nvidia-l4-idle.prom (NVIDIA L4, all 0)")
-        names = ", ".join(f"'{w.name}' {weight:.0%}" for w, weight in zip(profiles, PROFILE_WEIGHTS, strict=False))
-        print(DERIVED_NOTE.format(profiles=names, jitter=JITTER, unmeasured=1 - sum(PROFILE_WEIGHTS)))
+        print(f"idle GPU activity: the capture {IDLE_CAPTURE} (NVIDIA L4: all 0), in {options.shared_data / CAPTURES}")
+        shares = zip(profiles, PROFILE_WEIGHTS, strict=False)
+        note = DERIVED_NOTE.format(
+            idle=_percent(IDLE_JOB_SHARE),
+            profiles=", ".join(f"'{workload.name}' {_percent(share)}" for workload, share in shares),
+            jitter=_percent(JITTER),
+            unmeasured=_percent(1 - sum(PROFILE_WEIGHTS)),
+            spare=_percent(SPARE_GPU_SHARE),
+        )
+        print(textwrap.fill(" ".join(note.split()), width=116))
     else:
         print(f"note: {options.shared_data / CAPTURES} is missing; GPU activity is not measured (no activity field)")
     return _Inputs(series, profile, profiles, idle_activity)

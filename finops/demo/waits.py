@@ -7,7 +7,9 @@ The Helios trace has no I/O and no GPU counters, so each idle job is given one w
   dataset being read, above the waste rules' 100 MB/s storage threshold; 600 MB/s is about half a 10 GbE link);
 - ``infiniband``: the job's nodes receive and send 3 GB/s over InfiniBand (an eighth of one HDR port);
 - ``throttled``: its GPUs' readings carry the ``sw_thermal`` and ``hw_slowdown`` clocks-event reasons
-  (:data:`THROTTLE_REASONS`) at the idle SM clock;
+  (:data:`THROTTLE_REASONS`) at the idle SM clock, except for a burst of :data:`THROTTLE_BURST_MINUTES` at full
+  clock and load every :data:`THROTTLE_PERIOD_MINUTES` from its start (the waste rule calls a GPU throttled when
+  its clock is below the highest it reached in the day before; a GPU idle at one clock for longer has none);
 - ``stalled``: its GPUs hold the busy capture's memory with no compute (a hung process);
 - ``interactive``: the job is named ``jupyter-<user>`` (a notebook left open);
 - ``None``: nothing (its idle time stays unexplained).
@@ -49,6 +51,9 @@ NODE_TRAFFIC: dict[str, dict[str, float]] = {
 """The node traffic of a wait: ``node_io`` kind → bytes per second."""
 THROTTLE_REASONS = CLOCKS_EVENT_REASONS["sw_thermal"] | CLOCKS_EVENT_REASONS["hw_slowdown"]
 """The clocks-event reason bits a throttled job's readings carry (added to the idle reading's own)."""
+THROTTLE_PERIOD_MINUTES = 360
+THROTTLE_BURST_MINUTES = 10
+"""A throttled job runs at full clock for the first THROTTLE_BURST_MINUTES of every THROTTLE_PERIOD_MINUTES."""
 
 
 def interactive_name(user: str) -> str:

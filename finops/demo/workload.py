@@ -18,7 +18,7 @@ import random
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from collector.contract import metric_names as m
@@ -31,6 +31,8 @@ from finops.demo.profiling import ACTIVITY_METRICS, JITTER, WorkloadProfile, job
 from finops.demo.waits import (
     INTERACTIVE,
     STALLED,
+    THROTTLE_BURST_MINUTES,
+    THROTTLE_PERIOD_MINUTES,
     THROTTLE_REASONS,
     THROTTLED,
     NodeTraffic,
@@ -157,6 +159,10 @@ def sacct_lines(trace: Trace) -> list[str]:
     return lines
 
 
+Segment = tuple[int, int, dict[str, float]]
+"""Minutes [from, to) of a trace and what a GPU reads over them (metric name → value)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Readings:
     """What the demo's GPUs read: the GPU model's busy and idle values (``gpu``) and the idle capture's activity
@@ -188,6 +194,22 @@ class Readings:
             values[m.GPU_MEMORY_USED] = self.gpu.busy.get(m.GPU_MEMORY_USED, 0.0)
         return values
 
+    def segments(self, plan: JobPlan, gpu: tuple[str, int], start: int, end: int) -> list[Segment]:
+        """What GPU ``gpu`` of a job of ``plan`` reads over minutes [start, end): (from, to, values) in order; one
+        segment (:meth:`held`) but for a throttled job, whose full-clock bursts alternate with its throttled idling
+        (:data:`~finops.demo.waits.THROTTLE_PERIOD_MINUTES`)."""
+        values = self.held(plan, gpu)
+        if plan.wait != THROTTLED:
+            return [(start, end, values)]
+        burst = self.held(replace(plan, busy=True, wait=None), gpu)
+        segments: list[Segment] = []
+        for first in range(start, end, THROTTLE_PERIOD_MINUTES):
+            cooled = min(end, first + THROTTLE_BURST_MINUTES)
+            segments.append((first, cooled, burst))
+            if cooled < end:
+                segments.append((cooled, min(end, first + THROTTLE_PERIOD_MINUTES), values))
+        return segments
+
 
 def node_steps(trace: Trace, node: str, readings: Readings, minutes_per_step: int = 60) -> Iterator[list[Sample]]:
     """One node's GPU readings, ``minutes_per_step`` minutes of its 8 GPUs per step, in time order."""
@@ -196,8 +218,8 @@ def node_steps(trace: Trace, node: str, readings: Readings, minutes_per_step: in
         for host, index in job.gpus:
             if host == node:
                 end = trace.minutes if job.end is None else job.end
-                values = readings.held(trace.plan(job.job_number), (host, index))
-                timelines[index].append((job.start, end, job.job_number, values))
+                for first, last, values in readings.segments(trace.plan(job.job_number), (host, index), job.start, end):
+                    timelines[index].append((first, last, job.job_number, values))
     for timeline in timelines.values():
         timeline.sort(key=lambda entry: entry[:3])
     cursor = [0] * GPUS_PER_NODE

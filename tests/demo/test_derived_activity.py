@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -29,7 +31,8 @@ def test_profiles_are_the_captures_ratios(shared_data: Path) -> None:
     # SOURCE.md's figures of the A100 busy capture (no utilisation field: taken as it is).
     assert training.ratios[m.GPU_TENSOR_ACTIVE] == pytest.approx(0.929, abs=5e-4)
     assert training.ratios[m.GPU_DRAM_ACTIVE] == pytest.approx(0.691, abs=5e-4)
-    assert training.ratios[m.GPU_SM_ACTIVE] == training.ratios[m.GPU_GRAPHICS_ENGINE_ACTIVE] == pytest.approx(0.996, abs=5e-4)
+    engine = training.ratios[m.GPU_GRAPHICS_ENGINE_ACTIVE]
+    assert training.ratios[m.GPU_SM_ACTIVE] == engine == pytest.approx(0.996, abs=5e-4)
     # The T4's: activity per unit of its 91 % utilisation.
     assert inefficient.ratios[m.GPU_GRAPHICS_ENGINE_ACTIVE] == pytest.approx(0.156205 / 0.91)
     assert inefficient.ratios[m.GPU_TENSOR_ACTIVE] == pytest.approx(0.005822 / 0.91)
@@ -44,7 +47,7 @@ def test_profiles_are_the_captures_ratios(shared_data: Path) -> None:
 def test_a_capture_without_activity_is_refused_by_name(tmp_path: Path) -> None:
     capture = tmp_path / "no-prof.prom"
     capture.write_text('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1"} 50\n')
-    with pytest.raises(ValueError, match="no-prof.prom"):
+    with pytest.raises(ValueError, match=r"no-prof\.prom"):
         profile_from_capture("x", capture, "GPU")
     assert load_profiles(tmp_path) == ((), {})  # no captures folder: nothing measured
 
@@ -56,7 +59,8 @@ def test_draw_wait_follows_the_cumulative_weights() -> None:
 
 @pytest.fixture(scope="module")
 def slice_trace(shared_data: Path) -> tuple[Trace, Readings]:
-    series = [TeamSeries(s.team, s.quota, s.running[:MINUTES]) for s in load_helios(shared_data / "helios-earth-vc-allocation")]
+    week = load_helios(shared_data / "helios-earth-vc-allocation")
+    series = [TeamSeries(s.team, s.quota, s.running[:MINUTES]) for s in week]
     jobs = derive_jobs(series)
     profiles, idle = load_profiles(shared_data)
     trace = Trace(jobs, node_names(series), START, MINUTES, plan_jobs(jobs, profiles))
@@ -68,7 +72,9 @@ def test_plans_are_seeded(slice_trace: tuple[Trace, Readings], shared_data: Path
     profiles, _ = load_profiles(shared_data)
     assert plan_jobs(trace.jobs, profiles) == trace.plans
     assert plan_jobs(trace.jobs, profiles, seed=14) != trace.plans
-    assert plan_jobs(trace.jobs, ()) == {n: p.__class__(p.busy, None, p.factors, p.wait, p.spare) for n, p in trace.plans.items()}
+    # Without the captures, the same draws with no profile: every job not measured.
+    unmeasured = {n: replace(p, profile=None) for n, p in trace.plans.items()}
+    assert plan_jobs(trace.jobs, ()) == unmeasured
 
 
 def test_busy_activity_means_per_profile_lie_within_the_jitter(slice_trace: tuple[Trace, Readings]) -> None:
@@ -126,6 +132,13 @@ def test_idle_jobs_carry_their_waits_evidence(slice_trace: tuple[Trace, Readings
             checked.add(plan.wait)
         if plan.wait == THROTTLED:
             assert int(values[m.GPU_CLOCKS_EVENT_REASONS]) & CLOCKS_EVENT_REASONS["sw_thermal"]
+            # Bursts at full clock give the throttled rule a faster clock within the day before each idle stretch.
+            segments = readings.segments(plan, gpu, job.start, end)
+            bounds = [(first, last) for first, last, _ in segments]
+            assert bounds[0] == (job.start, min(end, job.start + 10)) and bounds[-1][1] == end
+            assert all(last == first for (_, last), (first, _) in pairwise(bounds))
+            clocks = [read[m.GPU_SM_CLOCK] for _, _, read in segments]
+            assert set(clocks[::2]) == {1980e6} and set(clocks[1::2]) <= {values[m.GPU_SM_CLOCK]} != {1980e6}
         if plan.wait == STALLED:
             assert values[m.GPU_MEMORY_USED] > 64 * 2**20 and values[m.GPU_UTILIZATION] == 0
         interactive = names[str(job.job_number)] == f"jupyter-{job.team.lower()}-user"
