@@ -1,4 +1,4 @@
-"""What the demo's idle jobs wait on: DERIVED evidence for the waste reasons (:mod:`finops.analysis.waste`).
+"""What the demo's idle jobs wait on: DERIVED evidence for the waste reasons (docs/waste-reasons.md).
 
 The Helios trace has no I/O and no GPU counters, so each idle job is given one wait, drawn with a seeded generator
 (:data:`WAIT_WEIGHTS`), and the evidence a real node would show for it over the whole job:
