@@ -179,7 +179,20 @@ class Shipper:
 
         Raises ShipError when the service refuses the batch or every try failed.
         """
-        batch = wire.batch_dict(samples)
+        return self.deliver(wire.batch_dict(samples), attempts, backoff, sleep)
+
+    def deliver(
+        self,
+        batch: dict[str, list[dict[str, object]]],
+        attempts: int = 5,
+        backoff: Backoff = Backoff(),  # frozen dataclass: a safe default
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> int:
+        """Send ``batch`` (:func:`collector.contract.wire.batch_dict` form, its side parts such as ``node_io``
+        included) now, as :meth:`ship` does; returns readings accepted (0 for a batch without readings, not sent).
+
+        Raises ShipError when the service refuses the batch or every try failed.
+        """
         if not batch["samples"]:
             return 0
         for attempt in range(1, attempts + 1):

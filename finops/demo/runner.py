@@ -13,6 +13,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,8 +36,19 @@ from finops.db.engine import downgrade, make_engine, session_factory, upgrade
 from finops.demo.activity import GpuProfile, nominal_h100_profile, profile_from_capture
 from finops.demo.allocation import TeamSeries, derive_jobs, node_names
 from finops.demo.helios import load_helios
+from finops.demo.profiling import CAPTURES, IDLE_CAPTURE, JITTER, WorkloadProfile, load_profiles
 from finops.demo.synthetic import synthetic_week
-from finops.demo.workload import Trace, idle_jobs, node_steps, sacct_lines
+from finops.demo.workload import (
+    IDLE_JOB_SHARE,
+    PROFILE_WEIGHTS,
+    SPARE_GPU_SHARE,
+    Readings,
+    Trace,
+    node_sink,
+    node_steps,
+    plan_jobs,
+    sacct_lines,
+)
 from finops.jobs.slurm_import import import_sacct
 from finops.jobs.teams import map_account
 from finops.ledger.rollup import rollup
@@ -67,7 +79,29 @@ class DemoOptions:
     minutes: int | None = None
 
 
-def _inputs(options: DemoOptions) -> tuple[list[TeamSeries], GpuProfile]:
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    series: list[TeamSeries]
+    gpu: GpuProfile
+    profiles: tuple[WorkloadProfile, ...]
+    idle_activity: dict[str, float]
+
+
+DERIVED_NOTE = """\
+DERIVED, not in the trace (docs/demo.md), each drawn per job with a fixed seed: busy or idle ({idle} idle); the SM,
+tensor and DRAM activity of busy GPUs, as their utilisation times the activity-to-utilisation ratios of the real
+DCGM captures above ({profiles}; each job's ratios times a factor in 1 ± {jitter}; SM activity is the capture's
+GR_ENGINE_ACTIVE, an upper bound), or no activity field at all for the other {unmeasured} of jobs (not measured);
+what idle jobs wait on: Lustre or NFS reads and InfiniBand traffic (the nodes' node_io rates), thermal throttling
+(clocks-event reasons), memory held with no compute, an open notebook, or nothing; {spare} of the busy multi-GPU
+jobs leave a GPU idle."""
+
+
+def _percent(ratio: float) -> str:
+    return f"{ratio * 100:.0f} %"
+
+
+def _inputs(options: DemoOptions) -> _Inputs:
     capture = options.shared_data / H100_CAPTURE
     if capture.is_file():
         profile = profile_from_capture(capture)
@@ -82,7 +116,23 @@ def _inputs(options: DemoOptions) -> tuple[list[TeamSeries], GpuProfile]:
         series = synthetic_week()
         print("input: a SYNTHETIC week shaped like Helios 'Earth' (seeded); --trace helios:DIR replays the real one")
     print(f"GPU readings: {profile.origin}")
-    return series, profile
+    profiles, idle_activity = load_profiles(options.shared_data)
+    if profiles:
+        for workload in profiles:
+            print(f"GPU activity profile '{workload.name}': DERIVED from the capture {workload.capture}")
+        print(f"idle GPU activity: the capture {IDLE_CAPTURE} (NVIDIA L4: all 0), in {options.shared_data / CAPTURES}")
+        shares = zip(profiles, PROFILE_WEIGHTS, strict=False)
+        note = DERIVED_NOTE.format(
+            idle=_percent(IDLE_JOB_SHARE),
+            profiles=", ".join(f"'{workload.name}' {_percent(share)}" for workload, share in shares),
+            jitter=_percent(JITTER),
+            unmeasured=_percent(1 - sum(PROFILE_WEIGHTS)),
+            spare=_percent(SPARE_GPU_SHARE),
+        )
+        print(textwrap.fill(" ".join(note.split()), width=116))
+    else:
+        print(f"note: {options.shared_data / CAPTURES} is missing; GPU activity is not measured (no activity field)")
+    return _Inputs(series, profile, profiles, idle_activity)
 
 
 def _fresh_database(url: str) -> None:
@@ -143,12 +193,13 @@ def _drain(agent: Agent, source: ReplaySource) -> int:
     return accepted
 
 
-def _ship_trace(trace: Trace, profile: GpuProfile, service_url: str, token: str) -> int:
-    idle = idle_jobs(trace.jobs)
+def _ship_trace(trace: Trace, readings: Readings, service_url: str, token: str) -> int:
+    traffic = trace.traffic()
     work = []
     for node in trace.nodes:
-        source = ReplaySource(node_steps(trace, node, profile, idle))
-        work.append((Agent([source], LatestSamples(), Shipper(service_url, token, node).ship), source))
+        source = ReplaySource(node_steps(trace, node, readings))
+        sink = node_sink(Shipper(service_url, token, node), traffic, node)
+        work.append((Agent([source], LatestSamples(), sink), source))
     with ThreadPoolExecutor(COLLECTOR_THREADS) as pool:
         return sum(pool.map(lambda pair: _drain(*pair), work))
 
@@ -156,12 +207,14 @@ def _ship_trace(trace: Trace, profile: GpuProfile, service_url: str, token: str)
 def run_demo(options: DemoOptions) -> int:
     """Run the demo; returns the process exit code (0 on success)."""
     began = time.perf_counter()
-    series, profile = _inputs(options)
+    inputs = _inputs(options)
+    series, profile = inputs.series, inputs.gpu
     if options.minutes is not None:
         series = [TeamSeries(s.team, s.quota, s.running[: options.minutes]) for s in series]
     minutes = len(series[0].running)
     now = utc_now().replace(second=0, microsecond=0)
-    trace = Trace(derive_jobs(series), node_names(series), now - timedelta(minutes=minutes), minutes)
+    jobs = derive_jobs(series)
+    trace = Trace(jobs, node_names(series), now - timedelta(minutes=minutes), minutes, plan_jobs(jobs, inputs.profiles))
     gpus = len(trace.nodes) * 8
     print(
         f"{len(series)} teams, {gpus} GPUs on {len(trace.nodes)} nodes, {len(trace.jobs)} jobs, "
@@ -180,7 +233,8 @@ def run_demo(options: DemoOptions) -> int:
     service = _start_service(options.database_url, token, port, options.work_dir / "demo-service.log")
     try:
         shipped_at = time.perf_counter()
-        accepted = _ship_trace(trace, profile, f"http://127.0.0.1:{port}", token)
+        readings = Readings(profile, inputs.idle_activity)
+        accepted = _ship_trace(trace, readings, f"http://127.0.0.1:{port}", token)
         ingest_seconds = time.perf_counter() - shipped_at
     finally:
         service.terminate()

@@ -11,9 +11,10 @@ from pathlib import Path
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlalchemy import select
+from sqlalchemy import func, select
 
-from finops.db.models import Allocation, Gpu, Job, Node
+from finops.db.engine import make_engine, session_factory
+from finops.db.models import Allocation, Gpu, GpuSample, IdleEpisode, Job, Node, NodeIoHour
 from finops.demo.allocation import GPUS_PER_NODE, TeamSeries, derive_jobs, node_segments
 from finops.demo.helios import HELIOS_TEAMS, load_helios
 from finops.demo.workload import Trace, sacct_lines
@@ -96,6 +97,10 @@ def test_demo_on_a_helios_slice_keeps_allocation_and_conserves_cost(
         tmp_path, "--trace", trace, "--minutes", str(minutes), "--report-json", str(out), database_url=database_url
     )
     assert "real Helios" in run.stdout and "DERIVED" in run.stdout
+    # Each derived profile names the real capture it came from, and the one paragraph says what else is derived.
+    assert "'tensor-core training': DERIVED from the capture nvidia-docs-a100-mig-busy.prom" in run.stdout
+    assert "'kernel-busy, inefficient': DERIVED from the capture ericsson-ccd-tesla-t4-busy.prom" in run.stdout
+    assert "not measured" in run.stdout and "InfiniBand" in run.stdout
     rows = {row["team"]: row for row in orjson.loads(out.read_bytes())}
     held = {series.team: 60 * sum(series.running[:minutes]) for series in load_helios(trace_dir)}
     # A team with no GPU held in the slice has no ledger rows, hence no report row.
@@ -107,12 +112,28 @@ def test_demo_on_a_helios_slice_keeps_allocation_and_conserves_cost(
     rate = load_catalog().rate("NVIDIA H100 80GB HBM3", PricingModel.ON_DEMAND, utc_now())
     capacity = (rate * gpu_seconds / 3600).quantize(Decimal("0.01"))
     assert sum(Decimal(row["allocated_cost"]) for row in rows.values()) == capacity
+    engine = make_engine(database_url)
+    try:
+        with session_factory(engine)() as session:
+            # Both measured and unmeasured hardware activity reached the service, through the real ingest.
+            readings = session.execute(
+                select(func.count(GpuSample.sm_active_ratio), func.count(), func.max(GpuSample.tensor_active_ratio))
+            ).one()
+            reasons = set(session.scalars(select(IdleEpisode.reason).distinct()))
+            kinds = set(session.scalars(select(NodeIoHour.kind).distinct()))
+    finally:
+        engine.dispose()
+    assert 0 < readings[0] < readings[1] and readings[2] > 0.8
+    # The slice's idle jobs reading Lustre and waiting on InfiniBand are judged so (finops.analysis.waste).
+    assert {"waiting_on_storage", "waiting_on_network"} <= reasons
+    assert {"lustre_read", "infiniband_received"} <= kinds
 
 
 def test_demo_without_shared_data_says_it_is_synthetic_and_every_command_it_names_works(tmp_path: Path) -> None:
     run = _demo(tmp_path, "--minutes", "30", shared=str(tmp_path / "absent"))
     assert "SYNTHETIC" in run.stdout
     assert "nominal" in run.stdout
+    assert "GPU activity is not measured" in run.stdout  # no captures: no activity field, never an invented one
     assert "TOTAL" in run.stdout
     # The demo ends by naming its database and the commands that explore it: each works as printed.
     explore = run.stdout.split("To explore it with the other commands, in this shell:\n")[1].splitlines()
