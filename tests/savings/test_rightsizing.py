@@ -11,7 +11,10 @@ from fractions import Fraction
 import pytest
 from sqlalchemy import func, select
 
-from finops.analysis.rightsizing import (
+from finops.db.models import Gpu, Job, LedgerEntry, TsdbGpuMetering
+from finops.ledger.costmodel import round_exact
+from finops.pricing.catalog import Pricing, PricingModel, load_catalog
+from finops.savings.rightsizing import (
     NO_MEMORY_READING,
     RightsizingPolicy,
     finding_dicts,
@@ -19,9 +22,6 @@ from finops.analysis.rightsizing import (
     rightsizing_totals,
     total_dicts,
 )
-from finops.db.models import Gpu, Job, LedgerEntry, TsdbGpuMetering
-from finops.ledger.costmodel import round_exact
-from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from tests.support import rightsizing_scenario as rs
 
 ON_DEMAND = PricingModel.ON_DEMAND

@@ -11,9 +11,10 @@ from decimal import Decimal
 
 import pytest
 
-from finops.analysis import showback
 from finops.analysis.budgets import UnknownTeam, set_budget
-from finops.analysis.showback import (
+from finops.ledger.costmodel import CENT, quantize
+from finops.savings import showback
+from finops.savings.showback import (
     SHOWN_ROWS,
     Column,
     IdleReason,
@@ -27,7 +28,6 @@ from finops.analysis.showback import (
     statement_teams,
     statement_text,
 )
-from finops.ledger.costmodel import CENT, quantize
 from tests.support import showback_scenario as scenario
 
 

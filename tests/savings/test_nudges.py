@@ -11,7 +11,10 @@ import pytest
 from sqlalchemy import select
 
 from finops.analysis.idle import list_episodes
-from finops.analysis.nudges import (
+from finops.db.models import Gpu, Node, TsdbGpuMetering
+from finops.ledger.costmodel import round_exact
+from finops.pricing.catalog import GIB, load_catalog
+from finops.savings.nudges import (
     IDLE_RUNNING,
     LOW_EFFICIENCY,
     MIG_CANDIDATE,
@@ -21,9 +24,6 @@ from finops.analysis.nudges import (
     NudgePolicy,
     find_nudges,
 )
-from finops.db.models import Gpu, Node, TsdbGpuMetering
-from finops.ledger.costmodel import round_exact
-from finops.pricing.catalog import GIB, load_catalog
 from finops.timeutil import utc_now
 from tests.support.alert_cluster import Cluster, minute_floor
 from tests.support.nudge_cluster import (
@@ -147,8 +147,8 @@ def test_a_running_job_idle_for_an_hour_is_a_warning_with_scancel(sessions) -> N
 
 
 def test_a_finished_job_that_used_none_of_its_gpus_is_told_so() -> None:
-    from finops.analysis.nudges import _GpuUse, _JobUse
     from finops.db.models import Job
+    from finops.savings.nudges import _GpuUse, _JobUse
 
     use = _JobUse(Job(job_id="9", scheduler="slurm", gpu_type="a100", end=utc_now()), "t")
     use.gpus = {1: _GpuUse(3600, 3600, 0.0), 2: _GpuUse(3600, 3600, 0.0)}

@@ -16,12 +16,12 @@ job that held whole GPUs (:func:`rightsizing`):
   model or MIG": the job does not need the whole GPU's compute, which a smaller model or a MIG slice lacks), the
   job's memory peak — the most memory in use on any of its GPUs while it held them, from ``gpu_samples``
   (``memory_used_bytes``) and from the TSDB mode's segments (``tsdb_gpu_metering.memory_max_bytes``) — times
-  :attr:`RightsizingPolicy.memory_headroom` (default :data:`finops.analysis.mig_profiles.MEMORY_HEADROOM`, 1.2:
+  :attr:`RightsizingPolicy.memory_headroom` (default :data:`finops.savings.mig_profiles.MEMORY_HEADROOM`, 1.2:
   readings every 10-60 s miss short peaks; a 20 % margin) is compared with the price catalog's memory sizes
   (:class:`finops.pricing.catalog.MemorySize`):
 
   - **MIG profile**: for a job left with one GPU, the smallest MIG profile of its model that holds it
-    (:func:`finops.analysis.mig_profiles.smallest_profile`, the rule the nudges use too: smallest share of the GPU,
+    (:func:`finops.savings.mig_profiles.smallest_profile`, the rule the nudges use too: smallest share of the GPU,
     then least memory, the whole GPU never). A slice costs its share of the GPU's rate, as the ledger prices one
     (:func:`finops.jobs.mig.mig_share`: ``1g.10gb`` on an H100 is 1/7); saving = kept GPU-hours × rate × (1 −
     share). One slice only: MIG instances have no NVLink or peer-to-peer between them, so a multi-GPU job is not
@@ -34,7 +34,7 @@ job that held whole GPUs (:func:`rightsizing`):
 
 A job's **saving** is its GPU-count saving plus the larger of its MIG and smaller-model savings (these apply to the
 GPUs it keeps, so they add). Each finding carries the fix as a job script or pod spec would say it
-(:mod:`finops.analysis.fix_lines`): Slurm ``#SBATCH --gres=gpu:h100:2`` (one node; ``--gpus=h100:9`` when the
+(:mod:`finops.savings.fix_lines`): Slurm ``#SBATCH --gres=gpu:h100:2`` (one node; ``--gpus=h100:9`` when the
 GPUs it keeps span several nodes, since ``--gres`` counts per node), ``#SBATCH --gres=gpu:1g.10gb:1`` for a MIG
 slice (Slurm's MIG GRES types are the profile names), Kubernetes ``nvidia.com/gpu: 2`` or
 ``nvidia.com/mig-1g.10gb: 1`` under ``resources.limits``.
@@ -58,14 +58,14 @@ from sqlalchemy import ColumnElement, case, exists, func, select
 from sqlalchemy.orm import Session
 
 from finops.analysis.filters import Scope, ledger_conditions
-from finops.analysis.fix_lines import mig_line, request_line
-from finops.analysis.mig_profiles import MEMORY_HEADROOM, smallest_profile
 from finops.analysis.report import dicts_csv
 from finops.db.dialect import transaction_settings
 from finops.db.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Team, TsdbGpuMetering
 from finops.jobs.mig import gres_mig_type
 from finops.ledger.costmodel import SECONDS_PER_HOUR, round_exact, round_preserving_total
 from finops.pricing.catalog import GIB, GpuModel, PriceCatalog, PriceNotFound, PricingModel
+from finops.savings.fix_lines import mig_line, request_line
+from finops.savings.mig_profiles import MEMORY_HEADROOM, smallest_profile
 from finops.timeutil import to_epoch
 
 GroupBy = Literal["job", "user", "team"]
@@ -109,7 +109,7 @@ class JobFinding:
     ``saved_gpu_seconds``; ``mig_saving`` for ``mig_profile``; ``smaller_model_saving`` for ``smaller_model``
     (``smaller_model_in_fleet``: the database has GPUs of it). ``memory_peak_bytes``: None when not read (the job
     keeps its GPUs busy) or no reading exists (then a note says so). Fixes (``count_fix``, ``mig_fix``,
-    ``model_fix``) are the lines of :mod:`finops.analysis.fix_lines`; ``notes`` say what could not be judged.
+    ``model_fix``) are the lines of :mod:`finops.savings.fix_lines`; ``notes`` say what could not be judged.
     """
 
     job_pk: int

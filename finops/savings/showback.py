@@ -19,11 +19,11 @@ Sections, in order (their :attr:`Section.key`):
 - ``top_jobs`` and ``top_users``: the cost report by job and by user, of the team, costliest first; the e-mail shows
   the first :data:`SHOWN_ROWS` and one line for the rest, the CSV every row up to :data:`MAX_ROWS`.
 - ``idle_by_reason``: the team's idle cost by probable waste reason (:class:`IdleReason`, from
-  :func:`finops.analysis.waste_costs.idle_cost_by_reason`: the ledger's idle cost, allocated − used, of each job-held
+  :func:`finops.savings.waste_costs.idle_cost_by_reason`: the ledger's idle cost, allocated − used, of each job-held
   GPU-hour under its reason; for ``no reading``, the allocated cost of the GPU-hours without readings), in the
   reasons' precedence; the note adds the idle episodes overlapping the period
   (:func:`finops.analysis.idle.episode_totals`).
-- ``rightsizing``: the savings of right-sizing, one :class:`Saving` per job (:mod:`finops.analysis.rightsizing`).
+- ``rightsizing``: the savings of right-sizing, one :class:`Saving` per job (:mod:`finops.savings.rightsizing`).
 """
 
 from __future__ import annotations
@@ -42,14 +42,14 @@ from sqlalchemy.orm import Session
 from finops.analysis.budgets import BudgetStatus, budget_status, check_known_team
 from finops.analysis.idle import EpisodeTotals, episode_totals, list_episodes
 from finops.analysis.report import ReportRow, UnpricedModel, cost_report, printed_cents, unpriced_by_model
-from finops.analysis.rightsizing import JobFinding, rightsizing
 from finops.analysis.waste import NO_READING, REASONS, ReasonPolicy
-from finops.analysis.waste_costs import BUSY_JOB_TITLE, ReasonCost, idle_cost_by_reason
 from finops.db.hours import pending_hours
 from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Budget, Team
 from finops.ledger.costmodel import CENT, float_decimal, quantize, round_preserving_total
 from finops.pricing.catalog import load_catalog
 from finops.pricing.store import catalog_in_force
+from finops.savings.rightsizing import JobFinding, rightsizing
+from finops.savings.waste_costs import BUSY_JOB_TITLE, ReasonCost, idle_cost_by_reason
 from finops.timeutil import month_start, next_month_start
 
 ColumnKind = Literal["text", "money", "hours", "percent"]
@@ -185,7 +185,7 @@ def statement_teams(session: Session, month: datetime, now: datetime) -> list[st
 
 
 def idle_reasons(costs: Sequence[ReasonCost]) -> list[IdleReason]:
-    """The statement's idle rows from :func:`finops.analysis.waste_costs.idle_cost_by_reason`'s rows of one team and
+    """The statement's idle rows from :func:`finops.savings.waste_costs.idle_cost_by_reason`'s rows of one team and
     month (a statement's period lies in one month), in their order: the reasons' precedence."""
     return [IdleReason(c.reason, c.title, _hours(c.gpu_seconds), c.cost, _hours(c.unpriced_gpu_seconds)) for c in costs]
 
@@ -449,7 +449,7 @@ def idle_section(
 
 
 def team_savings(findings: Sequence[JobFinding]) -> list[Saving]:
-    """The statement's right-sizing rows from :func:`finops.analysis.rightsizing.rightsizing`'s findings: per job the
+    """The statement's right-sizing rows from :func:`finops.savings.rightsizing.rightsizing`'s findings: per job the
     fewer GPUs it should have asked for when that saves anything (the GPU-hours it would not have held), else the
     cheaper of its MIG profile and smaller model (the same GPU-hours, on less; 0 GPU-hours saved). A finding with no
     saving of any kind (unpriced) keeps its change with an unknown saving."""

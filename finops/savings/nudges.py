@@ -27,11 +27,11 @@ Four kinds (:data:`NUDGE_KINDS`), each one finding per user (:class:`Nudge`) lis
   jobs to the alert above) and at most 20 %, whose memory peak — the most ``memory_used_bytes`` of its GPU while it
   held it in the period, from ``gpu_samples`` or the TSDB mode's ``tsdb_gpu_metering`` — is at most 10 GiB, and
   whose GPU's price-catalog model has a MIG profile holding that peak with right-sizing's headroom
-  (:func:`finops.analysis.mig_profiles.smallest_profile`: peak × :attr:`NudgePolicy.memory_headroom`, 1.2 by
+  (:func:`finops.savings.mig_profiles.smallest_profile`: peak × :attr:`NudgePolicy.memory_headroom`, 1.2 by
   default, within the profile's memory; the smallest share of the GPU, then the least memory; never the whole GPU).
   Cost: the job's ``allocated_cost``; the saving is that less the slice's share of it
   (:func:`finops.jobs.mig.mig_share`: compute slices over the GPU's). Fix: that profile
-  (:func:`finops.analysis.fix_lines.mig_line`).
+  (:func:`finops.savings.fix_lines.mig_line`).
 
 The period is the ledger hours starting in [now − period, now); costs are the ledger's (exact decimals, the prices
 in force then); a ledger row of a GPU whose model has no price is unpriced, counted in ``unpriced_gpu_seconds``,
@@ -50,12 +50,12 @@ from fractions import Fraction
 from sqlalchemy import BigInteger, and_, case, func, or_, select, type_coerce
 from sqlalchemy.orm import Session
 
-from finops.analysis.fix_lines import cancel_line, mig_line, request_line
-from finops.analysis.mig_profiles import MEMORY_HEADROOM, MigFit, smallest_profile
 from finops.db.models import Allocation, Gpu, GpuSample, IdleEpisode, Job, LedgerEntry, Team, TsdbGpuMetering
 from finops.db.sqltypes import Money
 from finops.ledger.costmodel import round_exact
 from finops.pricing.catalog import GIB, PriceCatalog
+from finops.savings.fix_lines import cancel_line, mig_line, request_line
+from finops.savings.mig_profiles import MEMORY_HEADROOM, MigFit, smallest_profile
 from finops.timeutil import to_epoch
 
 IDLE_RUNNING = "idle-running-job"
@@ -120,7 +120,7 @@ class NudgeJob:
     no reading); ``cost`` the money the nudge is about in ``currency`` (None: all unpriced), ``unpriced_gpu_seconds``
     of them without a price; ``saving`` (MIG) what a slice would have saved; ``peak_memory_bytes`` (MIG);
     ``profile`` the MIG profile proposed; ``since`` (idle running) when its GPUs became idle; ``fix`` the exact line
-    (:mod:`finops.analysis.fix_lines`), or a sentence when no line fixes it, or None."""
+    (:mod:`finops.savings.fix_lines`), or a sentence when no line fixes it, or None."""
 
     job_id: str
     scheduler: str
