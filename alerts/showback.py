@@ -1,11 +1,11 @@
 """Monthly showback statements as messages, queued once per team and month in the alerts outbox.
 
-A team's :class:`finops.savings.showback.Statement` goes to its route
+A team's :class:`finops.savings.showback_statement.Statement` goes to its route
 (:meth:`alerts.config.AlertConfig.showback_route`):
 
 - to the route's e-mail recipients, the whole statement (:func:`statement_email`): the plain text
-  (:func:`finops.savings.showback.statement_text`), its HTML alternative (:func:`statement_html`) and the CSV of
-  every row (:func:`finops.savings.showback.statement_csv`) as an attachment;
+  (:func:`finops.savings.showback_render.statement_text`), its HTML alternative (:func:`statement_html`) and the CSV of
+  every row (:func:`finops.savings.showback_render.statement_csv`) as an attachment;
 - to the route's Slack webhooks, a summary (:func:`statement_chat`): the headline, the figures as fields and a link
   to the team's page of the dashboard over the statement's period.
 
@@ -44,19 +44,16 @@ from finops.db.hours import pending_hours
 from finops.db.models import Team
 from finops.errors import FinopsError
 from finops.jobs.teams import team_by_name
-from finops.savings.showback import (
-    Section,
-    Statement,
-    build_statement,
+from finops.savings.showback import build_statement, statement_period, statement_teams
+from finops.savings.showback_render import (
     cell_text,
     csv_filename,
     pending_note,
     shown_rows,
     statement_csv,
-    statement_period,
-    statement_teams,
     statement_text,
 )
+from finops.savings.showback_statement import Section, Statement
 from finops.timeutil import next_month_start
 
 COLOUR = SEVERITY_COLOURS["info"]

@@ -37,7 +37,8 @@ from benchmarks.ledger import GPUS_PER_NODE, MONTH, counts, generate  # noqa: E4
 from finops.db.engine import downgrade, make_engine, session_factory, upgrade  # noqa: E402
 from finops.ledger.rollup import rollup  # noqa: E402
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog  # noqa: E402
-from finops.savings.rightsizing import RightsizingPolicy, RightsizingReport, rightsizing  # noqa: E402
+from finops.savings.rightsizing import rightsizing  # noqa: E402
+from finops.savings.rightsizing_policy import RightsizingPolicy, RightsizingReport  # noqa: E402
 from finops.timeutil import to_epoch  # noqa: E402
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test_rightsizing"

@@ -52,7 +52,8 @@ from finops.ingest.prometheus import PrometheusClient
 from finops.pricing.catalog import PriceCatalog, load_catalog
 from finops.pricing.store import catalog_in_force
 from finops.savings.commitments import CommitmentReport, commitment_report
-from finops.savings.rightsizing import RightsizingReport, rightsizing
+from finops.savings.rightsizing import rightsizing
+from finops.savings.rightsizing_policy import RightsizingReport
 from finops.savings.waste_costs import ReasonCost, idle_cost_by_reason, reason_dicts
 from finops.settings import Settings
 

@@ -20,7 +20,8 @@ from finops.analysis.filters import Scope
 from finops.analysis.waste import NO_READING, REASONS
 from finops.savings.commitment_cost import HOURS_PER_MONTH
 from finops.savings.commitments import MAX_DAYS, SPOT_NOTE, CommitmentReport
-from finops.savings.rightsizing import GROUP_BYS, GroupBy, RightsizingReport, rightsizing_dicts
+from finops.savings.rightsizing_policy import RightsizingReport
+from finops.savings.rightsizing_report import GROUP_BYS, GroupBy, rightsizing_dicts
 from finops.savings.waste_costs import BUSY_JOB_TITLE
 from finops.timeutil import utc_now
 

@@ -12,14 +12,9 @@ import typer
 from finops.cli.context import PeriodEnd, PeriodStart, load_pricing, load_settings, open_sessions, period
 from finops.db.hours import pending_hours
 from finops.pricing.store import catalog_in_force
-from finops.savings.rightsizing import (
-    GROUP_BYS,
-    RightsizingPolicy,
-    rightsizing,
-    rightsizing_csv,
-    rightsizing_dicts,
-    rightsizing_table,
-)
+from finops.savings.rightsizing import rightsizing
+from finops.savings.rightsizing_policy import RightsizingPolicy
+from finops.savings.rightsizing_report import GROUP_BYS, rightsizing_csv, rightsizing_dicts, rightsizing_table
 from finops.timeutil import utc_now
 
 app = typer.Typer()

@@ -42,7 +42,9 @@ from finops.pricing.catalog import CatalogError, OnPremRow, PriceCatalog, Pricin
 from finops.pricing.rules import delete_pricing_rule, list_pricing_rules, set_pricing_rule
 from finops.pricing.store import catalog_in_force, import_catalog
 from finops.savings.commitments import DEFAULT_DAYS, MAX_DAYS, MAX_MODEL_LENGTH, MAX_QUANTITY, commitment_report
-from finops.savings.rightsizing import RightsizingPolicy, rightsizing, rightsizing_csv, rightsizing_dicts
+from finops.savings.rightsizing import rightsizing
+from finops.savings.rightsizing_policy import RightsizingPolicy
+from finops.savings.rightsizing_report import rightsizing_csv, rightsizing_dicts
 from finops.savings.waste_costs import job_dicts, reason_csv, reason_dicts, waste_report
 from finops.timeutil import month_start, next_month_start, utc_now
 from finops.web.auth import ApiAuth, forbidden
@@ -305,8 +307,8 @@ def create_router(
         """Right-sizing over [start, end), as ``gpu-finops rightsizing``: per job (GPUs requested and kept busy, the
         request that suffices, the MIG profile or cheaper model its memory peak fits, the savings, the fix lines and
         notes), or summed per user or team. Thresholds left out take
-        :class:`~finops.savings.rightsizing.RightsizingPolicy`'s defaults. A team token: its team's jobs only (403
-        for another ``team``)."""
+        :class:`~finops.savings.rightsizing_policy.RightsizingPolicy`'s defaults. A team token: its team's jobs
+        only (403 for another ``team``)."""
         period = instant(start, "start"), instant(end, "end")
         if caller.team_scope is not None and team not in (None, caller.team_scope):
             raise forbidden(caller, f"a viewer token to read team {team!r}")

@@ -27,7 +27,8 @@ from finops.ledger.costmodel import CENT
 from finops.ledger.rollup import rollup
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.savings.commitments import commitment_report
-from finops.savings.rightsizing import rightsizing, rightsizing_dicts
+from finops.savings.rightsizing import rightsizing
+from finops.savings.rightsizing_report import rightsizing_dicts
 from finops.savings.waste_costs import idle_cost_by_reason
 from finops.settings import DashboardSettings
 from finops.timeutil import to_epoch
