@@ -1,4 +1,4 @@
-"""Nudges sent: each user's findings (:mod:`finops.analysis.nudges`) as one message per kind, through the alert
+"""Nudges sent: each user's findings (:mod:`finops.savings.nudges`) as one message per kind, through the alert
 outbox, at most once per user and kind every ``FINOPS_NUDGE_REPEAT_DAYS`` (Job Defense Shield's rule: one e-mail
 per user and alert every ``--days``, 7 by default).
 
@@ -34,7 +34,9 @@ from alerts.models import NudgeLog
 from alerts.recipients import Recipients
 from alerts.render import dashboard_link, message_to_payload
 from alerts.rules import duration_text, money
-from finops.analysis.nudges import (
+from finops.pricing.catalog import GIB, PriceCatalog, load_catalog
+from finops.pricing.store import catalog_in_force
+from finops.savings.nudges import (
     IDLE_RUNNING,
     LOW_EFFICIENCY,
     MIG_CANDIDATE,
@@ -44,8 +46,6 @@ from finops.analysis.nudges import (
     NudgePolicy,
     find_nudges,
 )
-from finops.pricing.catalog import GIB, PriceCatalog, load_catalog
-from finops.pricing.store import catalog_in_force
 from finops.timeutil import utc_now
 
 if TYPE_CHECKING:

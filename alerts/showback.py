@@ -1,11 +1,11 @@
 """Monthly showback statements as messages, queued once per team and month in the alerts outbox.
 
-A team's :class:`finops.analysis.showback.Statement` goes to its route
+A team's :class:`finops.savings.showback_statement.Statement` goes to its route
 (:meth:`alerts.config.AlertConfig.showback_route`):
 
 - to the route's e-mail recipients, the whole statement (:func:`statement_email`): the plain text
-  (:func:`finops.analysis.showback.statement_text`), its HTML alternative (:func:`statement_html`) and the CSV of
-  every row (:func:`finops.analysis.showback.statement_csv`) as an attachment;
+  (:func:`finops.savings.showback_render.statement_text`), its HTML alternative (:func:`statement_html`) and the CSV of
+  every row (:func:`finops.savings.showback_render.statement_csv`) as an attachment;
 - to the route's Slack webhooks, a summary (:func:`statement_chat`): the headline, the figures as fields and a link
   to the team's page of the dashboard over the statement's period.
 
@@ -38,25 +38,22 @@ from alerts.models import ShowbackStatement
 from alerts.render import message_to_payload
 from finops.access import audit
 from finops.analysis.budgets import check_known_team
-from finops.analysis.showback import (
-    Section,
-    Statement,
-    build_statement,
-    cell_text,
-    csv_filename,
-    pending_note,
-    shown_rows,
-    statement_csv,
-    statement_period,
-    statement_teams,
-    statement_text,
-)
 from finops.analysis.waste import ReasonPolicy
 from finops.db.dialect import insert_unless_exists
 from finops.db.hours import pending_hours
 from finops.db.models import Team
 from finops.errors import FinopsError
 from finops.jobs.teams import team_by_name
+from finops.savings.showback import build_statement, statement_period, statement_teams
+from finops.savings.showback_render import (
+    cell_text,
+    csv_filename,
+    pending_note,
+    shown_rows,
+    statement_csv,
+    statement_text,
+)
+from finops.savings.showback_statement import Section, Statement
 from finops.timeutil import next_month_start
 
 COLOUR = SEVERITY_COLOURS["info"]
@@ -292,7 +289,7 @@ def queue_month(
     reasons: ReasonPolicy = ReasonPolicy(),  # noqa: B008 - frozen dataclass: a safe default
 ) -> list[Queued]:
     """Queue the statement of ``month`` (any instant in it) of every team that has one
-    (:func:`finops.analysis.showback.statement_teams`), or of ``teams``, whose statement is not queued yet; one
+    (:func:`finops.savings.showback.statement_teams`), or of ``teams``, whose statement is not queued yet; one
     transaction per team (:func:`queue_statement`), so a team that fails leaves the others queued. Returns what was
     done per team, the teams queued before included (not built again). ``reasons``: the waste reasons' thresholds of
     the statements' idle cost by reason (the ``FINOPS_WASTE_*`` settings).

@@ -32,11 +32,11 @@ Timed, each printed beside its goal: the data generation; ``finops.ledger.rollup
 empty ledger (cold); ``finops.analysis.idle.rejudge_idle`` over the hours it rebuilt (what a month-old backfill
 costs besides the ledger), with the part of it spent judging the episodes' waste reasons
 (``finops.analysis.waste.judge_episodes``) and the episodes by reason; the idle cost by reason of the month
-(``finops.analysis.waste_costs.waste_report``: every job-held GPU-hour given a reason); a re-rollup after one day is
+(``finops.savings.waste_costs.waste_report``: every job-held GPU-hour given a reason); a re-rollup after one day is
 marked dirty (incremental);
 ``finops.analysis.report.cost_report`` of the month by team (median of ``--report-runs`` warm runs, after ``VACUUM
 ANALYZE ledger`` as autovacuum would run it after the bulk load); ``finops.analysis.budgets.budget_status``;
-``finops.analysis.commitments.commitment_report`` of the month (the demand series of the rented GPUs read from the
+``finops.savings.commitments.commitment_report`` of the month (the demand series of the rented GPUs read from the
 ledger, the least-cost commitment, spot and on-prem figures; median of ``--report-runs`` warm runs). The machine's load
 average is printed with the figures: they are wall-clock times.
 """
@@ -59,10 +59,8 @@ sys.path.insert(0, str(REPO))
 
 import finops.analysis.idle  # noqa: E402
 from finops.analysis.budgets import budget_status  # noqa: E402
-from finops.analysis.commitments import commitment_report  # noqa: E402
 from finops.analysis.idle import IdlePolicy, rejudge_idle  # noqa: E402
 from finops.analysis.report import cost_report  # noqa: E402
-from finops.analysis.waste_costs import waste_report  # noqa: E402
 from finops.db.engine import downgrade, make_engine, session_factory, upgrade  # noqa: E402
 from finops.ledger.rollup import rollup  # noqa: E402
 from finops.pricing.catalog import (  # noqa: E402
@@ -70,6 +68,8 @@ from finops.pricing.catalog import (  # noqa: E402
     PricingModel,
     load_catalog,
 )
+from finops.savings.commitments import commitment_report  # noqa: E402
+from finops.savings.waste_costs import waste_report  # noqa: E402
 from finops.timeutil import HOUR, to_epoch  # noqa: E402
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test_e"

@@ -1,4 +1,4 @@
-"""Nudges found over a ledger at cluster scale: :func:`finops.analysis.nudges.find_nudges` on an existing database,
+"""Nudges found over a ledger at cluster scale: :func:`finops.savings.nudges.find_nudges` on an existing database,
 read-only (the ledger benchmark's month of 1,024 H100s, ``benchmarks/ledger.py --keep``).
 
 Usage::
@@ -27,11 +27,11 @@ from sqlalchemy import func, select, text
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from finops.analysis.nudges import NUDGE_KINDS, NudgePolicy, find_nudges  # noqa: E402
 from finops.db.engine import make_engine, session_factory  # noqa: E402
 from finops.db.models import LedgerEntry  # noqa: E402
 from finops.pricing.catalog import load_catalog  # noqa: E402
 from finops.pricing.store import catalog_in_force  # noqa: E402
+from finops.savings.nudges import NUDGE_KINDS, NudgePolicy, find_nudges  # noqa: E402
 from finops.timeutil import HOUR, parse_utc  # noqa: E402
 
 

@@ -11,7 +11,7 @@ rolled up). The schema is dropped at the end unless ``--keep`` or ``--reuse``. P
 time.
 
 Timed (median of ``--runs`` runs after one warm-up, printed with the machine's load average):
-:func:`finops.analysis.rightsizing.rightsizing` over the month with the default thresholds, where only the jobs at
+:func:`finops.savings.rightsizing.rightsizing` over the month with the default thresholds, where only the jobs at
 low utilisation have their memory read (the workload's GPUs read 0-3 % in 15 % of their 2-hour blocks and 35-100 %
 otherwise, so few jobs qualify), and with ``low_utilization_ratio=1``, where every job's memory peak is read from
 ``gpu_samples`` (the bound on that part's cost; ``--every-job-runs`` runs).
@@ -34,10 +34,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.ledger import GPUS_PER_NODE, MONTH, counts, generate  # noqa: E402
-from finops.analysis.rightsizing import RightsizingPolicy, RightsizingReport, rightsizing  # noqa: E402
 from finops.db.engine import downgrade, make_engine, session_factory, upgrade  # noqa: E402
 from finops.ledger.rollup import rollup  # noqa: E402
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog  # noqa: E402
+from finops.savings.rightsizing import rightsizing  # noqa: E402
+from finops.savings.rightsizing_policy import RightsizingPolicy, RightsizingReport  # noqa: E402
 from finops.timeutil import to_epoch  # noqa: E402
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test_rightsizing"

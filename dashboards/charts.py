@@ -18,10 +18,10 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from finops.analysis.commitment_cost import CommitmentOutcome
 from finops.analysis.dashboard_queries import DailyCost
 from finops.db.models import UNALLOCATED_TEAM
 from finops.ledger.costmodel import CENT
+from finops.savings.commitment_cost import CommitmentOutcome
 
 LEGEND_LIMIT = 20
 """More series than this and the colour legend is left out (the table under the chart names them)."""
@@ -251,7 +251,7 @@ def commitment_curve_spec(
     curve: Sequence[tuple[int, Decimal]], best: CommitmentOutcome, currency: str
 ) -> dict[str, Any]:
     """A commitment's cost over its window against the committed quantity (``curve``: ``(GPUs, cost)`` from 0 to the
-    peak, :meth:`finops.analysis.commitments.ModelCommitment.curve`), a line through every whole quantity, with the
+    peak, :meth:`finops.savings.commitments.ModelCommitment.curve`), a line through every whole quantity, with the
     quantity that costs least (``best``) marked by a larger point in :data:`OPTIMUM_COLOUR` and labelled on the side
     of the plot's middle (a :func:`vega_lite` spec)."""
     title = f"Cost over the window ({currency})"

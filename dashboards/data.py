@@ -23,7 +23,6 @@ from sqlalchemy import Engine
 from dashboards import charts
 from dashboards.format import cents
 from dashboards.node_views import NodeViews, node_views
-from finops.analysis.commitments import CommitmentReport, commitment_report
 from finops.analysis.dashboard_queries import (
     CubeBy,
     DailyCost,
@@ -39,7 +38,6 @@ from finops.analysis.filters import Scope
 from finops.analysis.idle import EpisodeView, list_episodes
 from finops.analysis.quality import NodeFreshness, node_freshness
 from finops.analysis.report import MONEY_FIELDS, ReportRow, UnpricedModel, report_dicts, unpriced_by_model
-from finops.analysis.rightsizing import RightsizingReport, rightsizing
 from finops.analysis.telemetry import (
     JobTelemetry,
     NodeBucket,
@@ -48,12 +46,15 @@ from finops.analysis.telemetry import (
     job_telemetry,
     node_buckets,
 )
-from finops.analysis.waste_costs import ReasonCost, idle_cost_by_reason, reason_dicts
 from finops.db.engine import make_engine, require_migrated, session_factory
 from finops.db.models import UNALLOCATED_TEAM
 from finops.ingest.prometheus import PrometheusClient
 from finops.pricing.catalog import PriceCatalog, load_catalog
 from finops.pricing.store import catalog_in_force
+from finops.savings.commitments import CommitmentReport, commitment_report
+from finops.savings.rightsizing import rightsizing
+from finops.savings.rightsizing_policy import RightsizingReport
+from finops.savings.waste_costs import ReasonCost, idle_cost_by_reason, reason_dicts
 from finops.settings import Settings
 
 TTL_SECONDS = 60
@@ -262,7 +263,7 @@ def episodes(url: str, start: datetime, end: datetime, scope: Scope = EVERYTHING
 
 @st.cache_data(ttl=TTL_SECONDS)
 def idle_by_reason(url: str, start: datetime, end: datetime, team: str | None) -> list[ReasonCost]:
-    """:func:`finops.analysis.waste_costs.idle_cost_by_reason` for the period and ``team`` (None: every team), with
+    """:func:`finops.savings.waste_costs.idle_cost_by_reason` for the period and ``team`` (None: every team), with
     the configured thresholds of the waste reasons (``FINOPS_WASTE_*``), as ``gpu-finops report --by reason``."""
     with session_factory(engine(url))() as session:
         return idle_cost_by_reason(session, start, end, team=team, policy=settings().reason_policy)
@@ -272,7 +273,7 @@ def idle_by_reason(url: str, start: datetime, end: datetime, team: str | None) -
 def reason_costs(url: str, start: datetime, end: datetime, team: str | None) -> tuple[dict[str, Any], pd.DataFrame]:
     """The idle cost by reason (:func:`idle_by_reason`) as the Savings page shows it: the bars of cost per reason
     and team (:func:`dashboards.charts.reason_cost_spec`, an empty dict without rows) and one row per team, month
-    and reason with the fields of :func:`finops.analysis.waste_costs.reason_dicts`: ``team``, ``month``
+    and reason with the fields of :func:`finops.savings.waste_costs.reason_dicts`: ``team``, ``month``
     (``YYYY-MM``), ``reason`` (its title), ``reason_gpu_hours``, ``unpriced_gpu_hours`` and ``reason_cost`` (a
     Decimal in cents adding up to the rounded total; None when all the row's GPU-hours are unpriced)."""
     rows = idle_by_reason(url, start, end, team)
@@ -300,7 +301,7 @@ def reason_costs(url: str, start: datetime, end: datetime, team: str | None) -> 
 def rightsizing_report(
     url: str, start: datetime, end: datetime, priced_at: datetime, team: str | None
 ) -> RightsizingReport:
-    """:func:`finops.analysis.rightsizing.rightsizing` of the jobs of ``team`` (None: every team) over the period,
+    """:func:`finops.savings.rightsizing.rightsizing` of the jobs of ``team`` (None: every team) over the period,
     with the default thresholds, the price catalog in force (:func:`catalog`) and its rates at ``priced_at`` (pass
     it rounded to the minute, so it caches), as ``gpu-finops rightsizing`` and ``/api/v1/rightsizing``."""
     with session_factory(engine(url))() as session:
@@ -309,7 +310,7 @@ def rightsizing_report(
 
 @st.cache_data(ttl=TTL_SECONDS)
 def commitments(url: str, end: datetime, days: int) -> CommitmentReport:
-    """:func:`finops.analysis.commitments.commitment_report` of the ``days`` whole days before ``end`` (floored to
+    """:func:`finops.savings.commitments.commitment_report` of the ``days`` whole days before ``end`` (floored to
     its hour) at the rates in force then, with the price catalog in force (:func:`catalog`): fleet-wide, as
     ``gpu-finops commitments`` and ``/api/v1/commitments`` (which a team token may not read)."""
     with session_factory(engine(url))() as session:

@@ -40,7 +40,6 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from finops.analysis.nudges import NUDGE_KINDS
 from finops.analysis.waste import ReasonPolicy
 from finops.ingest.limits import (
     BODY_TIMEOUT_SECONDS,
@@ -51,6 +50,7 @@ from finops.ingest.limits import (
 )
 from finops.pricing.catalog import PricingModel
 from finops.pricing.peaks import Precision
+from finops.savings.nudges import NUDGE_KINDS
 
 DEFAULT_DATA_DIR = Path("data")
 

@@ -16,12 +16,13 @@ import streamlit as st
 
 from dashboards import charts, data, filters, login
 from dashboards.format import headline, money, table
-from finops.analysis.commitment_cost import HOURS_PER_MONTH
-from finops.analysis.commitments import MAX_DAYS, SPOT_NOTE, CommitmentReport
 from finops.analysis.filters import Scope
-from finops.analysis.rightsizing import GROUP_BYS, GroupBy, RightsizingReport, rightsizing_dicts
 from finops.analysis.waste import NO_READING, REASONS
-from finops.analysis.waste_costs import BUSY_JOB_TITLE
+from finops.savings.commitment_cost import HOURS_PER_MONTH
+from finops.savings.commitments import MAX_DAYS, SPOT_NOTE, CommitmentReport
+from finops.savings.rightsizing_policy import RightsizingReport
+from finops.savings.rightsizing_report import GROUP_BYS, GroupBy, rightsizing_dicts
+from finops.savings.waste_costs import BUSY_JOB_TITLE
 from finops.timeutil import utc_now
 
 BY_LABELS: dict[str, str] = {"job": "Job", "user": "User", "team": "Team"}
@@ -141,7 +142,7 @@ def show_rightsizing(report: RightsizingReport, by: GroupBy) -> None:
 def commitment_window(start: datetime, end: datetime, now: datetime) -> tuple[datetime, int]:
     """The end and whole days of the commitments' window for the period [start, end) at ``now``: ending at the
     period's end, or at the current hour while the period runs (the hour under way is not whole), and the fewest
-    whole days that reach back to the period's start (1 to :data:`~finops.analysis.commitments.MAX_DAYS`)."""
+    whole days that reach back to the period's start (1 to :data:`~finops.savings.commitments.MAX_DAYS`)."""
     stop = min(end, now.replace(minute=0, second=0, microsecond=0))
     days = math.ceil((stop - start) / timedelta(days=1))
     return stop, min(MAX_DAYS, max(1, days))

@@ -1,5 +1,5 @@
 """``gpu-finops commitments``: the reserved GPU quantity that costs least per model, from the GPUs jobs held over the
-last days, and owned GPUs against renting them (:mod:`finops.analysis.commitments`), as a table, JSON or CSV."""
+last days, and owned GPUs against renting them (:mod:`finops.savings.commitments`), as a table, JSON or CSV."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-from finops.analysis.commitments import (
+from finops.cli.context import load_pricing, load_settings, open_sessions
+from finops.pricing.store import catalog_in_force
+from finops.savings.commitments import (
     DEFAULT_DAYS,
     MAX_DAYS,
     MAX_QUANTITY,
@@ -18,8 +20,6 @@ from finops.analysis.commitments import (
     CommitmentReport,
     commitment_report,
 )
-from finops.cli.context import load_pricing, load_settings, open_sessions
-from finops.pricing.store import catalog_in_force
 from finops.timeutil import utc_now
 
 app = typer.Typer()
@@ -76,7 +76,7 @@ def commitments(
     option for restartable work only); with --quantity, the same figures for that many committed GPUs. Owned
     (on-prem) GPUs: their capacity cost per GPU-hour jobs held, and per busy GPU-hour, against the on-demand rate of
     the same model. A model that cannot be analysed is listed with the reason and the fix
-    (finops/analysis/commitments.py says how each figure is computed)."""
+    (finops/savings/commitments.py says how each figure is computed)."""
     if output_format not in FORMATS:
         raise typer.BadParameter(f"must be one of {', '.join(FORMATS)}", param_hint="--format")
     settings = load_settings()

@@ -18,11 +18,11 @@ from finops.analysis.report import (
     report_table,
     unpriced_by_model,
 )
-from finops.analysis.waste_costs import job_dicts, reason_csv, reason_dicts, reason_table, waste_report
 from finops.cli.budget import budget_table
 from finops.cli.context import PeriodEnd, PeriodStart, load_pricing, load_settings, open_sessions, period, roll_up
 from finops.db.hours import pending_hours
 from finops.pricing.store import pricing_in_force
+from finops.savings.waste_costs import job_dicts, reason_csv, reason_dicts, reason_table, waste_report
 from finops.timeutil import utc_now
 
 app = typer.Typer()

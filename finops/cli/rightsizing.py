@@ -1,5 +1,5 @@
 """``gpu-finops rightsizing``: jobs that held more GPUs, or larger ones, than their use needed, with the saving and
-the request line that fixes it (:mod:`finops.analysis.rightsizing`)."""
+the request line that fixes it (:mod:`finops.savings.rightsizing`)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,12 @@ from typing import Annotated
 import orjson
 import typer
 
-from finops.analysis.rightsizing import (
-    GROUP_BYS,
-    RightsizingPolicy,
-    rightsizing,
-    rightsizing_csv,
-    rightsizing_dicts,
-    rightsizing_table,
-)
 from finops.cli.context import PeriodEnd, PeriodStart, load_pricing, load_settings, open_sessions, period
 from finops.db.hours import pending_hours
 from finops.pricing.store import catalog_in_force
+from finops.savings.rightsizing import rightsizing
+from finops.savings.rightsizing_policy import RightsizingPolicy
+from finops.savings.rightsizing_report import GROUP_BYS, rightsizing_csv, rightsizing_dicts, rightsizing_table
 from finops.timeutil import utc_now
 
 app = typer.Typer()
@@ -59,7 +54,7 @@ def rightsizing_command(
     saved; jobs at low utilisation whose memory peak fits a MIG profile of their GPU model or a cheaper model, with
     the saving at current prices. Each job comes with the request line that fixes it (#SBATCH --gres=gpu:h100:2,
     #SBATCH --gres=gpu:1g.10gb:1, or the pod's resources.limits); a job at low utilisation without memory readings
-    is listed as such. --by user or team sums the jobs. Rules and thresholds: finops/analysis/rightsizing.py."""
+    is listed as such. --by user or team sums the jobs. Rules and thresholds: finops/savings/rightsizing.py."""
     group = next((g for g in GROUP_BYS if g == by), None)
     if group is None:
         raise typer.BadParameter(f"must be one of {', '.join(GROUP_BYS)}", param_hint="--by")

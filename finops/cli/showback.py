@@ -15,9 +15,10 @@ from alerts.service import AlertRunner, AlertService
 from alerts.showback import statement_html
 from finops.access import audit
 from finops.analysis.budgets import parse_month
-from finops.analysis.showback import build_statement, statement_csv, statement_teams, statement_text
 from finops.cli.base import INCOMPLETE
 from finops.cli.context import load_settings, open_sessions
+from finops.savings.showback import build_statement, statement_teams
+from finops.savings.showback_render import statement_csv, statement_text
 from finops.settings import Settings
 from finops.timeutil import previous_month_start, utc_now
 

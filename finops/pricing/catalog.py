@@ -214,7 +214,7 @@ class GpuModel(BaseModel):
     """One catalog model: the names it covers (exact ``aliases``, ``match`` expressions), its price rows, and,
     optionally, its ``vendor`` (``nvidia``, ``amd``: code built for one does not run on the other's GPUs unchanged),
     ``memory`` size and ``mig`` profiles (what right-sizing and the MIG nudges compare memory in use with,
-    :mod:`finops.analysis.rightsizing`, :mod:`finops.analysis.mig_profiles`), and ``peak_tflops``, its datasheet's
+    :mod:`finops.savings.rightsizing`, :mod:`finops.savings.mig_profiles`), and ``peak_tflops``, its datasheet's
     dense peak per precision (:class:`~finops.pricing.peaks.PeakTflops`, the denominator of
     :mod:`finops.analysis.mfu`). A model with ``mig`` needs a
     ``memory`` at least as large as its largest profile's."""

@@ -32,18 +32,20 @@ from finops.analysis.budgets import (
     parse_month,
     set_budget,
 )
-from finops.analysis.commitments import DEFAULT_DAYS, MAX_DAYS, MAX_MODEL_LENGTH, MAX_QUANTITY, commitment_report
 from finops.analysis.events import EVENT_KINDS, list_events
 from finops.analysis.idle import list_episodes
 from finops.analysis.report import GroupBy, cost_report, report_csv, report_dicts, unpriced_by_model
-from finops.analysis.rightsizing import RightsizingPolicy, rightsizing, rightsizing_csv, rightsizing_dicts
 from finops.analysis.waste import ReasonPolicy
-from finops.analysis.waste_costs import job_dicts, reason_csv, reason_dicts, waste_report
 from finops.db.models import TEAM_RULE_KINDS
 from finops.jobs.teams import delete_rule, list_rules, set_rule
 from finops.pricing.catalog import CatalogError, OnPremRow, PriceCatalog, PricingModel, load_catalog
 from finops.pricing.rules import delete_pricing_rule, list_pricing_rules, set_pricing_rule
 from finops.pricing.store import catalog_in_force, import_catalog
+from finops.savings.commitments import DEFAULT_DAYS, MAX_DAYS, MAX_MODEL_LENGTH, MAX_QUANTITY, commitment_report
+from finops.savings.rightsizing import rightsizing
+from finops.savings.rightsizing_policy import RightsizingPolicy
+from finops.savings.rightsizing_report import rightsizing_csv, rightsizing_dicts
+from finops.savings.waste_costs import job_dicts, reason_csv, reason_dicts, waste_report
 from finops.timeutil import month_start, next_month_start, utc_now
 from finops.web.auth import ApiAuth, forbidden
 from finops.web.cost_schema import CostsOut
@@ -205,7 +207,7 @@ def create_router(
     ) -> dict[str, Any]:
         """Per GPU model, the reserved quantity that costs least against the GPUs jobs held in each hour of the last
         ``days`` days, at the catalogue's rates in force now, as ``gpu-finops commitments --format json`` gives it
-        (:mod:`finops.analysis.commitments`); owned GPUs against renting them on demand; models left out with the
+        (:mod:`finops.savings.commitments`); owned GPUs against renting them on demand; models left out with the
         reason and the fix. Fleet-wide: a team token is refused (403)."""
         catalog = catalog_in_force(db, fallback_catalog)
         return commitment_report(db, catalog, utc_now(), days, model=model, quantity=quantity).as_dict()
@@ -313,8 +315,8 @@ def create_router(
         """Right-sizing over [start, end), as ``gpu-finops rightsizing``: per job (GPUs requested and kept busy, the
         request that suffices, the MIG profile or cheaper model its memory peak fits, the savings, the fix lines and
         notes), or summed per user or team. Thresholds left out take
-        :class:`~finops.analysis.rightsizing.RightsizingPolicy`'s defaults. A team token: its team's jobs only (403
-        for another ``team``)."""
+        :class:`~finops.savings.rightsizing_policy.RightsizingPolicy`'s defaults. A team token: its team's jobs
+        only (403 for another ``team``)."""
         period = instant(start, "start"), instant(end, "end")
         if caller.team_scope is not None and team not in (None, caller.team_scope):
             raise forbidden(caller, f"a viewer token to read team {team!r}")

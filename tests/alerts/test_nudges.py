@@ -25,7 +25,7 @@ from alerts.service import AlertRunner, AlertService
 from alerts.slack import slack_payload
 from alerts.webhooks import WebhookPolicy
 from finops.analysis.idle import IdlePolicy
-from finops.analysis.nudges import IDLE_RUNNING, LOW_EFFICIENCY, MIG_CANDIDATE, ZERO_UTILIZATION, NudgePolicy
+from finops.savings.nudges import IDLE_RUNNING, LOW_EFFICIENCY, MIG_CANDIDATE, ZERO_UTILIZATION, NudgePolicy
 from finops.service.cost_metrics import CostMetrics
 from finops.service.scheduler import start_scheduler
 from finops.settings import Settings

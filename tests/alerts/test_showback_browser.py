@@ -13,8 +13,8 @@ from PIL import Image
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from alerts.showback import statement_email
-from finops.analysis.showback import build_statement
 from finops.db.engine import make_engine, session_factory, upgrade
+from finops.savings.showback import build_statement
 from tests.support import showback_scenario as scenario
 from tests.support.environment import debian_binary
 

@@ -10,9 +10,10 @@ from pathlib import Path
 from sqlalchemy import select
 from typer.testing import CliRunner, Result
 
-from finops.analysis.showback import build_statement, statement_csv
 from finops.cli import app
 from finops.db.models import AuditEntry
+from finops.savings.showback import build_statement
+from finops.savings.showback_render import statement_csv
 from finops.timeutil import utc_now
 from tests.support import showback_scenario as scenario
 from tests.support.alert_servers import Mailbox, Webhook, starttls_smtp

@@ -22,13 +22,14 @@ from streamlit.testing.v1 import AppTest
 from dashboards import login
 from dashboards.access import Access
 from dashboards.filters import period_bounds
-from finops.analysis.commitments import commitment_report
-from finops.analysis.rightsizing import rightsizing, rightsizing_dicts
-from finops.analysis.waste_costs import idle_cost_by_reason
 from finops.db.engine import make_engine, session_factory
 from finops.ledger.costmodel import CENT
 from finops.ledger.rollup import rollup
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
+from finops.savings.commitments import commitment_report
+from finops.savings.rightsizing import rightsizing
+from finops.savings.rightsizing_report import rightsizing_dicts
+from finops.savings.waste_costs import idle_cost_by_reason
 from finops.settings import DashboardSettings
 from finops.timeutil import to_epoch
 from tests.support import rightsizing_scenario, scenario, unpriced

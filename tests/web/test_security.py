@@ -34,7 +34,8 @@ from finops.ingest.limits import IngestLimits
 from finops.ingest.node_tokens import create_token as create_node_token
 from finops.ledger.rollup import rollup
 from finops.timeutil import to_epoch, utc_now
-from finops.web.app import MAX_BODY_BYTES, create_app
+from finops.web.app import create_app
+from finops.web.ingest_batch import MAX_BODY_BYTES
 from tests.support.servers import running
 
 SHARED = "shared-ingest-s3cret"

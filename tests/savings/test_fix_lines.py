@@ -3,7 +3,7 @@ cancelling."""
 
 from __future__ import annotations
 
-from finops.analysis.fix_lines import cancel_line, mig_line, request_line
+from finops.savings.fix_lines import cancel_line, mig_line, request_line
 
 
 def test_request_lines() -> None:

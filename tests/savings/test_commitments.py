@@ -1,4 +1,4 @@
-"""Commitments from the ledger (finops/analysis/commitments.py), on both databases: the hourly demand it reads (held
+"""Commitments from the ledger (finops/savings/commitments.py), on both databases: the hourly demand it reads (held
 seconds only, every rented pricing model, one series per catalogue model whatever names its GPUs were reported
 under, from the model's first ledger hour, the window's edges), the plans it makes of it, owned GPUs against the
 on-demand rate, and every model it cannot analyse listed with the reason and the fix. Ledger rows are written
@@ -13,8 +13,6 @@ from fractions import Fraction
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.analysis.commitment_cost import HourlyDemand, optimum, outcome
-from finops.analysis.commitments import CommitmentReport, commitment_report
 from finops.analysis.report import cost_report
 from finops.db.models import UNALLOCATED_TEAM, Gpu, Job, LedgerEntry, Node
 from finops.jobs.teams import team_by_name
@@ -22,6 +20,8 @@ from finops.ledger.costmodel import quantize, round_exact
 from finops.ledger.rollup import rollup, unpriced_fix
 from finops.pricing.catalog import PricingModel, load_catalog
 from finops.pricing.rules import set_pricing_rule
+from finops.savings.commitment_cost import HourlyDemand, optimum, outcome
+from finops.savings.commitments import CommitmentReport, commitment_report
 from finops.timeutil import to_epoch
 from tests.support import scenario
 

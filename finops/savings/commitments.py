@@ -7,7 +7,7 @@ the GPUs its jobs held: Σ ``seconds`` of its allocated rows (``job_pk`` set) ÷
 from the model's first ledger hour when that is later (a younger fleet is not padded with empty hours); an hour
 with no held GPU is 0. The GPU names reported for one model (``h100`` from a GRES type, ``NVIDIA H100 80GB HBM3``
 from NVML) are one series (:meth:`finops.pricing.catalog.PriceCatalog.resolve`). Against it,
-:mod:`finops.analysis.commitment_cost` finds the committed quantity that costs least with the commitment at the
+:mod:`finops.savings.commitment_cost` finds the committed quantity that costs least with the commitment at the
 catalogue's reserved rate and the overflow at its on-demand rate, both as in force at ``end`` (a commitment is
 bought at today's prices): its cost, its saving against holding every GPU-hour on demand (quantity 0), per
 730-hour month, and the share of the committed GPU-hours that jobs used. Demand that is billed reserved or spot
@@ -40,7 +40,12 @@ from typing import Any, Literal
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
-from finops.analysis.commitment_cost import (
+from finops.db.hours import pending_hours
+from finops.db.models import Gpu, LedgerEntry
+from finops.ledger.costmodel import CENT, SECONDS_PER_HOUR, quantize, round_exact
+from finops.ledger.rollup import unpriced_fix
+from finops.pricing.catalog import PriceCatalog, PriceNotFound, PricingModel
+from finops.savings.commitment_cost import (
     HOURS_PER_MONTH,
     CommitmentOutcome,
     HourlyDemand,
@@ -48,11 +53,6 @@ from finops.analysis.commitment_cost import (
     optimum,
     outcome,
 )
-from finops.db.hours import pending_hours
-from finops.db.models import Gpu, LedgerEntry
-from finops.ledger.costmodel import CENT, SECONDS_PER_HOUR, quantize, round_exact
-from finops.ledger.rollup import unpriced_fix
-from finops.pricing.catalog import PriceCatalog, PriceNotFound, PricingModel
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
 
 DEFAULT_DAYS = 30
@@ -98,7 +98,7 @@ class ModelCommitment:
 
     def curve(self) -> list[tuple[int, Decimal]]:
         """``(committed GPUs, cost over the series)`` from 0 to the peak, overflow on demand
-        (:func:`finops.analysis.commitment_cost.cost_curve`); its lowest point is :attr:`best`."""
+        (:func:`finops.savings.commitment_cost.cost_curve`); its lowest point is :attr:`best`."""
         return cost_curve(self.demand, self.reserved_rate, self.on_demand_rate)
 
 

@@ -1,6 +1,6 @@
 """The MIG slice that holds a job: the smallest MIG profile of its GPU's catalog model whose memory holds the job's
-memory peak with headroom. Right-sizing (:mod:`finops.analysis.rightsizing`) and the ``mig-candidate`` and
-``low-gpu-efficiency`` nudges (:mod:`finops.analysis.nudges`) both propose slices by this one rule.
+memory peak with headroom. Right-sizing (:mod:`finops.savings.rightsizing`) and the ``mig-candidate`` and
+``low-gpu-efficiency`` nudges (:mod:`finops.savings.nudges`) both propose slices by this one rule.
 
 The profiles and their memory are the price catalog's (``mig.profiles`` per model in ``price_catalog.yaml``,
 :class:`finops.pricing.catalog.MigProfiles`, from the NVIDIA MIG user guide's "Supported MIG Profiles" tables; a

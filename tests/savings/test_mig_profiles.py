@@ -8,8 +8,8 @@ from fractions import Fraction
 
 import pytest
 
-from finops.analysis.mig_profiles import MEMORY_HEADROOM, MigFit, smallest_profile
 from finops.pricing.catalog import GpuModel, load_catalog
+from finops.savings.mig_profiles import MEMORY_HEADROOM, MigFit, smallest_profile
 
 GIB = 2**30
 CATALOG = load_catalog()

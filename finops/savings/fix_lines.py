@@ -1,6 +1,6 @@
 """The exact line that fixes a job, as its user writes it: the GPU request of a Slurm job script or a pod spec, a
-MIG slice, or cancelling the job. Right-sizing (:mod:`finops.analysis.rightsizing`) and the nudges
-(:mod:`finops.analysis.nudges`) both write their fixes with these.
+MIG slice, or cancelling the job. Right-sizing (:mod:`finops.savings.rightsizing`) and the nudges
+(:mod:`finops.savings.nudges`) both write their fixes with these.
 
 - Slurm (sbatch(1)): ``#SBATCH --gres=gpu:h100:2`` asks for 2 GPUs of GRES type ``h100`` per node (``--gres=gpu:2``
   for any type); a job on several nodes asks for its total with ``#SBATCH --gpus=h100:9``, since ``--gres`` counts

@@ -1,4 +1,4 @@
-"""The commitment optimum (finops/analysis/commitment_cost.py) against a brute-force search over every whole quantity
+"""The commitment optimum (finops/savings/commitment_cost.py) against a brute-force search over every whole quantity
 from 0 to the peak demand on random hourly series (hypothesis), with exact rational costs; the cost curve, the
 utilisation and the monthly saving by their definitions; a series worked by hand; bad input refused."""
 
@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from finops.analysis.commitment_cost import (
+from finops.ledger.costmodel import round_exact
+from finops.savings.commitment_cost import (
     HOURS_PER_MONTH,
     HourlyDemand,
     cost_curve,
@@ -19,7 +20,6 @@ from finops.analysis.commitment_cost import (
     optimum,
     outcome,
 )
-from finops.ledger.costmodel import round_exact
 
 HOUR = 3600
 

@@ -16,12 +16,12 @@ job that held whole GPUs (:func:`rightsizing`):
   model or MIG": the job does not need the whole GPU's compute, which a smaller model or a MIG slice lacks), the
   job's memory peak — the most memory in use on any of its GPUs while it held them, from ``gpu_samples``
   (``memory_used_bytes``) and from the TSDB mode's segments (``tsdb_gpu_metering.memory_max_bytes``) — times
-  :attr:`RightsizingPolicy.memory_headroom` (default :data:`finops.analysis.mig_profiles.MEMORY_HEADROOM`, 1.2:
+  :attr:`RightsizingPolicy.memory_headroom` (default :data:`finops.savings.mig_profiles.MEMORY_HEADROOM`, 1.2:
   readings every 10-60 s miss short peaks; a 20 % margin) is compared with the price catalog's memory sizes
   (:class:`finops.pricing.catalog.MemorySize`):
 
   - **MIG profile**: for a job left with one GPU, the smallest MIG profile of its model that holds it
-    (:func:`finops.analysis.mig_profiles.smallest_profile`, the rule the nudges use too: smallest share of the GPU,
+    (:func:`finops.savings.mig_profiles.smallest_profile`, the rule the nudges use too: smallest share of the GPU,
     then least memory, the whole GPU never). A slice costs its share of the GPU's rate, as the ledger prices one
     (:func:`finops.jobs.mig.mig_share`: ``1g.10gb`` on an H100 is 1/7); saving = kept GPU-hours × rate × (1 −
     share). One slice only: MIG instances have no NVLink or peer-to-peer between them, so a multi-GPU job is not
@@ -34,7 +34,7 @@ job that held whole GPUs (:func:`rightsizing`):
 
 A job's **saving** is its GPU-count saving plus the larger of its MIG and smaller-model savings (these apply to the
 GPUs it keeps, so they add). Each finding carries the fix as a job script or pod spec would say it
-(:mod:`finops.analysis.fix_lines`): Slurm ``#SBATCH --gres=gpu:h100:2`` (one node; ``--gpus=h100:9`` when the
+(:mod:`finops.savings.fix_lines`): Slurm ``#SBATCH --gres=gpu:h100:2`` (one node; ``--gpus=h100:9`` when the
 GPUs it keeps span several nodes, since ``--gres`` counts per node), ``#SBATCH --gres=gpu:1g.10gb:1`` for a MIG
 slice (Slurm's MIG GRES types are the profile names), Kubernetes ``nvidia.com/gpu: 2`` or
 ``nvidia.com/mig-1g.10gb: 1`` under ``resources.limits``.
@@ -42,6 +42,9 @@ slice (Slurm's MIG GRES types are the profile names), Kubernetes ``nvidia.com/gp
 Jobs that held MIG shares are left out (their GPUs' memory and utilisation readings are the whole GPU's). On a
 time-sliced GPU the memory in use is every holder's, so a peak can only be too high: no slice is proposed that the
 job's own use would not fit.
+
+The thresholds and the findings' shape: :mod:`finops.savings.rightsizing_policy`; the findings summed per user or
+team and rendered: :mod:`finops.savings.rightsizing_report`.
 """
 
 from __future__ import annotations
@@ -52,158 +55,26 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, case, exists, func, select
 from sqlalchemy.orm import Session
 
 from finops.analysis.filters import Scope, ledger_conditions
-from finops.analysis.fix_lines import mig_line, request_line
-from finops.analysis.mig_profiles import MEMORY_HEADROOM, smallest_profile
-from finops.analysis.report import dicts_csv
 from finops.db.dialect import transaction_settings
 from finops.db.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Team, TsdbGpuMetering
 from finops.jobs.mig import gres_mig_type
-from finops.ledger.costmodel import SECONDS_PER_HOUR, round_exact, round_preserving_total
-from finops.pricing.catalog import GIB, GpuModel, PriceCatalog, PriceNotFound, PricingModel
+from finops.ledger.costmodel import SECONDS_PER_HOUR, round_exact
+from finops.pricing.catalog import GpuModel, PriceCatalog, PriceNotFound, PricingModel
+from finops.savings.fix_lines import mig_line, request_line
+from finops.savings.mig_profiles import smallest_profile
+from finops.savings.rightsizing_policy import NO_MEMORY_READING, JobFinding, RightsizingPolicy, RightsizingReport
 from finops.timeutil import to_epoch
 
-GroupBy = Literal["job", "user", "team"]
-GROUP_BYS: tuple[GroupBy, ...] = ("job", "user", "team")
 _IN_CHUNK = 1000
 """Job ids per SQL IN list of the memory queries."""
 _NO_JIT = {"jit": "off"}
 """PostgreSQL settings of the memory queries: their plans reach every day partition of the period, whose JIT
 compilation took longer (~2.4 s a query on a month) than the index lookups it would speed up (~1 s)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RightsizingPolicy:
-    """The thresholds of :func:`rightsizing` (module docstring): ``idle_ratio`` and ``low_utilization_ratio`` are
-    mean utilisation ratios in [0, 1]; ``memory_headroom`` ≥ 1 multiplies the memory peak. ValueError otherwise."""
-
-    idle_ratio: float = 0.05
-    low_utilization_ratio: float = 0.15
-    memory_headroom: Decimal = MEMORY_HEADROOM
-
-    def __post_init__(self) -> None:
-        for name in ("idle_ratio", "low_utilization_ratio"):
-            value = getattr(self, name)
-            if not 0 <= value <= 1:
-                raise ValueError(f"{name} must be a ratio from 0 to 1, not {value!r}")
-        if not self.memory_headroom.is_finite() or self.memory_headroom < 1:
-            raise ValueError(f"memory_headroom must be at least 1, not {self.memory_headroom}")
-
-
-@dataclass(frozen=True, slots=True)
-class JobFinding:
-    """What one job could have asked for instead, over the period (module docstring for every rule).
-
-    Who and what: ``job_id`` (Slurm JobID, ``namespace/pod``), ``user``, ``account`` (Slurm account, namespace),
-    ``team``, ``gpu_model`` (the catalog model, else the GPU's reported name), ``pricing_model``.
-    Counts: ``gpus_requested`` (AllocTRES ``gres/gpu``, the pod's GPU limit), ``gpus_held`` (GPUs with ledger rows in
-    the period), ``gpus_busy`` (mean utilisation above the idle ratio), ``gpus_unmetered`` (no reading),
-    ``gpus_suggested`` (the request that suffices). ``gpu_seconds`` are the job's GPU-seconds in the period,
-    ``allocated_cost`` their ledger cost (None: unpriced), ``mean_utilization`` its metered mean (None: no reading).
-    Savings are exact decimals in ``currency`` (None: unpriced, or not applicable): ``count_saving`` over
-    ``saved_gpu_seconds``; ``mig_saving`` for ``mig_profile``; ``smaller_model_saving`` for ``smaller_model``
-    (``smaller_model_in_fleet``: the database has GPUs of it). ``memory_peak_bytes``: None when not read (the job
-    keeps its GPUs busy) or no reading exists (then a note says so). Fixes (``count_fix``, ``mig_fix``,
-    ``model_fix``) are the lines of :mod:`finops.analysis.fix_lines`; ``notes`` say what could not be judged.
-    """
-
-    job_pk: int
-    job_id: str
-    name: str
-    scheduler: str
-    cluster: str
-    user: str
-    account: str
-    team: str
-    partition: str
-    start: datetime | None
-    end: datetime | None
-    gpu_model: str
-    pricing_model: str | None
-    currency: str
-    gpus_requested: int
-    gpus_held: int
-    gpus_busy: int
-    gpus_unmetered: int
-    gpus_suggested: int
-    gpu_seconds: int
-    allocated_cost: Decimal | None
-    mean_utilization: float | None
-    saved_gpu_seconds: int
-    count_saving: Decimal | None
-    memory_peak_bytes: int | None
-    mig_profile: str | None
-    mig_saving: Decimal | None
-    smaller_model: str | None
-    smaller_model_in_fleet: bool
-    smaller_model_saving: Decimal | None
-    count_fix: str | None
-    mig_fix: str | None
-    model_fix: str | None
-    notes: tuple[str, ...] = ()
-
-    @property
-    def memory_saving(self) -> Decimal | None:
-        """The larger of the MIG and smaller-model savings (None when neither applies or is priced)."""
-        savings = [s for s in (self.mig_saving, self.smaller_model_saving) if s is not None]
-        return max(savings) if savings else None
-
-    @property
-    def saving(self) -> Decimal | None:
-        """GPU-count saving + :attr:`memory_saving`; None when neither is priced."""
-        parts = [s for s in (self.count_saving, self.memory_saving) if s is not None]
-        return sum(parts, Decimal(0)) if parts else None
-
-    @property
-    def fixes(self) -> tuple[str, ...]:
-        """The fix lines that apply: GPU count, MIG profile, smaller model."""
-        return tuple(fix for fix in (self.count_fix, self.mig_fix, self.model_fix) if fix is not None)
-
-    @property
-    def memory_unknown(self) -> bool:
-        """True when the job was at low utilisation but no memory reading exists for it."""
-        return any(note.startswith(NO_MEMORY_READING) for note in self.notes)
-
-
-NO_MEMORY_READING = "no memory reading"
-"""How a :class:`JobFinding` note starts when the job's memory in use is unknown."""
-
-
-@dataclass(frozen=True, slots=True)
-class RightsizingReport:
-    """The findings of a period, largest saving first; ``jobs_examined`` held whole GPUs in it, of which
-    ``jobs_unmetered`` had no utilisation reading at all (not judged)."""
-
-    start: datetime
-    end: datetime
-    priced_at: datetime
-    policy: RightsizingPolicy
-    findings: list[JobFinding]
-    jobs_examined: int
-    jobs_unmetered: int
-
-
-@dataclass(frozen=True, slots=True)
-class RightsizingTotal:
-    """The findings of one user or team summed: ``jobs`` with a finding, their ``gpu_seconds``, ``saved_gpu_seconds``
-    (dropped GPUs), savings (exact; priced findings only), ``memory_unknown_jobs`` and ``unpriced_jobs``."""
-
-    key: str
-    team: str | None
-    jobs: int
-    gpu_seconds: int
-    saved_gpu_seconds: int
-    count_saving: Decimal
-    memory_saving: Decimal
-    saving: Decimal
-    memory_unknown_jobs: int
-    unpriced_jobs: int
-    currency: str
 
 
 @dataclass(slots=True)
@@ -583,180 +454,3 @@ def _product_label(model: GpuModel) -> str | None:
         return None
     names = [alias for alias in model.aliases if alias.startswith("NVIDIA ")]
     return names[0].replace(" ", "-") if names else None
-
-
-def rightsizing_totals(findings: Sequence[JobFinding], by: Literal["user", "team"]) -> list[RightsizingTotal]:
-    """``findings`` summed per user (with its team when all its jobs have one) or per team, largest saving first."""
-    groups: dict[str, list[JobFinding]] = defaultdict(list)
-    for finding in findings:
-        groups[finding.user if by == "user" else finding.team].append(finding)
-    totals = []
-    for key, group in groups.items():
-        teams = {f.team for f in group}
-        totals.append(
-            RightsizingTotal(
-                key=key,
-                team=teams.pop() if len(teams) == 1 else None,
-                jobs=len(group),
-                gpu_seconds=sum(f.gpu_seconds for f in group),
-                saved_gpu_seconds=sum(f.saved_gpu_seconds for f in group),
-                count_saving=sum((f.count_saving or Decimal(0) for f in group), Decimal(0)),
-                memory_saving=sum((f.memory_saving or Decimal(0) for f in group), Decimal(0)),
-                saving=sum((f.saving or Decimal(0) for f in group), Decimal(0)),
-                memory_unknown_jobs=sum(1 for f in group if f.memory_unknown),
-                unpriced_jobs=sum(1 for f in group if f.allocated_cost is None),
-                currency=min(f.currency for f in group),
-            )
-        )
-    return sorted(totals, key=lambda t: (-t.saving, -t.saved_gpu_seconds, t.key))
-
-
-def _hours(seconds: float) -> float:
-    return round(seconds / SECONDS_PER_HOUR, 6)
-
-
-def _cents(values: Sequence[Decimal | None]) -> list[str | None]:
-    """Each amount in cents as text, rounded so the shown ones add up to their rounded total
-    (:func:`finops.ledger.costmodel.round_preserving_total`); None stays None."""
-    known = [i for i, value in enumerate(values) if value is not None]
-    rounded = round_preserving_total([values[i] or Decimal(0) for i in known])
-    shown: list[str | None] = [None] * len(values)
-    for i, cents in zip(known, rounded, strict=True):
-        shown[i] = str(cents)
-    return shown
-
-
-_FINDING_MONEY = ("allocated_cost", "count_saving", "mig_saving", "smaller_model_saving", "memory_saving", "saving")
-
-
-def finding_dicts(findings: Sequence[JobFinding]) -> list[dict[str, Any]]:
-    """JSON-ready findings: the :class:`JobFinding` fields (times ISO 8601 UTC, GPU-seconds also as
-    ``gpu_hours`` and ``saved_gpu_hours``, ``memory_peak_gib``), ``memory_saving``, ``saving``, ``fixes``; money as
-    decimal strings in cents that add up to the rounded totals, None when unpriced or not applicable."""
-    money = {name: _cents([getattr(f, name) for f in findings]) for name in _FINDING_MONEY}
-    rows = []
-    for i, f in enumerate(findings):
-        rows.append(
-            {
-                "job": f.job_id, "name": f.name, "scheduler": f.scheduler, "cluster": f.cluster, "user": f.user,
-                "account": f.account, "team": f.team, "partition": f.partition,
-                "start": f.start.isoformat() if f.start else None, "end": f.end.isoformat() if f.end else None,
-                "gpu_model": f.gpu_model, "pricing_model": f.pricing_model,
-                "gpus_requested": f.gpus_requested, "gpus_held": f.gpus_held, "gpus_busy": f.gpus_busy,
-                "gpus_unmetered": f.gpus_unmetered, "gpus_suggested": f.gpus_suggested,
-                "gpu_hours": _hours(f.gpu_seconds), "saved_gpu_hours": _hours(f.saved_gpu_seconds),
-                "mean_utilization": None if f.mean_utilization is None else round(f.mean_utilization, 4),
-                "memory_peak_gib": None if f.memory_peak_bytes is None else round(f.memory_peak_bytes / GIB, 3),
-                "mig_profile": f.mig_profile, "smaller_model": f.smaller_model,
-                "smaller_model_in_fleet": f.smaller_model_in_fleet,
-                **{name: money[name][i] for name in _FINDING_MONEY},
-                "currency": f.currency, "fixes": list(f.fixes), "notes": list(f.notes),
-            }
-        )  # fmt: skip
-    return rows
-
-
-_TOTAL_MONEY = ("count_saving", "memory_saving", "saving")
-
-
-def total_dicts(totals: Sequence[RightsizingTotal], by: Literal["user", "team"]) -> list[dict[str, Any]]:
-    """JSON-ready totals: ``{user|team, team (by user), jobs, gpu_hours, saved_gpu_hours, count_saving,
-    memory_saving, saving, memory_unknown_jobs, unpriced_jobs, currency}``, money in cents as :func:`finding_dicts`."""
-    money = {name: _cents([getattr(t, name) for t in totals]) for name in _TOTAL_MONEY}
-    rows = []
-    for i, t in enumerate(totals):
-        row: dict[str, Any] = {by: t.key}
-        if by == "user":
-            row["team"] = t.team
-        row.update(
-            jobs=t.jobs,
-            gpu_hours=_hours(t.gpu_seconds),
-            saved_gpu_hours=_hours(t.saved_gpu_seconds),
-            **{name: money[name][i] for name in _TOTAL_MONEY},
-            memory_unknown_jobs=t.memory_unknown_jobs,
-            unpriced_jobs=t.unpriced_jobs,
-            currency=t.currency,
-        )
-        rows.append(row)
-    return rows
-
-
-def rightsizing_dicts(report: RightsizingReport, by: GroupBy) -> list[dict[str, Any]]:
-    """The report's rows grouped ``by`` job (:func:`finding_dicts`), user or team (:func:`total_dicts`); ValueError
-    for another ``by``."""
-    if by == "job":
-        return finding_dicts(report.findings)
-    if by in ("user", "team"):
-        return total_dicts(rightsizing_totals(report.findings, by), by)
-    raise ValueError(f"group by must be one of {', '.join(GROUP_BYS)}, not {by!r}")
-
-
-def rightsizing_csv(report: RightsizingReport, by: GroupBy) -> str:
-    """The rows of :func:`rightsizing_dicts` as CSV with a header line (lists joined by `` | ``)."""
-    rows = rightsizing_dicts(report, by)
-    return dicts_csv([{k: " | ".join(v) if isinstance(v, list) else v for k, v in row.items()} for row in rows])
-
-
-def rightsizing_table(report: RightsizingReport, by: GroupBy) -> str:
-    """The report as a fixed-width text table with a TOTAL line, then (by job) each finding's fixes and notes, and a
-    line on the jobs examined and the thresholds."""
-    rows = rightsizing_dicts(report, by)
-    policy = report.policy
-    footer = (
-        f"{report.jobs_examined} jobs on whole GPUs examined ({report.jobs_unmetered} without readings, not judged); "
-        f"idle GPU: mean utilisation ≤ {policy.idle_ratio:.0%}; MIG slice or smaller model: mean ≤ "
-        f"{policy.low_utilization_ratio:.0%} and memory peak × {policy.memory_headroom} fits; memory savings at "
-        f"prices of {report.priced_at:%Y-%m-%d %H:%M} UTC"
-    )
-    if not rows:
-        return f"No right-sizing findings in this period.\n{footer}"
-    if by == "job":
-        headers = ["job", "user", "team", "model", "GPUs", "busy", "→", "GPU-h", "saved GPU-h", "mem GiB", "MIG",
-                   "smaller", "count saving", "memory saving", "saving"]  # fmt: skip
-        keys = ["job", "user", "team", "gpu_model", "gpus_requested", "gpus_busy", "gpus_suggested", "gpu_hours",
-                "saved_gpu_hours", "memory_peak_gib", "mig_profile", "smaller_model", "count_saving", "memory_saving",
-                "saving"]  # fmt: skip
-    else:
-        headers = [by, *(["team"] if by == "user" else []), "jobs", "GPU-h", "saved GPU-h", "count saving",
-                   "memory saving", "saving", "memory unknown"]  # fmt: skip
-        keys = [by, *(["team"] if by == "user" else []), "jobs", "gpu_hours", "saved_gpu_hours", "count_saving",
-                "memory_saving", "saving", "memory_unknown_jobs"]  # fmt: skip
-    summed = {"gpu_hours", "saved_gpu_hours", "count_saving", "memory_saving", "saving", "jobs", "memory_unknown_jobs"}
-    labels = 3 if by == "job" else (2 if by == "user" else 1)
-    lines = [[_cell(row[k]) for k in keys] for row in rows]
-    totals = ["TOTAL", *[""] * (labels - 1)]
-    for k in keys[labels:]:
-        if k not in summed:
-            totals.append("")
-            continue
-        total = sum(Decimal(str(row[k] or 0)) for row in rows)
-        totals.append(str(int(total)) if k in _COUNTS else _cell(total))
-    widths = [max(len(h), *(len(line[i]) for line in [*lines, totals])) for i, h in enumerate(headers)]
-    out = [f"Savings in {rows[0]['currency']}"]
-    for line in [headers, *lines, totals]:
-        out.append(
-            "  ".join(c.ljust(w) if k in _TEXT else c.rjust(w) for k, c, w in zip(keys, line, widths, strict=True))
-        )
-    if by == "job":
-        for row in rows:
-            for text in [*row["fixes"], *row["notes"]]:
-                out.append(f"{row['job']}: {text}")
-    out.append(footer)
-    return "\n".join(line.rstrip() for line in out)
-
-
-_COUNTS = frozenset({"jobs", "memory_unknown_jobs"})
-_TEXT = frozenset({"job", "user", "team", "gpu_model", "mig_profile", "smaller_model"})
-"""Table columns aligned left; the others are numbers, aligned right."""
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, (float, Decimal)):
-        return f"{value:,.2f}"
-    if isinstance(value, str) and value.replace(".", "", 1).lstrip("-").isdigit() and "." in value:
-        return f"{Decimal(value):,.2f}"
-    return str(value)

@@ -27,36 +27,36 @@ Four kinds (:data:`NUDGE_KINDS`), each one finding per user (:class:`Nudge`) lis
   jobs to the alert above) and at most 20 %, whose memory peak — the most ``memory_used_bytes`` of its GPU while it
   held it in the period, from ``gpu_samples`` or the TSDB mode's ``tsdb_gpu_metering`` — is at most 10 GiB, and
   whose GPU's price-catalog model has a MIG profile holding that peak with right-sizing's headroom
-  (:func:`finops.analysis.mig_profiles.smallest_profile`: peak × :attr:`NudgePolicy.memory_headroom`, 1.2 by
+  (:func:`finops.savings.mig_profiles.smallest_profile`: peak × :attr:`NudgePolicy.memory_headroom`, 1.2 by
   default, within the profile's memory; the smallest share of the GPU, then the least memory; never the whole GPU).
   Cost: the job's ``allocated_cost``; the saving is that less the slice's share of it
   (:func:`finops.jobs.mig.mig_share`: compute slices over the GPU's). Fix: that profile
-  (:func:`finops.analysis.fix_lines.mig_line`).
+  (:func:`finops.savings.fix_lines.mig_line`).
 
 The period is the ledger hours starting in [now − period, now); costs are the ledger's (exact decimals, the prices
 in force then); a ledger row of a GPU whose model has no price is unpriced, counted in ``unpriced_gpu_seconds``,
-never as 0. Jobs of no user (a pod without a ``user`` label) are left out: there is nobody to tell.
+never as 0. Jobs of no user (a pod without a ``user`` label) are left out: there is nobody to tell. What the ledger
+says of each job's GPUs, read once for every kind: :mod:`finops.savings.nudge_usage`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
-from sqlalchemy import BigInteger, and_, case, func, or_, select, type_coerce
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from finops.analysis.fix_lines import cancel_line, mig_line, request_line
-from finops.analysis.mig_profiles import MEMORY_HEADROOM, MigFit, smallest_profile
-from finops.db.models import Allocation, Gpu, GpuSample, IdleEpisode, Job, LedgerEntry, Team, TsdbGpuMetering
-from finops.db.sqltypes import Money
+from finops.db.models import Allocation, Gpu, IdleEpisode, Job, Team
 from finops.ledger.costmodel import round_exact
 from finops.pricing.catalog import GIB, PriceCatalog
-from finops.timeutil import to_epoch
+from finops.savings.fix_lines import cancel_line, mig_line, request_line
+from finops.savings.mig_profiles import MEMORY_HEADROOM, smallest_profile
+from finops.savings.nudge_usage import JobUse, chunks, ledger_uses, peak_memory
 
 IDLE_RUNNING = "idle-running-job"
 ZERO_UTILIZATION = "zero-util-gpu-hours"
@@ -64,11 +64,6 @@ LOW_EFFICIENCY = "low-gpu-efficiency"
 MIG_CANDIDATE = "mig-candidate"
 NUDGE_KINDS = (IDLE_RUNNING, ZERO_UTILIZATION, LOW_EFFICIENCY, MIG_CANDIDATE)
 """Every kind of nudge, as settings, messages and the nudge log name them."""
-
-NO_GPU_USED = "none of its GPUs was used: check that the code runs on the GPU, or request no GPU"
-"""The fix of a finished job whose every GPU stayed at 0 %: no request line fixes that."""
-_IN_CHUNK = 1000
-"""Ids per SQL IN list."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +115,7 @@ class NudgeJob:
     no reading); ``cost`` the money the nudge is about in ``currency`` (None: all unpriced), ``unpriced_gpu_seconds``
     of them without a price; ``saving`` (MIG) what a slice would have saved; ``peak_memory_bytes`` (MIG);
     ``profile`` the MIG profile proposed; ``since`` (idle running) when its GPUs became idle; ``fix`` the exact line
-    (:mod:`finops.analysis.fix_lines`), or a sentence when no line fixes it, or None."""
+    (:mod:`finops.savings.fix_lines`), or a sentence when no line fixes it, or None."""
 
     job_id: str
     scheduler: str
@@ -170,186 +165,6 @@ class Nudge:
         return self.gpu_seconds / 3600
 
 
-# --- the ledger per job and GPU -------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _GpuUse:
-    """One GPU of one job over the period, from its ledger rows: seconds held, metered (with readings), used GPU-
-    seconds, cost (priced rows) and unpriced seconds, and the same for the metered rows; the idle cost."""
-
-    seconds: int = 0
-    metered: int = 0
-    used: float = 0.0
-    cost: Decimal = Decimal(0)
-    unpriced: int = 0
-    metered_cost: Decimal = Decimal(0)
-    metered_unpriced: int = 0
-    idle_cost: Decimal = Decimal(0)
-
-    @property
-    def at_zero(self) -> bool:
-        """Every reading of the GPU in the period was 0 % (it has readings, and no used GPU-second)."""
-        return self.metered > 0 and self.used == 0
-
-
-@dataclass(slots=True)
-class _JobUse:
-    """A job and its GPUs' use over the period."""
-
-    job: Job
-    team: str
-    currency: str = ""
-    model: str = ""
-    nodes: set[int] = field(default_factory=set)
-    gpus: dict[int, _GpuUse] = field(default_factory=dict)
-    on_mig: bool = False
-    peak_memory_bytes: int | None = None
-    mig_fit: MigFit | None = None
-    vendor: str | None = None
-    """The GPU model's vendor in the price catalog (``amd``: ``amd.com/gpu`` in a pod's fix), None when unknown."""
-
-    @property
-    def seconds(self) -> int:
-        return sum(g.seconds for g in self.gpus.values())
-
-    @property
-    def metered(self) -> int:
-        return sum(g.metered for g in self.gpus.values())
-
-    @property
-    def used(self) -> float:
-        return sum(g.used for g in self.gpus.values())
-
-    @property
-    def utilization(self) -> float | None:
-        return self.used / self.metered if self.metered else None
-
-    @property
-    def zero(self) -> list[_GpuUse]:
-        return [g for g in self.gpus.values() if g.at_zero]
-
-    def fewer_gpus_fix(self) -> str | None:
-        """The request of the GPUs it used (those not at 0 %; a GPU without readings counts as used), when some
-        were at 0 %: ``scancel`` for a running job that used none, :data:`NO_GPU_USED` for a finished one."""
-        zero = len(self.zero)
-        if not zero:
-            return None
-        kept = len(self.gpus) - zero
-        job = self.job
-        if kept == 0:
-            return cancel_line(job.scheduler, job.job_id) if job.end is None else NO_GPU_USED
-        return request_line(
-            job.scheduler, kept, gres_type=job.gpu_type, vendor=self.vendor, multi_node=len(self.nodes) > 1
-        )
-
-
-def _ledger_uses(session: Session, start: datetime, end: datetime, user: str | None) -> dict[int, _JobUse]:
-    """Every job's use of its GPUs over the ledger hours starting in [start, end) (``user``'s only when given)."""
-    metered = LedgerEntry.sample_count > 0
-    priced = LedgerEntry.allocated_cost.is_not(None)
-    query = (
-        select(
-            LedgerEntry.job_pk,
-            LedgerEntry.gpu_id,
-            func.sum(LedgerEntry.seconds),
-            func.sum(case((metered, LedgerEntry.seconds), else_=0)),
-            func.sum(case((metered, LedgerEntry.used_gpu_seconds), else_=0.0)),
-            func.sum(LedgerEntry.allocated_cost),
-            func.sum(case((priced, 0), else_=LedgerEntry.seconds)),
-            func.sum(type_coerce(case((metered, LedgerEntry.allocated_cost)), Money)),
-            func.sum(case((and_(metered, ~priced), LedgerEntry.seconds), else_=0)),
-            func.sum(LedgerEntry.idle_cost),
-            func.min(LedgerEntry.currency),
-        )
-        .where(LedgerEntry.hour >= start, LedgerEntry.hour < end, LedgerEntry.job_pk.is_not(None))
-        .group_by(LedgerEntry.job_pk, LedgerEntry.gpu_id)
-    )
-    if user is not None:
-        query = query.where(LedgerEntry.job_pk.in_(select(Job.id).where(Job.user == user)))
-    uses: dict[int, _JobUse] = {}
-    rows = session.execute(query).all()
-    jobs = _jobs(session, {row[0] for row in rows})
-    gpus = _gpus(session, {row[1] for row in rows})
-    for job_pk, gpu_id, seconds, metered_s, used, cost, unpriced, m_cost, m_unpriced, idle, currency in rows:
-        if job_pk not in jobs:
-            continue
-        job, team = jobs[job_pk]
-        use = uses.setdefault(job_pk, _JobUse(job, team))
-        model, node_id = gpus[gpu_id]
-        use.model = use.model or model
-        use.currency = use.currency or currency
-        use.nodes.add(node_id)
-        use.gpus[gpu_id] = _GpuUse(
-            int(seconds), int(metered_s), float(used), cost or Decimal(0), int(unpriced), m_cost or Decimal(0),
-            int(m_unpriced), idle or Decimal(0),
-        )  # fmt: skip
-    for chunk in _chunks(sorted(uses)):
-        on_mig = Allocation.job_pk.in_(chunk), Allocation.mig_profile.is_not(None)
-        for (job_pk,) in session.execute(select(Allocation.job_pk).where(*on_mig).distinct()):
-            uses[job_pk].on_mig = True
-    return uses
-
-
-def _jobs(session: Session, job_pks: Iterable[int]) -> dict[int, tuple[Job, str]]:
-    """Jobs of a user (not those of no user) by primary key, with their team's name."""
-    found: dict[int, tuple[Job, str]] = {}
-    for chunk in _chunks(sorted(job_pks)):
-        for job, team in session.execute(
-            select(Job, Team.name).join(Team, Team.id == Job.team_id).where(Job.id.in_(chunk), Job.user != "")
-        ):
-            found[job.id] = (job, team)
-    return found
-
-
-def _gpus(session: Session, gpu_ids: Iterable[int]) -> dict[int, tuple[str, int]]:
-    """(model, node id) by GPU id."""
-    found: dict[int, tuple[str, int]] = {}
-    for chunk in _chunks(sorted(gpu_ids)):
-        for gpu_id, model, node_id in session.execute(select(Gpu.id, Gpu.model, Gpu.node_id).where(Gpu.id.in_(chunk))):
-            found[gpu_id] = (model, node_id)
-    return found
-
-
-def _chunks(values: Sequence[int]) -> Iterable[Sequence[int]]:
-    for first in range(0, len(values), _IN_CHUNK):
-        yield values[first : first + _IN_CHUNK]
-
-
-def _peak_memory(session: Session, job_pks: Sequence[int], start: datetime, end: datetime) -> dict[int, int]:
-    """The most memory in use (bytes) on any GPU of each job while it held it in [start, end), from the raw readings
-    and from the TSDB mode's metered segments; jobs without any memory reading are absent.
-
-    One correlated subquery per allocation and source, bounded below and above by plain conditions on the instant,
-    so that each is a range scan of the (gpu_id, ts) key over that allocation's readings only (a join of the
-    allocations with the period's readings scanned every reading of their GPUs: 4.7 s against 0.3 s, warm, for the
-    195 jobs of the ledger benchmark's last week, PostgreSQL)."""
-    lo, hi = to_epoch(start), to_epoch(end)
-    a_start, a_end = type_coerce(Allocation.start, BigInteger), type_coerce(Allocation.end, BigInteger)
-    until = func.coalesce(a_end, hi)
-    sources = (
-        (GpuSample.gpu_id, type_coerce(GpuSample.ts, BigInteger), GpuSample.memory_used_bytes),
-        (TsdbGpuMetering.gpu_id, type_coerce(TsdbGpuMetering.start, BigInteger), TsdbGpuMetering.memory_max_bytes),
-    )
-    peaks: dict[int, int] = {}
-    for chunk in _chunks(list(job_pks)):
-        for gpu_id, ts, memory in sources:
-            peak = (
-                select(func.max(memory))
-                .where(gpu_id == Allocation.gpu_id, ts >= a_start, ts >= lo, ts < until, ts < hi)
-                .scalar_subquery()
-            )
-            query = (
-                select(Allocation.job_pk, func.max(peak))
-                .where(Allocation.job_pk.in_(chunk))
-                .group_by(Allocation.job_pk)
-            )
-            for job_pk, found in session.execute(query):
-                if found is not None:
-                    peaks[job_pk] = max(peaks.get(job_pk, 0), int(found))
-    return peaks
-
-
 # --- the four kinds -------------------------------------------------------------------------------------------
 
 
@@ -364,11 +179,11 @@ def find_nudges(
     if IDLE_RUNNING in policy.kinds:
         found += _idle_running(session, now, policy, user, catalog)
     if policy.kinds & {ZERO_UTILIZATION, LOW_EFFICIENCY, MIG_CANDIDATE}:
-        uses = _ledger_uses(session, start, now, user)
+        uses = ledger_uses(session, start, now, user)
         for use in uses.values():
             use.vendor = _vendor(catalog, use.model)
         _fit_mig(session, uses, start, now, policy, catalog)
-        by_user: dict[str, list[_JobUse]] = defaultdict(list)
+        by_user: dict[str, list[JobUse]] = defaultdict(list)
         for use in uses.values():
             by_user[use.job.user].append(use)
         for name, jobs in by_user.items():
@@ -380,7 +195,7 @@ def find_nudges(
     return sorted(found, key=lambda n: (n.user, NUDGE_KINDS.index(n.kind)))
 
 
-def _mig_eligible(use: _JobUse, policy: NudgePolicy) -> bool:
+def _mig_eligible(use: JobUse, policy: NudgePolicy) -> bool:
     """One GPU, not on a MIG slice, mean utilisation in (0, the MIG threshold]."""
     utilization = use.utilization
     return (
@@ -393,7 +208,7 @@ def _mig_eligible(use: _JobUse, policy: NudgePolicy) -> bool:
 
 def _fit_mig(
     session: Session,
-    uses: dict[int, _JobUse],
+    uses: dict[int, JobUse],
     start: datetime,
     end: datetime,
     policy: NudgePolicy,
@@ -402,7 +217,7 @@ def _fit_mig(
     """Set the memory peak of the jobs that could fit a MIG slice (only those: it reads raw readings) and, when the
     peak is within the policy's, the slice that holds it (module docstring)."""
     eligible = sorted(pk for pk, use in uses.items() if _mig_eligible(use, policy))
-    for job_pk, peak in _peak_memory(session, eligible, start, end).items():
+    for job_pk, peak in peak_memory(session, eligible, start, end).items():
         use = uses[job_pk]
         use.peak_memory_bytes = peak
         if peak <= policy.mig_max_memory_bytes:
@@ -411,7 +226,7 @@ def _fit_mig(
             use.mig_fit = smallest_profile(model, use.model, peak, policy.memory_headroom)
 
 
-def _teams(jobs: Iterable[_JobUse]) -> tuple[str, ...]:
+def _teams(jobs: Iterable[JobUse]) -> tuple[str, ...]:
     return tuple(sorted({j.team for j in jobs}))
 
 
@@ -430,7 +245,7 @@ def _priced(cost: Decimal, seconds: float, unpriced: float) -> Decimal | None:
 
 
 def _nudge_job(
-    use: _JobUse,
+    use: JobUse,
     gpu_seconds: float,
     cost: Decimal | None,
     unpriced: float,
@@ -448,7 +263,7 @@ def _nudge_job(
     )  # fmt: skip
 
 
-def _zero(user: str, uses: list[_JobUse], start: datetime, end: datetime, policy: NudgePolicy) -> Nudge | None:
+def _zero(user: str, uses: list[JobUse], start: datetime, end: datetime, policy: NudgePolicy) -> Nudge | None:
     jobs = []
     for use in uses:
         zero = use.zero
@@ -467,7 +282,7 @@ def _zero(user: str, uses: list[_JobUse], start: datetime, end: datetime, policy
     )  # fmt: skip
 
 
-def _low(user: str, uses: list[_JobUse], start: datetime, end: datetime, policy: NudgePolicy) -> Nudge | None:
+def _low(user: str, uses: list[JobUse], start: datetime, end: datetime, policy: NudgePolicy) -> Nudge | None:
     seconds = sum(u.seconds for u in uses)
     metered = sum(u.metered for u in uses)
     if not metered or seconds <= policy.low_efficiency_gpu_hours * 3600:
@@ -493,7 +308,7 @@ def _low(user: str, uses: list[_JobUse], start: datetime, end: datetime, policy:
     )  # fmt: skip
 
 
-def _mig(user: str, uses: list[_JobUse], start: datetime, end: datetime, policy: NudgePolicy) -> Nudge | None:
+def _mig(user: str, uses: list[JobUse], start: datetime, end: datetime, policy: NudgePolicy) -> Nudge | None:
     jobs = []
     for use in uses:
         fit = use.mig_fit
@@ -551,7 +366,7 @@ def _idle_running(
         episodes[job.id].append((episode, model))
         jobs[job.id] = (job, team)
     held: dict[int, tuple[set[int], set[int]]] = {pk: (set(), set()) for pk in jobs}
-    for chunk in _chunks(sorted(jobs)):
+    for chunk in chunks(sorted(jobs)):
         for job_pk, gpu_id, node_id in session.execute(
             select(Allocation.job_pk, Allocation.gpu_id, Gpu.node_id)
             .join(Gpu, Gpu.id == Allocation.gpu_id)

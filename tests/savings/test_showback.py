@@ -11,23 +11,12 @@ from decimal import Decimal
 
 import pytest
 
-from finops.analysis import showback
 from finops.analysis.budgets import UnknownTeam, set_budget
-from finops.analysis.showback import (
-    SHOWN_ROWS,
-    Column,
-    IdleReason,
-    Saving,
-    Section,
-    build_statement,
-    idle_section,
-    rightsizing_section,
-    shown_rows,
-    statement_csv,
-    statement_teams,
-    statement_text,
-)
 from finops.ledger.costmodel import CENT, quantize
+from finops.savings import showback
+from finops.savings.showback import SHOWN_ROWS, build_statement, idle_section, rightsizing_section, statement_teams
+from finops.savings.showback_render import shown_rows, statement_csv, statement_text
+from finops.savings.showback_statement import Column, IdleReason, Saving, Section
 from tests.support import showback_scenario as scenario
 
 

@@ -4,10 +4,11 @@ it, what of it was idle and why, and what right-sizing would save.
 A :class:`Statement` is pure data, made by :func:`build_statement` from the ledger: the team, the month, the period it
 covers [start, end) (the whole month once the month has ended, else the month to date), the currency, and a list of
 :class:`Section`, each a table whose :class:`Column` says what its cells are (text, money, GPU-hours, percent).
-Renderers (the text here, the CSV here, the e-mail in :mod:`alerts.showback`) walk the sections and need to know
-none of them. Money is ``Decimal`` in cents: each section's money column is rounded by
-:func:`finops.ledger.costmodel.round_preserving_total`, so its rows add up to its total, and the team's spend is the
-cost report's by team to the cent (:func:`finops.analysis.report.printed_cents`, as the budgets read it).
+Renderers (the text and the CSV in :mod:`finops.savings.showback_render`, the e-mail in :mod:`alerts.showback`) walk the
+sections and need to know none of them; the statement's shape is :mod:`finops.savings.showback_statement`'s. Money is
+``Decimal`` in cents: each section's money column is rounded by :func:`finops.ledger.costmodel.round_preserving_total`,
+so its rows add up to its total, and the team's spend is the cost report's by team to the cent
+(:func:`finops.analysis.report.printed_cents`, as the budgets read it).
 
 Sections, in order (their :attr:`Section.key`):
 
@@ -19,22 +20,18 @@ Sections, in order (their :attr:`Section.key`):
 - ``top_jobs`` and ``top_users``: the cost report by job and by user, of the team, costliest first; the e-mail shows
   the first :data:`SHOWN_ROWS` and one line for the rest, the CSV every row up to :data:`MAX_ROWS`.
 - ``idle_by_reason``: the team's idle cost by probable waste reason (:class:`IdleReason`, from
-  :func:`finops.analysis.waste_costs.idle_cost_by_reason`: the ledger's idle cost, allocated − used, of each job-held
+  :func:`finops.savings.waste_costs.idle_cost_by_reason`: the ledger's idle cost, allocated − used, of each job-held
   GPU-hour under its reason; for ``no reading``, the allocated cost of the GPU-hours without readings), in the
   reasons' precedence; the note adds the idle episodes overlapping the period
   (:func:`finops.analysis.idle.episode_totals`).
-- ``rightsizing``: the savings of right-sizing, one :class:`Saving` per job (:mod:`finops.analysis.rightsizing`).
+- ``rightsizing``: the savings of right-sizing, one :class:`Saving` per job (:mod:`finops.savings.rightsizing`).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Literal
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -42,20 +39,17 @@ from sqlalchemy.orm import Session
 from finops.analysis.budgets import BudgetStatus, budget_status, check_known_team
 from finops.analysis.idle import EpisodeTotals, episode_totals, list_episodes
 from finops.analysis.report import ReportRow, UnpricedModel, cost_report, printed_cents, unpriced_by_model
-from finops.analysis.rightsizing import JobFinding, rightsizing
 from finops.analysis.waste import NO_READING, REASONS, ReasonPolicy
-from finops.analysis.waste_costs import BUSY_JOB_TITLE, ReasonCost, idle_cost_by_reason
 from finops.db.hours import pending_hours
 from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Budget, Team
 from finops.ledger.costmodel import CENT, float_decimal, quantize, round_preserving_total
 from finops.pricing.catalog import load_catalog
 from finops.pricing.store import catalog_in_force
+from finops.savings.rightsizing import rightsizing
+from finops.savings.rightsizing_policy import JobFinding
+from finops.savings.showback_statement import Cell, Column, IdleReason, Saving, Section, Statement, money, sum_cells
+from finops.savings.waste_costs import BUSY_JOB_TITLE, ReasonCost, idle_cost_by_reason
 from finops.timeutil import month_start, next_month_start
-
-ColumnKind = Literal["text", "money", "hours", "percent"]
-Cell = str | Decimal | float | None
-"""A cell: text; money in cents or a percent (``Decimal``); GPU-hours (``float``); None: unknown (unpriced, not
-comparable), never 0."""
 
 SHOWN_ROWS = 10
 """Rows of the job and user tables the e-mail and the text show; the rest is one line."""
@@ -63,93 +57,6 @@ MAX_ROWS = 1000
 """Rows of a section the statement keeps (the CSV's); the rest is one row "N more jobs"."""
 SPECIAL_TEAMS = frozenset({UNALLOCATED_TEAM, UNMAPPED_TEAM})
 """Ledger "teams" that are not teams: capacity no job held, jobs whose account maps to no team. No statement."""
-
-
-@dataclass(frozen=True, slots=True)
-class Column:
-    """A column of a section: ``key`` (the CSV header, snake_case), ``title`` (what people read), ``kind``."""
-
-    key: str
-    title: str
-    kind: ColumnKind
-
-
-@dataclass(frozen=True, slots=True)
-class Section:
-    """One table of a statement. ``rows`` hold one cell per column; ``total`` (or None) adds them up; ``shown``: the
-    rows the e-mail and the text show (None: all), the rest summed on one line that counts them as ``noun``
-    (``jobs``). ``note``: sentences under the title ("" none); a section without rows is its note alone."""
-
-    key: str
-    title: str
-    columns: tuple[Column, ...]
-    rows: tuple[tuple[Cell, ...], ...] = ()
-    total: tuple[Cell, ...] | None = None
-    note: str = ""
-    shown: int | None = None
-    noun: str = "rows"
-
-
-@dataclass(frozen=True, slots=True)
-class IdleReason:
-    """One reason's share of a team's idle cost over the period: ``reason`` (a key), ``title`` (as people read it),
-    the idle GPU-hours and their exact cost (priced GPU-hours only; ``unpriced_gpu_hours`` apart, never as 0)."""
-
-    reason: str
-    title: str
-    gpu_hours: float
-    cost: Decimal
-    unpriced_gpu_hours: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Saving:
-    """What one job could have asked for instead, and what that would have saved over the period: ``change`` (the
-    request line that fixes it), the GPU-hours it would not have held, the exact saving (None: unpriced)."""
-
-    job_id: str
-    user: str
-    change: str
-    gpu_hours_saved: float
-    saving: Decimal | None
-
-
-@dataclass(frozen=True, slots=True)
-class Statement:
-    """A team's showback for one month (module docstring). ``month``: its first instant; [``start``, ``end``): the
-    ledger hours it covers, the whole month when ``complete``; ``made_at``: when it was made; ``pending_hours``: ledger
-    hours of the period still waiting for a rollup then (its figures may change). ``summary``: one paragraph of the
-    headline figures, ``facts``: those figures as (name, value) pairs (a chat message's fields)."""
-
-    team: str
-    month: datetime
-    start: datetime
-    end: datetime
-    complete: bool
-    currency: str
-    made_at: datetime
-    summary: str
-    facts: tuple[tuple[str, str], ...]
-    sections: tuple[Section, ...] = field(default=())
-    pending_hours: int = 0
-
-    @property
-    def title(self) -> str:
-        """``GPU showback October 2026: team vision`` (``… month to date`` while the month runs)."""
-        to_date = "" if self.complete else " month to date"
-        return f"GPU showback {self.month:%B %Y}{to_date}: team {self.team}"
-
-    def section(self, key: str) -> Section:
-        """The section called ``key``; KeyError if there is none."""
-        for section in self.sections:
-            if section.key == key:
-                return section
-        raise KeyError(key)
-
-
-def money(amount: Decimal | None, currency: str) -> str:
-    """``1234.5`` → ``1,234.50 USD``; None → ``unpriced``."""
-    return "unpriced" if amount is None else f"{amount:,.2f} {currency}"
 
 
 def _hours(seconds: float) -> float:
@@ -185,7 +92,7 @@ def statement_teams(session: Session, month: datetime, now: datetime) -> list[st
 
 
 def idle_reasons(costs: Sequence[ReasonCost]) -> list[IdleReason]:
-    """The statement's idle rows from :func:`finops.analysis.waste_costs.idle_cost_by_reason`'s rows of one team and
+    """The statement's idle rows from :func:`finops.savings.waste_costs.idle_cost_by_reason`'s rows of one team and
     month (a statement's period lies in one month), in their order: the reasons' precedence."""
     return [IdleReason(c.reason, c.title, _hours(c.gpu_seconds), c.cost, _hours(c.unpriced_gpu_seconds)) for c in costs]
 
@@ -348,19 +255,9 @@ def _top(rows: Sequence[ReportRow], labels: Sequence[tuple[str, ...]], noun: str
     more: tuple[Cell, ...] = (
         f"{len(rest)} more {noun}",
         *[""] * (width - 1),
-        *(_sum([r[i] for r in rest]) for i in range(width, width + 3)),
+        *(sum_cells([r[i] for r in rest]) for i in range(width, width + 3)),
     )
     return (*cells[: MAX_ROWS - 1], more)
-
-
-def _sum(values: Sequence[Cell]) -> Cell:
-    """The sum of a column's numbers (None and text left out)."""
-    numbers = [v for v in values if isinstance(v, Decimal | float)]
-    if not numbers:
-        return None
-    if all(isinstance(v, Decimal) for v in numbers):
-        return sum((v for v in numbers if isinstance(v, Decimal)), Decimal(0))
-    return round(sum(float(v) for v in numbers), 6)
 
 
 def _totals(columns: Sequence[Column], rows: Sequence[tuple[Cell, ...]], label: str = "Total") -> tuple[Cell, ...]:
@@ -370,7 +267,7 @@ def _totals(columns: Sequence[Column], rows: Sequence[tuple[Cell, ...]], label: 
         if index == 0:
             cells.append(label)
         elif column.kind in ("money", "hours"):
-            cells.append(_sum([row[index] for row in rows]))
+            cells.append(sum_cells([row[index] for row in rows]))
         else:
             cells.append("")
     return tuple(cells)
@@ -449,7 +346,7 @@ def idle_section(
 
 
 def team_savings(findings: Sequence[JobFinding]) -> list[Saving]:
-    """The statement's right-sizing rows from :func:`finops.analysis.rightsizing.rightsizing`'s findings: per job the
+    """The statement's right-sizing rows from :func:`finops.savings.rightsizing.rightsizing`'s findings: per job the
     fewer GPUs it should have asked for when that saves anything (the GPU-hours it would not have held), else the
     cheaper of its MIG profile and smaller model (the same GPU-hours, on less; 0 GPU-hours saved). A finding with no
     saving of any kind (unpriced) keeps its change with an unknown saving."""
@@ -513,104 +410,3 @@ def _headline(
     text += f"; {money(idle, currency)} of it was idle" + (f" ({share} %)." if share is not None else ".")
     facts.append(("Idle cost", money(idle, currency)))
     return text, tuple(facts)
-
-
-# --- plain renderings ------------------------------------------------------------------------------------------
-
-
-def cell_text(value: Cell, kind: ColumnKind) -> str:
-    """A cell as text: money ``1,234.50`` (None: ``unpriced``), hours ``12.50``, percent ``85.0 %`` (None:
-    ``n/a``), text as it is; ``""`` (a total row's cell of a column not added up) stays empty."""
-    if isinstance(value, str):
-        return value
-    if kind == "money":
-        return "unpriced" if value is None else f"{value:,.2f}"
-    if kind == "hours":
-        return "" if value is None else f"{value:,.2f}"
-    if kind == "percent":
-        return "n/a" if value is None else f"{value} %"
-    return "" if value is None else str(value)
-
-
-def shown_rows(section: Section) -> list[tuple[Cell, ...]]:
-    """The rows a reader is shown: the first :attr:`Section.shown` and, when there are more, one row summing the
-    rest (``3 more jobs (in the CSV)``), so the shown rows still add up to the total."""
-    if section.shown is None or len(section.rows) <= section.shown:
-        return list(section.rows)
-    rest = section.rows[section.shown :]
-    more: list[Cell] = [f"{len(rest)} more {section.noun} (in the CSV)"]
-    for index, column in enumerate(section.columns[1:], start=1):
-        more.append(_sum([row[index] for row in rest]) if column.kind in ("money", "hours") else "")
-    return [*section.rows[: section.shown], tuple(more)]
-
-
-def statement_text(statement: Statement) -> str:
-    """The statement as plain text (the e-mail's text part, ``gpu-finops showback``'s output): title, summary, then
-    each section: title, note, and its table in fixed-width columns (one row alone as ``name: value`` lines)."""
-    lines = [statement.title, "", statement.summary]
-    if statement.pending_hours:
-        lines.append(pending_note(statement))
-    lines.append(
-        f"Period: {statement.start:%Y-%m-%d %H:%M} – {statement.end:%Y-%m-%d %H:%M} UTC. Money in {statement.currency}."
-    )
-    for section in statement.sections:
-        lines += ["", section.title, "-" * len(section.title)]
-        if section.note:
-            lines.append(section.note)
-        if not section.rows:
-            continue
-        if len(section.rows) == 1 and section.total is None:
-            width = max(len(c.title) for c in section.columns)
-            lines += [
-                f"{c.title + ':':<{width + 1}} {cell_text(v, c.kind)}"
-                for c, v in zip(section.columns, section.rows[0], strict=True)
-            ]
-            continue
-        table = [[c.title for c in section.columns]]
-        for row in [*shown_rows(section), *([section.total] if section.total else [])]:
-            table.append([cell_text(v, c.kind) for c, v in zip(section.columns, row, strict=True)])
-        widths = [max(len(line[i]) for line in table) for i in range(len(section.columns))]
-        for line in table:
-            cells = [
-                cell.ljust(w) if c.kind == "text" else cell.rjust(w)
-                for cell, w, c in zip(line, widths, section.columns, strict=True)
-            ]
-            lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines) + "\n"
-
-
-def pending_note(statement: Statement) -> str:
-    """The sentence saying the statement's figures may change (pending ledger hours); "" when none were pending."""
-    hours = statement.pending_hours
-    if not hours:
-        return ""
-    return (
-        f"Note: {hours} ledger hour{'s' if hours != 1 else ''} of this period "
-        f"{'were' if hours != 1 else 'was'} waiting for a rollup when this was made: figures may change."
-    )
-
-
-def statement_csv(statement: Statement) -> str:
-    """Every row of every section as CSV with a header line: ``month`` (``YYYY-MM``), ``team``, ``currency``,
-    ``section`` (its key), then the columns of all sections by key in the order they first appear (a row's cell of
-    another section's column is empty). Money in cents as plain decimals (``1234.50``), GPU-hours rounded to 6 decimals,
-    percents with one; unknown (unpriced) cells empty. Totals are left out: the rows add up to them."""
-    keys: list[str] = []
-    for section in statement.sections:
-        keys += [c.key for c in section.columns if c.key not in keys]
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=["month", "team", "currency", "section", *keys], lineterminator="\n")
-    writer.writeheader()
-    base = {"month": f"{statement.month:%Y-%m}", "team": statement.team, "currency": statement.currency}
-    for section in statement.sections:
-        for row in section.rows:
-            cells = {c.key: "" if v is None else str(v) for c, v in zip(section.columns, row, strict=True)}
-            writer.writerow({**base, "section": section.key, **cells})
-    return out.getvalue()
-
-
-def csv_filename(statement: Statement) -> str:
-    """The CSV attachment's file name: ``showback-2026-10-vision.csv`` (the team name's characters other than
-    letters, digits, ``-``, ``_`` and ``.`` as ``_``)."""
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in statement.team)
-    return f"showback-{statement.month:%Y-%m}-{safe}.csv"

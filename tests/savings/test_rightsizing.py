@@ -11,17 +11,12 @@ from fractions import Fraction
 import pytest
 from sqlalchemy import func, select
 
-from finops.analysis.rightsizing import (
-    NO_MEMORY_READING,
-    RightsizingPolicy,
-    finding_dicts,
-    rightsizing,
-    rightsizing_totals,
-    total_dicts,
-)
 from finops.db.models import Gpu, Job, LedgerEntry, TsdbGpuMetering
 from finops.ledger.costmodel import round_exact
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
+from finops.savings.rightsizing import rightsizing
+from finops.savings.rightsizing_policy import NO_MEMORY_READING, RightsizingPolicy
+from finops.savings.rightsizing_report import finding_dicts, rightsizing_totals, total_dicts
 from tests.support import rightsizing_scenario as rs
 
 ON_DEMAND = PricingModel.ON_DEMAND

@@ -11,19 +11,19 @@ import pytest
 from sqlalchemy import select
 
 from finops.analysis.idle import list_episodes
-from finops.analysis.nudges import (
+from finops.db.models import Gpu, Node, TsdbGpuMetering
+from finops.ledger.costmodel import round_exact
+from finops.pricing.catalog import GIB, load_catalog
+from finops.savings.nudge_usage import NO_GPU_USED
+from finops.savings.nudges import (
     IDLE_RUNNING,
     LOW_EFFICIENCY,
     MIG_CANDIDATE,
-    NO_GPU_USED,
     ZERO_UTILIZATION,
     Nudge,
     NudgePolicy,
     find_nudges,
 )
-from finops.db.models import Gpu, Node, TsdbGpuMetering
-from finops.ledger.costmodel import round_exact
-from finops.pricing.catalog import GIB, load_catalog
 from finops.timeutil import utc_now
 from tests.support.alert_cluster import Cluster, minute_floor
 from tests.support.nudge_cluster import (
@@ -147,15 +147,15 @@ def test_a_running_job_idle_for_an_hour_is_a_warning_with_scancel(sessions) -> N
 
 
 def test_a_finished_job_that_used_none_of_its_gpus_is_told_so() -> None:
-    from finops.analysis.nudges import _GpuUse, _JobUse
     from finops.db.models import Job
+    from finops.savings.nudge_usage import GpuUse, JobUse
 
-    use = _JobUse(Job(job_id="9", scheduler="slurm", gpu_type="a100", end=utc_now()), "t")
-    use.gpus = {1: _GpuUse(3600, 3600, 0.0), 2: _GpuUse(3600, 3600, 0.0)}
+    use = JobUse(Job(job_id="9", scheduler="slurm", gpu_type="a100", end=utc_now()), "t")
+    use.gpus = {1: GpuUse(3600, 3600, 0.0), 2: GpuUse(3600, 3600, 0.0)}
     assert use.fewer_gpus_fix() == NO_GPU_USED
     use.job.end = None
     assert use.fewer_gpus_fix() == "scancel 9"
-    use.gpus[3] = _GpuUse(3600, 0, 0.0)
+    use.gpus[3] = GpuUse(3600, 0, 0.0)
     use.nodes = {1, 2}
     assert use.fewer_gpus_fix() == "#SBATCH --gpus=a100:1", "a GPU without readings counts as used; two nodes"
     use.job.scheduler, use.job.job_id = "kubernetes", "ml/train-0"
