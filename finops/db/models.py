@@ -313,7 +313,7 @@ class DirtyHour(Base):
 class ProfiledHour(Base):
     """An hour some of whose stored readings carry a hardware activity field
     (:data:`collector.contract.wire.ACTIVITY_COLUMNS`), marked by ingest when it stores them. The ledger's metering
-    reads the activity columns only for hours marked here (:func:`finops.ledger.sql.meter`), so a fleet without
+    reads the activity columns only for hours marked here (:func:`finops.ledger.metering.meter`), so a fleet without
     profiling data pays nothing for them. Marks are never removed (an hour whose readings expired is not rebuilt)."""
 
     __tablename__ = "profiled_hours"

@@ -36,7 +36,7 @@ from sqlalchemy import Connection, delete, func, select, text
 from sqlalchemy.orm import Session
 
 from finops.db.models import DirtyHour, GpuJobUtilization, GpuSample, NodeIoHour
-from finops.ledger.sql import ENERGY_LOOKBACK_SECONDS
+from finops.ledger.metering import ENERGY_LOOKBACK_SECONDS
 from finops.timeutil import from_epoch, to_epoch
 
 log = logging.getLogger(__name__)

@@ -3,8 +3,8 @@
 For fleets whose raw readings stay in VictoriaMetrics, Prometheus, Mimir or Thanos (dcgm-exporter or the collector
 scraped by it, or remote-writing to it), the service stores no raw rows: before a rollup rebuilds some hours,
 :class:`TsdbMeter` asks the TSDB, per GPU and segment of each hour, what the direct path sums from ``gpu_samples``
-(:func:`finops.ledger.sql.meter`), and writes it to ``tsdb_gpu_metering`` (:class:`finops.db.models.TsdbGpuMetering`),
-which the rollup then meters from.
+(:func:`finops.ledger.metering.meter`), and writes it to ``tsdb_gpu_metering``
+(:class:`finops.db.models.TsdbGpuMetering`), which the rollup then meters from.
 
 Segments. A GPU-hour [h, h + 1 h) (clipped at the rollup's ``until``) is cut at the GPU's entry into service and at
 every start and end of an allocation of the GPU, so that each holding of the hour is a union of whole segments.
@@ -67,7 +67,7 @@ from finops.timeutil import HOUR, from_epoch, to_epoch
 ENERGY_FIELD = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 MEMORY_FIELD = "DCGM_FI_DEV_FB_USED"
 ENERGY_GAP_SECONDS = HOUR
-"""As the direct path's :data:`finops.ledger.sql.ENERGY_LOOKBACK_SECONDS`: an increment from a reading more than an
+"""As the direct path's :data:`finops.ledger.metering.ENERGY_LOOKBACK_SECONDS`: an increment from a reading more than an
 hour older is left out."""
 ACTIVITY_FIELDS: dict[str, tuple[str, ...]] = {
     activity: tuple(name for name, spec in FIELDS.items() if ACTIVITY_METRICS.get(spec.metric) == activity)

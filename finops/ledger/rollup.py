@@ -60,7 +60,7 @@ from finops.db.dialect import (
 )
 from finops.db.models import UNALLOCATED_TEAM, DirtyHour, Gpu, LedgerEntry
 from finops.jobs.teams import team_by_name
-from finops.ledger import sql
+from finops.ledger import metering, sql
 from finops.ledger.split import split_rows
 from finops.ledger.sql import LEDGER_COLUMNS
 from finops.ledger.team_hours import refresh_team_hours
@@ -232,7 +232,7 @@ def rebuild(
     ``sql_costing`` False costs every GPU-hour with the Python cost model instead of only those to split (the
     rows are the same; it is the reference the SQL costing is tested against). The team-hours of [h0, h1) are
     rewritten after the rows (:func:`finops.ledger.team_hours.refresh_team_hours`). ``from_tsdb``: metered from
-    ``tsdb_gpu_metering`` instead of the readings (:func:`finops.ledger.sql.meter`).
+    ``tsdb_gpu_metering`` instead of the readings (:func:`finops.ledger.metering.meter`).
     """
     unallocated = team_by_name(session, UNALLOCATED_TEAM).id
     built = _compute(session, h0, h1, pricing, until, unallocated, sql_costing, from_tsdb)
@@ -384,7 +384,7 @@ def _compute(
         sql.fill_holdings(connection, h0, end)
         sql.fill_split(connection, everything=not sql_costing)
         analyze(connection, "tmp_ledger_gpu_hours", "tmp_ledger_holdings", "tmp_ledger_split")
-        sql.meter(connection, h0, end, from_tsdb=from_tsdb)
+        metering.meter(connection, h0, end, from_tsdb=from_tsdb)
         analyze(connection, sql.METERING_TABLE)
         sql.cost_common(connection, pricing.catalog, unallocated_team)
         rows = split_rows(connection, rates, unallocated_team, pricing.catalog, h0, h1)

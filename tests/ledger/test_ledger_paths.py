@@ -29,8 +29,9 @@ from finops.db.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Node,
 from finops.ingest.partitions import create_partitions, is_partitioned
 from finops.ledger import rollup as ledger
 from finops.ledger.costmodel import float_decimal
+from finops.ledger.metering import ENERGY_LOOKBACK_SECONDS
 from finops.ledger.rollup import rollup
-from finops.ledger.sql import ENERGY_LOOKBACK_SECONDS, LEDGER_COLUMNS
+from finops.ledger.sql import LEDGER_COLUMNS
 from finops.pricing.catalog import PriceCatalog, Pricing, PricingModel
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
 
