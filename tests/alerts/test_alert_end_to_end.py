@@ -33,7 +33,7 @@ from finops.demo.activity import profile_from_capture
 from finops.demo.allocation import TeamSeries, derive_jobs, node_names
 from finops.demo.helios import load_helios
 from finops.demo.runner import H100_CAPTURE
-from finops.demo.workload import Trace, idle_jobs, node_steps, sacct_lines
+from finops.demo.workload import JobPlan, Readings, Trace, idle_jobs, node_steps, sacct_lines
 from finops.ingest.readings import Ingestor
 from finops.jobs.slurm_import import import_sacct
 from finops.jobs.teams import map_account
@@ -137,11 +137,13 @@ def test_the_demo_idle_jobs_give_one_grouped_message_per_team(sessions, shared_d
     jobs = derive_jobs(series)
     idle = idle_jobs(jobs)
     end = minute_floor(utc_now())
-    trace = Trace(jobs, node_names(series), end - timedelta(minutes=minutes), minutes)
-    profile = profile_from_capture(shared_data / H100_CAPTURE)
+    # The drawn idle jobs idle plainly (no derived wait), no job's activity measured: only utilisation matters here.
+    plans = {job.job_number: JobPlan(job.job_number not in idle, None, {}) for job in jobs}
+    trace = Trace(jobs, node_names(series), end - timedelta(minutes=minutes), minutes, plans)
+    readings = Readings(profile_from_capture(shared_data / H100_CAPTURE), {})
     ingestor = Ingestor()
     for node in trace.nodes:
-        samples = [s for step in node_steps(trace, node, profile, idle) for s in step]
+        samples = [s for step in node_steps(trace, node, readings) for s in step]
         inventory = [gpu_info_dict(s) for s in samples[:8]]
         batch = IngestBatch.model_validate(
             {"node": node, "gpus": inventory, "samples": [reading_dict(s) for s in samples]}
