@@ -22,21 +22,18 @@ is the cost format finance tools read. docs/cost-model.md ("FOCUS export") has t
   x_SmActiveCost (allocated × SM activity, exact); null where the row measured none (never 0).
 
 Rows are read with ``yield_per`` and written as they come, so a month of a large cluster never sits in
-memory. CSV writes decimal text and ISO 8601 times ending in ``Z``; Parquet (pyarrow) writes ``decimal128``
-money and UTC timestamps.
+memory; the columns and the CSV and Parquet writers are :mod:`finops.export.focus_format`'s.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Context, Decimal, localcontext
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,13 +42,13 @@ from sqlalchemy.orm import Session
 
 from finops.db.models import Gpu, Job, LedgerEntry, Node, Team
 from finops.errors import FinopsError
+from finops.export.focus_format import iso, write_csv, write_parquet
 from finops.ledger.costmodel import JOULES_PER_KWH, QUANTUM, SECONDS_PER_HOUR
 from finops.pricing.catalog import PriceNotFound, Pricing, PricingModel
 from finops.timeutil import month_start, next_month_start
 
 log = logging.getLogger(__name__)
 
-FOCUS_VERSION = "1.2"
 FINE = Decimal("0.000000000001")
 """Quantum of unit prices, quantities and ListCost: 10⁻¹² (money columns keep the ledger's 10⁻⁶)."""
 KWH_QUANTUM = Decimal("0.000001")
@@ -64,89 +61,6 @@ CHUNK_ROWS = 10_000
 
 _ARITHMETIC = Context(prec=50, rounding=ROUND_HALF_EVEN)
 _HOUR = timedelta(hours=1)
-
-Kind = Literal["string", "datetime", "decimal6", "decimal12", "int", "float"]
-"""How a column is typed: text (JSON included), UTC instant, decimal to 10⁻⁶ (money, kWh), decimal to 10⁻¹²
-(:data:`FINE`: prices, quantities, ListCost), integer, float."""
-
-STANDARD_COLUMNS: tuple[tuple[str, Kind], ...] = (
-    ("BilledCost", "decimal6"),
-    ("BillingAccountId", "string"),
-    ("BillingAccountName", "string"),
-    ("BillingCurrency", "string"),
-    ("BillingPeriodEnd", "datetime"),
-    ("BillingPeriodStart", "datetime"),
-    ("ChargeCategory", "string"),
-    ("ChargeClass", "string"),
-    ("ChargeDescription", "string"),
-    ("ChargeFrequency", "string"),
-    ("ChargePeriodEnd", "datetime"),
-    ("ChargePeriodStart", "datetime"),
-    ("CommitmentDiscountStatus", "string"),
-    ("ConsumedQuantity", "decimal12"),
-    ("ConsumedUnit", "string"),
-    ("ContractedCost", "decimal6"),
-    ("ContractedUnitPrice", "decimal12"),
-    ("EffectiveCost", "decimal6"),
-    ("InvoiceId", "string"),
-    ("InvoiceIssuerName", "string"),
-    ("ListCost", "decimal12"),
-    ("ListUnitPrice", "decimal12"),
-    ("PricingCategory", "string"),
-    ("PricingCurrency", "string"),
-    ("PricingCurrencyContractedUnitPrice", "decimal12"),
-    ("PricingCurrencyEffectiveCost", "decimal6"),
-    ("PricingCurrencyListUnitPrice", "decimal12"),
-    ("PricingQuantity", "decimal12"),
-    ("PricingUnit", "string"),
-    ("ProviderName", "string"),
-    ("PublisherName", "string"),
-    ("RegionId", "string"),
-    ("RegionName", "string"),
-    ("ResourceId", "string"),
-    ("ResourceName", "string"),
-    ("ResourceType", "string"),
-    ("ServiceCategory", "string"),
-    ("ServiceName", "string"),
-    ("ServiceSubcategory", "string"),
-    ("SkuId", "string"),
-    ("SkuMeter", "string"),
-    ("SkuPriceDetails", "string"),
-    ("SkuPriceId", "string"),
-    ("SubAccountId", "string"),
-    ("SubAccountName", "string"),
-    ("Tags", "string"),
-)
-"""The FOCUS 1.2 columns written, alphabetical (FOCUS allows any order of its own columns)."""
-
-CUSTOM_COLUMNS: tuple[tuple[str, Kind], ...] = (
-    ("x_Team", "string"),
-    ("x_JobId", "string"),
-    ("x_User", "string"),
-    ("x_Account", "string"),
-    ("x_Project", "string"),
-    ("x_Cluster", "string"),
-    ("x_Node", "string"),
-    ("x_GpuIndex", "int"),
-    ("x_GpuModel", "string"),
-    ("x_PricingModel", "string"),
-    ("x_GpuSeconds", "int"),
-    ("x_SampleCount", "int"),
-    ("x_Utilization", "float"),
-    ("x_UsedCost", "decimal6"),
-    ("x_IdleCost", "decimal6"),
-    ("x_EnergyKwh", "decimal6"),
-    ("x_EnergyCost", "decimal6"),
-    ("x_ProfiledGpuSeconds", "int"),
-    ("x_SmActiveRatio", "float"),
-    ("x_TensorActiveRatio", "float"),
-    ("x_DramActiveRatio", "float"),
-    ("x_SmActiveCost", "decimal6"),
-)
-"""Provider columns, after the FOCUS ones as FOCUS asks (ColumnHandling: ``x_`` prefix, not intermixed)."""
-
-COLUMNS: tuple[tuple[str, Kind], ...] = STANDARD_COLUMNS + CUSTOM_COLUMNS
-COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 
 PRICING_CATEGORY = {
     PricingModel.ON_DEMAND: "Standard",
@@ -243,23 +157,17 @@ class _Prices:
         try:
             contracted = self.catalog.rate(gpu_name, model, hour)
         except PriceNotFound as exc:
-            raise FocusExportError(f"ContractedUnitPrice at {_iso(hour)}: {exc}") from exc
+            raise FocusExportError(f"ContractedUnitPrice at {iso(hour)}: {exc}") from exc
         try:
             on_demand = self.catalog.rate(gpu_name, PricingModel.ON_DEMAND, hour)
         except PriceNotFound as exc:
             raise FocusExportError(
-                f"ListUnitPrice at {_iso(hour)} is the on-demand rate: {exc}; add an on-demand row to the catalog"
+                f"ListUnitPrice at {iso(hour)} is the on-demand rate: {exc}; add an on-demand row to the catalog"
             ) from exc
         row = self.catalog.models[key].row_at(model, hour)
         assert row is not None  # catalog.rate found it
         self._at[gpu_name, model, hour] = result = (contracted, on_demand, f"{key}/{model}/{row.effective_from}")
         return result
-
-
-@lru_cache(maxsize=4096)
-def _iso(at: datetime) -> str:
-    """``YYYY-MM-DDTHH:MM:SSZ`` of an aware UTC instant (cached: an export repeats each hour once per GPU)."""
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _query(start: datetime, end: datetime) -> Any:
@@ -330,7 +238,7 @@ def focus_rows(
             # Whole-GPU-equivalent seconds of a shared GPU-hour are rounded to whole seconds: allow one.
             if abs(allocated - contracted * r.seconds / SECONDS_PER_HOUR) > contracted / SECONDS_PER_HOUR + 2 * QUANTUM:
                 raise FocusExportError(
-                    f"ledger row of GPU {r.uuid or r.hostname} at {_iso(r.hour)}: allocated cost {allocated} is not "
+                    f"ledger row of GPU {r.uuid or r.hostname} at {iso(r.hour)}: allocated cost {allocated} is not "
                     f"the {model} rate {contracted} × {r.seconds} s ÷ 3600 of the price catalog in force; "
                     "the ledger was priced with another catalog (run gpu-finops rollup first)"
                 )
@@ -422,85 +330,6 @@ def focus_rows(
             "x_DramActiveRatio": r.dram_active_ratio,
             "x_SmActiveCost": r.sm_active_cost,
         }
-
-
-def _decimal_text(value: Decimal) -> str:
-    return f"{value:f}"
-
-
-def _float_text(value: float) -> str:
-    """The shortest round-trip digits of ``value`` in positional notation (no exponent)."""
-    return f"{Decimal(repr(value)):f}"
-
-
-_CSV_TEXT: dict[Kind, Callable[[Any], str]] = {
-    "string": str,
-    "datetime": _iso,
-    "decimal6": _decimal_text,
-    "decimal12": _decimal_text,
-    "int": str,
-    "float": _float_text,
-}
-
-
-def write_csv(rows: Iterable[Mapping[str, Any]], path: Path) -> int:
-    """Write ``rows`` (:func:`focus_rows`) to ``path`` as CSV with a header line; returns the row count.
-
-    Nulls are empty fields, decimals plain decimal text (never exponent notation), times
-    ``YYYY-MM-DDTHH:MM:SSZ``. UTF-8, RFC 4180 quoting, ``\\n`` line ends.
-    """
-    text = [(name, _CSV_TEXT[kind]) for name, kind in COLUMNS]
-    count = 0
-    with path.open("w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(COLUMN_NAMES)
-        for row in rows:
-            writer.writerow(["" if (value := row[name]) is None else format_(value) for name, format_ in text])
-            count += 1
-    return count
-
-
-def parquet_schema() -> Any:
-    """The pyarrow schema of the Parquet export: decimal128(20, 6) money and kWh, decimal128(28, 12) prices,
-    quantities and ListCost, timestamp[s, UTC] times, int64, float64 and UTF-8 strings."""
-    import pyarrow as pa
-
-    types = {
-        "string": pa.string(),
-        "datetime": pa.timestamp("s", tz="UTC"),
-        "decimal6": pa.decimal128(20, 6),
-        "decimal12": pa.decimal128(28, 12),
-        "int": pa.int64(),
-        "float": pa.float64(),
-    }
-    metadata = {"FocusVersion": FOCUS_VERSION, "DataGenerator": "gpu-finops"}
-    return pa.schema([pa.field(name, types[kind]) for name, kind in COLUMNS], metadata=metadata)
-
-
-def write_parquet(rows: Iterable[Mapping[str, Any]], path: Path, chunk_rows: int = 50_000) -> int:
-    """Write ``rows`` (:func:`focus_rows`) to ``path`` as Parquet, ``chunk_rows`` rows per row group; returns
-    the row count. Needs pyarrow (the ``service`` extra has it)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    schema = parquet_schema()
-    count = 0
-    with pq.ParquetWriter(path, schema) as writer:
-        columns: dict[str, list[Any]] = {name: [] for name in COLUMN_NAMES}
-        pending = 0
-        for row in rows:
-            for name in COLUMN_NAMES:
-                columns[name].append(row[name])
-            pending += 1
-            if pending == chunk_rows:
-                writer.write_batch(pa.record_batch(list(columns.values()), schema=schema))
-                count += pending
-                columns = {name: [] for name in COLUMN_NAMES}
-                pending = 0
-        if pending or not count:
-            writer.write_batch(pa.record_batch(list(columns.values()), schema=schema))
-            count += pending
-    return count
 
 
 def export_focus(

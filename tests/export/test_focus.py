@@ -23,17 +23,8 @@ from finops.cli import app
 from finops.db.engine import make_engine, session_factory
 from finops.db.hours import mark_hours_dirty
 from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Allocation, Job, LedgerEntry
-from finops.export.focus import (
-    COLUMN_NAMES,
-    CUSTOM_COLUMNS,
-    FINE,
-    STANDARD_COLUMNS,
-    FocusAccount,
-    FocusExportError,
-    export_focus,
-    focus_rows,
-    parquet_schema,
-)
+from finops.export.focus import FINE, FocusAccount, FocusExportError, export_focus, focus_rows
+from finops.export.focus_format import COLUMN_NAMES, CUSTOM_COLUMNS, STANDARD_COLUMNS, parquet_schema
 from finops.ingest.readings import Ingestor
 from finops.jobs.slurm_import import import_sacct
 from finops.jobs.teams import map_account
