@@ -52,6 +52,7 @@ from finops.ingest.prometheus import PrometheusClient
 from finops.pricing.catalog import PriceCatalog, load_catalog
 from finops.pricing.store import catalog_in_force
 from finops.savings.commitments import CommitmentReport, commitment_report
+from finops.savings.efficiency import EfficiencyReport, efficiency_report
 from finops.savings.rightsizing import rightsizing
 from finops.savings.rightsizing_policy import RightsizingReport
 from finops.savings.waste_costs import ReasonCost, idle_cost_by_reason, reason_dicts
@@ -306,6 +307,15 @@ def rightsizing_report(
     it rounded to the minute, so it caches), as ``gpu-finops rightsizing`` and ``/api/v1/rightsizing``."""
     with session_factory(engine(url))() as session:
         return rightsizing(session, start, end, catalog=catalog(url), priced_at=priced_at, team=team)
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def efficiency(url: str, start: datetime, end: datetime, team: str | None) -> EfficiencyReport:
+    """:func:`finops.savings.efficiency.efficiency_report` of the jobs of ``team`` (None: every team) over the
+    period, with the ``FINOPS_EFFICIENCY_*`` thresholds, as ``gpu-finops report --by efficiency`` and
+    ``/api/v1/efficiency``."""
+    with session_factory(engine(url))() as session:
+        return efficiency_report(session, start, end, policy=settings().efficiency_policy, team=team)
 
 
 @st.cache_data(ttl=TTL_SECONDS)

@@ -10,6 +10,7 @@ what the service, the CLI and the dashboard read. Code that needs one group may 
 - :class:`PricingSettings` — default pricing model and the price catalog file.
 - :class:`IdleSettings` — when an allocated GPU counts as idle, and for how long before it is an idle episode.
 - :class:`WasteSettings` — the thresholds and conventions of the waste reasons of idle GPUs.
+- :class:`EfficiencySettings` — SM activity bands, busy-but-inefficient jobs and their bottleneck rules.
 - :class:`SchedulerSettings` — how often the scheduler rolls up the ledger, and how long its job leases last.
 - :class:`PrometheusPullSettings` — pulling dcgm-exporter telemetry from a Prometheus.
 - :class:`TelemetrySettings` — where raw telemetry lives: the database, or a Prometheus-compatible TSDB.
@@ -50,6 +51,7 @@ from finops.ingest.limits import (
 )
 from finops.pricing.catalog import PricingModel
 from finops.pricing.peaks import Precision
+from finops.savings.efficiency_policy import EfficiencyPolicy
 from finops.savings.nudges import NUDGE_KINDS
 
 DEFAULT_DATA_DIR = Path("data")
@@ -294,6 +296,87 @@ class WasteSettings(SettingsGroup):
             reduced_clock_ratio=self.waste_reduced_clock_ratio,
             interactive_partitions=tuple(self.waste_interactive_partitions),
             interactive_job_names=tuple(self.waste_interactive_job_names),
+        )
+
+
+_EFFICIENCY = EfficiencyPolicy()
+
+
+class EfficiencySettings(SettingsGroup):
+    """SM activity bands and the busy-but-inefficient jobs' bottleneck rules (docs/efficiency.md). The band defaults
+    are NVIDIA's DCGM guidance (user guide, "Profiling Metrics"): SM activity ≥ 0.8 is necessary for effective use,
+    below 0.5 likely ineffective."""
+
+    efficiency_effective_ratio: float = Field(
+        _EFFICIENCY.effective_ratio,
+        ge=0,
+        le=1,
+        description='SM activity at or above this is `effective` (DCGM: 0.8 is "necessary, but not sufficient, for '
+        'effective use of the GPU").',
+    )
+    efficiency_ineffective_ratio: float = Field(
+        _EFFICIENCY.ineffective_ratio,
+        ge=0,
+        le=1,
+        description='SM activity below this is `ineffective` (DCGM: below 0.5 "likely indicates ineffective GPU '
+        'usage"); from it up to the effective ratio, `moderate`.',
+    )
+    efficiency_busy_utilization_ratio: float = Field(
+        _EFFICIENCY.busy_utilization_ratio,
+        ge=0,
+        le=1,
+        description="Busy but inefficient: a job whose mean utilisation (kernel-busy time) is at least this while its "
+        "SM activity is ineffective.",
+    )
+    efficiency_dram_high_ratio: float = Field(
+        _EFFICIENCY.dram_high_ratio, ge=0, le=1, description="Memory-bound: DRAM active at least this …"
+    )
+    efficiency_tensor_low_ratio: float = Field(
+        _EFFICIENCY.tensor_low_ratio, ge=0, le=1, description="Memory-bound: … with tensor active below this."
+    )
+    efficiency_storage_bytes_per_second: float = Field(
+        _EFFICIENCY.storage_bytes_per_second,
+        ge=0,
+        description="Input-bound: the job's nodes' NFS, Lustre or disk reads at this or more, bytes/s …",
+    )
+    efficiency_sawtooth_cv: float = Field(
+        _EFFICIENCY.sawtooth_cv,
+        ge=0,
+        description="Input-bound: … with the coefficient of variation of the job's hourly SM activity at least this …",
+    )
+    efficiency_sawtooth_min_hours: int = Field(
+        _EFFICIENCY.sawtooth_min_hours, ge=2, description="Input-bound: … over at least this many measured hours."
+    )
+    efficiency_network_bytes_per_second: float = Field(
+        _EFFICIENCY.network_bytes_per_second,
+        ge=0,
+        description="Communication-bound: the job's nodes' InfiniBand traffic at this or more, bytes/s (the waste "
+        "reasons' default).",
+    )
+    efficiency_fp32_busy_ratio: float = Field(
+        _EFFICIENCY.fp32_busy_ratio, ge=0, le=1, description="No tensor cores: FP32 pipe active at least this …"
+    )
+    efficiency_tensor_idle_ratio: float = Field(
+        _EFFICIENCY.tensor_idle_ratio, ge=0, le=1, description="No tensor cores: … with tensor active at most this."
+    )
+    efficiency_occupancy_low_ratio: float = Field(
+        _EFFICIENCY.occupancy_low_ratio, ge=0, le=1, description="Low occupancy: SM occupancy below this …"
+    )
+    efficiency_occupancy_sm_active_ratio: float = Field(
+        _EFFICIENCY.occupancy_sm_active_ratio, ge=0, le=1, description="Low occupancy: … with SM active at least this."
+    )
+
+    @model_validator(mode="after")
+    def _bands_in_order(self) -> typing.Self:
+        if self.efficiency_effective_ratio < self.efficiency_ineffective_ratio:
+            raise ValueError("FINOPS_EFFICIENCY_EFFECTIVE_RATIO must be at least FINOPS_EFFICIENCY_INEFFECTIVE_RATIO")
+        return self
+
+    @property
+    def efficiency_policy(self) -> EfficiencyPolicy:
+        """The settings as the efficiency report takes them."""
+        return EfficiencyPolicy(
+            **{name.removeprefix("efficiency_"): getattr(self, name) for name in EfficiencySettings.model_fields}
         )
 
 
@@ -659,6 +742,7 @@ class Settings(
     PricingSettings,
     IdleSettings,
     WasteSettings,
+    EfficiencySettings,
     SchedulerSettings,
     PrometheusPullSettings,
     TelemetrySettings,

@@ -1,7 +1,8 @@
-"""Savings: what the period's idle GPU time cost by probable waste reason, what right-sizing the jobs would have saved,
-and per GPU model the commitment (reserved GPUs) that costs least, with its cost curve. The numbers of
-``gpu-finops report --by reason``, ``gpu-finops rightsizing`` and ``gpu-finops commitments`` (and their REST
-endpoints), from the same functions. Unpriced GPU-hours are shown with what fixes them, never counted as 0; a model
+"""Savings: what the period's idle GPU time cost by probable waste reason, the jobs busy but inefficient (kernels
+running, SMs mostly empty) with their probable bottleneck, what right-sizing the jobs would have saved, and per GPU
+model the commitment (reserved GPUs) that costs least, with its cost curve. The numbers of ``gpu-finops report --by
+reason``, ``--by efficiency``, ``gpu-finops rightsizing`` and ``gpu-finops commitments`` (and their REST endpoints),
+from the same functions. Unpriced GPU-hours are shown with what fixes them, never counted as 0; a model
 the commitments cannot analyse is listed with why and the fix. The commitments are fleet-wide: someone who sees one
 team is told so instead (as the REST API refuses a team token)."""
 
@@ -15,22 +16,38 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, data, filters, login
-from dashboards.format import headline, money, table
+from dashboards.format import Column, headline, money, table
 from finops.analysis.filters import Scope
 from finops.analysis.waste import NO_READING, REASONS
 from finops.savings.commitment_cost import HOURS_PER_MONTH
 from finops.savings.commitments import MAX_DAYS, SPOT_NOTE, CommitmentReport
+from finops.savings.efficiency import EfficiencyReport
+from finops.savings.efficiency_report import job_dicts
 from finops.savings.rightsizing_policy import RightsizingReport
 from finops.savings.rightsizing_report import GROUP_BYS, GroupBy, rightsizing_dicts
 from finops.savings.waste_costs import BUSY_JOB_TITLE
 from finops.timeutil import utc_now
 
 BY_LABELS: dict[str, str] = {"job": "Job", "user": "User", "team": "Team"}
+INEFFICIENT_COLUMNS: dict[str, Column] = {
+    "sm_active": Column("SM activity", "share", help="Mean DCGM_FI_PROF_SM_ACTIVE over the profiled GPU-seconds"),
+    "band": Column("Band", help="effective ≥ 0.8, moderate ≥ 0.5, ineffective below (NVIDIA DCGM guidance)"),
+    "bottleneck": Column("Probable bottleneck", help="The first rule that holds (docs/efficiency.md)"),
+    "usual_fix": Column("Usual fix"),
+    "inactive_cost": Column(
+        "Inactive cost ({currency})", "money", help="Allocated cost of the measured GPU-hours × (1 − SM activity)"
+    ),
+}
+"""The busy-but-inefficient table's own columns."""
 
 
 def _decimal(cents: str | None) -> Decimal | None:
     """A money field of the JSON rows (decimal text in cents, or None) as a Decimal."""
     return None if cents is None else Decimal(cents)
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def show_idle_by_reason(url: str, start: datetime, end: datetime, team: str | None) -> None:
@@ -68,6 +85,53 @@ def show_idle_by_reason(url: str, start: datetime, end: datetime, team: str | No
             f"{unpriced_hours:,.2f} of these GPU-hours have no price, so their cost is not in the figures above (it "
             f"is unknown, not 0). By GPU model: {fixes}."
         )
+
+
+def show_inefficient(report: EfficiencyReport) -> None:
+    """The busy-but-inefficient jobs of the period, costliest first, with band, bottleneck, evidence and cost."""
+    policy = report.policy
+    st.caption(
+        f"Jobs whose GPUs ran kernels at least {policy.busy_utilization_ratio:.0%} of the time while their SMs were "
+        f"active less than {policy.ineffective_ratio:.0%} of it: NVIDIA's DCGM guidance reads SM activity below 0.5 "
+        "as likely ineffective use, and 0.8 or more as necessary for effective use. Each has its probable "
+        "bottleneck and the evidence (docs/efficiency.md). **Inactive cost** is the allocated cost of the GPU-hours "
+        "that measured SM activity less their SM-active cost (allocated × SM activity): what the empty SMs cost."
+    )
+    unmeasured = sum(1 for job in report.jobs if job.sm_active is None)
+    if not report.inefficient:
+        st.info(
+            f"No busy-but-inefficient job in this period ({len(report.jobs)} jobs examined, {unmeasured} without SM "
+            "activity: not measured, never listed). SM activity needs the DCGM profiling fields or NVML GPM "
+            "(Hopper and later) on the collector (docs/collector.md)."
+        )
+        return
+    currency = report.inefficient[0].currency
+    headline("Inactive cost of busy jobs", sum((job.inactive_cost or Decimal(0) for job in report.inefficient),
+                                               Decimal(0)), currency)  # fmt: skip
+    st.caption(
+        f"{len(report.inefficient)} busy-but-inefficient jobs of {len(report.jobs)} examined; {unmeasured} without "
+        "SM activity (not measured: never listed)."
+    )
+    frame = pd.DataFrame(
+        [
+            {
+                "job": d["job_id"],
+                "user": d["user"],
+                "team": d["team"],
+                "GPUs": d["gpus"],
+                "utilization": d["mean_utilization"],
+                "sm_active": d["sm_active_ratio"],
+                "band": d["band"],
+                "bottleneck": d["title"],
+                "evidence": d["evidence"],
+                "usual_fix": d["fix"],
+                "allocated_cost": _decimal(_text(d["allocated_cost"])),
+                "inactive_cost": _decimal(_text(d["inactive_cost"])),
+            }
+            for d in job_dicts(report.inefficient)
+        ]
+    )
+    table(frame, "busy-but-inefficient.csv", currency=currency, columns=INEFFICIENT_COLUMNS)
 
 
 def show_rightsizing(report: RightsizingReport, by: GroupBy) -> None:
@@ -241,6 +305,9 @@ st.caption(
     "filters by team only."
 )
 show_idle_by_reason(url, view.start, view.end, view.team)
+
+st.subheader("Busy but inefficient")
+show_inefficient(data.efficiency(url, view.start, view.end, view.team))
 
 st.subheader("Right-sizing")
 chosen = filters.url_selectbox(

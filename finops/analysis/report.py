@@ -320,11 +320,11 @@ def _merged(key: str, group: Sequence[ReportRow]) -> ReportRow:
         group[0],
         key=key,
         **{name: sum(getattr(row, name) for row in group) for name in _SUMMED_FIELDS},
-        **{name: _sum_known(getattr(row, name) for row in group) for name in _KNOWN_SUMMED_FIELDS},
+        **{name: sum_known(getattr(row, name) for row in group) for name in _KNOWN_SUMMED_FIELDS},
     )
 
 
-def _sum_known(values: Iterable[Any]) -> Any:
+def sum_known(values: Iterable[Any]) -> Any:
     """Σ of the values that are not None; None when all are (nothing measured is not 0)."""
     known = [value for value in values if value is not None]
     return sum(known[1:], known[0]) if known else None

@@ -22,6 +22,8 @@ from finops.cli.budget import budget_table
 from finops.cli.context import PeriodEnd, PeriodStart, load_pricing, load_settings, open_sessions, period, roll_up
 from finops.db.hours import pending_hours
 from finops.pricing.store import pricing_in_force
+from finops.savings.efficiency import efficiency_report
+from finops.savings.efficiency_report import efficiency_csv, efficiency_dict, efficiency_table
 from finops.savings.waste_costs import job_dicts, reason_csv, reason_dicts, reason_table, waste_report
 from finops.timeutil import utc_now
 
@@ -41,7 +43,8 @@ def report(
     by: Annotated[
         str,
         typer.Option(
-            help="team, job, user, node, gpu_model, or reason (idle cost by waste reason per team and month)."
+            help="team, job, user, node, gpu_model, reason (idle cost by waste reason per team and month), or "
+            "efficiency (SM activity bands per team, busy-but-inefficient jobs and their bottleneck)."
         ),
     ] = "team",
     output_format: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
@@ -75,7 +78,13 @@ def report(
     --by reason: the idle cost of the job-held GPU-hours per team, month and probable waste reason
     (docs/waste-reasons.md), adding up to the idle cost by team plus the allocated cost of unmetered GPU-hours
     ("no reading"); the table then lists the costliest low-utilisation jobs with their reason and evidence, JSON has
-    ``rows`` and ``jobs``. Takes --team, not --cluster or --partition."""
+    ``rows`` and ``jobs``. Takes --team, not --cluster or --partition.
+
+    --by efficiency (docs/efficiency.md): per team its SM activity band (effective ≥ 0.8, moderate ≥ 0.5,
+    ineffective below, not measured: NVIDIA's DCGM guidance, FINOPS_EFFICIENCY_*), its allocated, SM-active and
+    inactive cost and its jobs' cost per band; then the busy-but-inefficient jobs (utilisation ≥ 0.8 while SM activity
+    < 0.5), costliest first, with their probable bottleneck and evidence. JSON has ``teams`` and ``inefficient``; CSV
+    the inefficient jobs."""
     if output_format not in ("table", "json", "csv"):
         raise typer.BadParameter("must be table, json or csv", param_hint="--format")
     begin, finish = period(start, end)
@@ -95,9 +104,25 @@ def report(
         else:
             typer.echo(reason_table(found))
         return
+    if by == "efficiency":
+        with open_sessions(settings)() as session:
+            report = efficiency_report(
+                session, begin, finish, policy=settings.efficiency_policy, cluster=cluster, team=team,
+                partition=partition,
+            )  # fmt: skip
+            pending = pending_hours(session, begin, finish)
+        _pending_note(pending)
+        if output_format == "json":
+            body = {**efficiency_dict(report), "ledger_hours_pending": pending}
+            typer.echo(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode())
+        elif output_format == "csv":
+            typer.echo(efficiency_csv(report), nl=False)
+        else:
+            typer.echo(efficiency_table(report))
+        return
     group = next((g for g in GROUP_BYS if g == by), None)
     if group is None:
-        raise typer.BadParameter(f"must be one of {', '.join(GROUP_BYS)} or reason", param_hint="--by")
+        raise typer.BadParameter(f"must be one of {', '.join(GROUP_BYS)}, reason or efficiency", param_hint="--by")
     with open_sessions(settings)() as session:
         catalog = pricing_in_force(session, load_pricing(settings)).catalog if group == "gpu_model" else None
         rows = cost_report(

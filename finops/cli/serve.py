@@ -241,7 +241,7 @@ def worker_app() -> FastAPI:
     return create_app(
         open_sessions(settings), token, ServiceMetrics(), api_token, catalog, limits=limits,
         readings_in_tsdb=settings.telemetry_source == "tsdb",
-        reasons=settings.reason_policy,
+        reasons=settings.reason_policy, efficiency=settings.efficiency_policy,
     )  # fmt: skip
 
 
@@ -348,6 +348,7 @@ def serve(
                 insecure_no_token=insecure,
                 readings_in_tsdb=readings_in_tsdb,
                 reasons=settings.reason_policy,
+                efficiency=settings.efficiency_policy,
             ),
             None if jobs is None else jobs.stopping,
             **listen,

@@ -50,12 +50,13 @@ TEAM_ACTIVITIES = ("sm_active", "tensor_active", "dram_active")
 :data:`collector.contract.wire.ACTIVITY_COLUMNS`)."""
 
 
-def activity_sums() -> dict[str, ColumnElement[object]]:
-    """Per activity of :data:`TEAM_ACTIVITIES`, over :class:`LedgerEntry` rows: ``<activity>_gpu_seconds`` = Σ
+def activity_sums(names: tuple[str, ...] = TEAM_ACTIVITIES) -> dict[str, ColumnElement[object]]:
+    """Per activity of ``names`` (default :data:`TEAM_ACTIVITIES`; any ``<name>_ratio`` column of
+    :class:`LedgerEntry`, e.g. ``sm_occupancy``), over :class:`LedgerEntry` rows: ``<activity>_gpu_seconds`` = Σ
     profiled seconds × the row's mean (NULL when no row measured it) and ``<activity>_measured_gpu_seconds`` = Σ
     profiled seconds of the rows that measured it; their quotient is the activity's mean over those seconds."""
     sums: dict[str, ColumnElement[object]] = {}
-    for name in TEAM_ACTIVITIES:
+    for name in names:
         ratio = getattr(LedgerEntry, f"{name}_ratio")
         sums[f"{name}_gpu_seconds"] = func.sum(LedgerEntry.profiled_seconds * ratio)
         sums[f"{name}_measured_gpu_seconds"] = func.sum(

@@ -452,7 +452,7 @@ def reason_table(report: WasteReport, jobs_shown: int = 10) -> str:
     unpriced = sum(float(str(d["unpriced_gpu_hours"])) for d in dicts)
     lines.append(["TOTAL", "", "", f"{hours:,.2f}", f"{unpriced:,.2f}", f"{total:,.2f}"])
     out = [f"Idle cost by reason, in {report.rows[0].currency} ('no reading': allocated cost of unmetered GPU-hours)"]
-    out += _aligned([headers, *lines], left=3)
+    out += aligned([headers, *lines], left=3)
     if report.jobs:
         shown = report.jobs[:jobs_shown]
         out += ["", f"Low-utilisation jobs, costliest first ({len(shown)} of {len(report.jobs)}):"]
@@ -463,11 +463,11 @@ def reason_table(report: WasteReport, jobs_shown: int = 10) -> str:
              f"{job.verdict.title}: {job.verdict.evidence}"]
             for job in shown
         ]  # fmt: skip
-        out += _aligned(rows, left=3, last_free=True)
+        out += aligned(rows, left=3, last_free=True)
     return "\n".join(out)
 
 
-def _aligned(rows: Sequence[Sequence[str]], left: int, last_free: bool = False) -> list[str]:
+def aligned(rows: Sequence[Sequence[str]], left: int, last_free: bool = False) -> list[str]:
     """``rows`` of cells as lines: the first ``left`` columns left-aligned, the others right-aligned, two spaces
     apart; with ``last_free`` the last column is left as it is (free text)."""
     fixed = len(rows[0]) - (1 if last_free else 0)

@@ -64,6 +64,7 @@ from finops.ingest.group_commit import GroupCommit
 from finops.ingest.limits import IngestLimits, ReadingBuckets, TimeWindow
 from finops.ingest.readings import Ingestor
 from finops.pricing.catalog import PriceCatalog
+from finops.savings.efficiency_policy import EfficiencyPolicy
 from finops.web.alerts import create_alerts_router
 from finops.web.auth import ApiAuth, IngestAuth
 from finops.web.body_limits import BodyDeadline, BodyLimit, too_large
@@ -145,6 +146,7 @@ def create_app(
     insecure_no_token: bool = False,
     readings_in_tsdb: bool = False,
     reasons: ReasonPolicy | None = None,
+    efficiency: EfficiencyPolicy | None = None,
 ) -> FastAPI:
     """The FastAPI application: ingest, health, metrics and the REST API (:mod:`finops.web.rest`).
 
@@ -158,7 +160,8 @@ def create_app(
     wall clock in epoch seconds that readings' times are judged against, and the nodes' token buckets run on.
     ``readings_in_tsdb`` (``FINOPS_TELEMETRY_SOURCE=tsdb``): ingest answers every authenticated batch 409
     (:data:`READINGS_IN_TSDB`), storing nothing: readings go to the TSDB, and GPUs are found there.
-    ``reasons``: the waste reasons' thresholds the REST API judges jobs with (default: the defaults).
+    ``reasons``: the waste reasons' thresholds the REST API judges jobs with (default: the defaults);
+    ``efficiency``: the efficiency bands' and bottleneck rules' (default: the defaults).
     """
     limits = limits or IngestLimits()
     # The OpenAPI pages are served below, behind authentication.
@@ -166,7 +169,7 @@ def create_app(
     app.add_middleware(BodyLimit, limit=REST_MAX_BODY_BYTES, exempt=frozenset({INGEST_PATH}))
     ingest_auth = IngestAuth(sessions, token, insecure_no_token)
     api_auth = ApiAuth(sessions, api_token, insecure_no_token)
-    app.include_router(create_router(sessions, api_auth, catalog, reasons))
+    app.include_router(create_router(sessions, api_auth, catalog, reasons, efficiency))
     app.include_router(create_alerts_router(sessions, api_auth))
     commits = GroupCommit(partial(store_together, sessions, Ingestor()), INGEST_CONCURRENCY)
     buckets = ReadingBuckets(limits.readings_per_second, limits.readings_burst, clock)

@@ -1,5 +1,6 @@
 """The REST API under ``/api/v1`` (FastAPI router): costs (by group, and idle cost by waste reason), commitments,
-budgets, idle episodes, right-sizing, events, team rules, the price catalog and pricing rules.
+budgets, idle episodes, right-sizing, efficiency (:mod:`finops.web.efficiency_routes`), events, team rules, the price
+catalog and pricing rules.
 
 Every route needs ``Authorization: Bearer <token>``, an API token or ``FINOPS_API_TOKEN``
 (:class:`finops.web.auth.ApiAuth`): reading needs any role, and a ``team`` token reads only its team's costs,
@@ -42,6 +43,7 @@ from finops.pricing.catalog import CatalogError, OnPremRow, PriceCatalog, Pricin
 from finops.pricing.rules import delete_pricing_rule, list_pricing_rules, set_pricing_rule
 from finops.pricing.store import catalog_in_force, import_catalog
 from finops.savings.commitments import DEFAULT_DAYS, MAX_DAYS, MAX_MODEL_LENGTH, MAX_QUANTITY, commitment_report
+from finops.savings.efficiency_policy import EfficiencyPolicy
 from finops.savings.rightsizing import rightsizing
 from finops.savings.rightsizing_policy import RightsizingPolicy
 from finops.savings.rightsizing_report import rightsizing_csv, rightsizing_dicts
@@ -50,6 +52,7 @@ from finops.timeutil import month_start, next_month_start, utc_now
 from finops.web.auth import ApiAuth, forbidden
 from finops.web.cost_schema import CostsOut
 from finops.web.deps import instant, one_of, transaction, unprocessable
+from finops.web.efficiency_routes import efficiency_router
 
 MONTH_HELP = "Month as YYYY-MM (a year from 2000 to 2999)."
 _RIGHTSIZING = RightsizingPolicy()
@@ -140,13 +143,16 @@ def create_router(
     auth: ApiAuth,
     configured_catalog: PriceCatalog | None = None,
     reasons: ReasonPolicy | None = None,
+    efficiency: EfficiencyPolicy | None = None,
 ) -> APIRouter:
     """The ``/api/v1`` routes on ``sessions``, authenticated by ``auth``; ``configured_catalog`` (default: the
     packaged one) is in force until a catalog is imported; ``reasons``: the waste reasons' thresholds (the
-    ``FINOPS_WASTE_*`` settings; default: their defaults)."""
+    ``FINOPS_WASTE_*`` settings; default: their defaults); ``efficiency``: the bands' and bottlenecks' thresholds
+    (``FINOPS_EFFICIENCY_*``; default: their defaults)."""
     fallback_catalog = configured_catalog if configured_catalog is not None else load_catalog()
     reason_policy = reasons or ReasonPolicy()
     router = APIRouter(prefix="/api/v1")
+    router.include_router(efficiency_router(sessions, auth, efficiency or EfficiencyPolicy()))
     reader = Annotated[Principal, Depends(auth.reader)]
     fleet_reader = Annotated[Principal, Depends(auth.fleet_reader)]
     admin = Annotated[Principal, Depends(auth.admin)]

@@ -27,12 +27,13 @@ from finops.ledger.costmodel import CENT
 from finops.ledger.rollup import rollup
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.savings.commitments import commitment_report
+from finops.savings.efficiency import efficiency_report
 from finops.savings.rightsizing import rightsizing
 from finops.savings.rightsizing_report import rightsizing_dicts
 from finops.savings.waste_costs import idle_cost_by_reason
 from finops.settings import DashboardSettings
 from finops.timeutil import to_epoch
-from tests.support import rightsizing_scenario, scenario, unpriced
+from tests.support import efficiency_scenario, rightsizing_scenario, scenario, unpriced
 from tests.support.two_clusters import seed_two_clusters
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboards" / "app.py")
@@ -178,6 +179,7 @@ def test_an_empty_database_says_why_each_part_is_empty(database: str) -> None:
     infos = [i.value for i in app.info]
     assert any(text.startswith("No job held a GPU in this period") and "gpu-finops rollup" in text for text in infos)
     assert any(text.startswith("No right-sizing findings in this period: 0 jobs") for text in infos)
+    assert any(text.startswith("No busy-but-inefficient job in this period (0 jobs examined") for text in infos)
     assert any(text.startswith("No GPU was held by a job in this window") for text in infos)
 
 
@@ -198,3 +200,26 @@ def test_unpriced_gpu_hours_are_shown_with_their_fix(database: str) -> None:
     assert left_out["why"].tolist() == ["no price catalogue model covers this GPU name"]
     assert "gpu-finops prices import" in left_out["what_fixes_it"].iloc[0]
     assert any("could not be analysed" in w.value for w in app.warning)
+
+
+def test_busy_but_inefficient_jobs_with_bottleneck_and_cost(database: str, now: datetime) -> None:
+    with session_factory(make_engine(database)).begin() as session:
+        t0 = efficiency_scenario.load(session, Pricing(load_catalog(), PricingModel.ON_DEMAND))
+    with _session(database) as session:
+        report = efficiency_report(session, t0, t0 + timedelta(hours=efficiency_scenario.HOURS))
+    app = _run(period="7d")
+    frame = _frame_with(app, "bottleneck", "inactive_cost")
+    assert frame["job"].tolist() == [job.job_id for job in report.inefficient] == [
+        "802", "801", "803", "804", "805", "806"
+    ]  # fmt: skip
+    shown = frame.set_index("job")
+    assert shown["bottleneck"]["801"] == "memory-bound"
+    assert shown["evidence"]["801"] == "DRAM active 0.75, SM active 0.20, tensor active 0.00"
+    assert shown["band"]["801"] == "ineffective"
+    assert set(shown.index).isdisjoint({"807", "808", "809", "810"}), "not busy but inefficient, or not measured"
+    expected = [job.inactive_cost.quantize(CENT) for job in report.inefficient if job.inactive_cost is not None]
+    assert frame["inactive_cost"].tolist() == expected
+    total = sum(expected, Decimal(0))
+    assert abs(Decimal(_exact(app)["Inactive cost of busy jobs"].removesuffix(" USD").replace(",", "")) - total) < (
+        Decimal("0.02")
+    )
