@@ -140,17 +140,17 @@ def scatter_caption(drawn: int, left_out: int, left_out_cost: str) -> str:
     (Markdown, one paragraph)."""
     if not drawn:
         return (
-            f"No job's SM activity was measured in this view ({left_out} jobs, {left_out_cost}): the collectors read "
+            f"No job's SM activity was measured in this view ({left_out:,} jobs, {left_out_cost}): the collectors read "
             f"it from NVML GPM (Hopper and newer) or dcgm-exporter's profiling fields, see `{HOW_TO_MEASURE}`."
         )
     text = (
-        f"One point per job ({drawn}), its area its allocated cost. On the dashed diagonal SM activity equals "
-        "utilisation; a job far below it kept its GPUs busy with kernels that used few of their SMs, so its "
+        f"One point per job ({drawn:,} jobs), its area the job's allocated cost. On the dashed diagonal SM activity "
+        "equals utilisation; a job far below it kept its GPUs busy with kernels that used few of their SMs, so its "
         "kernel-busy cost overstates its useful work."
     )
     if left_out:
         jobs = "job" if left_out == 1 else "jobs"
-        text += f" Left out: {left_out} {jobs} without SM activity ({NOT_MEASURED}), allocated cost {left_out_cost}."
+        text += f" Left out: {left_out:,} {jobs} without SM activity ({NOT_MEASURED}), allocated cost {left_out_cost}."
     return text
 
 
