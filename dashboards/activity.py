@@ -35,8 +35,6 @@ SM_ACTIVE_EFFECTIVE = 0.8
 SM_ACTIVE_INEFFECTIVE = 0.5
 """SM activity below which use is likely ineffective (DCGM user guide)."""
 EFFECTIVE, MODERATE, INEFFECTIVE = "effective", "moderate", "ineffective"
-BANDS = (EFFECTIVE, MODERATE, INEFFECTIVE, NOT_MEASURED)
-"""The values of :func:`band`, best first."""
 HOW_TO_MEASURE = "docs/collector.md#hardware-activity"
 """Where the documentation says how to have the collectors read the profiling fields."""
 KERNEL_BUSY_COST = "Kernel-busy cost"
