@@ -283,3 +283,70 @@ def commitment_curve_spec(
     )
     label = label.encode(text="label:N")
     return vega_lite(alt.layer(line, point, label), datasets)
+
+
+ACTIVITY_BAND_FILLS = {"effective": COST_COLOURS[USED], "moderate": "#FFFFFF", "ineffective": COST_COLOURS[UNUSED]}
+"""The background of each band of SM activity in :func:`activity_scatter_spec`: effective in the colour of used
+cost, likely ineffective in that of unused cost, moderate none."""
+
+
+ACTIVITY_CHART_HEIGHT = 460
+"""The height of :func:`activity_scatter_spec` in pixels: square-ish at the page's width, and its legends fit."""
+
+
+def activity_scatter_spec(points: pd.DataFrame, currency: str, effective: float, ineffective: float) -> dict[str, Any]:
+    """Utilisation against SM activity, one point per job (``points``: ``job``, ``team``, ``user``,
+    ``utilisation (%)``, ``SM activity (%)``, ``cost``, the allocated cost in ``currency``): x utilisation, y SM
+    activity, both 0-100 %, the point's area its cost and its colour its team (:func:`team_colour`). Behind them
+    the bands of SM activity, effective at or above ``effective`` (0..1), likely ineffective below
+    ``ineffective``, moderate between (:data:`ACTIVITY_BAND_FILLS`), and the diagonal where SM activity equals
+    utilisation: a job far below it ran kernels on few of its SMs. A :func:`vega_lite` spec."""
+    x_title, y_title = "Utilisation (%)", "SM activity (%)"
+    scale = alt.Scale(domain=[0, 100], nice=False)
+    top, bottom = effective * 100, ineffective * 100
+    bands = pd.DataFrame(
+        [
+            (f"effective (≥ {top:g} %)", top, 100.0, ACTIVITY_BAND_FILLS["effective"]),
+            ("moderate", bottom, top, ACTIVITY_BAND_FILLS["moderate"]),
+            (f"ineffective (< {bottom:g} %)", 0.0, bottom, ACTIVITY_BAND_FILLS["ineffective"]),
+        ],
+        columns=["band", "from", "to", "fill"],
+    ).assign(left=0.0, right=100.0)
+    band_data, datasets = dataset("bands", bands)
+    diagonal_data, diagonal_datasets = dataset("diagonal", pd.DataFrame({"x": [0.0, 100.0], "y": [0.0, 100.0]}))
+    point_data, point_datasets = dataset("jobs", points)
+    datasets |= diagonal_datasets | point_datasets
+    y_band = alt.Y("from:Q", title=y_title, scale=scale)
+    background = (
+        alt.Chart(band_data).mark_rect(opacity=0.15).encode(y=y_band, y2="to:Q", fill=alt.Fill("fill:N", scale=None))
+    )
+    labels = (
+        alt.Chart(band_data)
+        .mark_text(align="left", baseline="top", dx=4, dy=4, color="#555555")
+        .encode(x=alt.value(0), y=alt.Y("to:Q", title=y_title, scale=scale), text="band:N")
+    )
+    diagonal = (
+        alt.Chart(diagonal_data)
+        .mark_line(color="#7f7f7f", strokeDash=[4, 4])
+        .encode(x=alt.X("x:Q", title=x_title, scale=scale), y=alt.Y("y:Q", title=y_title, scale=scale))
+    )
+    cost_title = f"Allocated cost ({currency})"
+    jobs = (
+        alt.Chart(point_data)
+        .mark_circle(opacity=0.7)
+        .encode(
+            x=alt.X("utilisation (%):Q", title=x_title, scale=scale),
+            y=alt.Y("SM activity (%):Q", title=y_title, scale=scale),
+            size=alt.Size("cost:Q", title=cost_title, scale=alt.Scale(range=[12, 700]), legend=alt.Legend(tickCount=3)),
+            color=team_colour("team", points["team"].tolist()),
+            tooltip=[
+                alt.Tooltip("job:N", title="Job"),
+                alt.Tooltip("team:N", title="Team"),
+                alt.Tooltip("user:N", title="User"),
+                alt.Tooltip("utilisation (%):Q", title=x_title, format=",.1f"),
+                alt.Tooltip("SM activity (%):Q", title=y_title, format=",.1f"),
+                alt.Tooltip("cost:Q", title=cost_title, format=",.2f"),
+            ],
+        )
+    )
+    return vega_lite(alt.layer(background, labels, diagonal, jobs).properties(height=ACTIVITY_CHART_HEIGHT), datasets)

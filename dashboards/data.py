@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import gc
 import os
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -20,7 +21,7 @@ import pandas as pd
 import streamlit as st
 from sqlalchemy import Engine
 
-from dashboards import charts
+from dashboards import activity, charts
 from dashboards.format import cents
 from dashboards.node_views import NodeViews, node_views
 from finops.analysis.dashboard_queries import (
@@ -210,6 +211,93 @@ def team_costs(
     for field in MONEY_FIELDS:
         frame[field] = frame[field].map(lambda amount: None if amount is None else Decimal(amount))
     return spec, frame[TEAM_COLUMNS]
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def team_activity(url: str, start: datetime, end: datetime, scope: Scope = EVERYTHING) -> pd.DataFrame:
+    """The hardware activity of each team that held GPUs in the period and filters, as the Teams page shows it:
+    ``team``, its ``utilization`` (:func:`dashboards.activity.utilization`, to compare) and the columns of
+    :func:`dashboards.activity.activity_frame` of the report by team."""
+    rows = [row for row in report(url, start, end, "team", scope) if row.key != UNALLOCATED_TEAM]
+    frame = activity.activity_frame(rows, "team")
+    frame.insert(1, "utilization", [activity.utilization(row) for row in rows])
+    return frame
+
+
+JOB_COLUMNS = [
+    "job",
+    "team",
+    "user",
+    "allocated_gpu_hours",
+    "allocated_cost",
+    "idle_cost",
+    "utilization",
+    *activity.ACTIVITY_COLUMNS,
+]
+"""The columns of the Jobs page's table."""
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def job_table(url: str, start: datetime, end: datetime, scope: Scope = EVERYTHING) -> pd.DataFrame:
+    """The cost report by job for the period and filters as the Jobs page shows it (capacity no job held left
+    out), most expensive first: :data:`JOB_COLUMNS`, ``utilization`` by :func:`dashboards.activity.utilization`
+    (None without readings), the hardware activity of :func:`dashboards.activity.activity_frame`, and
+    ``allocated_cost`` and ``idle_cost`` in cents."""
+    rows = [row for row in report(url, start, end, "job", scope) if row.key != UNALLOCATED_TEAM]
+    frame = activity.activity_frame(rows, "job")
+    frame["team"] = [row.team for row in rows]
+    frame["user"] = [row.user for row in rows]
+    frame["allocated_gpu_hours"] = [round(row.allocated_gpu_seconds / 3600, 2) for row in rows]
+    frame["utilization"] = [activity.utilization(row) for row in rows]
+    frame["allocated_cost"] = [cents(row.allocated_cost) for row in rows]
+    frame["idle_cost"] = [cents(row.idle_cost) for row in rows]
+    return frame[JOB_COLUMNS]
+
+
+@dataclass(frozen=True, slots=True)
+class JobActivityChart:
+    """The chart of utilisation against SM activity per job (:func:`dashboards.charts.activity_scatter_spec`; an
+    empty dict when no job has both), the number of jobs it draws, and the number and allocated cost (exact) of
+    those it leaves out for want of SM activity (or of readings)."""
+
+    spec: dict[str, Any]
+    drawn: int
+    left_out: int
+    left_out_cost: Decimal
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def job_activity_chart(
+    url: str, start: datetime, end: datetime, currency: str, scope: Scope = EVERYTHING
+) -> JobActivityChart:
+    """Utilisation against SM activity of the jobs of the period and filters (capacity no job held left out), with
+    the thresholds of :mod:`dashboards.activity`, the cost axis in ``currency``."""
+    rows = [row for row in report(url, start, end, "job", scope) if row.key != UNALLOCATED_TEAM]
+    drawn, left_out = [], []
+    for row in rows:
+        used, sm_active = activity.utilization(row), row.activity_ratio("sm_active_ratio")
+        if used is None or sm_active is None:
+            left_out.append(row)
+            continue
+        drawn.append(
+            {
+                "job": row.key,
+                "team": row.team,
+                "user": row.user,
+                "utilisation (%)": round(used * 100, 2),
+                "SM activity (%)": round(sm_active * 100, 2),
+                "cost": float(row.allocated_cost),
+            }
+        )
+    left_out_cost = sum((row.allocated_cost for row in left_out), Decimal(0))
+    spec = (
+        charts.activity_scatter_spec(
+            pd.DataFrame(drawn), currency, activity.SM_ACTIVE_EFFECTIVE, activity.SM_ACTIVE_INEFFECTIVE
+        )
+        if drawn
+        else {}
+    )
+    return JobActivityChart(spec, len(drawn), len(left_out), left_out_cost)
 
 
 @st.cache_data(ttl=TTL_SECONDS)

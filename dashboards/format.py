@@ -17,6 +17,7 @@ import pandas as pd
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
+from dashboards.activity import SM_ACTIVE_EFFECTIVE, SM_ACTIVE_INEFFECTIVE
 from dashboards.charts import COST_COLOURS, USED
 from finops.analysis.waste import MEMORY_HELD_BYTES
 from finops.ledger.costmodel import CENT
@@ -101,7 +102,7 @@ def headline(
     )
 
 
-ColumnKind = Literal["text", "money", "number", "count", "percent", "share", "time", "day", "flag", "link"]
+ColumnKind = Literal["text", "money", "number", "count", "percent", "share", "ratio", "time", "day", "flag", "link"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +111,10 @@ class Column:
 
     ``money`` in the currency and ``number`` a quantity, both with ``places`` decimals; ``count`` a whole number;
     ``percent`` a number of percent (12.5 is ``12.5%``); ``share`` a ratio 0–1 (utilisation) drawn as a bar in the
-    colour of used cost, with its percent; ``time`` an instant, ``day`` a date; ``flag`` a yes/no box; ``link`` a
-    URL; ``text`` anything else. Numbers have thousands separators and are right-aligned. ``help`` is the header's
-    tooltip."""
+    colour of used cost, with its percent; ``ratio`` a ratio 0–1 shown as its percent, without a bar (an empty
+    cell shows the table's placeholder, which a bar's does not); ``time`` an instant, ``day`` a date; ``flag`` a
+    yes/no box; ``link`` a URL; ``text`` anything else. Numbers have thousands separators and are right-aligned.
+    ``help`` is the header's tooltip."""
 
     label: str
     kind: ColumnKind = "text"
@@ -133,6 +135,8 @@ class Column:
         numbers = {"money": decimals, "number": decimals, "count": "%,d", "percent": f"{decimals}%%"}
         if self.kind in numbers:
             return config.NumberColumn(label, help=self.help, format=numbers[self.kind], alignment="right")
+        if self.kind == "ratio":  # wide enough for the placeholder "not measured"
+            return config.NumberColumn(label, help=self.help, format="percent", alignment="right", width=RATIO_WIDTH)
         match self.kind:
             case "share":
                 return config.ProgressColumn(
@@ -149,6 +153,8 @@ class Column:
         return config.TextColumn(label, help=self.help)
 
 
+RATIO_WIDTH = 120
+"""The width of a ``ratio`` column in pixels: an empty cell's placeholder (``not measured``) fits."""
 UNUSED_HELP = "Allocated cost × (1 − utilisation): the part of the held GPU time its readings did not use"
 COLUMNS: dict[str, Column] = {
     # who and what
@@ -176,6 +182,25 @@ COLUMNS: dict[str, Column] = {
     "energy_kwh": Column("Energy (kWh)", "number"),
     "energy_cost": Column("Energy cost ({currency})", "money", help="Beside the allocated cost, not part of it"),
     "utilization": Column("Utilisation", "share", help="Used ÷ allocated GPU-seconds that have readings"),
+    # hardware activity (finops.analysis.report.report_dicts; dashboards/activity.py)
+    "profiled_share": Column(
+        "Profiled", "ratio", help="Share of the held GPU-hours whose readings had profiling data (hardware activity)"
+    ),
+    "sm_active_ratio": Column(
+        "SM activity",
+        "ratio",
+        help=f"Mean share of the GPU's SMs with work over the profiled GPU-hours; NVIDIA: ≥ {SM_ACTIVE_EFFECTIVE:.0%} "
+        f"effective, < {SM_ACTIVE_INEFFECTIVE:.0%} likely ineffective",
+    ),
+    "sm_active_band": Column(
+        "SM activity band",
+        help=f"effective ≥ {SM_ACTIVE_EFFECTIVE:.0%}, moderate, ineffective < {SM_ACTIVE_INEFFECTIVE:.0%} SM activity",
+    ),
+    "tensor_active_ratio": Column("Tensor activity", "ratio", help="Share of cycles the tensor pipes were active"),
+    "dram_active_ratio": Column("DRAM activity", "ratio", help="Share of cycles the memory interface was busy"),
+    "sm_active_cost": Column(
+        "SM-active cost ({currency})", "money", help="Allocated cost × SM activity, over the profiled GPU-hours"
+    ),
     # budgets and spend over time
     "budget": Column("Budget ({currency})", "money"),
     "spent": Column("Spent ({currency})", "money"),
@@ -299,15 +324,17 @@ def table(
     currency: str | None = None,
     columns: Mapping[str, Column] | None = None,
     key: str | None = None,
+    placeholder: str | None = None,
 ) -> None:
     """``frame`` as an interactive table whose columns are shown as :data:`COLUMNS` (then ``columns``, for a
-    table's own) describes them, money in ``currency``; and a "Download CSV" button under it that downloads the
-    same rows as ``file_name`` (UTF-8, the shown headers, money as plain decimals with the currency in the
-    header)."""
+    table's own) describes them, money in ``currency``, empty cells as ``placeholder`` (default Streamlit's
+    ``None``; ``not measured`` in tables of measurements); and a "Download CSV" button under it that downloads the
+    same rows as ``file_name`` (UTF-8, the shown headers, money as plain decimals with the currency in the header,
+    empty cells empty)."""
     known = {**COLUMNS, **(columns or {})}
     shown = headers(frame, currency, columns)
     config = {name: known[name].config(currency) for name in shown}
-    st.dataframe(frame, hide_index=True, width="stretch", column_config=config)
+    st.dataframe(frame, hide_index=True, width="stretch", column_config=config, placeholder=placeholder)
     st.download_button(
         "Download CSV",
         lambda: frame.rename(columns=shown).to_csv(index=False),  # made when clicked, not on every run

@@ -1,5 +1,6 @@
-"""Jobs: cost, GPU-hours, utilisation and unused allocated cost per job for the period (the numbers of
-``gpu-finops report --by job``), most expensive first; then one job's per-GPU utilisation and power over time."""
+"""Jobs: cost, GPU-hours, utilisation, hardware activity and unused allocated cost per job for the period (the
+numbers of ``gpu-finops report --by job``), most expensive first; utilisation against SM activity per job; then one
+job's per-GPU utilisation and power over time."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts, data, filters
-from dashboards.format import cents, duration, headline, table
+from dashboards import activity, charts, data, filters
+from dashboards.format import duration, headline, money, table
 from dashboards.measures import unused_cost_caption
+from finops.analysis.report import NOT_MEASURED
 from finops.db.models import UNALLOCATED_TEAM
 from finops.timeutil import utc_now
 
@@ -26,31 +28,23 @@ if not rows:
     st.info("No job held a GPU in this period.")
     st.stop()
 currency = rows[0].currency
-ordered = sorted(rows, key=lambda r: r.allocated_cost, reverse=True)
-frame = pd.DataFrame(
-    [
-        {
-            "job": row.key,
-            "team": row.team,
-            "user": row.user,
-            "allocated_gpu_hours": round(row.allocated_gpu_seconds / 3600, 2),
-            "utilization": (
-                row.used_gpu_seconds / (row.allocated_gpu_seconds - row.unmetered_gpu_seconds)
-                if row.allocated_gpu_seconds > row.unmetered_gpu_seconds
-                else None
-            ),
-            "allocated_cost": cents(row.allocated_cost),
-            "idle_cost": cents(row.idle_cost),
-        }
-        for row in ordered
-    ]
-)
 headline("Cost of jobs", sum((row.allocated_cost for row in rows), Decimal(0)), currency)
 st.caption(unused_cost_caption(data.settings()))
-table(frame, "cost-by-job.csv", currency=currency)
+st.caption(activity.table_caption())
+jobs = data.job_table(url, view.start, view.end, view.scope)
+table(jobs, "cost-by-job.csv", currency=currency, placeholder=NOT_MEASURED)
+
+st.subheader("Utilisation against SM activity")
+scatter = data.job_activity_chart(url, view.start, view.end, currency, view.scope)
+about = activity.scatter_caption(scatter.drawn, scatter.left_out, money(scatter.left_out_cost, currency))
+if scatter.spec:
+    charts.render(scatter.spec)
+    st.caption(about)
+else:
+    st.info(about)
 
 st.subheader("A job's GPUs over time")
-job_ids = list(dict.fromkeys(row.key for row in ordered))
+job_ids = list(dict.fromkeys(row.key for row in rows))  # the report's order: most expensive first
 job_id = filters.url_selectbox("job", "Job (most expensive first)", job_ids, container=st.container())
 series = data.job_series(url, job_id, utc_now().replace(second=0, microsecond=0), view.scope)
 if not series.points:

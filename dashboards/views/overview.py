@@ -1,6 +1,6 @@
 """Overview: spend, utilisation and unused allocated cost for the period (and the GPU-hours left out of it for want
-of a price); this month's spend against budgets and its forecast; the five biggest wasters (jobs and teams by unused
-allocated cost); spend by day."""
+of a price); the used cost by the two measures of useful work, kernel busy and SM active; this month's spend
+against budgets and its forecast; the five biggest wasters (jobs and teams by unused allocated cost); spend by day."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from decimal import Decimal
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts, data, filters
+from dashboards import activity, charts, data, filters
 from dashboards.format import cents, headline, table
 from dashboards.measures import UNUSED_COST, unused_cost_caption
-from finops.analysis.report import fleet_summary
+from finops.analysis.report import NOT_MEASURED, fleet_summary
 from finops.timeutil import utc_now
 
 st.title("GPU spend overview")
@@ -25,13 +25,24 @@ if not rows:
     st.stop()
 summary = fleet_summary(rows)
 currency = summary.currency
-spend, used, idle, utilization = st.columns(4)
+spend, idle, utilization = st.columns(3)
 headline("GPU capacity cost", summary.capacity_cost, currency, place=spend)
-headline("Used (useful work)", summary.used_cost, currency, place=used)
 headline(UNUSED_COST, summary.idle_cost, currency, place=idle)
 utilization.metric("Utilisation of allocated GPUs", f"{summary.utilization:.1%}")
 st.caption(f"{summary.allocated_share:.1%} of GPU-hours were held by a job.")
 st.caption(unused_cost_caption(data.settings()))
+
+st.subheader("Used (useful work), two measures")
+overall = activity.total(rows)
+kernel_busy, sm_active = st.columns(2)
+headline(activity.KERNEL_BUSY_COST, summary.used_cost, currency, place=kernel_busy)
+kernel_busy.caption(activity.kernel_busy_caption(summary.utilization))
+if overall.sm_active_cost is None:  # measured GPU-hours that are all unpriced have no cost either
+    measured = overall.activity_ratio("sm_active_ratio") is not None
+    sm_active.metric(activity.SM_ACTIVE_COST, "unpriced" if measured else NOT_MEASURED)
+else:
+    headline(activity.SM_ACTIVE_COST, overall.sm_active_cost, currency, place=sm_active)
+sm_active.caption(activity.sm_active_caption(overall))
 # The report's rows count unpriced GPU-seconds: the by-model query runs only when there are some.
 unpriced = data.unpriced(url, view.start, view.end, view.scope) if any(r.unpriced_gpu_seconds for r in rows) else []
 if unpriced:

@@ -1,5 +1,6 @@
 """Teams: cost, use and unused allocated cost per team for the period (the same numbers as ``gpu-finops report``),
-spend by day, a team's budget burn-down over its month, and the cost by job and by user."""
+their hardware activity (SM, tensor and DRAM activity, the SM-active cost and the profiled share), spend by day, a
+team's budget burn-down over its month, and the cost by job and by user."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from decimal import Decimal
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts, data, filters
+from dashboards import activity, charts, data, filters
 from dashboards.format import cents, headline, table
 from dashboards.measures import unused_cost_caption
 from finops.analysis.filters import Scope
+from finops.analysis.report import NOT_MEASURED
 from finops.timeutil import month_start, next_month_start, utc_now
 
 st.title("Cost by team")
@@ -28,6 +30,11 @@ cost_chart, frame = data.team_costs(url, view.start, view.end, view.scope)
 charts.render(cost_chart)
 st.caption(unused_cost_caption(data.settings()))
 table(frame, "cost-by-team.csv", currency=currency)
+
+st.subheader("Hardware activity")
+activity_frame = data.team_activity(url, view.start, view.end, view.scope)
+st.caption(activity.table_caption())
+table(activity_frame, "activity-by-team.csv", currency=currency, placeholder=NOT_MEASURED)
 
 st.subheader("Spend by day")
 spend_chart, spend_table = data.spend_by_day(url, view.start, view.end, currency, view.scope)

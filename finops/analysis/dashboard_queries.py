@@ -1,5 +1,6 @@
 """Cost queries behind the dashboard pages that the cost report does not answer: filter choices, spend by day,
-the ledger cube the pages slice, month-to-date spend and forecast, the biggest idle costs and node names.
+the ledger cube the pages slice (with the report's hardware activity sums), month-to-date spend and forecast, the
+biggest idle costs and node names.
 Telemetry (GPU, job and node readings, fabric throughput) is :mod:`finops.analysis.telemetry`.
 
 Every function takes a :class:`~sqlalchemy.orm.Session` and returns plain frozen dataclasses. Money is exact
@@ -31,7 +32,7 @@ from finops.analysis.budgets import (
 from finops.analysis.filters import Scope, ledger_conditions, nodes_in
 from finops.analysis.report import ReportRow
 from finops.db.models import UNALLOCATED_TEAM, Job, LedgerEntry, Node, Team
-from finops.ledger.team_hours import ledger_team_sums
+from finops.ledger.team_hours import TEAM_ACTIVITIES, ledger_team_sums
 from finops.timeutil import from_epoch
 
 DAY_SECONDS = 86_400
@@ -75,7 +76,10 @@ class DailyCost:
 @dataclass(frozen=True, slots=True)
 class CubeCell:
     """Ledger totals of one UTC day, team and holder (``job_pk`` None: capacity no job held), with the job's
-    id and user. Seconds are GPU-seconds; money is exact; the columns are those of :class:`ReportRow`."""
+    id and user. Seconds are GPU-seconds; money is exact; the columns are those of :class:`ReportRow`, the sums of
+    :func:`finops.ledger.team_hours.ledger_team_sums` (hardware activity: ``profiled_gpu_seconds``, per activity of
+    :data:`~finops.ledger.team_hours.TEAM_ACTIVITIES` its ``<activity>_gpu_seconds``, None when not measured, and
+    ``<activity>_measured_gpu_seconds``, and ``sm_active_cost``, None when not measured or unpriced)."""
 
     day: datetime
     team: str
@@ -93,6 +97,14 @@ class CubeCell:
     energy_cost: Decimal
     currency: str
     unpriced_gpu_seconds: int = 0
+    profiled_gpu_seconds: int = 0
+    sm_active_gpu_seconds: float | None = None
+    sm_active_measured_gpu_seconds: int = 0
+    tensor_active_gpu_seconds: float | None = None
+    tensor_active_measured_gpu_seconds: int = 0
+    dram_active_gpu_seconds: float | None = None
+    dram_active_measured_gpu_seconds: int = 0
+    sm_active_cost: Decimal | None = None
 
 
 CubeBy = Literal["team", "job", "user"]
@@ -109,6 +121,24 @@ def _group_key(cell: CubeCell, by: CubeBy) -> _GroupKey:
         return (cell.job_id if cell.job_id is not None else UNALLOCATED_TEAM, cell.team, cell.user, cell.job_pk)
     user = cell.user if cell.user is not None else UNALLOCATED_TEAM
     return (user, None, user, None)
+
+
+_ACTIVITY_SUMS = (
+    "profiled_gpu_seconds",
+    *(f"{name}_{part}" for name in TEAM_ACTIVITIES for part in ("gpu_seconds", "measured_gpu_seconds")),
+    "sm_active_cost",
+)
+"""The hardware activity sums of a :class:`CubeCell`, which are those of :class:`ReportRow` by the same names."""
+_FIRST_ACTIVITY = 11
+"""Where the sums of :data:`_ACTIVITY_SUMS` start in a group's totals of :meth:`LedgerCube.report`."""
+
+
+def _plus(total: Any, value: Any) -> Any:
+    """``total`` + ``value`` where None is "not measured": the sum of those that are not None, None when neither
+    is (a group's activity is not measured only when none of its cells measured it)."""
+    if value is None:
+        return total
+    return value if total is None else total + value
 
 
 def _check_by(by: str) -> None:
@@ -156,6 +186,7 @@ class LedgerCube:
                 totals[key] = [
                     c.seconds, c.used_gpu_seconds, c.metered_gpu_seconds, c.unmetered_gpu_seconds, c.allocated_cost,
                     c.used_cost, c.idle_cost, c.energy_joules, c.energy_cost, c.currency, c.unpriced_gpu_seconds,
+                    *(getattr(c, name) for name in _ACTIVITY_SUMS),
                 ]  # fmt: skip
                 continue
             found[0] += c.seconds
@@ -169,12 +200,15 @@ class LedgerCube:
             found[8] += c.energy_cost
             found[9] = min(found[9], c.currency)
             found[10] += c.unpriced_gpu_seconds
+            for i, name in enumerate(_ACTIVITY_SUMS, _FIRST_ACTIVITY):
+                found[i] = _plus(found[i], getattr(c, name))
         rows = [
             ReportRow(
                 key=name, team=team, user=user, allocated_gpu_seconds=t[0], used_gpu_seconds=t[1],
                 idle_gpu_seconds=max(t[2] - t[1], 0.0), unmetered_gpu_seconds=t[3], allocated_cost=t[4],
                 used_cost=t[5], idle_cost=t[6], energy_joules=t[7], energy_cost=t[8], currency=t[9],
-                unpriced_gpu_seconds=t[10],
+                unpriced_gpu_seconds=t[10], held_gpu_seconds=t[2] + t[3],
+                **dict(zip(_ACTIVITY_SUMS, t[_FIRST_ACTIVITY:], strict=True)),
             )
             for (name, team, user, _), t in totals.items()
         ]  # fmt: skip
@@ -229,7 +263,7 @@ def ledger_cube(
         select(
             c.day, Team.name, c.job_pk, Job.job_id, Job.user, c.seconds, c.used_gpu_seconds, c.metered_gpu_seconds,
             c.unmetered_gpu_seconds, c.allocated_cost, c.used_cost, c.idle_cost, c.energy_joules, c.energy_cost,
-            c.currency, c.unpriced_gpu_seconds,
+            c.currency, c.unpriced_gpu_seconds, *(c[name] for name in _ACTIVITY_SUMS),
         )
         .join(Team, Team.id == c.team_id)
         .outerjoin(Job, Job.id == c.job_pk)
@@ -241,14 +275,20 @@ def ledger_cube(
         CubeCell(
             days.get(day) or days.setdefault(day, from_epoch(day)), team, job_pk, job_id, user, int(seconds),
             float(used), int(metered), int(unmetered), allocated, used_cost, idle, float(joules), energy, currency,
-            int(unpriced),
+            int(unpriced), int(profiled or 0), _float(sm), int(sm_n or 0), _float(tensor), int(tensor_n or 0),
+            _float(dram), int(dram_n or 0), sm_cost,
         )
         for (
             day, team, job_pk, job_id, user, seconds, used, metered, unmetered, allocated, used_cost, idle, joules,
-            energy, currency, unpriced,
+            energy, currency, unpriced, profiled, sm, sm_n, tensor, tensor_n, dram, dram_n, sm_cost,
         ) in session.connection().execute(query)
     ]  # fmt: skip
     return LedgerCube(start, end, cells)
+
+
+def _float(value: Any) -> float | None:
+    """A sum of GPU-seconds × activity as a float; None (not measured) kept."""
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True, slots=True)

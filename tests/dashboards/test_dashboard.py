@@ -136,8 +136,10 @@ def test_every_table_column_has_a_human_header_and_numbers_have_thousands_separa
         for name, column in config.items():
             label = column["label"]
             assert "_" not in label and label[0] == label[0].upper(), f"{name}: {label!r}"
-            if column["type_config"]["type"] == "number":
+            if column["type_config"]["type"] == "number" and column["type_config"]["format"] != "percent":
                 assert "," in column["type_config"]["format"] and column["alignment"] == "right", name
+            elif column["type_config"]["type"] == "number":  # a ratio 0-1 as its percent: never 1,000 %
+                assert column["alignment"] == "right" and name.endswith(("_ratio", "_share")), name
             if "(USD)" in label and column["type_config"]["type"] == "number":
                 assert column["type_config"]["format"].endswith(".2f") or "GPU-hour" in label, "money in cents"
     for metric in app.metric:
@@ -174,7 +176,8 @@ def test_overview_shows_the_report_for_the_period_and_filters(
     metrics, exact = _metrics(app), _exact(app)
     assert exact["GPU capacity cost"] == _usd(summary.capacity_cost)
     assert metrics["GPU capacity cost"] == f"{compact(summary.capacity_cost)} USD"
-    assert exact["Used (useful work)"] == _usd(summary.used_cost)
+    assert exact["Kernel-busy cost"] == _usd(summary.used_cost)
+    assert _metrics(app)["SM-active cost"] == "not measured", "the scenario's readings carry no profiling field"
     assert exact["Unused allocated cost"] == _usd(summary.idle_cost)
     assert metrics["Utilisation of allocated GPUs"] == f"{summary.utilization:.1%}"
     assert any(c.value.startswith("**Unused allocated cost**") for c in app.caption), "the measure is explained"
