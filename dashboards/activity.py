@@ -9,8 +9,9 @@ and the activity columns of the Teams and Jobs tables.
   whose readings carried profiling fields have it (docs/collector.md, "Hardware activity"); the rest are "not
   measured", never 0.
 
-NVIDIA's guidance (DCGM user guide, "Profiling Metrics") sorts SM activity into the bands of :func:`band`: 0.8 or
-more is necessary, but not sufficient, for effective use; below 0.5 likely means ineffective use.
+NVIDIA's guidance (DCGM user guide, "Profiling Metrics") sorts SM activity into bands: 0.8 or more is necessary, but
+not sufficient, for effective use; below 0.5 likely means ineffective use. The thresholds are the site's
+(:class:`finops.savings.efficiency_policy.EfficiencyPolicy`, ``FINOPS_EFFICIENCY_*``), passed in by the pages.
 """
 
 from __future__ import annotations
@@ -29,12 +30,8 @@ from finops.analysis.report import (
     report_dicts,
 )
 from finops.db.models import UNALLOCATED_TEAM
+from finops.savings.efficiency_policy import EfficiencyPolicy
 
-SM_ACTIVE_EFFECTIVE = 0.8
-"""SM activity at or above which use is effective ("necessary, but not sufficient": DCGM user guide)."""
-SM_ACTIVE_INEFFECTIVE = 0.5
-"""SM activity below which use is likely ineffective (DCGM user guide)."""
-EFFECTIVE, MODERATE, INEFFECTIVE = "effective", "moderate", "ineffective"
 HOW_TO_MEASURE = "docs/collector.md#hardware-activity"
 """Where the documentation says how to have the collectors read the profiling fields."""
 KERNEL_BUSY_COST = "Kernel-busy cost"
@@ -48,16 +45,6 @@ ACTIVITY_COLUMNS = [
     "profiled_share",
 ]
 """The activity columns of the Teams and Jobs tables (:func:`activity_frame`)."""
-
-
-def band(sm_active: float | None) -> str:
-    """The band of an SM activity ratio (0..1): ``effective`` at or above :data:`SM_ACTIVE_EFFECTIVE`,
-    ``ineffective`` below :data:`SM_ACTIVE_INEFFECTIVE`, ``moderate`` between; ``not measured`` for None."""
-    if sm_active is None:
-        return NOT_MEASURED
-    if sm_active >= SM_ACTIVE_EFFECTIVE:
-        return EFFECTIVE
-    return INEFFECTIVE if sm_active < SM_ACTIVE_INEFFECTIVE else MODERATE
 
 
 def _percent(ratio: float) -> str:
@@ -96,14 +83,14 @@ def kernel_busy_caption(utilization: float) -> str:
     )
 
 
-def sm_active_caption(overall: ReportRow) -> str:
+def sm_active_caption(overall: ReportRow, policy: EfficiencyPolicy) -> str:
     """What the SM-active cost measures, with the SM activity of ``overall`` (:func:`total` of the rows shown) and
     the share of held GPU-hours that had profiling data; without any, that it was not measured and where the
-    documentation says how to measure it (Markdown, one paragraph)."""
+    documentation says how to measure it (Markdown, one paragraph); the bands are ``policy``'s."""
     what = (
         f"**{SM_ACTIVE_COST}**: allocated cost × SM activity, the share of the GPU's SMs that had work. NVIDIA's "
-        f"guidance: {_percent(SM_ACTIVE_EFFECTIVE)} or more is needed for effective use, below "
-        f"{_percent(SM_ACTIVE_INEFFECTIVE)} "
+        f"guidance: {_percent(policy.effective_ratio)} or more is needed for effective use, below "
+        f"{_percent(policy.ineffective_ratio)} "
         "use is likely ineffective."
     )
     sm_active = overall.activity_ratio("sm_active_ratio")
@@ -116,15 +103,16 @@ def sm_active_caption(overall: ReportRow) -> str:
     measured = f"Measured on {_percent(share)} of held GPU-hours"
     if share < 1:
         measured += " (the cost counts those only; the rest are not measured)"
-    return f"{what} {measured}; SM activity there {sm_active * 100:.1f} % ({band(sm_active)})."
+    return f"{what} {measured}; SM activity there {sm_active * 100:.1f} % ({policy.band(sm_active)})."
 
 
-def table_caption() -> str:
-    """What the activity columns of a table say, and what an empty one means (Markdown, one paragraph)."""
+def table_caption(policy: EfficiencyPolicy) -> str:
+    """What the activity columns of a table say, and what an empty one means, with ``policy``'s bands (Markdown,
+    one paragraph)."""
     return (
         "Means over the GPU-hours whose readings had profiling data (**Profiled**: their share of the held "
         "GPU-hours). **SM activity**: share of the GPU's SMs with work; its band is NVIDIA's guidance, effective at "
-        f"{_percent(SM_ACTIVE_EFFECTIVE)} or more, likely ineffective below {_percent(SM_ACTIVE_INEFFECTIVE)}. "
+        f"{_percent(policy.effective_ratio)} or more, likely ineffective below {_percent(policy.ineffective_ratio)}. "
         "**Tensor** and "
         "**DRAM activity**: share of cycles the tensor pipes and the memory interface were busy. "
         f"**{SM_ACTIVE_COST}**: allocated cost × SM activity. *{NOT_MEASURED}*: no profiling data (see "
@@ -158,14 +146,14 @@ def utilization(row: ReportRow) -> float | None:
     return row.used_gpu_seconds / metered if metered > 0 else None
 
 
-def activity_frame(rows: Sequence[ReportRow], by: Literal["team", "job"]) -> pd.DataFrame:
+def activity_frame(rows: Sequence[ReportRow], by: Literal["team", "job"], policy: EfficiencyPolicy) -> pd.DataFrame:
     """The hardware activity of report rows by team or job (capacity no job held, ``__unallocated__``, left out),
     in their order: ``by`` (the row's key) and :data:`ACTIVITY_COLUMNS`, the fields of
     :func:`finops.analysis.report.report_dicts` (ratios 0..1 to 6 decimals, SM-active cost a Decimal in cents adding
-    up to the rounded total, None where nothing measured it) and ``sm_active_band`` (:func:`band` of the SM
+    up to the rounded total, None where nothing measured it) and ``sm_active_band`` (``policy``'s band of the SM
     activity)."""
     held = [row for row in rows if row.key != UNALLOCATED_TEAM]
     frame = pd.DataFrame(report_dicts(held, by), columns=[by, *ACTIVITY_COLUMNS])
-    frame["sm_active_band"] = [band(row.activity_ratio("sm_active_ratio")) for row in held]
+    frame["sm_active_band"] = [policy.band(row.activity_ratio("sm_active_ratio")) for row in held]
     frame["sm_active_cost"] = [None if cost is None else Decimal(cost) for cost in frame["sm_active_cost"]]
     return frame

@@ -219,7 +219,7 @@ def team_activity(url: str, start: datetime, end: datetime, scope: Scope = EVERY
     ``team``, its ``utilization`` (:func:`dashboards.activity.utilization`, to compare) and the columns of
     :func:`dashboards.activity.activity_frame` of the report by team."""
     rows = [row for row in report(url, start, end, "team", scope) if row.key != UNALLOCATED_TEAM]
-    frame = activity.activity_frame(rows, "team")
+    frame = activity.activity_frame(rows, "team", settings().efficiency_policy)
     frame.insert(1, "utilization", [activity.utilization(row) for row in rows])
     return frame
 
@@ -244,7 +244,7 @@ def job_table(url: str, start: datetime, end: datetime, scope: Scope = EVERYTHIN
     (None without readings), the hardware activity of :func:`dashboards.activity.activity_frame`, and
     ``allocated_cost`` and ``idle_cost`` in cents."""
     rows = [row for row in report(url, start, end, "job", scope) if row.key != UNALLOCATED_TEAM]
-    frame = activity.activity_frame(rows, "job")
+    frame = activity.activity_frame(rows, "job", settings().efficiency_policy)
     frame["team"] = [row.team for row in rows]
     frame["user"] = [row.user for row in rows]
     frame["allocated_gpu_hours"] = [round(row.allocated_gpu_seconds / 3600, 2) for row in rows]
@@ -271,7 +271,8 @@ def job_activity_chart(
     url: str, start: datetime, end: datetime, currency: str, scope: Scope = EVERYTHING
 ) -> JobActivityChart:
     """Utilisation against SM activity of the jobs of the period and filters (capacity no job held left out), with
-    the thresholds of :mod:`dashboards.activity`, the cost axis in ``currency``."""
+    the bands of the settings' efficiency policy, the cost axis in ``currency``."""
+    policy = settings().efficiency_policy
     rows = [row for row in report(url, start, end, "job", scope) if row.key != UNALLOCATED_TEAM]
     drawn, left_out = [], []
     for row in rows:
@@ -291,9 +292,7 @@ def job_activity_chart(
         )
     left_out_cost = sum((row.allocated_cost for row in left_out), Decimal(0))
     spec = (
-        charts.activity_scatter_spec(
-            pd.DataFrame(drawn), currency, activity.SM_ACTIVE_EFFECTIVE, activity.SM_ACTIVE_INEFFECTIVE
-        )
+        charts.activity_scatter_spec(pd.DataFrame(drawn), currency, policy.effective_ratio, policy.ineffective_ratio)
         if drawn
         else {}
     )

@@ -17,7 +17,6 @@ import pandas as pd
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from dashboards.activity import SM_ACTIVE_EFFECTIVE, SM_ACTIVE_INEFFECTIVE
 from dashboards.charts import COST_COLOURS, USED
 from finops.analysis.waste import MEMORY_HELD_BYTES
 from finops.ledger.costmodel import CENT
@@ -189,12 +188,11 @@ COLUMNS: dict[str, Column] = {
     "sm_active_ratio": Column(
         "SM activity",
         "ratio",
-        help=f"Mean share of the GPU's SMs with work over the profiled GPU-hours; NVIDIA: ≥ {SM_ACTIVE_EFFECTIVE:.0%} "
-        f"effective, < {SM_ACTIVE_INEFFECTIVE:.0%} likely ineffective",
+        help="Mean share of the GPU's SMs with work over the profiled GPU-hours (its band: the table's caption)",
     ),
     "sm_active_band": Column(
         "SM activity band",
-        help=f"effective ≥ {SM_ACTIVE_EFFECTIVE:.0%}, moderate, ineffective < {SM_ACTIVE_INEFFECTIVE:.0%} SM activity",
+        help="Effective, moderate or ineffective by NVIDIA's guidance on SM activity (thresholds: the table's caption)",
     ),
     "tensor_active_ratio": Column("Tensor activity", "ratio", help="Share of cycles the tensor pipes were active"),
     "dram_active_ratio": Column("DRAM activity", "ratio", help="Share of cycles the memory interface was busy"),

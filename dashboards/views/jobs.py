@@ -30,7 +30,7 @@ if not rows:
 currency = rows[0].currency
 headline("Cost of jobs", sum((row.allocated_cost for row in rows), Decimal(0)), currency)
 st.caption(unused_cost_caption(data.settings()))
-st.caption(activity.table_caption())
+st.caption(activity.table_caption(data.settings().efficiency_policy))
 jobs = data.job_table(url, view.start, view.end, view.scope)
 table(jobs, "cost-by-job.csv", currency=currency, placeholder=NOT_MEASURED)
 

@@ -42,7 +42,7 @@ if overall.sm_active_cost is None:  # measured GPU-hours that are all unpriced h
     sm_active.metric(activity.SM_ACTIVE_COST, "unpriced" if measured else NOT_MEASURED)
 else:
     headline(activity.SM_ACTIVE_COST, overall.sm_active_cost, currency, place=sm_active)
-sm_active.caption(activity.sm_active_caption(overall))
+sm_active.caption(activity.sm_active_caption(overall, data.settings().efficiency_policy))
 # The report's rows count unpriced GPU-seconds: the by-model query runs only when there are some.
 unpriced = data.unpriced(url, view.start, view.end, view.scope) if any(r.unpriced_gpu_seconds for r in rows) else []
 if unpriced:

@@ -33,7 +33,7 @@ table(frame, "cost-by-team.csv", currency=currency)
 
 st.subheader("Hardware activity")
 activity_frame = data.team_activity(url, view.start, view.end, view.scope)
-st.caption(activity.table_caption())
+st.caption(activity.table_caption(data.settings().efficiency_policy))
 table(activity_frame, "activity-by-team.csv", currency=currency, placeholder=NOT_MEASURED)
 
 st.subheader("Spend by day")

@@ -27,11 +27,14 @@ from finops.db.engine import make_engine, session_factory, upgrade
 from finops.db.models import UNALLOCATED_TEAM
 from finops.ledger.costmodel import CENT
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
+from finops.savings.efficiency_policy import EfficiencyPolicy
 from tests.dashboards.browser import chromium_page, served_dashboard
 from tests.support import activity_scenario, scenario
 from tests.support.two_clusters import seed_two_clusters
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboards" / "app.py")
+POLICY = EfficiencyPolicy()
+"""The default bands, as the dashboard's pages get them from the settings when no FINOPS_EFFICIENCY_* is set."""
 ACTIVITY = ["sm_active_ratio", "tensor_active_ratio", "dram_active_ratio", "profiled_share"]
 
 
@@ -93,7 +96,7 @@ def _expected_activity(rows: list[Any], by: str) -> list[dict[str, object]]:
             by: d[by],
             **{field: d[field] for field in ACTIVITY},
             "sm_active_cost": d["sm_active_cost"],
-            "sm_active_band": activity.band(row.activity_ratio("sm_active_ratio")),
+            "sm_active_band": POLICY.band(row.activity_ratio("sm_active_ratio")),
         }
         for row, d in zip(held, report_dicts(held, by), strict=True)  # type: ignore[arg-type]
     ]
@@ -104,17 +107,12 @@ def _activity_rows(frame: pd.DataFrame, by: str) -> list[dict[str, object]]:
     return [{name: _shown(record[name]) for name in columns} for record in frame.to_dict("records")]
 
 
-def test_bands_follow_nvidias_guidance() -> None:
-    assert activity.SM_ACTIVE_EFFECTIVE == 0.8 and activity.SM_ACTIVE_INEFFECTIVE == 0.5
-    assert [activity.band(r) for r in (1.0, 0.8, 0.7999, 0.5, 0.4999, 0.0)] == [
-        "effective",
-        "effective",
-        "moderate",
-        "moderate",
-        "ineffective",
-        "ineffective",
-    ]
-    assert activity.band(None) == NOT_MEASURED
+def test_the_bands_are_the_sites_efficiency_policy() -> None:
+    assert (POLICY.effective_ratio, POLICY.ineffective_ratio) == (0.8, 0.5), "NVIDIA's guidance by default"
+    strict = EfficiencyPolicy(effective_ratio=0.9, ineffective_ratio=0.4)
+    assert "90 % or more" in activity.table_caption(strict) and "below 40 %" in activity.table_caption(strict)
+    assert [strict.band(r) for r in (0.9, 0.85, 0.4, 0.39)] == ["effective", "moderate", "moderate", "ineffective"]
+    assert strict.band(None) == NOT_MEASURED
 
 
 def test_the_cube_carries_the_reports_activity(database_url: str) -> None:
