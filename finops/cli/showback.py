@@ -42,8 +42,9 @@ def showback(
     ),
 ) -> None:
     """The monthly showback statement of each team, or of --team: spend against budget, top jobs and users, idle cost
-    by reason, efficiency (SM activity, busy-but-inefficient jobs), right-sizing savings. Printed as text by default; --html and --csv write the e-mail's HTML and CSV
-    attachment of one --team; a month not ended yet is shown to date.
+    by reason, efficiency (SM activity, busy-but-inefficient jobs), right-sizing savings. Printed as text by default;
+    --html and --csv write the e-mail's HTML and CSV attachment of one --team; a month not ended yet is shown to
+    date.
 
     --send queues each team's statement for its alert route (e-mail: the whole statement with the CSV; Slack: a
     summary) and delivers it now, once per team and month: a statement queued before, by the scheduler or by hand,
