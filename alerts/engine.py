@@ -47,6 +47,7 @@ from alerts.rules import (
 from finops.analysis.events import take_events
 from finops.analysis.waste import ReasonPolicy
 from finops.db.dialect import insert_ignoring_conflicts
+from finops.savings.efficiency_policy import EfficiencyPolicy
 
 log = logging.getLogger(__name__)
 
@@ -85,14 +86,15 @@ def group_fingerprint(route: str, labels: Mapping[str, str]) -> str:
 @dataclass(frozen=True, slots=True)
 class RuleInputs:
     """What the rules need besides the configuration: the idle policy's window and max gap (seconds) and threshold
-    (utilisation ratio), the collector interval (seconds), and the waste reasons' thresholds (the monthly showback's
-    idle cost by reason)."""
+    (utilisation ratio), the collector interval (seconds), the waste reasons' thresholds (the monthly showback's
+    idle cost by reason) and the efficiency bands' and bottlenecks' (its efficiency sections)."""
 
     idle_window_seconds: int = 1800
     idle_max_gap_seconds: int = 150
     collector_interval_seconds: float = 10.0
     idle_threshold_ratio: float = 0.05
     reasons: ReasonPolicy = field(default_factory=ReasonPolicy)
+    efficiency: EfficiencyPolicy = field(default_factory=EfficiencyPolicy)
 
 
 @dataclass(frozen=True, slots=True)

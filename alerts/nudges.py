@@ -37,6 +37,7 @@ from alerts.rules import duration_text, money
 from finops.pricing.catalog import GIB, PriceCatalog, load_catalog
 from finops.pricing.store import catalog_in_force
 from finops.savings.nudges import (
+    BUSY_INEFFICIENT,
     IDLE_RUNNING,
     LOW_EFFICIENCY,
     MIG_CANDIDATE,
@@ -55,8 +56,10 @@ log = logging.getLogger(__name__)
 
 MAX_JOBS = 10
 """Jobs a message lists at most (the costliest); then how many more."""
-SEVERITY = {IDLE_RUNNING: "warning", ZERO_UTILIZATION: "warning", LOW_EFFICIENCY: "info", MIG_CANDIDATE: "info"}
-PAGE = {IDLE_RUNNING: "idle", ZERO_UTILIZATION: "idle", LOW_EFFICIENCY: "jobs", MIG_CANDIDATE: "jobs"}
+SEVERITY = {IDLE_RUNNING: "warning", ZERO_UTILIZATION: "warning", LOW_EFFICIENCY: "info", MIG_CANDIDATE: "info",
+            BUSY_INEFFICIENT: "info"}  # fmt: skip
+PAGE = {IDLE_RUNNING: "idle", ZERO_UTILIZATION: "idle", LOW_EFFICIENCY: "jobs", MIG_CANDIDATE: "jobs",
+        BUSY_INEFFICIENT: "savings"}  # fmt: skip
 """The dashboard page each kind links to."""
 NO_FIX = "make the job use its GPUs (is data loading or CPU work starving them?), or use fewer"
 """What a low-efficiency job is told when no request line fixes it."""
@@ -93,6 +96,8 @@ class NudgeService:
             low_efficiency_gpu_hours=settings.nudge_low_efficiency_gpu_hours,
             mig_max_utilization_ratio=settings.nudge_mig_max_utilization_ratio,
             mig_max_memory_bytes=int(settings.nudge_mig_max_memory_gib * GIB),
+            inefficient_gpu_hours=settings.nudge_inefficient_gpu_hours,
+            efficiency=settings.efficiency_policy,
             kinds=frozenset(settings.nudge_kinds),
         )
         return cls(
@@ -236,6 +241,13 @@ def _job_line(nudge: Nudge, job: NudgeJob) -> str:
     elif nudge.kind == LOW_EFFICIENCY:
         hours = job.gpu_seconds / 3600
         what = f"{gpus}, {_percent(job.utilization)} mean utilisation over {hours:,.1f} GPU-hours, idle cost {cost}"
+    elif nudge.kind == BUSY_INEFFICIENT:
+        inactive = cost_text(job.inactive_cost, 0, job.currency)
+        what = (
+            f"{gpus}, {_percent(job.utilization)} utilisation but {_percent(job.sm_active)} SM activity over "
+            f"{job.gpu_seconds / 3600:,.1f} GPU-hours, {cost} ({inactive} of it for empty SMs). Probable "
+            f"bottleneck: {job.bottleneck} ({job.evidence})"
+        )
     else:
         peak = (job.peak_memory_bytes or 0) / GIB
         saving = "" if job.saving is None else f"; on a {job.profile} slice {money(job.saving, job.currency)} less"
@@ -292,6 +304,19 @@ def render_nudge(nudge: Nudge, policy: NudgePolicy, dashboard_url: str, mentions
             ("Cost", spent),
             ("Idle cost", cost),
         ]
+    elif nudge.kind == BUSY_INEFFICIENT:
+        efficiency = policy.efficiency
+        inactive = cost_text(nudge.inactive_cost, 0, nudge.currency)
+        title = f"{_plural(count, 'job')} busy but inefficient in {days}: user {user}"
+        summary = (
+            f"Over the last {days}, {_plural(count, 'job')} of {who} kept {'its' if count == 1 else 'their'} GPUs "
+            f"running kernels ({efficiency.busy_utilization_ratio * 100:.0f} % utilisation or more) while SM activity "
+            f"stayed below {efficiency.ineffective_ratio * 100:.0f} %: most of the SMs sat empty. They cost {cost}, "
+            f"{inactive} of it for empty SMs. Each job below says its probable bottleneck, the evidence and what "
+            "usually fixes it."
+        )
+        facts += [("Period", period), ("GPU-hours", f"{nudge.gpu_hours:,.1f}"), ("Cost", cost),
+                  ("Inactive cost", inactive)]  # fmt: skip
     else:
         saving = "" if nudge.saving is None else f", {money(nudge.saving, nudge.currency)} less on MIG slices"
         title = f"{_plural(count, 'job')} a MIG slice would serve: user {user}"

@@ -79,6 +79,7 @@ class AlertService:
                 collector_interval_seconds=settings.collector_interval_seconds,
                 idle_threshold_ratio=settings.idle_threshold_ratio,
                 reasons=settings.reason_policy,
+                efficiency=settings.efficiency_policy,
             ),
             channels=Channels(
                 slack_webhooks=settings.slack_webhooks,
@@ -173,7 +174,7 @@ class AlertRunner:
             done = queue_month(
                 self.sessions, service.config, chosen, now, dashboard_url=service.dashboard_url,
                 deadline=service.deadline, idle_window_seconds=service.inputs.idle_window_seconds,
-                reasons=service.inputs.reasons, actor=actor, teams=teams,
+                reasons=service.inputs.reasons, efficiency=service.inputs.efficiency, actor=actor, teams=teams,
             )  # fmt: skip
         except NotSettled as exc:
             if month is not None:

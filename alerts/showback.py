@@ -44,6 +44,7 @@ from finops.db.hours import pending_hours
 from finops.db.models import Team
 from finops.errors import FinopsError
 from finops.jobs.teams import team_by_name
+from finops.savings.efficiency_policy import EfficiencyPolicy
 from finops.savings.showback import build_statement, statement_period, statement_teams
 from finops.savings.showback_render import (
     cell_text,
@@ -287,12 +288,14 @@ def queue_month(
     actor: str,
     teams: Sequence[str] | None = None,
     reasons: ReasonPolicy = ReasonPolicy(),  # noqa: B008 - frozen dataclass: a safe default
+    efficiency: EfficiencyPolicy = EfficiencyPolicy(),  # noqa: B008 - frozen dataclass: a safe default
 ) -> list[Queued]:
     """Queue the statement of ``month`` (any instant in it) of every team that has one
     (:func:`finops.savings.showback.statement_teams`), or of ``teams``, whose statement is not queued yet; one
     transaction per team (:func:`queue_statement`), so a team that fails leaves the others queued. Returns what was
     done per team, the teams queued before included (not built again). ``reasons``: the waste reasons' thresholds of
-    the statements' idle cost by reason (the ``FINOPS_WASTE_*`` settings).
+    the statements' idle cost by reason (the ``FINOPS_WASTE_*`` settings); ``efficiency``: the SM activity bands and
+    bottleneck rules of their efficiency sections (the ``FINOPS_EFFICIENCY_*`` settings).
 
     Raises :class:`NotSettled` when the month has not ended at ``now`` or ledger hours of it are pending a rollup
     (:func:`finops.db.hours.pending_hours`): nothing is queued then; :class:`finops.analysis.budgets.UnknownTeam` for
@@ -323,8 +326,9 @@ def queue_month(
         # snapshot a concurrent run's commit would leave stale (SQLITE_BUSY) by the time this one writes.
         with sessions() as session:
             statement = build_statement(
-                session, team, start, now, idle_window_seconds=idle_window_seconds, reasons=reasons
-            )
+                session, team, start, now, idle_window_seconds=idle_window_seconds, reasons=reasons,
+                efficiency=efficiency,
+            )  # fmt: skip
         with sessions.begin() as session:
             results.append(
                 queue_statement(

@@ -645,6 +645,13 @@ class NudgeSettings(SettingsGroup):
         description="`mig-candidate`: … whose memory peak is at most this many GiB "
         "(JDS gpu-model-too-powerful `gpu_mem_usage_max: 10`, GB of 1024³ bytes).",
     )
+    nudge_inefficient_gpu_hours: float = Field(
+        24,
+        ge=0,
+        description="`busy-but-inefficient`: a user's GPU-hours of busy-but-inefficient jobs (utilisation and SM "
+        "activity: `FINOPS_EFFICIENCY_*`) over the period from which they are told (as `zero-util-gpu-hours`'s "
+        "default: a day of one GPU; no JDS counterpart).",
+    )
     nudge_email_domain: str = Field(
         "",
         description="E-mail domain of users not in the recipients file: user `alice` is `alice@<domain>` "

@@ -1,5 +1,5 @@
 """``gpu-finops showback``: a team's monthly statement (spend against budget, top jobs and users, idle cost,
-right-sizing savings) printed, written as the e-mail's HTML or CSV, or sent through the alerts outbox as the
+efficiency, right-sizing savings) printed, written as the e-mail's HTML or CSV, or sent through the alerts outbox as the
 scheduler sends it on the first of each month (:mod:`alerts.showback`)."""
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ def showback(
     ),
 ) -> None:
     """The monthly showback statement of each team, or of --team: spend against budget, top jobs and users, idle cost
-    by reason, right-sizing savings. Printed as text by default; --html and --csv write the e-mail's HTML and CSV
-    attachment of one --team; a month not ended yet is shown to date.
+    by reason, efficiency (SM activity, busy-but-inefficient jobs), right-sizing savings. Printed as text by default;
+    --html and --csv write the e-mail's HTML and CSV attachment of one --team; a month not ended yet is shown to
+    date.
 
     --send queues each team's statement for its alert route (e-mail: the whole statement with the CSV; Slack: a
     summary) and delivers it now, once per team and month: a statement queued before, by the scheduler or by hand,
@@ -62,9 +63,12 @@ def showback(
         return
     with sessions() as session:
         teams = [team] if team is not None else statement_teams(session, first, now)
-        window, reasons = settings.idle_window_seconds, settings.reason_policy
+        window, reasons, efficiency = settings.idle_window_seconds, settings.reason_policy, settings.efficiency_policy
         statements = [
-            build_statement(session, name, first, now, idle_window_seconds=window, reasons=reasons) for name in teams
+            build_statement(
+                session, name, first, now, idle_window_seconds=window, reasons=reasons, efficiency=efficiency
+            )
+            for name in teams
         ]
     if html is not None:
         html.write_text(statement_html(statements[0], settings.alert_dashboard_url), encoding="utf-8")

@@ -3,7 +3,7 @@
 Princeton's Job Defense Shield (JDS, https://github.com/PrincetonUniversity/job_defense_shield; its alerts in
 ``docs/alert/*.md``) e-mails Slurm users about their wasteful jobs; these are its GPU alerts over the ledger.
 
-Four kinds (:data:`NUDGE_KINDS`), each one finding per user (:class:`Nudge`) listing the jobs concerned
+Five kinds (:data:`NUDGE_KINDS`), each one finding per user (:class:`Nudge`) listing the jobs concerned
 (:class:`NudgeJob`); thresholds are :class:`NudgePolicy`'s, defaults JDS's:
 
 - ``idle-running-job`` (JDS "Cancel 0% GPU Jobs", ``first_warning_minutes: 60``): a running job with a GPU in an
@@ -32,6 +32,14 @@ Four kinds (:data:`NUDGE_KINDS`), each one finding per user (:class:`Nudge`) lis
   Cost: the job's ``allocated_cost``; the saving is that less the slice's share of it
   (:func:`finops.jobs.mig.mig_share`: compute slices over the GPU's). Fix: that profile
   (:func:`finops.savings.fix_lines.mig_line`).
+- ``busy-but-inefficient`` (no JDS counterpart: JDS reads utilisation only): a user's jobs that kept their GPUs
+  running kernels while the SMs sat mostly empty — the efficiency report's busy-but-inefficient jobs
+  (:func:`finops.savings.efficiency.efficiency_report`: mean utilisation ≥ 0.8 with SM activity measured and below
+  0.5, NVIDIA's DCGM guidance; :attr:`NudgePolicy.efficiency`, the ``FINOPS_EFFICIENCY_*`` settings), when they add
+  up to at least :attr:`NudgePolicy.inefficient_gpu_hours` (24, the zero-utilisation nudge's JDS default: a day of
+  one GPU). A job without profiling data is never one. Cost: the jobs' ``allocated_cost``, with their inactive cost
+  (the allocated cost of their profiled GPU-hours less its SM-active share). Per job its probable bottleneck and the
+  evidence (:mod:`finops.savings.bottlenecks`); fix: the bottleneck rule's usual fix.
 
 The period is the ledger hours starting in [now − period, now); costs are the ledger's (exact decimals, the prices
 in force then); a ledger row of a GPU whose model has no price is unpriced, counted in ``unpriced_gpu_seconds``,
@@ -43,17 +51,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from finops.db.models import Allocation, Gpu, IdleEpisode, Job, Team
 from finops.ledger.costmodel import round_exact
 from finops.pricing.catalog import GIB, PriceCatalog
+from finops.savings.efficiency import efficiency_report
+from finops.savings.efficiency_policy import EfficiencyPolicy
 from finops.savings.fix_lines import cancel_line, mig_line, request_line
 from finops.savings.mig_profiles import MEMORY_HEADROOM, smallest_profile
 from finops.savings.nudge_usage import JobUse, chunks, ledger_uses, peak_memory
@@ -62,7 +72,8 @@ IDLE_RUNNING = "idle-running-job"
 ZERO_UTILIZATION = "zero-util-gpu-hours"
 LOW_EFFICIENCY = "low-gpu-efficiency"
 MIG_CANDIDATE = "mig-candidate"
-NUDGE_KINDS = (IDLE_RUNNING, ZERO_UTILIZATION, LOW_EFFICIENCY, MIG_CANDIDATE)
+BUSY_INEFFICIENT = "busy-but-inefficient"
+NUDGE_KINDS = (IDLE_RUNNING, ZERO_UTILIZATION, LOW_EFFICIENCY, MIG_CANDIDATE, BUSY_INEFFICIENT)
 """Every kind of nudge, as settings, messages and the nudge log name them."""
 
 
@@ -76,8 +87,9 @@ class NudgePolicy:
     ``low_efficiency_ratio`` and ``low_efficiency_gpu_hours``: mean utilisation at or below which, over more than how
     many GPU-hours; ``mig_max_utilization_ratio`` and ``mig_max_memory_bytes``: a single-GPU job at or below both
     is a MIG candidate; ``memory_headroom`` (≥ 1, right-sizing's default): what its memory peak is multiplied by
-    before it is matched to a MIG profile; ``kinds``: the kinds looked for. ValueError for a ratio outside [0, 1], a
-    negative threshold, a headroom below 1 or an unknown kind."""
+    before it is matched to a MIG profile; ``inefficient_gpu_hours``: the GPU-hours of a user's busy-but-inefficient
+    jobs from which they are told, judged under ``efficiency``; ``kinds``: the kinds looked for. ValueError for a
+    ratio outside [0, 1], a negative threshold, a headroom below 1 or an unknown kind."""
 
     period: timedelta = timedelta(days=7)
     idle_running: timedelta = timedelta(hours=1)
@@ -88,13 +100,20 @@ class NudgePolicy:
     mig_max_utilization_ratio: float = 0.20
     mig_max_memory_bytes: int = 10 * GIB
     memory_headroom: Decimal = MEMORY_HEADROOM
+    inefficient_gpu_hours: float = 24.0
+    efficiency: EfficiencyPolicy = field(default_factory=EfficiencyPolicy)
     kinds: frozenset[str] = frozenset(NUDGE_KINDS)
 
     def __post_init__(self) -> None:
         for name in ("low_efficiency_ratio", "mig_max_utilization_ratio"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be a ratio from 0 to 1, not {getattr(self, name)!r}")
-        for name in ("zero_util_gpu_hours", "low_efficiency_gpu_hours", "mig_max_memory_bytes"):
+        for name in (
+            "zero_util_gpu_hours",
+            "low_efficiency_gpu_hours",
+            "mig_max_memory_bytes",
+            "inefficient_gpu_hours",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, not {getattr(self, name)!r}")
         if not self.memory_headroom.is_finite() or self.memory_headroom < 1:
@@ -115,7 +134,8 @@ class NudgeJob:
     no reading); ``cost`` the money the nudge is about in ``currency`` (None: all unpriced), ``unpriced_gpu_seconds``
     of them without a price; ``saving`` (MIG) what a slice would have saved; ``peak_memory_bytes`` (MIG);
     ``profile`` the MIG profile proposed; ``since`` (idle running) when its GPUs became idle; ``fix`` the exact line
-    (:mod:`finops.savings.fix_lines`), or a sentence when no line fixes it, or None."""
+    (:mod:`finops.savings.fix_lines`), or a sentence when no line fixes it, or None. Busy but inefficient: its mean
+    ``sm_active``, ``inactive_cost`` (None: unpriced), probable ``bottleneck`` (its title) and ``evidence``."""
 
     job_id: str
     scheduler: str
@@ -135,6 +155,10 @@ class NudgeJob:
     peak_memory_bytes: int | None = None
     profile: str | None = None
     since: datetime | None = None
+    sm_active: float | None = None
+    inactive_cost: Decimal | None = None
+    bottleneck: str | None = None
+    evidence: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +166,7 @@ class Nudge:
     """One user's finding of one kind over [start, end): the ``jobs`` (largest cost first), the GPU-seconds and
     cost they add up to (``cost`` None when every job is unpriced), ``allocated_cost`` and ``allocated_gpu_seconds``
     of all the user's jobs in the period and ``utilization`` (their mean) for ``low-gpu-efficiency``, ``saving``
-    for ``mig-candidate``, the ``teams`` of the jobs."""
+    for ``mig-candidate``, ``inactive_cost`` for ``busy-but-inefficient``, the ``teams`` of the jobs."""
 
     kind: str
     user: str
@@ -158,6 +182,7 @@ class Nudge:
     allocated_gpu_seconds: float | None = None
     allocated_cost: Decimal | None = None
     saving: Decimal | None = None
+    inactive_cost: Decimal | None = None
 
     @property
     def gpu_hours(self) -> float:
@@ -165,7 +190,7 @@ class Nudge:
         return self.gpu_seconds / 3600
 
 
-# --- the four kinds -------------------------------------------------------------------------------------------
+# --- the kinds -------------------------------------------------------------------------------------------
 
 
 def find_nudges(
@@ -192,6 +217,8 @@ def find_nudges(
                     nudge = build(name, jobs, start, now, policy)
                     if nudge is not None:
                         found.append(nudge)
+    if BUSY_INEFFICIENT in policy.kinds:
+        found += _busy_inefficient(session, start, now, policy, user)
     return sorted(found, key=lambda n: (n.user, NUDGE_KINDS.index(n.kind)))
 
 
@@ -332,6 +359,53 @@ def _mig(user: str, uses: list[JobUse], start: datetime, end: datetime, policy: 
         sum(j.gpu_seconds for j in listed), _sum_cost(listed), sum(j.unpriced_gpu_seconds for j in listed),
         listed[0].currency, saving=sum(savings, Decimal(0)) if savings else None,
     )  # fmt: skip
+
+
+def _busy_inefficient(
+    session: Session, start: datetime, end: datetime, policy: NudgePolicy, user: str | None
+) -> list[Nudge]:
+    """The ``busy-but-inefficient`` nudges (module docstring), from the efficiency report of [start, end)."""
+    report = efficiency_report(session, start, end, policy=policy.efficiency)
+    chosen = [job for job in report.inefficient if job.user and (user is None or job.user == user)]
+    known: dict[int, tuple[str, str, str]] = {}
+    for chunk in chunks(sorted(job.job_pk for job in chosen)):
+        query = (
+            select(Job.id, Job.scheduler, Job.partition, func.min(Gpu.model))
+            .join(Allocation, Allocation.job_pk == Job.id)
+            .join(Gpu, Gpu.id == Allocation.gpu_id)
+            .where(Job.id.in_(chunk))
+            .group_by(Job.id, Job.scheduler, Job.partition)
+        )
+        known.update({pk: (scheduler, partition, model) for pk, scheduler, partition, model in session.execute(query)})
+    by_user: dict[str, list[NudgeJob]] = defaultdict(list)
+    for job in chosen:
+        if job.bottleneck is None or job.job_pk not in known:
+            continue
+        scheduler, partition, model = known[job.job_pk]
+        by_user[job.user].append(
+            NudgeJob(
+                job_id=job.job_id, scheduler=scheduler, name=job.name, team=job.team, partition=partition,
+                gpu_model=model, gpus=job.gpus, gpus_at_zero=0, gpu_seconds=job.gpu_seconds,
+                utilization=job.utilization, cost=job.allocated_cost, unpriced_gpu_seconds=job.unpriced_gpu_seconds,
+                currency=job.currency, fix=job.bottleneck.fix, sm_active=job.sm_active, inactive_cost=job.inactive_cost,
+                bottleneck=job.bottleneck.title, evidence=job.bottleneck.evidence,
+            )
+        )  # fmt: skip
+    nudges = []
+    for name, jobs in by_user.items():
+        seconds = sum(j.gpu_seconds for j in jobs)
+        if seconds < policy.inefficient_gpu_hours * 3600:
+            continue
+        listed = _by_cost(jobs)
+        inactive = [j.inactive_cost for j in listed if j.inactive_cost is not None]
+        nudges.append(
+            Nudge(
+                BUSY_INEFFICIENT, name, tuple(sorted({j.team for j in listed})), start, end, listed, seconds,
+                _sum_cost(listed), sum(j.unpriced_gpu_seconds for j in listed), listed[0].currency,
+                inactive_cost=sum(inactive, Decimal(0)) if inactive else None,
+            )
+        )  # fmt: skip
+    return nudges
 
 
 def _vendor(catalog: PriceCatalog, model: str) -> str | None:

@@ -3,15 +3,27 @@
 Over a period [start, end) (the ledger hours starting in it, as :mod:`finops.analysis.report` reads them), for each
 job that held whole GPUs (:func:`rightsizing`):
 
-- **GPU count.** Each of the job's GPUs has its mean utilisation over the job's ledger rows of the period:
-  Σ ``used_gpu_seconds`` ÷ Σ ``seconds`` of its metered rows (rows with samples). A GPU whose mean is at or below
-  :attr:`RightsizingPolicy.idle_ratio` (default 5 %: the idle detection's default threshold, DESIGN.md
-  "Idle episode", ``FINOPS_IDLE_THRESHOLD_RATIO``) is idle; the others are busy (k of them). A job that requested N
+- **Use of a GPU.** Each of the job's GPUs has its mean **use** over the job's ledger rows of the period: Σ use ÷
+  Σ ``seconds`` of its metered rows (rows with samples), where a row's use is, over the ``profiled_seconds`` of a row
+  that measured SM activity, ``sm_active_ratio`` × those seconds, and over the rest of its seconds its utilisation
+  (``used_gpu_seconds`` ÷ ``seconds``) × those seconds — the row's utilisation standing for its unprofiled readings'.
+  A row without SM activity is judged by utilisation alone. Why: utilisation
+  (``utilization.gpu``, DCGM_FI_DEV_GPU_UTIL) is, in NVIDIA's words (nvidia-smi), the "percent of time over the
+  past sample period during which one or more kernels was executing on the GPU", so one small kernel, or collective
+  kernels spinning while they wait on peers, reads 100 %; SM activity (DCGM_FI_PROF_SM_ACTIVE, NVML GPM
+  ``SM_UTIL``) is "the fraction of time at least one warp was active on a multiprocessor, averaged over all
+  multiprocessors", and DCGM's user guide ("Feature Overview" → "Profiling Metrics") reads a value below 0.5 as
+  likely "ineffective GPU usage" (:mod:`finops.savings.efficiency_policy`). Where it is measured, SM activity says
+  how much of the GPU was used; where it is not, utilisation is all there is. A finding says which measure it used
+  (:attr:`~finops.savings.rightsizing_policy.JobFinding.measure`) beside both means.
+- **GPU count.** A GPU whose mean use is at or below :attr:`RightsizingPolicy.idle_ratio` (default 5 %: the idle
+  detection's default threshold, DESIGN.md "Idle episode", ``FINOPS_IDLE_THRESHOLD_RATIO``) is idle; the others
+  are busy (k of them). A job that requested N
   GPUs and kept k < N busy would have needed max(k, 1): the idle GPUs, least used first, are dropped, keeping at
   least the busiest one (a GPU without readings is kept: nothing says it was idle). The GPU-hours and cost saved are
   those the ledger allocated to the dropped GPUs (:attr:`~finops.db.models.LedgerEntry.allocated_cost`, the prices
   in force at the time), exact to the ledger's quantum.
-- **Memory.** When the kept GPUs' mean utilisation is at or below :attr:`RightsizingPolicy.low_utilization_ratio`
+- **Memory.** When the kept GPUs' mean use is at or below :attr:`RightsizingPolicy.low_utilization_ratio`
   (default 15 %, Job Defense Shield's ``gpu_util_threshold`` for jobs that "could have used a less powerful GPU
   model or MIG": the job does not need the whole GPU's compute, which a smaller model or a MIG slice lacks), the
   job's memory peak — the most memory in use on any of its GPUs while it held them, from ``gpu_samples``
@@ -29,7 +41,7 @@ job that held whole GPUs (:func:`rightsizing`):
   - **Smaller model**: the cheapest catalog model of the same vendor whose memory holds it and whose rate in the
     job's pricing model is below its own; saving = kept GPU-hours × (rate − smaller rate).
 
-  Both at the catalog's prices at ``priced_at`` (current prices). A job at low utilisation without any memory
+  Both at the catalog's prices at ``priced_at`` (current prices). A job at low use without any memory
   reading is listed with a note saying its memory is unknown, never dropped.
 
 A job's **saving** is its GPU-count saving plus the larger of its MIG and smaller-model savings (these apply to the
@@ -79,8 +91,10 @@ compilation took longer (~2.4 s a query on a month) than the index lookups it wo
 
 @dataclass(slots=True)
 class _GpuUse:
-    """One GPU's rows of one job in the period: seconds, metered seconds, used GPU-seconds, priced cost, seconds
-    without a price."""
+    """One GPU's rows of one job in the period: seconds, metered seconds, used GPU-seconds (utilisation), priced
+    cost, seconds without a price; ``sm_seconds`` of the metered seconds measured SM activity, ``sm_active_seconds``
+    = Σ their SM activity × seconds, ``sm_used_seconds`` = the utilisation's GPU-seconds over them (module
+    docstring, "Use of a GPU")."""
 
     gpu_id: int
     seconds: int
@@ -88,10 +102,21 @@ class _GpuUse:
     used_gpu_seconds: float
     cost: Decimal
     unpriced_seconds: int
+    sm_seconds: int = 0
+    sm_active_seconds: float = 0.0
+    sm_used_seconds: float = 0.0
+
+    @property
+    def use_seconds(self) -> float:
+        """GPU-seconds of use: SM activity over the seconds that measured it, utilisation over the rest."""
+        if not self.sm_seconds:
+            return self.used_gpu_seconds
+        return self.used_gpu_seconds - self.sm_used_seconds + self.sm_active_seconds
 
     @property
     def mean(self) -> float | None:
-        return self.used_gpu_seconds / self.metered_seconds if self.metered_seconds else None
+        """Mean use over the metered seconds (None: no reading)."""
+        return self.use_seconds / self.metered_seconds if self.metered_seconds else None
 
 
 @dataclass(slots=True)
@@ -144,6 +169,7 @@ def rightsizing(
 def _job_uses(session: Session, conditions: list[ColumnElement[bool]]) -> dict[int, _JobUse]:
     """Per job id, its GPUs' sums over the ledger rows ``conditions`` select."""
     metered = LedgerEntry.sample_count > 0
+    sm_measured = metered & (LedgerEntry.seconds > 0) & LedgerEntry.sm_active_ratio.is_not(None)
     query = (
         select(
             LedgerEntry.job_pk,
@@ -155,6 +181,16 @@ def _job_uses(session: Session, conditions: list[ColumnElement[bool]]) -> dict[i
             func.sum(case((metered, LedgerEntry.used_gpu_seconds), else_=0.0)).label("used_gpu_seconds"),
             func.sum(LedgerEntry.allocated_cost).label("cost"),
             func.sum(case((LedgerEntry.allocated_cost.is_(None), LedgerEntry.seconds), else_=0)).label("unpriced"),
+            func.sum(case((sm_measured, LedgerEntry.profiled_seconds), else_=0)).label("sm_seconds"),
+            func.sum(case((sm_measured, LedgerEntry.profiled_seconds * LedgerEntry.sm_active_ratio), else_=0.0)).label(
+                "sm_active_seconds"
+            ),
+            func.sum(
+                case(
+                    (sm_measured, LedgerEntry.used_gpu_seconds * LedgerEntry.profiled_seconds / LedgerEntry.seconds),
+                    else_=0.0,
+                )
+            ).label("sm_used_seconds"),
         )
         .where(*conditions)
         .group_by(LedgerEntry.job_pk, LedgerEntry.gpu_id, LedgerEntry.pricing_model)
@@ -175,6 +211,9 @@ def _job_uses(session: Session, conditions: list[ColumnElement[bool]]) -> dict[i
         gpu.used_gpu_seconds += float(r.used_gpu_seconds)
         gpu.cost += Decimal(r.cost) if r.cost is not None else Decimal(0)
         gpu.unpriced_seconds += int(r.unpriced)
+        gpu.sm_seconds += int(r.sm_seconds or 0)
+        gpu.sm_active_seconds += float(r.sm_active_seconds or 0.0)
+        gpu.sm_used_seconds += float(r.sm_used_seconds or 0.0)
     return uses
 
 
@@ -318,14 +357,15 @@ class _Draft:
 
     @staticmethod
     def of(job: _JobRow, use: _JobUse, context: _Context) -> _Draft:
-        """Which of the job's GPUs are idle and which it keeps; whether the kept ones are at low utilisation."""
+        """Which of the job's GPUs are idle and which it keeps; whether the kept ones are at low use (module
+        docstring: SM activity where measured, else utilisation)."""
         metered = sorted((g for g in use.gpus if g.metered_seconds), key=lambda g: (g.mean or 0.0, g.gpu_id))
         idle = [g for g in metered if (g.mean or 0.0) <= context.policy.idle_ratio]
         dropped = idle if len(idle) < len(use.gpus) else idle[:-1]
         dropped_ids = {g.gpu_id for g in dropped}
         kept = [g for g in use.gpus if g.gpu_id not in dropped_ids]
         kept_metered = sum(g.metered_seconds for g in kept)
-        kept_mean = sum(g.used_gpu_seconds for g in kept) / kept_metered if kept_metered else None
+        kept_mean = sum(g.use_seconds for g in kept) / kept_metered if kept_metered else None
         by_model = Counter[str]()
         for g in use.gpus:
             by_model[context.gpus[g.gpu_id][0]] += g.seconds
@@ -363,6 +403,7 @@ class _Draft:
         if not self.dropped and memory.empty and not (self.low_utilization and peak is None):
             return None
         metered = sum(g.metered_seconds for g in use.gpus)
+        sm_seconds = sum(g.sm_seconds for g in use.gpus)
         return JobFinding(
             job_pk=job.id, job_id=job.job_id, name=job.name, scheduler=job.scheduler, cluster=job.cluster,
             user=job.user, account=job.account, team=job.team, partition=job.partition, start=job.start, end=job.end,
@@ -372,6 +413,8 @@ class _Draft:
             gpu_seconds=sum(g.seconds for g in use.gpus),
             allocated_cost=sum((g.cost for g in use.gpus), Decimal(0)) if priced else None,
             mean_utilization=sum(g.used_gpu_seconds for g in use.gpus) / metered if metered else None,
+            sm_active=sum(g.sm_active_seconds for g in use.gpus) / sm_seconds if sm_seconds else None,
+            sm_active_share=sm_seconds / metered if metered else None,
             saved_gpu_seconds=sum(g.seconds for g in self.dropped),
             count_saving=sum((g.cost for g in self.dropped), Decimal(0)) if self.dropped and priced else None,
             memory_peak_bytes=peak if self.low_utilization else None,

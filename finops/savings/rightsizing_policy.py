@@ -13,7 +13,8 @@ from finops.savings.mig_profiles import MEMORY_HEADROOM
 @dataclass(frozen=True, slots=True)
 class RightsizingPolicy:
     """The thresholds of :func:`rightsizing` (module docstring): ``idle_ratio`` and ``low_utilization_ratio`` are
-    mean utilisation ratios in [0, 1]; ``memory_headroom`` ≥ 1 multiplies the memory peak. ValueError otherwise."""
+    ratios in [0, 1] of a GPU's mean use (SM activity where measured, utilisation elsewhere); ``memory_headroom``
+    ≥ 1 multiplies the memory peak. ValueError otherwise."""
 
     idle_ratio: float = 0.05
     low_utilization_ratio: float = 0.15
@@ -37,7 +38,11 @@ class JobFinding:
     Counts: ``gpus_requested`` (AllocTRES ``gres/gpu``, the pod's GPU limit), ``gpus_held`` (GPUs with ledger rows in
     the period), ``gpus_busy`` (mean utilisation above the idle ratio), ``gpus_unmetered`` (no reading),
     ``gpus_suggested`` (the request that suffices). ``gpu_seconds`` are the job's GPU-seconds in the period,
-    ``allocated_cost`` their ledger cost (None: unpriced), ``mean_utilization`` its metered mean (None: no reading).
+    ``allocated_cost`` their ledger cost (None: unpriced), ``mean_utilization`` its metered mean (None: no reading),
+    ``sm_active`` its mean SM activity over the GPU-seconds that measured it (None: not measured) and
+    ``sm_active_share`` the share of its metered GPU-seconds that did (None: no reading): where SM activity was
+    measured, it, not utilisation, judged the GPUs' use (:attr:`measure`; module docstring of
+    :mod:`finops.savings.rightsizing`).
     Savings are exact decimals in ``currency`` (None: unpriced, or not applicable): ``count_saving`` over
     ``saved_gpu_seconds``; ``mig_saving`` for ``mig_profile``; ``smaller_model_saving`` for ``smaller_model``
     (``smaller_model_in_fleet``: the database has GPUs of it). ``memory_peak_bytes``: None when not read (the job
@@ -79,6 +84,17 @@ class JobFinding:
     mig_fix: str | None
     model_fix: str | None
     notes: tuple[str, ...] = ()
+    sm_active: float | None = None
+    sm_active_share: float | None = None
+
+    @property
+    def measure(self) -> str:
+        """What judged the job's GPUs: :data:`SM_ACTIVITY` (every metered GPU-second measured SM activity),
+        :data:`UTILIZATION` (none did), or :data:`BOTH` (some did: SM activity there, utilisation over the rest)."""
+        share = self.sm_active_share or 0.0
+        if share <= 0:
+            return UTILIZATION
+        return SM_ACTIVITY if share >= 1 else BOTH
 
     @property
     def memory_saving(self) -> Decimal | None:
@@ -103,6 +119,10 @@ class JobFinding:
         return any(note.startswith(NO_MEMORY_READING) for note in self.notes)
 
 
+SM_ACTIVITY = "SM activity"
+UTILIZATION = "utilisation"
+BOTH = "SM activity and utilisation"
+"""The measures a :class:`JobFinding` was judged by (:attr:`JobFinding.measure`)."""
 NO_MEMORY_READING = "no memory reading"
 """How a :class:`JobFinding` note starts when the job's memory in use is unknown."""
 

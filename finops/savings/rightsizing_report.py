@@ -12,7 +12,7 @@ from typing import Any, Literal
 from finops.analysis.report import dicts_csv
 from finops.ledger.costmodel import SECONDS_PER_HOUR, round_preserving_total
 from finops.pricing.catalog import GIB
-from finops.savings.rightsizing_policy import JobFinding, RightsizingReport
+from finops.savings.rightsizing_policy import BOTH, UTILIZATION, JobFinding, RightsizingReport
 
 GroupBy = Literal["job", "user", "team"]
 GROUP_BYS: tuple[GroupBy, ...] = ("job", "user", "team")
@@ -62,6 +62,23 @@ def rightsizing_totals(findings: Sequence[JobFinding], by: Literal["user", "team
     return sorted(totals, key=lambda t: (-t.saving, -t.saved_gpu_seconds, t.key))
 
 
+def _ratio(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def measure_line(finding: JobFinding) -> str | None:
+    """What judged a finding's GPUs when SM activity did, with both means, so a reader sees why a job that looks
+    busy by utilisation is listed: ``judged by SM activity: 10.0 % (utilisation 100.0 %)``, ``… over 40.0 % of its
+    metered GPU-seconds, utilisation over the rest``; None when utilisation alone judged it."""
+    if finding.measure == UTILIZATION or finding.sm_active is None:
+        return None
+    utilization = "no reading" if finding.mean_utilization is None else f"{finding.mean_utilization:.1%}"
+    text = f"judged by SM activity: {finding.sm_active:.1%} (utilisation {utilization})"
+    if finding.measure == BOTH:
+        text += f" over {finding.sm_active_share or 0.0:.1%} of its metered GPU-seconds, utilisation over the rest"
+    return text
+
+
 def _hours(seconds: float) -> float:
     return round(seconds / SECONDS_PER_HOUR, 6)
 
@@ -82,7 +99,8 @@ _FINDING_MONEY = ("allocated_cost", "count_saving", "mig_saving", "smaller_model
 
 def finding_dicts(findings: Sequence[JobFinding]) -> list[dict[str, Any]]:
     """JSON-ready findings: the :class:`JobFinding` fields (times ISO 8601 UTC, GPU-seconds also as
-    ``gpu_hours`` and ``saved_gpu_hours``, ``memory_peak_gib``), ``memory_saving``, ``saving``, ``fixes``; money as
+    ``gpu_hours`` and ``saved_gpu_hours``, ``memory_peak_gib``, ratios to 4 decimals), ``measure`` (``SM activity``,
+    ``utilisation`` or ``SM activity and utilisation``), ``memory_saving``, ``saving``, ``fixes``; money as
     decimal strings in cents that add up to the rounded totals, None when unpriced or not applicable."""
     money = {name: _cents([getattr(f, name) for f in findings]) for name in _FINDING_MONEY}
     rows = []
@@ -96,7 +114,8 @@ def finding_dicts(findings: Sequence[JobFinding]) -> list[dict[str, Any]]:
                 "gpus_requested": f.gpus_requested, "gpus_held": f.gpus_held, "gpus_busy": f.gpus_busy,
                 "gpus_unmetered": f.gpus_unmetered, "gpus_suggested": f.gpus_suggested,
                 "gpu_hours": _hours(f.gpu_seconds), "saved_gpu_hours": _hours(f.saved_gpu_seconds),
-                "mean_utilization": None if f.mean_utilization is None else round(f.mean_utilization, 4),
+                "mean_utilization": _ratio(f.mean_utilization), "sm_active": _ratio(f.sm_active),
+                "sm_active_share": _ratio(f.sm_active_share), "measure": f.measure,
                 "memory_peak_gib": None if f.memory_peak_bytes is None else round(f.memory_peak_bytes / GIB, 3),
                 "mig_profile": f.mig_profile, "smaller_model": f.smaller_model,
                 "smaller_model_in_fleet": f.smaller_model_in_fleet,
@@ -149,13 +168,14 @@ def rightsizing_csv(report: RightsizingReport, by: GroupBy) -> str:
 
 
 def rightsizing_table(report: RightsizingReport, by: GroupBy) -> str:
-    """The report as a fixed-width text table with a TOTAL line, then (by job) each finding's fixes and notes, and a
-    line on the jobs examined and the thresholds."""
+    """The report as a fixed-width text table with a TOTAL line, then (by job) each finding's measure when SM
+    activity judged it (:func:`measure_line`), fixes and notes, and a line on the jobs examined and the thresholds."""
     rows = rightsizing_dicts(report, by)
     policy = report.policy
     footer = (
         f"{report.jobs_examined} jobs on whole GPUs examined ({report.jobs_unmetered} without readings, not judged); "
-        f"idle GPU: mean utilisation ≤ {policy.idle_ratio:.0%}; MIG slice or smaller model: mean ≤ "
+        f"a GPU's use: SM activity where measured, else utilisation; idle GPU: mean use ≤ {policy.idle_ratio:.0%}; "
+        f"MIG slice or smaller model: mean ≤ "
         f"{policy.low_utilization_ratio:.0%} and memory peak × {policy.memory_headroom} fits; memory savings at "
         f"prices of {report.priced_at:%Y-%m-%d %H:%M} UTC"
     )
@@ -189,8 +209,9 @@ def rightsizing_table(report: RightsizingReport, by: GroupBy) -> str:
             "  ".join(c.ljust(w) if k in _TEXT else c.rjust(w) for k, c, w in zip(keys, line, widths, strict=True))
         )
     if by == "job":
-        for row in rows:
-            for text in [*row["fixes"], *row["notes"]]:
+        for row, finding in zip(rows, report.findings, strict=True):
+            judged = measure_line(finding)
+            for text in [*([judged] if judged else []), *row["fixes"], *row["notes"]]:
                 out.append(f"{row['job']}: {text}")
     out.append(footer)
     return "\n".join(line.rstrip() for line in out)

@@ -1,5 +1,5 @@
 """The monthly showback statement of one team: what its GPUs cost in a month, against its budget, who and what spent
-it, what of it was idle and why, and what right-sizing would save.
+it, what of it was idle and why, how much of its GPUs' SMs it kept busy, and what right-sizing would save.
 
 A :class:`Statement` is pure data, made by :func:`build_statement` from the ledger: the team, the month, the period it
 covers [start, end) (the whole month once the month has ended, else the month to date), the currency, and a list of
@@ -24,7 +24,11 @@ Sections, in order (their :attr:`Section.key`):
   GPU-hour under its reason; for ``no reading``, the allocated cost of the GPU-hours without readings), in the
   reasons' precedence; the note adds the idle episodes overlapping the period
   (:func:`finops.analysis.idle.episode_totals`).
-- ``rightsizing``: the savings of right-sizing, one :class:`Saving` per job (:mod:`finops.savings.rightsizing`).
+- ``efficiency`` and ``inefficient_jobs``: the team's SM activity, band, profiled share, SM-active and inactive
+  cost, and its busy-but-inefficient jobs with their probable bottleneck, from the efficiency report
+  (:mod:`finops.savings.showback_efficiency`); *not measured*, with the fix, for a team without profiling data.
+- ``rightsizing``: the savings of right-sizing, one :class:`Saving` per job (:mod:`finops.savings.rightsizing`),
+  which judges a GPU's use by SM activity where it was measured.
 """
 
 from __future__ import annotations
@@ -45,8 +49,11 @@ from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Budget, Team
 from finops.ledger.costmodel import CENT, float_decimal, quantize, round_preserving_total
 from finops.pricing.catalog import load_catalog
 from finops.pricing.store import catalog_in_force
+from finops.savings.efficiency import efficiency_report
+from finops.savings.efficiency_policy import EfficiencyPolicy
 from finops.savings.rightsizing import rightsizing
 from finops.savings.rightsizing_policy import JobFinding
+from finops.savings.showback_efficiency import efficiency_sections
 from finops.savings.showback_statement import Cell, Column, IdleReason, Saving, Section, Statement, money, sum_cells
 from finops.savings.waste_costs import BUSY_JOB_TITLE, ReasonCost, idle_cost_by_reason
 from finops.timeutil import month_start, next_month_start
@@ -105,10 +112,12 @@ def build_statement(
     *,
     idle_window_seconds: int = 1800,
     reasons: ReasonPolicy = ReasonPolicy(),  # noqa: B008 - frozen dataclass: a safe default
+    efficiency: EfficiencyPolicy = EfficiencyPolicy(),  # noqa: B008 - frozen dataclass: a safe default
 ) -> Statement:
     """The statement of ``team`` for ``month`` (any instant in it) as the ledger has it at ``now`` (module
     docstring). ``idle_window_seconds``: the idle policy's window, named in the idle section's note; ``reasons``: the
-    waste reasons' thresholds (the ``FINOPS_WASTE_*`` settings), as ``gpu-finops report --by reason`` takes them.
+    waste reasons' thresholds (the ``FINOPS_WASTE_*`` settings), as ``gpu-finops report --by reason`` takes them;
+    ``efficiency``: the bands' and bottlenecks' (the ``FINOPS_EFFICIENCY_*`` settings), as ``--by efficiency``.
 
     Raises :class:`finops.analysis.budgets.UnknownTeam` for a team with no jobs, rules, ledger hours or budgets
     (the message lists the known ones), ValueError for a month that has not begun."""
@@ -129,6 +138,9 @@ def build_statement(
 
     idle_rows = idle_reasons(idle_cost_by_reason(session, start, end, team=team, policy=reasons))
     savings = team_savings(rightsizing(session, start, end, catalog=catalog, priced_at=now, team=team).findings)
+    efficient = efficiency_sections(
+        efficiency_report(session, start, end, policy=efficiency, team=team), team, max_rows=MAX_ROWS
+    )
 
     sections = (
         _spend_section(row, spent, unpriced_text=_unpriced_note(unpriced)),
@@ -136,6 +148,7 @@ def build_statement(
         _jobs_section(jobs),
         _users_section(users),
         idle_section(idle_rows, episode_totals(episodes), idle_window_seconds),
+        *efficient,
         rightsizing_section(savings),
     )
     whole = next((s for s in statuses if not s.project), None)

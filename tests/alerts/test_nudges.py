@@ -25,7 +25,16 @@ from alerts.service import AlertRunner, AlertService
 from alerts.slack import slack_payload
 from alerts.webhooks import WebhookPolicy
 from finops.analysis.idle import IdlePolicy
-from finops.savings.nudges import IDLE_RUNNING, LOW_EFFICIENCY, MIG_CANDIDATE, ZERO_UTILIZATION, NudgePolicy
+from finops.savings.bottlenecks import BOTTLENECKS, MEMORY_BOUND
+from finops.savings.nudges import (
+    BUSY_INEFFICIENT,
+    IDLE_RUNNING,
+    LOW_EFFICIENCY,
+    MIG_CANDIDATE,
+    NUDGE_KINDS,
+    ZERO_UTILIZATION,
+    NudgePolicy,
+)
 from finops.service.cost_metrics import CostMetrics
 from finops.service.scheduler import start_scheduler
 from finops.settings import Settings
@@ -36,6 +45,7 @@ from tests.support.alert_servers import Mailbox, Webhook, starttls_smtp
 from tests.support.certificates import Certificates
 from tests.support.nudge_cluster import (
     PRICING,
+    busy_inefficient_users,
     idle_running_users,
     low_efficiency_users,
     mig_users,
@@ -189,6 +199,12 @@ def test_the_settings_make_the_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     assert service.policy.idle_fresh == timedelta(seconds=60 + 150)
     assert service.recipients.targets("u123") == [("email", "u123@example.edu")]
     assert (service.policy.zero_util_gpu_hours, service.policy.low_efficiency_ratio) == (24, 0.25)
+    monkeypatch.delenv("FINOPS_NUDGE_KINDS")
+    monkeypatch.setenv("FINOPS_NUDGE_INEFFICIENT_GPU_HOURS", "48")
+    monkeypatch.setenv("FINOPS_EFFICIENCY_INEFFECTIVE_RATIO", "0.4")
+    service = NudgeService.from_settings(Settings())
+    assert service.policy.kinds == set(NUDGE_KINDS) and BUSY_INEFFICIENT in service.policy.kinds, "on by default"
+    assert service.policy.inefficient_gpu_hours == 48 and service.policy.efficiency.ineffective_ratio == 0.4
     monkeypatch.setenv("FINOPS_NUDGE_KINDS", "idle")
     with pytest.raises(ValueError, match="'idle' is not a kind of nudge"):
         Settings()
@@ -247,3 +263,41 @@ def test_the_scheduler_sends_each_nudge_once_by_email_and_slack(sessions, tmp_pa
     assert slack["blocks"][1]["text"]["text"].startswith("<@U0IDA> 1 running job of user ida (team vision)")
     facts = [f["text"] for block in slack["blocks"][2:] for f in block.get("fields", [])]
     assert any(f.startswith("*Job 7401 (job-7401)*") and f.endswith("Fix: scancel 7401") for f in facts)
+
+
+def test_busy_but_inefficient_messages_say_the_bottleneck_and_repeat_weekly(sessions) -> None:  # type: ignore[no-untyped-def]
+    """pia's message: her job's utilisation and SM activity, cost and inactive cost, probable bottleneck with its
+    evidence and the rule's usual fix; then the nudge log's once-a-week rule, as for the other kinds."""
+    now = minute_floor(utc_now())
+    busy_inefficient_users(Cluster(sessions), now)
+    roll_up(sessions, now)
+    service = NudgeService(recipients=DOMAIN, dashboard_url="http://127.0.0.1:8501")
+    with sessions() as session:
+        (planned,) = plan_nudges(session, service, now)
+    nudge, message = planned.nudge, planned.message
+    assert (nudge.user, nudge.kind, planned.status) == ("pia", BUSY_INEFFICIENT, "due")
+    cost, inactive = money(nudge.cost or 0, "USD"), money(nudge.inactive_cost or 0, "USD")
+    assert message.title == "1 job busy but inefficient in 7 days: user pia" and message.severity == "info"
+    assert message.summary.startswith(
+        "Over the last 7 days, 1 job of user pia (team vision) kept its GPUs running kernels (80 % utilisation or "
+        "more) while SM activity stayed below 50 %"
+    )
+    assert f"They cost {cost}, {inactive} of it for empty SMs." in message.summary
+    fields = dict(message.fields)
+    assert (fields["GPU-hours"], fields["Cost"], fields["Inactive cost"]) == ("28.0", cost, inactive)
+    assert fields["Job 7501 (job-7501)"] == (
+        f"4 GPUs (NVIDIA H100 80GB HBM3), 95 % utilisation but 20 % SM activity over 28.0 GPU-hours, {cost} "
+        f"({inactive} of it for empty SMs). Probable bottleneck: memory-bound (DRAM active 0.75, SM active 0.20, "
+        f"tensor active 0.00). Fix: {BOTTLENECKS[MEMORY_BOUND].fix}"
+    )
+    assert message.link == ("Open in gpu-finops", "http://127.0.0.1:8501/savings")
+
+    def send(at):  # type: ignore[no-untyped-def]
+        with sessions.begin() as session:
+            return [(p.nudge.user, p.nudge.kind, p.status) for p in send_nudges(session, service, at)]
+
+    assert send(now) == [("pia", BUSY_INEFFICIENT, "sent")]
+    assert send(now + timedelta(hours=1)) == [("pia", BUSY_INEFFICIENT, "suppressed")]
+    with sessions() as session:
+        (row,) = session.scalars(select(NudgeLog))
+        assert (row.user, row.kind, row.jobs) == ("pia", BUSY_INEFFICIENT, ["7501"])

@@ -24,11 +24,13 @@ from alerts.delivery import Channels
 from alerts.mail import SmtpSettings
 from alerts.models import AlertDelivery, ShowbackStatement
 from alerts.service import AlertRunner, AlertService
-from alerts.showback import Queued, queue_month
+from alerts.showback import Queued, queue_month, statement_email
 from alerts.webhooks import WebhookPolicy
 from finops.analysis.idle import IdlePolicy
 from finops.db.models import AuditEntry
+from finops.ledger.costmodel import CENT, quantize
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
+from finops.savings.showback import build_statement
 from finops.service.cost_metrics import CostMetrics
 from finops.service.scheduler import start_scheduler
 from finops.timeutil import utc_now
@@ -231,3 +233,33 @@ def test_a_route_without_a_target_records_nothing_until_it_has_one(sessions: ses
     later = AlertService(parse_config({"default_route": {"email": ["gpu-ops@example.org"]}, "rules": QUIET}, "test"))
     done = AlertRunner(later, sessions, clock=lambda: scenario.NOW).showback()
     assert [(q.team, q.queued, q.route) for q in done] == [("nlp", True, "default"), ("vision", True, "default")]
+
+
+def test_the_email_carries_the_efficiency_sections(sessions: sessionmaker[Session]) -> None:
+    """A profiled month (:data:`tests.support.showback_scenario.PROFILED`): the e-mail's text, HTML and CSV give
+    vision's SM activity and band and its busy-but-inefficient job with its bottleneck and inactive cost; nlp's
+    says not measured, with the fix."""
+    scenario.seed(sessions, profiled=True)
+    r = scenario.rate()
+    with sessions() as session:
+        vision = build_statement(session, "vision", scenario.MONTH, scenario.NOW)
+        nlp = build_statement(session, "nlp", scenario.MONTH, scenario.NOW)
+    document = statement_email(vision, DASHBOARD).document
+    assert document is not None
+    inactive, allocated = (_money(quantize(share * r, CENT)) for share in (Decimal(3), Decimal(4)))
+    assert "Busy but inefficient jobs" in document.text and "memory-bound" in document.text
+    parser = _Cells()
+    parser.feed(document.html)
+    rows = [row for row in parser.rows if row]
+    assert ["SM activity", "17.0 %"] in rows and ["Band", "ineffective"] in rows
+    assert ["Profiled GPU-hours", "100.0 %"] in rows
+    assert ["Inactive cost", f"{_money(quantize(Decimal('9.125') * r, CENT))} USD"] in rows
+    assert ["Job", "User", "Probable bottleneck", "Utilisation", "SM activity", "Cost", "Inactive"] in rows
+    assert ["7001", "mei", "memory-bound", "95.0 %", "25.0 %", allocated, inactive] in rows
+    (attachment,) = document.attachments
+    (job,) = [r for r in csv.DictReader(io.StringIO(attachment.content)) if r["section"] == "inefficient_jobs"]
+    assert (job["job"], job["bottleneck"], job["inactive_cost"]) == ("7001", "memory-bound", inactive.replace(",", ""))
+
+    unmeasured = statement_email(nlp, DASHBOARD).document
+    assert unmeasured is not None
+    assert "SM activity: not measured" in unmeasured.html and "docs/collector.md#hardware-activity" in unmeasured.html

@@ -55,6 +55,7 @@ def test_rightsizing_command_and_api(sessions) -> None:  # type: ignore[no-untyp
         assert [row["job"] for row in rows] == ["701", "706", "702", "704"]
         assert rows[0]["fixes"] == ["#SBATCH --gres=gpu:h100:1"] and rows[0]["gpus_suggested"] == 1
         assert rows[2]["mig_profile"] == "1g.10gb" and rows[3]["notes"][0].startswith("no memory reading")
+        assert {row["measure"] for row in rows} == {"utilisation"} and rows[0]["sm_active"] is None
 
         alpha = get("alpha")
         assert alpha.status_code == 200 and [row["job"] for row in alpha.json()["rows"]] == ["701", "706"]

@@ -14,8 +14,10 @@ from finops.analysis.idle import list_episodes
 from finops.db.models import Gpu, Node, TsdbGpuMetering
 from finops.ledger.costmodel import round_exact
 from finops.pricing.catalog import GIB, load_catalog
+from finops.savings.bottlenecks import BOTTLENECKS, MEMORY_BOUND
 from finops.savings.nudge_usage import NO_GPU_USED
 from finops.savings.nudges import (
+    BUSY_INEFFICIENT,
     IDLE_RUNNING,
     LOW_EFFICIENCY,
     MIG_CANDIDATE,
@@ -27,6 +29,7 @@ from finops.savings.nudges import (
 from finops.timeutil import utc_now
 from tests.support.alert_cluster import Cluster, minute_floor
 from tests.support.nudge_cluster import (
+    busy_inefficient_users,
     hour_rate,
     idle_running_users,
     low_efficiency_users,
@@ -171,3 +174,32 @@ def test_the_policy_refuses_nonsense() -> None:
         NudgePolicy(kinds=frozenset({"idle"}))
     with pytest.raises(ValueError, match="memory_headroom must be at least 1"):
         NudgePolicy(memory_headroom=Decimal("0.5"))
+    with pytest.raises(ValueError, match="inefficient_gpu_hours must not be negative"):
+        NudgePolicy(inefficient_gpu_hours=-1)
+
+
+def test_busy_but_inefficient_jobs_over_24_gpu_hours_are_a_nudge_with_their_bottleneck(sessions) -> None:  # type: ignore[no-untyped-def]
+    """pia's job kept 4 GPUs at 95 % utilisation and SM activity 0.2 for 7 h: told, with the bottleneck, its evidence
+    and its usual fix; quin's 14 GPU-hours are under 24; ros's GPUs carried no profiling field: never told."""
+    now = minute_floor(utc_now())
+    busy_inefficient_users(Cluster(sessions), now)
+    roll_up(sessions, now)
+    found = _found(sessions, now)
+    assert set(found) == {("pia", BUSY_INEFFICIENT)}
+    nudge = found["pia", BUSY_INEFFICIENT]
+    (job,) = nudge.jobs
+    assert (job.job_id, job.gpus, job.gpu_model, job.scheduler) == ("7501", 4, "NVIDIA H100 80GB HBM3", "slurm")
+    assert (job.utilization, job.sm_active) == (pytest.approx(0.95), pytest.approx(0.2))
+    assert job.bottleneck == "memory-bound" and job.evidence == "DRAM active 0.75, SM active 0.20, tensor active 0.00"
+    assert job.fix == BOTTLENECKS[MEMORY_BOUND].fix
+    cost = 28 * hour_rate(start_hour(now))
+    assert nudge.gpu_hours == 28.0 and nudge.cost == job.cost == cost
+    assert nudge.inactive_cost == job.inactive_cost == pytest.approx(cost * Decimal("0.8"), abs=Decimal("0.00001"))
+    assert nudge.teams == ("vision",)
+
+    lower = _found(sessions, now, NudgePolicy(inefficient_gpu_hours=10))
+    assert set(lower) == {("pia", BUSY_INEFFICIENT), ("quin", BUSY_INEFFICIENT)}
+    assert _found(sessions, now, user="quin", policy=NudgePolicy(inefficient_gpu_hours=10)).keys() == {
+        ("quin", BUSY_INEFFICIENT)
+    }
+    assert _found(sessions, now, NudgePolicy(kinds=frozenset({ZERO_UTILIZATION}))) == {}

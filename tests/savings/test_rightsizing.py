@@ -4,6 +4,7 @@ said, thresholds, filters, totals and memory from the TSDB mode's segments."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from fractions import Fraction
@@ -16,7 +17,13 @@ from finops.ledger.costmodel import round_exact
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.savings.rightsizing import rightsizing
 from finops.savings.rightsizing_policy import NO_MEMORY_READING, RightsizingPolicy
-from finops.savings.rightsizing_report import finding_dicts, rightsizing_totals, total_dicts
+from finops.savings.rightsizing_report import (
+    finding_dicts,
+    measure_line,
+    rightsizing_table,
+    rightsizing_totals,
+    total_dicts,
+)
 from tests.support import rightsizing_scenario as rs
 
 ON_DEMAND = PricingModel.ON_DEMAND
@@ -168,3 +175,60 @@ def test_memory_from_tsdb_segments(slice_) -> None:  # type: ignore[no-untyped-d
 def test_policy_refuses_bad_thresholds(kwargs) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         RightsizingPolicy(**kwargs)
+
+
+@pytest.fixture(params=[True, False], ids=["profiled", "unprofiled"])
+def busy_looking(sessions, request):  # type: ignore[no-untyped-def]
+    """(sessions, T, catalog, profiled) with jobs 707 and 708 loaded, with SM activity or without."""
+    pricing = Pricing(load_catalog(), ON_DEMAND)
+    with sessions.begin() as session:
+        t0 = rs.load_busy_looking(session, pricing, profiled=request.param)
+    return sessions, t0, pricing.catalog, request.param
+
+
+def test_sm_activity_judges_gpus_that_utilisation_calls_busy(busy_looking) -> None:  # type: ignore[no-untyped-def]
+    """8 GPUs at 100 % utilisation: by SM activity (0.66 on one, 0.02 on seven; mean 0.1) job 707 needed one GPU and
+    job 708 (0.1 on each) fits smaller GPUs; without SM activity neither is found."""
+    sessions, t0, catalog, profiled = busy_looking
+    with sessions() as session:
+        report = rightsizing(session, t0, t0 + timedelta(hours=2), catalog=catalog, priced_at=t0 + timedelta(hours=2))
+    assert report.jobs_examined == 2
+    if not profiled:
+        assert report.findings == [], "at 100 % utilisation every GPU is busy"
+        return
+    by_job = {f.job_id: f for f in report.findings}
+    assert set(by_job) == {"707", "708"}
+    spinning = by_job["707"]
+    assert (spinning.gpus_requested, spinning.gpus_busy, spinning.gpus_suggested) == (8, 1, 1)
+    assert spinning.count_fix == "#SBATCH --gres=gpu:h100:1"
+    assert spinning.saved_gpu_seconds == 7 * 7200
+    assert spinning.count_saving == _ledger_cost(sessions, "707", set(range(1, 8)))
+    assert spinning.mean_utilization == pytest.approx(1.0) and spinning.sm_active == pytest.approx(0.1)
+    assert spinning.measure == "SM activity" and spinning.sm_active_share == pytest.approx(1.0)
+    assert spinning.memory_peak_bytes is None, "its kept GPU is busy by SM activity (0.66): memory not read"
+
+    thin = by_job["708"]
+    assert (thin.gpus_busy, thin.gpus_suggested, thin.count_fix) == (8, 8, None), "0.1 is above the idle 5 %"
+    assert thin.memory_peak_bytes == 20 * rs.GIB and thin.smaller_model == "L40S"
+    assert thin.model_fix == "#SBATCH --gres=gpu:l40s:8" and thin.measure == "SM activity"
+
+    rows = {row["job"]: row for row in finding_dicts(report.findings)}
+    assert (rows["707"]["measure"], rows["707"]["mean_utilization"], rows["707"]["sm_active"]) == (
+        "SM activity", 1.0, 0.1,
+    )  # fmt: skip
+    table = rightsizing_table(report, "job").splitlines()
+    assert "707: judged by SM activity: 10.0% (utilisation 100.0%)" in table
+    partly = replace(spinning, sm_active_share=0.4)
+    assert partly.measure == "SM activity and utilisation"
+    assert measure_line(partly) == (
+        "judged by SM activity: 10.0% (utilisation 100.0%) over 40.0% of its metered GPU-seconds, utilisation over "
+        "the rest"
+    )
+    assert "707: #SBATCH --gres=gpu:h100:1" in table
+
+
+def test_unprofiled_findings_say_utilisation_judged_them(slice_) -> None:  # type: ignore[no-untyped-def]
+    report = _run(slice_)
+    assert {f.measure for f in report.findings} == {"utilisation"}
+    assert all(f.sm_active is None and f.sm_active_share == 0 for f in report.findings)
+    assert not any("judged by" in line for line in rightsizing_table(report, "job").splitlines())

@@ -41,7 +41,7 @@ def test_statement_figures_match_the_hand_computation(sessions) -> None:  # type
     assert (statement.start, statement.end, statement.complete) == (scenario.MONTH, scenario.NEXT_MONTH, True)
     assert statement.currency == "USD" and statement.pending_hours == 0
     assert [s.key for s in statement.sections] == [
-        "spend", "budget", "top_jobs", "top_users", "idle_by_reason", "rightsizing",
+        "spend", "budget", "top_jobs", "top_users", "idle_by_reason", "efficiency", "inefficient_jobs", "rightsizing",
     ]  # fmt: skip
 
     spend = _facts(statement.section("spend"))
@@ -82,6 +82,13 @@ def test_statement_figures_match_the_hand_computation(sessions) -> None:  # type
     assert f"{want.budget_used_percent} % of its 100.00 USD budget" in statement.summary
     assert dict(statement.facts)["Idle cost"] == f"{want.idle:,.2f} USD"
 
+    # No profiling data: SM activity not measured, with the fix, never 0 % nor a band; no job judged inefficient.
+    efficiency = statement.section("efficiency")
+    assert efficiency.rows == () and "SM activity: not measured" in efficiency.note
+    assert "docs/collector.md#hardware-activity" in efficiency.note
+    assert statement.section("inefficient_jobs").rows == ()
+    assert statement.section("inefficient_jobs").note == "Not judged: SM activity not measured."
+
     # Team nlp: its own job only, and no budget said in so many words.
     assert _column(nlp.section("top_jobs"), "job") == ["7003"]
     assert _facts(nlp.section("spend"))["allocated_cost"] == quantize(2 * scenario.rate(), CENT)
@@ -91,7 +98,9 @@ def test_statement_figures_match_the_hand_computation(sessions) -> None:  # type
 
     # The CSV: every row of every section with rows, the rows of each table adding up to the spend.
     rows = list(csv.DictReader(io.StringIO(statement_csv(statement))))
-    assert {r["section"] for r in rows} == {"spend", "budget", "top_jobs", "top_users", "idle_by_reason", "rightsizing"}
+    assert {r["section"] for r in rows} == {
+        "spend", "budget", "top_jobs", "top_users", "idle_by_reason", "rightsizing",
+    }, "the efficiency sections have no row: not measured"  # fmt: skip
     assert all((r["month"], r["team"], r["currency"]) == ("2026-10", "vision", "USD") for r in rows)
     for section in ("top_jobs", "top_users"):
         assert sum(Decimal(r["allocated_cost"]) for r in rows if r["section"] == section) == want.spend
@@ -191,3 +200,80 @@ def test_rows_past_the_limit_are_one_row_that_keeps_the_sums(sessions, monkeypat
     )
     rows = list(csv.DictReader(io.StringIO(statement_csv(statement))))
     assert sum(Decimal(r["allocated_cost"]) for r in rows if r["section"] == "top_jobs") == want.spend
+
+
+def test_efficiency_sections_of_a_profiled_month(sessions) -> None:  # type: ignore[no-untyped-def]
+    """vision's jobs carried SM activity (:data:`tests.support.showback_scenario.PROFILED`): its SM activity 1.875 ÷ 11,
+    band ineffective, SM-active cost 1.875 r and inactive cost 9.125 r; job 7001 busy but inefficient, memory-bound,
+    4 r allocated and 3 r inactive; in the text and the CSV. nlp's GPU-hours carried none: not measured."""
+    scenario.seed(sessions, profiled=True)
+    r = scenario.rate()
+    with sessions() as session:
+        statement = build_statement(session, "vision", scenario.MONTH, scenario.NOW)
+        nlp = build_statement(session, "nlp", scenario.MONTH, scenario.NOW)
+
+    assert _facts(statement.section("efficiency")) == {
+        "sm_active_percent": Decimal("17.0"),
+        "efficiency_band": "ineffective",
+        "profiled_percent": Decimal("100.0"),
+        "sm_active_cost": quantize(Decimal("1.875") * r, CENT),
+        "inactive_cost": quantize(Decimal("9.125") * r, CENT),
+    }
+    jobs = statement.section("inefficient_jobs")
+    assert jobs.rows == (
+        ("7001", "mei", "memory-bound", Decimal("95.0"), Decimal("25.0"), quantize(4 * r, CENT), quantize(3 * r, CENT)),
+    )
+    assert jobs.total == ("Total", "", "", "", "", quantize(4 * r, CENT), quantize(3 * r, CENT))
+    assert "gpu-finops report --by efficiency" in jobs.note
+    assert [row[0] for row in statement.section("rightsizing").rows] == ["7002"], "GPUs at SM activity 0 are idle"
+    assert nlp.section("efficiency").rows == () and "not measured" in nlp.section("efficiency").note
+
+    text = statement_text(statement)
+    assert "GPU efficiency (SM activity)" in text and "SM activity:        17.0 %" in text
+    assert "Band:               ineffective" in text
+    line = next(line for line in text.splitlines() if "memory-bound" in line)
+    assert line.split()[:3] == ["7001", "mei", "memory-bound"] and f"{quantize(3 * r, CENT):,.2f}" in line
+    rows = list(csv.DictReader(io.StringIO(statement_csv(statement))))
+    (team,) = [row for row in rows if row["section"] == "efficiency"]
+    assert (team["sm_active_percent"], team["efficiency_band"], team["inactive_cost"]) == (
+        "17.0", "ineffective", str(quantize(Decimal("9.125") * r, CENT)),
+    )  # fmt: skip
+    (job,) = [row for row in rows if row["section"] == "inefficient_jobs"]
+    assert (job["job"], job["bottleneck"], job["allocated_cost"]) == (
+        "7001",
+        "memory-bound",
+        str(quantize(4 * r, CENT)),
+    )
+
+
+def test_inefficient_jobs_past_the_limit_are_summed() -> None:
+    """More busy-but-inefficient jobs than rows: the last row sums the rest, the total still adds up; the e-mail and
+    the text show the first few and one line for the others."""
+    from finops.savings.bottlenecks import Bottleneck
+    from finops.savings.efficiency import ActivitySum, JobEfficiency
+    from finops.savings.efficiency_policy import EfficiencyPolicy
+    from finops.savings.showback_efficiency import SHOWN_JOBS, inefficient_section
+
+    def job(number: int) -> JobEfficiency:
+        return JobEfficiency(
+            job_pk=number, job_id=str(number), name="", team="t", user="u", gpus=1, start=None, end=None,
+            gpu_seconds=3600, held_gpu_seconds=3600, profiled_gpu_seconds=3600, utilization=0.9,
+            activities={"sm_active": ActivitySum(720.0, 3600)}, allocated_cost=Decimal("1.005"),
+            unpriced_gpu_seconds=0, sm_active_cost=Decimal("0.201"), measured_cost=Decimal("1.005"), currency="USD",
+            band="ineffective", bottleneck=Bottleneck("unexplained", "nothing stood out"),
+        )  # fmt: skip
+
+    jobs = [job(n) for n in range(SHOWN_JOBS + 4)]
+    section = inefficient_section(jobs, EfficiencyPolicy(), measured=True, max_rows=SHOWN_JOBS + 2)
+    assert len(section.rows) == SHOWN_JOBS + 2 and section.rows[-1][0] == "3 more jobs"
+    assert section.total is not None and section.total[5] == sum(row[5] for row in section.rows)  # type: ignore[misc]
+    assert section.total[5] == round_total(Decimal("1.005") * len(jobs))
+    shown = shown_rows(section)
+    assert len(shown) == SHOWN_JOBS + 1 and shown[-1][0] == "2 more jobs (in the CSV)"
+    assert inefficient_section([], EfficiencyPolicy(), measured=True, max_rows=10).note.startswith(
+        "No job of the team had utilisation 80% or more"
+    )
+
+
+def round_total(amount: Decimal) -> Decimal:
+    return quantize(amount, CENT)

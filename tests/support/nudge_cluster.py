@@ -13,6 +13,10 @@ are whole.
 - ``max`` (team nlp): job 7302, 1 GPU for 5 h at 10 %, 30 GiB in use: no.
 - ``ida`` (team vision): job 7401 running for 100 min on 2 GPUs, both at 0 %: idle for 90 min after the grace.
 - ``ike`` (team vision): job 7402 running for 40 min on 2 GPUs at 0 %: idle for 30 min only.
+- ``pia`` (team vision): job 7501, 4 GPUs for 7 h at 95 % utilisation with SM activity 0.2, DRAM active 0.75 and
+  tensor active 0 (:data:`MEMORY_BOUND`): 28 GPU-hours busy but inefficient, memory-bound.
+- ``quin`` (team vision): job 7502, 2 GPUs for 7 h, the same readings: 14 GPU-hours, under 24.
+- ``ros`` (team nlp): job 7503, 8 GPUs for 7 h at 95 % without profiling fields: not measured, never told.
 """
 
 from __future__ import annotations
@@ -47,6 +51,16 @@ def reading(utilization: float, memory_gib: float) -> Values:
         }
 
     return values
+
+
+MEMORY_BOUND = {m.GPU_SM_ACTIVE: 0.2, m.GPU_DRAM_ACTIVE: 0.75, m.GPU_TENSOR_ACTIVE: 0.0}
+"""The profiling fields of ``pia``'s and ``quin``'s GPUs."""
+
+
+def profiled(utilization: float, memory_gib: float, activity: dict[str, float]) -> Values:
+    """Readings of :func:`reading` with the profiling fields of ``activity``."""
+    plain = reading(utilization, memory_gib)
+    return lambda index, at: {**plain(index, at), **activity}
 
 
 def start_hour(now: datetime) -> datetime:
@@ -99,6 +113,15 @@ def idle_running_users(cluster: Cluster, now: datetime) -> None:
     """``ida`` and ``ike``."""
     running_job(cluster, "ida", "vision", "7401", 2, now, 100)
     running_job(cluster, "ike", "vision", "7402", 2, now, 40)
+
+
+def busy_inefficient_users(cluster: Cluster, now: datetime) -> None:
+    """``pia``, ``quin`` and ``ros``."""
+    t0 = start_hour(now)
+    inefficient = profiled(0.95, 40.0, MEMORY_BOUND)
+    finished_job(cluster, "pia", "vision", "7501", dict.fromkeys(range(4), inefficient), t0, 7)
+    finished_job(cluster, "quin", "vision", "7502", dict.fromkeys(range(2), inefficient), t0, 7)
+    finished_job(cluster, "ros", "nlp", "7503", dict.fromkeys(range(8), reading(0.95, 40.0)), t0, 7)
 
 
 def roll_up(sessions: sessionmaker[Session], now: datetime) -> None:

@@ -23,13 +23,14 @@ from decimal import Decimal
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from collector.contract import metric_names as m
 from finops.analysis.budgets import set_budget
 from finops.analysis.idle import IdlePolicy, detect_idle
 from finops.ledger.costmodel import CENT, quantize
 from finops.ledger.rollup import rollup
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.timeutil import to_epoch
-from tests.support.alert_cluster import MODEL, Cluster, busy, idle
+from tests.support.alert_cluster import MODEL, Cluster, Values, busy, idle
 
 MONTH = datetime(2026, 10, 1, tzinfo=UTC)
 NEXT_MONTH = datetime(2026, 11, 1, tzinfo=UTC)
@@ -52,15 +53,35 @@ def rate() -> Decimal:
     return pricing().catalog.rate(MODEL, PricingModel.ON_DEMAND, _DAY5)
 
 
-def seed(sessions: sessionmaker[Session]) -> None:
-    """Store the scenario's readings and jobs, roll the ledger up to 2026-11-02, judge October's idle episodes and
-    set vision's October budget."""
+PROFILED = {
+    "7001": {m.GPU_SM_ACTIVE: 0.25, m.GPU_DRAM_ACTIVE: 0.75, m.GPU_TENSOR_ACTIVE: 0.0},
+    "7002": {m.GPU_SM_ACTIVE: 0.0, m.GPU_DRAM_ACTIVE: 0.0, m.GPU_TENSOR_ACTIVE: 0.0},
+    "7004": {m.GPU_SM_ACTIVE: 0.875, m.GPU_DRAM_ACTIVE: 0.25, m.GPU_TENSOR_ACTIVE: 0.5},
+}
+"""With ``seed(profiled=True)``, the profiling fields of vision's jobs' readings (nlp's job ran while the node's
+DCGM profiling module was not loaded: none). By hand: job 7001 at 95 % utilisation and SM activity 0.25 with DRAM
+active 0.75 and no tensor activity is busy but inefficient and memory-bound, allocated 4 r, SM-active r, inactive
+3 r; vision's SM activity is (4 × 0.25 + 6 × 0 + 1 × 0.875) ÷ 11 = 1.875 ÷ 11 (17.0 %, ineffective), every GPU-hour
+profiled, SM-active cost 1.875 r, inactive cost 9.125 r."""
+
+
+def _with(values: Values, activity: dict[str, float]) -> Values:
+    return lambda index, at: {**values(index, at), **activity}
+
+
+def seed(sessions: sessionmaker[Session], *, profiled: bool = False) -> None:
+    """Store the scenario's readings and jobs (with :data:`PROFILED`'s fields when ``profiled``), roll the ledger up
+    to 2026-11-02, judge October's idle episodes and set vision's October budget."""
     cluster = Cluster(sessions)
     hour = timedelta(hours=1)
-    cluster.readings(NODE, [0, 1], _DAY5, _DAY5 + 2 * hour, values=busy, job="7001")
-    cluster.readings(NODE, [2, 3], _DAY5, _DAY5 + 3 * hour, values=idle, job="7002")
+
+    def values(job: str, plain: Values) -> Values:
+        return _with(plain, PROFILED[job]) if profiled and job in PROFILED else plain
+
+    cluster.readings(NODE, [0, 1], _DAY5, _DAY5 + 2 * hour, values=values("7001", busy), job="7001")
+    cluster.readings(NODE, [2, 3], _DAY5, _DAY5 + 3 * hour, values=values("7002", idle), job="7002")
     cluster.readings(NODE, [0, 1], _DAY20, _DAY20 + hour, values=busy, job="7003")
-    cluster.readings(NODE, [0], _LAST, _LAST + 2 * hour, values=busy, job="7004")
+    cluster.readings(NODE, [0], _LAST, _LAST + 2 * hour, values=values("7004", busy), job="7004")
     cluster.job("7001", "acct-v", "mei", NODE, 2, _DAY5, _DAY5 + 2 * hour, team="vision")
     cluster.job("7002", "acct-v", "lars", NODE, 2, _DAY5, _DAY5 + 3 * hour, team="vision")
     cluster.job("7003", "acct-n", "ana", NODE, 2, _DAY20, _DAY20 + hour, team="nlp")
