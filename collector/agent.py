@@ -1,6 +1,7 @@
 """The collector's main loop: every interval, run each source, publish to ``/metrics``, hand readings on.
 
-One failing source never stops the others: its exception is logged and its success gauge set to 0.
+One failing source never stops the others: its exception is logged and its success gauge set to 0; a sink that
+fails loses that cycle's readings (logged), never the loop.
 Sources are read on the agent's timer, never per scrape. Each cycle's samples pass through the job mapper
 (``annotate``) and then to the sink: :meth:`collector.delivery.Delivery.enqueue` in the collector (spooled,
 sent by its own thread), :meth:`collector.shipper.Shipper.ship` where there is no spool (the demo).
@@ -72,7 +73,9 @@ class Agent:
             return self.sink(samples)
         except ShipError as exc:
             log.error("%s", exc)
-            return 0
+        except Exception:  # one cycle's readings lost, never the collector
+            log.exception("the cycle's readings could not be handed on")
+        return 0
 
     def run(self, stop: threading.Event) -> None:
         """Cycle on the interval until ``stop`` is set (a slow cycle delays the next, never overlaps it)."""

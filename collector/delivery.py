@@ -5,10 +5,16 @@ A batch leaves the spool only when the service has answered for it: delivered (2
 with :class:`collector.shipper.Backoff` (or the server's ``Retry-After``) for as long as it takes; the spool's
 size bound decides what is dropped if the outage outlasts the disk. The service's ingest is idempotent (one row
 per GPU and timestamp), so a batch sent twice after a crash is stored once.
+
+A cycle the spool cannot take (its disk full: ``ENOSPC``, ``EDQUOT``; or another write error) is dropped, newest
+first: what is spooled stays and is still delivered, and acknowledged segments are deleted, which frees the room for
+later cycles. The loss is counted per reason in :attr:`Delivery.unspooled_samples` and logged once per episode
+(when it starts and when the spool takes a cycle again), never per cycle.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from collections.abc import Iterable
@@ -23,6 +29,11 @@ from collector.spool import Spool
 
 log = logging.getLogger(__name__)
 
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""Write errors that mean the spool's file system (or the collector's quota on it) has no room."""
+UNSPOOLED_REASONS = ("disk_full", "write_error")
+"""Why a cycle's readings were not spooled: no room (:data:`DISK_FULL_ERRNOS`), or any other write error."""
+
 
 class Delivery:
     """Spool in front of a :class:`Shipper`.
@@ -34,7 +45,9 @@ class Delivery:
         backoff: waits between failed tries.
 
     Counters (read by :class:`collector.exposition.DeliveryStats`): ``shipped_samples`` (accepted by the
-    service), ``rejected_samples`` (refused or rejected by it), ``failed_sends`` (POSTs that will be retried).
+    service), ``rejected_samples`` (refused or rejected by it), ``failed_sends`` (POSTs that will be retried),
+    ``unspooled_samples`` (readings dropped because the spool could not take their cycle, by reason: one of
+    :data:`UNSPOOLED_REASONS`).
     """
 
     def __init__(
@@ -51,6 +64,8 @@ class Delivery:
         self.shipped_samples = 0
         self.rejected_samples = 0
         self.failed_sends = 0
+        self.unspooled_samples = dict.fromkeys(UNSPOOLED_REASONS, 0)
+        self._unspooled_episode = 0
         self._failures_in_a_row = 0
         self._wake = threading.Event()
         self._node_io = NodeIoRates()
@@ -58,17 +73,38 @@ class Delivery:
     def enqueue(self, samples: Iterable[Sample]) -> int:
         """Spool the shippable readings among ``samples`` (one cycle's) durably, with the node's fabric and storage
         rates since the previous cycle as their ``node_io`` entry (:class:`collector.node_io.NodeIoRates`); returns
-        how many readings were spooled. A cycle without readings spools nothing, its rates included."""
+        how many readings were spooled. A cycle without readings spools nothing, its rates included. A cycle the
+        spool cannot take is dropped (0 returned), counted and logged once per episode (module docstring)."""
         collected = list(samples)
         batch = wire.batch_dict(collected)
         count = len(batch["samples"])
         node_io = self._node_io.entry(collected)
-        if count:
-            if node_io is not None:
-                batch["node_io"] = [node_io]
+        if not count:
+            return 0
+        if node_io is not None:
+            batch["node_io"] = [node_io]
+        try:
             self.spool.append(orjson.dumps(batch), count)
-            self._wake.set()
+        except OSError as exc:
+            self._unspooled(exc, count)
+            return 0
+        if self._unspooled_episode:
+            log.warning("the spool takes readings again; %d readings were dropped while it could not",
+                        self._unspooled_episode)  # fmt: skip
+            self._unspooled_episode = 0
+        self._wake.set()
         return count
+
+    def _unspooled(self, exc: OSError, count: int) -> None:
+        """Count ``count`` readings dropped because appending them raised ``exc``; log the start of an episode."""
+        reason = "disk_full" if exc.errno in DISK_FULL_ERRNOS else "write_error"
+        self.unspooled_samples[reason] += count
+        if not self._unspooled_episode:
+            log.error("spool %s cannot take this cycle's readings (%s): new cycles are dropped and counted in "
+                      "gpufinops_collector_unspooled_samples_total{reason=%r} until it can; the %d spooled readings "
+                      "are kept and still delivered", self.spool.directory, exc.strerror or exc, reason,
+                      self.spool.pending_samples)  # fmt: skip
+        self._unspooled_episode += count
 
     def send_next(self) -> float | None:
         """One POST of the oldest spooled readings. Returns None when the spool is empty, 0.0 after an answer

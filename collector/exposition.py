@@ -123,6 +123,15 @@ class DeliveryStats(Collector):
             "GPU readings dropped unsent because the spool reached its size bound (oldest first).",
             value=spool.dropped_samples,
         )
+        unspooled = CounterMetricFamily(
+            "gpufinops_collector_unspooled_samples",
+            "GPU readings dropped, newest first, because the spool could not take their cycle "
+            "(disk_full: ENOSPC or EDQUOT; write_error: another write error).",
+            labels=["reason"],
+        )
+        for reason, count in delivery.unspooled_samples.items():
+            unspooled.add_metric([reason], count)
+        yield unspooled
         yield CounterMetricFamily(
             "gpufinops_collector_spool_corrupt_records",
             "Spool records found torn or corrupt (CRC) and skipped.",

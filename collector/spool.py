@@ -9,8 +9,13 @@ Layout of the spool directory:
   temporary file, fsync, rename) on every acknowledgement.
 
 Every append is flushed and fsynced before :meth:`Spool.append` returns, so a batch that was appended survives
-``kill -9`` and power loss. A process writes only to segments it created: after a restart, appends go to a new
-segment, so a record torn by a crash can only be the tail of an older segment. Reading stops at a torn or corrupt
+``kill -9`` and power loss. An append the disk cannot take (``ENOSPC``, ``EDQUOT``, an I/O error) raises OSError
+after cutting its segment back to where it was, so the spool holds exactly what it held before and later appends
+stay readable. A cursor that cannot be saved (full disk) is kept in memory, logged once, and saved with a later
+acknowledgement: delivery goes on, and a crash meanwhile only sends some acknowledged records again.
+
+A process writes only to segments it created: after a restart, appends go to a new segment, so a record torn by a
+crash can only be the tail of an older segment. Reading stops at a torn or corrupt
 record (bad magic, CRC mismatch, short read): it is logged with the file and offset, counted in
 :attr:`Spool.corrupt_records`, and reading resumes at the next segment; every record before it is still delivered.
 
@@ -65,6 +70,8 @@ class Spool:
         self.dropped_samples = 0
         self.corrupt_records = 0
         self._torn: dict[int, int] = {}
+        self._cursor_unsaved = False
+        self._append_failed = False
         self._lock = threading.Lock()
         directory.mkdir(parents=True, exist_ok=True)
         self._cursor = self._read_cursor()
@@ -75,22 +82,54 @@ class Spool:
         self.pending_samples = sum(self._count_samples(seq, self._start_offset(seq)) for seq in self._segments())
 
     def append(self, payload: bytes, samples: int) -> None:
-        """Write one record durably (flushed and fsynced), then enforce ``max_bytes``."""
+        """Write one record durably (written and fsynced), then enforce ``max_bytes``.
+
+        Raises OSError (``ENOSPC``, ``EDQUOT``, ``EIO``, ...) when the record cannot be written; the spool then
+        holds exactly what it held before (:meth:`_write_frame`)."""
         frame = HEADER.pack(MAGIC, len(payload), zlib.crc32(payload), samples) + payload
         with self._lock:
             if self._active_size and self._active_size + len(frame) > self.segment_bytes:
                 self._active += 1
                 self._active_size = 0
-            path = self._path(self._active)
-            with path.open("ab") as handle:
-                handle.write(frame)
-                handle.flush()
-                os.fsync(handle.fileno())
-            if self._active_size == 0:
-                _fsync_directory(self.directory)
+            self._write_frame(frame)
             self._active_size += len(frame)
             self.pending_samples += samples
             self._enforce_bound()
+
+    def _write_frame(self, frame: bytes) -> None:
+        """Append ``frame`` to the active segment and fsync it (and the directory, for a new segment). On OSError the
+        segment is truncated back to its size before (a new, empty one deleted); if even that fails, later appends
+        go to a new segment, so the torn tail can only end an older segment, where reading skips it. Until an append
+        succeeds again, an acknowledgement that reaches the end of the active segment closes it, so that it is
+        deleted and frees its room."""
+        path = self._path(self._active)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+        try:
+            view = memoryview(frame)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+            if self._active_size == 0:
+                _fsync_directory(self.directory)
+        except OSError:
+            self._append_failed = True
+            self._cut_back(fd, path)
+            raise
+        finally:
+            os.close(fd)
+        self._append_failed = False
+
+    def _cut_back(self, fd: int, path: Path) -> None:
+        """Undo a failed append to the active segment ``path`` (open as ``fd``): see :meth:`_write_frame`."""
+        try:
+            if self._active_size == 0:
+                path.unlink(missing_ok=True)
+            else:
+                os.ftruncate(fd, self._active_size)
+        except OSError as exc:
+            log.error("%s: could not cut a failed append back (%s); appending to a new segment", path, exc)
+            self._active += 1
+            self._active_size = 0
 
     def peek(self, max_samples: int) -> list[Record]:
         """The oldest unacknowledged records, in order, holding up to ``max_samples`` samples (at least one record)."""
@@ -123,8 +162,11 @@ class Spool:
             self._cursor = (last.segment, last.end)
             for seq in [seq for seq in self._torn if seq < last.segment]:
                 self.pending_samples -= self._count_samples(seq, self._torn.pop(seq))
-            self._write_cursor()
+            if self._append_failed and self._cursor == (self._active, self._active_size):
+                self._active += 1  # the disk is full: let the delivered active segment go, to make room
+                self._active_size = 0
             self._discard_acknowledged(self._segments())
+            self._save_cursor()
 
     @property
     def size_bytes(self) -> int:
@@ -146,7 +188,7 @@ class Spool:
             self.dropped_samples += lost
             self.pending_samples -= lost
             self._cursor = max(self._cursor, (seq + 1, 0))
-            self._write_cursor()
+            self._save_cursor()
             log.warning("spool over %d bytes: dropped segment %d with %d unsent samples", self.max_bytes, seq, lost)
 
     def _read(self, seq: int, offset: int) -> list[Record]:
@@ -184,8 +226,8 @@ class Spool:
         """Every record before segment ``seq``'s torn point is acknowledged: move on to the next segment."""
         self.pending_samples -= self._count_samples(seq, self._torn.pop(seq))
         self._cursor = (seq + 1, 0)
-        self._write_cursor()
         self._path(seq).unlink(missing_ok=True)
+        self._save_cursor()
 
     def _count_samples(self, seq: int, offset: int) -> int:
         """Samples in the intact records of segment ``seq`` from ``offset`` (headers only; stops where torn)."""
@@ -235,14 +277,27 @@ class Spool:
             log.error("%s: unreadable cursor; delivering every spooled segment again", path)
             return (0, 0)
 
-    def _write_cursor(self) -> None:
+    def _save_cursor(self) -> None:
+        """Persist the cursor atomically (temporary file, fsync, rename). When the disk cannot take it, the cursor
+        stays in memory (logged once until a save succeeds again): segments already acknowledged whole are deleted
+        before saving, and a restart meanwhile resumes from the older saved cursor, sending some records twice."""
         path = self.directory / CURSOR_FILE
         temporary = path.with_suffix(".tmp")
-        with temporary.open("w") as handle:
-            handle.write(f"{self._cursor[0]} {self._cursor[1]}\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        temporary.replace(path)
+        try:
+            with temporary.open("w") as handle:
+                handle.write(f"{self._cursor[0]} {self._cursor[1]}\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            temporary.replace(path)
+        except OSError as exc:
+            temporary.unlink(missing_ok=True)
+            if not self._cursor_unsaved:
+                log.error("%s: cannot save the spool cursor (%s); kept in memory until the disk takes it", path, exc)
+            self._cursor_unsaved = True
+            return
+        if self._cursor_unsaved:
+            log.info("%s: spool cursor saved again", path)
+        self._cursor_unsaved = False
 
 
 def _fsync_directory(directory: Path) -> None:
