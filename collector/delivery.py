@@ -3,8 +3,11 @@
 A batch leaves the spool only when the service has answered for it: delivered (200/422) or refused for good
 (other 4xx, counted as rejected). Failures that can pass (network, 5xx, 408, 429) keep it spooled and are retried
 with :class:`collector.shipper.Backoff` (or the server's ``Retry-After``) for as long as it takes; the spool's
-size bound decides what is dropped if the outage outlasts the disk. The service's ingest is idempotent (one row
-per GPU and timestamp), so a batch sent twice after a crash is stored once.
+size bound decides what is dropped if the outage outlasts the disk. Refused credentials (401, 403: a revoked,
+expired or another node's token) are retried the same way, never dropped: the shipper re-reads a changed token file
+before each try, and until the service takes one, :attr:`Delivery.credentials_rejected` is set and an ERROR naming
+the status and the token file is logged every :data:`CREDENTIALS_LOG_SECONDS`. The service's ingest is idempotent
+(one row per GPU and timestamp), so a batch sent twice after a crash is stored once.
 
 A cycle the spool cannot take (its disk full: ``ENOSPC``, ``EDQUOT``; or another write error) is dropped, newest
 first: what is spooled stays and is still delivered, and acknowledged segments are deleted, which frees the room for
@@ -17,7 +20,8 @@ from __future__ import annotations
 import errno
 import logging
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
 import orjson
 
@@ -31,6 +35,8 @@ log = logging.getLogger(__name__)
 
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 """Write errors that mean the spool's file system (or the collector's quota on it) has no room."""
+CREDENTIALS_LOG_SECONDS = 300.0
+"""While the service refuses the node's credentials, the ERROR saying so is repeated at most this often."""
 UNSPOOLED_REASONS = ("disk_full", "write_error")
 """Why a cycle's readings were not spooled: no room (:data:`DISK_FULL_ERRNOS`), or any other write error."""
 
@@ -43,11 +49,13 @@ class Delivery:
         shipper: sends merged batches.
         batch_samples: at most this many readings per POST when draining a backlog.
         backoff: waits between failed tries.
+        clock: monotonic seconds, for the rate of the credentials ERROR (tests pass a manual clock).
 
     Counters (read by :class:`collector.exposition.DeliveryStats`): ``shipped_samples`` (accepted by the
     service), ``rejected_samples`` (refused or rejected by it), ``failed_sends`` (POSTs that will be retried),
     ``unspooled_samples`` (readings dropped because the spool could not take their cycle, by reason: one of
-    :data:`UNSPOOLED_REASONS`).
+    :data:`UNSPOOLED_REASONS`); ``credentials_rejected``, whether the service's last answer refused the credentials
+    (401/403).
     """
 
     def __init__(
@@ -56,6 +64,7 @@ class Delivery:
         shipper: Shipper,
         batch_samples: int = 10_000,
         backoff: Backoff = Backoff(),  # noqa: B008  # frozen dataclass: a safe default
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.spool = spool
         self.shipper = shipper
@@ -65,6 +74,9 @@ class Delivery:
         self.rejected_samples = 0
         self.failed_sends = 0
         self.unspooled_samples = dict.fromkeys(UNSPOOLED_REASONS, 0)
+        self.credentials_rejected = False
+        self._clock = clock
+        self._credentials_logged_at: float | None = None
         self._unspooled_episode = 0
         self._failures_in_a_row = 0
         self._wake = threading.Event()
@@ -113,20 +125,40 @@ class Delivery:
         if not records:
             return None
         result = self.shipper.send(wire.merge_batches(orjson.loads(r.payload) for r in records))
-        if result.outcome == "failed":
+        if result.outcome in ("failed", "unauthorized"):
             self.failed_sends += 1
             self._failures_in_a_row += 1
             delay = self.backoff.delay(self._failures_in_a_row, result.retry_after)
-            log.warning("ingest failed (%s); %d readings kept in the spool, retry in %.1f s",
-                        result.reason, self.spool.pending_samples, delay)  # fmt: skip
+            if result.outcome == "unauthorized":
+                self._credentials_refused(result.reason, delay)
+            else:
+                log.warning("ingest failed (%s); %d readings kept in the spool, retry in %.1f s",
+                            result.reason, self.spool.pending_samples, delay)  # fmt: skip
             return delay
         if result.outcome == "refused":
             log.error("service refused %d readings, dropped: %s", result.rejected, result.reason)
+        if self.credentials_rejected:
+            log.warning("the service takes the credentials of %s again; delivering the %d readings kept meanwhile",
+                        self.shipper.credentials, self.spool.pending_samples)  # fmt: skip
+            self.credentials_rejected = False
+            self._credentials_logged_at = None
         self._failures_in_a_row = 0
         self.spool.ack(records)
         self.shipped_samples += result.accepted
         self.rejected_samples += result.rejected
         return 0.0
+
+    def _credentials_refused(self, reason: str, delay: float) -> None:
+        """Record a 401/403 and log it as an ERROR, at most every :data:`CREDENTIALS_LOG_SECONDS`."""
+        self.credentials_rejected = True
+        now = self._clock()
+        if self._credentials_logged_at is not None and now - self._credentials_logged_at < CREDENTIALS_LOG_SECONDS:
+            return
+        self._credentials_logged_at = now
+        log.error("the service refused this node's credentials (%s) from %s; %d readings are kept in the spool and "
+                  "retried, with the token file re-read, every %.0f s or so: put a live token of node %s there "
+                  "(gpu-finops nodes token create %s)", reason, self.shipper.credentials,
+                  self.spool.pending_samples, delay, self.shipper.node, self.shipper.node)  # fmt: skip
 
     def run(self, stop: threading.Event, idle_poll_seconds: float = 1.0) -> None:
         """Drain the spool until ``stop`` is set: back to back while there is a backlog, waiting after failures."""

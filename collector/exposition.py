@@ -144,12 +144,18 @@ class DeliveryStats(Collector):
         )
         yield CounterMetricFamily(
             "gpufinops_collector_rejected_samples",
-            "GPU readings the service refused (4xx other than 408 and 429) or rejected as malformed (422); "
+            "GPU readings the service refused (4xx other than 401, 403, 408 and 429) or rejected as malformed (422); "
             "not retried.",
             value=delivery.rejected_samples,
         )
         yield CounterMetricFamily(
             "gpufinops_collector_failed_sends",
-            "Ingest POSTs that failed with a network error, 5xx, 408 or 429 and will be retried.",
+            "Ingest POSTs that failed with a network error, 5xx, 401, 403, 408 or 429 and will be retried.",
             value=delivery.failed_sends,
+        )
+        yield GaugeMetricFamily(
+            "gpufinops_collector_credentials_rejected",
+            "1 while the service refuses this node's ingest token (its last answer was 401 or 403; the readings "
+            "stay spooled), else 0.",
+            value=1.0 if delivery.credentials_rejected else 0.0,
         )

@@ -35,6 +35,8 @@ class NodeConfig:
     Attributes:
         service_url: base URL of the gpu-finops service (``http://`` or ``https://``).
         token: ingest bearer token.
+        token_file: the file ``token`` was read from, re-read when it changes (:class:`collector.shipper.Shipper`);
+            None: the token came from the environment.
         ca_file: PEM CA bundle an https:// service's certificate is verified against; None: the system's trust
             store.
         node: this host's name as Slurm's NodeList spells it.
@@ -62,6 +64,7 @@ class NodeConfig:
     nvidia_smi: str = "nvidia-smi"
     job_mapping_dir: Path | None = None
     ca_file: Path | None = None
+    token_file: Path | None = None
 
 
 def build_source(name: str, config: NodeConfig) -> Source:
@@ -112,7 +115,7 @@ def run(config: NodeConfig, sources: Sequence[Source], stop: threading.Event, an
     latest = LatestSamples()
     delivery = Delivery(
         Spool(config.spool_dir, max_bytes=config.spool_max_bytes),
-        Shipper(config.service_url, config.token, config.node, ca_file=config.ca_file),
+        Shipper(config.service_url, config.token, config.node, ca_file=config.ca_file, token_file=config.token_file),
     )
     if config.metrics_port is not None:
         registry = CollectorRegistry()

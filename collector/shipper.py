@@ -2,9 +2,12 @@
 with a bearer token.
 
 One POST to ``/api/v1/ingest`` is one :meth:`Shipper.send`; its :class:`SendResult` says whether the service
-took the batch (200, or 422: valid readings stored, the named ones rejected), refused it for good (any other 4xx:
+took the batch (200, or 422: valid readings stored, the named ones rejected), refused this node's credentials (401:
+a revoked, expired or unknown token; 403: a token of another node), refused the batch for good (any other 4xx:
 retrying cannot help), or failed in a way worth retrying (network error, 5xx, 429, and 408: the body was not read
-in time, which RFC 9110 section 15.5.9 allows a client to repeat). :class:`Backoff` gives the
+in time, which RFC 9110 section 15.5.9 allows a client to repeat). Credentials are the operator's to fix, so the
+batch is kept for them: with a token file, the shipper re-reads it whenever it changed (checked before every POST),
+so a replaced token is used from the next try on without a restart. :class:`Backoff` gives the
 wait before a retry: capped exponential backoff with full jitter ("Exponential Backoff And Jitter", AWS
 Architecture Blog, 2015), or the server's ``Retry-After`` (RFC 9110 section 10.2.3: seconds or an HTTP-date)
 when it sent one. :class:`collector.delivery.Delivery` drives these from the spool; :meth:`Shipper.ship` is the
@@ -39,6 +42,9 @@ INGEST_PATH = "/api/v1/ingest"
 RETRIED_STATUSES = frozenset({408, 429})
 """4xx answers worth another try: 408 Request Timeout (the service's body deadline on a slow link) and 429 Too Many
 Requests (its per-node rate limit, with ``Retry-After``)."""
+CREDENTIAL_STATUSES = frozenset({401, 403})
+"""Answers refusing this node's credentials, not its readings: 401 (revoked, expired or unknown token) and 403 (a
+token of another node)."""
 MAX_RETRY_AFTER_SECONDS = 600.0
 
 
@@ -52,8 +58,8 @@ class SendResult:
 
     Attributes:
         outcome: ``"delivered"`` (200/422: the service stored ``accepted`` readings and rejected ``rejected``),
-            ``"refused"`` (another 4xx: the batch will never be taken) or ``"failed"`` (network error, 5xx, 408 or
-            429: worth retrying).
+            ``"unauthorized"`` (401/403: the credentials were refused, the batch is fine), ``"refused"`` (another
+            4xx: the batch will never be taken) or ``"failed"`` (network error, 5xx, 408 or 429: worth retrying).
         accepted: readings the service stored (or already had).
         rejected: readings refused: the 422's rejected list, or the whole batch when refused.
         retry_after: seconds the service asked to wait (``Retry-After``), if it said.
@@ -115,6 +121,9 @@ class Shipper:
             ``https://finops.example.org``.
         token: the ingest bearer token (never logged).
         node: this host's name, as Slurm's NodeList spells it.
+        token_file: the file ``token`` was read from, if any: re-read (stripped of surrounding white space) before a
+            POST whenever its identity, size or modification time changed; while it cannot be read, the last token
+            read stays in use (the problem logged once).
         client: an ``httpx.Client`` to use (tests pass one with a MockTransport).
         timeout_seconds: per-request timeout when no client is given.
         ca_file: PEM CA bundle an https:// service's certificate is verified against when no client is given;
@@ -130,15 +139,59 @@ class Shipper:
         client: httpx.Client | None = None,
         timeout_seconds: float = 60.0,
         ca_file: Path | None = None,
+        token_file: Path | None = None,
     ) -> None:
         self.url = service_url.rstrip("/") + INGEST_PATH
         self.node = node
-        self._headers = {
-            "Authorization": f"Bearer {token}",
+        self.token_file = token_file
+        self._token = token
+        self._token_file_state = self._file_state()
+        self._token_file_problem: str | None = None
+        self._client = client or httpx.Client(timeout=timeout_seconds, verify=tls_context(ca_file))
+
+    @property
+    def credentials(self) -> str:
+        """Where the token comes from, for log lines: the token file's path, else the environment variable."""
+        return str(self.token_file) if self.token_file is not None else "FINOPS_INGEST_TOKEN"
+
+    def _file_state(self) -> tuple[int, int, int, int] | None:
+        """(device, inode, size, mtime ns) of the token file (following a symbolic link, as a Kubernetes Secret's
+        is), None when there is none or it cannot be read."""
+        if self.token_file is None:
+            return None
+        try:
+            stat = self.token_file.stat()
+        except OSError:
+            return None
+        return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+    def _current_token(self) -> str:
+        """The token to send: the token file's text when it changed since it was last read, else the last token."""
+        if self.token_file is None:
+            return self._token
+        state = self._file_state()
+        if state is not None and state == self._token_file_state:
+            return self._token
+        try:
+            token = self.token_file.read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            problem = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            if problem != self._token_file_problem:
+                log.error("token file %s cannot be read (%s); sending the token read before", self.token_file,
+                          problem)  # fmt: skip
+            self._token_file_problem = problem
+            return self._token
+        if token != self._token:
+            log.info("token file %s changed: sending its new token", self.token_file)
+        self._token, self._token_file_state, self._token_file_problem = token, state, None
+        return token
+
+    def _headers(self) -> dict[str, str]:
+        return {
+            "Authorization": f"Bearer {self._current_token()}",
             "Content-Type": "application/json",
             "Content-Encoding": "gzip",
         }
-        self._client = client or httpx.Client(timeout=timeout_seconds, verify=tls_context(ca_file))
 
     def body(self, batch: dict[str, list[dict[str, object]]]) -> bytes:
         """The request body for ``batch`` (:func:`collector.contract.wire.batch_dict` rows): this node's name and the
@@ -150,7 +203,7 @@ class Shipper:
         body = self.body(batch)
         count = len(batch["samples"])
         try:
-            response = self._client.post(self.url, content=body, headers=self._headers)
+            response = self._client.post(self.url, content=body, headers=self._headers())
         except httpx.TransportError as exc:
             return SendResult("failed", reason=_transport_failure(exc))
         status = response.status_code
@@ -162,6 +215,8 @@ class Shipper:
                 log.warning("service rejected %d readings, e.g. %s", count, rejected[:3])
             return SendResult("delivered", accepted=int(result["accepted"]), rejected=count)
         reason = f"HTTP {status} {response.text[:200]}"
+        if status in CREDENTIAL_STATUSES:
+            return SendResult("unauthorized", reason=reason)
         if status >= 500 or status in RETRIED_STATUSES:
             return SendResult(
                 "failed", retry_after=parse_retry_after(response.headers.get("Retry-After")), reason=reason
@@ -177,7 +232,7 @@ class Shipper:
     ) -> int:
         """Send the shippable samples now, retrying failures up to ``attempts`` tries; returns readings accepted.
 
-        Raises ShipError when the service refuses the batch or every try failed.
+        Raises ShipError when the service refuses the batch or its credentials, or every try failed.
         """
         return self.deliver(wire.batch_dict(samples), attempts, backoff, sleep)
 
@@ -191,7 +246,7 @@ class Shipper:
         """Send ``batch`` (:func:`collector.contract.wire.batch_dict` form, its side parts such as ``node_io``
         included) now, as :meth:`ship` does; returns readings accepted (0 for a batch without readings, not sent).
 
-        Raises ShipError when the service refuses the batch or every try failed.
+        Raises ShipError when the service refuses the batch or its credentials, or every try failed.
         """
         if not batch["samples"]:
             return 0
@@ -199,7 +254,7 @@ class Shipper:
             result = self.send(batch)
             if result.outcome == "delivered":
                 return result.accepted
-            if result.outcome == "refused":
+            if result.outcome in ("refused", "unauthorized"):
                 raise ShipError(f"service refused the batch: {result.reason}")
             if attempt < attempts:
                 delay = backoff.delay(attempt, result.retry_after)
