@@ -7,15 +7,19 @@ import contextlib
 import errno
 import logging
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from collector import node as node_process
 from collector.agent import Agent
 from collector.contract.sample import Sample
 from collector.delivery import Delivery
@@ -160,3 +164,37 @@ def test_a_full_spool_disk_drops_new_cycles_and_delivers_the_spooled_ones_also_a
         assert delivery.send_next() == 0.0
     assert _stored(sessions) == (spooled + GPUS, spooled + GPUS)
     assert any("takes readings again" in r.getMessage() for r in caplog.records)
+
+
+def test_the_collector_process_starts_on_a_full_disk_and_delivers_what_is_spooled(
+    small_disk: Path, sessions: sessionmaker[Session]
+) -> None:
+    spool_dir = small_disk / "spool"
+    earlier = Delivery(Spool(spool_dir), Shipper("http://127.0.0.1:9", TOKEN, "gpu-full-01"))
+    source = Gpus()
+    while earlier.enqueue(source.collect()):  # a run before the restart spooled until the disk was full
+        assert earlier.spool.pending_samples < 10_000
+    spooled = earlier.spool.pending_samples
+    metrics_port = free_port()
+    with running(create_app(sessions, TOKEN)) as url:
+        config = node_process.NodeConfig(
+            service_url=url, token=TOKEN, node="gpu-full-01", spool_dir=spool_dir, interval_seconds=0.1,
+            metrics_address="127.0.0.1", metrics_port=metrics_port,
+        )  # fmt: skip
+        stop = threading.Event()
+        collector = threading.Thread(target=node_process.run, args=(config, [source], stop, lambda s: s), daemon=True)
+        collector.start()
+        try:
+            deadline = time.monotonic() + 60
+            while _stored(sessions)[1] < spooled + GPUS:  # the backlog, then a cycle spooled in the room it freed
+                assert collector.is_alive(), "the collector runs on"
+                assert time.monotonic() < deadline, f"{_stored(sessions)} of {spooled} spooled readings stored"
+                time.sleep(0.1)
+            metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
+        finally:
+            stop.set()
+            collector.join(timeout=30)
+    assert not collector.is_alive()
+    assert 'gpufinops_collector_unspooled_samples_total{reason="disk_full"}' in metrics
+    rows, distinct = _stored(sessions)
+    assert rows == distinct, "each reading stored once"
