@@ -64,6 +64,7 @@ def collector(
     config = node_process.NodeConfig(
         service_url=service_url,
         token=_token(token_file),
+        token_file=token_file,
         node=node or socket.gethostname(),
         spool_dir=spool_dir,
         spool_max_bytes=spool_max_mib * 2**20,
