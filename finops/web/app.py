@@ -33,7 +33,8 @@ Collectors do not retry a 422. A body over ``MAX_BODY_BYTES``, sent or once deco
 and nothing stored; the body of any other request, over ``REST_MAX_BODY_BYTES``, too. Every body is read under a
 deadline (:class:`finops.web.body_limits.BodyDeadline`, ``IngestLimits.body_timeout_seconds``): a sender too slow
 gets ``408`` and its connection closed. A request that finds the database busy (a lock another transaction holds) is
-answered ``503`` with ``Retry-After``. Decompression, validation and storage run in a worker thread
+answered ``503`` with ``Retry-After`` (on PostgreSQL, once ``serve``'s lock timeout runs out:
+``FINOPS_REQUEST_LOCK_TIMEOUT_SECONDS``). Decompression, validation and storage run in a worker thread
 (``INGEST_CONCURRENCY`` at once), one database transaction per batch; a transaction PostgreSQL aborts to break a
 deadlock is run again (up to :data:`finops.web.ingest_batch.DEADLOCK_ATTEMPTS` tries).
 """
