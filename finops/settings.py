@@ -3,7 +3,7 @@
 The settings are grouped by subsystem, one class per group; :class:`Settings` is all of them together and is
 what the service, the CLI and the dashboard read. Code that needs one group may take that group's class.
 
-- :class:`StorageSettings` — database URL, data directory, raw-sample retention.
+- :class:`StorageSettings` — database URL, data directory, raw-sample retention, requests' lock timeout.
 - :class:`ApiSettings` — bearer tokens of the ingest API and the REST API.
 - :class:`TlsSettings` — the certificate and private key `serve` speaks HTTPS with.
 - :class:`IngestSettings` — per-node ingest limits (readings per second, burst, GPUs per batch), body deadline.
@@ -93,7 +93,7 @@ class SettingsGroup(BaseSettings):
 
 
 class StorageSettings(SettingsGroup):
-    """Where the data is kept, and for how long."""
+    """Where the data is kept, for how long, and how long a request waits for a lock on it."""
 
     database_url: str = Field(
         "",
@@ -108,6 +108,13 @@ class StorageSettings(SettingsGroup):
         ge=1,
         description="Days of raw GPU samples kept (whole UTC days before today); `serve` and `scheduler` drop older "
         "ones daily. Hours still waiting for a ledger rebuild keep theirs. The ledger is kept.",
+    )
+    request_lock_timeout_seconds: float = Field(
+        5.0,
+        ge=0,
+        description="PostgreSQL: longest a request of `serve` (ingest, REST API) waits for a lock another "
+        "transaction holds (its `lock_timeout`); then `503` with `Retry-After`. `0`: wait without limit. The "
+        "scheduled jobs are not bound by it. SQLite: not used (its write lock waits up to 60 s).",
     )
 
     @property

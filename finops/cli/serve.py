@@ -7,7 +7,11 @@ work is stopped at once (their engine's :class:`finops.db.stopping.StopSwitch`: 
 which also frees SQLite's write lock for the requests waiting on it), uvicorn stops taking connections and waits at
 most :data:`SHUTDOWN_SECONDS` for the requests under way, then at most as long again for the jobs' runs to end,
 and the process exits 0. A run still going then (a job outside the database, such as a webhook call) is left
-behind: the process ends with exit code 1 without it, having committed nothing of it.
+behind: the process ends with exit code 1 without it, having committed nothing of it. The leases of the jobs
+(PostgreSQL) are ended at the signal, so that another process takes them at its next renewal.
+
+Requests run on an engine of their own (:func:`request_sessions`: on PostgreSQL, a lock waited for longer than
+``FINOPS_REQUEST_LOCK_TIMEOUT_SECONDS`` gets 503), the scheduled jobs on another (no lock timeout).
 """
 
 from __future__ import annotations
@@ -26,13 +30,15 @@ import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
+from sqlalchemy import event
+from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp
 from uvicorn.supervisors import Multiprocess
 
 from alerts.nudges import NudgeRunner, NudgeService
 from alerts.service import AlertRunner, AlertService
 from finops.access.api_tokens import any_live_token as api_token_exists
-from finops.cli.context import idle_policy, load_pricing, load_settings, open_engine, open_sessions, tsdb_telemetry
+from finops.cli.context import idle_policy, load_pricing, load_settings, open_engine, tsdb_telemetry
 from finops.db.engine import session_factory
 from finops.db.stopping import StopSwitch
 from finops.errors import FinopsError
@@ -183,6 +189,26 @@ def serve_http(app: ASGIApp, stopping: Callable[[], None] | None, **options: Any
         raise FinopsError(f"the server did not start on {options.get('host')}:{options.get('port')}")
 
 
+def request_sessions(settings: Settings) -> sessionmaker[Session]:
+    """Sessions of the web app's requests (see :func:`finops.cli.context.open_engine`), on an engine of their own.
+    On PostgreSQL each of its connections gets ``lock_timeout`` = ``FINOPS_REQUEST_LOCK_TIMEOUT_SECONDS`` (unless 0):
+    a request behind a lock another transaction holds fails with ``LockNotAvailable`` once it runs out, which the
+    app answers 503 with ``Retry-After`` (:mod:`finops.web.app`), instead of waiting as long as the lock is held.
+    The scheduled jobs' engine (:class:`ScheduledJobs`) has no such timeout."""
+    engine = open_engine(settings)
+    milliseconds = round(settings.request_lock_timeout_seconds * 1000)
+    if engine.dialect.name == "postgresql" and milliseconds:
+
+        @event.listens_for(engine, "connect")
+        def _lock_timeout(dbapi_connection: Any, _record: Any) -> None:
+            with dbapi_connection.cursor() as cursor:
+                cursor.execute(f"SET lock_timeout = {max(milliseconds, 1)}")
+            dbapi_connection.commit()  # a session setting: kept once committed, for the connection's life
+
+        engine.dispose()  # the connection open_engine checked the migrations on predates the setting
+    return session_factory(engine)
+
+
 def ingest_limits(settings: Settings) -> IngestLimits:
     """What ingest accepts of a node, from the settings."""
     return IngestLimits(
@@ -239,7 +265,7 @@ def worker_app() -> FastAPI:
     catalog = load_pricing(settings).catalog
     limits = ingest_limits(settings)
     return create_app(
-        open_sessions(settings), token, ServiceMetrics(), api_token, catalog, limits=limits,
+        request_sessions(settings), token, ServiceMetrics(), api_token, catalog, limits=limits,
         readings_in_tsdb=settings.telemetry_source == "tsdb",
         reasons=settings.reason_policy, efficiency=settings.efficiency_policy,
     )  # fmt: skip
@@ -297,7 +323,7 @@ def serve(
     if tls is None and not is_loopback(host):
         log.warning(PLAIN_HTTP_WARNING, host)
     cert_file, key_file = tls or (None, None)
-    sessions = open_sessions(settings)
+    sessions = request_sessions(settings)
     token, api_token = _secrets(settings)
     if token is not None and token == api_token:
         raise FinopsError(
@@ -368,7 +394,7 @@ def scheduler(
     Its /metrics holds every team's budget figures: it takes a viewer or admin API token, as the service's does."""
     settings = load_settings()
     registry = CollectorRegistry()
-    sessions = open_sessions(settings)
+    sessions = request_sessions(settings)
     jobs = ScheduledJobs(settings, load_pricing(settings), registry)
     api_token = settings.api_token.get_secret_value() if settings.api_token else None
     try:

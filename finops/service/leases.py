@@ -18,9 +18,11 @@ name: holder, expiry).
   process; PostgreSQL rolls it back once the statement running ends (a backend notices its client has gone when
   it next reads from it, unless ``client_connection_check_interval`` is set). Its lease ends at most one lease
   after its last renewal and another process takes it at its next renewal: within 4/3 of a lease (40 s by
-  default). The job's next run there redoes the work (a rollup rebuilds the hours still marked dirty).
-- Stopping: :meth:`JobLeases.release` (when the scheduler shuts down) stops the thread and ends this process's
-  leases, so that a restart hands the jobs over at the next renewal of another process instead of after expiry.
+  default). The new holder runs the job at once (:meth:`JobLeases.when_taken`: the scheduler moves an interval
+  job's next run to now), and that run redoes the work (a rollup rebuilds the hours still marked dirty).
+- Stopping: :meth:`JobLeases.release` (at SIGTERM or SIGINT, and when the scheduler shuts down) stops the thread
+  and ends this process's leases (their expiry set to the database's now), so that another process takes them at
+  its next renewal (within a third of a lease) instead of after expiry, and runs their jobs at once.
 
 SQLite is one process's database: :func:`job_leases` gives None there and the scheduler runs every job itself.
 
@@ -97,6 +99,7 @@ class JobLeases:
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._on_taken: Callable[[str], None] | None = None
         self._held = Gauge(
             "gpufinops_job_lease_held",
             "1 while this process holds the job's lease and runs the job; 0 while another process does.",
@@ -134,6 +137,12 @@ class JobLeases:
                 _RUNNING.reset(running)
 
         return run
+
+    def when_taken(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(name)`` from the renewal each time this process takes lease ``name`` from another
+        holder or a free row (not when it renews its own): the scheduler runs the job then, instead of at its next
+        interval. An error it raises is logged and the renewal goes on."""
+        self._on_taken = callback
 
     def holds(self, name: str) -> bool:
         """Whether this process held lease ``name`` at its last renewal and that renewal has not run out (local,
@@ -175,6 +184,7 @@ class JobLeases:
                 self._acquired.labels(name).inc()
                 previous = before.get(name)
                 log.info("%s: lease taken%s", name, f" over from {previous}" if previous else "")
+                self._taken(name)
             elif name in had and name not in held:
                 log.warning("%s: lease lost to %s; this process no longer runs the job", name, before.get(name))
         return held
@@ -226,6 +236,15 @@ class JobLeases:
         running = _RUNNING.get()
         if running is not None and running[0] is self and not session.in_nested_transaction():
             self.check(session, running[1])
+
+    def _taken(self, name: str) -> None:
+        if self._on_taken is None:
+            return
+        try:
+            self._on_taken(name)
+        except Exception:
+            log.warning("%s: lease taken, but its job could not be run at once; it runs at its next interval", name,
+                        exc_info=True)  # fmt: skip
 
     def _keep(self) -> None:
         while not self._stopped.wait(self.lease_seconds / 3):

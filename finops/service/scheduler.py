@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
 from sqlalchemy import BigInteger, func, select, type_coerce
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -227,6 +228,16 @@ class RunningJobs:
         return True
 
 
+def _run_now(scheduler: BackgroundScheduler, job_id: str) -> None:
+    """Move job ``job_id``'s next run to now if it runs at an interval and the scheduler has started (a job whose
+    lease this process has just taken over; a cron job such as ``showback`` keeps its day, and before the start every
+    interval job's first run is now already)."""
+    job = scheduler.get_job(job_id)
+    if scheduler.running and job is not None and isinstance(job.trigger, IntervalTrigger):
+        job.modify(next_run_time=utc_now())
+        log.info("%s: run now, its lease just taken", job_id)
+
+
 def start_scheduler(
     sessions: sessionmaker[Session],
     pricing: Pricing,
@@ -260,7 +271,8 @@ def start_scheduler(
 
     With ``leases``, every job but the cost-metrics refresh runs under its lease (named by its job id:
     ``rollup``, ``alert_delivery``, ``showback``, ``alert_outbox``, ``sample_maintenance``, ``sacct_import``,
-    ``prometheus_pull``, ``nudges``): the leases are taken before the scheduler starts and released when it shuts down.
+    ``prometheus_pull``, ``nudges``): the leases are taken before the scheduler starts and released when it shuts down;
+    an interval job whose lease this process takes from another runs at once, not at its next interval.
 
     With ``tsdb`` (``FINOPS_TELEMETRY_SOURCE=tsdb``), the rollup reads telemetry from that TSDB (:func:`run_rollup`);
     the caller passes no ``prometheus`` pull then."""
@@ -310,6 +322,7 @@ def start_scheduler(
         every("rollup", run_rollup_and_alerts, arguments, seconds=rollup_interval_seconds)
     every("cost_metrics", metrics.refresh, [sessions], leased=False, seconds=rollup_interval_seconds)
     if leases is not None:
+        leases.when_taken(lambda name: _run_now(scheduler, name))
         leases.start()
         scheduler.add_listener(lambda _event: leases.release(), EVENT_SCHEDULER_SHUTDOWN)
     scheduler.start()

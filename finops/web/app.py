@@ -33,7 +33,9 @@ Collectors do not retry a 422. A body over ``MAX_BODY_BYTES``, sent or once deco
 and nothing stored; the body of any other request, over ``REST_MAX_BODY_BYTES``, too. Every body is read under a
 deadline (:class:`finops.web.body_limits.BodyDeadline`, ``IngestLimits.body_timeout_seconds``): a sender too slow
 gets ``408`` and its connection closed. A request that finds the database busy (a lock another transaction holds) is
-answered ``503`` with ``Retry-After``. Decompression, validation and storage run in a worker thread
+answered ``503`` with ``Retry-After`` (on PostgreSQL, once ``serve``'s lock timeout runs out:
+``FINOPS_REQUEST_LOCK_TIMEOUT_SECONDS``). A request FastAPI refuses in validation gets ``422`` naming each field and
+why, without the value sent (:func:`validation_errors`). Decompression, validation and storage run in a worker thread
 (``INGEST_CONCURRENCY`` at once), one database transaction per batch; a transaction PostgreSQL aborts to break a
 deadlock is run again (up to :data:`finops.web.ingest_batch.DEADLOCK_ATTEMPTS` tries).
 """
@@ -43,7 +45,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from functools import partial
 from typing import Annotated, Any
@@ -51,6 +53,7 @@ from typing import Annotated, Any
 import anyio
 import psycopg
 from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
@@ -100,6 +103,32 @@ READINGS_IN_TSDB = (
 """The 409's ``detail`` of ingest when the service reads telemetry from a TSDB."""
 REFUSAL_REASONS = ("rate", "burst", "gpus")
 """``reason`` of ``gpufinops_ingest_refused_total``: the per-node limit a batch was refused by."""
+
+
+MAX_ERROR_TEXT = 1024
+"""Longest ``msg`` (and ``loc`` member) of a 422's validation error, in characters: a message that quotes a long
+refused value is cut there, with how much was left out."""
+
+
+def _cut(text: str) -> str:
+    """``text``, cut to :data:`MAX_ERROR_TEXT` characters saying how many more there were."""
+    if len(text) <= MAX_ERROR_TEXT:
+        return text
+    return f"{text[:MAX_ERROR_TEXT]}… ({len(text) - MAX_ERROR_TEXT} characters more)"
+
+
+def validation_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
+    """FastAPI's validation errors (pydantic's shape) as a 422's ``detail``: per error ``type``, ``loc`` (where: e.g.
+    ``["body", "team"]``) and ``msg`` (why), never ``input`` (the refused value, up to the whole body:
+    :data:`REST_MAX_BODY_BYTES`) nor ``ctx``/``url``; text longer than :data:`MAX_ERROR_TEXT` is cut (:func:`_cut`)."""
+    return [
+        {
+            "type": str(error.get("type", "")),
+            "loc": [item if isinstance(item, int) else _cut(str(item)) for item in error.get("loc", ())],
+            "msg": _cut(str(error.get("msg", ""))),
+        }
+        for error in errors
+    ]
 
 
 def _busy(exc: OperationalError) -> bool:
@@ -189,6 +218,11 @@ def create_app(
     def reply(code: int, body: dict[str, Any]) -> JSONResponse:
         metrics.requests.labels(code=str(code)).inc()
         return JSONResponse(body, status_code=code)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        """422 naming each refused field and why (:func:`validation_errors`), without echoing what was sent."""
+        return JSONResponse({"detail": validation_errors(exc.errors())}, status_code=422)
 
     @app.exception_handler(OperationalError)
     async def database_busy(request: Request, exc: OperationalError) -> JSONResponse:

@@ -96,6 +96,8 @@ def test_an_expired_lease_is_taken_over_and_its_old_holder_commits_nothing(sessi
 @postgresql
 def test_a_released_lease_is_taken_at_the_next_renewal(sessions, schedulers) -> None:  # type: ignore[no-untyped-def]
     first, second = schedulers
+    taken: list[str] = []
+    second.when_taken(taken.append)
     for leases in schedulers:
         leases.leased("alert_delivery", _mark)
     first.renew()
@@ -103,6 +105,8 @@ def test_a_released_lease_is_taken_at_the_next_renewal(sessions, schedulers) -> 
     first.release()
     assert not first.holds("alert_delivery")
     assert second.renew() == {"alert_delivery"}
+    assert second.renew() == {"alert_delivery"}
+    assert taken == ["alert_delivery"], "told once, when taken; not at each renewal"
     assert second.leased("alert_delivery", _mark)(sessions, "by-b") == "by-b"
 
 
