@@ -31,9 +31,13 @@ def floor_hour(epoch: int) -> int:
 
 
 def parse_utc(text: str) -> datetime:
-    """ISO 8601 text to an aware UTC datetime; text without an offset is taken as UTC."""
+    """ISO 8601 text to an aware UTC datetime; text without an offset is taken as UTC. ValueError when it is none,
+    or when its offset moves it out of years 1–9999 (``9999-12-31T23:59:59-23:59``)."""
     parsed = datetime.fromisoformat(text)
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    try:
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError(f"{text!r} is out of range in UTC (years 1–9999)") from exc
 
 
 def month_start(at: datetime) -> datetime:
@@ -83,6 +87,7 @@ def period_bound(text: str, *, end: bool) -> datetime:
         first = parse_utc(f"{text}-01")
         return next_month_start(first) if end else first
     day = parse_utc(text)
-    if _DAY.match(text) and end:
-        return day + timedelta(days=1)
-    return day
+    try:
+        return day + timedelta(days=1) if _DAY.match(text) and end else day
+    except OverflowError as exc:  # the day after 9999-12-31
+        raise ValueError(f"{text!r} is out of range in UTC (years 1–9999)") from exc

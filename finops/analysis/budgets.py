@@ -88,6 +88,8 @@ def parse_month(text: str) -> datetime:
     found = _MONTH.fullmatch(text)
     if found is None or not 1 <= int(found[2]) <= 12:
         raise BudgetError("month", f"month {_shown(text)} is not a month as YYYY-MM")
+    if int(found[1]) not in YEARS:  # checked before datetime(), which refuses year 0 with a ValueError
+        raise BudgetError("month", f"month {text} is out of range: a budget month is in {YEARS[0]}–{YEARS[-1]}")
     return budget_month(datetime(int(found[1]), int(found[2]), 1, tzinfo=UTC))
 
 

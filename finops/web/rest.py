@@ -51,7 +51,7 @@ from finops.savings.waste_costs import job_dicts, reason_csv, reason_dicts, wast
 from finops.timeutil import month_start, next_month_start, utc_now
 from finops.web.auth import ApiAuth, forbidden
 from finops.web.cost_schema import CostsOut
-from finops.web.deps import instant, one_of, transaction, unprocessable
+from finops.web.deps import InputModel, instant, one_of, transaction, unprocessable
 from finops.web.efficiency_routes import efficiency_router
 
 MONTH_HELP = "Month as YYYY-MM (a year from 2000 to 2999)."
@@ -68,7 +68,7 @@ RuleKey = Annotated[str, StringConstraints(max_length=RULE_KEY_MAX_LENGTH)]
 RuleValue = Annotated[str, StringConstraints(min_length=1, max_length=RULE_VALUE_MAX_LENGTH)]
 
 
-class BudgetIn(BaseModel):
+class BudgetIn(InputModel):
     """A budget to set: ``amount`` (decimal text or number: more than 0, below 10¹², at most 6 decimals) in
     ``currency`` (ISO 4217), which must be the price catalog's and defaults to it. Checked by
     :func:`finops.analysis.budgets.set_budget`, as on the command line."""
@@ -98,7 +98,7 @@ class BudgetOut(BaseModel):
     problem: str | None
 
 
-class PricingRuleIn(BaseModel):
+class PricingRuleIn(InputModel):
     """A pricing rule: ``selector`` node|node_label|partition, ``key`` the label name (node_label only; up to
     :data:`RULE_KEY_MAX_LENGTH` characters), ``value`` (up to :data:`RULE_VALUE_MAX_LENGTH`)."""
 
@@ -108,7 +108,7 @@ class PricingRuleIn(BaseModel):
     pricing_model: PricingModel
 
 
-class TeamRuleIn(BaseModel):
+class TeamRuleIn(InputModel):
     """A team rule: ``kind`` account|namespace|label, ``key`` the label name (label rules only; up to
     :data:`RULE_KEY_MAX_LENGTH` characters), ``value`` (up to :data:`RULE_VALUE_MAX_LENGTH`), ``team`` (up to
     :data:`finops.analysis.budgets.MAX_NAME`, the width of ``teams.name``)."""
