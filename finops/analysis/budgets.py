@@ -46,7 +46,7 @@ YEARS = range(2000, 3000)
 """Years a budget month may be in."""
 KNOWN_TEAMS_SHOWN = 20
 """Known team names an :class:`UnknownTeam` message lists at most."""
-_MONTH = re.compile(r"(\d{4})-(\d{2})")
+_MONTH = re.compile(r"(\d{4})-(\d{2})", re.ASCII)  # 0-9 only, not full-width ２０２６
 _CURRENCY = re.compile(r"[A-Z]{3}")
 
 
@@ -98,7 +98,7 @@ def parse_amount(amount: Decimal | str) -> Decimal:
     below :data:`MAX_AMOUNT`, with at most 6 decimals (the ledger's). BudgetError (field ``amount``) otherwise."""
     if isinstance(amount, str):
         try:
-            if len(amount) > MAX_AMOUNT_TEXT:
+            if len(amount) > MAX_AMOUNT_TEXT or not amount.isascii():  # Decimal() takes full-width digits too
                 raise InvalidOperation
             value = Decimal(amount)
         except InvalidOperation:

@@ -9,10 +9,11 @@ character (:class:`InputModel` for bodies, :func:`no_nul_parameters` for paths a
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from decimal import Decimal
 from typing import Annotated, Any
 
 from fastapi import HTTPException, Path, Request
-from pydantic import BaseModel, field_validator
+from pydantic import BaseModel, BeforeValidator, field_validator
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.wire import INT32_MAX
@@ -59,6 +60,16 @@ def no_nul_parameters(request: Request) -> None:
             if _holds_nul(name) or _holds_nul(value):
                 detail = [{"type": "value_error", "loc": [where, name], "msg": f"{name} {NUL_REFUSED}"}]
                 raise HTTPException(422, detail)
+
+
+def _ascii_number(value: object) -> object:
+    if isinstance(value, str) and not value.isascii():
+        raise ValueError("a number is written with ASCII digits (0-9), not full-width or other scripts' digits")
+    return value
+
+
+AsciiDecimal = Annotated[Decimal, BeforeValidator(_ascii_number)]
+"""A Decimal parameter whose text must be ASCII: pydantic's Decimal, like Python's, takes ``１.５`` otherwise."""
 
 
 def transaction(sessions: sessionmaker[Session]) -> Callable[[], Iterator[Session]]:

@@ -23,3 +23,24 @@ def test_the_command_line_answers_one_error_line(cli_env, args, field) -> None: 
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert field in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["budget", "set", "alpha", "10", "--month", "２０２６-１１", "--yes"], "month"),
+        (["budget", "set", "alpha", "１００", "--yes"], "amount"),
+        (["audit", "list", "--since", "２０２６-１１"], "--since"),
+        (["rightsizing", "--memory-headroom", "1e999999"], "--memory-headroom"),
+        (["rightsizing", "--memory-headroom", "101"], "--memory-headroom"),
+        (["rightsizing", "--memory-headroom", "１.５"], "--memory-headroom"),
+        (["alerts", "silence", "--matcher", 'team="alpha"', "--until", "9999-12-31", "--comment", "x"], "a year"),
+        (["alerts", "silence", "--matcher", r"job=~(a)\1", "--until", "2099-01-01", "--comment", "x"], "RE2"),
+    ],
+)
+def test_nonsense_is_refused(cli_env, args, field) -> None:  # type: ignore[no-untyped-def]
+    """Full-width digits (Python's int() and Decimal() take them), a headroom of 10⁹⁹⁹⁹⁹⁹, a silence until year
+    9999 and a regex RE2 refuses."""
+    result = cli_env.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert field in result.stderr, result.stderr

@@ -77,3 +77,25 @@ def test_non_ascii_authorization_is_unauthorised(sessions, api_token) -> None:  
 def test_an_offset_past_year_9999_is_refused(service) -> None:  # type: ignore[no-untyped-def]
     url, admin, _, _ = service
     _refused(httpx.get(f"{url}/api/v1/audit", params={"since": "9999-12-31T23:59:59-23:59"}, headers=admin), "since")
+
+
+def test_full_width_digits_long_silences_and_re2_regexes_are_refused(service) -> None:  # type: ignore[no-untyped-def]
+    url, admin, team, sessions = service
+    _refused(httpx.get(f"{url}/api/v1/budgets", params={"month": "２０２６-１１"}, headers=team), "month")
+    _refused(httpx.put(f"{url}/api/v1/budgets/alpha/2026-11", json={"amount": "１００"}, headers=admin), "amount")
+    now = utc_now()
+    period = {"start": (now - timedelta(days=1)).isoformat(), "end": now.isoformat()}
+    for headroom in ("１.５", "1e999999", "101"):
+        answered = httpx.get(f"{url}/api/v1/rightsizing", params={**period, "memory_headroom": headroom}, headers=team)
+        _refused(answered, "memory_headroom")
+    for silence, why in (
+        ({"matchers": ['team="alpha"'], "ends_at": "9999-12-31T00:00:00Z"}, "a year"),
+        ({"matchers": ['team="alpha"'], "starts_at": (now + timedelta(days=300)).isoformat(),
+          "ends_at": (now + timedelta(days=400)).isoformat()}, "a year"),
+        ({"matchers": [r"job=~(a)\1"], "ends_at": (now + timedelta(hours=1)).isoformat()}, "RE2"),
+    ):  # fmt: skip
+        _refused(httpx.post(f"{url}/api/v1/alerts/silences", json=silence, headers=admin), why)
+    year = {"matchers": ['team="alpha"'], "ends_at": (now + timedelta(days=365)).isoformat()}
+    assert httpx.post(f"{url}/api/v1/alerts/silences", json=year, headers=admin).status_code == 201
+    with sessions() as session:
+        assert session.scalar(select(func.count()).select_from(AlertSilence)) == 1
