@@ -2,6 +2,9 @@
 
 Matchers follow Alertmanager's syntax (``pkg/labels`` matchers): ``name=value``, ``name!=value``,
 ``name=~regex``, ``name!~regex``; a regex must match the whole value; a missing label is the empty string.
+Regexes are RE2's, as Alertmanager's (Go ``regexp``): matching takes time linear in the label's length, so a
+tenant's pattern cannot backtrack catastrophically (``(a+)+$``), and what RE2 refuses (backreferences, lookaround)
+is refused when the matcher is parsed.
 A silence mutes every alert all of whose labels match all its matchers, from its start until its end.
 An inhibition rule mutes target alerts while a source alert fires with equal values of the ``equal`` labels
 (e.g. a silent collector on node X inhibits the idle and throttling alerts of node X).
@@ -14,8 +17,21 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+import re2
 
 MATCHER = re.compile(r'^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"?(.*?)"?\s*$')
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a refused pattern is a ValueError to the caller, not a line on stderr
+
+
+@lru_cache(maxsize=1024)
+def _regex(pattern: str) -> Any:
+    """``pattern`` compiled by RE2 (cached: alert rules match the same silences every run); ``re2.error`` if RE2
+    refuses it."""
+    return re2.compile(pattern, _RE2_OPTIONS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,22 +46,24 @@ class Matcher:
         """Whether ``labels`` satisfy this matcher (missing label = "")."""
         actual = labels.get(self.name, "")
         if self.op in ("=~", "!~"):
-            found = re.fullmatch(self.value, actual) is not None
+            found = _regex(self.value).fullmatch(actual) is not None
             return found if self.op == "=~" else not found
         return (actual == self.value) if self.op == "=" else (actual != self.value)
 
 
 def parse_matcher(text: str) -> Matcher:
-    """``team="vision"`` → Matcher. ValueError naming the text when it is not a matcher or its regex is invalid."""
+    """``team="vision"`` → Matcher. ValueError naming the text when it is not a matcher or its regex is not one RE2
+    takes."""
     found = MATCHER.match(text)
     if found is None:
         raise ValueError(f"{text!r}: not a matcher (name=value, name!=value, name=~regex, name!~regex)")
     name, op, value = found.groups()
     if op in ("=~", "!~"):
         try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"{text!r}: invalid regular expression: {exc}") from exc
+            _regex(value)
+        except re2.error as exc:
+            reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+            raise ValueError(f"{text!r}: invalid regular expression (RE2 syntax, as Alertmanager): {reason}") from exc
     return Matcher(name, op, value)
 
 

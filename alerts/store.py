@@ -107,6 +107,11 @@ class SilenceView:
     active: bool
 
 
+MAX_SILENCE = timedelta(days=366)
+"""Longest silence: from its start (or now, if it starts later) to its end, at most a year, leap years too. A
+longer one is a rule switched off, which the alert configuration says openly (``rules.<rule>.enabled``)."""
+
+
 def create_silence(
     session: Session,
     matchers: Sequence[str],
@@ -123,7 +128,8 @@ def create_silence(
     who made it).
 
     ValueError naming the problem: no matcher, a matcher that does not parse, an end not after the start or
-    already past; nothing is written then."""
+    already past, a silence longer than :data:`MAX_SILENCE` or ending more than that after ``now``; nothing is
+    written then."""
     if not matchers:
         raise ValueError('a silence needs at least one matcher, e.g. team="vision"')
     for text in matchers:
@@ -133,6 +139,11 @@ def create_silence(
         raise ValueError(f"the end {ends_at.isoformat()} is not after the start {start.isoformat()}")
     if ends_at <= now:
         raise ValueError(f"the end {ends_at.isoformat()} is already past")
+    if ends_at - min(start, now) > MAX_SILENCE:
+        raise ValueError(
+            f"the end {ends_at.isoformat()} is more than {MAX_SILENCE.days} days after the start or now: a silence "
+            "lasts at most a year (create a new one when it ends)"
+        )
     row = AlertSilence(
         matchers=[m.strip() for m in matchers],
         starts_at=start,

@@ -19,6 +19,7 @@ from streamlit.delta_generator import DeltaGenerator
 
 from dashboards.charts import COST_COLOURS, USED
 from finops.analysis.waste import MEMORY_HELD_BYTES
+from finops.csv_cells import dict_rows_csv
 from finops.ledger.costmodel import CENT
 
 Number = Decimal | float | int
@@ -335,12 +336,20 @@ def table(
     st.dataframe(frame, hide_index=True, width="stretch", column_config=config, placeholder=placeholder)
     st.download_button(
         "Download CSV",
-        lambda: frame.rename(columns=shown).to_csv(index=False),  # made when clicked, not on every run
+        lambda: frame_csv(frame.rename(columns=shown)),  # made when clicked, not on every run
         file_name=file_name,
         mime="text/csv",
         key=key or f"download-{file_name}",
         on_click="ignore",
     )
+
+
+def frame_csv(frame: pd.DataFrame) -> str:
+    """``frame`` as CSV text with a header line (:func:`finops.csv_cells.dict_rows_csv`: text cells escaped against
+    formula injection, numbers unchanged), empty cells (None, NaN, NaT) empty, ``\\n`` line ends."""
+    cleaned = frame.astype(object).where(frame.notna(), None)
+    names = [str(c) for c in cleaned.columns]
+    return dict_rows_csv(names, (dict(zip(names, row, strict=True)) for row in cleaned.itertuples(index=False)))
 
 
 def duration(seconds: int) -> str:

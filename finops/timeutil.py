@@ -31,9 +31,16 @@ def floor_hour(epoch: int) -> int:
 
 
 def parse_utc(text: str) -> datetime:
-    """ISO 8601 text to an aware UTC datetime; text without an offset is taken as UTC."""
+    """ISO 8601 text to an aware UTC datetime; text without an offset is taken as UTC. ValueError when it is none,
+    or when its offset moves it out of years 1–9999 (``9999-12-31T23:59:59-23:59``), or has a character that is not
+    ASCII (full-width digits)."""
+    if not text.isascii():
+        raise ValueError(f"{text!r} is not an ISO 8601 time: only ASCII digits and signs")
     parsed = datetime.fromisoformat(text)
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    try:
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError(f"{text!r} is out of range in UTC (years 1–9999)") from exc
 
 
 def month_start(at: datetime) -> datetime:
@@ -53,7 +60,7 @@ def previous_month_start(at: datetime) -> datetime:
     return month_start(month_start(at) - timedelta(seconds=1))
 
 
-_DURATION = re.compile(r"(?:(\d{1,6})w)?(?:(\d{1,6})d)?(?:(\d{1,6})h)?(?:(\d{1,6})m)?(?:(\d{1,6})s)?")
+_DURATION = re.compile(r"(?:(\d{1,6})w)?(?:(\d{1,6})d)?(?:(\d{1,6})h)?(?:(\d{1,6})m)?(?:(\d{1,6})s)?", re.ASCII)
 
 
 def parse_duration(text: str) -> timedelta:
@@ -67,8 +74,9 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(weeks=weeks, days=days, hours=hours, minutes=minutes, seconds=seconds)
 
 
-_MONTH = re.compile(r"^\d{4}-\d{2}$")
-_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+# re.ASCII: ``\d`` is 0-9 only; by default it also takes other scripts' digits (full-width ２０２６), as int() does.
+_MONTH = re.compile(r"^\d{4}-\d{2}$", re.ASCII)
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.ASCII)
 
 
 def period_bound(text: str, *, end: bool) -> datetime:
@@ -83,6 +91,7 @@ def period_bound(text: str, *, end: bool) -> datetime:
         first = parse_utc(f"{text}-01")
         return next_month_start(first) if end else first
     day = parse_utc(text)
-    if _DAY.match(text) and end:
-        return day + timedelta(days=1)
-    return day
+    try:
+        return day + timedelta(days=1) if _DAY.match(text) and end else day
+    except OverflowError as exc:  # the day after 9999-12-31
+        raise ValueError(f"{text!r} is out of range in UTC (years 1–9999)") from exc

@@ -46,7 +46,7 @@ YEARS = range(2000, 3000)
 """Years a budget month may be in."""
 KNOWN_TEAMS_SHOWN = 20
 """Known team names an :class:`UnknownTeam` message lists at most."""
-_MONTH = re.compile(r"(\d{4})-(\d{2})")
+_MONTH = re.compile(r"(\d{4})-(\d{2})", re.ASCII)  # 0-9 only, not full-width ２０２６
 _CURRENCY = re.compile(r"[A-Z]{3}")
 
 
@@ -88,6 +88,8 @@ def parse_month(text: str) -> datetime:
     found = _MONTH.fullmatch(text)
     if found is None or not 1 <= int(found[2]) <= 12:
         raise BudgetError("month", f"month {_shown(text)} is not a month as YYYY-MM")
+    if int(found[1]) not in YEARS:  # checked before datetime(), which refuses year 0 with a ValueError
+        raise BudgetError("month", f"month {text} is out of range: a budget month is in {YEARS[0]}–{YEARS[-1]}")
     return budget_month(datetime(int(found[1]), int(found[2]), 1, tzinfo=UTC))
 
 
@@ -96,7 +98,7 @@ def parse_amount(amount: Decimal | str) -> Decimal:
     below :data:`MAX_AMOUNT`, with at most 6 decimals (the ledger's). BudgetError (field ``amount``) otherwise."""
     if isinstance(amount, str):
         try:
-            if len(amount) > MAX_AMOUNT_TEXT:
+            if len(amount) > MAX_AMOUNT_TEXT or not amount.isascii():  # Decimal() takes full-width digits too
                 raise InvalidOperation
             value = Decimal(amount)
         except InvalidOperation:

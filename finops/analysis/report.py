@@ -15,8 +15,6 @@ What nothing measured is None ("not measured"), never 0.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -27,6 +25,7 @@ from sqlalchemy import Select, func, null, select
 from sqlalchemy.orm import Session
 
 from finops.analysis.filters import Scope, ledger_conditions
+from finops.csv_cells import dict_rows_csv
 from finops.db.models import UNALLOCATED_TEAM, Gpu, Job, LedgerEntry, LedgerTeamHour, Node, Team
 from finops.ledger.costmodel import JOULES_PER_KWH, quantize, round_preserving_total
 from finops.ledger.rollup import unpriced_fix
@@ -407,14 +406,10 @@ def report_dicts(rows: Sequence[ReportRow], by: GroupBy = "team") -> list[dict[s
 
 
 def dicts_csv(dicts: Sequence[Mapping[str, object]]) -> str:
-    """``dicts`` (rows with the same keys, in order) as CSV text (RFC 4180, ``csv`` module defaults) with a header
-    line of the first row's keys; empty text without rows."""
-    out = io.StringIO()
-    if dicts:
-        writer = csv.DictWriter(out, fieldnames=list(dicts[0]))
-        writer.writeheader()
-        writer.writerows(dicts)
-    return out.getvalue()
+    """``dicts`` (rows with the same keys, in order) as CSV text (RFC 4180, ``\\r\\n`` line ends, text cells escaped
+    against formula injection: :mod:`finops.csv_cells`) with a header line of the first row's keys; empty text
+    without rows."""
+    return dict_rows_csv(list(dicts[0]), dicts, end="\r\n") if dicts else ""
 
 
 def report_csv(rows: Sequence[ReportRow], by: GroupBy = "team") -> str:

@@ -3,14 +3,13 @@ last days, and owned GPUs against renting them (:mod:`finops.savings.commitments
 
 from __future__ import annotations
 
-import csv
-import io
 from typing import Annotated, Any
 
 import orjson
 import typer
 
 from finops.cli.context import load_pricing, load_settings, open_sessions
+from finops.csv_cells import dict_rows_csv
 from finops.pricing.store import catalog_in_force
 from finops.savings.commitments import (
     DEFAULT_DAYS,
@@ -116,11 +115,7 @@ def _csv_rows(report: CommitmentReport) -> list[dict[str, Any]]:
 
 def commitments_csv(report: CommitmentReport) -> str:
     """The report as CSV with a header line (:data:`CSV_COLUMNS`; null as an empty field)."""
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(_csv_rows(report))
-    return out.getvalue()
+    return dict_rows_csv(CSV_COLUMNS, _csv_rows(report))
 
 
 def _money(text: str | None) -> str:

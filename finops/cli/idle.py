@@ -3,8 +3,6 @@ REST API's ``/api/v1/idle-episodes`` lists them), as a table, JSON or CSV."""
 
 from __future__ import annotations
 
-import csv
-import io
 from typing import Annotated
 
 import orjson
@@ -12,6 +10,7 @@ import typer
 
 from finops.analysis.idle import EpisodeView, episode_totals, list_episodes
 from finops.cli.context import PeriodEnd, PeriodStart, load_settings, open_sessions, period
+from finops.csv_cells import dict_rows_csv
 from finops.ledger.rollup import unpriced_fix
 
 app = typer.Typer(
@@ -65,11 +64,7 @@ def idle_list(
 
 def episodes_csv(episodes: list[EpisodeView]) -> str:
     """The episodes as CSV with a header line, the fields of the JSON (null as an empty field)."""
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(e.as_dict() for e in episodes)
-    return out.getvalue()
+    return dict_rows_csv(_COLUMNS, (e.as_dict() for e in episodes))
 
 
 def episodes_table(episodes: list[EpisodeView]) -> str:

@@ -13,7 +13,7 @@ from finops.cli.context import PeriodEnd, PeriodStart, load_pricing, load_settin
 from finops.db.hours import pending_hours
 from finops.pricing.store import catalog_in_force
 from finops.savings.rightsizing import rightsizing
-from finops.savings.rightsizing_policy import RightsizingPolicy
+from finops.savings.rightsizing_policy import MAX_MEMORY_HEADROOM, RightsizingPolicy
 from finops.savings.rightsizing_report import GROUP_BYS, rightsizing_csv, rightsizing_dicts, rightsizing_table
 from finops.timeutil import utc_now
 
@@ -46,7 +46,7 @@ def rightsizing_command(
         ),
     ] = _DEFAULTS.low_utilization_ratio,
     memory_headroom: Annotated[
-        str, typer.Option(help="Memory peak × this must fit the MIG profile or model (at least 1).")
+        str, typer.Option(help="Memory peak × this must fit the MIG profile or model (from 1 to 100).")
     ] = str(_DEFAULTS.memory_headroom),
 ) -> None:
     """Right-sizing over [start, end) (default: this month to date), from the hourly ledger and memory readings:
@@ -61,10 +61,12 @@ def rightsizing_command(
     if output_format not in FORMATS:
         raise typer.BadParameter(f"must be one of {', '.join(FORMATS)}", param_hint="--format")
     try:
+        if not memory_headroom.isascii() or len(memory_headroom) > 32:  # Decimal() takes full-width digits too
+            raise InvalidOperation
         policy = RightsizingPolicy(idle_ratio, low_utilization_ratio, Decimal(memory_headroom))
     except (InvalidOperation, ValueError) as exc:
         raise typer.BadParameter(
-            f"{memory_headroom!r}: a number of at least 1", param_hint="--memory-headroom"
+            f"{memory_headroom[:32]!r}: a number from 1 to {MAX_MEMORY_HEADROOM}", param_hint="--memory-headroom"
         ) from exc
     begin, finish = period(start, end)
     settings = load_settings()

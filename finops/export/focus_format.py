@@ -8,13 +8,14 @@ FinOps-Open-Cost-and-Usage-Spec/FOCUS_Spec repository at tag ``v1.2``).
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
+
+from finops.csv_cells import csv_line
 
 FOCUS_VERSION = "1.2"
 Kind = Literal["string", "datetime", "decimal6", "decimal12", "int", "float"]
@@ -131,15 +132,15 @@ def write_csv(rows: Iterable[Mapping[str, Any]], path: Path) -> int:
     row count.
 
     Nulls are empty fields, decimals plain decimal text (never exponent notation), times
-    ``YYYY-MM-DDTHH:MM:SSZ``. UTF-8, RFC 4180 quoting, ``\\n`` line ends.
+    ``YYYY-MM-DDTHH:MM:SSZ``. UTF-8, RFC 4180 quoting, ``\\n`` line ends; a text column's cell that a spreadsheet
+    would run as a formula is escaped (:mod:`finops.csv_cells`), the other columns' are numbers and times, unchanged.
     """
     text = [(name, _CSV_TEXT[kind]) for name, kind in COLUMNS]
     count = 0
     with path.open("w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(COLUMN_NAMES)
+        handle.write(csv_line(COLUMN_NAMES))
         for row in rows:
-            writer.writerow(["" if (value := row[name]) is None else format_(value) for name, format_ in text])
+            handle.write(csv_line(None if (value := row[name]) is None else format_(value) for name, format_ in text))
             count += 1
     return count
 

@@ -9,12 +9,15 @@ from decimal import Decimal
 
 from finops.savings.mig_profiles import MEMORY_HEADROOM
 
+MAX_MEMORY_HEADROOM = Decimal(100)
+"""Largest ``memory_headroom``: a job's memory peak × 100 exceeds every GPU's memory already at 2 GB."""
+
 
 @dataclass(frozen=True, slots=True)
 class RightsizingPolicy:
     """The thresholds of :func:`rightsizing` (module docstring): ``idle_ratio`` and ``low_utilization_ratio`` are
     ratios in [0, 1] of a GPU's mean use (SM activity where measured, utilisation elsewhere); ``memory_headroom``
-    ≥ 1 multiplies the memory peak. ValueError otherwise."""
+    from 1 to :data:`MAX_MEMORY_HEADROOM` (finite) multiplies the memory peak. ValueError otherwise."""
 
     idle_ratio: float = 0.05
     low_utilization_ratio: float = 0.15
@@ -25,8 +28,8 @@ class RightsizingPolicy:
             value = getattr(self, name)
             if not 0 <= value <= 1:
                 raise ValueError(f"{name} must be a ratio from 0 to 1, not {value!r}")
-        if not self.memory_headroom.is_finite() or self.memory_headroom < 1:
-            raise ValueError(f"memory_headroom must be at least 1, not {self.memory_headroom}")
+        if not self.memory_headroom.is_finite() or not 1 <= self.memory_headroom <= MAX_MEMORY_HEADROOM:
+            raise ValueError(f"memory_headroom must be from 1 to {MAX_MEMORY_HEADROOM}, not {self.memory_headroom}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,7 @@ CSV (the attachment), knowing no section (:mod:`finops.savings.showback_statemen
 
 from __future__ import annotations
 
-import csv
-import io
-
+from finops.csv_cells import dict_rows_csv
 from finops.savings.showback_statement import Cell, ColumnKind, Section, Statement, sum_cells
 
 
@@ -90,15 +88,13 @@ def statement_csv(statement: Statement) -> str:
     keys: list[str] = []
     for section in statement.sections:
         keys += [c.key for c in section.columns if c.key not in keys]
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=["month", "team", "currency", "section", *keys], lineterminator="\n")
-    writer.writeheader()
     base = {"month": f"{statement.month:%Y-%m}", "team": statement.team, "currency": statement.currency}
-    for section in statement.sections:
-        for row in section.rows:
-            cells = {c.key: "" if v is None else str(v) for c, v in zip(section.columns, row, strict=True)}
-            writer.writerow({**base, "section": section.key, **cells})
-    return out.getvalue()
+    rows = [
+        {**base, "section": section.key, **{c.key: v for c, v in zip(section.columns, row, strict=True)}}
+        for section in statement.sections
+        for row in section.rows
+    ]
+    return dict_rows_csv(["month", "team", "currency", "section", *keys], rows)
 
 
 def csv_filename(statement: Statement) -> str:

@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Response
-from pydantic import BaseModel, Field
+from pydantic import Field
 from sqlalchemy.orm import Session, sessionmaker
 
 from alerts.matchers import names_team
@@ -37,7 +37,7 @@ from alerts.store import (
 from finops.access.api_tokens import Principal
 from finops.timeutil import utc_now
 from finops.web.auth import ApiAuth
-from finops.web.deps import RowId, instant, transaction, unprocessable
+from finops.web.deps import InputModel, RowId, instant, transaction, unprocessable
 
 DEFAULT_DEADLINE = timedelta(hours=1)
 MAX_MATCHERS = 64
@@ -50,7 +50,7 @@ CREATED_BY_MAX_LENGTH = 128
 """Longest ``created_by`` (characters): the width of ``alert_silences.created_by``."""
 
 
-class SilenceIn(BaseModel):
+class SilenceIn(InputModel):
     """A silence to create: 1 to :data:`MAX_MATCHERS` Alertmanager matchers (each up to :data:`MATCHER_MAX_LENGTH`
     characters), until ``ends_at`` (from ``starts_at``, default now), ``comment`` up to :data:`COMMENT_MAX_LENGTH`
     and ``created_by`` up to :data:`CREATED_BY_MAX_LENGTH` characters; longer is refused with 422."""

@@ -71,6 +71,7 @@ from finops.savings.efficiency_policy import EfficiencyPolicy
 from finops.web.alerts import create_alerts_router
 from finops.web.auth import ApiAuth, IngestAuth
 from finops.web.body_limits import BodyDeadline, BodyLimit, too_large
+from finops.web.deps import no_nul_parameters
 from finops.web.ingest_batch import MAX_BODY_BYTES, Gate, ingest_batch, store_together
 from finops.web.rest import create_router
 
@@ -194,7 +195,10 @@ def create_app(
     """
     limits = limits or IngestLimits()
     # The OpenAPI pages are served below, behind authentication.
-    app = FastAPI(title="gpu-finops", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="gpu-finops", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None,
+        dependencies=[Depends(no_nul_parameters)],
+    )  # fmt: skip
     app.add_middleware(BodyLimit, limit=REST_MAX_BODY_BYTES, exempt=frozenset({INGEST_PATH}))
     ingest_auth = IngestAuth(sessions, token, insecure_no_token)
     api_auth = ApiAuth(sessions, api_token, insecure_no_token)

@@ -26,7 +26,9 @@ ANONYMOUS = Principal("anonymous", "admin")
 def bearer_ok(authorization: str | None, token: str | None) -> bool:
     """Whether an ``Authorization`` header value (None: no header) is ``Bearer <token>``, compared in constant
     time; always True when ``token`` is None (authentication off)."""
-    return token is None or hmac.compare_digest(authorization or "", f"Bearer {token}")
+    # As UTF-8 bytes: compare_digest refuses str with non-ASCII characters (TypeError), which a header may hold.
+    presented, expected = (authorization or "").encode(errors="surrogateescape"), f"Bearer {token}".encode()
+    return token is None or hmac.compare_digest(presented, expected)
 
 
 def unauthorised() -> HTTPException:

@@ -1,16 +1,19 @@
 """What the API routers share besides authentication (:mod:`finops.web.auth`): the database session dependency
 and the parsing of request values into ``422 {"detail": "<name>: …"}`` answers.
 
-Path ids are bounded (:data:`RowId`) and so is time text (:data:`INSTANT_MAX_LENGTH`)."""
+Path ids are bounded (:data:`RowId`) and so is time text (:data:`INSTANT_MAX_LENGTH`); no text holds a NUL
+character (:class:`InputModel` for bodies, :func:`no_nul_parameters` for paths and queries)."""
 
 # No ``from __future__ import annotations``: FastAPI resolves the dependency's annotations when routes are defined.
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Annotated
+from decimal import Decimal
+from typing import Annotated, Any
 
-from fastapi import HTTPException, Path
+from fastapi import HTTPException, Path, Request
+from pydantic import BaseModel, BeforeValidator, field_validator
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.wire import INT32_MAX
@@ -21,6 +24,52 @@ RowId = Annotated[int, Path(ge=1, le=INT32_MAX, description="A row id: 1 to 2³�
 is refused with 422 before any query (the database would fail on it)."""
 INSTANT_MAX_LENGTH = 64
 """Longest time text :func:`instant` parses (characters); an ISO 8601 time with microseconds and offset is 32."""
+
+
+NUL_REFUSED = "holds a NUL character (U+0000), which no text may (PostgreSQL cannot store one)"
+"""Why a text with NUL is refused: no name, rule, matcher or filter has one, and PostgreSQL's ``text`` cannot hold
+it (it fails the statement, while SQLite would store it)."""
+
+
+def _holds_nul(value: object) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    return isinstance(value, list | tuple | set | frozenset) and any(_holds_nul(item) for item in value)
+
+
+class InputModel(BaseModel):
+    """Base of the JSON request bodies: a field whose text (also inside lists and dicts) holds NUL is refused with
+    FastAPI's 422 naming it (``loc: ["body", <field>]``, :data:`NUL_REFUSED`)."""
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        if _holds_nul(value):
+            raise ValueError(NUL_REFUSED)
+        return value
+
+
+def no_nul_parameters(request: Request) -> None:
+    """An app-wide FastAPI dependency: 422 in FastAPI's shape (``[{"type": "value_error", "loc": ["path"|"query",
+    <name>], "msg": …}]``) when a path or query parameter's name or value holds NUL (``%00``), before any route
+    reads it."""
+    for where, items in (("path", list(request.path_params.items())), ("query", request.query_params.multi_items())):
+        for name, value in items:
+            if _holds_nul(name) or _holds_nul(value):
+                detail = [{"type": "value_error", "loc": [where, name], "msg": f"{name} {NUL_REFUSED}"}]
+                raise HTTPException(422, detail)
+
+
+def _ascii_number(value: object) -> object:
+    if isinstance(value, str) and not value.isascii():
+        raise ValueError("a number is written with ASCII digits (0-9), not full-width or other scripts' digits")
+    return value
+
+
+AsciiDecimal = Annotated[Decimal, BeforeValidator(_ascii_number)]
+"""A Decimal parameter whose text must be ASCII: pydantic's Decimal, like Python's, takes ``１.５`` otherwise."""
 
 
 def transaction(sessions: sessionmaker[Session]) -> Callable[[], Iterator[Session]]:

@@ -45,13 +45,13 @@ from finops.pricing.store import catalog_in_force, import_catalog
 from finops.savings.commitments import DEFAULT_DAYS, MAX_DAYS, MAX_MODEL_LENGTH, MAX_QUANTITY, commitment_report
 from finops.savings.efficiency_policy import EfficiencyPolicy
 from finops.savings.rightsizing import rightsizing
-from finops.savings.rightsizing_policy import RightsizingPolicy
+from finops.savings.rightsizing_policy import MAX_MEMORY_HEADROOM, RightsizingPolicy
 from finops.savings.rightsizing_report import rightsizing_csv, rightsizing_dicts
 from finops.savings.waste_costs import job_dicts, reason_csv, reason_dicts, waste_report
 from finops.timeutil import month_start, next_month_start, utc_now
 from finops.web.auth import ApiAuth, forbidden
 from finops.web.cost_schema import CostsOut
-from finops.web.deps import instant, one_of, transaction, unprocessable
+from finops.web.deps import AsciiDecimal, InputModel, instant, one_of, transaction, unprocessable
 from finops.web.efficiency_routes import efficiency_router
 
 MONTH_HELP = "Month as YYYY-MM (a year from 2000 to 2999)."
@@ -68,7 +68,7 @@ RuleKey = Annotated[str, StringConstraints(max_length=RULE_KEY_MAX_LENGTH)]
 RuleValue = Annotated[str, StringConstraints(min_length=1, max_length=RULE_VALUE_MAX_LENGTH)]
 
 
-class BudgetIn(BaseModel):
+class BudgetIn(InputModel):
     """A budget to set: ``amount`` (decimal text or number: more than 0, below 10¹², at most 6 decimals) in
     ``currency`` (ISO 4217), which must be the price catalog's and defaults to it. Checked by
     :func:`finops.analysis.budgets.set_budget`, as on the command line."""
@@ -98,7 +98,7 @@ class BudgetOut(BaseModel):
     problem: str | None
 
 
-class PricingRuleIn(BaseModel):
+class PricingRuleIn(InputModel):
     """A pricing rule: ``selector`` node|node_label|partition, ``key`` the label name (node_label only; up to
     :data:`RULE_KEY_MAX_LENGTH` characters), ``value`` (up to :data:`RULE_VALUE_MAX_LENGTH`)."""
 
@@ -108,7 +108,7 @@ class PricingRuleIn(BaseModel):
     pricing_model: PricingModel
 
 
-class TeamRuleIn(BaseModel):
+class TeamRuleIn(InputModel):
     """A team rule: ``kind`` account|namespace|label, ``key`` the label name (label rules only; up to
     :data:`RULE_KEY_MAX_LENGTH` characters), ``value`` (up to :data:`RULE_VALUE_MAX_LENGTH`), ``team`` (up to
     :data:`finops.analysis.budgets.MAX_NAME`, the width of ``teams.name``)."""
@@ -315,7 +315,9 @@ def create_router(
         user: Annotated[str | None, Query(max_length=128, description="Only jobs of this user.")] = None,
         idle_ratio: Annotated[float, Query(ge=0, le=1)] = _RIGHTSIZING.idle_ratio,
         low_utilization_ratio: Annotated[float, Query(ge=0, le=1)] = _RIGHTSIZING.low_utilization_ratio,
-        memory_headroom: Annotated[Decimal, Query(ge=1, le=100, allow_inf_nan=False)] = _RIGHTSIZING.memory_headroom,
+        memory_headroom: Annotated[AsciiDecimal, Query(ge=1, le=MAX_MEMORY_HEADROOM, allow_inf_nan=False)] = (
+            _RIGHTSIZING.memory_headroom
+        ),
         format: Annotated[Literal["json", "csv"], Query(description="json or csv.")] = "json",
     ) -> Any:
         """Right-sizing over [start, end), as ``gpu-finops rightsizing``: per job (GPUs requested and kept busy, the

@@ -41,3 +41,18 @@ def test_a_silent_collector_inhibits_idle_and_throttling_alerts_of_its_node_only
     assert not inhibited({"rule": "budget-80", "node": "gpu-a-01"}, [silent]), "budget alerts are not inhibited"
     assert not inhibited(silent, [silent]), "an alert never inhibits itself"
     assert not inhibited(IDLE, [IDLE])
+
+
+def test_regexes_are_matched_in_linear_time() -> None:
+    """A tenant's pattern is matched by RE2, as Alertmanager's Go ``regexp``: a nested quantifier on a long
+    non-matching value answers (Python's backtracking ``re`` takes 2ⁿ steps there and never returns)."""
+    nested = parse_matcher('job=~"(a+)+$"')
+    assert not nested.matches({"job": "a" * 10_000 + "!"})
+    assert nested.matches({"job": "a" * 10_000})
+
+
+def test_regexes_re2_cannot_run_are_refused() -> None:
+    """What RE2 cannot run in linear time (backreferences, lookaround) is refused when the silence is made."""
+    for pattern in (r"(a)\1", "(?=a)a", "(?<!b)a"):
+        with pytest.raises(ValueError, match="invalid regular expression"):
+            parse_matcher(f"job=~{pattern}")

@@ -10,6 +10,7 @@ import logging
 import math
 import sqlite3
 from collections.abc import Iterator
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -18,6 +19,7 @@ from sqlalchemy import create_engine, func, select
 from alerts.models import AlertSilence
 from finops.db.engine import session_factory
 from finops.db.models import Budget, Gpu, GpuSample, PriceCatalogVersion, PricingRule, TeamRule
+from finops.timeutil import utc_now
 from finops.web.app import REST_MAX_BODY_BYTES, RETRY_AFTER_SECONDS, create_app
 from tests.support.servers import API_TOKEN, running, service_metrics
 
@@ -44,8 +46,8 @@ def _row(column: str, value: str) -> str:
 
 
 def _silence(**fields: object) -> str:
-    """A silence body: one matcher, ending in 2999, with ``fields`` replacing any of its fields."""
-    return json.dumps({"matchers": ['team="a"'], "ends_at": "2999-01-01T00:00:00Z", **fields})
+    """A silence body: one matcher, ending in a day, with ``fields`` replacing any of its fields."""
+    return json.dumps({"matchers": ['team="a"'], "ends_at": (utc_now() + timedelta(days=1)).isoformat(), **fields})
 
 
 def _team_rule(**fields: str) -> str:
