@@ -29,6 +29,7 @@ from finops.db.models import Budget
 from finops.ledger.costmodel import CENT
 from finops.pricing.catalog import load_catalog
 from finops.timeutil import month_start, utc_now
+from tests.dashboards.apptest import run_page
 from tests.support import scenario
 from tests.support.environment import debian_binary
 from tests.support.node_fixture import fixture_node_registry
@@ -36,7 +37,6 @@ from tests.support.prometheus_server import prometheus, wait_for
 from tests.support.servers import free_port
 from tests.support.two_clusters import NODE_B, seed_two_clusters
 
-APP = str(Path(__file__).resolve().parents[2] / "dashboards" / "app.py")
 PAGES = (
     "views/overview.py",
     "views/teams.py",
@@ -56,16 +56,6 @@ UNITS = ("(USD)", "(%)", "(W)", "(kW)", "(°C)", "(GB/s)", "(UTC)", "(GPUs)")
 def seeded(database: str) -> str:
     seed_two_clusters(database)
     return database
-
-
-def _run(page: str, **params: str) -> AppTest:
-    app = AppTest.from_file(APP, default_timeout=60)
-    for name, value in params.items():
-        app.query_params[name] = value
-    app.switch_page(page)
-    app.run()
-    assert not app.exception, [e.value for e in app.exception]
-    return app
 
 
 def _metrics(app: AppTest) -> dict[str, str]:
@@ -113,13 +103,13 @@ def _usd(amount: Decimal) -> str:
 
 @pytest.mark.parametrize("page", PAGES)
 def test_pages_render_on_an_empty_database(database: str, page: str) -> None:
-    app = _run(page)
+    app = run_page(page)
     assert len(app.get("download_button")) == len(app.dataframe), "every table has its CSV download"
 
 
 @pytest.mark.parametrize("page", PAGES)
 def test_every_table_downloads_as_csv_and_every_axis_names_its_unit(seeded: str, page: str) -> None:
-    app = _run(page, period="7d")
+    app = run_page(page, period="7d")
     assert len(app.get("download_button")) == len(app.dataframe) > 0
     assert all(button.proto.label == "Download CSV" for button in app.get("download_button"))
     for spec in _chart_specs(app):
@@ -129,7 +119,7 @@ def test_every_table_downloads_as_csv_and_every_axis_names_its_unit(seeded: str,
 
 @pytest.mark.parametrize("page", PAGES)
 def test_every_table_column_has_a_human_header_and_numbers_have_thousands_separators(seeded: str, page: str) -> None:
-    app = _run(page, period="7d", team="alpha", job="501")
+    app = run_page(page, period="7d", team="alpha", job="501")
     for frame in app.dataframe:
         config = {k: v for k, v in json.loads(frame.proto.columns).items() if k != "_index"}  # the index, hidden
         assert set(config) == {str(c) for c in frame.value.columns}, "every column is described"
@@ -148,7 +138,7 @@ def test_every_table_column_has_a_human_header_and_numbers_have_thousands_separa
 
 
 def test_teams_chart_colours_used_unused_and_unallocated_cost(seeded: str) -> None:
-    app = _run("views/teams.py", period="7d")
+    app = run_page("views/teams.py", period="7d")
     (costs,) = [spec for spec in _chart_specs(app) if spec["encoding"]["color"].get("title") == "Cost"]
     scale = costs["encoding"]["color"]["scale"]
     assert dict(zip(scale["domain"], scale["range"], strict=True)) == charts.COST_COLOURS
@@ -168,7 +158,7 @@ def test_teams_chart_colours_used_unused_and_unallocated_cost(seeded: str) -> No
 def test_overview_shows_the_report_for_the_period_and_filters(
     seeded: str, now: datetime, params: dict[str, str]
 ) -> None:
-    app = _run("views/overview.py", **params)
+    app = run_page("views/overview.py", **params)
     start, end = period_bounds(params.get("period", "mtd"), now)
     filters = {k: v for k, v in params.items() if k != "period"}
     rows = _report(seeded, start, end, **filters)
@@ -200,7 +190,7 @@ def test_overview_shows_the_report_for_the_period_and_filters(
 
 
 def test_filters_come_from_the_url_stay_in_it_and_follow_to_other_pages(seeded: str) -> None:
-    app = _run("views/overview.py", period="7d", team="alpha")
+    app = run_page("views/overview.py", period="7d", team="alpha")
     assert app.selectbox(key="url_team").value == "alpha"
     assert app.selectbox(key="url_period").value == "7d"
     assert app.query_params == {"period": "7d", "team": "alpha"}
@@ -218,7 +208,7 @@ def test_filters_come_from_the_url_stay_in_it_and_follow_to_other_pages(seeded: 
 
 
 def test_a_bad_url_value_is_ignored_with_a_warning(seeded: str) -> None:
-    app = _run("views/overview.py", period="fortnight", team="nobody")
+    app = run_page("views/overview.py", period="fortnight", team="nobody")
     assert any("fortnight" in w.value for w in app.sidebar.warning)
     assert app.selectbox(key="url_period").value == "mtd"
     assert app.selectbox(key="url_team").value == "nobody", "a team without rows still applies (and shows nothing)"
@@ -228,7 +218,7 @@ def test_a_bad_url_value_is_ignored_with_a_warning(seeded: str) -> None:
 def test_custom_period_from_the_url(seeded: str) -> None:
     t0 = scenario.start_hour()
     first, last = t0.date(), (t0 + timedelta(hours=2)).date()
-    app = _run("views/teams.py", period="custom", **{"from": first.isoformat(), "to": last.isoformat()})
+    app = run_page("views/teams.py", period="custom", **{"from": first.isoformat(), "to": last.isoformat()})
     start, end = period_bounds("custom", utc_now(), first, last)
     rows = _report(seeded, start, end)
     frame = _frame_with(app, "energy_kwh")
@@ -236,7 +226,7 @@ def test_custom_period_from_the_url(seeded: str) -> None:
 
 
 def test_teams_page_burn_down_and_breakdown_of_a_team(seeded: str, now: datetime) -> None:
-    app = _run("views/teams.py", team="alpha", period="7d")
+    app = run_page("views/teams.py", team="alpha", period="7d")
     at = now.replace(second=0, microsecond=0)
     with session_factory(make_engine(seeded))() as session:
         (status,) = budget_status(session, at, team="alpha")
@@ -258,14 +248,14 @@ def test_teams_page_burn_down_and_breakdown_of_a_team(seeded: str, now: datetime
 
 
 def test_teams_page_without_a_team_asks_for_one(seeded: str) -> None:
-    app = _run("views/teams.py", period="7d")
+    app = run_page("views/teams.py", period="7d")
     assert any("Choose a team" in i.value for i in app.info)
     rows = _report(seeded, *period_bounds("7d", utc_now()))
     assert _frame_with(app, "energy_kwh")["team"].tolist() == [r.key for r in rows]
 
 
 def test_jobs_page_lists_the_report_and_a_jobs_gpus_over_time(seeded: str) -> None:
-    app = _run("views/jobs.py", period="7d", job="501")
+    app = run_page("views/jobs.py", period="7d", job="501")
     rows = [r for r in _report(seeded, *period_bounds("7d", utc_now()), "job") if r.key != "__unallocated__"]
     frame = _frame_with(app, "allocated_gpu_hours")
     assert sorted(frame["job"]) == sorted(r.key for r in rows)
@@ -282,7 +272,7 @@ def test_jobs_page_lists_the_report_and_a_jobs_gpus_over_time(seeded: str) -> No
 
 
 def test_gpus_page_heatmap_power_temperature_and_throttle_reasons(seeded: str) -> None:
-    app = _run("views/gpus.py")
+    app = run_page("views/gpus.py")
     cells = _frame_with(app, "utilisation (%)")
     a = cells[cells["node"] == scenario.NODE]
     assert a["utilisation (%)"].tolist() == [75.0, 25.0]  # mean of 100 % and 50 %, then of 0 % and 50 %
@@ -294,7 +284,7 @@ def test_gpus_page_heatmap_power_temperature_and_throttle_reasons(seeded: str) -
     assert reasons.loc[NODE_B, "gpu_idle (%)"] == 0.0
     assert reasons.loc[scenario.NODE, "hw_thermal (%)"] == 0.0
     assert any("FINOPS_PROMETHEUS_URL" in i.value for i in app.info), "says what to configure for the fabric"
-    vega = _run("views/gpus.py", cluster="vega")
+    vega = run_page("views/gpus.py", cluster="vega")
     assert set(_frame_with(vega, "utilisation (%)")["node"]) == {NODE_B}
     assert "url_team" not in [s.key for s in vega.selectbox], "no team filter on a page about hardware"
 
@@ -309,13 +299,13 @@ def test_gpus_page_reads_fabric_and_storage_from_prometheus(
         with prometheus(debian_binary("prometheus"), tmp_path, jobs) as url:
             wait_for(url, "rate(gpufinops_infiniband_received_bytes_total[1m])")
             monkeypatch.setenv("FINOPS_PROMETHEUS_URL", url)
-            app = _run("views/gpus.py")
+            app = run_page("views/gpus.py")
             summary = _frame_with(app, "peak (GB/s)")
             assert set(summary["node"]) == {"127.0.0.1"}
             assert {"InfiniBand", "local disks", "NFS", "Lustre"} <= set(summary["kind"])
             assert set(summary["direction"]) == {"received", "transmitted", "read", "written"}
             monkeypatch.setenv("FINOPS_PROMETHEUS_URL", f"http://127.0.0.1:{free_port()}")
-            down = _run("views/gpus.py", period="7d")
+            down = run_page("views/gpus.py", period="7d")
             assert any("did not answer" in w.value for w in down.warning)
     finally:
         server.shutdown()
@@ -323,21 +313,21 @@ def test_gpus_page_reads_fabric_and_storage_from_prometheus(
 
 
 def test_idle_and_quality_pages_apply_the_filters(seeded: str) -> None:
-    idle = _run("views/idle.py", period="7d")
+    idle = run_page("views/idle.py", period="7d")
     assert idle.dataframe[0].value["job"].tolist() == ["501"]
     assert idle.dataframe[0].value["reason"].tolist() == ["unexplained"], "the scenario's idle GPU held no memory"
     assert idle.dataframe[0].value["evidence"].iloc[0].startswith("nothing stood out: no storage rates")
-    assert _run("views/idle.py", period="7d", cluster="vega").success[0].value == "No idle episodes in this period."
-    quality = _run("views/quality.py", period="7d")
+    assert run_page("views/idle.py", period="7d", cluster="vega").success[0].value == "No idle episodes in this period."
+    quality = run_page("views/quality.py", period="7d")
     assert _metrics(quality)["GPU-hours held by a job"] == "66.7%"  # 4 of the 6 GPU-hours
     assert quality.dataframe[0].value["node"].tolist() == sorted([scenario.NODE, NODE_B])
-    vega = _run("views/quality.py", period="7d", cluster="vega")
+    vega = run_page("views/quality.py", period="7d", cluster="vega")
     assert _metrics(vega)["GPU-hours held by a job"] == "50.0%"
     assert vega.dataframe[0].value["node"].tolist() == [NODE_B]
 
 
 def test_alerts_page_shows_the_stores_firing_and_resolved_alerts_and_silences(seeded: str, now: datetime) -> None:
-    app = _run("views/alerts.py", period="7d")
+    app = run_page("views/alerts.py", period="7d")
     at = now.replace(second=0, microsecond=0)
     start, end = period_bounds("7d", now)
     with session_factory(make_engine(seeded))() as session:
@@ -372,7 +362,7 @@ def test_alerts_page_shows_the_stores_firing_and_resolved_alerts_and_silences(se
 def test_alerts_page_team_filter_keeps_the_alerts_labelled_with_the_team(seeded: str, now: datetime) -> None:
     at = now.replace(second=0, microsecond=0)
     start, end = period_bounds("7d", now)
-    gamma = _run("views/alerts.py", period="7d", team="gamma")
+    gamma = run_page("views/alerts.py", period="7d", team="gamma")
     with session_factory(make_engine(seeded))() as session:
         firing = select_alerts(session, at, "firing", team="gamma")
         resolved = select_alerts(session, at, "resolved", start=start, end=end, team="alpha")
@@ -381,7 +371,7 @@ def test_alerts_page_team_filter_keeps_the_alerts_labelled_with_the_team(seeded:
     assert any(i.value.startswith("No alert that held in this period") for i in gamma.info)
     assert _frame_with(gamma, "matchers")["comment"].tolist() == ["rack move"], "silences whatever the team"
     assert {"url_cluster", "url_partition"}.isdisjoint(s.key for s in gamma.selectbox), "alerts carry neither"
-    alpha = _run("views/alerts.py", period="7d", team="alpha")
+    alpha = run_page("views/alerts.py", period="7d", team="alpha")
     assert [s.value for s in alpha.success] == ["No alert is firing."]
     assert _metrics(alpha)["Resolved alerts"] == str(len(resolved)) == "1"
     assert _frame_with(alpha, "end")["labels"].tolist() == ['job="501", team="alpha", user="alice"']
@@ -389,14 +379,14 @@ def test_alerts_page_team_filter_keeps_the_alerts_labelled_with_the_team(seeded:
 
 def test_alerts_page_history_follows_the_period(seeded: str) -> None:
     day = (scenario.start_hour() - timedelta(days=2)).date().isoformat()
-    app = _run("views/alerts.py", period="custom", **{"from": day, "to": day})
+    app = run_page("views/alerts.py", period="custom", **{"from": day, "to": day})
     assert "Resolved alerts" not in _metrics(app), "the idle alert held after that day"
     assert any(i.value.startswith("No alert that held in this period") for i in app.info)
     assert _metrics(app)["Firing alerts"] == "2", "what fires now does not depend on the period"
 
 
 def test_alerts_page_on_an_empty_database_says_there_is_nothing(database: str) -> None:
-    app = _run("views/alerts.py")
+    app = run_page("views/alerts.py")
     assert [s.value for s in app.success] == ["No alert is firing."]
     assert len(app.info) == 2 and not app.metric and not app.dataframe
 
@@ -407,11 +397,11 @@ def _price_input(app: AppTest) -> float:
 
 
 def test_planning_offers_the_measured_price_per_gpu_hour(database: str) -> None:
-    assert _price_input(_run("views/planning.py")) == 2.50, "no ledger yet: the stated default"
+    assert _price_input(run_page("views/planning.py")) == 2.50, "no ledger yet: the stated default"
     scenario.seed_dashboard_database(database)
     st.cache_data.clear()  # query results are cached for a minute; this test does not wait
     st.cache_resource.clear()
-    app = _run("views/planning.py")
+    app = run_page("views/planning.py")
     now = utc_now().replace(minute=0, second=0, microsecond=0)
     rows = _report(database, now - timedelta(days=30), now)
     charged = sum((row.allocated_cost for row in rows), Decimal(0))
@@ -421,7 +411,7 @@ def test_planning_offers_the_measured_price_per_gpu_hour(database: str) -> None:
 
 
 def test_prices_page_lists_every_catalog_row_with_on_prem_parts(database: str) -> None:
-    frame = _run("views/prices.py").dataframe[0].value
+    frame = run_page("views/prices.py").dataframe[0].value
     catalog = load_catalog()
     assert len(frame) == sum(len(model.prices) for model in catalog.models.values())
     h100 = frame[(frame["model"] == "H100-SXM-80GB") & (frame["pricing model"] == "on-prem")]
@@ -437,18 +427,18 @@ def test_a_budget_in_another_currency_is_left_out_and_said(seeded: str, now: dat
     comparable with the USD spend and leave it out of the totals and the burn-down, without failing."""
     with session_factory(make_engine(seeded)).begin() as session:
         session.execute(update(Budget).values(currency="EUR"))
-    overview = _run("views/overview.py", period="7d")
+    overview = run_page("views/overview.py", period="7d")
     (warning,) = [w.value for w in overview.warning if "budget" in w.value]
     assert "budget in EUR but spend in USD: not comparable" in warning
     assert _metrics(overview)["Budgets this month"] == "none set"
-    teams = _run("views/teams.py", team="alpha", period="7d")
+    teams = run_page("views/teams.py", team="alpha", period="7d")
     assert any("This team's budget is left out: budget in EUR" in w.value for w in teams.warning)
     assert _metrics(teams)["Budget"] == "none set"
 
 
 def test_without_a_login_every_page_says_it_is_unauthenticated(seeded: str) -> None:
     for page in PAGES:
-        notices = [w.value for w in _run(page).sidebar.warning]
+        notices = [w.value for w in run_page(page).sidebar.warning]
         assert any(
             n.startswith("Unauthenticated: listening on 127.0.0.1 only; configure FINOPS_DASHBOARD_OIDC_")
             for n in notices
@@ -459,6 +449,6 @@ def test_with_a_login_required_a_visitor_sees_only_the_log_in_button(
     seeded: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FINOPS_DASHBOARD_OIDC_METADATA_URL", "https://idp.example.org/.well-known/openid-configuration")
-    app = _run("views/overview.py")
+    app = run_page("views/overview.py")
     assert [b.label for b in app.button] == ["Log in"]
     assert not app.metric and not app.dataframe and not app.sidebar.warning

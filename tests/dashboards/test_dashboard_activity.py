@@ -28,11 +28,11 @@ from finops.db.models import UNALLOCATED_TEAM
 from finops.ledger.costmodel import CENT
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.savings.efficiency_policy import EfficiencyPolicy
+from tests.dashboards.apptest import run_page
 from tests.dashboards.browser import chromium_page, served_dashboard
 from tests.support import activity_scenario, scenario
 from tests.support.two_clusters import seed_two_clusters
 
-APP = str(Path(__file__).resolve().parents[2] / "dashboards" / "app.py")
 POLICY = EfficiencyPolicy()
 """The default bands, as the dashboard's pages get them from the settings when no FINOPS_EFFICIENCY_* is set."""
 ACTIVITY = ["sm_active_ratio", "tensor_active_ratio", "dram_active_ratio", "profiled_share"]
@@ -50,16 +50,6 @@ def _build(url: str) -> datetime:
 def profiled(database: str) -> str:
     _build(database)
     return database
-
-
-def _run(page: str, **params: str) -> AppTest:
-    app = AppTest.from_file(APP, default_timeout=60)
-    for name, value in params.items():
-        app.query_params[name] = value
-    app.switch_page(page)
-    app.run()
-    assert not app.exception, [e.value for e in app.exception]
-    return app
 
 
 def _report(url: str, now: datetime, by: str) -> list[Any]:
@@ -139,7 +129,7 @@ def test_the_cube_carries_the_reports_activity(database_url: str) -> None:
 
 
 def test_overview_shows_kernel_busy_and_sm_active_cost_of_the_report(profiled: str, now: datetime) -> None:
-    app = _run("views/overview.py", period="7d")
+    app = run_page("views/overview.py", period="7d")
     rows = _report(profiled, now, "team")
     sm_active = sum((r.sm_active_cost for r in rows if r.sm_active_cost is not None), Decimal(0))
     exact = _exact(app)
@@ -159,7 +149,7 @@ def test_overview_shows_kernel_busy_and_sm_active_cost_of_the_report(profiled: s
 
 def test_overview_says_sm_activity_was_not_measured_and_how_to_measure_it(database: str) -> None:
     seed_two_clusters(database)  # readings without any profiling field
-    app = _run("views/overview.py", period="7d")
+    app = run_page("views/overview.py", period="7d")
     metrics = {m.label: m.value for m in app.metric}
     assert metrics[activity.SM_ACTIVE_COST] == NOT_MEASURED
     assert activity.KERNEL_BUSY_COST in _exact(app)
@@ -168,7 +158,7 @@ def test_overview_says_sm_activity_was_not_measured_and_how_to_measure_it(databa
 
 
 def test_teams_page_shows_each_teams_activity_as_the_report(profiled: str, now: datetime) -> None:
-    app = _run("views/teams.py", period="7d")
+    app = run_page("views/teams.py", period="7d")
     frame, element = _table(app, "sm_active_band")
     rows = _report(profiled, now, "team")
     assert _activity_rows(frame, "team") == _expected_activity(rows, "team")
@@ -181,7 +171,7 @@ def test_teams_page_shows_each_teams_activity_as_the_report(profiled: str, now: 
 
 
 def test_jobs_page_shows_each_jobs_activity_as_the_report(profiled: str, now: datetime) -> None:
-    app = _run("views/jobs.py", period="7d")
+    app = run_page("views/jobs.py", period="7d")
     frame, element = _table(app, "sm_active_band")
     rows = _report(profiled, now, "job")
     assert _activity_rows(frame, "job") == _expected_activity(rows, "job")
@@ -193,7 +183,7 @@ def test_jobs_page_shows_each_jobs_activity_as_the_report(profiled: str, now: da
 
 
 def test_jobs_chart_plots_utilisation_against_sm_activity_of_the_measured_jobs(profiled: str, now: datetime) -> None:
-    app = _run("views/jobs.py", period="7d")
+    app = run_page("views/jobs.py", period="7d")
     (chart,) = [c.proto for c in app.get("vega_lite_chart") if "jobs-" in c.proto.spec]
     spec = json.loads(chart.spec)
     assert [layer["mark"]["type"] for layer in spec["layer"]] == ["rect", "text", "line", "circle"]
@@ -222,7 +212,7 @@ def test_jobs_chart_plots_utilisation_against_sm_activity_of_the_measured_jobs(p
 
 def test_jobs_chart_without_any_measured_job_says_so(database: str) -> None:
     seed_two_clusters(database)
-    app = _run("views/jobs.py", period="7d")
+    app = run_page("views/jobs.py", period="7d")
     assert not [c for c in app.get("vega_lite_chart") if "jobs-" in c.proto.spec]
     assert any(i.value.startswith("No job's SM activity was measured in this view (3 jobs") for i in app.info)
 

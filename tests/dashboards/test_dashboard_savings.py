@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -33,10 +32,10 @@ from finops.savings.rightsizing_report import rightsizing_dicts
 from finops.savings.waste_costs import idle_cost_by_reason
 from finops.settings import DashboardSettings
 from finops.timeutil import to_epoch
+from tests.dashboards.apptest import run_page
 from tests.support import efficiency_scenario, rightsizing_scenario, scenario, unpriced
 from tests.support.two_clusters import seed_two_clusters
 
-APP = str(Path(__file__).resolve().parents[2] / "dashboards" / "app.py")
 PAGE = "views/savings.py"
 
 
@@ -48,13 +47,7 @@ def seeded(database: str) -> str:
 
 
 def _run(**params: str) -> AppTest:
-    app = AppTest.from_file(APP, default_timeout=120)
-    for name, value in params.items():
-        app.query_params[name] = value
-    app.switch_page(PAGE)
-    app.run()
-    assert not app.exception, [e.value for e in app.exception]
-    return app
+    return run_page(PAGE, timeout=120, **params)
 
 
 def _frame_with(app: AppTest, *columns: str) -> pd.DataFrame:

@@ -8,16 +8,15 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from finops.analysis.idle import IdlePolicy, detect_idle
 from finops.db.engine import make_engine, session_factory, upgrade
 from finops.ledger.rollup import rollup
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.timeutil import to_epoch
+from tests.dashboards.apptest import run_page
 from tests.support import scenario, unpriced
 
-APP = str(Path(__file__).resolve().parents[2] / "dashboards" / "app.py")
 MODEL = unpriced.UNPRICED_MODEL
 
 
@@ -35,24 +34,14 @@ def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return url
 
 
-def _run(page: str, **params: str) -> AppTest:
-    app = AppTest.from_file(APP, default_timeout=60)
-    for name, value in params.items():
-        app.query_params[name] = value
-    app.switch_page(page)
-    app.run()
-    assert not app.exception, [e.value for e in app.exception]
-    return app
-
-
 def test_overview_warns_of_the_unpriced_gpu_hours(database: str) -> None:
-    overview = _run("views/overview.py", period="7d")
+    overview = run_page("views/overview.py", period="7d")
     (warning,) = [w.value for w in overview.warning if "no price" in w.value]
     assert "2.00 GPU-hours" in warning and MODEL in warning and "gpu-finops prices import" in warning
 
 
 def test_quality_page_lists_the_unpriced_gpu_hours_by_model(database: str) -> None:
-    quality = _run("views/quality.py", period="7d")
+    quality = run_page("views/quality.py", period="7d")
     assert {m.label: m.value for m in quality.metric}["GPU-hours counted but not costed"] == "2.00 GPU-h"
     (frame,) = [f.value for f in quality.dataframe if "fix" in f.value.columns]
     assert frame["model"].tolist() == [MODEL] and frame["GPU-hours"].tolist() == [2.0]
@@ -71,7 +60,7 @@ def test_idle_page_shows_the_unpriced_episode_with_the_fix(tmp_path: Path, monke
         unpriced.load(session, t0, unpriced_gpu="0")  # the slice's idle episode lies on the unpriced GPU
         rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
         assert detect_idle(session, t0, t0 + timedelta(hours=2), IdlePolicy(), pricing) == 1
-    page = _run("views/idle.py", period="7d")
+    page = run_page("views/idle.py", period="7d")
     assert {m.label: m.value for m in page.metric}["Idle-episode cost"] == "unpriced"
     (warning,) = [w.value for w in page.warning if "no price" in w.value]
     assert "0.50 GPU-hours" in warning and MODEL in warning and "gpu-finops prices import" in warning
@@ -80,7 +69,7 @@ def test_idle_page_shows_the_unpriced_episode_with_the_fix(tmp_path: Path, monke
 
 
 def test_teams_page_shows_a_team_whose_gpu_hours_are_all_unpriced_without_a_cost(database: str) -> None:
-    teams = _run("views/teams.py", period="7d")
+    teams = run_page("views/teams.py", period="7d")
     (frame,) = [f.value for f in teams.dataframe if "energy_kwh" in f.value.columns]
     unknown = frame[frame["allocated_cost"].isna()]
     assert unknown["team"].tolist() == ["__unmapped__"], "unknown, not 0 (and no error making the table)"
