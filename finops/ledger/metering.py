@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, TextClause, text
 
+from finops.db.dialect import transaction_settings
 from finops.ledger.sql import ACTIVITIES
 from finops.timeutil import HOUR
 
@@ -124,6 +125,13 @@ _METERING = {
 """The metering statement by (dialect, whether the chunk has profiled hours)."""
 _PROFILED = text("SELECT 1 FROM profiled_hours WHERE hour >= :h0 AND hour < :end LIMIT 1")
 
+# PostgreSQL: the readings go from the window straight into a hash join with the holdings and a hash aggregate (a few
+# GPU-hours × holdings groups), whatever the statistics of the day partitions say. Freshly written partitions that
+# autovacuum has not analysed yet are estimated at a few hundred rows, for which the planner chose to sort the
+# window's output twice more (a merge join, then a sorted aggregate): a third more time on 368,640 readings, and
+# more with every column the sorts carry.
+_PG_METERING_SETTINGS = {"enable_mergejoin": "off", "enable_sort": "off"}
+
 # 4'. The same metering table from the segments metered in a TSDB (tsdb_gpu_metering)
 # instead of the readings: a segment lies in one hour and within one holding or none (its bounds are cut at every
 # allocation's start and end), so assigning whole segments gives the sums the readings would.
@@ -162,7 +170,8 @@ def meter(connection: Connection, h0: int, end: int, *, from_tsdb: bool = False)
         connection.execute(_TSDB_METERING, {"h0": h0, "end": end})
         return
     profiled = connection.scalar(_PROFILED, {"h0": h0, "end": end}) is not None
-    connection.execute(
-        _METERING[connection.dialect.name, profiled],
-        {"h0": h0, "end": end, "lookback": h0 - ENERGY_LOOKBACK_SECONDS, "gap": ENERGY_LOOKBACK_SECONDS},
-    )
+    with transaction_settings(connection, _PG_METERING_SETTINGS):
+        connection.execute(
+            _METERING[connection.dialect.name, profiled],
+            {"h0": h0, "end": end, "lookback": h0 - ENERGY_LOOKBACK_SECONDS, "gap": ENERGY_LOOKBACK_SECONDS},
+        )
