@@ -1,5 +1,6 @@
 """``gpu-finops collector``: the node agent (read the sources every interval, serve /metrics, spool and ship
-the GPU readings to the service).
+the GPU readings to the service); ``gpu-finops slurm-scripts``: where the Slurm prolog and epilog that tell it the
+GPUs' jobs are installed.
 
 It runs on GPU nodes that have only the base dependencies (httpx, pydantic, prometheus-client, typer,
 nvidia-ml-py), so this module imports :mod:`collector` and nothing of the service (no SQLAlchemy, FastAPI,
@@ -17,6 +18,7 @@ from typing import Annotated
 import typer
 
 from collector import node as node_process
+from collector.jobmap import SLURM_SCRIPTS
 from collector.shipper import tls_context
 
 app = typer.Typer()
@@ -83,6 +85,20 @@ def collector(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--source") from exc
     node_process.run(config, sources, threading.Event())
+
+
+@app.command("slurm-scripts")
+def slurm_scripts() -> None:
+    """Print the slurm.conf lines that install the shipped Prolog and Epilog, as installed here.
+
+    The Prolog writes which job holds each GPU into /run/gpustat (GPU_JOB_MAPPING_DIR), the Epilog turns the job's
+    files into end records; the collector reads them (--job-mapping-dir). slurm.conf is the same on every node, so
+    install gpu-finops at the same path on every GPU node. PrologFlags=Alloc (or Contain, which implies it) runs
+    the Prolog on every node of a job when it is allocated: without it, it runs only where a step starts, and the
+    other nodes of a multi-node job get no GPU → job mapping. Add Alloc to the PrologFlags you have."""
+    for parameter, path in SLURM_SCRIPTS.items():
+        typer.echo(f"{parameter}={path}")
+    typer.echo("PrologFlags=Alloc")
 
 
 def _token(token_file: Path | None) -> str:
