@@ -29,7 +29,10 @@ def collector(
     service_url: Annotated[str, typer.Option(envvar="FINOPS_SERVICE_URL", help="gpu-finops service base URL.")],
     source: Annotated[
         list[str],
-        typer.Option(help="Sources to run (repeatable): nvml, nvidia_smi, dcgm, infiniband, diskstats, nfs, lustre."),
+        typer.Option(
+            help="Sources to run (repeatable): nvml, nvidia_smi, dcgm, infiniband, diskstats, nfs, lustre; replay "
+            "(GPU readings from --replay-file, on a machine without a GPU)."
+        ),
     ] = ["nvml", "infiniband", "diskstats", "nfs", "lustre"],  # noqa: B006
     node: Annotated[str, typer.Option(help="This host's name as Slurm knows it (default: hostname).")] = "",
     token_file: Annotated[
@@ -48,6 +51,13 @@ def collector(
     nvidia_smi: Annotated[str, typer.Option(help="nvidia-smi command for the nvidia_smi source.")] = "nvidia-smi",
     job_mapping_dir: Annotated[
         Path | None, typer.Option(help="GPU → job directory written by the Slurm prolog (e.g. /run/gpustat).")
+    ] = None,
+    replay_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="nvidia-smi capture the replay source plays, one step a cycle, over and over, stamped now: "
+            "`nvidia-smi --query-gpu=index,uuid,name,… --format=csv` output (docs/collector.md)."
+        ),
     ] = None,
     ca_file: Annotated[
         Path | None,
@@ -79,6 +89,7 @@ def collector(
         nvidia_smi=nvidia_smi,
         job_mapping_dir=job_mapping_dir,
         ca_file=ca_file,
+        replay_file=replay_file,
     )
     try:
         sources = [node_process.build_source(name, config) for name in source]
