@@ -464,7 +464,7 @@ class SacctSettings(SettingsGroup):
     sacct_command: str = Field(
         "sacct",
         description="sacct command, split like a shell command line, its last word the sacct program (`sacct`, "
-        "`/opt/slurm/bin/sacct`, `ssh -i /keys/id_ed25519 slurm@slurm-head sacct`); run as "
+        "`/opt/slurm/bin/sacct`, `ssh -F /etc/gpu-finops/sacct-ssh/config slurm-head sacct`); run as "
         "`env TZ=UTC SLURM_TIME_FORMAT=standard sacct …` there, so the times are UTC also over ssh.",
     )
     sacct_cluster: str = Field(
