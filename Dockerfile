@@ -1,4 +1,9 @@
 FROM python:3.11-slim
+# ssh: the scheduled sacct import runs the Slurm head node's sacct over ssh with a key
+# (FINOPS_SACCT_COMMAND="ssh -F /etc/gpu-finops/sacct-ssh/config slurm-head sacct"; docs/deployment.md).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openssh-client \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY collector collector

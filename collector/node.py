@@ -24,7 +24,7 @@ from collector.spool import Spool
 
 log = logging.getLogger(__name__)
 
-SOURCE_NAMES = ("nvml", "nvidia_smi", "dcgm", "infiniband", "diskstats", "nfs", "lustre")
+SOURCE_NAMES = ("nvml", "nvidia_smi", "dcgm", "infiniband", "diskstats", "nfs", "lustre", "replay")
 """Every source ``--source`` accepts, each a module of :mod:`collector.sources`."""
 
 
@@ -48,6 +48,7 @@ class NodeConfig:
         dcgm_url: the dcgm-exporter sidecar's ``/metrics``.
         nvidia_smi: the ``nvidia-smi`` command for the fallback source.
         job_mapping_dir: the Slurm prolog's GPU → job directory, None for none.
+        replay_file: the nvidia-smi capture the ``replay`` source plays (:mod:`collector.sources.replay`).
     """
 
     service_url: str
@@ -65,12 +66,13 @@ class NodeConfig:
     job_mapping_dir: Path | None = None
     ca_file: Path | None = None
     token_file: Path | None = None
+    replay_file: Path | None = None
 
 
 def build_source(name: str, config: NodeConfig) -> Source:
     """The source called ``name`` (one of :data:`SOURCE_NAMES`), rooted where ``config`` says.
 
-    Raises ValueError for an unknown name.
+    Raises ValueError for an unknown name, and for ``replay`` without a readable capture in ``config.replay_file``.
     """
     if name == "nvml":
         from collector.sources.nvml import NvmlSource
@@ -100,6 +102,12 @@ def build_source(name: str, config: NodeConfig) -> Source:
         from collector.sources.lustre import LustreSource
 
         return LustreSource(config.proc_root)
+    if name == "replay":
+        from collector.sources.replay import ReplaySource, capture_steps, live
+
+        if config.replay_file is None:
+            raise ValueError("replay plays an nvidia-smi capture: give --replay-file (docs/collector.md)")
+        return ReplaySource(live(capture_steps(config.replay_file)))
     raise ValueError(f"unknown source {name!r} (one of {', '.join(SOURCE_NAMES)})")
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -55,6 +56,9 @@ from finops.savings.efficiency_policy import EfficiencyPolicy
 from finops.savings.nudges import NUDGE_KINDS
 
 DEFAULT_DATA_DIR = Path("data")
+
+DEFAULT_SACCT_SCHEDULE_SECONDS = 300
+"""How often the scheduler imports Slurm jobs when ``FINOPS_SACCT_SCHEDULE_SECONDS`` is unset and sacct can be run."""
 
 FILE_SUFFIX = "_file"
 """A field ``<name>_file`` beside a field ``<name>`` is the file that secret may be read from instead."""
@@ -450,12 +454,18 @@ class TelemetrySettings(SettingsGroup):
 class SacctSettings(SettingsGroup):
     """The scheduled Slurm job import (`import sacct --run` on a timer)."""
 
-    sacct_schedule_seconds: int = Field(
-        0, ge=0, description="How often the scheduler imports Slurm jobs with sacct; 0: not scheduled."
+    sacct_schedule_seconds: int | None = Field(
+        None,
+        ge=0,
+        description="How often the scheduler imports Slurm jobs with sacct. Unset: every "
+        f"{DEFAULT_SACCT_SCHEDULE_SECONDS} s when sacct can be run (`FINOPS_SACCT_COMMAND` is set, or its program "
+        "is on the PATH), else not at all, which `serve` and `scheduler` log at start; `0`: never.",
     )
     sacct_command: str = Field(
         "sacct",
-        description="sacct command, split like a shell command line (e.g. `ssh slurm-head sacct`), run with `TZ=UTC`.",
+        description="sacct command, split like a shell command line, its last word the sacct program (`sacct`, "
+        "`/opt/slurm/bin/sacct`, `ssh -F /etc/gpu-finops/sacct-ssh/config slurm-head sacct`); run as "
+        "`env TZ=UTC SLURM_TIME_FORMAT=standard sacct …` there, so the times are UTC also over ssh.",
     )
     sacct_cluster: str = Field(
         "default",
@@ -467,6 +477,17 @@ class SacctSettings(SettingsGroup):
     )
     sacct_lookback_seconds: int = Field(86400, gt=0, description="How far back the first sacct run reads.")
     sacct_timeout_seconds: float = Field(300.0, gt=0, description="A sacct run taking longer fails.")
+
+    @field_validator("sacct_command")
+    @classmethod
+    def _sacct_words(cls, command: str) -> str:
+        try:
+            words = shlex.split(command)
+        except ValueError as exc:
+            raise ValueError(f"not a shell command line ({exc})") from None
+        if not words:
+            raise ValueError("empty: give the sacct command (e.g. `sacct`)")
+        return command
 
 
 class CollectorSettings(SettingsGroup):

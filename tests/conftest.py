@@ -12,6 +12,10 @@ import pytest
 
 from tests.support.environment import shared_data_dir
 
+# sacct is on the PATH of the machines the tests run on (the live Slurm tests need it), which schedules the sacct
+# import of every `serve` and `scheduler` the tests start; they import no Slurm jobs unless a test says so.
+os.environ.setdefault("FINOPS_SACCT_SCHEDULE_SECONDS", "0")
+
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:

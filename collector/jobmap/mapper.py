@@ -10,7 +10,7 @@ from pathlib import Path
 
 from collector.contract.sample import Sample
 from collector.jobmap.cgroup import job_of_process
-from collector.jobmap.mapping_dir import read_mapping_dir
+from collector.jobmap.mapping_dir import Mappings, read_mappings
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +19,9 @@ class JobMapper:
     """Fills :attr:`Sample.job_id` of ``entity="gpu"`` samples that have none (a source such as dcgm may have set it),
     and of ``entity="gpu_process"`` samples, by the process's cgroup.
 
-    Order: the mapping directory by UUID, then (whole GPUs only) by index; else the jobs of the GPU's compute
+    Order: the mapping directory by UUID, then (whole GPUs only) by index, as it was at the sample's timestamp
+    (:meth:`collector.jobmap.mapping_dir.Mappings.job_at`: a job whose epilog ran after the reading was taken
+    keeps it); else the jobs of the GPU's compute
     processes (``entity="gpu_process"`` samples with the same ``uuid``; a whole GPU also counts its MIG
     instances' processes) through their cgroups. Several distinct jobs on one GPU give no job (logged once per
     GPU). The job of a PID is cached while the PID keeps appearing.
@@ -39,7 +41,7 @@ class JobMapper:
         """``samples`` with the GPU and process samples' job ids filled in where known; other samples unchanged."""
         if not any(s.entity in ("gpu", "gpu_process") and s.job_id is None for s in samples):
             return samples
-        mapping = read_mapping_dir(self.mapping_dir) if self.mapping_dir is not None else {}
+        mappings = read_mappings(self.mapping_dir) if self.mapping_dir is not None else Mappings()
         process_jobs = self._process_jobs(samples)
         parents = {s.labels["uuid"]: s.labels.get("parent_uuid", "") for s in samples if s.entity == "gpu"}
         annotated = []
@@ -48,7 +50,7 @@ class JobMapper:
             if sample.job_id is not None:
                 pass
             elif sample.entity == "gpu":
-                job = self._job(sample, mapping, process_jobs, parents)
+                job = self._job(sample, mappings, process_jobs, parents)
             elif sample.entity == "gpu_process":
                 job = self._pid_jobs.get(sample.labels["pid"])
             if job is not None:
@@ -75,14 +77,15 @@ class JobMapper:
         return jobs
 
     def _job(
-        self, sample: Sample, mapping: dict[str, str], process_jobs: dict[str, set[str]], parents: dict[str, str]
+        self, sample: Sample, mappings: Mappings, process_jobs: dict[str, set[str]], parents: dict[str, str]
     ) -> str | None:
         uuid = sample.labels["uuid"]
         whole = not sample.labels.get("mig_profile")
-        if uuid in mapping:
-            return mapping[uuid]
-        if whole and sample.labels["gpu"] in mapping:
-            return mapping[sample.labels["gpu"]]
+        mapped = mappings.job_at(uuid, sample.timestamp)
+        if mapped is None and whole:
+            mapped = mappings.job_at(sample.labels["gpu"], sample.timestamp)
+        if mapped is not None:
+            return mapped
         jobs = set(process_jobs.get(uuid, set()))
         if whole:
             for child, parent in parents.items():

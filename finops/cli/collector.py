@@ -1,5 +1,6 @@
 """``gpu-finops collector``: the node agent (read the sources every interval, serve /metrics, spool and ship
-the GPU readings to the service).
+the GPU readings to the service); ``gpu-finops slurm-scripts``: where the Slurm prolog and epilog that tell it the
+GPUs' jobs are installed.
 
 It runs on GPU nodes that have only the base dependencies (httpx, pydantic, prometheus-client, typer,
 nvidia-ml-py), so this module imports :mod:`collector` and nothing of the service (no SQLAlchemy, FastAPI,
@@ -17,6 +18,7 @@ from typing import Annotated
 import typer
 
 from collector import node as node_process
+from collector.jobmap import SLURM_SCRIPTS
 from collector.shipper import tls_context
 
 app = typer.Typer()
@@ -27,7 +29,10 @@ def collector(
     service_url: Annotated[str, typer.Option(envvar="FINOPS_SERVICE_URL", help="gpu-finops service base URL.")],
     source: Annotated[
         list[str],
-        typer.Option(help="Sources to run (repeatable): nvml, nvidia_smi, dcgm, infiniband, diskstats, nfs, lustre."),
+        typer.Option(
+            help="Sources to run (repeatable): nvml, nvidia_smi, dcgm, infiniband, diskstats, nfs, lustre; replay "
+            "(GPU readings from --replay-file, on a machine without a GPU)."
+        ),
     ] = ["nvml", "infiniband", "diskstats", "nfs", "lustre"],  # noqa: B006
     node: Annotated[str, typer.Option(help="This host's name as Slurm knows it (default: hostname).")] = "",
     token_file: Annotated[
@@ -46,6 +51,13 @@ def collector(
     nvidia_smi: Annotated[str, typer.Option(help="nvidia-smi command for the nvidia_smi source.")] = "nvidia-smi",
     job_mapping_dir: Annotated[
         Path | None, typer.Option(help="GPU → job directory written by the Slurm prolog (e.g. /run/gpustat).")
+    ] = None,
+    replay_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="nvidia-smi capture the replay source plays, one step a cycle, over and over, stamped now: "
+            "`nvidia-smi --query-gpu=index,uuid,name,… --format=csv` output (docs/collector.md)."
+        ),
     ] = None,
     ca_file: Annotated[
         Path | None,
@@ -77,12 +89,27 @@ def collector(
         nvidia_smi=nvidia_smi,
         job_mapping_dir=job_mapping_dir,
         ca_file=ca_file,
+        replay_file=replay_file,
     )
     try:
         sources = [node_process.build_source(name, config) for name in source]
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--source") from exc
     node_process.run(config, sources, threading.Event())
+
+
+@app.command("slurm-scripts")
+def slurm_scripts() -> None:
+    """Print the slurm.conf lines that install the shipped Prolog and Epilog, as installed here.
+
+    The Prolog writes which job holds each GPU into /run/gpustat (GPU_JOB_MAPPING_DIR), the Epilog turns the job's
+    files into end records; the collector reads them (--job-mapping-dir). slurm.conf is the same on every node, so
+    install gpu-finops at the same path on every GPU node. PrologFlags=Alloc (or Contain, which implies it) runs
+    the Prolog on every node of a job when it is allocated: without it, it runs only where a step starts, and the
+    other nodes of a multi-node job get no GPU → job mapping. Add Alloc to the PrologFlags you have."""
+    for parameter, path in SLURM_SCRIPTS.items():
+        typer.echo(f"{parameter}={path}")
+    typer.echo("PrologFlags=Alloc")
 
 
 def _token(token_file: Path | None) -> str:

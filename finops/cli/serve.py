@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
+import shutil
 import signal
 import socket
 from collections.abc import Callable
@@ -53,7 +55,7 @@ from finops.service.dashboard_server import check_listen_address, require_dashbo
 from finops.service.leases import job_leases
 from finops.service.scheduler import RunningJobs, start_scheduler
 from finops.service.tls import check_server_tls, is_loopback
-from finops.settings import Settings
+from finops.settings import DEFAULT_SACCT_SCHEDULE_SECONDS, Settings
 from finops.timeutil import utc_now
 from finops.web.app import ServiceMetrics, create_app, create_metrics_app
 from finops.web.auth import ApiAuth
@@ -94,13 +96,33 @@ def prometheus_pull(settings: Settings) -> ScheduledPull | None:
 
 
 def scheduled_sacct(settings: Settings) -> ScheduledSacct | None:
-    """The scheduled sacct import when ``FINOPS_SACCT_SCHEDULE_SECONDS`` is set, else None."""
-    if not settings.sacct_schedule_seconds:
+    """The scheduled sacct import, every ``FINOPS_SACCT_SCHEDULE_SECONDS``; unset, every
+    :data:`~finops.settings.DEFAULT_SACCT_SCHEDULE_SECONDS` when sacct can be run here (``FINOPS_SACCT_COMMAND`` is
+    set, or its program, ``sacct`` by default, is on the PATH); else None. Logs at start, in one line, whether and
+    how Slurm jobs are imported, and how to change it; a WARNING when the command's program is not on the PATH."""
+    seconds = settings.sacct_schedule_seconds
+    program = shlex.split(settings.sacct_command)[0]
+    found = shutil.which(program) is not None
+    if seconds is None:
+        seconds = DEFAULT_SACCT_SCHEDULE_SECONDS if found or "sacct_command" in settings.model_fields_set else 0
+        if not seconds:
+            log.info(
+                "Slurm jobs are not imported on a schedule: %s is not on the PATH and FINOPS_SACCT_COMMAND is not set "
+                "(set it, e.g. 'ssh -i /keys/id_ed25519 slurm@slurm-head sacct': docs/deployment.md, Slurm jobs in "
+                "containers; FINOPS_SACCT_SCHEDULE_SECONDS=0 says there is no Slurm)",
+                program,
+            )
+            return None
+    if not seconds:
+        log.info("Slurm jobs are not imported on a schedule (FINOPS_SACCT_SCHEDULE_SECONDS=0)")
         return None
+    if not found:
+        log.warning("FINOPS_SACCT_COMMAND: %s is not on the PATH; every scheduled sacct import will fail", program)
+    log.info("Slurm jobs imported every %d s with: %s", seconds, settings.sacct_command)
     return ScheduledSacct(
         command=settings.sacct_command,
         cluster=settings.sacct_cluster,
-        interval_seconds=settings.sacct_schedule_seconds,
+        interval_seconds=seconds,
         overlap_seconds=settings.sacct_overlap_seconds,
         lookback_seconds=settings.sacct_lookback_seconds,
         timeout_seconds=settings.sacct_timeout_seconds,

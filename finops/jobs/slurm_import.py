@@ -181,6 +181,10 @@ SACCT_STATES = ("RUNNING",)
 time period requested as the job was also RUNNING during that time": every job that held its nodes at any
 instant of the window, whatever its final state, and no job that never started."""
 
+SACCT_ENVIRONMENT = ("TZ=UTC", "SLURM_TIME_FORMAT=standard")
+"""What sacct runs with, through ``env`` (:func:`sacct_argv`): times written and read in UTC, in the
+``YYYY-MM-DDTHH:MM:SS`` form (``SLURM_TIME_FORMAT=standard``, sacct(1) ENVIRONMENT VARIABLES)."""
+
 
 class SacctError(FinopsError, RuntimeError):
     """sacct could not be run, timed out or exited non-zero; the message holds its stderr."""
@@ -204,12 +208,20 @@ def watermark_name(cluster: str) -> str:
 def sacct_argv(command: str, start: datetime, end: datetime, cluster: str | None = None) -> list[str]:
     """The sacct command line for jobs that ran in [start, end] (aware datetimes, written in UTC).
 
-    ``command`` is split like a shell word list (``sacct``, ``/opt/slurm/bin/sacct``, ``ssh head sacct``);
-    ``cluster`` adds ``--clusters``. Times are ``YYYY-MM-DDTHH:MM:SS``, which sacct reads in its local time:
-    :func:`run_sacct` runs it with ``TZ=UTC``.
+    ``command`` is split like a shell word list whose last word is the sacct program (``sacct``,
+    ``/opt/slurm/bin/sacct``, ``ssh -i /keys/id head sacct``); ``cluster`` adds ``--clusters``. Times are
+    ``YYYY-MM-DDTHH:MM:SS``, which sacct reads and prints in its local time: :func:`run_sacct` runs it with
+    :data:`SACCT_ENVIRONMENT`, and when words come before the program (``ssh … sacct``, which passes no
+    environment to the remote command) ``env`` and those settings go right before it, so that sacct runs with
+    ``TZ=UTC`` wherever it runs. ValueError for a command without words.
     """
+    *before, program = shlex.split(command) or [""]
+    if not program:
+        raise ValueError("empty sacct command")
     argv = [
-        *shlex.split(command),
+        *before,
+        *(("env", *SACCT_ENVIRONMENT) if before else ()),
+        program,
         "--allusers",
         "--allocations",
         "--parsable2",
@@ -247,7 +259,8 @@ def run_sacct(
     ``cluster`` names the watermark and the lines with an empty Cluster field, and other than ``default`` is
     passed to sacct as ``--clusters``.
 
-    sacct runs with ``TZ=UTC`` and ``SLURM_TIME_FORMAT=standard`` so that its times read back as UTC. Bad lines
+    sacct runs with ``TZ=UTC`` and ``SLURM_TIME_FORMAT=standard`` (:func:`sacct_argv`, also at the far end of an
+    ``ssh`` command) so that its times read back as UTC. Bad lines
     are logged and skipped; they do not hold the watermark back. Raises :class:`SacctError` (logged, nothing
     imported, watermark unchanged) when sacct cannot be started, runs longer than ``timeout_seconds`` or
     exits non-zero.
@@ -258,7 +271,7 @@ def run_sacct(
         mark = session.get(Watermark, name)
         start = mark.value - overlap if mark is not None else end - lookback
     argv = sacct_argv(command, start, end, None if cluster == "default" else cluster)
-    env = {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "standard"}
+    env = {**os.environ, **dict(setting.split("=", 1) for setting in SACCT_ENVIRONMENT)}
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_seconds, env=env, check=False)
     except subprocess.TimeoutExpired as exc:

@@ -58,6 +58,22 @@ def test_the_collector_runs_without_the_service_extra() -> None:
     assert all(name in listing.stdout for name in ("collector", "report", "import", "serve"))
 
 
+def test_the_slurm_scripts_are_found_without_the_service_extra(tmp_path: Path) -> None:
+    """The slurm.conf lines name the shipped scripts where the package is installed; the Prolog they name writes
+    the mapping of a job's GPUs (the scripts' own behaviour: tests/collector/test_jobmap.py)."""
+    result = _on_a_node("slurm-scripts")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[-1] == "service modules loaded: []"
+    settings = dict(line.split("=", 1) for line in lines[:-1])
+    assert list(settings) == ["Prolog", "Epilog", "PrologFlags"] and settings["PrologFlags"] == "Alloc"
+    package = Path(finops.cli.__file__).parents[2] / "collector" / "jobmap" / "slurm"
+    assert settings["Prolog"] == str(package / "prolog.sh") and settings["Epilog"] == str(package / "epilog.sh")
+    environment = {"PATH": "/usr/bin:/bin", "GPU_JOB_MAPPING_DIR": str(tmp_path), "NVIDIA_SMI": "absent"}
+    subprocess.run([settings["Prolog"]], env={**environment, "SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "3"}, check=True)
+    assert (tmp_path / "3").read_text() == "7 \n"
+
+
 def test_service_commands_say_they_need_the_extra() -> None:
     for args in (["report", "--start", "2026-01-01", "--end", "2026-02-01"], ["db", "upgrade"], ["import", "--help"]):
         result = _on_a_node(*args)
@@ -70,7 +86,7 @@ def test_service_commands_say_they_need_the_extra() -> None:
 
 def test_every_service_command_is_listed_and_found_in_its_module() -> None:
     tree = dict((tuple(path), command) for path, command in command_tree(get_command(app), []))
-    assert {path[0] for path in tree if len(path) == 1} == {"collector", *SERVICE_COMMANDS}
+    assert {path[0] for path in tree if len(path) == 1} == {"collector", "slurm-scripts", *SERVICE_COMMANDS}
     for name in SERVICE_COMMANDS:
         assert tree[(name,)].name == name, name
 

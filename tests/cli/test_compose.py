@@ -65,9 +65,25 @@ def test_prometheus_scrapes_the_service_with_a_secret_it_is_given(compose: dict[
 
 
 def test_mounted_repository_files_exist(compose: dict[str, Any]) -> None:
+    """Every file mounted from the repository exists; what is mounted from ./secrets/ is the operator's, never
+    committed, and docs/deployment.md says what goes there."""
+    deployment = (REPO_ROOT / "docs" / "deployment.md").read_text()
     for service in compose["services"].values():
         for volume in service.get("volumes", []):
             source = volume.split(":", 1)[0]
-            if source.startswith("./"):
+            if source.startswith("./secrets/"):
+                assert source in deployment, source
+            elif source.startswith("./"):
                 assert (REPO_ROOT / source).exists(), source
     assert (REPO_ROOT / "Dockerfile").is_file()
+
+
+def test_the_scheduler_can_reach_sacct_over_ssh(compose: dict[str, Any]) -> None:
+    """The image has an ssh client; the scheduler mounts the ssh files where the documented FINOPS_SACCT_COMMAND
+    reads them, and takes that command from an optional file (no Slurm: no file, no import)."""
+    assert "openssh-client" in (REPO_ROOT / "Dockerfile").read_text()
+    scheduler = compose["services"]["scheduler"]
+    assert "./secrets/sacct-ssh:/etc/gpu-finops/sacct-ssh:ro" in scheduler["volumes"]
+    assert scheduler["env_file"] == [{"path": "./secrets/sacct-ssh/sacct.env", "required": False}]
+    deployment = (REPO_ROOT / "docs" / "deployment.md").read_text()
+    assert "FINOPS_SACCT_COMMAND=ssh -F /etc/gpu-finops/sacct-ssh/config slurm-head sacct" in deployment

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from datetime import UTC, datetime
@@ -9,13 +10,15 @@ from pathlib import Path
 
 import orjson
 
+from collector.agent import Agent
 from collector.contract import metric_names as m
 from collector.contract import wire
 from collector.contract.sample import Sample
 from collector.contract.wire import shared_job_utilization
+from collector.exposition import LatestSamples
 from collector.jobmap.cgroup import job_of_cgroup
 from collector.jobmap.mapper import JobMapper
-from collector.jobmap.mapping_dir import read_mapping_dir
+from collector.jobmap.mapping_dir import read_mappings
 from collector.sources.nvml import NvmlSource
 from tests.support.fake_pynvml import CAPTURES, ManualClock, fake_nvml_from_capture
 
@@ -43,9 +46,20 @@ def test_prolog_writes_by_index_and_uuid_and_epilog_removes_only_its_job(tmp_pat
     assert (directory / "2").read_text() == "7301 1000\n", "jobstats' /run/gpustat line: job id and uid"
     first = {"0": "7301", "2": "7301", "GPU-aaaa": "7301", "GPU-cccc": "7301"}
     second = {"1": "7302", "GPU-bbbb": "7302", "MIG-1111": "7302", "MIG-2222": "7302"}
-    assert read_mapping_dir(directory) == first | second
+    assert read_mappings(directory).live == first | second
+    before = datetime.now(UTC)
     _run("epilog.sh", directory, tmp_path, SLURM_JOB_ID="7301")
-    assert sorted(p.name for p in directory.iterdir()) == ["1", "GPU-bbbb", "MIG-1111", "MIG-2222"]
+    after = datetime.now(UTC)
+    assert sorted(p.name for p in directory.iterdir() if not p.name.startswith(".")) == [
+        "1", "GPU-bbbb", "MIG-1111", "MIG-2222"
+    ]  # fmt: skip
+    mappings = read_mappings(directory)
+    assert mappings.live == second
+    assert {name: job for name, (job, _) in mappings.ended.items()} == first, "the end records of 7301's files"
+    assert {before <= end <= after for _, end in mappings.ended.values()} == {True}
+    assert sorted(p.name for p in directory.iterdir() if p.name.startswith(".")) == [
+        ".ended.0", ".ended.2", ".ended.GPU-aaaa", ".ended.GPU-cccc"
+    ], "no temporary file left"  # fmt: skip
 
 
 def test_prolog_of_a_job_without_gpus_writes_nothing(tmp_path: Path) -> None:
@@ -58,8 +72,13 @@ def test_mapping_dir_formats(tmp_path: Path) -> None:
     (tmp_path / "1").write_text("4243 1000\n")  # jobstats: job id and uid
     (tmp_path / "2").write_text("4244\n4245\n")  # shared by two jobs: no single job
     (tmp_path / "3").write_text("")
-    assert read_mapping_dir(tmp_path) == {"0": "4242", "1": "4243"}
-    assert read_mapping_dir(tmp_path / "absent") == {}
+    (tmp_path / ".ended.4").write_text("4246 1764400000.25\n")  # our epilog's end record
+    (tmp_path / ".ended.5").write_text("4247 yesterday\n")  # not one: skipped
+    (tmp_path / ".5.1234").write_text("4248 1000\n")  # the prolog's temporary file
+    mappings = read_mappings(tmp_path)
+    assert mappings.live == {"0": "4242", "1": "4243"}
+    assert mappings.ended == {"4": ("4246", datetime(2025, 11, 29, 7, 6, 40, 250000, tzinfo=UTC))}
+    assert read_mappings(tmp_path / "absent").live == {}
 
 
 def test_cgroup_paths_of_slurm_and_kubernetes() -> None:
@@ -186,3 +205,33 @@ def test_older_batches_without_job_utilization_still_merge_and_validate() -> Non
     assert "job_utilization" not in merged and len(merged["samples"]) == 2
     parsed = wire.IngestBatch.model_validate({"node": "n", **wire.columnar(merged)})
     assert parsed.job_utilization == [] and parsed.reading_count == 2
+
+
+def test_a_reading_taken_before_the_epilog_keeps_its_job(shared_data: Path, tmp_path: Path) -> None:
+    """The real prolog and epilog on a directory; the epilog runs while the nvml source reads the GPU, after the
+    reading's timestamp and before the cycle maps it: the reading keeps the job; the next cycle's has none; once
+    the next job's prolog ran, a reading from before the first job's end still maps to the first job."""
+    directory, proc = tmp_path / "gpustat", tmp_path / "proc"
+    proc.mkdir()
+    _run("prolog.sh", directory, tmp_path, SLURM_JOB_ID="7301", SLURM_JOB_UID="1000", SLURM_JOB_GPUS="0")
+    stamped: list[datetime] = []
+
+    def clock_then_epilog() -> datetime:
+        stamped.append(datetime.now(UTC))
+        if len(stamped) == 1:  # the job ends on the node while the first cycle reads its GPU
+            _run("epilog.sh", directory, tmp_path, SLURM_JOB_ID="7301")
+        return stamped[-1]
+
+    nvml = fake_nvml_from_capture(shared_data / CAPTURES / H100, "load", ManualClock())
+    mapper = JobMapper(directory, proc)
+    agent = Agent([NvmlSource(nvml, clock_then_epilog)], LatestSamples(), None, annotate=mapper.annotate)
+    (first,) = [s for s in agent.collect_once() if s.entity == "gpu"]
+    assert not (directory / "0").exists(), "the epilog ran before the cycle mapped the reading"
+    assert first.job_id == "7301"
+    (second,) = [s for s in agent.collect_once() if s.entity == "gpu"]
+    assert second.job_id is None, "taken after the job's end"
+    _run("prolog.sh", directory, tmp_path, SLURM_JOB_ID="7302", SLURM_JOB_UID="1001", SLURM_JOB_GPUS="0")
+    late = dataclasses.replace(first, job_id=None)  # stamped before 7301's end, mapped now
+    new = dataclasses.replace(late, timestamp=datetime.now(UTC))
+    assert [s.job_id for s in mapper.annotate([late, new])] == ["7301", "7302"]
+    assert stamped[0] < read_mappings(directory).ended["0"][1] < stamped[1]

@@ -344,8 +344,23 @@ def test_every_secret_read_is_one_the_docs_create(objects: list[dict[str, Any]])
             "gpu-finops-database",
             "gpu-finops-node-tokens",
             "gpu-finops-dashboard-oidc",
+            "gpu-finops-sacct-ssh",
         }
     )
     for name, keys in referenced.items():
         assert keys <= documented[name] or "*" in documented[name], name
     assert not [o for o in objects if o["kind"] == "Secret"], "secrets are created, never committed"
+
+
+def test_the_scheduler_reads_the_head_nodes_sacct_over_ssh_when_set_up(objects: list[dict[str, Any]]) -> None:
+    """The ssh client's files come from an optional Secret (a site without Slurm creates none), readable by the
+    pod's user, at the path of the FINOPS_SACCT_COMMAND that settings.yaml and docs/deployment.md give."""
+    spec = pod_spec(named(objects, "Deployment", "gpu-finops-scheduler"))
+    container = spec["containers"][0]
+    (command,) = re.findall(r"# FINOPS_SACCT_COMMAND: (.+)", (KUSTOMIZATION_DIR / "settings.yaml").read_text())
+    assert command.startswith("ssh -F /etc/gpu-finops/sacct-ssh/config ")
+    mount, volume = mount_of(spec, container, "/etc/gpu-finops/sacct-ssh/config")
+    assert mount["readOnly"] is True
+    assert volume["secret"] == {"secretName": "gpu-finops-sacct-ssh", "optional": True, "defaultMode": 0o440}
+    assert spec["securityContext"]["fsGroup"] == spec["securityContext"]["runAsUser"]
+    assert command in (REPO_ROOT / "docs" / "deployment.md").read_text()

@@ -85,7 +85,8 @@ def test_the_sacct_command_line() -> None:
     assert SACCT_STATES == ("RUNNING",)
     start, end = datetime(2026, 1, 5, 10, 50, tzinfo=UTC), NOW
     assert sacct_argv("ssh slurm-head /usr/bin/sacct", start, end, "orion") == [
-        "ssh", "slurm-head", "/usr/bin/sacct", "--allusers", "--allocations", "--parsable2", "--noheader", FORMAT,
+        "ssh", "slurm-head", "env", "TZ=UTC", "SLURM_TIME_FORMAT=standard", "/usr/bin/sacct",
+        "--allusers", "--allocations", "--parsable2", "--noheader", FORMAT,
         "--starttime=2026-01-05T10:50:00", "--endtime=2026-01-05T12:00:00", "--state=RUNNING", "--clusters=orion",
     ]  # fmt: skip
 
@@ -183,12 +184,37 @@ def test_the_scheduled_run_swallows_failures(sessions, fake_sacct: FakeSacct) ->
     assert _watermark(sessions) == done.end
 
 
-def test_settings_schedule_the_import() -> None:
+def test_settings_schedule_the_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     from finops.cli.serve import scheduled_sacct
 
+    caplog.set_level(logging.INFO, logger="finops.cli.serve")
+    monkeypatch.delenv("FINOPS_SACCT_SCHEDULE_SECONDS")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sacct on it
     assert scheduled_sacct(Settings()) is None
+    (line,) = caplog.messages
+    assert "not imported on a schedule: sacct is not on the PATH and FINOPS_SACCT_COMMAND is not set" in line
+    caplog.clear()
+    (tmp_path / "sacct").write_text("#!/bin/sh\n")
+    (tmp_path / "sacct").chmod(0o755)
+    assert scheduled_sacct(Settings()) == ScheduledSacct("sacct", "default", 300, 600, 86400, 300.0)
+    assert caplog.messages == ["Slurm jobs imported every 300 s with: sacct"]
+    (tmp_path / "sacct").unlink()
+    caplog.clear()
+    monkeypatch.setenv("FINOPS_SACCT_COMMAND", "ssh -F /etc/gpu-finops/sacct-ssh/config slurm-head sacct")
+    assert scheduled_sacct(Settings()) is not None  # set: scheduled, and told that ssh is missing here
+    assert caplog.messages[0] == (
+        "FINOPS_SACCT_COMMAND: ssh is not on the PATH; every scheduled sacct import will fail"
+    )
+    caplog.clear()
+    assert scheduled_sacct(Settings(sacct_schedule_seconds=0)) is None
+    assert caplog.messages == ["Slurm jobs are not imported on a schedule (FINOPS_SACCT_SCHEDULE_SECONDS=0)"]
     settings = Settings(sacct_schedule_seconds=120, sacct_command="/opt/slurm/bin/sacct", sacct_cluster="orion")
     assert scheduled_sacct(settings) == ScheduledSacct("/opt/slurm/bin/sacct", "orion", 120, 600, 86400, 300.0)
+    for command in ("", "  ", "sacct 'unclosed"):
+        with pytest.raises(ValueError, match="sacct_command"):
+            Settings(sacct_command=command)
 
 
 def test_import_sacct_run_command(engine, database_url: str, fake_sacct: FakeSacct) -> None:  # type: ignore[no-untyped-def]
