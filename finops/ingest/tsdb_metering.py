@@ -325,8 +325,8 @@ class TsdbMeter:
         tells the GPUs that have it in the hour. Then, for the terms with an energy counter, its least, last before
         and resets; per activity field the GPUs that have it: its count and sum over each term, naming only those
         GPUs (a field no GPU exports costs no second-round query); per cycle counter the GPUs that have it and the
-        elapsed counter: its most, least and last before over each term, and the elapsed counter's count and
-        resets (:meth:`_cycle_activity`)."""
+        elapsed counter: its most and last before over each term, and the elapsed counter's count and resets
+        (:meth:`_cycle_activity`)."""
         if not terms:
             return {}
         utilization_field = self.options.utilization_fields[0]
@@ -348,9 +348,7 @@ class TsdbMeter:
         second += [
             _Ask(SM_CYCLES_ELAPSED, e, term) for term in cycle_terms[SM_CYCLES_ELAPSED] for e in (_COUNT, _resets)
         ]
-        second += [
-            _Ask(n, e, term) for n, kept in cycle_terms.items() for term in kept for e in (_MAX, _MIN, _last_before)
-        ]
+        second += [_Ask(n, e, term) for n, kept in cycle_terms.items() for term in kept for e in (_MAX, _last_before)]
         got.update(self._answers([ask for ask in dict.fromkeys(second) if ask not in got], by_uuid))
 
         found: dict[tuple[int, int], dict[int, _Segment]] = defaultdict(lambda: defaultdict(_Segment))
@@ -404,25 +402,26 @@ class TsdbMeter:
 
         Per GPU, segment [a, b) and active counter A, over the intervals between consecutive readings that end in
         [a, b) (E the elapsed counter): Σ Δ A / Σ Δ E, the readings counted as the intervals, each activity's
-        ``(mean × intervals, intervals)``. Without a reset of E in [a − 1 h, b): Δ = the most in [a, b) less the
-        last reading within the hour before a (``last_over_time``), or, without one, less the least in [a, b); the
-        intervals are E's readings in [a, b), one fewer without a reading before. Where E was reset, the raw
-        readings of E and the active counters over [a − 1 h, b) are read and summed by :func:`cycle_sums`. No value
-        (never 0) where E did not grow, A went down or grew more than E (a reset of A alone, or counters that
-        disagree); the activity's ratio fields stand there if the GPU exports them."""
+        ``(mean × intervals, intervals)``. Where E has a reading within the hour before a and no reset in
+        [a − 1 h, b): Δ = the most in [a, b) less that last reading before (``last_over_time``), the intervals E's
+        readings in [a, b). Elsewhere (a reset, or the GPU's first readings), the raw readings of E and the active
+        counters over [a − 1 h, b) are read and summed by :func:`cycle_sums`. No value (never 0) where E did not
+        grow, A went down or grew more than E (a reset of A alone, or counters that disagree); the activity's ratio
+        fields stand there if the GPU exports them."""
         uuids = {gpu_id: uuid for uuid, gpu_id in by_uuid.items()}
         values: dict[tuple[str, Expression], dict[tuple[int, int], dict[int, float]]] = defaultdict(
             lambda: defaultdict(dict)
         )
         for name, kept in cycle_terms.items():
             for term in kept:
-                for expression in (_MAX, _MIN, _last_before, _COUNT, _resets):
+                for expression in (_MAX, _last_before, _COUNT, _resets):
                     values[name, expression][term.a, term.b].update(got.get(_Ask(name, expression, term), {}))
         elapsed = SM_CYCLES_ELAPSED
         for a, b in {(term.a, term.b) for term in cycle_terms[elapsed]}:
             last, before = values[elapsed, _MAX][a, b], values[elapsed, _last_before][a, b]
             counts, reset = values[elapsed, _COUNT][a, b], values[elapsed, _resets][a, b]
-            reread = sorted(uuids[gpu_id] for gpu_id, count in reset.items() if count > 0 and gpu_id in last)
+            exact = {gpu_id for gpu_id in last if gpu_id in before and reset.get(gpu_id, 0) == 0}
+            reread = sorted(uuids[gpu_id] for gpu_id in last if gpu_id not in exact)
             raw = {
                 name: self._counter_points(name, reread, a - ENERGY_GAP_SECONDS, b, by_uuid) if reread else {}
                 for name in CYCLE_FIELDS
@@ -430,16 +429,14 @@ class TsdbMeter:
             for gpu_id in last:
                 metered = found[a, b][gpu_id]
                 for name, activity in CYCLE_ACTIVITIES.items():
-                    if reset.get(gpu_id, 0) > 0:
+                    if gpu_id not in exact:
                         d_active, d_elapsed, n = cycle_sums(raw[elapsed].get(gpu_id, []), raw[name].get(gpu_id, []), a)
                     else:
-                        base = _last_before if gpu_id in before else _MIN
-                        active_last, active_base = values[name, _MAX][a, b], values[name, base][a, b]
-                        if gpu_id not in active_last or gpu_id not in active_base:
+                        active_last, active_before = values[name, _MAX][a, b], values[name, _last_before][a, b]
+                        if gpu_id not in active_last or gpu_id not in active_before:
                             continue
-                        d_active = active_last[gpu_id] - active_base[gpu_id]
-                        d_elapsed = last[gpu_id] - values[elapsed, base][a, b][gpu_id]
-                        n = round(counts.get(gpu_id, 0)) - (0 if gpu_id in before else 1)
+                        d_active = active_last[gpu_id] - active_before[gpu_id]
+                        d_elapsed, n = last[gpu_id] - before[gpu_id], round(counts.get(gpu_id, 0))
                     if n > 0 and d_elapsed > 0 and 0 <= d_active <= d_elapsed:
                         metered.activity[activity] = (d_active / d_elapsed * n, n)
                         metered.seen = True
