@@ -151,7 +151,7 @@ def node_series(
     if SM_CYCLES_ELAPSED in ratios:
         ratios.pop(SM_CYCLES_ELAPSED)
         cycles = np.full(shape, CYCLES_PER_INTERVAL, dtype=np.int64)
-        start = rng.integers(10**14, 10**15, (GPUS_PER_NODE, 1))
+        start = 10**15  # fixed, so that the jobs drawn after it are those of the other sets
         ratios[SM_CYCLES_ELAPSED] = start + np.cumsum(cycles, axis=1)
         for name in activity:
             if name in CYCLE_FIELDS and name != SM_CYCLES_ELAPSED:
