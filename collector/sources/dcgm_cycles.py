@@ -45,4 +45,3 @@ class CycleMeans(Generic[Key]):
                 means[key] = cycle_means(previous, counters, key)
         self._previous = dict(scrape)
         return means
-

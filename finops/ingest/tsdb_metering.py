@@ -36,6 +36,11 @@ thus counts in the second its time falls in, fraction dropped, as the database s
   segment counts. ``profiled`` (readings with a profiling field) is the most readings of one activity and
   ``readings`` the larger of that and the utilisation's: exact where the fields are read together, as one
   dcgm-exporter scrape stamps them all; a GPU exporting every field has ``readings`` = ``samples``;
+- hardware activity from DCGM 4.6's cycle counters (:data:`CYCLE_ACTIVITIES`; SM, any tensor pipe, FP64/FP32/FP16),
+  in place of the activity fields where they give a value: per segment, Σ Δ active / Σ Δ elapsed SM cycles over the
+  intervals between consecutive readings ending in it, from the counters' ``max_over_time`` less their
+  ``last_over_time`` in the hour before, or, after a reset or at a GPU's first readings, from their raw readings
+  (:meth:`TsdbMeter._cycle_activity`);
 - energy (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``, a counter in mJ → J): the ledger's rule sums the increments
   between consecutive readings that end in [a, b). For a counter without a reset that is the last value in
   [a, b) (``max_over_time``) less the last one before a within an hour (``last_over_time`` over [a − 1 h, a)), or,
