@@ -69,13 +69,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.ingest import GPUS_PER_NODE, INTERVAL_SECONDS, MODEL, _cpu_seconds  # noqa: E402
+from collector.contract.dcgm_fields import SM_CYCLES_ELAPSED  # noqa: E402
 from finops.analysis.idle import rejudge_idle  # noqa: E402
 from finops.cli.context import idle_policy, load_pricing, load_settings, open_sessions  # noqa: E402
 from finops.db.engine import downgrade, make_engine, upgrade  # noqa: E402
 from finops.db.hours import mark_hours_dirty  # noqa: E402
 from finops.db.models import Allocation, Gpu, Job, LedgerEntry, Node, Team, TsdbGpuMetering  # noqa: E402
 from finops.ingest.prometheus import PrometheusClient  # noqa: E402
-from finops.ingest.prometheus_pull import PullOptions  # noqa: E402
+from finops.ingest.prometheus_pull import CYCLE_FIELDS, PullOptions  # noqa: E402
 from finops.ingest.tsdb_metering import ACTIVITY_FIELDS, ENERGY_FIELD, MEMORY_FIELD  # noqa: E402
 from finops.ingest.tsdb_source import TsdbTelemetry  # noqa: E402
 from finops.ledger.rollup import rollup  # noqa: E402
@@ -129,8 +130,9 @@ def node_series(
     rng: np.random.Generator, jobs: list[NodeJob], times: np.ndarray, activity: Sequence[str] = ()
 ) -> dict[str, np.ndarray]:
     """Each field's values (dcgm-exporter's units, whole numbers; the ``activity`` fields' ratios to 6 decimals, a
-    share of the utilisation of each field's own) of a node's 8 GPUs at ``times`` (epoch seconds): (8, len(times))
-    arrays by field name."""
+    share of the utilisation of each field's own; DCGM 4.6's cycle counters among them as counters: the elapsed SM
+    cycles of 132 SMs at 1,980 MHz, each active counter that share of them) of a node's 8 GPUs at ``times`` (epoch
+    seconds): (8, len(times)) arrays by field name."""
     shape = (GPUS_PER_NODE, len(times))
     utilization, memory = np.zeros(shape), np.zeros(shape)
     for job in jobs:
@@ -146,6 +148,15 @@ def node_series(
         name: np.round(utilization / 100 * (0.3 + 0.7 * (number + 1) / len(activity)), 6)
         for number, name in enumerate(activity)
     }
+    if SM_CYCLES_ELAPSED in ratios:
+        ratios.pop(SM_CYCLES_ELAPSED)
+        cycles = np.full(shape, CYCLES_PER_INTERVAL, dtype=np.int64)
+        start = 10**15  # fixed, so that the jobs drawn after it are those of the other sets
+        ratios[SM_CYCLES_ELAPSED] = start + np.cumsum(cycles, axis=1)
+        for name in activity:
+            if name in CYCLE_FIELDS and name != SM_CYCLES_ELAPSED:
+                active = np.rint(cycles * ratios[name]).astype(np.int64)
+                ratios[name] = start // 2 + np.cumsum(active, axis=1)
     return {
         UTILIZATION_FIELD: utilization.astype(np.int64),
         ENERGY_FIELD: energy,
@@ -158,9 +169,15 @@ ACTIVITY_SETS: dict[str, tuple[str, ...]] = {
     "none": (),
     "default": ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE"),
     "all": tuple(names[0] for names in ACTIVITY_FIELDS.values()),
-}
+    "cycles": (
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE", *CYCLE_FIELDS,
+    ),
+}  # fmt: skip
 """``--activity``: the profiling fields each GPU exports (``default``: those dcgm-exporter's ``default-counters.csv``
-enables)."""
+enables; ``cycles``: those and DCGM 4.6's cycle counters, the elapsed SM cycles and the SM, tensor and FP pipes'
+active cycles)."""
+CYCLES_PER_INTERVAL = 132 * 1_980_000_000 * INTERVAL_SECONDS
+"""Elapsed SM cycles a reading interval: 132 SMs (an H100 SXM) at 1,980 MHz."""
 
 
 def node_name(n: int) -> str:
@@ -474,7 +491,8 @@ def main() -> None:
         "--activity",
         choices=list(ACTIVITY_SETS),
         default="none",
-        help="profiling fields each GPU exports besides: none, dcgm-exporter's default three, or all eight",
+        help="profiling fields each GPU exports besides: none, dcgm-exporter's default three, all eight, or the "
+        "default three and DCGM 4.6's cycle counters",
     )
     parser.add_argument("--victoria-metrics", default="/usr/bin/victoria-metrics", help="VictoriaMetrics' binary")
     args = parser.parse_args()

@@ -10,7 +10,8 @@ the ratio fields 1001-1016 ``*_UTIL_RATIO`` (``DCGM_FI_PROF_SM_ACTIVE`` is now `
 keeps the old names as aliases; both names are in :data:`FIELDS`. DCGM 4.6 also added raw monotonic cycle counters
 (field ids 1084-1096, ``DCGM_FI_PROF_*_CYCLES_*_TOTAL``): :data:`CYCLE_COUNTERS` maps each active-cycles counter to
 its activity metric, whose mean between two scrapes is Δ active cycles / Δ :data:`SM_CYCLES_ELAPSED`
-(:mod:`collector.sources.dcgm_cycles`).
+(:func:`cycle_means`; the collector's :mod:`collector.sources.dcgm_cycles`, the service's Prometheus pull and TSDB
+metering).
 
 GPU identity from dcgm-exporter's labels: ``gpu`` (index), ``UUID``, ``modelName``; for a MIG instance also
 ``GPU_I_PROFILE`` and ``GPU_I_ID`` (:func:`gpu_labels`). Job mapping: ``hpc_job``, else Kubernetes
@@ -19,9 +20,13 @@ GPU identity from dcgm-exporter's labels: ``gpu`` (index), ``UUID``, ``modelName
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from collector.contract import metric_names as m
+
+log = logging.getLogger(__name__)
 
 MIB = 2**20
 
@@ -122,6 +127,33 @@ CYCLE_COUNTERS: dict[str, str] = {
 """DCGM 4.6 active-cycles counter -> the activity metric it gives as Δ counter / Δ :data:`SM_CYCLES_ELAPSED`
 between two scrapes (the exact mean over that interval; it wins over the same scrape's ratio field, which DCGM
 averages over its own sampling window). DRAM, SM occupancy and the graphics engine have no cycle counter."""
+
+
+def cycle_means(previous: Mapping[str, float], current: Mapping[str, float], where: object) -> dict[str, float]:
+    """The activity means (metric -> ratio 0..1) between two readings of one GPU's cycle counters (field name ->
+    value; :data:`SM_CYCLES_ELAPSED` and any of :data:`CYCLE_COUNTERS`), ``previous`` the older.
+
+    A metric has a mean, Δ active / Δ elapsed, when its counter and the elapsed counter are in both readings and
+    both grew or held (Δ elapsed > 0, Δ active >= 0). No mean, never 0: when the elapsed counter did not grow or a
+    counter went down (a reset: GPU reset, driver reload, DCGM restart), and for a mean above 1 (counters that
+    disagree; logged as a warning naming ``where``, the GPU)."""
+    if SM_CYCLES_ELAPSED not in previous or SM_CYCLES_ELAPSED not in current:
+        return {}
+    elapsed = current[SM_CYCLES_ELAPSED] - previous[SM_CYCLES_ELAPSED]
+    if elapsed <= 0:
+        return {}
+    means: dict[str, float] = {}
+    for field, metric in CYCLE_COUNTERS.items():
+        if field not in previous or field not in current:
+            continue
+        active = current[field] - previous[field]
+        if active < 0:
+            continue
+        if active > elapsed:
+            log.warning("%s: %s grew %.0f cycles, more than the %.0f elapsed; no mean", where, field, active, elapsed)
+            continue
+        means[metric] = active / elapsed
+    return means
 
 
 def fill_memory_total(values: dict[str, float], free_mib: float | None) -> None:

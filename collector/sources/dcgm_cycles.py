@@ -13,13 +13,10 @@ within one part in 10^12 of a ten-second difference well beyond that.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Hashable, Mapping
 from typing import Generic, TypeVar
 
-from collector.contract.dcgm_fields import CYCLE_COUNTERS, SM_CYCLES_ELAPSED
-
-log = logging.getLogger(__name__)
+from collector.contract.dcgm_fields import cycle_means
 
 Key = TypeVar("Key", bound=Hashable)
 
@@ -36,37 +33,15 @@ class CycleMeans(Generic[Key]):
     def update(self, scrape: Mapping[Key, Mapping[str, float]]) -> dict[Key, dict[str, float]]:
         """Means since the previous scrape: entity -> {activity metric: ratio 0..1}.
 
-        ``scrape`` holds, per entity, this scrape's cycle counters (field name -> value; :data:`SM_CYCLES_ELAPSED`
-        and any of :data:`CYCLE_COUNTERS`). A metric has a mean when its counter and the elapsed counter are in
-        this scrape and the previous one and both grew or held (Δ elapsed > 0, Δ active >= 0). No mean, never 0:
-        on an entity's first scrape, when the elapsed counter did not grow or a counter went down (a reset: GPU
-        reset, driver reload, DCGM restart), and for a mean above 1 (counters that disagree; logged as a
-        warning). This scrape's counters are the baseline of the next; entities absent from it are forgotten.
+        ``scrape`` holds, per entity, this scrape's cycle counters (field name -> value). Each entity's means
+        against its previous scrape are :func:`collector.contract.dcgm_fields.cycle_means`'s (none on an entity's
+        first scrape, nor after a reset). This scrape's counters are the baseline of the next; entities absent from
+        it are forgotten.
         """
         means: dict[Key, dict[str, float]] = {}
         for key, counters in scrape.items():
             previous = self._previous.get(key)
             if previous is not None:
-                means[key] = _means(key, previous, counters)
+                means[key] = cycle_means(previous, counters, key)
         self._previous = dict(scrape)
         return means
-
-
-def _means(key: Hashable, previous: Mapping[str, float], current: Mapping[str, float]) -> dict[str, float]:
-    if SM_CYCLES_ELAPSED not in previous or SM_CYCLES_ELAPSED not in current:
-        return {}
-    elapsed = current[SM_CYCLES_ELAPSED] - previous[SM_CYCLES_ELAPSED]
-    if elapsed <= 0:
-        return {}
-    means: dict[str, float] = {}
-    for field, metric in CYCLE_COUNTERS.items():
-        if field not in previous or field not in current:
-            continue
-        active = current[field] - previous[field]
-        if active < 0:
-            continue
-        if active > elapsed:
-            log.warning("%s: %s grew %.0f cycles, more than the %.0f elapsed; no mean", key, field, active, elapsed)
-            continue
-        means[metric] = active / elapsed
-    return means

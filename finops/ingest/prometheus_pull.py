@@ -18,6 +18,20 @@ and GR_ENGINE_ACTIVE (also the utilisation fallback: it fills both). Where two f
 other name) the first in the table's order present counts. A field the exporter does not export (dcgm-exporter's
 ``default-counters.csv`` leaves SM activity and occupancy and the FP pipes out) leaves its value null, never 0.
 
+DCGM 4.6's cycle counters (:data:`CYCLE_FIELDS`: ``DCGM_FI_PROF_SM_CYCLES_ELAPSED_TOTAL`` and the active cycles of
+the SM, any tensor pipe and the FP64/FP32/FP16 pipes, ``DCGM_FI_PROF_*_CYCLES_ACTIVE_TOTAL``), where a GPU's series
+export them, give its SM, tensor and FP pipe activity in place of the ratio fields: at each instant, Δ active /
+Δ elapsed between the counters' values at the previous instant and at this one
+(:func:`collector.contract.dcgm_fields.cycle_means`), the exact mean over the interval between the two scrapes they
+come from, as the collector's dcgm source takes it between its own scrapes. The counters are read by range queries
+of their raw values starting one step before the window, so that the window's first instant has a base. PromQL's
+``increase()`` is not used: Prometheus extrapolates it to the window's edges, and stops the extrapolation where a
+counter would reach zero, which a barely used pipe's counter (a small value since boot) does and the elapsed
+counter does not, so the two increases would not cover the same time. No mean, never 0: at a GPU's first instant
+with counters, where the elapsed counter did not grow (no new scrape since the previous instant) and where a counter
+went down (a reset); the reading's ratio field stands there if the GPU exports one. The choice is per GPU and
+instant, so a fleet mixing DCGM versions gets counters where they are exported and ratio fields elsewhere.
+
 Sampling: a range query evaluates every series at ``first, first + step, …, last``; each value is the newest
 scraped sample at or before that instant (within Prometheus' lookback, 5 minutes by default). The instants are
 multiples of ``step`` since the epoch, so two pulls of overlapping ranges ask for the same instants and the
@@ -52,7 +66,16 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract import metric_names as m
-from collector.contract.dcgm_fields import FIELDS, Field, fill_memory_total, gpu_labels, job_of
+from collector.contract.dcgm_fields import (
+    CYCLE_COUNTERS,
+    FIELDS,
+    SM_CYCLES_ELAPSED,
+    Field,
+    cycle_means,
+    fill_memory_total,
+    gpu_labels,
+    job_of,
+)
 from collector.contract.sample import Sample
 from collector.contract.wire import IngestBatch, batch_dict
 from finops.ingest.prometheus import (
@@ -111,6 +134,13 @@ VALUE_FIELDS: tuple[str, ...] = (*(name for name, spec in FIELDS.items() if spec
 """DCGM fields pulled besides utilisation: every field whose value the ingest wire format carries (the hardware
 activity fields among them, :data:`ACTIVITY_METRICS`), the memory size fields for the inventory, and FB_FREE (memory
 size = FB_USED + FB_FREE when FB_TOTAL is not exported)."""
+
+CYCLE_FIELDS: tuple[str, ...] = (
+    SM_CYCLES_ELAPSED,
+    *(name for name, metric in CYCLE_COUNTERS.items() if metric in ACTIVITY_METRICS),
+)
+"""DCGM 4.6's cycle counters pulled: the elapsed SM cycles and each active-cycles counter that gives one of
+:data:`ACTIVITY_METRICS` (SM, any tensor pipe, FP64, FP32, FP16)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +238,7 @@ class _Gpu:
     node: str
     labels: dict[str, str]
     points: dict[int, _Point] = field(default_factory=dict)
+    counters: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
 
 
 def pull(
@@ -223,13 +254,14 @@ def pull(
 
 
 def pull_chunk(client: PrometheusClient, first: int, last: int, options: PullOptions) -> PulledChunk:
-    """One query window (instants ``first..last`` epoch seconds, inclusive): every field's range query, grouped
-    per node and GPU, aligned on the step instants, as one :class:`IngestBatch` per node (sorted by node)."""
+    """One query window (instants ``first..last`` epoch seconds, inclusive): every field's range query (the cycle
+    counters' from ``first − step``, their base), grouped per node and GPU, aligned on the step instants, as one
+    :class:`IngestBatch` per node (sorted by node)."""
+    step = options.step_seconds
     gpus: dict[tuple[str, str, str], _Gpu] = {}
-    for name in options.dcgm_fields:
-        for series in client.query_range(
-            options.query(name), from_epoch(first), from_epoch(last), options.step_seconds
-        ):
+    queries = [(name, first) for name in options.dcgm_fields] + [(name, first - step) for name in CYCLE_FIELDS]
+    for name, start in queries:
+        for series in client.query_range(options.query(name), from_epoch(start), from_epoch(last), step):
             identity = series_identity(series.labels, options.labels)
             if identity is None:
                 continue
@@ -239,17 +271,27 @@ def pull_chunk(client: PrometheusClient, first: int, last: int, options: PullOpt
             if gpu is None:
                 gpu = gpus[key] = _Gpu(node, labels)
             for ts, value in series.points:
-                point = gpu.points.get(epoch := round(ts))
+                epoch = round(ts)
+                if name in CYCLE_FIELDS:
+                    gpu.counters[epoch][name] = value
+                    if epoch < first:
+                        continue
+                point = gpu.points.get(epoch)
                 if point is None:
                     point = gpu.points[epoch] = _Point()
-                point.fields[name] = value
+                if name not in CYCLE_FIELDS:
+                    point.fields[name] = value
                 if point.job is None:
                     point.job = job
     samples: dict[str, list[Sample]] = defaultdict(list)
     for gpu in gpus.values():
         for epoch in sorted(gpu.points):
             point = gpu.points[epoch]
-            values = reading_values(point.fields, options.utilization_fields)
+            previous, current = gpu.counters.get(epoch - step), gpu.counters.get(epoch)
+            cycles = (
+                cycle_means(previous, current, (gpu.node, gpu.labels["uuid"], epoch)) if previous and current else {}
+            )
+            values = reading_values(point.fields, options.utilization_fields, cycles)
             if values:
                 samples[gpu.node].append(Sample("gpu", gpu.labels, values, from_epoch(epoch), job_id=point.job))
     batches = []
@@ -263,12 +305,16 @@ def pull_chunk(client: PrometheusClient, first: int, last: int, options: PullOpt
     return PulledChunk(first, last, batches, mig_readings)
 
 
-def reading_values(raw: Mapping[str, float], utilization_fields: tuple[str, ...]) -> dict[str, float]:
+def reading_values(
+    raw: Mapping[str, float], utilization_fields: tuple[str, ...], cycles: Mapping[str, float] | None = None
+) -> dict[str, float]:
     """Our metrics in base units (:mod:`collector.contract.metric_names`) from one GPU's DCGM field values at one
     instant, scaled by the collector's field table (where several fields give one metric, as a field and its
-    older name, the first of ``raw`` present); utilisation from the first of ``utilization_fields`` present. A
-    metric none of whose fields is in ``raw`` is absent (stored as null), never 0."""
-    values: dict[str, float] = {}
+    older name, the first of ``raw`` present); utilisation from the first of ``utilization_fields`` present; the
+    activity means from the cycle counters (``cycles``: metric -> ratio, :func:`cycle_means`) in place of the
+    ratio fields'. A metric none of whose fields is in ``raw`` nor in ``cycles`` is absent (stored as null),
+    never 0."""
+    values: dict[str, float] = dict(cycles or {})
     for name, value in raw.items():
         spec = FIELDS.get(name)
         if spec is not None and spec.metric != m.GPU_UTILIZATION:

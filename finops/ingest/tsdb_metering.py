@@ -36,6 +36,11 @@ thus counts in the second its time falls in, fraction dropped, as the database s
   segment counts. ``profiled`` (readings with a profiling field) is the most readings of one activity and
   ``readings`` the larger of that and the utilisation's: exact where the fields are read together, as one
   dcgm-exporter scrape stamps them all; a GPU exporting every field has ``readings`` = ``samples``;
+- hardware activity from DCGM 4.6's cycle counters (:data:`CYCLE_ACTIVITIES`; SM, any tensor pipe, FP64/FP32/FP16),
+  in place of the activity fields where they give a value: per segment, Σ Δ active / Σ Δ elapsed SM cycles over the
+  intervals between consecutive readings ending in it, from the counters' ``max_over_time`` less their
+  ``last_over_time`` in the hour before, or, after a reset or at a GPU's first readings, from their raw readings
+  (:meth:`TsdbMeter._cycle_activity`);
 - energy (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``, a counter in mJ → J): the ledger's rule sums the increments
   between consecutive readings that end in [a, b). For a counter without a reset that is the last value in
   [a, b) (``max_over_time``) less the last one before a within an hour (``last_over_time`` over [a − 1 h, a)), or,
@@ -57,10 +62,10 @@ from itertools import pairwise
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
-from collector.contract.dcgm_fields import FIELDS
+from collector.contract.dcgm_fields import CYCLE_COUNTERS, FIELDS, SM_CYCLES_ELAPSED
 from finops.db.models import Allocation, Gpu, TsdbGpuMetering
 from finops.ingest.prometheus import PrometheusClient, RangeSeries, promql_string, selector_matchers
-from finops.ingest.prometheus_pull import ACTIVITY_METRICS, UTILIZATION_FIELDS, PullOptions
+from finops.ingest.prometheus_pull import ACTIVITY_METRICS, CYCLE_FIELDS, UTILIZATION_FIELDS, PullOptions
 from finops.ledger.sql import ACTIVITIES
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
@@ -75,6 +80,11 @@ ACTIVITY_FIELDS: dict[str, tuple[str, ...]] = {
 }
 """Per hardware activity (:data:`finops.ledger.sql.ACTIVITIES`), the DCGM fields that give it
 (:data:`collector.contract.dcgm_fields.FIELDS`; several where a field has another name), in order of preference."""
+CYCLE_ACTIVITIES: dict[str, str] = {
+    name: ACTIVITY_METRICS[CYCLE_COUNTERS[name]] for name in CYCLE_FIELDS if name != SM_CYCLES_ELAPSED
+}
+"""DCGM 4.6's active-cycles counters metered -> the activity each gives as Δ counter / Δ elapsed SM cycles
+(:data:`collector.contract.dcgm_fields.CYCLE_COUNTERS`), in place of the activity's ratio fields."""
 MAX_QUERY_CHARS = 4096
 """Most characters of one PromQL query the metering packs (see the module documentation; a single term longer than
 that is sent alone). Queries go in the URL of a GET: 4 KiB of PromQL stays, URL-encoded, within the 8 KiB request
@@ -139,6 +149,26 @@ def uuid_groups(uuids: Sequence[str], budget: int = MAX_QUERY_CHARS // 2) -> lis
     longer than that alone in its group), so that a query naming one group stays under :data:`MAX_QUERY_CHARS`."""
     sizes = [len(promql_string(regex_literal(uuid))) - 1 for uuid in uuids]  # escaped, quotes less one, with its |
     return [[uuids[index] for index in group] for group in packed(sizes, budget)]
+
+
+def cycle_sums(
+    elapsed: Iterable[tuple[float, float]], active: Iterable[tuple[float, float]], a: int
+) -> tuple[float, float, int]:
+    """(Σ Δ active, Σ Δ elapsed, intervals) of a GPU's cycle counters over the intervals between consecutive
+    ``elapsed`` readings (epoch seconds, value; in time order) that end at or after ``a`` (epoch seconds), are at
+    most :data:`ENERGY_GAP_SECONDS` long, and have an ``active`` reading at both ends (the same instants: one
+    scrape stamps both). An interval counts where both counters grew or held (Δ elapsed > 0, 0 <= Δ active <=
+    Δ elapsed); one across a reset (a counter went down) or without growth does not: no value, never 0."""
+    at = dict(active)
+    sums = (0.0, 0.0, 0)
+    previous: tuple[float, float] | None = None
+    for ts, value in elapsed:
+        if previous is not None and ts >= a and ts - previous[0] <= ENERGY_GAP_SECONDS:
+            d_elapsed = value - previous[1]
+            if previous[0] in at and ts in at and d_elapsed > 0 and 0 <= at[ts] - at[previous[0]] <= d_elapsed:
+                sums = (sums[0] + at[ts] - at[previous[0]], sums[1] + d_elapsed, sums[2] + 1)
+        previous = (ts, value)
+    return sums
 
 
 def counter_increase(points: Iterable[tuple[float, float]], a: int) -> float:
@@ -296,24 +326,34 @@ class TsdbMeter:
         (clipped) hour the terms lie in, for every GPU.
 
         Two rounds of queries. First, per term, the utilisation's count and sum, the memory's and the energy
-        counter's most; and per activity field the count over ``whole`` for every GPU, which tells the GPUs that
-        have the field in the hour. Then, for the terms with an energy counter, its least, last before and resets;
-        and per activity field the GPUs that have it: its count and sum over each term, naming only those GPUs
-        (a field no GPU exports costs no second-round query)."""
+        counter's most; and per activity field and cycle counter the count over ``whole`` for every GPU, which
+        tells the GPUs that have it in the hour. Then, for the terms with an energy counter, its least, last before
+        and resets; per activity field the GPUs that have it: its count and sum over each term, naming only those
+        GPUs (a field no GPU exports costs no second-round query); per cycle counter the GPUs that have it and the
+        elapsed counter: its most and last before over each term, and the elapsed counter's count and resets
+        (:meth:`_cycle_activity`)."""
         if not terms:
             return {}
         utilization_field = self.options.utilization_fields[0]
         fields = [name for names in ACTIVITY_FIELDS.values() for name in names]
         kinds = ((utilization_field, _COUNT), (utilization_field, _SUM), (MEMORY_FIELD, _MAX), (ENERGY_FIELD, _MAX))
         first = [_Ask(dcgm_field, expression, term) for term in terms for dcgm_field, expression in kinds]
-        got = self._answers([*first, *(_Ask(name, _COUNT, whole) for name in fields)], by_uuid)
-        present = {name: set(got[_Ask(name, _COUNT, whole)]) for name in fields}
+        got = self._answers([*first, *(_Ask(name, _COUNT, whole) for name in (*fields, *CYCLE_FIELDS))], by_uuid)
+        present = {name: set(got[_Ask(name, _COUNT, whole)]) for name in (*fields, *CYCLE_FIELDS)}
         energy_terms = [term for term in terms if got[_Ask(ENERGY_FIELD, _MAX, term)]]
-        activity_terms = {
-            name: _narrowed(terms, {u for u, g in by_uuid.items() if g in present[name]}) for name in fields
-        }
+
+        def narrowed(gpu_ids: set[int]) -> list[_Term]:
+            return _narrowed(terms, {u for u, g in by_uuid.items() if g in gpu_ids})
+
+        activity_terms = {name: narrowed(present[name]) for name in fields}
+        counted = present[SM_CYCLES_ELAPSED] & set().union(*(present[name] for name in CYCLE_ACTIVITIES))
+        cycle_terms = {name: narrowed(present[name] & counted) for name in CYCLE_FIELDS}
         second = [_Ask(ENERGY_FIELD, e, term) for term in energy_terms for e in (_MIN, _last_before, _resets)]
         second += [_Ask(n, e, term) for n, kept in activity_terms.items() for term in kept for e in (_COUNT, _SUM)]
+        second += [
+            _Ask(SM_CYCLES_ELAPSED, e, term) for term in cycle_terms[SM_CYCLES_ELAPSED] for e in (_COUNT, _resets)
+        ]
+        second += [_Ask(n, e, term) for n, kept in cycle_terms.items() for term in kept for e in (_MAX, _last_before)]
         got.update(self._answers([ask for ask in dict.fromkeys(second) if ask not in got], by_uuid))
 
         found: dict[tuple[int, int], dict[int, _Segment]] = defaultdict(lambda: defaultdict(_Segment))
@@ -328,6 +368,7 @@ class TsdbMeter:
             for gpu_id, value in got[_Ask(MEMORY_FIELD, _MAX, term)].items():
                 segment[gpu_id].memory_max_bytes = round(value * FIELDS[MEMORY_FIELD].scale)
                 segment[gpu_id].seen = True
+        self._cycle_activity(found, cycle_terms, got, by_uuid)
         for activity, names in ACTIVITY_FIELDS.items():
             for name in names:  # the first field of the activity with readings in the segment
                 for term in activity_terms[name]:
@@ -342,7 +383,9 @@ class TsdbMeter:
             a, b = term.a, term.b
             firsts, before = got[_Ask(ENERGY_FIELD, _MIN, term)], got[_Ask(ENERGY_FIELD, _last_before, term)]
             reset = {gpu_id for gpu_id, count in got[_Ask(ENERGY_FIELD, _resets, term)].items() if count > 0}
-            raw = self._counter_points(sorted(uuids[g] for g in reset), a - ENERGY_GAP_SECONDS, b, by_uuid)
+            raw = self._counter_points(
+                ENERGY_FIELD, sorted(uuids[g] for g in reset), a - ENERGY_GAP_SECONDS, b, by_uuid
+            )
             for gpu_id, last in got[_Ask(ENERGY_FIELD, _MAX, term)].items():
                 if gpu_id in reset:
                     increase = counter_increase(raw.get(gpu_id, []), a)
@@ -351,6 +394,57 @@ class TsdbMeter:
                 found[a, b][gpu_id].energy_joules = increase * FIELDS[ENERGY_FIELD].scale
                 found[a, b][gpu_id].seen = True
         return found
+
+    def _cycle_activity(
+        self,
+        found: dict[tuple[int, int], dict[int, _Segment]],
+        cycle_terms: dict[str, list[_Term]],
+        got: Answers,
+        by_uuid: dict[str, int],
+    ) -> None:
+        """Set each segment's activities that DCGM 4.6's cycle counters give (:data:`CYCLE_ACTIVITIES`) in
+        ``found``, from the answers ``got`` to the asks of ``cycle_terms`` (per counter, its terms).
+
+        Per GPU, segment [a, b) and active counter A, over the intervals between consecutive readings that end in
+        [a, b) (E the elapsed counter): Σ Δ A / Σ Δ E, the readings counted as the intervals, each activity's
+        ``(mean × intervals, intervals)``. Where E has a reading within the hour before a and no reset in
+        [a − 1 h, b): Δ = the most in [a, b) less that last reading before (``last_over_time``), the intervals E's
+        readings in [a, b). Elsewhere (a reset, or the GPU's first readings), the raw readings of E and the active
+        counters over [a − 1 h, b) are read and summed by :func:`cycle_sums`. No value (never 0) where E did not
+        grow, A went down or grew more than E (a reset of A alone, or counters that disagree); the activity's ratio
+        fields stand there if the GPU exports them."""
+        uuids = {gpu_id: uuid for uuid, gpu_id in by_uuid.items()}
+        values: dict[tuple[str, Expression], dict[tuple[int, int], dict[int, float]]] = defaultdict(
+            lambda: defaultdict(dict)
+        )
+        for name, kept in cycle_terms.items():
+            for term in kept:
+                for expression in (_MAX, _last_before, _COUNT, _resets):
+                    values[name, expression][term.a, term.b].update(got.get(_Ask(name, expression, term), {}))
+        elapsed = SM_CYCLES_ELAPSED
+        for a, b in {(term.a, term.b) for term in cycle_terms[elapsed]}:
+            last, before = values[elapsed, _MAX][a, b], values[elapsed, _last_before][a, b]
+            counts, reset = values[elapsed, _COUNT][a, b], values[elapsed, _resets][a, b]
+            exact = {gpu_id for gpu_id in last if gpu_id in before and reset.get(gpu_id, 0) == 0}
+            reread = sorted(uuids[gpu_id] for gpu_id in last if gpu_id not in exact)
+            raw = {
+                name: self._counter_points(name, reread, a - ENERGY_GAP_SECONDS, b, by_uuid) if reread else {}
+                for name in CYCLE_FIELDS
+            }
+            for gpu_id in last:
+                metered = found[a, b][gpu_id]
+                for name, activity in CYCLE_ACTIVITIES.items():
+                    if gpu_id not in exact:
+                        d_active, d_elapsed, n = cycle_sums(raw[elapsed].get(gpu_id, []), raw[name].get(gpu_id, []), a)
+                    else:
+                        active_last, active_before = values[name, _MAX][a, b], values[name, _last_before][a, b]
+                        if gpu_id not in active_last or gpu_id not in active_before:
+                            continue
+                        d_active = active_last[gpu_id] - active_before[gpu_id]
+                        d_elapsed, n = last[gpu_id] - before[gpu_id], round(counts.get(gpu_id, 0))
+                    if n > 0 and d_elapsed > 0 and 0 <= d_active <= d_elapsed:
+                        metered.activity[activity] = (d_active / d_elapsed * n, n)
+                        metered.seen = True
 
     def _answers(self, asks: Sequence[_Ask], by_uuid: dict[str, int]) -> Answers:
         """Each of ``asks``: its value per known GPU (by its series' UUID label; MIG instance series left out, as
@@ -379,15 +473,15 @@ class TsdbMeter:
         return gpu_selector(self.options, dcgm_field, term.uuids) if term.uuids else self.options.query(dcgm_field)
 
     def _counter_points(
-        self, uuids: Sequence[str], a: int, b: int, by_uuid: dict[str, int]
+        self, dcgm_field: str, uuids: Sequence[str], a: int, b: int, by_uuid: dict[str, int]
     ) -> dict[int, list[tuple[float, float]]]:
-        """Per GPU of ``uuids``, its energy counter readings of [a, b) at their own times (whole seconds, fraction
-        dropped), in time order: the raw samples of a range selector (:func:`raw_readings`, some GPUs a query), so
-        that a gap between two readings is the readings' own, not shortened by the server's lookback as values at
-        query steps would be. MIG instance series are left out."""
+        """Per GPU of ``uuids``, its counter ``dcgm_field``'s readings of [a, b) at their own times (whole seconds,
+        fraction dropped), in time order: the raw samples of a range selector (:func:`raw_readings`, some GPUs a
+        query), so that a gap between two readings is the readings' own, not shortened by the server's lookback as
+        values at query steps would be. MIG instance series are left out."""
         points: dict[int, list[tuple[float, float]]] = defaultdict(list)
         for group in uuid_groups(uuids):
-            for series in raw_readings(self.client, gpu_selector(self.options, ENERGY_FIELD, group), a, b):
+            for series in raw_readings(self.client, gpu_selector(self.options, dcgm_field, group), a, b):
                 labels = self.options.labels.dcgm_exporter(series.labels)
                 if labels.get("UUID") in by_uuid and "GPU_I_PROFILE" not in labels:
                     points[by_uuid[labels["UUID"]]] += [(int(ts), value) for ts, value in series.points]

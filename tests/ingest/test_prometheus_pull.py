@@ -31,6 +31,7 @@ from finops.db.models import Gpu, GpuSample, Node
 from finops.ingest.prometheus import MAX_POINTS_PER_SERIES, LabelNames, PrometheusClient, PrometheusError, parse_step
 from finops.ingest.prometheus_pull import (
     ACTIVITY_METRICS,
+    CYCLE_FIELDS,
     PullOptions,
     ScheduledPull,
     import_range,
@@ -451,7 +452,7 @@ def test_a_long_range_is_split_within_the_point_limit() -> None:
         for r in requests
         if r.url.params["query"] == "DCGM_FI_DEV_GPU_UTIL"
     ]
-    assert len(windows) == 3 and len(requests) == 3 * len(options.dcgm_fields)
+    assert len(windows) == 3 and len(requests) == 3 * (len(options.dcgm_fields) + len(CYCLE_FIELDS))
     assert all((last - first) / 60 + 1 <= MAX_POINTS_PER_SERIES for first, last in windows)
     assert windows[0][0] == start.timestamp() and windows[-1][1] == (end - timedelta(minutes=1)).timestamp()
     assert all(b[0] == a[1] + 60 for a, b in itertools.pairwise(windows)), "contiguous, no overlap"
@@ -648,17 +649,19 @@ def test_cost_per_million_tokens() -> None:
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_the_scheduled_pull_covers_twice_its_interval(sessions: sessionmaker[Session]) -> None:
-    windows: list[tuple[float, float]] = []
+    windows: dict[str, set[tuple[float, float]]] = {"gauges": set(), "counters": set()}
 
     def answer(request: httpx.Request) -> httpx.Response:
-        windows.append((float(request.url.params["start"]), float(request.url.params["end"])))
+        kind = "counters" if request.url.params["query"] in CYCLE_FIELDS else "gauges"
+        windows[kind].add((float(request.url.params["start"]), float(request.url.params["end"])))
         return httpx.Response(200, json=_matrix())
 
     now = datetime(2026, 1, 1, 12, 0, 30, 500_000, tzinfo=UTC)
     scheduled = ScheduledPull(_client(answer), PullOptions(step_seconds=60), 300, clock=lambda: now)
     result = scheduled.run(sessions)
     assert result.readings == 0 and result.chunks == 1
-    assert set(windows) == {(to_epoch(datetime(2026, 1, 1, 11, 51, tzinfo=UTC)), to_epoch(now.replace(second=0)))}
+    first, last = to_epoch(datetime(2026, 1, 1, 11, 51, tzinfo=UTC)), to_epoch(now.replace(second=0))
+    assert windows == {"gauges": {(first, last)}, "counters": {(first - 60, last)}}, "counters: a base a step before"
 
 
 def test_no_data_is_not_an_error() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 
@@ -81,13 +82,15 @@ def hour_of_readings(folder: Path, hour: int) -> list[str]:
     return lines
 
 
-def hold(session: Session, hour: int) -> None:
-    """A job of team epsilon on each GPU: the T4's for :data:`T4_JOB`, the others' all hour."""
+def hold(session: Session, hour: int, jobs: Mapping[str, tuple[int, int]] | None = None) -> None:
+    """A job of team epsilon on each GPU: from minute to minute of the hour as ``jobs`` (GPU UUID -> (first, last);
+    by default the T4's :data:`T4_JOB`), the others' all hour."""
+    jobs = {T4: T4_JOB} if jobs is None else jobs
     team = Team(name="epsilon")
     session.add(team)
     session.flush()
     for number, gpu in enumerate(session.scalars(select(Gpu).order_by(Gpu.uuid))):
-        start, end = (hour + 60 * m for m in T4_JOB) if gpu.uuid == T4 else (hour, hour + HOUR)
+        start, end = (hour + 60 * m for m in jobs[gpu.uuid]) if gpu.uuid in jobs else (hour, hour + HOUR)
         job = Job(
             scheduler="slurm", cluster="c", job_id=str(700 + number), job_id_raw=str(700 + number), user="u",
             account="a", partition="p", name="j", state="COMPLETED", start=from_epoch(start),
