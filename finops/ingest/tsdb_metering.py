@@ -11,9 +11,11 @@ every start and end of an allocation of the GPU, so that each holding of the hou
 
 Terms. An hour is asked as terms, one per segment: the whole hour (clipped), for every GPU at once (no UUID matcher:
 most GPU-hours are not cut), and each segment cut inside the hour for the GPUs cut there only (a matcher on their
-UUID label, :func:`uuid_matcher`, in groups of at most half a query: :func:`uuid_groups`). Each value below of each
+UUID label, :func:`~finops.ingest.promql_select.uuid_matcher`, in groups of at most half a query:
+:func:`~finops.ingest.promql_select.uuid_groups`). Each value below of each
 term is an ask; an hour's asks are tagged with their index (``label_replace`` into :data:`SEGMENT_LABEL`) and joined
-by ``or`` into as few instant queries of at most :data:`MAX_QUERY_CHARS` characters as they fit in (:func:`packed`;
+by ``or`` into as few instant queries of at most :data:`~finops.ingest.promql_select.MAX_QUERY_CHARS` characters as
+they fit in (:func:`~finops.ingest.promql_select.packed`;
 values of different fields share a query), each evaluated at its latest segment end, every ask at its own ``@``
 instant, in two rounds: first what needs nothing else, then what depends on it (the energy counter's further
 values for the terms where it has readings; each activity field's values for the GPUs that have it in the hour). So
@@ -52,11 +54,9 @@ thus counts in the second its time falls in, fraction dropped, as the database s
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from itertools import pairwise
 
 from sqlalchemy import delete, insert, select
@@ -64,8 +64,9 @@ from sqlalchemy.orm import Session
 
 from collector.contract.dcgm_fields import CYCLE_COUNTERS, FIELDS, SM_CYCLES_ELAPSED
 from finops.db.models import Allocation, Gpu, TsdbGpuMetering
-from finops.ingest.prometheus import PrometheusClient, RangeSeries, promql_string, selector_matchers
+from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import ACTIVITY_METRICS, CYCLE_FIELDS, UTILIZATION_FIELDS, PullOptions
+from finops.ingest.promql_select import MAX_QUERY_CHARS, gpu_selector, packed, raw_readings, uuid_groups, window
 from finops.ledger.sql import ACTIVITIES
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
@@ -85,70 +86,8 @@ CYCLE_ACTIVITIES: dict[str, str] = {
 }
 """DCGM 4.6's active-cycles counters metered -> the activity each gives as Δ counter / Δ elapsed SM cycles
 (:data:`collector.contract.dcgm_fields.CYCLE_COUNTERS`), in place of the activity's ratio fields."""
-MAX_QUERY_CHARS = 4096
-"""Most characters of one PromQL query the metering packs (see the module documentation; a single term longer than
-that is sent alone). Queries go in the URL of a GET: 4 KiB of PromQL stays, URL-encoded, within the 8 KiB request
-line that proxies commonly accept (nginx's ``large_client_header_buffers``), and well within VictoriaMetrics'
-``-search.maxQueryLen`` (16 KiB by default)."""
 SEGMENT_LABEL = "finops_segment"
 """The label a packed query's terms are told apart by (``label_replace``)."""
-_REGEX_SPECIAL = re.compile(r"[\\.+*?()|\[\]{}^$]")
-
-
-def window(a: int, b: int) -> str:
-    """The range and ``@`` modifier selecting the readings of [a, b) (epoch seconds) to the millisecond:
-    ``[<b − a>s] @ <b − 0.001>`` (see the module documentation)."""
-    return f"[{b - a}s] @ {b - 1}.999"
-
-
-def raw_readings(client: PrometheusClient, selector: str, a: int, b: int) -> list[RangeSeries]:
-    """The raw samples of [a, b) (epoch seconds) of ``selector``'s series (each series' in time order, at their
-    own times, to the millisecond): an instant query of ``selector`` and :func:`window`, evaluated at the ``@``
-    instant ``b − 1 ms``. The instant matters: VictoriaMetrics (1.79) ends such a range at the query's time and
-    ignores ``@``, Prometheus honours ``@``."""
-    return client.samples(f"{selector}{window(a, b)}", from_epoch(b) - timedelta(milliseconds=1))
-
-
-def uuid_matcher(options: PullOptions, uuids: Sequence[str]) -> str:
-    """The matcher of some GPUs' series by their UUID label: ``<UUID label>="<uuid>"`` for one,
-    ``<UUID label>=~"<uuid>|<uuid>|…"`` (each regex-escaped) for several. ValueError when ``uuids`` is empty."""
-    if not uuids:
-        raise ValueError("uuids: at least one GPU UUID expected")
-    if len(uuids) == 1:
-        return f"{options.labels.uuid}={promql_string(uuids[0])}"
-    return f"{options.labels.uuid}=~{promql_string('|'.join(map(regex_literal, uuids)))}"
-
-
-def regex_literal(text: str) -> str:
-    """``text`` as an RE2 regular expression (PromQL's ``=~``) matching itself: its metacharacters escaped."""
-    return _REGEX_SPECIAL.sub(r"\\\g<0>", text)
-
-
-def gpu_selector(options: PullOptions, dcgm_field: str, uuids: Sequence[str]) -> str:
-    """``dcgm_field``'s series of some GPUs: ``options``' selector and :func:`uuid_matcher`."""
-    matchers = (selector_matchers(options.selector), uuid_matcher(options, uuids))
-    return f"{dcgm_field}{{{', '.join(filter(None, matchers))}}}"
-
-
-def packed(sizes: Sequence[int], budget: int) -> list[list[int]]:
-    """The indexes of ``sizes`` in consecutive groups whose sizes add up to at most ``budget`` (an index whose size
-    alone is larger in a group of its own)."""
-    groups: list[list[int]] = []
-    used = budget
-    for index, size in enumerate(sizes):
-        if used + size > budget:
-            groups.append([])
-            used = 0
-        groups[-1].append(index)
-        used += size
-    return groups
-
-
-def uuid_groups(uuids: Sequence[str], budget: int = MAX_QUERY_CHARS // 2) -> list[list[str]]:
-    """``uuids`` in consecutive groups whose :func:`uuid_matcher` regex takes at most ``budget`` characters (a UUID
-    longer than that alone in its group), so that a query naming one group stays under :data:`MAX_QUERY_CHARS`."""
-    sizes = [len(promql_string(regex_literal(uuid))) - 1 for uuid in uuids]  # escaped, quotes less one, with its |
-    return [[uuids[index] for index in group] for group in packed(sizes, budget)]
 
 
 def cycle_sums(

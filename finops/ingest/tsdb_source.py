@@ -26,8 +26,9 @@ from finops.db.models import Gpu, LedgerEntry
 from finops.ingest.node_io import HourRate, replace_hours
 from finops.ingest.prometheus import InstantSample, PrometheusClient, selector_matchers
 from finops.ingest.prometheus_pull import UTILIZATION_FIELDS, PullOptions, series_identity
+from finops.ingest.promql_select import gpu_selector, raw_readings, uuid_groups, window
 from finops.ingest.readings import Ingestor
-from finops.ingest.tsdb_metering import MEMORY_FIELD, TsdbMeter, gpu_selector, raw_readings, uuid_groups, window
+from finops.ingest.tsdb_metering import MEMORY_FIELD, TsdbMeter
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
 
 STACKED_DISKS = 'device!~"(dm-|md)[0-9]+"'
@@ -146,9 +147,9 @@ class TsdbTelemetry:
 
         First the GPUs: ``min_over_time`` of the utilisation over each hour of the period, for every GPU (one query
         an hour). Then those GPUs' raw samples of the utilisation and memory series by instant queries of range
-        selectors naming them (:func:`finops.ingest.tsdb_metering.uuid_matcher`, as many a query as
-        :func:`~finops.ingest.tsdb_metering.uuid_groups` allows), an hour at a time
-        (:func:`finops.ingest.tsdb_metering.raw_readings`), at the second their time falls in (fraction dropped, as
+        selectors naming them (:func:`finops.ingest.promql_select.uuid_matcher`, as many a query as
+        :func:`~finops.ingest.promql_select.uuid_groups` allows), an hour at a time
+        (:func:`finops.ingest.promql_select.raw_readings`), at the second their time falls in (fraction dropped, as
         the database stores readings)."""
         by_uuid = {uuid: gpu_id for gpu_id, uuid in session.execute(select(Gpu.id, Gpu.uuid)) if uuid is not None}
         utilization_field = self.options.utilization_fields[0]

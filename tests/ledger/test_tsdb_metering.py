@@ -28,8 +28,9 @@ from finops.db.models import (
 )
 from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import ACTIVITY_METRICS
+from finops.ingest.promql_select import window
 from finops.ingest.readings import Ingestor
-from finops.ingest.tsdb_metering import ACTIVITY_FIELDS, TsdbMeter, counter_increase, window
+from finops.ingest.tsdb_metering import ACTIVITY_FIELDS, TsdbMeter, counter_increase
 from finops.jobs.slurm_import import import_sacct
 from finops.jobs.teams import map_account
 from finops.ledger.rollup import rollup

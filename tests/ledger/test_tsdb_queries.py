@@ -1,6 +1,6 @@
 """What metering an hour from a real VictoriaMetrics and a real Prometheus asks of it grows with the GPUs and their
 segments, not with their product: each segment cut inside the hour is asked for the GPUs cut there only, and the
-segments are packed into queries of at most :data:`~finops.ingest.tsdb_metering.MAX_QUERY_CHARS` characters."""
+segments are packed into queries of at most :data:`~finops.ingest.promql_select.MAX_QUERY_CHARS` characters."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from collector.contract.wire import GpuInfo
 from finops.db.models import Allocation, Gpu, Job, Node, Team
 from finops.ingest.prometheus import InstantSample, PrometheusClient, RangeSeries
 from finops.ingest.prometheus_pull import PullOptions
+from finops.ingest.promql_select import MAX_QUERY_CHARS, uuid_groups, uuid_matcher
 from finops.ingest.readings import Ingestor
-from finops.ingest.tsdb_metering import ACTIVITY_FIELDS, MAX_QUERY_CHARS, TsdbMeter, uuid_groups, uuid_matcher
+from finops.ingest.tsdb_metering import ACTIVITY_FIELDS, TsdbMeter
 from finops.timeutil import HOUR, from_epoch, to_epoch
 from tests.ledger.test_tsdb_metering import exposition
 from tests.support import scenario

@@ -1,0 +1,76 @@
+"""PromQL selectors of GPUs' series and the packing of many asks into few queries, for the TSDB paths
+(:mod:`finops.ingest.tsdb_metering`, :mod:`finops.ingest.tsdb_source`): a window of readings to the millisecond,
+the raw readings of a span, a matcher of GPUs by UUID label, and groups of UUIDs or terms that fit one query."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import timedelta
+
+from finops.ingest.prometheus import PrometheusClient, RangeSeries, promql_string, selector_matchers
+from finops.ingest.prometheus_pull import PullOptions
+from finops.timeutil import from_epoch
+
+MAX_QUERY_CHARS = 4096
+"""Most characters of one PromQL query the metering packs (see the module documentation; a single term longer than
+that is sent alone). Queries go in the URL of a GET: 4 KiB of PromQL stays, URL-encoded, within the 8 KiB request
+line that proxies commonly accept (nginx's ``large_client_header_buffers``), and well within VictoriaMetrics'
+``-search.maxQueryLen`` (16 KiB by default)."""
+_REGEX_SPECIAL = re.compile(r"[\\.+*?()|\[\]{}^$]")
+
+
+def window(a: int, b: int) -> str:
+    """The range and ``@`` modifier selecting the readings of [a, b) (epoch seconds) to the millisecond:
+    ``[<b − a>s] @ <b − 0.001>`` (see the module documentation)."""
+    return f"[{b - a}s] @ {b - 1}.999"
+
+
+def raw_readings(client: PrometheusClient, selector: str, a: int, b: int) -> list[RangeSeries]:
+    """The raw samples of [a, b) (epoch seconds) of ``selector``'s series (each series' in time order, at their
+    own times, to the millisecond): an instant query of ``selector`` and :func:`window`, evaluated at the ``@``
+    instant ``b − 1 ms``. The instant matters: VictoriaMetrics (1.79) ends such a range at the query's time and
+    ignores ``@``, Prometheus honours ``@``."""
+    return client.samples(f"{selector}{window(a, b)}", from_epoch(b) - timedelta(milliseconds=1))
+
+
+def uuid_matcher(options: PullOptions, uuids: Sequence[str]) -> str:
+    """The matcher of some GPUs' series by their UUID label: ``<UUID label>="<uuid>"`` for one,
+    ``<UUID label>=~"<uuid>|<uuid>|…"`` (each regex-escaped) for several. ValueError when ``uuids`` is empty."""
+    if not uuids:
+        raise ValueError("uuids: at least one GPU UUID expected")
+    if len(uuids) == 1:
+        return f"{options.labels.uuid}={promql_string(uuids[0])}"
+    return f"{options.labels.uuid}=~{promql_string('|'.join(map(regex_literal, uuids)))}"
+
+
+def regex_literal(text: str) -> str:
+    """``text`` as an RE2 regular expression (PromQL's ``=~``) matching itself: its metacharacters escaped."""
+    return _REGEX_SPECIAL.sub(r"\\\g<0>", text)
+
+
+def gpu_selector(options: PullOptions, dcgm_field: str, uuids: Sequence[str]) -> str:
+    """``dcgm_field``'s series of some GPUs: ``options``' selector and :func:`uuid_matcher`."""
+    matchers = (selector_matchers(options.selector), uuid_matcher(options, uuids))
+    return f"{dcgm_field}{{{', '.join(filter(None, matchers))}}}"
+
+
+def packed(sizes: Sequence[int], budget: int) -> list[list[int]]:
+    """The indexes of ``sizes`` in consecutive groups whose sizes add up to at most ``budget`` (an index whose size
+    alone is larger in a group of its own)."""
+    groups: list[list[int]] = []
+    used = budget
+    for index, size in enumerate(sizes):
+        if used + size > budget:
+            groups.append([])
+            used = 0
+        groups[-1].append(index)
+        used += size
+    return groups
+
+
+def uuid_groups(uuids: Sequence[str], budget: int = MAX_QUERY_CHARS // 2) -> list[list[str]]:
+    """``uuids`` in consecutive groups whose :func:`uuid_matcher` regex takes at most ``budget`` characters (a UUID
+    longer than that alone in its group), so that a query naming one group stays under :data:`MAX_QUERY_CHARS`."""
+    sizes = [len(promql_string(regex_literal(uuid))) - 1 for uuid in uuids]  # escaped, quotes less one, with its |
+    return [[uuids[index] for index in group] for group in packed(sizes, budget)]
