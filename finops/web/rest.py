@@ -177,6 +177,8 @@ def create_router(
         one row per price catalog model). GPU-hours whose model has no price are counted, not costed:
         ``unpriced_gpu_hours`` per row (its costs null when all its GPU-hours are unpriced) and, in JSON, ``unpriced``:
         ``[{model, gpu_hours, fix}]``; CSV sends them in the ``X-Unpriced-GPU-Hours`` header (``MODEL=HOURS; …``).
+        Held GPU-hours without a reading: ``unmetered_gpu_hours`` and their share of the held ones,
+        ``unmetered_share``; by job, the job's ``state`` as its scheduler last reported it.
         Hardware activity per row: ``sm_active_ratio``, ``tensor_active_ratio``, ``dram_active_ratio``,
         ``sm_active_cost`` and ``profiled_share``, null where nothing measured it (every field:
         :mod:`finops.web.cost_schema`).
