@@ -78,9 +78,11 @@ def report(
     measured it (docs/cost-model.md, "Hardware activity").
 
     --by reason: the idle cost of the job-held GPU-hours per team, month and probable waste reason
-    (docs/waste-reasons.md), adding up to the idle cost by team plus the allocated cost of unmetered GPU-hours
-    ("no reading"); the table then lists the costliest low-utilisation jobs with their reason and evidence, JSON has
-    ``rows`` and ``jobs``. Takes --team, not --cluster or --partition.
+    (docs/waste-reasons.md), adding up to the idle cost by team; the table then lists the costliest low-utilisation
+    jobs with their reason and evidence. The GPU-hours jobs held without any reading ("no reading") are not idle
+    waste: the table lists them apart, after the idle ones, at their allocated cost with their jobs and how to get
+    readings; JSON and CSV rows say their ``kind``, ``idle`` or ``unmetered``. JSON has ``rows`` and ``jobs``.
+    Takes --team, not --cluster or --partition.
 
     --by efficiency (docs/efficiency.md): per team its SM activity band (effective ≥ 0.8, moderate ≥ 0.5,
     ineffective below, not measured: NVIDIA's DCGM guidance, FINOPS_EFFICIENCY_*), its allocated, SM-active and

@@ -29,6 +29,7 @@ from finops.savings.commitments import commitment_report
 from finops.savings.efficiency import efficiency_report
 from finops.savings.rightsizing import rightsizing
 from finops.savings.rightsizing_report import rightsizing_dicts
+from finops.analysis.waste import NO_READING
 from finops.savings.waste_costs import idle_cost_by_reason
 from finops.settings import DashboardSettings
 from finops.timeutil import to_epoch
@@ -90,8 +91,10 @@ def test_idle_cost_by_reason_is_idle_cost_by_reasons(seeded: str, now: datetime)
     shown = list(zip(frame["team"], frame["reason"], frame["reason_cost"], frame["reason_gpu_hours"], strict=True))
     expected = [(r.team, r.title, r.cost.quantize(CENT), round(r.gpu_seconds / 3600, 6)) for r in rows]
     assert shown == expected
-    total = sum((r.cost for r in rows), Decimal(0))
-    assert _exact(app)["Idle cost, all reasons"] == f"{total.quantize(CENT):,} USD"
+    total = sum((r.cost for r in rows if r.reason != NO_READING), Decimal(0))
+    assert _exact(app)["Idle cost, all reasons"] == f"{total.quantize(CENT):,} USD", "no reading is not idle"
+    unread = sum((r.cost for r in rows if r.reason == NO_READING), Decimal(0))
+    assert _exact(app)["Held without readings (not idle)"] == f"{unread.quantize(CENT):,} USD"
     assert frame["unpriced_gpu_hours"].sum() == 0 and not [w for w in app.warning if "no price" in w.value]
 
 
