@@ -20,7 +20,7 @@ from finops.analysis.report import (
 )
 from finops.cli.budget import budget_table
 from finops.cli.context import PeriodEnd, PeriodStart, load_pricing, load_settings, open_sessions, period, roll_up
-from finops.db.hours import pending_hours
+from finops.db.hours import StaleLedger, pending_hours, stale_ledger
 from finops.pricing.store import pricing_in_force
 from finops.savings.efficiency import efficiency_report
 from finops.savings.efficiency_report import efficiency_csv, efficiency_dict, efficiency_table
@@ -65,7 +65,11 @@ def report(
     Every row says how many of the GPU-hours its jobs held have no reading (unmetered: neither used nor idle) and
     their share of the held GPU-hours (``unmetered_gpu_hours``, ``unmetered_share``).
     When ledger hours of the period (before the current hour) are still pending a rollup, one line on stderr
-    says how many, and each JSON row carries the count as ``ledger_hours_pending``.
+    says how many, and each JSON row carries the count as ``ledger_hours_pending``. When a job import (the
+    scheduled sacct import) ran after the ledger was last built and the period reaches the hour last built, the
+    current hour's numbers leave that import's jobs out: a line says so and names the command that brings the
+    ledger up to date (gpu-finops rollup), first in the table output, on stderr with JSON and CSV; JSON has it as
+    ``ledger_stale`` (null when up to date; in each row, or in the body by reason and by efficiency).
 
     --cluster, --team and --partition select the ledger rows as the dashboard's filters do (finops/analysis/filters.py),
     so the report equals the dashboard's for the same period and filters. GPU-hours whose model has no price are
@@ -99,9 +103,12 @@ def report(
         with open_sessions(settings)() as session:
             found = waste_report(session, begin, finish, team=team, policy=settings.reason_policy)
             pending = pending_hours(session, begin, finish)
+            stale = stale_ledger(session, finish)
         _pending_note(pending)
+        _stale_note(stale, output_format)
         if output_format == "json":
-            body = {"rows": reason_dicts(found.rows), "jobs": job_dicts(found.jobs), "ledger_hours_pending": pending}
+            body = {"rows": reason_dicts(found.rows), "jobs": job_dicts(found.jobs), "ledger_hours_pending": pending,
+                    "ledger_stale": _stale_dict(stale)}  # fmt: skip
             typer.echo(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode())
         elif output_format == "csv":
             typer.echo(reason_csv(found.rows), nl=False)
@@ -115,9 +122,11 @@ def report(
                 partition=partition,
             )  # fmt: skip
             pending = pending_hours(session, begin, finish)
+            stale = stale_ledger(session, finish)
         _pending_note(pending)
+        _stale_note(stale, output_format)
         if output_format == "json":
-            body = {**efficiency_dict(report), "ledger_hours_pending": pending}
+            body = {**efficiency_dict(report), "ledger_hours_pending": pending, "ledger_stale": _stale_dict(stale)}
             typer.echo(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode())
         elif output_format == "csv":
             typer.echo(efficiency_csv(report), nl=False)
@@ -135,9 +144,14 @@ def report(
         unpriced = unpriced_by_model(session, begin, finish, cluster=cluster, team=team, partition=partition)
         statuses = budget_status(session, utc_now(), team=team) if output_format == "table" else []
         pending = pending_hours(session, begin, finish)
+        stale = stale_ledger(session, finish)
     _pending_note(pending)
+    _stale_note(stale, output_format)
     if output_format == "json":
-        dicts = [{**row, "ledger_hours_pending": pending} for row in report_dicts(rows, group)]
+        dicts = [
+            {**row, "ledger_hours_pending": pending, "ledger_stale": _stale_dict(stale)}
+            for row in report_dicts(rows, group)
+        ]
         typer.echo(orjson.dumps(dicts, option=orjson.OPT_INDENT_2).decode())
     elif output_format == "csv":
         typer.echo(report_csv(rows, group), nl=False)
@@ -159,3 +173,14 @@ def _pending_note(pending: int) -> None:
             " pending (not rolled up yet): these numbers may change; run gpu-finops rollup for current ones",
             err=True,
         )
+
+
+def _stale_note(stale: StaleLedger | None, output_format: str) -> None:
+    """Say in one line that the ledger was built before the last job import (:func:`finops.db.hours.stale_ledger`):
+    first on stdout with the table, on stderr with JSON and CSV (which stay machine-readable); nothing when not."""
+    if stale is not None:
+        typer.echo(stale.hint, err=output_format != "table")
+
+
+def _stale_dict(stale: StaleLedger | None) -> dict[str, object] | None:
+    return None if stale is None else stale.as_dict()
