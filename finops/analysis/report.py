@@ -373,9 +373,9 @@ def report_dicts(rows: Sequence[ReportRow], by: GroupBy = "team") -> list[dict[s
     used_cost, idle_cost, energy_kwh, energy_cost, currency}`` plus ``allocated_gpu_seconds``,
     ``unmetered_gpu_hours``, ``unmetered_share`` (:attr:`ReportRow.unmetered_share`, 6 decimals, None for
     ``__unallocated__``) and ``unpriced_gpu_hours``; by job also ``name``, ``team``, ``user``, ``start``, ``end``
-    (ISO 8601 UTC, null while running), ``state`` (:class:`JobFacts`) and ``gpus``; money as decimal strings in cents that add up to the rounded
-    totals. The money of the GPU-hours with a price only; a row whose GPU-hours are all unpriced has allocated,
-    used and idle cost None (unknown, not 0).
+    (ISO 8601 UTC, null while running), ``state`` (:class:`JobFacts`) and ``gpus``; money as decimal strings in
+    cents that add up to the rounded totals. The money of the GPU-hours with a price only; a row whose GPU-hours
+    are all unpriced has allocated, used and idle cost None (unknown, not 0).
 
     Then the hardware activity: ``sm_active_ratio``, ``tensor_active_ratio``, ``dram_active_ratio``
     (:meth:`ReportRow.activity_ratio`, 6 decimals), ``sm_active_cost`` (cents, :func:`printed_sm_active_cents`) and

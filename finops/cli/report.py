@@ -59,11 +59,11 @@ def report(
     ] = None,
 ) -> None:
     """Cost per team, job, user, node or GPU model over [start, end) (default: this month to date), from the hourly
-    ledger; by job with each job's name, team, user, start, end, state (Slurm State, a pod's phase) and GPUs; by GPU model one row per price catalog
-    model, whatever names the GPUs were reported under. The table adds
-    this month's budgets (only the team's with --team; a budget covers its team on every cluster and partition).
-    Every row says how many of the GPU-hours its jobs held have no reading (unmetered: neither used nor idle) and
-    their share of the held GPU-hours (``unmetered_gpu_hours``, ``unmetered_share``).
+    ledger; by job with each job's name, team, user, start, end, state (Slurm State, a pod's phase) and GPUs; by GPU
+    model one row per price catalog model, whatever names the GPUs were reported under. The table adds this month's
+    budgets (only the team's with --team; a budget covers its team on every cluster and partition). Every row says how
+    many of the GPU-hours its jobs held have no reading (unmetered: neither used nor idle) and their share of the held
+    GPU-hours (``unmetered_gpu_hours``, ``unmetered_share``).
     When ledger hours of the period (before the current hour) are still pending a rollup, one line on stderr
     says how many, and each JSON row carries the count as ``ledger_hours_pending``. When a job import (the
     scheduled sacct import) ran after the ledger was last built and the period reaches the hour last built, the

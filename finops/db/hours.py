@@ -70,10 +70,15 @@ class StaleLedger:
     @property
     def hint(self) -> str:
         """One line: what is out of date, and the command that brings it up to date."""
-        built = "has not been built since" if self.built_to is None else f"was built up to {self.built_to:%Y-%m-%d %H:%M:%S} UTC, before"
+        built = (
+            "has not been built since"
+            if self.built_to is None
+            else f"was built up to {self.built_to:%Y-%m-%d %H:%M:%S} UTC, before"
+        )
         return (
             f"note: the ledger {built} the last job import ({self.source} at {self.imported_at:%Y-%m-%d %H:%M:%S} "
-            f"UTC): the current hour's numbers leave that import's jobs out; run {ROLLUP_COMMAND} to bring it up to date"
+            f"UTC): the current hour's numbers leave that import's jobs out; run {ROLLUP_COMMAND} to bring it up to "
+            "date"
         )
 
     def as_dict(self) -> dict[str, object]:

@@ -13,11 +13,11 @@ when it was metered, and is unmetered otherwise. Each job-held GPU-hour of the p
   :data:`~finops.analysis.waste.BUSY_JOB` when the job's mean utilisation is not low (the idle share of jobs that
   work: not a waste reason).
 
-So a team's rows add up to its idle cost in the cost report by team over the same months, plus the allocated cost of
-its unmetered GPU-hours (the ``no_reading`` row). That row is not idle waste (whether those GPUs worked is unknown):
-every output keeps it apart from the idle rows (``kind`` ``unmetered`` against ``idle``; its own table and total). GPU-hours whose model has no price count in GPU-hours only
-(``unpriced_gpu_seconds``), never as 0. Episodes stored before reasons were (reason NULL) do not claim hours: their
-hours take the job's reason.
+So a team's rows add up to its idle cost in the cost report by team over the same months, plus the allocated cost of its
+unmetered GPU-hours (the ``no_reading`` row). That row is not idle waste (whether those GPUs worked is unknown): every
+output keeps it apart from the idle rows (``kind`` ``unmetered`` against ``idle``; its own table and total). GPU-hours
+whose model has no price count in GPU-hours only (``unpriced_gpu_seconds``), never as 0. Episodes stored before reasons
+were (reason NULL) do not claim hours: their hours take the job's reason.
 """
 
 from __future__ import annotations

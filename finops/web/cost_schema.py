@@ -13,8 +13,8 @@ _NOT_MEASURED = " Null when no GPU-second of the group measured it (not measured
 
 
 class CostRowOut(BaseModel):
-    """One group's costs over the period. The key field is the ``group_by`` one (``team``, ``job``, ``user``,
-    ``node`` or ``gpu_model``); by job also ``name``, ``team``, ``user``, ``start``, ``end``, ``state``, ``gpus``. Money is
+    """One group's costs over the period. The key field is the ``group_by`` one (``team``, ``job``, ``user``, ``node``
+    or ``gpu_model``); by job also ``name``, ``team``, ``user``, ``start``, ``end``, ``state``, ``gpus``. Money is
     decimal text in cents, rounded so the rows add up to the rounded total (largest remainder per column)."""
 
     model_config = ConfigDict(extra="forbid")

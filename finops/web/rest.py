@@ -229,9 +229,10 @@ def create_router(
     ) -> Any:
         """Idle cost by probable waste reason per team over month YYYY-MM (default: this month, UTC, so far), as
         ``gpu-finops report --by reason`` (docs/waste-reasons.md): ``rows`` of ``{team, month, reason, title, kind,
-        gpu_hours, unpriced_gpu_hours, cost, currency}`` adding up to the idle cost by team plus the allocated cost
-        of unmetered GPU-hours (``no_reading``, ``kind`` ``unmetered``: not idle waste), and ``jobs``, the low-utilisation jobs with their reason and
-        evidence, costliest first. CSV: the rows. A team token: its team's only. 422 for a month that is not one."""
+        gpu_hours, unpriced_gpu_hours, cost, currency}`` adding up to the idle cost by team plus the allocated cost of
+        unmetered GPU-hours (``no_reading``, ``kind`` ``unmetered``: not idle waste), and ``jobs``, the low-utilisation
+        jobs with their reason and evidence, costliest first. CSV: the rows. A team token: its team's only. 422 for a
+        month that is not one."""
         with _budget_refused(month="query"):
             first = month_start(utc_now()) if month is None else parse_month(month)
         found = waste_report(db, first, next_month_start(first), team=caller.team_scope, policy=reason_policy)

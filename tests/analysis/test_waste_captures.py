@@ -181,7 +181,9 @@ def test_idle_cost_by_reason_adds_up_to_the_cost_reports_idle_cost(sessions, bui
         cents = sum(Decimal(str(d["cost"] or 0)) for d in dicts.values() if d["kind"] == kind)
         exact = sum((r.cost for r in rows if (r.reason == NO_READING) == (kind == "unmetered")), Decimal(0))
         assert cents == exact.quantize(Decimal("0.01")), kind
-    assert {key: d["kind"] for key, d in dicts.items() if d["kind"] == "unmetered"} == {("dark", NO_READING): "unmetered"}
+    assert {key: d["kind"] for key, d in dicts.items() if d["kind"] == "unmetered"} == {
+        ("dark", NO_READING): "unmetered"
+    }
     assert dicts["storage", WAITING_ON_STORAGE]["title"] == "waiting on storage"
     stalled = dicts["stalled", STALLED_PROCESS]
     assert (stalled["cost"], stalled["unpriced_gpu_hours"]) == (None, stalled["gpu_hours"]), "the RTX 4080 has no price"

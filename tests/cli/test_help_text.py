@@ -3,6 +3,8 @@ paragraph to the terminal's width, whatever width the docstring's own lines were
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -39,11 +41,7 @@ def _rendered_paragraphs(output: str) -> list[list[str]]:
 def _ragged(lines: list[str], width: int) -> list[str]:
     """The lines of a wrapped paragraph that end before ``width`` although the next line's first word would have
     fitted on them: a line break the writer put there, not the wrapping."""
-    return [
-        line
-        for line, following in zip(lines, lines[1:], strict=False)
-        if len(line) + 1 + len(following.split()[0]) <= width
-    ]
+    return [line for line, following in itertools.pairwise(lines) if len(line) + 1 + len(following.split()[0]) <= width]
 
 
 def test_the_commands_are_all_there() -> None:

@@ -21,6 +21,7 @@ from streamlit.testing.v1 import AppTest
 from dashboards import login
 from dashboards.access import Access
 from dashboards.filters import period_bounds
+from finops.analysis.waste import NO_READING
 from finops.db.engine import make_engine, session_factory
 from finops.ledger.costmodel import CENT
 from finops.ledger.rollup import rollup
@@ -29,7 +30,6 @@ from finops.savings.commitments import commitment_report
 from finops.savings.efficiency import efficiency_report
 from finops.savings.rightsizing import rightsizing
 from finops.savings.rightsizing_report import rightsizing_dicts
-from finops.analysis.waste import NO_READING
 from finops.savings.waste_costs import idle_cost_by_reason
 from finops.settings import DashboardSettings
 from finops.timeutil import to_epoch
