@@ -21,7 +21,7 @@ The file (every key optional; unknown keys are errors)::
       idle-gpu: {severity: warning}
       throttling: {for: 5m}
       collector-silent: {intervals: 3, severity: critical}
-      data-quality: {max_unattributed_share: 0.5, period: 1d}
+      data-quality: {max_unknown_job_share: 0.01, max_no_reading_share: 0.05, period: 1d}
       budget-80: {enabled: false}
 
 Durations are seconds (a number) or Prometheus-style text (``90s``, ``5m``, ``1h30m``, ``1d``). Every rule has
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from alerts.dispatch import DEFAULT_GROUP_BY, Timers
 from alerts.matchers import Matcher, parse_matcher
@@ -193,10 +193,25 @@ class SilenceConfig(RuleConfig):
 
 
 class DataQualityConfig(RuleConfig):
-    """The share of GPU-hours no job held over the last ``period`` above ``max_unattributed_share``."""
+    """Over the last ``period``, as shares of its in-service GPU time: the GPU time that ran jobs no import knows
+    above ``max_unknown_job_share``, or the GPU time with no reading at all (silent or missing collectors) above
+    ``max_no_reading_share``. GPU time no job held (idle capacity) is normal and never fires it; a share of 1 turns
+    its part off."""
 
-    max_unattributed_share: float = Field(0.5, ge=0, le=1)
+    max_unknown_job_share: float = Field(0.01, ge=0, le=1)
+    max_no_reading_share: float = Field(0.05, ge=0, le=1)
     period: Duration = Field(timedelta(days=1), gt=timedelta(0))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unattributed_share(cls, data: Any) -> Any:
+        """Refuse the former ``max_unattributed_share`` with what replaced it, not as a mere unknown key."""
+        if isinstance(data, dict) and "max_unattributed_share" in data:
+            raise ValueError(
+                "max_unattributed_share is no longer a setting: GPU time no job held is idle capacity, normal, and "
+                "no longer fires the alert; set max_unknown_job_share and max_no_reading_share instead"
+            )
+        return data
 
 
 class RulesConfig(Strict):

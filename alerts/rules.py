@@ -17,10 +17,11 @@ still firing, or resolved when a rule stops returning them).
   :data:`collector.contract.clocks_events.CLOCKS_EVENT_REASONS`).
 - ``collector-silent``: a node that has reported (its GPUs have UUIDs) with no reading for ``intervals`` ×
   the collector interval; ``gpu-lost``: a GPU with no reading for as long while its node still reports.
-- ``data-quality``: over the last ``period``, the share of GPU time no job held (``__unallocated__``,
-  :func:`finops.analysis.quality.coverage`) above ``max_unattributed_share``; the message splits it into no job on
-  the GPU (idle capacity, normal) and jobs the service does not know (a job import or job id problem, with the fix):
-  :func:`finops.analysis.quality.unattributed_causes`.
+- ``data-quality``: over the last ``period``, the share of GPU time that ran jobs the service does not know above
+  ``max_unknown_job_share`` (a job import or job id problem: :func:`finops.analysis.quality.unattributed_causes`),
+  or the share with no reading at all above ``max_no_reading_share`` (silent or missing collectors, by node:
+  :func:`finops.analysis.quality.without_readings`), each with its fix; idle capacity (no job on the GPU) is
+  normal, said in the message, and never fires it.
 
 Names (teams, users, jobs, nodes) are shown exactly as stored: never re-cased.
 """
@@ -41,7 +42,7 @@ from alerts.config import DataQualityConfig, SilenceConfig, ThrottlingConfig
 from collector.contract.clocks_events import POWER_MASK, THERMAL_MASK
 from finops.analysis.events import BUDGET_FORECAST, BUDGET_THRESHOLD, SPEND_ANOMALY, EventView
 from finops.analysis.idle import EpisodeView, list_episodes
-from finops.analysis.quality import coverage, unattributed_causes
+from finops.analysis.quality import coverage, unattributed_causes, without_readings
 from finops.analysis.report import cost_report
 from finops.analysis.waste import RULES, Verdict
 from finops.db.models import Allocation, Gpu, Job, Node, Team
@@ -487,38 +488,54 @@ def _lost_gpu(
 def data_quality_candidates(
     session: Session, now: datetime, config: DataQualityConfig, idle_threshold: float
 ) -> list[Candidate]:
-    """One candidate when, over [now − period, now), the share of GPU time no job held exceeds the limit. Its
-    message names the two shares of that time (:func:`finops.analysis.quality.unattributed_causes`, readings at or
-    below ``idle_threshold`` utilisation are idle): no job on the GPU, which is normal, and jobs the service does not
-    know, with the fix for those only."""
+    """One candidate when, over [now − period, now), the data behind the costs has a problem, as shares of the
+    period's in-service GPU time: GPU time that ran jobs the service does not know above
+    ``max_unknown_job_share`` (:func:`finops.analysis.quality.unattributed_causes`, readings above ``idle_threshold``
+    utilisation are busy), or GPU time with no reading at all above ``max_no_reading_share``
+    (:func:`finops.analysis.quality.without_readings`). Its message names each problem over its limit with the fix,
+    and the idle capacity (no job on the GPU) as normal; idle capacity alone never fires it."""
     start = now - config.period
     found = coverage(cost_report(session, start, now, "team"))
-    if not found.capacity_gpu_seconds:
-        return []
-    unattributed = 1 - found.attributed_share
-    if unattributed <= config.max_unattributed_share:
+    capacity = found.capacity_gpu_seconds
+    if not capacity:
         return []
     causes = unattributed_causes(session, start, now, idle_threshold)
-    no_job = causes.no_job_gpu_seconds / found.capacity_gpu_seconds
-    unknown = causes.unknown_job_gpu_seconds / found.capacity_gpu_seconds
-    hours = found.capacity_gpu_seconds / 3600
-    summary = (
-        f"{unattributed:.1%} of the {hours:,.1f} GPU-hours since {start:%Y-%m-%d %H:%M} UTC were held by no known "
-        f"job (limit {config.max_unattributed_share:.0%}), so their cost goes to __unallocated__ instead of a team: "
-        f"{no_job:.1%} had no job on the GPU (readings without a job id, the GPU idle: capacity between jobs, which "
-        f"is normal) and {unknown:.1%} ran jobs the service does not know (readings that name a job or show the GPU "
-        "busy while no imported job held it)."
-    )
-    if unknown >= 0.0005:  # shown as 0.1% or more
-        summary += (
-            " Check that the job import (sacct or Kubernetes) runs, and that the job ids the collectors read are "
-            "those of the imported jobs."
+    unknown = causes.unknown_job_gpu_seconds / capacity
+    unread_nodes = without_readings(session, start, now)
+    unread = sum(n.gpu_seconds for n in unread_nodes) / capacity
+    unknown_over = unknown > config.max_unknown_job_share
+    unread_over = unread > config.max_no_reading_share
+    if not (unknown_over or unread_over):
+        return []
+    no_job = causes.no_job_gpu_seconds / capacity
+    hours = capacity / 3600
+    since = f"the {hours:,.1f} GPU-hours since {start:%Y-%m-%d %H:%M} UTC"
+    titles, sentences = [], []
+    if unknown_over:
+        titles.append(f"{unknown:.0%} of GPU time ran unknown jobs")
+        sentences.append(
+            f"{unknown:.1%} of {since} ran jobs the service does not know (readings that name a job or show the GPU "
+            f"busy while no imported job held it; limit {config.max_unknown_job_share:.0%}), so their cost goes to "
+            "__unallocated__ instead of a team. Check that the job import (sacct or Kubernetes) runs, and that the "
+            "job ids the collectors read are those of the imported jobs."
         )
+    more = f" and {len(unread_nodes) - 5} more" if len(unread_nodes) > 5 else ""
+    if unread_over:
+        worst = ", ".join(f"{n.node} ({n.gpu_seconds / 3600:,.1f} GPU-h)" for n in unread_nodes[:5])
+        held = sum(n.held_gpu_seconds for n in unread_nodes) / 3600
+        titles.append(f"{unread:.0%} of GPU time without readings")
+        sentences.append(
+            f"{unread:.1%} of {since} had no reading at all (limit {config.max_no_reading_share:.0%}), "
+            f"{held:,.1f} GPU-hours of it held by jobs whose use and idle cost are therefore unknown: {worst}{more}. "
+            "Check that the collector runs on these nodes and reaches the service (gpu-finops collector, "
+            "docs/collector.md)."
+        )
+    sentences.append(f"Idle capacity (no job on the GPU, normal, not a problem): {no_job:.1%}.")
     fields = [
-        ["Unattributed share", f"{unattributed:.1%}"],
-        ["No job on the GPU", f"{no_job:.1%}"],
-        ["Unknown jobs", f"{unknown:.1%}"],
-        ["Limit", f"{config.max_unattributed_share:.0%}"],
+        ["Unknown jobs", f"{unknown:.1%} (limit {config.max_unknown_job_share:.0%})"],
+        ["Without readings", f"{unread:.1%} (limit {config.max_no_reading_share:.0%})"],
+        ["Nodes without readings", (", ".join(n.node for n in unread_nodes[:5]) + more) or "—"],
+        ["Idle capacity (normal)", f"{no_job:.1%}"],
         ["GPU-hours", f"{hours:,.1f}"],
         ["Metered share of held time", f"{found.metered_share:.1%}"],
     ]
@@ -527,21 +544,20 @@ def data_quality_candidates(
             rule="data-quality",
             labels={},
             annotations={
-                "title": (
-                    f"Data quality: {unattributed:.0%} of GPU time unattributed "
-                    f"({no_job:.0%} no job on the GPU, {unknown:.0%} unknown jobs)"
-                ),
+                "title": "Data quality: " + "; ".join(titles),
                 "name": "cluster",
-                "summary": summary,
+                "summary": " ".join(sentences),
                 "fields": fields,
                 "page": "quality",
             },
             figures={
-                "unattributed_share": round(unattributed, 6),
-                "no_job_share": round(no_job, 6),
                 "unknown_job_share": round(unknown, 6),
-                "capacity_gpu_seconds": found.capacity_gpu_seconds,
+                "no_reading_share": round(unread, 6),
+                "no_job_share": round(no_job, 6),
+                "unattributed_share": round(1 - found.attributed_share, 6),
+                "capacity_gpu_seconds": capacity,
                 "metered_share": round(found.metered_share, 6),
+                "nodes_without_readings": {n.node: n.gpu_seconds for n in unread_nodes},
             },
             starts_at=now,
         )

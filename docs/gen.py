@@ -67,7 +67,7 @@ def commands_summary() -> str:
             continue
         name = " ".join(path)
         params = " ".join(f"`{_synopsis(p)}`" for p in command.params if not p.hidden)
-        lines.append(f"| [`{name}`](#{_anchor(name)}) | {params} | {_cell(_paragraphs(command.help)[:1])} |")
+        lines.append(f"| [`{name}`](#{_anchor(name)}) | {params} | {_cell(base.help_paragraphs(command.help)[:1])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -82,7 +82,7 @@ def commands_reference() -> str:
         usage = [name, *(["[OPTIONS]"] if params else []), *(["COMMAND [ARGS]..."] if _is_group(command) else [])]
         usage += [_usage(p) for p in params if _kind(p) == "argument"]
         out += [f"### `{name}`", "", "```", " ".join(usage), "```", ""]
-        for paragraph in _paragraphs(command.help):
+        for paragraph in base.help_paragraphs(command.help):
             out += [_inline(paragraph), ""]
         if _is_group(command):
             subcommands = ", ".join(f"[`{sub}`](#{_anchor(f'{name} {sub}')})" for sub in sorted(command.commands))
@@ -113,7 +113,7 @@ def _param_row(param: Any) -> str:
         name = f"`{_usage(param)}`"
     else:
         name = " / ".join(f"`{opt}`" for opt in [*sorted(param.opts, key=len, reverse=True), *param.secondary_opts])
-    help_text = _inline(" ".join(_paragraphs(param.help)))
+    help_text = _inline(" ".join(base.help_paragraphs(param.help)))
     if param.envvar:
         envvars = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar)
         help_text += (" " if help_text else "") + "Environment: " + ", ".join(f"`{e}`" for e in envvars) + "."
@@ -322,20 +322,6 @@ def _first_sentence(doc: str) -> str:
     paragraph = " ".join(line.strip() for line in doc.strip().split("\n\n")[0].splitlines())
     match = re.search(r"^(.+?\.)(\s|$)", paragraph)
     return (match.group(1) if match else paragraph).rstrip(":")
-
-
-def _paragraphs(text: str | None) -> list[str]:
-    """A help text's paragraphs, each on one line (a line break inside a code span joins without a space)."""
-    paragraphs = []
-    for block in re.split(r"\n\s*\n", (text or "").strip()):
-        joined = ""
-        for line in block.replace("\b", "").splitlines():
-            line = line.strip()
-            inside_code = joined.count("`") % 2 == 1
-            joined += ("" if not joined or inside_code else " ") + line
-        if joined:
-            paragraphs.append(joined)
-    return paragraphs
 
 
 def _inline(text: str) -> str:

@@ -57,9 +57,9 @@ def show_idle_by_reason(url: str, start: datetime, end: datetime, team: str | No
         "Each GPU-hour a job held goes to one probable reason (docs/waste-reasons.md): the reason of the idle "
         "episode that covers it, else the job's. The cost is the hour's **unused allocated cost** (allocated cost "
         f"× (1 − utilisation)); for **{REASONS[NO_READING].title}**, the allocated cost of GPU-hours without a "
-        f"reading (whether they were used is unknown). **{BUSY_JOB_TITLE.capitalize()}** is the unused share of jobs "
-        "whose use is not low: not a reason to act on. So the rows add up to the Teams page's unused cost plus the "
-        "cost of the held GPU-hours without readings."
+        f"reading (whether they were used is unknown: not idle waste, so not in the idle cost's figure). "
+        f"**{BUSY_JOB_TITLE.capitalize()}** is the unused share of jobs whose use is not low: not a reason to act "
+        "on. So the rows add up to the Teams page's unused cost plus the cost of the held GPU-hours without readings."
     )
     spec, frame = data.reason_costs(url, start, end, team)
     if frame.empty:
@@ -71,8 +71,13 @@ def show_idle_by_reason(url: str, start: datetime, end: datetime, team: str | No
         return
     rows = data.idle_by_reason(url, start, end, team)
     currency = rows[0].currency
-    total = sum((cost for cost in frame["reason_cost"] if cost is not None), Decimal(0))
-    headline("Idle cost, all reasons", total, currency)
+    unread = frame["reason"] == REASONS[NO_READING].title
+    idle, without_readings = st.columns(2)
+    total = sum((cost for cost in frame[~unread]["reason_cost"] if cost is not None), Decimal(0))
+    headline("Idle cost, all reasons", total, currency, place=idle)
+    if unread.any():
+        unread_cost = sum((cost for cost in frame[unread]["reason_cost"] if cost is not None), Decimal(0))
+        headline("Held without readings (not idle)", unread_cost, currency, place=without_readings)
     charts.render(spec)
     table(frame, "idle-cost-by-reason.csv", currency=currency)
     unpriced_hours = sum(frame["unpriced_gpu_hours"])

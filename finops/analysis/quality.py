@@ -2,7 +2,8 @@
 
 Attribution and metering come from the cost report (:func:`finops.analysis.report.cost_report`); freshness is the newest
 reading per node in ``gpu_samples``; why the rest of the GPU time is not attributed (:func:`unattributed_causes`) from
-the ledger's ``__unallocated__`` rows and the readings of their GPU-hours.
+the ledger's ``__unallocated__`` rows and the readings of their GPU-hours; which nodes' GPU time has no reading at all
+(:func:`without_readings`) from the ledger's unmetered rows.
 """
 
 from __future__ import annotations
@@ -138,3 +139,33 @@ def unattributed_causes(session: Session, start: datetime, end: datetime, idle_t
     unheld = sum(int(seconds) for seconds, _, _ in rows)
     unknown = sum(int(seconds) * showing / readings for seconds, readings, showing in rows if readings)
     return UnattributedCauses(no_job_gpu_seconds=unheld - unknown, unknown_job_gpu_seconds=unknown)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeWithoutReadings:
+    """A node's GPU time with no reading at all over a period, in GPU-seconds: its ledger rows with
+    ``sample_count`` 0, whoever held them; ``held_gpu_seconds`` the part jobs held (their use and idle cost unknown)."""
+
+    node: str
+    gpu_seconds: int
+    held_gpu_seconds: int
+
+
+def without_readings(session: Session, start: datetime, end: datetime) -> list[NodeWithoutReadings]:
+    """Per node, the GPU time of the ledger hours starting in [start, end) that no reading covered
+    (:class:`NodeWithoutReadings`), most first; nodes whose GPU time all had readings are left out. Its collector
+    was silent, or the node has none."""
+    unread = LedgerEntry.sample_count == 0
+    rows = session.execute(
+        select(
+            Node.hostname,
+            func.sum(LedgerEntry.seconds),
+            func.sum(case((LedgerEntry.job_pk.is_not(None), LedgerEntry.seconds), else_=0)),
+        )
+        .join(Gpu, Gpu.id == LedgerEntry.gpu_id)
+        .join(Node, Node.id == Gpu.node_id)
+        .where(unread, LedgerEntry.hour >= start, LedgerEntry.hour < end)
+        .group_by(Node.hostname)
+    ).all()
+    found = [NodeWithoutReadings(node, int(seconds), int(held)) for node, seconds, held in rows if seconds]
+    return sorted(found, key=lambda n: (-n.gpu_seconds, n.node))

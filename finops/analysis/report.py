@@ -57,12 +57,15 @@ NOT_MEASURED = "not measured"
 @dataclass(frozen=True, slots=True)
 class JobFacts:
     """What a job row of a report says of its job beside the id: its name (Slurm JobName, the pod's name), when it
-    ran (``end`` None while it runs) and the GPUs it requested (AllocTRES ``gres/gpu``, the pod's GPU limit)."""
+    ran (``end`` None while it runs), the GPUs it requested (AllocTRES ``gres/gpu``, the pod's GPU limit) and its
+    state as the scheduler last reported it (Slurm State: ``COMPLETED``, ``FAILED``, ``CANCELLED``, ``TIMEOUT``,
+    ``RUNNING``…; a pod's phase: ``Running``, ``Succeeded``, ``Failed``…)."""
 
     name: str
     start: datetime | None
     end: datetime | None
     gpus: int
+    state: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +123,12 @@ class ReportRow:
         total: float | None = getattr(self, f"{activity}_gpu_seconds")
         measured: int = getattr(self, f"{activity}_measured_gpu_seconds")
         return total / measured if total is not None and measured else None
+
+    @property
+    def unmetered_share(self) -> float | None:
+        """Unmetered ÷ held GPU-seconds (0..1): the share of the GPU time jobs held that has no reading, neither used
+        nor idle; None when jobs held none (``__unallocated__``)."""
+        return self.unmetered_gpu_seconds / self.held_gpu_seconds if self.held_gpu_seconds else None
 
     @property
     def profiled_share(self) -> float | None:
@@ -220,7 +229,7 @@ def cost_report(
             energy_cost=Decimal(r.energy_cost),
             currency=r.currency,
             unpriced_gpu_seconds=int(r.unpriced_gpu_seconds),
-            job=JobFacts(r.job_name, r.job_start, r.job_end, int(r.job_gpus))
+            job=JobFacts(r.job_name, r.job_start, r.job_end, int(r.job_gpus), r.job_state)
             if by == "job" and r.job_name is not None
             else None,
             held_gpu_seconds=int(r.metered_gpu_seconds) + int(r.unmetered_gpu_seconds),
@@ -280,11 +289,12 @@ def _ledger_query(start: datetime, end: datetime, by: GroupBy, scope: Scope) -> 
                 Job.start.label("job_start"),
                 Job.end.label("job_end"),
                 Job.gpus.label("job_gpus"),
+                Job.state.label("job_state"),
                 *columns,
             )
             .join(Team, Team.id == LedgerEntry.team_id)
             .outerjoin(Job, Job.id == LedgerEntry.job_pk)
-            .group_by(Job.id, Job.job_id, Team.name, Job.user, Job.name, Job.start, Job.end, Job.gpus)
+            .group_by(Job.id, Job.job_id, Team.name, Job.user, Job.name, Job.start, Job.end, Job.gpus, Job.state)
         )
     elif by == "user":
         user = func.coalesce(Job.user, UNALLOCATED_TEAM)
@@ -361,10 +371,11 @@ def printed_sm_active_cents(rows: Sequence[ReportRow]) -> list[Decimal | None]:
 def report_dicts(rows: Sequence[ReportRow], by: GroupBy = "team") -> list[dict[str, object]]:
     """JSON-ready rows: ``{team|job, allocated_gpu_hours, used_gpu_hours, idle_gpu_hours, allocated_cost,
     used_cost, idle_cost, energy_kwh, energy_cost, currency}`` plus ``allocated_gpu_seconds``,
-    ``unmetered_gpu_hours`` and ``unpriced_gpu_hours``; by job also ``name``, ``team``, ``user``, ``start``, ``end``
-    (ISO 8601 UTC, null while running) and ``gpus``; money as decimal strings in cents that add up to the rounded
-    totals. The money of the GPU-hours with a price only; a row whose GPU-hours are all unpriced has allocated,
-    used and idle cost None (unknown, not 0).
+    ``unmetered_gpu_hours``, ``unmetered_share`` (:attr:`ReportRow.unmetered_share`, 6 decimals, None for
+    ``__unallocated__``) and ``unpriced_gpu_hours``; by job also ``name``, ``team``, ``user``, ``start``, ``end``
+    (ISO 8601 UTC, null while running), ``state`` (:class:`JobFacts`) and ``gpus``; money as decimal strings in
+    cents that add up to the rounded totals. The money of the GPU-hours with a price only; a row whose GPU-hours
+    are all unpriced has allocated, used and idle cost None (unknown, not 0).
 
     Then the hardware activity: ``sm_active_ratio``, ``tensor_active_ratio``, ``dram_active_ratio``
     (:meth:`ReportRow.activity_ratio`, 6 decimals), ``sm_active_cost`` (cents, :func:`printed_sm_active_cents`) and
@@ -382,6 +393,7 @@ def report_dicts(rows: Sequence[ReportRow], by: GroupBy = "team") -> list[dict[s
                 user=row.user,
                 start=job.start.isoformat() if job and job.start else None,
                 end=job.end.isoformat() if job and job.end else None,
+                state=job.state if job else None,
                 gpus=job.gpus if job else None,
             )
         item.update(
@@ -390,6 +402,7 @@ def report_dicts(rows: Sequence[ReportRow], by: GroupBy = "team") -> list[dict[s
             used_gpu_hours=_hours(row.used_gpu_seconds),
             idle_gpu_hours=_hours(row.idle_gpu_seconds),
             unmetered_gpu_hours=_hours(row.unmetered_gpu_seconds),
+            unmetered_share=_ratio(row.unmetered_share),
             unpriced_gpu_hours=_hours(row.unpriced_gpu_seconds),
             allocated_cost=None if row.unpriced_only else str(rounded["allocated_cost"][i]),
             used_cost=None if row.unpriced_only else str(rounded["used_cost"][i]),
@@ -418,7 +431,9 @@ def report_csv(rows: Sequence[ReportRow], by: GroupBy = "team") -> str:
 
 
 def report_table(rows: Sequence[ReportRow], by: GroupBy = "team", unpriced: Sequence[UnpricedModel] = ()) -> str:
-    """The rows as a fixed-width text table with a total line. When some GPU-hours have no price, an
+    """The rows as a fixed-width text table with a total line. ``unmetered GPU-h``: the held GPU-hours without a
+    reading (neither used nor idle), with their share of the row's held GPU-hours in parentheses. When some
+    GPU-hours have no price, an
     ``unpriced GPU-h`` column, the TOTAL line ends ``+ N unpriced GPU-hours (models …)`` (money totals cover the
     priced GPU-hours only), and a line per model of ``unpriced`` (:func:`unpriced_by_model`) says how to fix it.
 
@@ -430,19 +445,21 @@ def report_table(rows: Sequence[ReportRow], by: GroupBy = "team", unpriced: Sequ
     if not dicts:
         return "No ledger rows in this period."
     with_unpriced = any(row.unpriced_gpu_seconds for row in rows) or bool(unpriced)
-    headers = ["alloc GPU-h", "used GPU-h", "idle GPU-h", "allocated", "used", "idle", "energy kWh", "energy"]
-    keys = ["allocated_gpu_hours", "used_gpu_hours", "idle_gpu_hours", *MONEY_FIELDS[:3], "energy_kwh", "energy_cost"]
+    headers = ["alloc GPU-h", "used GPU-h", "idle GPU-h", "unmetered GPU-h", "allocated", "used", "idle"]
+    headers += ["energy kWh", "energy"]
+    keys = ["allocated_gpu_hours", "used_gpu_hours", "idle_gpu_hours", "unmetered_gpu_hours", *MONEY_FIELDS[:3]]
+    keys += ["energy_kwh", "energy_cost"]
     if with_unpriced:
-        headers.insert(3, "unpriced GPU-h")
-        keys.insert(3, "unpriced_gpu_hours")
+        headers.insert(4, "unpriced GPU-h")
+        keys.insert(4, "unpriced_gpu_hours")
     labels = [by, *(_JOB_HEADERS if by == "job" else ())]
     lines = [
-        [*_labels(row, d[by], by), *(_cell(d[k]) for k in keys), *_activity_cells(row, d)]
+        [*_labels(row, d[by], by), *(_cell(d[k], k, row) for k in keys), *_activity_cells(row, d)]
         for row, d in zip(rows, dicts, strict=True)
     ]
-    totals = ["TOTAL", *[""] * (len(labels) - 1)]
-    totals += [_cell(sum((Decimal(str(d[k] or 0)) for d in dicts), Decimal(0))) for k in keys]
     total = _merged("TOTAL", rows)
+    totals = ["TOTAL", *[""] * (len(labels) - 1)]
+    totals += [_cell(sum((Decimal(str(d[k] or 0)) for d in dicts), Decimal(0)), k, total) for k in keys]
     total_sm_active = None if total.sm_active_cost is None else quantize(total.sm_active_cost, Decimal("0.01"))
     totals += _activity_cells(total, {"sm_active_cost": total_sm_active})
     headers = [*labels, *headers, *_ACTIVITY_HEADERS]
@@ -463,22 +480,22 @@ def report_table(rows: Sequence[ReportRow], by: GroupBy = "team", unpriced: Sequ
 
 
 _ACTIVITY_HEADERS = ("SM active", "tensor active", "DRAM active", "SM-active cost", "profiled")
-_JOB_HEADERS = ("name", "team", "user", "start (UTC)", "end (UTC)", "GPUs")
+_JOB_HEADERS = ("name", "team", "user", "start (UTC)", "end (UTC)", "state", "GPUs")
 _JOB_NAME_WIDTH = 24
 
 
 def _labels(row: ReportRow, key: object, by: GroupBy) -> list[str]:
     """The left-hand cells of a table row: the group's key, and by job its name (cut to 24 characters), team,
-    user, start and end (``running`` while it runs) and GPUs."""
+    user, start and end (``running`` while it runs), state and GPUs."""
     if by != "job":
         return [str(key)]
     job = row.job
     if job is None:
-        return [str(key), "", row.team or "", "", "", "", ""]
+        return [str(key), "", row.team or "", "", "", "", "", ""]
     name = job.name if len(job.name) <= _JOB_NAME_WIDTH else job.name[: _JOB_NAME_WIDTH - 1] + "…"
     start = f"{job.start:%Y-%m-%d %H:%M}" if job.start else ""
     end = f"{job.end:%Y-%m-%d %H:%M}" if job.end else "running"
-    return [str(key), name, row.team or "", row.user or "", start, end, str(job.gpus)]
+    return [str(key), name, row.team or "", row.user or "", start, end, job.state, str(job.gpus)]
 
 
 def _activity_cells(row: ReportRow, printed: Mapping[str, object]) -> list[str]:
@@ -498,7 +515,11 @@ def _percent(ratio: float | None) -> str:
     return NOT_MEASURED if ratio is None else f"{ratio:.1%}"
 
 
-def _cell(value: object) -> str:
+def _cell(value: object, key: str = "", row: ReportRow | None = None) -> str:
+    """A table cell: None is ``unpriced``, numbers with two decimals and thousands separators; the unmetered
+    GPU-hours of a ``row`` that held some are followed by their share of its held GPU-hours, ``12.00 (25.0%)``."""
+    if key == "unmetered_gpu_hours" and row is not None and (share := row.unmetered_share):
+        return f"{_cell(value)} ({share:.1%})"
     if value is None:
         return "unpriced"
     if isinstance(value, (float, Decimal)):

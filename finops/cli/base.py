@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -74,6 +75,10 @@ class FinopsGroup(TyperGroup):
     scheduler or the alert engine. Without the service extra a service command is a stand-in that says so.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        reflow_help(self)
+
     def list_commands(self, ctx: Any) -> list[str]:
         """The registered commands and every service command, by name."""
         return sorted({*super().list_commands(ctx), *SERVICE_COMMANDS})
@@ -82,7 +87,7 @@ class FinopsGroup(TyperGroup):
         """The command ``cmd_name``, importing its module the first time a service command is asked for."""
         if cmd_name in SERVICE_COMMANDS and cmd_name not in self.commands:
             for name, command in _service_commands(SERVICE_COMMANDS[cmd_name]).items():
-                self.add_command(command, name)
+                self.add_command(reflow_help(command), name)
         return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: Any) -> Any:  # click's Context, vendored by typer as typer._click
@@ -100,6 +105,35 @@ class FinopsGroup(TyperGroup):
             logging.getLogger(__name__).debug("user error", exc_info=exc)
             typer.echo(f"error: {message}", err=True)
             raise typer.Exit(USER_ERROR) from exc
+
+
+def help_paragraphs(text: str | None) -> list[str]:
+    """The paragraphs of a help text (a docstring: paragraphs apart by blank lines), each on one line: its lines
+    joined by a space, or without one where the break is inside a ``code span``."""
+    paragraphs = []
+    for block in re.split(r"\n\s*\n", (text or "").strip()):
+        joined = ""
+        for line in block.replace("\b", "").splitlines():
+            line = line.strip()
+            inside_code = joined.count("`") % 2 == 1
+            joined += ("" if not joined or inside_code else " ") + line
+        if joined:
+            paragraphs.append(joined)
+    return paragraphs
+
+
+def reflow_help(command: Any) -> Any:
+    """``command`` (a Click command or group) with its help text, and that of every command below it, rewritten as
+    :func:`help_paragraphs` apart by blank lines; returns it.
+
+    Typer's help formatter keeps a help text's line breaks and wraps each line to the terminal on its own, so a
+    docstring wrapped at 120 columns reads as ragged lines on an 80-column terminal; with a paragraph on one line
+    the formatter wraps it whole, at any width."""
+    if command.help:
+        command.help = "\n\n".join(help_paragraphs(command.help))
+    for sub in getattr(command, "commands", {}).values():
+        reflow_help(sub)
+    return command
 
 
 ENVIRONMENT_ERRORS: dict[type[Exception], Callable[[Exception], str]] = {}

@@ -20,7 +20,7 @@ from finops.analysis.report import (
 )
 from finops.cli.budget import budget_table
 from finops.cli.context import PeriodEnd, PeriodStart, load_pricing, load_settings, open_sessions, period, roll_up
-from finops.db.hours import pending_hours
+from finops.db.hours import StaleLedger, pending_hours, stale_ledger
 from finops.pricing.store import pricing_in_force
 from finops.savings.efficiency import efficiency_report
 from finops.savings.efficiency_report import efficiency_csv, efficiency_dict, efficiency_table
@@ -59,11 +59,17 @@ def report(
     ] = None,
 ) -> None:
     """Cost per team, job, user, node or GPU model over [start, end) (default: this month to date), from the hourly
-    ledger; by job with each job's name, team, user, start, end and GPUs; by GPU model one row per price catalog
-    model, whatever names the GPUs were reported under. The table adds
-    this month's budgets (only the team's with --team; a budget covers its team on every cluster and partition).
+    ledger; by job with each job's name, team, user, start, end, state (Slurm State, a pod's phase) and GPUs; by GPU
+    model one row per price catalog model, whatever names the GPUs were reported under. The table adds this month's
+    budgets (only the team's with --team; a budget covers its team on every cluster and partition). Every row says how
+    many of the GPU-hours its jobs held have no reading (unmetered: neither used nor idle) and their share of the held
+    GPU-hours (``unmetered_gpu_hours``, ``unmetered_share``).
     When ledger hours of the period (before the current hour) are still pending a rollup, one line on stderr
-    says how many, and each JSON row carries the count as ``ledger_hours_pending``.
+    says how many, and each JSON row carries the count as ``ledger_hours_pending``. When a job import (the
+    scheduled sacct import) ran after the ledger was last built and the period reaches the hour last built, the
+    current hour's numbers leave that import's jobs out: a line says so and names the command that brings the
+    ledger up to date (gpu-finops rollup), first in the table output, on stderr with JSON and CSV; JSON has it as
+    ``ledger_stale`` (null when up to date; in each row, or in the body by reason and by efficiency).
 
     --cluster, --team and --partition select the ledger rows as the dashboard's filters do (finops/analysis/filters.py),
     so the report equals the dashboard's for the same period and filters. GPU-hours whose model has no price are
@@ -76,9 +82,11 @@ def report(
     measured it (docs/cost-model.md, "Hardware activity").
 
     --by reason: the idle cost of the job-held GPU-hours per team, month and probable waste reason
-    (docs/waste-reasons.md), adding up to the idle cost by team plus the allocated cost of unmetered GPU-hours
-    ("no reading"); the table then lists the costliest low-utilisation jobs with their reason and evidence, JSON has
-    ``rows`` and ``jobs``. Takes --team, not --cluster or --partition.
+    (docs/waste-reasons.md), adding up to the idle cost by team; the table then lists the costliest low-utilisation
+    jobs with their reason and evidence. The GPU-hours jobs held without any reading ("no reading") are not idle
+    waste: the table lists them apart, after the idle ones, at their allocated cost with their jobs and how to get
+    readings; JSON and CSV rows say their ``kind``, ``idle`` or ``unmetered``. JSON has ``rows`` and ``jobs``.
+    Takes --team, not --cluster or --partition.
 
     --by efficiency (docs/efficiency.md): per team its SM activity band (effective ≥ 0.8, moderate ≥ 0.5,
     ineffective below, not measured: NVIDIA's DCGM guidance, FINOPS_EFFICIENCY_*), its allocated, SM-active and
@@ -95,9 +103,12 @@ def report(
         with open_sessions(settings)() as session:
             found = waste_report(session, begin, finish, team=team, policy=settings.reason_policy)
             pending = pending_hours(session, begin, finish)
+            stale = stale_ledger(session, finish)
         _pending_note(pending)
+        _stale_note(stale, output_format)
         if output_format == "json":
-            body = {"rows": reason_dicts(found.rows), "jobs": job_dicts(found.jobs), "ledger_hours_pending": pending}
+            body = {"rows": reason_dicts(found.rows), "jobs": job_dicts(found.jobs), "ledger_hours_pending": pending,
+                    "ledger_stale": _stale_dict(stale)}  # fmt: skip
             typer.echo(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode())
         elif output_format == "csv":
             typer.echo(reason_csv(found.rows), nl=False)
@@ -111,9 +122,11 @@ def report(
                 partition=partition,
             )  # fmt: skip
             pending = pending_hours(session, begin, finish)
+            stale = stale_ledger(session, finish)
         _pending_note(pending)
+        _stale_note(stale, output_format)
         if output_format == "json":
-            body = {**efficiency_dict(report), "ledger_hours_pending": pending}
+            body = {**efficiency_dict(report), "ledger_hours_pending": pending, "ledger_stale": _stale_dict(stale)}
             typer.echo(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode())
         elif output_format == "csv":
             typer.echo(efficiency_csv(report), nl=False)
@@ -131,9 +144,14 @@ def report(
         unpriced = unpriced_by_model(session, begin, finish, cluster=cluster, team=team, partition=partition)
         statuses = budget_status(session, utc_now(), team=team) if output_format == "table" else []
         pending = pending_hours(session, begin, finish)
+        stale = stale_ledger(session, finish)
     _pending_note(pending)
+    _stale_note(stale, output_format)
     if output_format == "json":
-        dicts = [{**row, "ledger_hours_pending": pending} for row in report_dicts(rows, group)]
+        dicts = [
+            {**row, "ledger_hours_pending": pending, "ledger_stale": _stale_dict(stale)}
+            for row in report_dicts(rows, group)
+        ]
         typer.echo(orjson.dumps(dicts, option=orjson.OPT_INDENT_2).decode())
     elif output_format == "csv":
         typer.echo(report_csv(rows, group), nl=False)
@@ -155,3 +173,14 @@ def _pending_note(pending: int) -> None:
             " pending (not rolled up yet): these numbers may change; run gpu-finops rollup for current ones",
             err=True,
         )
+
+
+def _stale_note(stale: StaleLedger | None, output_format: str) -> None:
+    """Say in one line that the ledger was built before the last job import (:func:`finops.db.hours.stale_ledger`):
+    first on stdout with the table, on stderr with JSON and CSV (which stay machine-readable); nothing when not."""
+    if stale is not None:
+        typer.echo(stale.hint, err=output_format != "table")
+
+
+def _stale_dict(stale: StaleLedger | None) -> dict[str, object] | None:
+    return None if stale is None else stale.as_dict()

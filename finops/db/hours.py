@@ -1,16 +1,24 @@
-"""Marking ledger hours for rebuild when the data behind them changes, and counting those still pending."""
+"""Marking ledger hours for rebuild when the data behind them changes, counting those still pending, and telling
+when the ledger was last built before the newest job import (its numbers leave that import's jobs out)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from finops.db.dialect import insert_ignoring_conflicts
-from finops.db.models import DirtyHour, Job, LedgerEntry
+from finops.db.models import DirtyHour, Job, LedgerEntry, Watermark
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch, utc_now
+
+LEDGER_WATERMARK = "ledger"
+"""The :class:`Watermark` row of the ledger: the instant the last rollup built it up to (its ``until``)."""
+IMPORT_WATERMARK_PREFIX = "sacct:"
+"""The watermarks of the scheduled job imports (``sacct:<cluster>``): each the instant its last run read up to."""
+ROLLUP_COMMAND = "gpu-finops rollup"
 
 
 def hours_between(start: datetime, end: datetime | None) -> range:
@@ -38,6 +46,72 @@ def pending_hours(session: Session, start: datetime, end: datetime, now: datetim
     if newest is not None:
         query = query.where(DirtyHour.hour != newest)
     return int(session.scalar(query) or 0)
+
+
+def mark_ledger_built(session: Session, until: datetime) -> None:
+    """Record that a rollup built the ledger up to ``until`` (the :data:`LEDGER_WATERMARK`), in its transaction."""
+    mark = session.get(Watermark, LEDGER_WATERMARK)
+    if mark is None:
+        session.add(Watermark(name=LEDGER_WATERMARK, value=until))
+    else:
+        mark.value = until
+
+
+@dataclass(frozen=True, slots=True)
+class StaleLedger:
+    """A job import newer than the ledger: ``source`` (its watermark, ``sacct:<cluster>``) read jobs up to
+    ``imported_at``, after the last rollup built the ledger up to ``built_to`` (None: no rollup since this was
+    recorded, or ever)."""
+
+    source: str
+    imported_at: datetime
+    built_to: datetime | None
+
+    @property
+    def hint(self) -> str:
+        """One line: what is out of date, and the command that brings it up to date."""
+        built = (
+            "has not been built since"
+            if self.built_to is None
+            else f"was built up to {self.built_to:%Y-%m-%d %H:%M:%S} UTC, before"
+        )
+        return (
+            f"note: the ledger {built} the last job import ({self.source} at {self.imported_at:%Y-%m-%d %H:%M:%S} "
+            f"UTC): the current hour's numbers leave that import's jobs out; run {ROLLUP_COMMAND} to bring it up to "
+            "date"
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready: ``{import, imported_at, ledger_built_to, fix}``, instants ISO 8601 UTC."""
+        return {
+            "import": self.source,
+            "imported_at": self.imported_at.isoformat(),
+            "ledger_built_to": None if self.built_to is None else self.built_to.isoformat(),
+            "fix": ROLLUP_COMMAND,
+        }
+
+
+def stale_ledger(session: Session, end: datetime) -> StaleLedger | None:
+    """The newest job import (:data:`IMPORT_WATERMARK_PREFIX` watermarks) that read jobs after the last rollup built
+    the ledger up to its :data:`LEDGER_WATERMARK`, when a period ending at ``end`` reaches the hour that rollup
+    built last (its jobs may be missing from it); None when no import is newer, or the period ends before.
+
+    Hours before that one that the import changed are marked dirty, and :func:`pending_hours` counts them; the hour
+    the ledger was last built into is always marked (the rollup keeps its mark), so only this tells that its
+    numbers predate an import."""
+    built = session.get(Watermark, LEDGER_WATERMARK)
+    built_to = None if built is None else built.value
+    if built_to is not None and to_epoch(end) <= floor_hour(to_epoch(built_to)):
+        return None
+    newest = session.execute(
+        select(Watermark.name, Watermark.value)
+        .where(Watermark.name.startswith(IMPORT_WATERMARK_PREFIX, autoescape=True))
+        .order_by(Watermark.value.desc(), Watermark.name)
+        .limit(1)
+    ).first()
+    if newest is None or (built_to is not None and newest.value <= built_to):
+        return None
+    return StaleLedger(newest.name, newest.value, built_to)
 
 
 class HourMarks:

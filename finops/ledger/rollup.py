@@ -58,6 +58,7 @@ from finops.db.dialect import (
     set_local,
     supports_helper_connections,
 )
+from finops.db.hours import mark_ledger_built
 from finops.db.models import UNALLOCATED_TEAM, DirtyHour, Gpu, LedgerEntry
 from finops.jobs.teams import team_by_name
 from finops.ledger import metering, sql
@@ -146,7 +147,9 @@ def rollup(
     keeps its mark, so that an ingest marking it (every POST of the current hour does) does not wait for this
     rollup's transaction, which would have removed the mark, to end; the next rollup reads the mark and rebuilds
     the hour (which it would anyway when it is the ledger's newest), and the first rollup past it removes it.
-    ``sql_costing`` as in :func:`rebuild`. Returns the hours rebuilt and the GPU-seconds written, priced and
+    ``sql_costing`` as in :func:`rebuild`. The ledger's watermark records ``until``
+    (:func:`finops.db.hours.mark_ledger_built`), so that a report can tell a job import newer than it. Returns the
+    hours rebuilt and the GPU-seconds written, priced and
     unpriced (:class:`RollupResult`); ``rebuilt``, when given, is extended by the start (epoch seconds) of
     every hour rebuilt (what the idle episodes are re-judged over: :func:`finops.analysis.idle.rejudge_idle`).
     ``meter``, when given, is called with the hours to rebuild and ``until``
@@ -199,6 +202,7 @@ def rollup(
             model, total.reasons.get(model, "no price"), seconds / 3600, unpriced_fix(model),
         )  # fmt: skip
     priced = sum(seconds for (_, is_priced), seconds in total.gpu_seconds.items() if is_priced)
+    mark_ledger_built(session, from_epoch(until))
     return RollupResult(len(hours), priced, unpriced)
 
 

@@ -13,8 +13,8 @@ _NOT_MEASURED = " Null when no GPU-second of the group measured it (not measured
 
 
 class CostRowOut(BaseModel):
-    """One group's costs over the period. The key field is the ``group_by`` one (``team``, ``job``, ``user``,
-    ``node`` or ``gpu_model``); by job also ``name``, ``team``, ``user``, ``start``, ``end``, ``gpus``. Money is
+    """One group's costs over the period. The key field is the ``group_by`` one (``team``, ``job``, ``user``, ``node``
+    or ``gpu_model``); by job also ``name``, ``team``, ``user``, ``start``, ``end``, ``state``, ``gpus``. Money is
     decimal text in cents, rounded so the rows add up to the rounded total (largest remainder per column)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -27,12 +27,21 @@ class CostRowOut(BaseModel):
     name: str | None = Field(None, description="The job's name (by job).")
     start: str | None = Field(None, description="The job's start, ISO 8601 UTC (by job).")
     end: str | None = Field(None, description="The job's end, ISO 8601 UTC; null while it runs (by job).")
+    state: str | None = Field(
+        None,
+        description="The job's state as its scheduler last reported it (by job): Slurm's State (COMPLETED, FAILED, "
+        "CANCELLED, TIMEOUT, RUNNING…) or a pod's phase (Running, Succeeded, Failed…); null for __unallocated__.",
+    )
     gpus: int | None = Field(None, description="GPUs the job requested (by job).")
     allocated_gpu_hours: float = Field(description="GPU-hours held (capacity, for __unallocated__).")
     allocated_gpu_seconds: int = Field(description="The same in GPU-seconds.")
     used_gpu_hours: float = Field(description="GPU-hours × utilisation.")
     idle_gpu_hours: float = Field(description="Metered GPU-hours less used GPU-hours.")
     unmetered_gpu_hours: float = Field(description="Held GPU-hours without a reading: neither used nor idle.")
+    unmetered_share: float | None = Field(
+        description="Unmetered ÷ held GPU-hours (0..1): the share of the GPU time the group's jobs held that has no "
+        "reading (no collector or pull reading reached the service). Null when jobs held none (__unallocated__)."
+    )
     unpriced_gpu_hours: float = Field(description="GPU-hours whose GPU model has no price (not in the money).")
     allocated_cost: str | None = Field(description="Allocated cost; null when all GPU-hours are unpriced.")
     used_cost: str | None = Field(description="Allocated cost × utilisation; null when all are unpriced.")

@@ -177,6 +177,8 @@ def create_router(
         one row per price catalog model). GPU-hours whose model has no price are counted, not costed:
         ``unpriced_gpu_hours`` per row (its costs null when all its GPU-hours are unpriced) and, in JSON, ``unpriced``:
         ``[{model, gpu_hours, fix}]``; CSV sends them in the ``X-Unpriced-GPU-Hours`` header (``MODEL=HOURS; …``).
+        Held GPU-hours without a reading: ``unmetered_gpu_hours`` and their share of the held ones,
+        ``unmetered_share``; by job, the job's ``state`` as its scheduler last reported it.
         Hardware activity per row: ``sm_active_ratio``, ``tensor_active_ratio``, ``dram_active_ratio``,
         ``sm_active_cost`` and ``profiled_share``, null where nothing measured it (every field:
         :mod:`finops.web.cost_schema`).
@@ -226,10 +228,11 @@ def create_router(
         format: Annotated[Literal["json", "csv"], Query(description="json or csv.")] = "json",
     ) -> Any:
         """Idle cost by probable waste reason per team over month YYYY-MM (default: this month, UTC, so far), as
-        ``gpu-finops report --by reason`` (docs/waste-reasons.md): ``rows`` of ``{team, month, reason, title,
-        gpu_hours, unpriced_gpu_hours, cost, currency}`` adding up to the idle cost by team plus the allocated cost
-        of unmetered GPU-hours (``no_reading``), and ``jobs``, the low-utilisation jobs with their reason and
-        evidence, costliest first. CSV: the rows. A team token: its team's only. 422 for a month that is not one."""
+        ``gpu-finops report --by reason`` (docs/waste-reasons.md): ``rows`` of ``{team, month, reason, title, kind,
+        gpu_hours, unpriced_gpu_hours, cost, currency}`` adding up to the idle cost by team plus the allocated cost of
+        unmetered GPU-hours (``no_reading``, ``kind`` ``unmetered``: not idle waste), and ``jobs``, the low-utilisation
+        jobs with their reason and evidence, costliest first. CSV: the rows. A team token: its team's only. 422 for a
+        month that is not one."""
         with _budget_refused(month="query"):
             first = month_start(utc_now()) if month is None else parse_month(month)
         found = waste_report(db, first, next_month_start(first), team=caller.team_scope, policy=reason_policy)

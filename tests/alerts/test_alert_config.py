@@ -29,7 +29,7 @@ default_route:
 rules:
   idle-gpu: {severity: critical}
   throttling: {for: 10m}
-  data-quality: {max_unattributed_share: 0.2, period: 12h}
+  data-quality: {max_unknown_job_share: 0.02, max_no_reading_share: 0.2, period: 12h}
   budget-50: {enabled: false}
 """
 
@@ -64,6 +64,10 @@ def test_a_rules_file_overrides_routes_timers_and_rules(tmp_path: Path) -> None:
     assert config.rules.get("idle-gpu").severity == "critical"
     assert config.rules.throttling.for_ == timedelta(minutes=10)
     assert config.rules.data_quality.period == timedelta(hours=12)
+    assert (config.rules.data_quality.max_unknown_job_share, config.rules.data_quality.max_no_reading_share) == (
+        0.02,
+        0.2,
+    )
     assert config.rules.get("budget-50").enabled is False
 
 
@@ -77,6 +81,11 @@ def test_a_rules_file_overrides_routes_timers_and_rules(tmp_path: Path) -> None:
         ("rules:\n  idle-gpu: {severity: loud}\n", r"rules\.idle-gpu\.severity"),
         ("rules:\n  idle-gpu: {sevrity: info}\n", r"rules\.idle-gpu\.sevrity: Extra inputs"),
         ("rules:\n  no-such-rule: {}\n", r"rules\.no-such-rule"),
+        (
+            "rules:\n  data-quality: {max_unattributed_share: 0.5}\n",
+            r"rules\.data-quality: .*max_unattributed_share is no longer a setting: .*set max_unknown_job_share and "
+            "max_no_reading_share instead",
+        ),
         ("timers:\n  group_wait: soon\n", r"timers\.group_wait: .*'soon' is not a duration"),
         ("routes:\n  - match: ['team=~(']\n", r"routes\[0\]\.match: .*invalid regular expression"),
         ("routes: [\n", r"line \d+.*not valid YAML"),

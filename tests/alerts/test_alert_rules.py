@@ -209,7 +209,21 @@ def test_a_silent_node_inhibits_its_idle_and_throttling_alerts(sessions) -> None
     }
 
 
-def test_data_quality_fires_above_the_unattributed_share_and_names_its_causes(engine, sessions) -> None:  # type: ignore[no-untyped-def]
+def test_data_quality_does_not_fire_for_idle_capacity(engine, sessions) -> None:  # type: ignore[no-untyped-def]
+    """3 of 4 GPUs held by no job, read idle: capacity between jobs, which is normal, is no data problem."""
+    now = minute_floor(utc_now())
+    cluster = Cluster(sessions)
+    start = now - timedelta(hours=3)
+    cluster.readings("gpu-d-01", [0], start, now, job="9101")
+    cluster.readings("gpu-d-01", [1, 2, 3], start, now, values=idle)
+    cluster.job("9101", "cv-lab", "erin", "gpu-d-01", 1, start, team="vision")
+    with sessions.begin() as session:
+        rollup(session, PRICING, to_epoch(now))
+    _evaluate(sessions, now, parse_config({"rules": {"collector-silent": {"enabled": False}}}, "test"))
+    assert _firing(sessions, now, "data-quality") == []
+
+
+def test_data_quality_fires_for_unknown_jobs_with_the_fix(engine, sessions) -> None:  # type: ignore[no-untyped-def]
     now = minute_floor(utc_now())
     cluster = Cluster(sessions)
     start = now - timedelta(hours=3)
@@ -223,15 +237,44 @@ def test_data_quality_fires_above_the_unattributed_share_and_names_its_causes(en
     (alert,) = _firing(sessions, now, "data-quality")
     assert alert.labels == {"rule": "data-quality", "severity": "warning"}
     instance = _instance(sessions, "data-quality")
-    shares = [instance.figures[f"{name}_share"] for name in ("unattributed", "no_job", "unknown_job")]
-    assert shares == pytest.approx([0.75, 0.25, 0.5], abs=0.01), "3 of 4 GPUs held by no job, 2 of them busy"
-    title = "Data quality: 75% of GPU time unattributed (25% no job on the GPU, 50% unknown jobs)"
-    assert instance.annotations["title"] == title
+    shares = [instance.figures[f"{name}_share"] for name in ("unknown_job", "no_reading", "no_job")]
+    assert shares == pytest.approx([0.5, 0.0, 0.25], abs=0.01), "2 of 4 GPUs busy with no known job, 1 idle"
+    assert instance.annotations["title"] == "Data quality: 50% of GPU time ran unknown jobs"
     summary = instance.annotations["summary"]
-    assert "25.0% had no job on the GPU" in summary and "50.0% ran jobs the service does not know" in summary
-    assert summary.endswith("that the job ids the collectors read are those of the imported jobs.")
-    relaxed = parse_config({"rules": {"data-quality": {"max_unattributed_share": 0.8}}}, "test")
+    assert "50.0% of the 12.0 GPU-hours since " in summary and "ran jobs the service does not know" in summary
+    assert "that the job ids the collectors read are those of the imported jobs." in summary
+    assert summary.endswith("Idle capacity (no job on the GPU, normal, not a problem): 25.0%.")
+    relaxed = parse_config({"rules": {"data-quality": {"max_unknown_job_share": 0.6}}}, "test")
     _evaluate(sessions, now + timedelta(minutes=1), relaxed)
+    assert _firing(sessions, now, "data-quality") == []
+
+
+def test_data_quality_fires_for_gpu_time_without_readings_and_names_the_nodes(engine, sessions) -> None:  # type: ignore[no-untyped-def]
+    """A job on gpu-d-02, a node without a collector: its 2 GPUs' 6 GPU-hours have no reading, a third of the 18
+    GPU-hours in service; gpu-d-01's GPUs read idle with no job (normal)."""
+    now = minute_floor(utc_now())
+    cluster = Cluster(sessions)
+    start = now - timedelta(hours=3)
+    cluster.readings("gpu-d-01", [0, 1, 2, 3], start, now, values=idle)
+    cluster.job("9201", "cv-lab", "erin", "gpu-d-02", 2, start, team="vision")
+    with sessions.begin() as session:
+        rollup(session, PRICING, to_epoch(now))
+    quiet = {"collector-silent": {"enabled": False}}
+    _evaluate(sessions, now, parse_config({"rules": quiet}, "test"))
+    assert len(_firing(sessions, now, "data-quality")) == 1
+    instance = _instance(sessions, "data-quality")
+    assert instance.figures["no_reading_share"] == pytest.approx(1 / 3, abs=0.01)
+    assert instance.figures["unknown_job_share"] == 0 and instance.figures["nodes_without_readings"] == {
+        "gpu-d-02": 6 * 3600
+    }
+    assert instance.annotations["title"] == "Data quality: 33% of GPU time without readings"
+    summary = instance.annotations["summary"]
+    assert "6.0 GPU-hours of it held by jobs whose use and idle cost are therefore unknown: gpu-d-02 (6.0 GPU-h)" in (
+        summary
+    )
+    assert "Check that the collector runs on these nodes" in summary and "unknown jobs" not in summary
+    off = parse_config({"rules": {**quiet, "data-quality": {"max_no_reading_share": 1}}}, "test")
+    _evaluate(sessions, now + timedelta(minutes=1), off)
     assert _firing(sessions, now, "data-quality") == []
 
 

@@ -177,8 +177,13 @@ def test_idle_cost_by_reason_adds_up_to_the_cost_reports_idle_cost(sessions, bui
         "dark": {NO_READING},
     }
     dicts = {(d["team"], d["reason"]): d for d in reason_dicts(rows)}
-    cents = sum(Decimal(str(d["cost"] or 0)) for d in dicts.values())
-    assert cents == sum((r.cost for r in rows), Decimal(0)).quantize(Decimal("0.01"))
+    for kind in ("idle", "unmetered"):  # each kind's cents add up to its own rounded total
+        cents = sum(Decimal(str(d["cost"] or 0)) for d in dicts.values() if d["kind"] == kind)
+        exact = sum((r.cost for r in rows if (r.reason == NO_READING) == (kind == "unmetered")), Decimal(0))
+        assert cents == exact.quantize(Decimal("0.01")), kind
+    assert {key: d["kind"] for key, d in dicts.items() if d["kind"] == "unmetered"} == {
+        ("dark", NO_READING): "unmetered"
+    }
     assert dicts["storage", WAITING_ON_STORAGE]["title"] == "waiting on storage"
     stalled = dicts["stalled", STALLED_PROCESS]
     assert (stalled["cost"], stalled["unpriced_gpu_hours"]) == (None, stalled["gpu_hours"]), "the RTX 4080 has no price"
@@ -228,6 +233,18 @@ def test_report_by_reason_on_the_command_line(sessions, built: Built) -> None:  
     assert storage.split()[:4] == ["storage", "2026-03", "waiting", "on"]
     assert any(line.startswith("TOTAL") for line in lines)
     assert any("waiting on storage: mean utilisation 0 %; its idle episodes" in line for line in lines), "the jobs"
+    # No reading is kept apart from the idle waste: its own table after the idle one, not in the idle TOTAL.
+    idle_part, _, unmetered_part = table.stdout.partition("No reading (not idle waste")
+    assert not any(line.startswith("dark ") for line in idle_part.splitlines())
+    idle_total = next(line for line in idle_part.splitlines() if line.startswith("TOTAL")).split()
+    assert idle_total[-1] == "45.27" and "13.76" not in idle_total, "the 8 idle teams, not the 2 dark GPU-hours"
+    dark = next(line for line in unmetered_part.splitlines() if line.startswith("dark "))
+    assert dark.split() == ["dark", "2026-03", "2.00", "0.00", "13.76"]
+    assert any(line.startswith("710 ") for line in unmetered_part.splitlines()), "the job without readings"
+    assert not any(line.startswith("710 ") for line in idle_part.splitlines())
+    assert "run the collector on the nodes these jobs ran on" in unmetered_part
+    kinds = {(r["team"], r["kind"]) for r in orjson.loads(report("--format", "json").stdout)["rows"]}
+    assert ("dark", "unmetered") in kinds and ("storage", "idle") in kinds and ("dark", "idle") not in kinds
     body = orjson.loads(report("--format", "json", "--team", "fabric").stdout)
     assert [(r["team"], r["reason"]) for r in body["rows"]] == [("fabric", WAITING_ON_NETWORK)]
     assert body["jobs"][0]["job_id"] == "709" and body["ledger_hours_pending"] == 0

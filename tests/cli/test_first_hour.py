@@ -57,6 +57,7 @@ def _json(result_output: str) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = json.loads(result_output)
     for row in rows:
         row.pop("ledger_hours_pending")
+        assert row.pop("ledger_stale") is None
     return rows
 
 
@@ -114,10 +115,11 @@ def test_report_by_job_names_the_job_its_team_user_times_and_gpus(database_url: 
         assert (row["name"], row["user"], row["gpus"]) == (job.name, job.user, job.gpus)
         assert row["start"] == (job.start.isoformat() if job.start else None)
         assert row["end"] == (job.end.isoformat() if job.end else None)
+        assert row["state"] == job.state
     assert rows["__unallocated__"]["name"] is None and rows["__unallocated__"]["team"] == "__unallocated__"
     table = CliRunner().invoke(app, ["report", *period, "--by", "job"], env=env).stdout
     header = table.splitlines()[1].split()
-    assert header[:9] == ["job", "name", "team", "user", "start", "(UTC)", "end", "(UTC)", "GPUs"]
+    assert header[:10] == ["job", "name", "team", "user", "start", "(UTC)", "end", "(UTC)", "state", "GPUs"]
     running = [line for line in table.splitlines() if " running " in line]
     assert len(running) == sum(job.end is None for job in jobs)
 

@@ -49,7 +49,7 @@ def test_imports_roll_up_unless_told_not_to(sessions, database_url: str, tmp_pat
     assert set(rows) == {"__unallocated__", "__unmapped__"}, "both jobs' accounts are unmapped yet"
     with sessions() as session:
         current = report_dicts(cost_report(session, t0, t0 + timedelta(hours=2)))
-    assert [{**row, "ledger_hours_pending": 0} for row in current] == list(rows.values())
+    assert [{**row, "ledger_hours_pending": 0, "ledger_stale": None} for row in current] == list(rows.values())
 
     mapped = _invoke(database_url, "team", "map", "acct-a", "alpha", "--no-rollup").stdout
     assert "rollup: skipped (--no-rollup)" in mapped

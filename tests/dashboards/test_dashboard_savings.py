@@ -21,6 +21,7 @@ from streamlit.testing.v1 import AppTest
 from dashboards import login
 from dashboards.access import Access
 from dashboards.filters import period_bounds
+from finops.analysis.waste import NO_READING
 from finops.db.engine import make_engine, session_factory
 from finops.ledger.costmodel import CENT
 from finops.ledger.rollup import rollup
@@ -90,8 +91,10 @@ def test_idle_cost_by_reason_is_idle_cost_by_reasons(seeded: str, now: datetime)
     shown = list(zip(frame["team"], frame["reason"], frame["reason_cost"], frame["reason_gpu_hours"], strict=True))
     expected = [(r.team, r.title, r.cost.quantize(CENT), round(r.gpu_seconds / 3600, 6)) for r in rows]
     assert shown == expected
-    total = sum((r.cost for r in rows), Decimal(0))
-    assert _exact(app)["Idle cost, all reasons"] == f"{total.quantize(CENT):,} USD"
+    total = sum((r.cost for r in rows if r.reason != NO_READING), Decimal(0))
+    assert _exact(app)["Idle cost, all reasons"] == f"{total.quantize(CENT):,} USD", "no reading is not idle"
+    unread = sum((r.cost for r in rows if r.reason == NO_READING), Decimal(0))
+    assert _exact(app)["Held without readings (not idle)"] == f"{unread.quantize(CENT):,} USD"
     assert frame["unpriced_gpu_hours"].sum() == 0 and not [w for w in app.warning if "no price" in w.value]
 
 

@@ -81,7 +81,7 @@ def test_report_table_keeps_job_ids_as_they_are_and_money_in_cents(loaded) -> No
     first_cells = [line.split()[0] for line in lines[2:]]
     assert {"501", "502", UNALLOCATED_TEAM, "TOTAL"} == set(first_cells)
     total = lines[-1].split()
-    assert total[4] == f"{(4 * r).quantize(Decimal('0.01')):,.2f}"
+    assert total[5] == f"{(4 * r).quantize(Decimal('0.01')):,.2f}"
 
 
 def test_rebuilding_changes_nothing(loaded) -> None:  # type: ignore[no-untyped-def]
