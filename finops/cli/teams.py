@@ -10,8 +10,8 @@ import typer
 
 from finops.access import audit
 from finops.cli.context import NoRollup, load_settings, open_sessions, roll_up_unless
-from finops.errors import FinopsError
 from finops.db.models import TEAM_RULE_PRECEDENCES
+from finops.errors import FinopsError
 from finops.jobs.teams import (
     delete_rule,
     find_rule,

@@ -2,13 +2,12 @@
 
 A pod is stored as a :class:`finops.db.models.Job` with ``scheduler`` "kubernetes", ``job_id`` ``namespace/name``,
 ``job_id_raw`` its UID, ``account`` and ``namespace`` its namespace, ``user`` its ``user`` label marked as claimed
-(``claimed:alice``: :func:`claimed_user`),
-``project`` its ``project`` label, ``partition`` its node pool (node label, else node selector:
-:data:`NODE_POOL_LABELS`), ``node_list`` its node, ``state`` its phase. It starts at ``status.startTime``
-(else the earliest container start) and, once Succeeded or Failed, ends at the latest container
+(``claimed:alice``: :func:`claimed_user`), ``project`` its ``project`` label, ``partition`` its node pool (node
+label, else node selector: :data:`NODE_POOL_LABELS`), ``node_list`` its node, ``state`` its phase. It starts at
+``status.startTime`` (else the earliest container start) and, once Succeeded or Failed, ends at the latest container
 ``finishedAt``; a running pod is open. Its team comes from the team rules in the site's precedence (by default
-namespace, then account = namespace, then label: :mod:`finops.jobs.teams`). MIG instances hold their profile's share of one GPU (:mod:`finops.jobs.mig`), so several
-pods may share a GPU.
+namespace, then account = namespace, then label: :mod:`finops.jobs.teams`). MIG instances hold their profile's
+share of one GPU (:mod:`finops.jobs.mig`), so several pods may share a GPU.
 
 Pods that vanish: a pod that ended is deleted from the API server sooner or later, so a later listing may
 miss it. Only when the caller says the listing is complete (``complete=True``: every namespace, no selector)

@@ -350,7 +350,9 @@ def parse_gpu_tres(text: str) -> tuple[int, str | None]:
             if not _GPU_TYPE_RE.fullmatch(gpu_type):
                 raise ValueError(f"{_shown(item)} has no valid GPU type")
             if len(gpu_type) > GPU_TYPE_MAX_LENGTH:
-                raise ValueError(f"GPU type {_shown(gpu_type)} is longer than the {GPU_TYPE_MAX_LENGTH} characters stored")
+                raise ValueError(
+                    f"GPU type {_shown(gpu_type)} is longer than the {GPU_TYPE_MAX_LENGTH} characters stored"
+                )
             typed[gpu_type] = _gpu_count(item, value)
     total = sum(typed.values()) if untyped is None else untyped
     if len(typed) == 1:
@@ -434,7 +436,9 @@ def _stored_nodes(text: str) -> list[str]:
     nodes = expand_hostlist(text)
     stored = len(compress_hostlist(nodes))
     if stored > NODE_LIST_MAX_LENGTH:
-        raise ValueError(f"{len(nodes)} hosts written in {stored} characters, more than the {NODE_LIST_MAX_LENGTH} stored")
+        raise ValueError(
+            f"{len(nodes)} hosts written in {stored} characters, more than the {NODE_LIST_MAX_LENGTH} stored"
+        )
     return nodes
 
 

@@ -114,7 +114,11 @@ class TeamRules:
     def _match(self, kind: str, account: str, namespace: str | None, labels: dict[str, str] | None) -> int | None:
         if kind == "label":
             return next(
-                (self._rules[r] for r in sorted(("label", k, v) for k, v in (labels or {}).items()) if r in self._rules),
+                (
+                    self._rules[r]
+                    for r in sorted(("label", k, v) for k, v in (labels or {}).items())
+                    if r in self._rules
+                ),
                 None,
             )
         value = account if kind == "account" else namespace

@@ -401,7 +401,7 @@ def create_router(
     @router.get("/team-rules/precedence")
     def team_rule_precedence(db: db, caller: reader) -> TeamRulePrecedenceIn:
         """The order team rules are tried in: ``namespace`` (default) or ``label``."""
-        return TeamRulePrecedenceIn(precedence=precedence(db))  # type: ignore[arg-type]
+        return TeamRulePrecedenceIn(precedence=precedence(db))
 
     @router.put("/team-rules/precedence", status_code=200)
     def put_team_rule_precedence(db: db, caller: admin, chosen: TeamRulePrecedenceIn) -> dict[str, int]:

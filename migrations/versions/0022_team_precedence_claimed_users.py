@@ -30,7 +30,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("name", name=op.f("pk_site_options")),
     )
     op.execute(
-        "UPDATE jobs SET \"user\" = 'claimed:' || \"user\" "
+        'UPDATE jobs SET "user" = \'claimed:\' || "user" '
         "WHERE scheduler = 'kubernetes' AND \"user\" <> '' AND \"user\" NOT LIKE 'claimed:%'"
     )
     bind = op.get_bind()
@@ -66,5 +66,5 @@ def downgrade() -> None:
     team they have until a team rule changes."""
     op.drop_table("site_options")
     op.execute(
-        "UPDATE jobs SET \"user\" = substr(\"user\", 9) WHERE scheduler = 'kubernetes' AND \"user\" LIKE 'claimed:%'"
+        'UPDATE jobs SET "user" = substr("user", 9) WHERE scheduler = \'kubernetes\' AND "user" LIKE \'claimed:%\''
     )

@@ -24,10 +24,11 @@ from tests.jobs.test_slurm import make_line
 
 def test_the_field_bounds_are_the_columns_widths() -> None:
     columns = Job.__table__.columns
-    for field, column in (("JobID", "job_id"), ("JobIDRaw", "job_id_raw"), ("Cluster", "cluster"),
-                          ("Partition", "partition"), ("Account", "account"), ("User", "user"), ("JobName", "name")):  # fmt: skip
+    pairs = {"JobID": "job_id", "JobIDRaw": "job_id_raw", "Cluster": "cluster", "Partition": "partition",
+             "Account": "account", "User": "user", "JobName": "name"}  # fmt: skip
+    for field, column in pairs.items():
         assert FIELD_MAX_LENGTHS[field] == columns[column].type.length, field
-    assert NODE_LIST_MAX_LENGTH == columns["node_list"].type.length
+    assert columns["node_list"].type.length == NODE_LIST_MAX_LENGTH
 
 
 def test_lines_over_their_bounds_are_refused_by_name_and_the_rest_imported(sessions: sessionmaker[Session]) -> None:

@@ -198,7 +198,12 @@ def test_import_stores_gpu_pods_as_jobs_with_teams_by_namespace_then_label(sessi
         "k1",
         "3f9a6c2e-1d4b-4e8f-9b7a-5c2d1e0f3a41",
     )
-    assert (llama.account, llama.namespace, llama.user, llama.project) == ("ml-train", "ml-train", "claimed:alice", "llama")
+    assert (llama.account, llama.namespace, llama.user, llama.project) == (
+        "ml-train",
+        "ml-train",
+        "claimed:alice",
+        "llama",
+    )
     assert (llama.partition, llama.node_list, llama.gpus, llama.state) == ("h100-pool", "gpu-node-a1", 4, "Running")
     assert llama.labels is not None and llama.labels["user"] == "alice"
     assert teams[llama.team_id] == "ml-platform"  # by namespace

@@ -67,7 +67,9 @@ def test_a_pod_in_betas_namespace_labelled_alpha_is_billed_to_beta_under_a_claim
         rollup(session, pricing, to_epoch(START + timedelta(hours=1)))
         by_team = {row.key: row for row in cost_report(session, START, START + timedelta(hours=1))}
         by_user = {row.key for row in cost_report(session, START, START + timedelta(hours=1), "user")}
-        [job] = [r for r in cost_report(session, START, START + timedelta(hours=1), "job") if r.team != "__unallocated__"]
+        [job] = [
+            r for r in cost_report(session, START, START + timedelta(hours=1), "job") if r.team != "__unallocated__"
+        ]
     assert "alpha" not in by_team and by_team["beta"].allocated_cost > 0
     assert "alice" not in by_user and "claimed:alice" in by_user
     assert (job.team, job.user) == ("beta", "claimed:alice")

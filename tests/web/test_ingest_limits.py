@@ -173,7 +173,9 @@ def test_a_replaced_gpus_uuid_is_forgotten_by_the_running_service(service, sessi
     from finops.cli import app
 
     assert _post(service, _one("gpu-a-01", GPU)).status_code == 200  # the service caches the UUID's GPU row
-    replaced = CliRunner().invoke(app, ["nodes", "gpu", "replace", "gpu-a-01", "0"], env={"FINOPS_DATABASE_URL": database_url})
+    replaced = CliRunner().invoke(
+        app, ["nodes", "gpu", "replace", "gpu-a-01", "0"], env={"FINOPS_DATABASE_URL": database_url}
+    )
     assert replaced.exit_code == 0, replaced.output
     # The board went to node b: its readings are b's, not those of the slot of a it left.
     assert _post(service, _one("gpu-b-01", GPU, NOW + 10)).status_code == 200
