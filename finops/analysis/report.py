@@ -195,9 +195,9 @@ def cost_report(
     """Ledger totals for hours starting in [start, end), one row per group, by cost descending.
 
     ``by``: ``team``; ``job`` (capacity no job held is one ``__unallocated__`` row; each job row has its
-    :class:`JobFacts`); ``user`` (the job's Slurm user or pod ``user`` label; unheld capacity is
-    ``__unallocated__``); ``node`` (hostname); ``gpu_model``: the ``catalog``'s models, each the one row of every
-    GPU name it covers (``h100`` from a GRES type and ``NVIDIA H100 80GB HBM3`` from NVML are both
+    :class:`JobFacts`); ``user`` (the job's Slurm user, or a pod's ``user`` label as ``claimed:<name>``; unheld
+    capacity is ``__unallocated__``); ``node`` (hostname); ``gpu_model``: the ``catalog``'s models, each the one
+    row of every GPU name it covers (``h100`` from a GRES type and ``NVIDIA H100 80GB HBM3`` from NVML are both
     ``H100-SXM-80GB``), a name no model covers its own row. Raises ValueError for an unknown ``by``, or
     ``gpu_model`` without a ``catalog``.
 

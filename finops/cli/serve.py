@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from uvicorn.supervisors import Multiprocess
 
 from alerts.nudges import NudgeRunner, NudgeService
@@ -175,6 +176,26 @@ class ScheduledJobs:
             os._exit(1)
 
 
+class HttpProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
+    """uvicorn's HTTP protocol (httptools, else h11) whose shutdown drops an idle TLS connection at once.
+
+    At shutdown uvicorn closes each idle keep-alive connection and waits for the connections to be gone. Over TLS,
+    closing sends close_notify and waits for the peer's (asyncio's ``ssl_shutdown_timeout``, 30 s); a collector
+    holding an idle keep-alive connection never answers, so ``serve`` waited for it until
+    :data:`SHUTDOWN_SECONDS` ran out. An idle connection with nothing left to send is aborted instead (the peer
+    sees the connection reset, as after any server restart, and opens a new one). Plain TCP and connections with
+    a request or response under way are closed as uvicorn closes them."""
+
+    def shutdown(self) -> None:
+        """Abort an idle TLS connection with an empty write buffer; anything else as uvicorn does."""
+        transport = self.transport
+        idle = self.cycle is None or self.cycle.response_complete
+        if idle and transport.get_extra_info("sslcontext") is not None and transport.get_write_buffer_size() == 0:
+            transport.abort()
+        else:
+            super().shutdown()
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server, which also calls ``on_signal`` as soon as a signal asks it to exit."""
 
@@ -202,7 +223,8 @@ def serve_http(app: ASGIApp, stopping: Callable[[], None] | None, **options: Any
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        server = _Server(uvicorn.Config(app, timeout_graceful_shutdown=int(SHUTDOWN_SECONDS), **options), on_signal)
+        config = uvicorn.Config(app, http=HttpProtocol, timeout_graceful_shutdown=int(SHUTDOWN_SECONDS), **options)
+        server = _Server(config, on_signal)
         server.run()
     finally:
         for sig, handler in previous.items():
@@ -270,8 +292,8 @@ def _serve_workers(workers: int, listen: dict[str, Any]) -> None:
     processes get it as a socket rebuilt from its descriptor, on which asyncio does not set it, and without it a
     response written in two parts waits for the client's delayed ACK (about 40 ms)."""
     config = uvicorn.Config(
-        f"{__name__}:worker_app", factory=True, workers=workers, timeout_graceful_shutdown=int(SHUTDOWN_SECONDS),
-        **listen,
+        f"{__name__}:worker_app", factory=True, workers=workers, http=HttpProtocol,
+        timeout_graceful_shutdown=int(SHUTDOWN_SECONDS), **listen,
     )  # fmt: skip
     listening = config.bind_socket()
     listening.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

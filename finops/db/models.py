@@ -41,6 +41,9 @@ EVIDENCE_MAX_LENGTH = 255
 """Longest text of an idle episode's waste evidence (characters)."""
 UNALLOCATED_TEAM = "__unallocated__"
 UNMAPPED_TEAM = "__unmapped__"
+CLAIMED_USER_PREFIX = "claimed:"
+"""Prefix of a job's ``user`` that nobody verified (a Kubernetes pod's ``user`` label): ``claimed:alice``. A colon
+is in no Kubernetes label value and no POSIX login, so a claimed name never equals a verified one."""
 
 
 class Base(DeclarativeBase):
@@ -126,14 +129,26 @@ class Team(Base):
 
 
 TEAM_RULE_KINDS = ("label", "namespace", "account")
-"""Team rule kinds, most specific first: a Kubernetes label, a Kubernetes namespace, a Slurm account."""
+"""Team rule kinds: a Kubernetes label, a Kubernetes namespace, a Slurm account. The order they are tried in is the
+site's team rule precedence (:data:`TEAM_RULE_PRECEDENCES`)."""
+
+TEAM_RULE_PRECEDENCES = {
+    "namespace": ("namespace", "account", "label"),
+    "label": ("label", "namespace", "account"),
+}
+"""Team rule precedence name -> the order rule kinds are tried in. ``namespace`` (the default): a rule naming a pod's
+namespace (or account, which for a pod is its namespace) is never overridden by the pod's own labels, which whoever
+creates the pod chooses; labels decide only in namespaces no rule names. ``label``: labels first, as Kubecost's team
+allocation does, for clusters where only trusted pipelines set the labels."""
+DEFAULT_TEAM_RULE_PRECEDENCE = "namespace"
 
 
 class TeamRule(Base):
     """``kind`` value → team: Slurm ``account``, Kubernetes ``namespace``, or Kubernetes ``label`` ``key=value``.
 
     ``key`` is the label name for ``label`` rules and empty otherwise. A job takes the team of its first
-    matching rule in :data:`TEAM_RULE_KINDS` order; with none it goes to ``__unmapped__``.
+    matching rule in the order of the site's precedence (:class:`SiteOption` ``team_rule_precedence``, one of
+    :data:`TEAM_RULE_PRECEDENCES`); with none it goes to ``__unmapped__``.
     """
 
     __tablename__ = "team_rules"
@@ -151,10 +166,13 @@ class TeamRule(Base):
 class Job(Base):
     """A scheduler job: a Slurm job (``scheduler`` "slurm") or a Kubernetes pod ("kubernetes").
 
-    Slurm terms throughout: a pod's ``account`` is its namespace, ``user`` the ``user`` label if any,
+    Slurm terms throughout: a pod's ``account`` is its namespace, ``user`` the ``user`` label if any, stored as
+    claimed (``claimed:alice``, :data:`CLAIMED_USER_PREFIX`): whoever creates a pod writes its labels, so the name is
+    the pod's claim, not an identity the cluster checked, and never reads as the Slurm user ``alice``;
     ``partition`` its node pool label if any, ``job_id`` ``namespace/name`` and ``job_id_raw`` the pod UID.
     ``namespace``, ``labels`` are Kubernetes only; ``project`` is optional (budgets per project).
-    ``end`` is NULL while it runs.
+    ``node_list`` is a Slurm hostlist expression (``gpu-[01-04]``, as :func:`finops.jobs.slurm.compress_hostlist`
+    writes it; rows imported before are comma-separated names, which read the same). ``end`` is NULL while it runs.
     """
 
     __tablename__ = "jobs"
@@ -460,6 +478,16 @@ class PriceCatalogVersion(Base):
     imported_at: Mapped[datetime] = mapped_column(EpochSeconds)
     source: Mapped[str] = mapped_column(String(1024))
     body: Mapped[str] = mapped_column(Text)
+
+
+class SiteOption(Base):
+    """A site-wide choice kept in the database, so every process (service, scheduler, CLI) applies the same one:
+    ``name`` -> ``value``. Only ``team_rule_precedence`` (:data:`TEAM_RULE_PRECEDENCES`, absent:
+    :data:`DEFAULT_TEAM_RULE_PRECEDENCE`)."""
+
+    __tablename__ = "site_options"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(255))
 
 
 class Watermark(Base):

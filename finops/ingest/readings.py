@@ -47,7 +47,7 @@ JOB_UTILIZATION_COLUMNS = ("gpu_id", "ts", "job_id", "utilization_ratio")
 
 _GPUS: Any = Gpu.__table__
 _NODES: Any = Node.__table__
-_GPUS_AND_NODES = select(_GPUS.c.uuid, _GPUS.c.gpu_index, _GPUS.c.model, _NODES.c.hostname).join(
+_GPUS_AND_NODES = select(_GPUS.c.id, _GPUS.c.uuid, _GPUS.c.gpu_index, _GPUS.c.model, _NODES.c.hostname).join(
     _NODES, _NODES.c.id == _GPUS.c.node_id
 )
 _CONFLICTS = {
@@ -231,8 +231,7 @@ class Ingestor:
                 store_node_io(session, batch.node, batch.node_io)
         return counts
 
-    @staticmethod
-    def conflicts(session: Session, batches: Sequence[IngestBatch]) -> list[tuple[dict[str, str], set[str]]]:
+    def conflicts(self, session: Session, batches: Sequence[IngestBatch]) -> list[tuple[dict[str, str], set[str]]]:
         """What each of ``batches`` may not write, in one query: per batch, in their order, (UUIDs refused, each with
         the reason; UUIDs unknown).
 
@@ -240,7 +239,11 @@ class Ingestor:
         a GPU of the batch's node, its index under another UUID or its UUID as another model (only ``gpu-finops nodes
         gpu replace NODE INDEX`` frees a slot for a new board). A slot whose UUID is unknown (a job placement's
         placeholder) may be taken. Unknown: GPUs with readings that neither the batch's ``gpus`` describe nor the
-        database knows (what :meth:`store` would refuse with KeyError)."""
+        database knows (what :meth:`store` would refuse with KeyError).
+
+        The same rows keep this instance's cache of GPUs true to the database, which other processes change: a
+        cached UUID the database no longer has (``gpu-finops nodes gpu replace`` released its slot) or has under
+        another GPU is forgotten, so the batch registers it again instead of writing to the slot it left."""
         parameters = {
             "uuids": sorted(set().union(*(batch.gpu_uuids for batch in batches))),
             "nodes": sorted({batch.node for batch in batches}),
@@ -252,6 +255,10 @@ class Ingestor:
             if row.uuid is not None:
                 by_uuid[row.uuid] = row
                 by_slot[row.hostname][row.gpu_index] = row
+        for uuid in parameters["uuids"]:
+            cached, found = self._gpus.get(uuid), by_uuid.get(uuid)
+            if cached is not None and (found is None or found.id != cached.gpu_id):
+                self._gpus.pop(uuid, None)
         return [_batch_conflicts(batch, by_uuid, by_slot[batch.node]) for batch in batches]
 
     def _insert(

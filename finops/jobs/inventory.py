@@ -30,8 +30,9 @@ None; :meth:`finops.pricing.catalog.PriceCatalog.resolve`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -96,12 +97,12 @@ class ParsedNodes:
     errors: list[NodeLineError] = field(default_factory=list)
 
 
-def parse_scontrol_nodes(lines: Iterable[str], *, source: str) -> ParsedNodes:
+def parse_scontrol_nodes(lines: Iterable[str], *, source: str, first_line: int = 1) -> ParsedNodes:
     """Read ``scontrol show node --oneliner`` output (format in the module docstring). Blank lines are skipped;
-    a line without ``NodeName`` or with an unreadable ``Gres`` is an error naming its line number, and the rest
-    is read."""
+    a line without ``NodeName`` or with an unreadable ``Gres`` is an error naming its line number (the first of
+    ``lines`` is ``first_line``), and the rest is read."""
     parsed = ParsedNodes()
-    for number, raw in enumerate(lines, start=1):
+    for number, raw in enumerate(lines, start=first_line):
         line = raw.rstrip("\r\n")
         if not line.strip():
             continue
@@ -185,15 +186,62 @@ class InventoryResult:
     unresolved: list[str] = field(default_factory=list)
 
 
+MAX_NODES_PER_IMPORT = 100_000
+"""Most node lines one inventory import reads (the largest GPU clusters have tens of thousands of nodes). The line
+past it is named as an error saying the rest of the input was not read; the nodes before it are imported."""
+IMPORT_CHUNK = 5_000
+"""Node lines stored per round: an import holds one round's nodes in memory, not the whole input."""
+
+
 def import_nodes(session: Session, lines: Iterable[str], *, source: str, resolve: Resolver) -> InventoryResult:
     """Record each node of ``scontrol show node --oneliner`` output: its partitions and its GPU model (see the
     module docstring), in the caller's transaction. An untyped or mixed node keeps the model it has; a type that
-    resolves to no catalog model is stored raw unless the node already has a model (one set by hand stays)."""
-    parsed = parse_scontrol_nodes(lines, source=source)
-    result = InventoryResult(errors=list(parsed.errors))
-    nodes = ensure_nodes(session, (n.hostname for n in parsed.nodes))
+    resolves to no catalog model is stored raw unless the node already has a model (one set by hand stays).
+
+    The lines are read and stored :data:`IMPORT_CHUNK` at a time, at most :data:`MAX_NODES_PER_IMPORT` of them
+    (blank lines aside); the line past that is an error and the rest is not read."""
+    result = InventoryResult()
     marks = HourMarks()
+    chunk: list[str] = []
+    first = records = 0
+    for number, raw in enumerate(lines, start=1):
+        if raw.strip():
+            if records == MAX_NODES_PER_IMPORT:
+                message = (
+                    f"{source}:{number}: more than {MAX_NODES_PER_IMPORT} nodes in one import: this line and the "
+                    f"rest were not read; import them in parts of at most {MAX_NODES_PER_IMPORT} lines"
+                )
+                result.errors.append(NodeLineError(number, message, raw.rstrip("\r\n")[:200]))
+                break
+            records += 1
+        if not chunk:
+            first = number
+        chunk.append(raw)
+        if len(chunk) == IMPORT_CHUNK:
+            _import_chunk(session, chunk, first, source, resolve, result, marks)
+            chunk = []
+    if chunk:
+        _import_chunk(session, chunk, first, source, resolve, result, marks)
+    marks.mark(session)
+    session.flush()
+    return result
+
+
+def _import_chunk(
+    session: Session,
+    lines: list[str],
+    first_line: int,
+    source: str,
+    resolve: Resolver,
+    result: InventoryResult,
+    marks: HourMarks,
+) -> None:
+    """Store one round of node lines (the first is line ``first_line`` of the input) into ``result`` and ``marks``."""
+    parsed = parse_scontrol_nodes(lines, source=source, first_line=first_line)
+    result.errors += parsed.errors
+    nodes = ensure_nodes(session, (n.hostname for n in parsed.nodes))
     fix = "gpu-finops nodes set-model {} MODEL (or add the type to the aliases of a model in your price catalog)"
+    models: dict[Node, str] = {}
     for record in parsed.nodes:
         node = nodes[record.hostname]
         result.nodes += 1
@@ -223,25 +271,37 @@ def import_nodes(session: Session, lines: Iterable[str], *, source: str, resolve
             model = types[0]
         if node.gpu_model != model:
             result.models_set += 1
-            result.gpus_changed += set_node_model(session, node, model, marks)
-    marks.mark(session)
+            models[node] = model
+    result.gpus_changed += set_node_models(session, models, marks)
     session.flush()
-    return result
 
 
-def set_node_model(session: Session, node: Node, model: str, marks: HourMarks) -> int:
-    """Set ``node``'s inventory model and give it to its placeholder GPUs (those no collector has reported) when no
-    collector has reported any of its GPUs; gather the changed GPUs' hours since they entered service in
-    ``marks``. Returns how many GPUs changed model."""
-    node.gpu_model = model
-    gpus = session.execute(select(Gpu.id, Gpu.uuid, Gpu.model, Gpu.in_service_from).where(Gpu.node_id == node.id)).all()
-    if any(gpu.uuid is not None for gpu in gpus):
-        return 0  # a collector's reading wins over the inventory
-    changed = [gpu for gpu in gpus if gpu.model != model]
-    if changed:
-        session.execute(update(Gpu).where(Gpu.id.in_([gpu.id for gpu in changed])).values(model=model))
-        marks.add_run(min(gpu.in_service_from for gpu in changed), None)
-    return len(changed)
+def set_node_models(session: Session, models: Mapping[Node, str], marks: HourMarks) -> int:
+    """Set each node's inventory model and give it to its placeholder GPUs (those no collector has reported) when
+    no collector has reported any of its GPUs; gather the changed GPUs' hours since they entered service in
+    ``marks``. One query per 2000 nodes. Returns how many GPUs changed model."""
+    gpus: dict[int, list[Any]] = {}
+    ids = [node.id for node in models]
+    for i in range(0, len(ids), 2000):
+        query = select(Gpu.id, Gpu.node_id, Gpu.uuid, Gpu.model, Gpu.in_service_from)
+        for gpu in session.execute(query.where(Gpu.node_id.in_(ids[i : i + 2000]))):
+            gpus.setdefault(gpu.node_id, []).append(gpu)
+    changed_by_model: dict[str, list[int]] = {}
+    changed = 0
+    for node, model in models.items():
+        node.gpu_model = model
+        held = gpus.get(node.id, [])
+        if any(gpu.uuid is not None for gpu in held):
+            continue  # a collector's reading wins over the inventory
+        moving = [gpu for gpu in held if gpu.model != model]
+        if moving:
+            changed_by_model.setdefault(model, []).extend(gpu.id for gpu in moving)
+            marks.add_run(min(gpu.in_service_from for gpu in moving), None)
+            changed += len(moving)
+    for model, gpu_ids in changed_by_model.items():
+        for i in range(0, len(gpu_ids), 2000):
+            session.execute(update(Gpu).where(Gpu.id.in_(gpu_ids[i : i + 2000])).values(model=model))
+    return changed
 
 
 def resolve_model(model: str, resolve: Resolver, choices: Sequence[str]) -> str:
@@ -289,7 +349,7 @@ def set_model(
             raise InventoryError(f"no node in partition {partition!r} (gpu-finops nodes list shows the partitions)")
     before = {"models": {target.hostname: target.gpu_model for target in targets}}
     marks = HourMarks()
-    changed = sum(set_node_model(session, target, key, marks) for target in targets)
+    changed = set_node_models(session, dict.fromkeys(targets, key), marks)
     marks.mark(session)
     session.flush()
     after = {"models": {target.hostname: key for target in targets}, "gpus_changed": changed}

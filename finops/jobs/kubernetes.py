@@ -51,6 +51,10 @@ NODE_POOL_LABELS = (
 """Node labels naming a node pool (GKE, EKS managed node groups, Karpenter, AKS), first present wins."""
 
 
+LABEL_VALUE_MAX_LENGTH = 63
+"""Longest Kubernetes label value (API conventions, "Syntax and character set"); the ``user`` and ``project``
+labels stored on a job are held to it."""
+
 _COUNT_RE = re.compile(r"[0-9]+")
 _MIG_SUFFIX_RE = re.compile(r"([0-9]+g\.[0-9]+gb)\.(.+)")
 _TERMINAL = ("Succeeded", "Failed")
@@ -213,6 +217,11 @@ def _read_pod(item: dict[str, Any]) -> Pod | None:
         raise PodFieldError(
             "metadata.name", f"namespace/name is longer than the {JOB_ID_MAX_LENGTH} characters job ids hold"
         )
+    for stored in ("user", "project"):
+        if len(labels.get(stored, "")) > LABEL_VALUE_MAX_LENGTH:
+            raise PodFieldError(
+                f"metadata.labels.{stored}", f"longer than the {LABEL_VALUE_MAX_LENGTH} characters of a label value"
+            )
     node = spec.get("nodeName") or ""
     if not isinstance(node, str):
         raise PodFieldError("spec.nodeName", f"expected a string, found {_type(node)}")

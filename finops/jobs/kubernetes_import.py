@@ -1,13 +1,13 @@
 """Kubernetes pods stored as jobs (the pods are read by :mod:`finops.jobs.kubernetes`).
 
 A pod is stored as a :class:`finops.db.models.Job` with ``scheduler`` "kubernetes", ``job_id`` ``namespace/name``,
-``job_id_raw`` its UID, ``account`` and ``namespace`` its namespace, ``user`` its ``user`` label,
-``project`` its ``project`` label, ``partition`` its node pool (node label, else node selector:
-:data:`NODE_POOL_LABELS`), ``node_list`` its node, ``state`` its phase. It starts at ``status.startTime``
-(else the earliest container start) and, once Succeeded or Failed, ends at the latest container
-``finishedAt``; a running pod is open. Its team comes from the team rules (label, then namespace, then
-account = namespace). MIG instances hold their profile's share of one GPU (:mod:`finops.jobs.mig`), so several
-pods may share a GPU.
+``job_id_raw`` its UID, ``account`` and ``namespace`` its namespace, ``user`` its ``user`` label marked as claimed
+(``claimed:alice``: :func:`claimed_user`), ``project`` its ``project`` label, ``partition`` its node pool (node
+label, else node selector: :data:`NODE_POOL_LABELS`), ``node_list`` its node, ``state`` its phase. It starts at
+``status.startTime`` (else the earliest container start) and, once Succeeded or Failed, ends at the latest container
+``finishedAt``; a running pod is open. Its team comes from the team rules in the site's precedence (by default
+namespace, then account = namespace, then label: :mod:`finops.jobs.teams`). MIG instances hold their profile's
+share of one GPU (:mod:`finops.jobs.mig`), so several pods may share a GPU.
 
 Pods that vanish: a pod that ended is deleted from the API server sooner or later, so a later listing may
 miss it. Only when the caller says the listing is complete (``complete=True``: every namespace, no selector)
@@ -26,7 +26,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from finops.db.hours import HourMarks
-from finops.db.models import Job
+from finops.db.models import CLAIMED_USER_PREFIX, Job
 from finops.jobs.kubernetes import (
     MIG_RESOURCE_PREFIX,
     Pod,
@@ -110,7 +110,7 @@ def import_pods(
                 update_end(session, job, pod.end, pod.phase, marks)
                 if job.labels != pod.labels:
                     job.labels = pod.labels
-                    job.user, job.project = pod.labels.get("user", ""), pod.labels.get("project")
+                    job.user, job.project = claimed_user(pod.labels), pod.labels.get("project")
                 if job.team_id != team_id:
                     job.team_id = team_id
                     marks.add_job(job)
@@ -126,6 +126,13 @@ def import_pods(
     marks.mark(session)
     session.flush()
     return result
+
+
+def claimed_user(labels: Mapping[str, str]) -> str:
+    """A pod's ``user`` label as a job's user: ``claimed:<value>`` (:data:`CLAIMED_USER_PREFIX`), since whoever
+    creates the pod chooses it and nothing verifies it; "" without the label (no user)."""
+    value = labels.get("user", "")
+    return CLAIMED_USER_PREFIX + value if value else ""
 
 
 def _units(pod: Pod, model: str | None) -> list[Unit]:
@@ -150,7 +157,7 @@ def _new_job(pod: Pod, cluster: str, team_id: int, partition: str, model: str | 
         cluster=cluster,
         job_id=pod.job_id,
         job_id_raw=pod.uid,
-        user=pod.labels.get("user", ""),
+        user=claimed_user(pod.labels),
         account=pod.namespace,
         partition=partition,
         name=pod.name,

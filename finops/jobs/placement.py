@@ -42,6 +42,7 @@ from sqlalchemy.orm import Session
 
 from finops.db.hours import HourMarks, hours_between, mark_hours_dirty
 from finops.db.models import Allocation, DirtyHour, Gpu, GpuSample, Job, Node
+from finops.jobs.slurm import expand_hostlist
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
 log = logging.getLogger(__name__)
@@ -539,7 +540,7 @@ def reconcile_job_map(session: Session, until: int) -> int:
             continue
         start, end = to_epoch(job.start), OPEN_END if job.end is None else to_epoch(job.end)
         keys = job_keys(job.scheduler, job.job_id, job.job_id_raw)
-        nodes = set(job.node_list.split(","))
+        nodes = set(expand_hostlist(job.node_list))
         observed: dict[str, set[int]] = defaultdict(set)
         for gpu_id in observations.gpus(keys, start, end):
             if host_of_gpu[gpu_id] in nodes:

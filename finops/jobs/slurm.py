@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TypeVar
 
+from collector.contract.wire import JOB_ID_MAX_LENGTH
+
 SACCT_FIELDS: tuple[str, ...] = (
     "JobID",
     "JobIDRaw",
@@ -49,6 +51,9 @@ SACCT_FIELDS: tuple[str, ...] = (
 
 _NO_NODES = "None assigned"  # NodeList of a job that never got nodes (slurmdbd writes this text)
 _MAX_HOSTS = 64 * 1024  # cap per hostlist, against a corrupt line; Slurm caps one range at 64K (MAX_RANGE)
+_MAX_DIGITS = 18  # digits of a bracket number: Slurm reads them as unsigned long (hostlist.c), at most 2**64
+MAX_HOSTNAME_LENGTH = 255
+"""Longest host name a hostlist may expand to (the width of ``nodes.hostname``; DNS names are at most 253)."""
 _TIME_UNSET = ("Unknown", "None")  # slurm_make_time_str: time 0 or INFINITE -> Unknown, NO_VAL -> None
 
 _TIME_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})")
@@ -61,6 +66,24 @@ _RANGE_RE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 _NOT_IN_HOSTNAME_RE = re.compile(r"[\[\],\s]")
 
 _T = TypeVar("_T")
+
+FIELD_MAX_LENGTHS: dict[str, int] = {
+    "JobID": JOB_ID_MAX_LENGTH,
+    "JobIDRaw": 64,
+    "Cluster": 128,
+    "Partition": 128,
+    "Account": 128,
+    "User": 128,
+    "State": 64,
+    "JobName": 255,
+}
+"""Longest text of each stored field, in characters: the widths of the ``jobs`` columns they are stored in
+(:class:`finops.db.models.Job`; ``State`` holds ``CANCELLED by <uid>``, its code is at most 32). A longer field
+refuses its line, named, and the other lines are read."""
+NODE_LIST_MAX_LENGTH = 4096
+"""Longest node list stored with a job (``jobs.node_list``), written as :func:`compress_hostlist` writes it."""
+GPU_TYPE_MAX_LENGTH = 64
+"""Longest GRES type stored with a job (``jobs.gpu_type``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,19 +223,67 @@ def expand_hostlist(text: str) -> list[str]:
     may hold several brackets, expanded as nested loops with the last innermost (``r[1-2]n[1-2]`` -> ``r1n1``,
     ``r1n2``, ``r2n1``, ``r2n2``). ``""`` and ``None assigned`` give ``[]``.
 
+    The host count is computed from the ranges before anything is expanded (:func:`hostlist_size`), so an
+    expression of a few bytes naming billions of hosts is refused in constant memory.
+
     Raises ValueError naming the expression for an empty item, an unmatched or nested bracket, whitespace,
     a bracket entry that is not a number or ascending range, or more than 65536 hosts.
     """
     if text in ("", _NO_NODES):
         return []
+    items = [_parse_item(item, text) for item in _split_hostlist(text)]
+    if _count(items) > _MAX_HOSTS:
+        raise ValueError(f"hostlist {_shown(text)}: more than {_MAX_HOSTS} hosts")
     hosts: list[str] = []
-    for item in _split_hostlist(text):
-        pieces = re.split(r"\[([^\]]*)\]", item)  # text, bracket, text, bracket, ..., text
-        choices = [_bracket_numbers(piece, text) if i % 2 else [piece] for i, piece in enumerate(pieces)]
-        if len(hosts) + math.prod(len(choice) for choice in choices) > _MAX_HOSTS:
-            raise ValueError(f"hostlist {text!r}: more than {_MAX_HOSTS} hosts")
+    for pieces in items:
+        choices = [_numbers(piece) if isinstance(piece, list) else [piece] for piece in pieces]
         hosts.extend("".join(parts) for parts in itertools.product(*choices))
     return hosts
+
+
+def hostlist_size(text: str) -> int:
+    """How many hosts a hostlist expression names (:func:`expand_hostlist`'s length), computed from its ranges
+    without expanding them: the sum over items of the product over brackets of the sum of ``hi - lo + 1``.
+    ValueError as :func:`expand_hostlist` for a malformed expression (not for its size)."""
+    if text in ("", _NO_NODES):
+        return 0
+    return _count([_parse_item(item, text) for item in _split_hostlist(text)])
+
+
+_Range = tuple[int, int, int]  # lo, hi, width of one bracket entry
+_Piece = str | list[_Range]  # literal text, or one bracket's ranges
+
+
+def _parse_item(item: str, text: str) -> list[_Piece]:
+    """An item's literal texts and brackets (each as its ranges), alternating, unexpanded. ValueError when its
+    longest host name would exceed :data:`MAX_HOSTNAME_LENGTH`."""
+    pieces = re.split(r"\[([^\]]*)\]", item)  # text, bracket, text, bracket, ..., text
+    parsed: list[_Piece] = [_bracket_ranges(piece, text) if i % 2 else piece for i, piece in enumerate(pieces)]
+    longest = sum(
+        max(max(width, len(str(hi))) for _, hi, width in piece) if isinstance(piece, list) else len(piece)
+        for piece in parsed
+    )
+    if longest > MAX_HOSTNAME_LENGTH:
+        raise ValueError(f"hostlist {_shown(text)}: a host name longer than {MAX_HOSTNAME_LENGTH} characters")
+    return parsed
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, its first 80 characters only (with ``…``) when longer."""
+    return repr(text) if len(text) <= 80 else f"{text[:80]!r}…"
+
+
+def _count(items: list[list[_Piece]]) -> int:
+    """Hosts named by parsed items (Python integers: no overflow however large)."""
+    return sum(
+        math.prod(sum(hi - lo + 1 for lo, hi, _ in piece) for piece in pieces if isinstance(piece, list))
+        for pieces in items
+    )
+
+
+def _numbers(ranges: list[_Range]) -> list[str]:
+    """A bracket's host numbers, each padded to its range's width."""
+    return [f"{number:0{width}d}" for lo, hi, width in ranges for number in range(lo, hi + 1)]
 
 
 def compress_hostlist(nodes: Iterable[str]) -> str:
@@ -277,7 +348,11 @@ def parse_gpu_tres(text: str) -> tuple[int, str | None]:
         elif name.startswith("gres/gpu:"):
             gpu_type = name.removeprefix("gres/gpu:")
             if not _GPU_TYPE_RE.fullmatch(gpu_type):
-                raise ValueError(f"{item!r} has no valid GPU type")
+                raise ValueError(f"{_shown(item)} has no valid GPU type")
+            if len(gpu_type) > GPU_TYPE_MAX_LENGTH:
+                raise ValueError(
+                    f"GPU type {_shown(gpu_type)} is longer than the {GPU_TYPE_MAX_LENGTH} characters stored"
+                )
             typed[gpu_type] = _gpu_count(item, value)
     total = sum(typed.values()) if untyped is None else untyped
     if len(typed) == 1:
@@ -311,6 +386,9 @@ def _parse_line(line: str, tz: tzinfo) -> SacctJob | None:
     if len(parts) != len(SACCT_FIELDS):
         raise ValueError(f"expected {len(SACCT_FIELDS)} '|'-separated fields, found {len(parts)}")
     fields = dict(zip(SACCT_FIELDS, parts, strict=True))
+    for name, longest in FIELD_MAX_LENGTHS.items():
+        if len(fields[name]) > longest:
+            raise ValueError(f"field {name}: {len(fields[name])} characters, more than the {longest} stored")
 
     def field(name: str, parse: Callable[[str], _T]) -> _T:
         try:
@@ -331,7 +409,7 @@ def _parse_line(line: str, tz: tzinfo) -> SacctJob | None:
     elapsed = field("Elapsed", parse_elapsed)
     state, cancelled_by = field("State", _parse_state)
     gpus, gpu_type = field("AllocTRES", parse_gpu_tres)
-    nodes = field("NodeList", expand_hostlist)
+    nodes = field("NodeList", _stored_nodes)
     return SacctJob(
         job_id=fields["JobID"],
         job_id_raw=job_id_raw,
@@ -350,6 +428,18 @@ def _parse_line(line: str, tz: tzinfo) -> SacctJob | None:
         nodes=tuple(nodes),
         name=fields["JobName"],
     )
+
+
+def _stored_nodes(text: str) -> list[str]:
+    """NodeList's hosts (:func:`expand_hostlist`), refused when their :func:`compress_hostlist` form, as stored,
+    exceeds :data:`NODE_LIST_MAX_LENGTH` characters."""
+    nodes = expand_hostlist(text)
+    stored = len(compress_hostlist(nodes))
+    if stored > NODE_LIST_MAX_LENGTH:
+        raise ValueError(
+            f"{len(nodes)} hosts written in {stored} characters, more than the {NODE_LIST_MAX_LENGTH} stored"
+        )
+    return nodes
 
 
 def _is_step(job_id: str) -> bool:
@@ -411,41 +501,40 @@ def _split_hostlist(text: str) -> list[str]:
     for i, char in enumerate(text):
         if char == "[":
             if in_bracket:
-                raise ValueError(f"hostlist {text!r}: nested '[' at offset {i}")
+                raise ValueError(f"hostlist {_shown(text)}: nested '[' at offset {i}")
             in_bracket = True
         elif char == "]":
             if not in_bracket:
-                raise ValueError(f"hostlist {text!r}: ']' without '[' at offset {i}")
+                raise ValueError(f"hostlist {_shown(text)}: ']' without '[' at offset {i}")
             in_bracket = False
         elif char == "," and not in_bracket:
             items.append(text[start:i])
             start = i + 1
         elif char.isspace():
-            raise ValueError(f"hostlist {text!r}: whitespace at offset {i}")
+            raise ValueError(f"hostlist {_shown(text)}: whitespace at offset {i}")
     if in_bracket:
-        raise ValueError(f"hostlist {text!r}: '[' without ']'")
+        raise ValueError(f"hostlist {_shown(text)}: '[' without ']'")
     items.append(text[start:])
     if "" in items:
-        raise ValueError(f"hostlist {text!r}: empty host name")
+        raise ValueError(f"hostlist {_shown(text)}: empty host name")
     return items
 
 
-def _bracket_numbers(inner: str, text: str) -> list[str]:
-    """The host numbers of one bracket's contents, e.g. ``01-03,07``, each padded to its range's width."""
-    numbers: list[str] = []
+def _bracket_ranges(inner: str, text: str) -> list[_Range]:
+    """The ranges of one bracket's contents, e.g. ``01-03,07`` -> ``[(1, 3, 2), (7, 7, 2)]``."""
+    ranges: list[_Range] = []
     for entry in inner.split(","):
         match = _RANGE_RE.fullmatch(entry)
         if match is None:
-            raise ValueError(f"hostlist {text!r}: {entry!r} is not a number or lo-hi range")
+            raise ValueError(f"hostlist {_shown(text)}: {_shown(entry)} is not a number or lo-hi range")
         lo_text, hi_text = match.group(1), match.group(2) or match.group(1)
+        if max(len(lo_text), len(hi_text)) > _MAX_DIGITS:
+            raise ValueError(f"hostlist {_shown(text)}: {_shown(entry)} has a number of more than {_MAX_DIGITS} digits")
         lo, hi = int(lo_text), int(hi_text)
         if lo > hi:
-            raise ValueError(f"hostlist {text!r}: range {entry!r} is descending")
-        if len(numbers) + hi - lo + 1 > _MAX_HOSTS:
-            raise ValueError(f"hostlist {text!r}: more than {_MAX_HOSTS} hosts")
-        width = len(lo_text)
-        numbers.extend(f"{number:0{width}d}" for number in range(lo, hi + 1))
-    return numbers
+            raise ValueError(f"hostlist {_shown(text)}: range {_shown(entry)} is descending")
+        ranges.append((lo, hi, len(lo_text)))
+    return ranges
 
 
 def _run_text(prefix: str, ranges: list[list[int]]) -> str:

@@ -28,7 +28,7 @@ from finops.db.models import Job, Watermark
 from finops.errors import FinopsError
 from finops.jobs.mig import gres_mig_type, mig_share
 from finops.jobs.placement import PlacementRequest, Unit, ensure_nodes, job_keys, node_models, place_jobs
-from finops.jobs.slurm import SACCT_FIELDS, SacctJob, SacctLineError, parse_sacct
+from finops.jobs.slurm import SACCT_FIELDS, SacctJob, SacctLineError, compress_hostlist, expand_hostlist, parse_sacct
 from finops.jobs.store import replace_job, update_end
 from finops.jobs.teams import TeamRules
 from finops.timeutil import to_epoch, utc_now
@@ -121,7 +121,7 @@ def _record_partitions(session: Session, jobs: list[SacctJob]) -> None:
 
 
 def _same_placement(job: Job, record: SacctJob) -> bool:
-    return (job.start, job.gpus, job.node_list) == (record.start, record.gpus, ",".join(record.nodes))
+    return (job.start, job.gpus) == (record.start, record.gpus) and expand_hostlist(job.node_list) == list(record.nodes)
 
 
 def _new_job(record: SacctJob, cluster: str, team_id: int) -> Job:
@@ -141,7 +141,7 @@ def _new_job(record: SacctJob, cluster: str, team_id: int) -> Job:
         end=record.end,
         gpus=record.gpus,
         gpu_type=record.gpu_type,
-        node_list=",".join(record.nodes),
+        node_list=compress_hostlist(record.nodes),
         team_id=team_id,
     )
 

@@ -1,10 +1,13 @@
 """Teams and the rules that give a job its team. Unmatched jobs land in ``__unmapped__``, never dropped.
 
 A rule maps a Slurm ``account``, a Kubernetes ``namespace`` or a Kubernetes ``label`` (``key=value``, e.g.
-``team=vision``) to a team. A job takes the team of its most specific matching rule: label, then namespace,
-then account (:data:`finops.db.models.TEAM_RULE_KINDS`), the same order Kubecost's team allocation uses for
-labels over namespaces. Changing a rule re-homes the jobs it decides and marks their ledger hours dirty, and is
-written to the audit log (:mod:`finops.access.audit`).
+``team=vision``) to a team. A job takes the team of its first matching rule in the order of the site's team rule
+precedence (:data:`finops.db.models.TEAM_RULE_PRECEDENCES`, kept in the database so that every process applies the
+same): by default ``namespace`` (namespace, account, label: a pod's own labels, which whoever creates the pod
+writes, never override a rule the site set for its namespace), or ``label`` (label, namespace, account: the order
+Kubecost's team allocation uses, for clusters where only trusted pipelines label pods). Changing a rule or the
+precedence re-homes the jobs it decides and marks their ledger hours dirty, and is written to the audit log
+(:mod:`finops.access.audit`).
 """
 
 from __future__ import annotations
@@ -17,11 +20,22 @@ from sqlalchemy.orm import Session
 
 from finops.access import audit
 from finops.db.hours import HourMarks
-from finops.db.models import TEAM_RULE_KINDS, UNMAPPED_TEAM, Job, Team, TeamRule
+from finops.db.models import (
+    DEFAULT_TEAM_RULE_PRECEDENCE,
+    TEAM_RULE_KINDS,
+    TEAM_RULE_PRECEDENCES,
+    UNMAPPED_TEAM,
+    Job,
+    SiteOption,
+    Team,
+    TeamRule,
+)
 from finops.db.rows import get_or_create
 
 REHOME_BATCH = 10_000
 """Jobs read per round trip when re-homing (:func:`rehome_jobs`)."""
+PRECEDENCE_OPTION = "team_rule_precedence"
+"""The :class:`finops.db.models.SiteOption` holding the team rule precedence."""
 
 
 def team_by_name(session: Session, name: str) -> Team:
@@ -45,30 +59,70 @@ class RuleView:
     team: str
 
 
+def precedence(session: Session) -> str:
+    """The site's team rule precedence: a key of :data:`TEAM_RULE_PRECEDENCES` (``namespace`` unless set)."""
+    value = session.get(SiteOption, PRECEDENCE_OPTION)
+    return DEFAULT_TEAM_RULE_PRECEDENCE if value is None else value.value
+
+
+def set_precedence(session: Session, name: str, *, actor: str) -> int:
+    """Make ``name`` (a key of :data:`TEAM_RULE_PRECEDENCES`) the team rule precedence and re-home every job whose
+    team changes. Returns how many jobs moved.
+
+    Audited as ``team_rule.precedence`` by ``actor`` (before and after the name, and ``jobs_moved``) when it changes;
+    setting the precedence in force re-homes (a no-op when the jobs agree) and writes no entry. Raises ValueError
+    for an unknown name; nothing is written then."""
+    if name not in TEAM_RULE_PRECEDENCES:
+        raise ValueError(f"team rule precedence must be one of {', '.join(TEAM_RULE_PRECEDENCES)}, not {name!r}")
+    before = precedence(session)
+    option = session.get(SiteOption, PRECEDENCE_OPTION)
+    if option is None:
+        session.add(SiteOption(name=PRECEDENCE_OPTION, value=name))
+    else:
+        option.value = name
+    session.flush()
+    moved = rehome_jobs(session)
+    if before != name:
+        after = {"precedence": name, "jobs_moved": moved}
+        audit.record(session, actor, "team_rule.precedence", "team rules", {"precedence": before}, after)
+    return moved
+
+
 class TeamRules:
-    """All team rules, loaded once, to resolve many jobs without a query each."""
+    """All team rules and the site's precedence, loaded once, to resolve many jobs without a query each."""
 
     def __init__(self, session: Session) -> None:
         rows = session.execute(select(TeamRule.kind, TeamRule.key, TeamRule.value, TeamRule.team_id)).all()
         self._rules = {(kind, key, value): team_id for kind, key, value, team_id in rows}
+        self.order = TEAM_RULE_PRECEDENCES[precedence(session)]
+        """Rule kinds in the order they are tried."""
         self._unmapped: int | None = None
         self._session = session
 
     def team_id(self, account: str, namespace: str | None = None, labels: dict[str, str] | None = None) -> int:
         """The team id for a job with this Slurm ``account`` (for a pod: its namespace), Kubernetes
-        ``namespace`` and ``labels``: the first rule matching in label, namespace, account order, else
-        ``__unmapped__``'s id."""
-        for key, value in sorted((labels or {}).items()):
-            team = self._rules.get(("label", key, value))
+        ``namespace`` and ``labels``: the first rule matching in :attr:`order`, else ``__unmapped__``'s id.
+        Several labels with rules: the first by label name decides."""
+        for kind in self.order:
+            team = self._match(kind, account, namespace, labels)
             if team is not None:
                 return team
-        if namespace is not None and ("namespace", "", namespace) in self._rules:
-            return self._rules["namespace", "", namespace]
-        if ("account", "", account) in self._rules:
-            return self._rules["account", "", account]
         if self._unmapped is None:
             self._unmapped = team_by_name(self._session, UNMAPPED_TEAM).id
         return self._unmapped
+
+    def _match(self, kind: str, account: str, namespace: str | None, labels: dict[str, str] | None) -> int | None:
+        if kind == "label":
+            return next(
+                (
+                    self._rules[r]
+                    for r in sorted(("label", k, v) for k, v in (labels or {}).items())
+                    if r in self._rules
+                ),
+                None,
+            )
+        value = account if kind == "account" else namespace
+        return None if value is None else self._rules.get((kind, "", value))
 
 
 def team_for_job(session: Session, job: Job) -> int:
@@ -135,11 +189,11 @@ def _state(rule: RuleView | None) -> dict[str, str] | None:
 
 
 def list_rules(session: Session) -> list[RuleView]:
-    """Every rule, in resolution order (label, namespace, account) and then by key and value."""
+    """Every rule, in resolution order (the kinds in the site's precedence) and then by key and value."""
     rows = session.execute(
         select(TeamRule.kind, TeamRule.key, TeamRule.value, Team.name).join(Team, Team.id == TeamRule.team_id)
     ).all()
-    order = {kind: i for i, kind in enumerate(TEAM_RULE_KINDS)}
+    order = {kind: i for i, kind in enumerate(TEAM_RULE_PRECEDENCES[precedence(session)])}
     return sorted((RuleView(*row) for row in rows), key=lambda r: (order[r.kind], r.key, r.value))
 
 

@@ -21,7 +21,9 @@ class CostRowOut(BaseModel):
 
     team: str | None = Field(None, description="The team (the key by team; the job's team by job).")
     job: str | None = Field(None, description="The job id (by job); __unallocated__: capacity no job held.")
-    user: str | None = Field(None, description="The user (by user; the job's user by job).")
+    user: str | None = Field(
+        None, description="The user (by user; the job's user by job); claimed:<name>: a pod's user label, unverified."
+    )
     node: str | None = Field(None, description="The node's hostname (by node).")
     gpu_model: str | None = Field(None, description="The price catalog model (by gpu_model).")
     name: str | None = Field(None, description="The job's name (by job).")

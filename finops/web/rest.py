@@ -38,7 +38,7 @@ from finops.analysis.idle import list_episodes
 from finops.analysis.report import GroupBy, cost_report, report_csv, report_dicts, unpriced_by_model
 from finops.analysis.waste import ReasonPolicy
 from finops.db.models import TEAM_RULE_KINDS
-from finops.jobs.teams import delete_rule, list_rules, set_rule
+from finops.jobs.teams import delete_rule, list_rules, precedence, set_precedence, set_rule
 from finops.pricing.catalog import CatalogError, OnPremRow, PriceCatalog, PricingModel, load_catalog
 from finops.pricing.rules import delete_pricing_rule, list_pricing_rules, set_pricing_rule
 from finops.pricing.store import catalog_in_force, import_catalog
@@ -117,6 +117,13 @@ class TeamRuleIn(InputModel):
     key: RuleKey = ""
     value: RuleValue
     team: str = Field(min_length=1, max_length=MAX_NAME)
+
+
+class TeamRulePrecedenceIn(InputModel):
+    """The team rule precedence (:data:`finops.db.models.TEAM_RULE_PRECEDENCES`): ``namespace`` (a namespace or
+    account rule before a pod's own labels) or ``label`` (labels first)."""
+
+    precedence: Literal["namespace", "label"]
 
 
 _BUDGET_FIELDS = {"team": "path", "month": "path", "project": "query", "amount": "body", "currency": "body"}
@@ -380,7 +387,8 @@ def create_router(
 
     @router.get("/team-rules")
     def team_rules(db: db, caller: reader) -> list[TeamRuleIn]:
-        """Team rules in resolution order (label, namespace, account); a team token: those naming its team."""
+        """Team rules in resolution order (the kinds in the site's precedence, then key and value); a team token:
+        those naming its team."""
         return [
             TeamRuleIn(kind=r.kind, key=r.key, value=r.value, team=r.team)
             for r in list_rules(db)
@@ -392,6 +400,16 @@ def create_router(
         """Create or replace a rule; returns how many jobs moved team."""
         with unprocessable():
             return {"jobs_moved": set_rule(db, rule.kind, rule.key, rule.value, rule.team, actor=caller.actor)}
+
+    @router.get("/team-rules/precedence")
+    def team_rule_precedence(db: db, caller: reader) -> TeamRulePrecedenceIn:
+        """The order team rules are tried in: ``namespace`` (default) or ``label``."""
+        return TeamRulePrecedenceIn(precedence=precedence(db))
+
+    @router.put("/team-rules/precedence", status_code=200)
+    def put_team_rule_precedence(db: db, caller: admin, chosen: TeamRulePrecedenceIn) -> dict[str, int]:
+        """Set the team rule precedence; returns how many jobs moved team."""
+        return {"jobs_moved": set_precedence(db, chosen.precedence, actor=caller.actor)}
 
     @router.delete("/team-rules/{kind}")
     def remove_team_rule(

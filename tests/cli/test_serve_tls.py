@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import ssl
 import subprocess
 import sys
@@ -239,3 +240,40 @@ def test_collector_ca_file_is_a_pem_bundle_for_an_https_service(
     taken = runner.invoke(app, ["collector", "--service-url", "https://finops.example.org", "--source", "diskstats"])
     assert taken.exit_code == 0, taken.output
     assert [config.ca_file for config in configs] == [pem.ca]
+
+
+@sqlite_only
+def test_serve_with_tls_stops_at_once_while_a_client_holds_an_idle_keep_alive(  # type: ignore[no-untyped-def]
+    database_url: str, engine, pem: PemFiles, tmp_path: Path
+) -> None:
+    """A collector's idle keep-alive connection does not hold ``serve`` up: over TLS the server dropped it at the
+    signal instead of waiting for a close_notify the client never sends, until the graceful shutdown ran out."""
+    from tests.support.servers import free_port
+
+    env = {**TLS_FREE_ENVIRONMENT, "FINOPS_DATABASE_URL": database_url, "FINOPS_INGEST_TOKEN": TOKEN}
+    port = free_port()
+    command = [sys.executable, "-m", "finops.cli", "serve", "--port", str(port), "--no-scheduler",
+               "--tls-cert", str(pem.cert), "--tls-key", str(pem.key)]  # fmt: skip
+    log = tmp_path / "serve.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+    trusting = ssl.create_default_context(cafile=str(pem.ca))
+    try:
+        _wait(lambda: _answers(f"https://127.0.0.1:{port}", trusting), "serve answering")
+        with trusting.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="127.0.0.1") as idle:
+            idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert idle.recv(4096).startswith(b"HTTP/1.1 200")  # the connection stays open, idle
+            process.terminate()
+            assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    assert "timeout graceful shutdown exceeded" not in log.read_text()
+
+
+def _answers(url: str, tls: ssl.SSLContext) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", verify=tls).status_code == 200
+    except httpx.TransportError:
+        return False

@@ -148,9 +148,17 @@ def test_the_collector_reads_the_host_read_only_as_its_node_with_its_token(objec
         assert volume["hostPath"]["path"] == host_path
     assert env_value(container, "NODE_NAME")["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert options["node"] == "$(NODE_NAME)"
-    assert PurePosixPath(options["token_file"]).name == "$(NODE_NAME)"
+    # Its node's token alone: copied from the Secret by the init container, which alone mounts the Secret.
     mount, volume = mount_of(spec, container, str(options["token_file"]))
-    assert mount["readOnly"] is True and volume["secret"]["secretName"] == "gpu-finops-node-tokens"
+    assert mount["readOnly"] is True and volume["emptyDir"]["medium"] == "Memory"
+    assert not any("secret" in mount_of(spec, container, m["mountPath"])[1] for m in container["volumeMounts"])
+    (select,) = spec["initContainers"]
+    source, target = select["command"][1:]
+    assert select["command"][0] == "cp" and target == str(options["token_file"])
+    assert PurePosixPath(source).name == "$(NODE_NAME)"
+    assert env_value(select, "NODE_NAME")["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert mount_of(spec, select, source)[1]["secret"]["secretName"] == "gpu-finops-node-tokens"
+    assert mount_of(spec, select, target)[1] == volume
     spool_mount, spool = mount_of(spec, container, str(options["spool_dir"]))
     assert spool["hostPath"]["type"] == "DirectoryOrCreate" and not spool_mount.get("readOnly")
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}

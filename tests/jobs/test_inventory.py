@@ -187,3 +187,23 @@ def test_a_sacct_history_without_collectors_is_priced_by_the_models_it_names(ses
     assert expected["A100-SXM4-80GB"] == (4 * 120 + 4 * 140) * 60
     assert expected["H100-SXM-80GB"] == (8 * 210 + 16 * 90) * 60
     assert dict(got) == dict(expected)
+
+
+def test_an_import_is_stored_in_rounds_and_stops_at_its_node_bound(sessions, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from finops.jobs import inventory
+
+    monkeypatch.setattr(inventory, "IMPORT_CHUNK", 3)
+    monkeypatch.setattr(inventory, "MAX_NODES_PER_IMPORT", 7)
+    lines = [f"NodeName=gpu-{i:02d} Gres=gpu:h100:8 Partitions=gpu" for i in range(10)]
+    lines[4] = "Gres=gpu:h100:8"  # no NodeName
+    lines.insert(2, "")  # blank lines count for line numbers, not for the bound
+    with sessions.begin() as session:
+        result = import_nodes(session, iter(lines), source="nodes.txt", resolve=CATALOG.resolve)
+        stored = sorted(session.scalars(select(Node.hostname)))
+    assert [e.message for e in result.errors] == [
+        "nodes.txt:6: no NodeName= field: not a line of scontrol show node --oneliner",
+        "nodes.txt:9: more than 7 nodes in one import: this line and the rest were not read; import them in parts "
+        "of at most 7 lines",
+    ]
+    assert result.nodes == 6 and stored == [f"gpu-{i:02d}" for i in (0, 1, 2, 3, 5, 6)]
+    assert result.models_set == 6

@@ -182,7 +182,7 @@ def test_node_labels_of_gpu_nodes_only_and_the_product_model() -> None:
 # --- importing ---------------------------------------------------------------------------------------------
 
 
-def test_import_stores_gpu_pods_as_jobs_with_teams_by_label_then_namespace(sessions) -> None:  # type: ignore[no-untyped-def]
+def test_import_stores_gpu_pods_as_jobs_with_teams_by_namespace_then_label(sessions) -> None:  # type: ignore[no-untyped-def]
     with sessions.begin() as session:
         set_rule(session, "namespace", "", "ml-train", "ml-platform", actor="system:test")
         set_rule(session, "label", "team", "nlp", "nlp", actor="system:test")
@@ -198,11 +198,17 @@ def test_import_stores_gpu_pods_as_jobs_with_teams_by_label_then_namespace(sessi
         "k1",
         "3f9a6c2e-1d4b-4e8f-9b7a-5c2d1e0f3a41",
     )
-    assert (llama.account, llama.namespace, llama.user, llama.project) == ("ml-train", "ml-train", "alice", "llama")
+    assert (llama.account, llama.namespace, llama.user, llama.project) == (
+        "ml-train",
+        "ml-train",
+        "claimed:alice",
+        "llama",
+    )
     assert (llama.partition, llama.node_list, llama.gpus, llama.state) == ("h100-pool", "gpu-node-a1", 4, "Running")
     assert llama.labels is not None and llama.labels["user"] == "alice"
     assert teams[llama.team_id] == "ml-platform"  # by namespace
-    assert teams[jobs["ml-train/eval-7f9c"].team_id] == "nlp"  # its team label wins over its namespace
+    assert teams[jobs["ml-train/eval-7f9c"].team_id] == "ml-platform"  # its own team label does not override
+    assert teams[jobs["ml-train/llama-ft-0"].team_id] == "ml-platform"
     assert teams[jobs["inference/vllm-small-5d8b7c9f4-x2x4z"].team_id] == UNMAPPED_TEAM
     assert jobs["inference/vllm-small-5d8b7c9f4-x2x4z"].partition == "mig-inference"
     assert jobs["inference/vllm-small-5d8b7c9f4-x2x4z"].gpu_type == "1g.10gb"

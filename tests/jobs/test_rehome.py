@@ -42,7 +42,7 @@ def test_only_moved_jobs_mark_their_hours_and_loaded_jobs_read_the_new_team(
         staying = [_job(10 + i, "nlp", T0 + timedelta(hours=20 + i), None, unmapped) for i in range(5)]
         already = _job(20, "cv", T0 + timedelta(hours=30), T0 + timedelta(hours=31), vision)
         x_team = team_by_name(session, "x-team").id
-        labelled = _job(21, "cv", T0 + timedelta(hours=40), T0 + timedelta(hours=41), x_team, labels={"team": "x"})
+        labelled = _job(21, "lab", T0 + timedelta(hours=40), T0 + timedelta(hours=41), x_team, labels={"team": "x"})
         assert (
             set_rule(session, "label", "team", "x", "x-team", actor="system:test") == 0
         )  # before the jobs: no job moves

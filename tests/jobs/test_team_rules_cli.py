@@ -8,6 +8,7 @@ import orjson
 from sqlalchemy import select
 from typer.testing import CliRunner, Result
 
+from finops.access.audit import list_entries
 from finops.cli import app
 from finops.db.models import UNMAPPED_TEAM, Job, Team
 from finops.jobs.kubernetes_import import import_pods
@@ -41,17 +42,28 @@ def test_rules_set_list_and_delete_move_jobs(engine, sessions, database_url: str
     assert by_namespace.output.splitlines()[0] == "namespace ml-train → team ml-platform; 3 jobs moved"
     assert by_namespace.output.splitlines()[1].startswith("rollup: "), "the moved jobs' hours are rolled up"
     by_label = _invoke(database_url, "team", "rule", "set", "--kind", "label", "--key", "team", "nlp", "nlp")
-    assert by_label.output.splitlines()[0] == "label team=nlp → team nlp; 2 jobs moved"
+    # The default precedence: the namespace's rule is never overridden by a pod's own label.
+    assert by_label.output.splitlines()[0] == "label team=nlp → team nlp; 0 jobs moved"
     by_account = _invoke(database_url, "team", "rule", "set", "--kind", "account", "inference", "serving")
     assert by_account.output.splitlines()[0] == "account inference → team serving; 2 jobs moved"
     teams = _teams(sessions)
     assert teams["ml-train/llama-ft-0"] == "ml-platform"
-    assert teams["ml-train/eval-7f9c"] == teams["ml-train/preproc-2"] == "nlp"  # label before namespace
+    assert teams["ml-train/eval-7f9c"] == teams["ml-train/preproc-2"] == "ml-platform"  # namespace before label
     assert teams["inference/vllm-small-5d8b7c9f4-x2x4z"] == "serving"  # a pod's account is its namespace
+    shown = _invoke(database_url, "team", "rule", "precedence")
+    assert shown.output.splitlines() == ["namespace: namespace, account, label"]
+
+    labels_first = _invoke(database_url, "team", "rule", "precedence", "label")
+    assert labels_first.exit_code == 0, labels_first.output
+    assert labels_first.output.splitlines()[0] == "team rule precedence label: label, namespace, account; 2 jobs moved"
+    teams = _teams(sessions)
+    assert teams["ml-train/eval-7f9c"] == teams["ml-train/preproc-2"] == "nlp"  # label before namespace
+    assert teams["ml-train/llama-ft-0"] == "ml-platform"
 
     listing = _invoke(database_url, "team", "rule", "list")
     assert listing.exit_code == 0
     assert [line.split() for line in listing.output.splitlines()] == [
+        ["precedence:", "label,", "namespace,", "account"],
         ["kind", "key", "value", "team"],
         ["label", "team", "nlp", "nlp"],
         ["namespace", "-", "ml-train", "ml-platform"],
@@ -63,12 +75,17 @@ def test_rules_set_list_and_delete_move_jobs(engine, sessions, database_url: str
     assert _teams(sessions)["ml-train/eval-7f9c"] == "ml-platform"
     again = _invoke(database_url, "team", "rule", "delete", "--kind", "label", "--key", "team", "nlp")
     assert again.exit_code == 2 and "no rule for label team=nlp" in again.output
+    bad = _invoke(database_url, "team", "rule", "precedence", "pod")
+    assert bad.exit_code == 2 and "team rule precedence must be one of namespace, label" in _words(bad)
+    with sessions() as session:
+        [entry] = list_entries(session, action="team_rule.precedence")
+    assert (entry.before, entry.after) == ({"precedence": "namespace"}, {"precedence": "label", "jobs_moved": 2})
 
 
 def test_team_map_is_an_account_rule(engine, database_url: str) -> None:  # type: ignore[no-untyped-def]
     assert _invoke(database_url, "team", "map", "acct-a", "alpha").exit_code == 0
     listing = _invoke(database_url, "team", "rule", "list")
-    assert listing.output.splitlines()[1].split() == ["account", "-", "acct-a", "alpha"]
+    assert listing.output.splitlines()[2].split() == ["account", "-", "acct-a", "alpha"]
 
 
 def test_bad_rules_are_refused(engine, database_url: str) -> None:  # type: ignore[no-untyped-def]
@@ -78,4 +95,4 @@ def test_bad_rules_are_refused(engine, database_url: str) -> None:  # type: igno
     assert stray_key.exit_code == 2 and "account and namespace rules have none" in _words(stray_key)
     kind = _invoke(database_url, "team", "rule", "delete", "--kind", "project", "x")
     assert kind.exit_code == 2 and "rule kind must be one of label, namespace, account" in _words(kind)
-    assert _invoke(database_url, "team", "rule", "list").output.splitlines()[1:] == []
+    assert _invoke(database_url, "team", "rule", "list").output.splitlines()[2:] == []

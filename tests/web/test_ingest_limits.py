@@ -165,3 +165,23 @@ def test_the_operator_frees_a_slot_for_a_swapped_board(service, sessions, engine
     assert _gpus(sessions) == [("gpu-a-01", 0, b200["uuid"], "NVIDIA B200")]
     missing = CliRunner().invoke(app, ["nodes", "gpu", "replace", "gpu-a-01", "7"])
     assert missing.exit_code != 0 and "has no GPU 7" in missing.output
+
+
+def test_a_replaced_gpus_uuid_is_forgotten_by_the_running_service(service, sessions, database_url: str) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from finops.cli import app
+
+    assert _post(service, _one("gpu-a-01", GPU)).status_code == 200  # the service caches the UUID's GPU row
+    replaced = CliRunner().invoke(
+        app, ["nodes", "gpu", "replace", "gpu-a-01", "0"], env={"FINOPS_DATABASE_URL": database_url}
+    )
+    assert replaced.exit_code == 0, replaced.output
+    # The board went to node b: its readings are b's, not those of the slot of a it left.
+    assert _post(service, _one("gpu-b-01", GPU, NOW + 10)).status_code == 200
+    assert _gpus(sessions) == [("gpu-a-01", 0, None, GPU["model"]), ("gpu-b-01", 0, GPU["uuid"], GPU["model"])]
+    from finops.db.models import Node
+
+    with sessions() as session:
+        rows = session.execute(select(Node.hostname, GpuSample.ts).join(Gpu, Gpu.id == GpuSample.gpu_id).join(Node))
+        assert sorted((host, int(ts.timestamp())) for host, ts in rows) == [("gpu-a-01", NOW), ("gpu-b-01", NOW + 10)]
