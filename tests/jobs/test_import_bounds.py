@@ -19,7 +19,7 @@ from finops.jobs.slurm import (
     hostlist_size,
 )
 from finops.jobs.slurm_import import import_sacct
-from tests.jobs.test_slurm import make_line
+from tests.support.sacct_lines import make_line
 
 
 def test_the_field_bounds_are_the_columns_widths() -> None:

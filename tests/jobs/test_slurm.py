@@ -12,7 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from finops.jobs.slurm import (
-    SACCT_FIELDS,
     SacctJob,
     SacctLineError,
     compress_hostlist,
@@ -22,36 +21,14 @@ from finops.jobs.slurm import (
     parse_gpu_tres,
     parse_sacct,
 )
+from tests.support.sacct_lines import make_line
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "sacct"
 BERLIN = ZoneInfo("Europe/Berlin")  # the fixtures' cluster time zone, see fixtures/sacct/SOURCE.md
 QUERY_TIME = datetime(2024, 4, 2, 12, 0, 0, tzinfo=BERLIN)  # when the fixture's sacct ran
 
+
 # A valid job line, field by field; tests override single fields.
-BASE_FIELDS = {
-    "JobID": "812301",
-    "JobIDRaw": "812301",
-    "Cluster": "orion",
-    "Partition": "gpu-h100",
-    "Account": "ml-research",
-    "User": "alice",
-    "Submit": "2024-03-28T09:14:02",
-    "Start": "2024-03-28T09:15:10",
-    "End": "2024-03-28T17:42:55",
-    "Elapsed": "08:27:45",
-    "State": "COMPLETED",
-    "AllocTRES": "billing=64,cpu=64,gres/gpu:h100=4,gres/gpu=4,mem=500G,node=1",
-    "NodeList": "gpu-h-04",
-    "JobName": "llama-ft-7b",
-}
-
-
-def make_line(**fields: str) -> str:
-    """BASE_FIELDS with ``fields`` replaced, as one sacct line."""
-    values = BASE_FIELDS | fields
-    return "|".join(values[name] for name in SACCT_FIELDS)
-
-
 def parse_one(**fields: str) -> SacctJob:
     """The job parsed from ``make_line(**fields)`` (UTC); fails on an error."""
     result = parse_sacct([make_line(**fields)])
