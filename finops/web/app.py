@@ -71,6 +71,7 @@ from finops.savings.efficiency_policy import EfficiencyPolicy
 from finops.web.alerts import create_alerts_router
 from finops.web.auth import ApiAuth, IngestAuth
 from finops.web.body_limits import BodyDeadline, BodyLimit, too_large
+from finops.web.conformance import ERROR_RESPONSES, INGEST_OPENAPI, INGEST_RESPONSES, allow_every_method
 from finops.web.deps import no_nul_parameters
 from finops.web.ingest_batch import MAX_BODY_BYTES, Gate, ingest_batch, store_together
 from finops.web.rest import create_router
@@ -202,8 +203,9 @@ def create_app(
     app.add_middleware(BodyLimit, limit=REST_MAX_BODY_BYTES, exempt=frozenset({INGEST_PATH}))
     ingest_auth = IngestAuth(sessions, token, insecure_no_token)
     api_auth = ApiAuth(sessions, api_token, insecure_no_token)
-    app.include_router(create_router(sessions, api_auth, catalog, reasons, efficiency))
-    app.include_router(create_alerts_router(sessions, api_auth))
+    app.include_router(create_router(sessions, api_auth, catalog, reasons, efficiency), responses=ERROR_RESPONSES)
+    app.include_router(create_alerts_router(sessions, api_auth), responses=ERROR_RESPONSES)
+    allow_every_method(app)
     commits = GroupCommit(partial(store_together, sessions, Ingestor()), INGEST_CONCURRENCY)
     buckets = ReadingBuckets(limits.readings_per_second, limits.readings_burst, clock)
     ingest_slots = anyio.CapacityLimiter(INGEST_CONCURRENCY)
@@ -243,7 +245,7 @@ def create_app(
             headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
 
-    @app.post(INGEST_PATH)
+    @app.post(INGEST_PATH, openapi_extra=INGEST_OPENAPI, responses=INGEST_RESPONSES)
     async def ingest(
         request: Request,
         authorization: Annotated[str | None, Header()] = None,
@@ -315,7 +317,13 @@ def add_metrics_route(app: FastAPI, registry: CollectorRegistry, auth: ApiAuth) 
     """``GET /metrics`` on ``app``: ``registry`` in the Prometheus text format, for a viewer or admin credential
     (:meth:`ApiAuth.fleet_reader`): with the scheduled jobs, it holds every team's budget figures."""
 
-    @app.get("/metrics", dependencies=[Depends(auth.fleet_reader)])
+    @app.get(
+        "/metrics",
+        dependencies=[Depends(auth.fleet_reader)],
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}}},
+                   **{code: ERROR_RESPONSES[code] for code in (401, 403, 503)}},
+    )  # fmt: skip
     def prometheus_metrics() -> Response:
         """The process's metrics in the Prometheus text format."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
