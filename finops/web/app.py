@@ -32,8 +32,8 @@ one its node's token bucket cannot take now (:class:`finops.ingest.limits.Readin
 Collectors do not retry a 422. A body over ``MAX_BODY_BYTES``, sent or once decompressed, is refused with ``413``
 and nothing stored; the body of any other request, over ``REST_MAX_BODY_BYTES``, too. Every body is read under a
 deadline (:class:`finops.web.body_limits.BodyDeadline`, ``IngestLimits.body_timeout_seconds``): a sender too slow
-gets ``408`` and its connection closed. A request that finds the database busy (a lock another transaction holds) is
-answered ``503`` with ``Retry-After`` (on PostgreSQL, once ``serve``'s lock timeout runs out:
+gets ``408`` and its connection closed. A request that finds the database busy (a lock another transaction holds) or
+out of reach (PostgreSQL down or restarting) is answered ``503`` with ``Retry-After`` (on PostgreSQL, once ``serve``'s lock timeout runs out:
 ``FINOPS_REQUEST_LOCK_TIMEOUT_SECONDS``). A request FastAPI refuses in validation gets ``422`` naming each field and
 why, without the value sent (:func:`validation_errors`). Decompression, validation and storage run in a worker thread
 (``INGEST_CONCURRENCY`` at once), one database transaction per batch; a transaction PostgreSQL aborts to break a
@@ -143,6 +143,13 @@ def _busy(exc: OperationalError) -> bool:
     return isinstance(cause, sqlite3.OperationalError) and "locked" in str(cause)
 
 
+def _unreachable(exc: OperationalError) -> bool:
+    """Whether ``exc`` is PostgreSQL out of reach: down, starting or shutting down, refusing connections, or the
+    connection lost during the request (any other ``psycopg.OperationalError``). The pool checks a connection before
+    lending it (``pool_pre_ping``, :func:`finops.db.engine.make_engine`), so the next request reconnects."""
+    return isinstance(exc.orig, psycopg.OperationalError) or exc.connection_invalidated
+
+
 class ServiceMetrics:
     """The service's own Prometheus series, in a registry of their own."""
 
@@ -232,15 +239,17 @@ def create_app(
 
     @app.exception_handler(OperationalError)
     async def database_busy(request: Request, exc: OperationalError) -> JSONResponse:
-        """503 with ``Retry-After`` (:data:`RETRY_AFTER_SECONDS`) when the database is busy (:func:`_busy`), logged;
-        any other OperationalError goes on to be a 500."""
-        if not _busy(exc):
+        """503 with ``Retry-After`` (:data:`RETRY_AFTER_SECONDS`) when the database is busy (:func:`_busy`) or out of
+        reach (:func:`_unreachable`), logged; any other OperationalError goes on to be a 500."""
+        busy = _busy(exc)
+        if not busy and not _unreachable(exc):
             raise exc
-        log.warning("database busy, %s %s answered 503: %s", request.method, request.url.path, exc.orig)
+        state = "busy (a lock held by another transaction)" if busy else "unavailable (down, restarting or unreachable)"
+        log.warning("database %s, %s %s answered 503: %s", state, request.method, request.url.path, exc.orig)
         if request.url.path == INGEST_PATH:
             metrics.requests.labels(code="503").inc()
         return JSONResponse(
-            {"detail": "the database is busy (a lock held by another transaction); try again later"},
+            {"detail": f"the database is {state}; try again later"},
             status_code=503,
             headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
