@@ -29,14 +29,14 @@ A batch-level error (``node``, ``gpus``, not JSON) stores nothing. So does a bat
 ``IngestLimits.max_gpus_per_batch`` or holding more readings than the node's burst (``422``, it can never pass), and
 one its node's token bucket cannot take now (:class:`finops.ingest.limits.ReadingBuckets`: ``429`` with
 ``Retry-After``, the whole seconds until it can); each counted in ``gpufinops_ingest_refused_total{reason}``.
-Collectors do not retry a 422. A body over ``MAX_BODY_BYTES``, sent or once decompressed, is refused with ``413``
-and nothing stored; the body of any other request, over ``REST_MAX_BODY_BYTES``, too. Every body is read under a
-deadline (:class:`finops.web.body_limits.BodyDeadline`, ``IngestLimits.body_timeout_seconds``): a sender too slow
-gets ``408`` and its connection closed. A request that finds the database busy (a lock another transaction holds) or
-out of reach (PostgreSQL down or restarting) is answered ``503`` with ``Retry-After`` (on PostgreSQL, once ``serve``'s lock timeout runs out:
-``FINOPS_REQUEST_LOCK_TIMEOUT_SECONDS``). A request FastAPI refuses in validation gets ``422`` naming each field and
-why, without the value sent (:func:`validation_errors`). Decompression, validation and storage run in a worker thread
-(``INGEST_CONCURRENCY`` at once), one database transaction per batch; a transaction PostgreSQL aborts to break a
+Collectors do not retry a 422. A body over ``MAX_BODY_BYTES``, sent or once decompressed, is refused with ``413`` and
+nothing stored; the body of any other request, over ``REST_MAX_BODY_BYTES``, too. Every body is read under a deadline
+(:class:`finops.web.body_limits.BodyDeadline`, ``IngestLimits.body_timeout_seconds``): a sender too slow gets ``408``
+and its connection closed. A request that finds the database busy (a lock another transaction holds; on PostgreSQL, once
+``serve``'s lock timeout runs out: ``FINOPS_REQUEST_LOCK_TIMEOUT_SECONDS``) or out of reach (PostgreSQL down or
+restarting) is answered ``503`` with ``Retry-After``. A request FastAPI refuses in validation gets ``422`` naming each
+field and why, without the value sent (:func:`validation_errors`). Decompression, validation and storage run in a worker
+thread (``INGEST_CONCURRENCY`` at once), one database transaction per batch; a transaction PostgreSQL aborts to break a
 deadlock is run again (up to :data:`finops.web.ingest_batch.DEADLOCK_ATTEMPTS` tries).
 """
 

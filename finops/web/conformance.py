@@ -1,9 +1,10 @@
 """What the HTTP API's OpenAPI document says of the answers that are not a route's own, and one HTTP rule Starlette
 leaves out.
 
-- :data:`ERROR_RESPONSES`: the errors any route of the REST API may answer (400, 401, 403, 408, 413, 422, 503), each with
-  the body :class:`ErrorOut`, documented on every route (``include_router(responses=…)``): the OpenAPI document then
-  describes every status and body a client gets, as Schemathesis checks (``tests/web/test_fuzz_api.py``).
+- :data:`ERROR_RESPONSES`: the errors any route of the REST API may answer (400, 401, 403, 408, 413, 422, 503),
+  each with the body :class:`ErrorOut`, documented on every route (``include_router(responses=…)``): the OpenAPI
+  document then describes every status and body a client gets, as Schemathesis checks
+  (``tests/web/test_fuzz_api.py``).
 - :data:`INGEST_OPENAPI`: the ingest route's body (:class:`collector.contract.wire.IngestBatch`) and answers, which
   FastAPI cannot see: the route reads its body itself, to bound it.
 - :func:`allow_every_method`: a ``405 Method Not Allowed`` lists in ``Allow`` every method the path takes, as

@@ -1,8 +1,9 @@
 """PostgreSQL stopped and started again under ingest load, with real processes: a private cluster
 (:mod:`tests.support.private_postgres`), ``gpu-finops serve`` on it, and a node posting one reading per request
-all along, through a stop and start and a ``pg_ctl restart -m fast``. Every reading answered 200 is stored; while the database is down, ingest and ``/healthz`` answer 503 with
-``Retry-After`` (a collector keeps the readings spooled and sends them again), never 500; once the database is back,
-the same ``serve`` process stores again, without a restart."""
+all along, through a stop and start and a ``pg_ctl restart -m fast``. Every reading answered 200 is stored; while
+the database is down, ingest and ``/healthz`` answer 503 with ``Retry-After`` (a collector keeps the readings spooled
+and sends them again), never 500; once the database is back, the same ``serve`` process stores again, without a
+restart."""
 
 from __future__ import annotations
 
