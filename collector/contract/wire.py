@@ -76,6 +76,10 @@ Ratio = Annotated[Number, Field(ge=0, le=1)]
 NonNegative = Annotated[Number, Field(ge=0)]
 Count = Annotated[Integer, Field(ge=0, le=INT64_MAX)]
 EpochSecond = Annotated[Integer, Field(ge=0, le=LAST_EPOCH_SECOND)]
+UNTIMELY_REASONS = ("future", "too_old")
+"""``reason`` of a reading the service refuses for its time, in its 422's ``rejected`` entry: ``future``, stamped
+more than the service's grace ahead of its clock (the node's clock is fast), or ``too_old``, older than the
+service's sample retention (a slow clock, or a backlog held too long)."""
 JOB_ID_MAX_LENGTH = 317
 """Longest job id: a Kubernetes ``namespace/pod`` (namespace a DNS label of at most 63 characters, pod name a
 DNS subdomain of at most 253; Kubernetes "Object Names and IDs"); Slurm ids are far shorter."""

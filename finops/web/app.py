@@ -66,8 +66,10 @@ from finops.analysis.waste import ReasonPolicy
 from finops.ingest.group_commit import GroupCommit
 from finops.ingest.limits import IngestLimits, ReadingBuckets, TimeWindow
 from finops.ingest.readings import Ingestor
+from finops.ingest.untimely import record_untimely
 from finops.pricing.catalog import PriceCatalog
 from finops.savings.efficiency_policy import EfficiencyPolicy
+from finops.timeutil import from_epoch
 from finops.web.alerts import create_alerts_router
 from finops.web.auth import ApiAuth, IngestAuth
 from finops.web.body_limits import BodyDeadline, BodyLimit, too_large
@@ -221,6 +223,9 @@ def create_app(
     metrics = metrics or ServiceMetrics()
     app.state.metrics = metrics
 
+    def untimely(node: str, counts: dict[str, int], error: str) -> None:
+        record_untimely(sessions, node, counts, error, from_epoch(int(clock())))
+
     def timed_out(scope: Scope) -> None:
         if scope["path"] == INGEST_PATH:
             metrics.requests.labels(code="408").inc()
@@ -287,7 +292,7 @@ def create_app(
             window = TimeWindow.at(clock(), limits.retention_days, limits.future_grace_seconds)
             gate = Gate(buckets, limits.max_gpus_per_batch)
             code, answer = await anyio.to_thread.run_sync(
-                ingest_batch, commits, bytes(body), content_encoding == "gzip", window, holder, gate
+                ingest_batch, commits, bytes(body), content_encoding == "gzip", window, holder, gate, untimely
             )
         if gate.refused is not None:
             metrics.refused.labels(reason=gate.refused).inc()

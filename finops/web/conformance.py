@@ -54,9 +54,9 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: _error("The database is busy or unreachable; try again after `Retry-After` seconds."),
 }
 """The error answers of every REST route, by status code (FastAPI's ``responses``)."""
-NOT_FOUND = {404: _error("The object named in the path does not exist.")}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: _error("The object named in the path does not exist.")}
 """``responses`` of a route that names an object in its path."""
-CSV_TOO = {200: {"content": {"text/csv": {"schema": {"type": "string"}}}}}
+CSV_TOO: dict[int | str, dict[str, Any]] = {200: {"content": {"text/csv": {"schema": {"type": "string"}}}}}
 """``responses`` of a route that answers ``format=csv`` with CSV text (besides JSON)."""
 NOT_RETRIABLE = _error("The delivery is neither failed nor refused: there is nothing to retry.")
 """The 409 of retrying an alert delivery."""
