@@ -52,7 +52,8 @@ class Delivery:
         clock: monotonic seconds, for the rate of the credentials ERROR (tests pass a manual clock).
 
     Counters (read by :class:`collector.exposition.DeliveryStats`): ``shipped_samples`` (accepted by the
-    service), ``rejected_samples`` (refused or rejected by it), ``failed_sends`` (POSTs that will be retried),
+    service), ``rejected_samples`` (refused or rejected by it), ``untimely_samples`` (of those, refused for their
+    time, by reason: :data:`collector.contract.wire.UNTIMELY_REASONS`), ``failed_sends`` (POSTs that will be retried),
     ``unspooled_samples`` (readings dropped because the spool could not take their cycle, by reason: one of
     :data:`UNSPOOLED_REASONS`); ``credentials_rejected``, whether the service's last answer refused the credentials
     (401/403).
@@ -72,6 +73,7 @@ class Delivery:
         self.backoff = backoff
         self.shipped_samples = 0
         self.rejected_samples = 0
+        self.untimely_samples = dict.fromkeys(wire.UNTIMELY_REASONS, 0)
         self.failed_sends = 0
         self.unspooled_samples = dict.fromkeys(UNSPOOLED_REASONS, 0)
         self.credentials_rejected = False
@@ -146,6 +148,8 @@ class Delivery:
         self.spool.ack(records)
         self.shipped_samples += result.accepted
         self.rejected_samples += result.rejected
+        for reason, count in result.untimely.items():
+            self.untimely_samples[reason] += count
         return 0.0
 
     def _credentials_refused(self, reason: str, delay: float) -> None:

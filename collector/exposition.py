@@ -148,6 +148,15 @@ class DeliveryStats(Collector):
             "not retried.",
             value=delivery.rejected_samples,
         )
+        untimely = CounterMetricFamily(
+            "gpufinops_collector_untimely_samples",
+            "Of the rejected readings, those the service refused for their time: future (stamped ahead of the "
+            "service's clock beyond its grace: this node's clock is fast) or too_old (older than its retention).",
+            labels=["reason"],
+        )
+        for reason, count in delivery.untimely_samples.items():
+            untimely.add_metric([reason], count)
+        yield untimely
         yield CounterMetricFamily(
             "gpufinops_collector_failed_sends",
             "Ingest POSTs that failed with a network error, 5xx, 401, 403, 408 or 429 and will be retried.",

@@ -26,7 +26,7 @@ import random
 import ssl
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -62,6 +62,8 @@ class SendResult:
             4xx: the batch will never be taken) or ``"failed"`` (network error, 5xx, 408 or 429: worth retrying).
         accepted: readings the service stored (or already had).
         rejected: readings refused: the 422's rejected list, or the whole batch when refused.
+        untimely: of ``rejected``, those refused for their time, by reason
+            (:data:`collector.contract.wire.UNTIMELY_REASONS`: ``future`` when this node's clock is ahead).
         retry_after: seconds the service asked to wait (``Retry-After``), if it said.
         reason: why it was not delivered, for the log (never contains the token).
     """
@@ -69,8 +71,20 @@ class SendResult:
     outcome: str
     accepted: int = 0
     rejected: int = 0
+    untimely: dict[str, int] = field(default_factory=dict)
     retry_after: float | None = None
     reason: str = ""
+
+
+def _untimely(rejected: list[dict[str, object]]) -> dict[str, int]:
+    """Readings of a 422's ``rejected`` entries refused for their time, by reason (only the reasons with some)."""
+    counts: dict[str, int] = {}
+    for entry in rejected:
+        reason = entry.get("reason")
+        if isinstance(reason, str) and reason in wire.UNTIMELY_REASONS:
+            readings = entry.get("readings", 1)
+            counts[reason] = counts.get(reason, 0) + (readings if isinstance(readings, int) else 1)
+    return {reason: count for reason, count in counts.items() if count}
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +227,15 @@ class Shipper:
             count = sum(int(r.get("readings", 1)) for r in rejected)  # a rejected series names its reading count
             if rejected:
                 log.warning("service rejected %d readings, e.g. %s", count, rejected[:3])
-            return SendResult("delivered", accepted=int(result["accepted"]), rejected=count)
+            untimely = _untimely(rejected)
+            if untimely:
+                log.error(
+                    "service refused %s readings for their time (this node's clock may be off: check NTP/chrony)"
+                    ", e.g. %s",
+                    untimely,
+                    next(r["error"] for r in rejected if r.get("reason") in untimely),
+                )
+            return SendResult("delivered", accepted=int(result["accepted"]), rejected=count, untimely=untimely)
         reason = f"HTTP {status} {response.text[:200]}"
         if status in CREDENTIAL_STATUSES:
             return SendResult("unauthorized", reason=reason)

@@ -37,7 +37,7 @@ from finops.analysis.dashboard_queries import (
 )
 from finops.analysis.filters import Scope
 from finops.analysis.idle import EpisodeView, list_episodes
-from finops.analysis.quality import NodeFreshness, node_freshness
+from finops.analysis.quality import NodeFreshness, UntimelyNode, node_freshness, untimely_by_node
 from finops.analysis.report import MONEY_FIELDS, ReportRow, UnpricedModel, report_dicts, unpriced_by_model
 from finops.analysis.telemetry import (
     JobTelemetry,
@@ -430,6 +430,14 @@ def freshness(url: str, now: datetime) -> list[NodeFreshness]:
     """:func:`finops.analysis.quality.node_freshness` at ``now`` (pass it rounded to the minute, so it caches)."""
     with session_factory(engine(url))() as session:
         return node_freshness(session, now)
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def untimely(url: str, since: datetime) -> list[UntimelyNode]:
+    """:func:`finops.analysis.quality.untimely_by_node`: nodes with readings refused for their time since ``since``
+    (pass it rounded to the minute, so it caches)."""
+    with session_factory(engine(url))() as session:
+        return untimely_by_node(session, since)
 
 
 @st.cache_data(ttl=TTL_SECONDS)

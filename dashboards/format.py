@@ -233,6 +233,15 @@ COLUMNS: dict[str, Column] = {
     # collectors
     "newest reading (UTC)": Column("Newest reading (UTC)", "time"),
     "silent for (minutes)": Column("Silent for (minutes)", "number", places=1),
+    "refused as": Column(
+        "Refused as",
+        help="future: stamped ahead of the service's clock (the node's clock is "
+        "fast); too_old: older than the sample retention",
+    ),
+    "readings refused": Column("Readings refused", "count"),
+    "first (UTC)": Column("First refused (UTC)", "time"),
+    "last (UTC)": Column("Last refused (UTC)", "time"),
+    "newest refusal": Column("Newest refusal"),
     # prices
     "from": Column("Effective from", "day"),
     "per_gpu_hour": Column("Per GPU-hour ({currency})", "money", places=4),

@@ -65,7 +65,8 @@ def postgres_run_url() -> Iterator[str]:
         admin.dispose()
 
 
-def _reset_postgres(url: str) -> None:
+def reset_postgres(url: str) -> None:
+    """Empty the PostgreSQL database at ``url`` (its ``public`` schema dropped and made again)."""
     from sqlalchemy import create_engine, text
 
     engine = create_engine(url)
@@ -82,7 +83,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'finops.sqlite'}"
     url: str = request.getfixturevalue("postgres_run_url")
-    _reset_postgres(url)
+    reset_postgres(url)
     return url
 
 

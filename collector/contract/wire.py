@@ -53,7 +53,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, Strict, model_validator
 
 from collector.contract import metric_names as m
 from collector.contract.node_io import MAX_NODE_IO_BYTES_PER_SECOND, NODE_IO_COUNTERS, rate_field
@@ -69,10 +69,17 @@ _FINITE = ConfigDict(extra="forbid", allow_inf_nan=False)
 """Every model of the format refuses unknown fields and non-finite numbers: the JSON literals ``Infinity``,
 ``-Infinity`` and ``NaN``, text such as ``"inf"`` or ``"nan"``, and a number too large for a double (``1e400``)."""
 
-Ratio = Annotated[float, Field(ge=0, le=1)]
-NonNegative = Annotated[float, Field(ge=0)]
-Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
-EpochSecond = Annotated[int, Field(ge=0, le=LAST_EPOCH_SECOND)]
+# Numbers are JSON numbers (Strict): ``true`` is not 1, ``"5"`` is not 5, ``2.5`` is not an integer.
+Number = Annotated[float, Strict()]
+Integer = Annotated[int, Strict()]
+Ratio = Annotated[Number, Field(ge=0, le=1)]
+NonNegative = Annotated[Number, Field(ge=0)]
+Count = Annotated[Integer, Field(ge=0, le=INT64_MAX)]
+EpochSecond = Annotated[Integer, Field(ge=0, le=LAST_EPOCH_SECOND)]
+UNTIMELY_REASONS = ("future", "too_old")
+"""``reason`` of a reading the service refuses for its time, in its 422's ``rejected`` entry: ``future``, stamped
+more than the service's grace ahead of its clock (the node's clock is fast), or ``too_old``, older than the
+service's sample retention (a slow clock, or a backlog held too long)."""
 JOB_ID_MAX_LENGTH = 317
 """Longest job id: a Kubernetes ``namespace/pod`` (namespace a DNS label of at most 63 characters, pod name a
 DNS subdomain of at most 253; Kubernetes "Object Names and IDs"); Slurm ids are far shorter."""
@@ -84,9 +91,9 @@ class GpuInfo(BaseModel):
 
     model_config = _FINITE
     uuid: str = Field(min_length=1, max_length=64)
-    index: int = Field(ge=0, le=INT32_MAX)
+    index: Integer = Field(ge=0, le=INT32_MAX)
     model: str = Field(min_length=1, max_length=128)
-    memory_total_bytes: int | None = Field(None, ge=0, le=INT64_MAX)
+    memory_total_bytes: Integer | None = Field(None, ge=0, le=INT64_MAX)
 
 
 class GpuReading(BaseModel):
@@ -101,7 +108,7 @@ class GpuReading(BaseModel):
     memory_used_bytes: Count | None = None
     power_watts: NonNegative | None = None
     energy_joules: NonNegative | None = None
-    temperature_celsius: float | None = None
+    temperature_celsius: Number | None = None
     sm_clock_hertz: NonNegative | None = None
     clocks_event_reasons: Count | None = None
     job_id: JobId | None = None
@@ -160,7 +167,7 @@ class GpuSeries(BaseModel):
     memory_used_bytes: list[Count | None] | None = None
     power_watts: list[NonNegative | None] | None = None
     energy_joules: list[NonNegative | None] | None = None
-    temperature_celsius: list[float | None] | None = None
+    temperature_celsius: list[Number | None] | None = None
     sm_clock_hertz: list[NonNegative | None] | None = None
     clocks_event_reasons: list[Count | None] | None = None
     job_id: list[JobId | None] | None = None
@@ -198,7 +205,7 @@ class JobUtilization(BaseModel):
     utilization_ratio: Ratio
 
 
-NodeRate = Annotated[float, Field(ge=0, le=MAX_NODE_IO_BYTES_PER_SECOND)]
+NodeRate = Annotated[Number, Field(ge=0, le=MAX_NODE_IO_BYTES_PER_SECOND)]
 
 
 class NodeIo(BaseModel):

@@ -1,7 +1,10 @@
 """Data quality: the share of GPU time attributed to jobs and metered by readings, the GPU-hours whose model has
-no price (by model, with the fix), and each node's freshness."""
+no price (by model, with the fix), each node's freshness, and the nodes whose readings were refused for their time
+(a clock off) in the last week."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import pandas as pd
 import streamlit as st
@@ -10,6 +13,9 @@ from dashboards import data, filters
 from dashboards.format import headline, table
 from finops.analysis.quality import coverage
 from finops.timeutil import utc_now
+
+UNTIMELY_DAYS = timedelta(days=7)
+"""How far back the page lists readings refused for their time."""
 
 st.title("Data quality")
 view = filters.sidebar()
@@ -28,8 +34,27 @@ if unpriced:
     table(frame, "unpriced-gpu-hours.csv")
 else:
     st.write("Every GPU-hour in this period has a price.")
+minute = utc_now().replace(second=0, microsecond=0)
+st.subheader("Collectors: readings refused for their time (last 7 days)")
+untimely = data.untimely(url, minute - UNTIMELY_DAYS)
+if untimely:
+    st.warning(
+        "These nodes sent readings stamped outside what the service accepts: `future` means the node's clock is "
+        "ahead of the service's (fix its NTP/chrony); `too_old`, older than the sample retention. The readings "
+        "were refused, not stored: their GPU-hours show as unmetered."
+    )
+    frame = pd.DataFrame(
+        [
+            {"node": u.node, "refused as": u.reason, "readings refused": u.readings, "first (UTC)": u.first_at,
+             "last (UTC)": u.last_at, "newest refusal": u.last_error}
+            for u in untimely
+        ]
+    )  # fmt: skip
+    table(frame, "untimely-readings.csv")
+else:
+    st.write("No reading was refused for its time.")
 st.subheader("Collectors: newest reading per node")
-nodes = data.freshness(url, utc_now().replace(second=0, microsecond=0))
+nodes = data.freshness(url, minute)
 if view.cluster or view.partition:
     wanted = set(data.nodes(url, view.scope))
     nodes = [n for n in nodes if n.node in wanted]

@@ -1,4 +1,5 @@
-"""Data quality: how fresh each node's readings are, and how much of the GPU time is attributed and metered.
+"""Data quality: how fresh each node's readings are, which nodes' readings ingest refused for their time (a clock
+off), and how much of the GPU time is attributed and metered.
 
 Attribution and metering come from the cost report (:func:`finops.analysis.report.cost_report`); freshness is the newest
 reading per node in ``gpu_samples``; why the rest of the GPU time is not attributed (:func:`unattributed_causes`) from
@@ -16,7 +17,7 @@ from sqlalchemy import BigInteger, ScalarSelect, and_, case, func, or_, select, 
 from sqlalchemy.orm import Session
 
 from finops.analysis.report import UNALLOCATED_TEAM, ReportRow
-from finops.db.models import Gpu, GpuSample, LedgerEntry, Node, Team
+from finops.db.models import Gpu, GpuSample, LedgerEntry, Node, Team, UntimelyReadings
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
 
@@ -53,6 +54,30 @@ def node_freshness(session: Session, now: datetime) -> list[NodeFreshness]:
         silent = (now - last).total_seconds() if last is not None else None
         found.append(NodeFreshness(hostname, int(gpus), last, silent))
     return sorted(found, key=lambda f: (f.silent_seconds is not None, -(f.silent_seconds or 0), f.node))
+
+
+@dataclass(frozen=True, slots=True)
+class UntimelyNode:
+    """A node whose readings ingest refused for their time (:mod:`finops.ingest.untimely`): ``reason`` ``future``
+    (its clock fast) or ``too_old``; ``readings`` refused from ``first_at`` to ``last_at``; ``last_error`` says how
+    far off the newest was."""
+
+    node: str
+    reason: str
+    readings: int
+    first_at: datetime
+    last_at: datetime
+    last_error: str
+
+
+def untimely_by_node(session: Session, since: datetime) -> list[UntimelyNode]:
+    """The nodes with readings refused for their time last at or after ``since``, the most recent first."""
+    rows = session.scalars(
+        select(UntimelyReadings)
+        .where(UntimelyReadings.last_at >= since)
+        .order_by(UntimelyReadings.last_at.desc(), UntimelyReadings.node, UntimelyReadings.reason)
+    )
+    return [UntimelyNode(r.node, r.reason, r.readings, r.first_at, r.last_at, r.last_error) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)

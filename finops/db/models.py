@@ -588,3 +588,21 @@ class JobLease(Base):
     holder: Mapped[str] = mapped_column(String(255))
     acquired_at: Mapped[datetime] = mapped_column(EpochSeconds)
     expires_at: Mapped[datetime] = mapped_column(EpochSeconds)
+
+
+class UntimelyReadings(Base):
+    """Readings ingest refused for their time, per node and reason (:mod:`finops.ingest.untimely`, migration 0022).
+
+    ``reason``: ``future`` (stamped more than the grace ahead of the service's clock: the node's clock is fast) or
+    ``too_old`` (older than the sample retention) (:data:`collector.contract.wire.UNTIMELY_REASONS`); ``readings``
+    refused since ``first_at``; ``last_at`` and ``last_error`` (the refusal's text, saying how far off) of the
+    newest such batch. Instants in the service's clock.
+    """
+
+    __tablename__ = "untimely_readings"
+    node: Mapped[str] = mapped_column(String(255), primary_key=True)
+    reason: Mapped[str] = mapped_column(String(16), primary_key=True)
+    readings: Mapped[int] = mapped_column(BigInteger)
+    first_at: Mapped[datetime] = mapped_column(EpochSeconds)
+    last_at: Mapped[datetime] = mapped_column(EpochSeconds)
+    last_error: Mapped[str] = mapped_column(String(512))

@@ -61,6 +61,11 @@ class TimeWindow:
     def holds(self, ts: int) -> bool:
         return self.earliest <= ts <= self.latest
 
+    def kind(self, ts: int) -> str:
+        """Which bound ``ts`` (outside the window) is past: ``too_old`` or ``future``
+        (:data:`collector.contract.wire.UNTIMELY_REASONS`)."""
+        return "too_old" if ts < self.earliest else "future"
+
     def reason(self, ts: int) -> str:
         """Why ``ts`` (outside the window) is refused."""
         if ts < self.earliest:
@@ -68,8 +73,9 @@ class TimeWindow:
                 f"ts {ts} is older than the sample retention (readings from {self.earliest} on are kept; "
                 "FINOPS_SAMPLE_RETENTION_DAYS)"
             )
+        ahead = ts - (self.latest - self.grace_seconds)
         return (
-            f"ts {ts} is more than {self.grace_seconds} s in the future "
+            f"ts {ts} is {ahead} s in the future by the service's clock, more than the {self.grace_seconds} s allowed "
             f"(latest accepted now: {self.latest}); check the node's clock"
         )
 

@@ -37,6 +37,7 @@ from alerts.store import (
 from finops.access.api_tokens import Principal
 from finops.timeutil import utc_now
 from finops.web.auth import ApiAuth
+from finops.web.conformance import NOT_FOUND, NOT_RETRIABLE
 from finops.web.deps import InputModel, RowId, instant, transaction, unprocessable
 
 DEFAULT_DEADLINE = timedelta(hours=1)
@@ -131,7 +132,7 @@ def create_alerts_router(
             )
         return {"id": silence_id}
 
-    @router.delete("/silences/{silence_id}", status_code=204)
+    @router.delete("/silences/{silence_id}", status_code=204, responses=NOT_FOUND)
     def delete_silence(db: db, caller: admin, silence_id: RowId) -> Response:
         """Expire a silence now; 404 if there is none still in force, 422 for an id no row can have."""
         if not expire_silence(db, silence_id, utc_now(), actor=caller.actor):
@@ -157,7 +158,7 @@ def create_alerts_router(
         """Queue every failed or refused delivery again."""
         return {"retried": retry_deliveries(db, utc_now(), deadline, actor=caller.actor)}
 
-    @router.post("/deliveries/{delivery_id}/retry")
+    @router.post("/deliveries/{delivery_id}/retry", responses={**NOT_FOUND, 409: NOT_RETRIABLE})
     def retry_one(db: db, caller: admin, delivery_id: RowId) -> dict[str, list[int]]:
         """Queue one failed or refused delivery again; 409 if it is pending or delivered, 404 if unknown, 422 for an
         id no row can have."""

@@ -29,14 +29,14 @@ A batch-level error (``node``, ``gpus``, not JSON) stores nothing. So does a bat
 ``IngestLimits.max_gpus_per_batch`` or holding more readings than the node's burst (``422``, it can never pass), and
 one its node's token bucket cannot take now (:class:`finops.ingest.limits.ReadingBuckets`: ``429`` with
 ``Retry-After``, the whole seconds until it can); each counted in ``gpufinops_ingest_refused_total{reason}``.
-Collectors do not retry a 422. A body over ``MAX_BODY_BYTES``, sent or once decompressed, is refused with ``413``
-and nothing stored; the body of any other request, over ``REST_MAX_BODY_BYTES``, too. Every body is read under a
-deadline (:class:`finops.web.body_limits.BodyDeadline`, ``IngestLimits.body_timeout_seconds``): a sender too slow
-gets ``408`` and its connection closed. A request that finds the database busy (a lock another transaction holds) is
-answered ``503`` with ``Retry-After`` (on PostgreSQL, once ``serve``'s lock timeout runs out:
-``FINOPS_REQUEST_LOCK_TIMEOUT_SECONDS``). A request FastAPI refuses in validation gets ``422`` naming each field and
-why, without the value sent (:func:`validation_errors`). Decompression, validation and storage run in a worker thread
-(``INGEST_CONCURRENCY`` at once), one database transaction per batch; a transaction PostgreSQL aborts to break a
+Collectors do not retry a 422. A body over ``MAX_BODY_BYTES``, sent or once decompressed, is refused with ``413`` and
+nothing stored; the body of any other request, over ``REST_MAX_BODY_BYTES``, too. Every body is read under a deadline
+(:class:`finops.web.body_limits.BodyDeadline`, ``IngestLimits.body_timeout_seconds``): a sender too slow gets ``408``
+and its connection closed. A request that finds the database busy (a lock another transaction holds; on PostgreSQL, once
+``serve``'s lock timeout runs out: ``FINOPS_REQUEST_LOCK_TIMEOUT_SECONDS``) or out of reach (PostgreSQL down or
+restarting) is answered ``503`` with ``Retry-After``. A request FastAPI refuses in validation gets ``422`` naming each
+field and why, without the value sent (:func:`validation_errors`). Decompression, validation and storage run in a worker
+thread (``INGEST_CONCURRENCY`` at once), one database transaction per batch; a transaction PostgreSQL aborts to break a
 deadlock is run again (up to :data:`finops.web.ingest_batch.DEADLOCK_ATTEMPTS` tries).
 """
 
@@ -66,11 +66,14 @@ from finops.analysis.waste import ReasonPolicy
 from finops.ingest.group_commit import GroupCommit
 from finops.ingest.limits import IngestLimits, ReadingBuckets, TimeWindow
 from finops.ingest.readings import Ingestor
+from finops.ingest.untimely import record_untimely
 from finops.pricing.catalog import PriceCatalog
 from finops.savings.efficiency_policy import EfficiencyPolicy
+from finops.timeutil import from_epoch
 from finops.web.alerts import create_alerts_router
 from finops.web.auth import ApiAuth, IngestAuth
 from finops.web.body_limits import BodyDeadline, BodyLimit, too_large
+from finops.web.conformance import ERROR_RESPONSES, INGEST_OPENAPI, INGEST_RESPONSES, allow_every_method
 from finops.web.deps import no_nul_parameters
 from finops.web.ingest_batch import MAX_BODY_BYTES, Gate, ingest_batch, store_together
 from finops.web.rest import create_router
@@ -142,6 +145,13 @@ def _busy(exc: OperationalError) -> bool:
     return isinstance(cause, sqlite3.OperationalError) and "locked" in str(cause)
 
 
+def _unreachable(exc: OperationalError) -> bool:
+    """Whether ``exc`` is PostgreSQL out of reach: down, starting or shutting down, refusing connections, or the
+    connection lost during the request (any other ``psycopg.OperationalError``). The pool checks a connection before
+    lending it (``pool_pre_ping``, :func:`finops.db.engine.make_engine`), so the next request reconnects."""
+    return isinstance(exc.orig, psycopg.OperationalError) or exc.connection_invalidated
+
+
 class ServiceMetrics:
     """The service's own Prometheus series, in a registry of their own."""
 
@@ -202,8 +212,9 @@ def create_app(
     app.add_middleware(BodyLimit, limit=REST_MAX_BODY_BYTES, exempt=frozenset({INGEST_PATH}))
     ingest_auth = IngestAuth(sessions, token, insecure_no_token)
     api_auth = ApiAuth(sessions, api_token, insecure_no_token)
-    app.include_router(create_router(sessions, api_auth, catalog, reasons, efficiency))
-    app.include_router(create_alerts_router(sessions, api_auth))
+    app.include_router(create_router(sessions, api_auth, catalog, reasons, efficiency), responses=ERROR_RESPONSES)
+    app.include_router(create_alerts_router(sessions, api_auth), responses=ERROR_RESPONSES)
+    allow_every_method(app)
     commits = GroupCommit(partial(store_together, sessions, Ingestor()), INGEST_CONCURRENCY)
     buckets = ReadingBuckets(limits.readings_per_second, limits.readings_burst, clock)
     ingest_slots = anyio.CapacityLimiter(INGEST_CONCURRENCY)
@@ -211,6 +222,9 @@ def create_app(
     app.state.large_ingest_slots = large_slots
     metrics = metrics or ServiceMetrics()
     app.state.metrics = metrics
+
+    def untimely(node: str, counts: dict[str, int], error: str) -> None:
+        record_untimely(sessions, node, counts, error, from_epoch(int(clock())))
 
     def timed_out(scope: Scope) -> None:
         if scope["path"] == INGEST_PATH:
@@ -230,20 +244,22 @@ def create_app(
 
     @app.exception_handler(OperationalError)
     async def database_busy(request: Request, exc: OperationalError) -> JSONResponse:
-        """503 with ``Retry-After`` (:data:`RETRY_AFTER_SECONDS`) when the database is busy (:func:`_busy`), logged;
-        any other OperationalError goes on to be a 500."""
-        if not _busy(exc):
+        """503 with ``Retry-After`` (:data:`RETRY_AFTER_SECONDS`) when the database is busy (:func:`_busy`) or out of
+        reach (:func:`_unreachable`), logged; any other OperationalError goes on to be a 500."""
+        busy = _busy(exc)
+        if not busy and not _unreachable(exc):
             raise exc
-        log.warning("database busy, %s %s answered 503: %s", request.method, request.url.path, exc.orig)
+        state = "busy (a lock held by another transaction)" if busy else "unavailable (down, restarting or unreachable)"
+        log.warning("database %s, %s %s answered 503: %s", state, request.method, request.url.path, exc.orig)
         if request.url.path == INGEST_PATH:
             metrics.requests.labels(code="503").inc()
         return JSONResponse(
-            {"detail": "the database is busy (a lock held by another transaction); try again later"},
+            {"detail": f"the database is {state}; try again later"},
             status_code=503,
             headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
 
-    @app.post(INGEST_PATH)
+    @app.post(INGEST_PATH, openapi_extra=INGEST_OPENAPI, responses=INGEST_RESPONSES)
     async def ingest(
         request: Request,
         authorization: Annotated[str | None, Header()] = None,
@@ -276,7 +292,7 @@ def create_app(
             window = TimeWindow.at(clock(), limits.retention_days, limits.future_grace_seconds)
             gate = Gate(buckets, limits.max_gpus_per_batch)
             code, answer = await anyio.to_thread.run_sync(
-                ingest_batch, commits, bytes(body), content_encoding == "gzip", window, holder, gate
+                ingest_batch, commits, bytes(body), content_encoding == "gzip", window, holder, gate, untimely
             )
         if gate.refused is not None:
             metrics.refused.labels(reason=gate.refused).inc()
@@ -315,7 +331,13 @@ def add_metrics_route(app: FastAPI, registry: CollectorRegistry, auth: ApiAuth) 
     """``GET /metrics`` on ``app``: ``registry`` in the Prometheus text format, for a viewer or admin credential
     (:meth:`ApiAuth.fleet_reader`): with the scheduled jobs, it holds every team's budget figures."""
 
-    @app.get("/metrics", dependencies=[Depends(auth.fleet_reader)])
+    @app.get(
+        "/metrics",
+        dependencies=[Depends(auth.fleet_reader)],
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}}},
+                   **{code: ERROR_RESPONSES[code] for code in (401, 403, 503)}},
+    )  # fmt: skip
     def prometheus_metrics() -> Response:
         """The process's metrics in the Prometheus text format."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -15,6 +15,7 @@ from finops.savings.efficiency import efficiency_report
 from finops.savings.efficiency_policy import EfficiencyPolicy
 from finops.savings.efficiency_report import efficiency_csv, efficiency_dict
 from finops.web.auth import ApiAuth, forbidden
+from finops.web.conformance import CSV_TOO
 from finops.web.deps import instant, transaction
 
 
@@ -25,7 +26,7 @@ def efficiency_router(sessions: sessionmaker[Session], auth: ApiAuth, policy: Ef
     reader = Annotated[Principal, Depends(auth.reader)]
     db = Annotated[Session, Depends(transaction(sessions), scope="function")]
 
-    @router.get("/efficiency", response_model=None)
+    @router.get("/efficiency", response_model=None, responses=CSV_TOO)
     def efficiency(
         db: db,
         caller: reader,

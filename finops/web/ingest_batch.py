@@ -9,7 +9,8 @@ import gzip
 import io
 import logging
 import zlib
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -112,11 +113,14 @@ def ingest_batch(
     window: TimeWindow,
     holder: TokenHolder | None = None,
     gate: Gate | None = None,
+    on_untimely: Untimely | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """Decompress, validate and store one request body (in a transaction shared with the requests being stored at
-    the same moment: ``commits``); returns the HTTP status and the answer's JSON. ``window``:
-    the times a reading may have (others are refused one by one); ``holder``: the node token it came with (None: a
-    token of every node), whose node the batch must be from; ``gate``: the per-node limits (None: none)."""
+    the same moment: ``commits``); returns the HTTP status and the answer's JSON. ``window``: the times a reading may
+    have (others are refused one by one, each entry with its ``reason``:
+    :data:`collector.contract.wire.UNTIMELY_REASONS`; ``on_untimely`` is then told, before the batch is stored, the
+    node, the readings refused per reason and the first refusal's text); ``holder``: the node token it came with
+    (None: a token of every node), whose node the batch must be from; ``gate``: the per-node limits (None: none)."""
     if gzipped:
         try:
             body = _gunzip(body)
@@ -132,13 +136,15 @@ def ingest_batch(
     if gate is not None and (refusal := gate.admit(batch)) is not None:
         return refusal
     try:
-        return _store(commits, batch, origins, window, rejected)
+        return _store(commits, batch, origins, window, rejected, on_untimely)
     except BaseException:
         if gate is not None:
             gate.give_back(batch.node)
         raise
 
 
+Untimely = Callable[[str, dict[str, int], str], None]
+"""Told of a batch's readings refused for their time: ``(node, {reason: readings}, first refusal's text)``."""
 _Stored = tuple[int, dict[str, str], set[str]]
 """What storing a batch gave: (readings stored, UUIDs refused with the reason, UUIDs unknown)."""
 
@@ -149,10 +155,16 @@ def _store(
     origins: _Origins,
     window: TimeWindow,
     rejected: list[dict[str, Any]],
+    on_untimely: Untimely | None,
 ) -> tuple[int, dict[str, Any]]:
     """Store a validated batch's readings within ``window``; returns the HTTP status and the answer's JSON."""
     batch, untimely = _outside_window(batch, origins, window)
     rejected += untimely
+    if untimely and on_untimely is not None:
+        counts = Counter[str]()
+        for entry in untimely:
+            counts[entry["reason"]] += int(entry.get("readings", 1))
+        on_untimely(batch.node, dict(counts), untimely[0]["error"])
     accepted, refused, unknown = commits.submit(batch)
     if unknown or refused:
         unknown_error = "readings of GPU {}, which the batch's gpus do not describe and the service does not know"
@@ -290,9 +302,9 @@ def _outside_window(
                 continue
             sent = origins.series_of(position)
             for k in bad:
-                place, error = origins.value(sent, k), window.reason(item.ts[k])
+                place, error, kind = origins.value(sent, k), window.reason(item.ts[k]), window.kind(item.ts[k])
                 field = f"series[{sent}].ts[{place}]"
-                rejected.append({"series": sent, "index": place, "field": field, "error": error})
+                rejected.append({"series": sent, "index": place, "field": field, "error": error, "reason": kind})
             gone = set(bad)
             columns = {
                 name: [v for k, v in enumerate(getattr(item, name)) if k not in gone]
@@ -307,7 +319,8 @@ def _outside_window(
         for position, ts in enumerate(epochs):
             if not window.holds(ts):
                 sent = origins.row(position)
-                rejected.append({"index": sent, "field": f"samples[{sent}].ts", "error": window.reason(ts)})
+                entry = {"index": sent, "field": f"samples[{sent}].ts", "error": window.reason(ts)}
+                rejected.append({**entry, "reason": window.kind(ts)})
     for part in SIDE_PARTS:
         entries = getattr(batch, part)
         if all(window.holds(e.ts) for e in entries):
@@ -317,7 +330,8 @@ def _outside_window(
             if not window.holds(side_entry.ts):
                 sent = origins.side(part, position)
                 field, error = f"{part}[{sent}].ts", window.reason(side_entry.ts)
-                rejected.append({part: sent, "field": field, "error": error, "readings": 0})
+                rejected.append({part: sent, "field": field, "error": error, "readings": 0,
+                                 "reason": window.kind(side_entry.ts)})  # fmt: skip
     return (batch.model_copy(update=update) if update else batch), rejected
 
 

@@ -50,6 +50,7 @@ from finops.savings.rightsizing_report import rightsizing_csv, rightsizing_dicts
 from finops.savings.waste_costs import job_dicts, reason_csv, reason_dicts, waste_report
 from finops.timeutil import month_start, next_month_start, utc_now
 from finops.web.auth import ApiAuth, forbidden
+from finops.web.conformance import CSV_TOO, NOT_FOUND
 from finops.web.cost_schema import CostsOut
 from finops.web.deps import AsciiDecimal, InputModel, instant, one_of, transaction, unprocessable
 from finops.web.efficiency_routes import efficiency_router
@@ -227,7 +228,7 @@ def create_router(
         catalog = catalog_in_force(db, fallback_catalog)
         return commitment_report(db, catalog, utc_now(), days, model=model, quantity=quantity).as_dict()
 
-    @router.get("/costs/idle-by-reason", response_model=None)
+    @router.get("/costs/idle-by-reason", response_model=None, responses=CSV_TOO)
     def idle_by_reason(
         db: db,
         caller: reader,
@@ -295,7 +296,7 @@ def create_router(
             )  # fmt: skip
         return Response(status_code=204)
 
-    @router.delete("/budgets/{team}/{month}", status_code=204)
+    @router.delete("/budgets/{team}/{month}", status_code=204, responses=NOT_FOUND)
     def remove_budget(
         db: db, caller: admin, team: str, month: Annotated[str, Path(description=MONTH_HELP)], project: str = ""
     ) -> Response:
@@ -314,7 +315,7 @@ def create_router(
         period = instant(start, "start"), instant(end, "end")
         return [e.as_dict() for e in list_episodes(db, *period, team=caller.team_scope)]
 
-    @router.get("/rightsizing", response_model=None)
+    @router.get("/rightsizing", response_model=None, responses=CSV_TOO)
     def rightsizing_findings(
         db: db,
         caller: reader,
