@@ -591,7 +591,7 @@ class JobLease(Base):
 
 
 class UntimelyReadings(Base):
-    """Readings ingest refused for their time, per node and reason (:mod:`finops.ingest.untimely`, migration 0022).
+    """Readings ingest refused for their time, per node and reason (:mod:`finops.ingest.untimely`, migration 0023).
 
     ``reason``: ``future`` (stamped more than the grace ahead of the service's clock: the node's clock is fast) or
     ``too_old`` (older than the sample retention) (:data:`collector.contract.wire.UNTIMELY_REASONS`); ``readings``
