@@ -20,6 +20,8 @@ model of the node's placeholder GPUs (:mod:`finops.jobs.placement`); with neithe
 Wherever an inventory model changes the model of a GPU, the ledger hours of that GPU since it entered service are
 marked dirty, so the next rollup reprices them.
 
+Each node's GPUs and their service periods come from its ``Gres`` and ``State`` (:mod:`finops.jobs.capacity`).
+
 A model set by hand (:func:`set_model`) is written to the audit log (:mod:`finops.access.audit`); an inventory
 imported from ``scontrol`` is data, as the job imports are, and is not.
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -40,6 +43,17 @@ from finops.access import audit
 from finops.db.hours import HourMarks
 from finops.db.models import Gpu, Node
 from finops.errors import FinopsError
+from finops.jobs.capacity import (
+    CapacityResult,
+    close_service,
+    end_gone,
+    ensure_gpus,
+    in_service,
+    open_service,
+    physical_gpus,
+    set_state,
+    unavailable,
+)
 from finops.jobs.mig import gres_mig_type
 from finops.jobs.placement import effective_model, ensure_nodes
 
@@ -67,11 +81,14 @@ class NodeLineError:
 @dataclass(frozen=True, slots=True)
 class ScontrolNode:
     """One node of ``scontrol show node --oneliner``: ``gpus`` as (GRES type or None when untyped, count),
-    MIG devices included; ``partitions`` in scontrol's order."""
+    MIG devices included; ``partitions`` in scontrol's order; ``state`` and ``reason``: its State and Reason as
+    printed (None when absent; Reason ``none`` too)."""
 
     hostname: str
     gpus: tuple[tuple[str | None, int], ...]
     partitions: tuple[str, ...]
+    state: str | None = None
+    reason: str | None = None
 
     @property
     def gpu_types(self) -> list[str]:
@@ -120,10 +137,13 @@ def parse_node_line(line: str) -> ScontrolNode:
         raise ValueError("no NodeName= field: not a line of scontrol show node --oneliner")
     gres = fields.get("Gres", "")
     partitions = fields.get("Partitions", "")
+    reason = fields.get("Reason") or None
     return ScontrolNode(
         hostname=hostname,
         gpus=tuple(_gpu_gres(gres)),
         partitions=tuple(p for p in partitions.split(",") if p and p != "(null)"),
+        state=fields.get("State") or None,
+        reason=None if reason in (None, "none", "(null)") else reason[:255],
     )
 
 
@@ -175,58 +195,109 @@ def _gpu_gres(gres: str) -> list[tuple[str | None, int]]:
 
 @dataclass
 class InventoryResult:
-    """What an inventory import did: nodes read, models set or changed, GPUs whose model changed, bad lines, and
-    the nodes whose GPU model is not a catalog model (raw type kept), untyped or mixed, each with what to do."""
+    """What an inventory import did: nodes read, models set or changed, GPUs whose model changed, bad lines, the
+    nodes whose GPU model is not a catalog model (raw type kept), untyped or mixed, each with what to do, and what
+    it did to capacity (:class:`finops.jobs.capacity.CapacityResult`)."""
 
     nodes: int = 0
     models_set: int = 0
     gpus_changed: int = 0
     errors: list[NodeLineError] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
+    capacity: CapacityResult = field(default_factory=CapacityResult)
 
 
-def import_nodes(session: Session, lines: Iterable[str], *, source: str, resolve: Resolver) -> InventoryResult:
-    """Record each node of ``scontrol show node --oneliner`` output: its partitions and its GPU model (see the
-    module docstring), in the caller's transaction. An untyped or mixed node keeps the model it has; a type that
-    resolves to no catalog model is stored raw unless the node already has a model (one set by hand stays)."""
+_FIX = "gpu-finops nodes set-model {} MODEL (or add the type to the aliases of a model in your price catalog)"
+
+
+def import_nodes(
+    session: Session,
+    lines: Iterable[str],
+    *,
+    source: str,
+    resolve: Resolver,
+    at: datetime,
+    cluster: str = "default",
+    partial: bool = False,
+) -> InventoryResult:
+    """Record each node of ``scontrol show node --oneliner`` output as of ``at`` (aware UTC, the instant the listing
+    describes), in the caller's transaction: its partitions and GPU model (module docstring), its GPUs from its
+    ``Gres``, their service period from its ``State``, its state (:mod:`finops.jobs.capacity`). An untyped or mixed
+    node keeps the model it has; a type that resolves to no catalog model is stored raw unless the node already has
+    a model (one set by hand stays).
+
+    ``cluster`` names the inventory: the nodes of ``cluster`` that an earlier import listed and this one does not
+    leave service at ``at``, unless ``partial`` (the listing holds only some nodes) or a line was bad (its node
+    cannot be told apart from a gone one)."""
     parsed = parse_scontrol_nodes(lines, source=source)
     result = InventoryResult(errors=list(parsed.errors))
     nodes = ensure_nodes(session, (n.hostname for n in parsed.nodes))
     marks = HourMarks()
-    fix = "gpu-finops nodes set-model {} MODEL (or add the type to the aliases of a model in your price catalog)"
     for record in parsed.nodes:
         node = nodes[record.hostname]
         result.nodes += 1
         partitions = ",".join(record.partitions) or None
         if node.partitions != partitions:
             node.partitions = partitions
-        types = record.gpu_types
-        if len(types) > 1:
-            result.unresolved.append(
-                f"{record.hostname}: several GPU types ({', '.join(types)}); model left as {node.gpu_model!r}: "
-                + fix.format(record.hostname)
-            )
-            continue
-        if not types:
-            if record.gpus and node.gpu_model is None:
-                result.unresolved.append(
-                    f"{record.hostname}: untyped GPUs, model unknown: " + fix.format(record.hostname)
-                )
-            continue
-        model = resolve(types[0])
-        if model is None:
-            result.unresolved.append(
-                f"{record.hostname}: GPU type {types[0]!r} names no price catalog model: " + fix.format(record.hostname)
-            )
-            if node.gpu_model is not None:
-                continue
-            model = types[0]
-        if node.gpu_model != model:
-            result.models_set += 1
-            result.gpus_changed += set_node_model(session, node, model, marks)
+        _set_inventory_model(session, node, record, resolve, result, marks)
+        _set_capacity(session, node, record, cluster, at, result.capacity, marks)
+    if not partial and not parsed.errors:
+        result.capacity.gone = end_gone(session, cluster, {n.hostname for n in parsed.nodes}, at, marks)
     marks.mark(session)
     session.flush()
     return result
+
+
+def _set_inventory_model(
+    session: Session, node: Node, record: ScontrolNode, resolve: Resolver, result: InventoryResult, marks: HourMarks
+) -> None:
+    """Set ``node``'s inventory model from its GRES type (:func:`import_nodes`), or say in ``result`` why not."""
+    types = record.gpu_types
+    if len(types) > 1:
+        result.unresolved.append(
+            f"{record.hostname}: several GPU types ({', '.join(types)}); model left as {node.gpu_model!r}: "
+            + _FIX.format(record.hostname)
+        )
+        return
+    if not types:
+        if record.gpus and node.gpu_model is None:
+            result.unresolved.append(f"{record.hostname}: untyped GPUs, model unknown: " + _FIX.format(record.hostname))
+        return
+    model = resolve(types[0])
+    if model is None:
+        result.unresolved.append(
+            f"{record.hostname}: GPU type {types[0]!r} names no price catalog model: " + _FIX.format(record.hostname)
+        )
+        if node.gpu_model is not None:
+            return
+        model = types[0]
+    if node.gpu_model != model:
+        result.models_set += 1
+        result.gpus_changed += set_node_model(session, node, model, marks)
+
+
+def _set_capacity(
+    session: Session,
+    node: Node,
+    record: ScontrolNode,
+    cluster: str,
+    at: datetime,
+    result: CapacityResult,
+    marks: HourMarks,
+) -> None:
+    """Give ``node`` the GPUs its GRES names and open or end their service by its State (:mod:`finops.jobs.capacity`)."""
+    set_state(node, cluster, record.state, record.reason, at)
+    count = physical_gpus(record.gpus, node.gpu_model)
+    gpu_ids, created = ensure_gpus(session, node, count, node.gpu_model or "unknown", at)
+    result.gpus_created += created
+    if not in_service(record.state):
+        if close_service(session, gpu_ids, at, marks):
+            result.left.append(node.hostname)
+        return
+    if open_service(session, gpu_ids, at, marks):
+        result.entered += 1
+    if unavailable(record.state):
+        result.unavailable.append(f"{node.hostname} ({record.state})")
 
 
 def set_node_model(session: Session, node: Node, model: str, marks: HourMarks) -> int:
@@ -301,7 +372,8 @@ def set_model(
 @dataclass(frozen=True, slots=True)
 class NodeSummary:
     """A node as ``gpu-finops nodes list`` shows it: inventory model and partitions, the models its collector
-    reported, its placeholder GPUs and the model they are priced as (placement's rule, see the module docstring)."""
+    reported, its placeholder GPUs and the model they are priced as (placement's rule, see the module docstring),
+    and its inventory State, Reason and since when (None: no inventory lists it)."""
 
     hostname: str
     inventory_model: str | None
@@ -309,6 +381,9 @@ class NodeSummary:
     reported: tuple[str, ...]
     placeholders: int
     model: str | None
+    state: str | None = None
+    state_reason: str | None = None
+    state_since: datetime | None = None
 
 
 def node_summaries(session: Session) -> list[NodeSummary]:
@@ -327,6 +402,9 @@ def node_summaries(session: Session) -> list[NodeSummary]:
                 reported=tuple(sorted({model for reported, model in held if reported})),
                 placeholders=sum(1 for reported, _ in held if not reported),
                 model=effective_model(held, node.gpu_model),
+                state=node.state,
+                state_reason=node.state_reason,
+                state_since=node.state_since,
             )
         )
     return summaries
