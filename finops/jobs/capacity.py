@@ -111,7 +111,7 @@ def ensure_gpus(session: Session, node: Node, count: int, model: str, at: dateti
     """The ids of ``node``'s GPUs at indices 0 to ``count`` − 1, the missing ones created as placeholders of
     ``model`` entering service at ``at`` (:func:`open_service` gives them their period); and how many were
     created."""
-    existing = dict(session.execute(select(Gpu.gpu_index, Gpu.id).where(Gpu.node_id == node.id)).tuples().all())
+    existing: dict[int, int] = {index: gpu_id for index, gpu_id in session.execute(select(Gpu.gpu_index, Gpu.id).where(Gpu.node_id == node.id))}
     created = [
         Gpu(node_id=node.id, gpu_index=index, model=model, in_service_from=at)
         for index in range(count)

@@ -29,7 +29,7 @@ CHOICES = sorted(CATALOG.models)
 
 def _import_inventory(session) -> object:  # type: ignore[no-untyped-def]
     with SCONTROL.open() as handle:
-        return import_nodes(session, handle, source=str(SCONTROL), resolve=CATALOG.resolve)
+        return import_nodes(session, handle, source=str(SCONTROL), resolve=CATALOG.resolve, at=datetime.now(UTC))
 
 
 def _models(session) -> dict[str, str | None]:  # type: ignore[no-untyped-def]
