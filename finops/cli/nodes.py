@@ -165,8 +165,7 @@ def nodes_list() -> None:
     with open_sessions(load_settings())() as session:
         nodes = node_summaries(session)
     lines = [
-        f"{'node':<24} {'model':<20} {'inventory':<20} {'reported':<24} {'placeholders':>12} {'partitions':<16} "
-        "state"
+        f"{'node':<24} {'model':<20} {'inventory':<20} {'reported':<24} {'placeholders':>12} {'partitions':<16} state"
     ]
     lines += [
         f"{n.hostname:<24} {n.model or '-':<20} {n.inventory_model or '-':<20} {', '.join(n.reported) or '-':<24} "

@@ -111,7 +111,9 @@ def ensure_gpus(session: Session, node: Node, count: int, model: str, at: dateti
     """The ids of ``node``'s GPUs at indices 0 to ``count`` − 1, the missing ones created as placeholders of
     ``model`` entering service at ``at`` (:func:`open_service` gives them their period); and how many were
     created."""
-    existing: dict[int, int] = {index: gpu_id for index, gpu_id in session.execute(select(Gpu.gpu_index, Gpu.id).where(Gpu.node_id == node.id))}
+    existing: dict[int, int] = {
+        index: gpu_id for index, gpu_id in session.execute(select(Gpu.gpu_index, Gpu.id).where(Gpu.node_id == node.id))
+    }
     created = [
         Gpu(node_id=node.id, gpu_index=index, model=model, in_service_from=at)
         for index in range(count)
@@ -119,9 +121,7 @@ def ensure_gpus(session: Session, node: Node, count: int, model: str, at: dateti
     ]
     session.add_all(created)
     session.flush()
-    return [existing[index] for index in range(count) if index in existing] + [gpu.id for gpu in created], len(
-        created
-    )
+    return [existing[index] for index in range(count) if index in existing] + [gpu.id for gpu in created], len(created)
 
 
 def open_service(session: Session, gpu_ids: Sequence[int], at: datetime, marks: HourMarks) -> int:
@@ -201,4 +201,3 @@ def end_gone(session: Session, cluster: str, listed: set[str], at: datetime, mar
         close_service(session, gpu_ids, at, marks)
         node.state, node.state_reason, node.state_since = None, None, at
     return [node.hostname for node in gone]
-

@@ -285,7 +285,8 @@ def _set_capacity(
     result: CapacityResult,
     marks: HourMarks,
 ) -> None:
-    """Give ``node`` the GPUs its GRES names and open or end their service by its State (:mod:`finops.jobs.capacity`)."""
+    """Give ``node`` the GPUs its GRES names, and open or end their service by its State
+    (:mod:`finops.jobs.capacity`)."""
     set_state(node, cluster, record.state, record.reason, at)
     count = physical_gpus(record.gpus, node.gpu_model)
     gpu_ids, created = ensure_gpus(session, node, count, node.gpu_model or "unknown", at)

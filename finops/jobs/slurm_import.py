@@ -27,8 +27,8 @@ from finops.db.hours import HourMarks
 from finops.db.models import Job
 from finops.errors import FinopsError
 from finops.jobs.mig import gres_mig_type, mig_share
-from finops.jobs.sacct_watermark import advance, resume_from
 from finops.jobs.placement import PlacementRequest, Unit, ensure_nodes, job_keys, node_models, place_jobs
+from finops.jobs.sacct_watermark import advance, resume_from
 from finops.jobs.slurm import SACCT_FIELDS, SacctJob, SacctLineError, parse_sacct
 from finops.jobs.store import replace_job, update_end
 from finops.jobs.teams import TeamRules
@@ -247,10 +247,11 @@ def run_sacct(
 ) -> SacctRun:
     """Run sacct for the jobs that held GPUs since the last run, import them, move the watermark forward.
 
-    Window: from the cluster's watermark (:mod:`finops.jobs.sacct_watermark`) minus ``overlap`` (the first time: ``now`` minus
-    ``lookback``) to ``now``. sacct is asked for jobs RUNNING at any instant of it (:data:`SACCT_STATES`), so a
-    job is read again on every run while it runs, and once more after it ended; the watermark itself moves to
-    ``now`` (the window's end). The overlap re-reads the last minutes for records slurmdbd stores late.
+    Window: from the cluster's watermark (:mod:`finops.jobs.sacct_watermark`) minus ``overlap`` (the first time:
+    ``now`` minus ``lookback``) to ``now``. sacct is asked for jobs RUNNING at any instant of it
+    (:data:`SACCT_STATES`), so a job is read again on every run while it runs, and once more after it ended; the
+    watermark itself moves to ``now`` (the window's end). The overlap re-reads the last minutes for records slurmdbd
+    stores late.
     ``cluster`` names the watermark and the lines with an empty Cluster field, and other than ``default`` is
     passed to sacct as ``--clusters``.
 

@@ -33,9 +33,13 @@ def upgrade() -> None:
     name = f"sacct:{clusters[0]}"
     named = bind.scalar(sa.text("SELECT value FROM watermarks WHERE name = :name"), {"name": name})
     if named is None:
-        bind.execute(sa.text("INSERT INTO watermarks (name, value) VALUES (:name, :value)"), {"name": name, "value": unnamed})
+        bind.execute(
+            sa.text("INSERT INTO watermarks (name, value) VALUES (:name, :value)"), {"name": name, "value": unnamed}
+        )
     elif named < unnamed:
-        bind.execute(sa.text("UPDATE watermarks SET value = :value WHERE name = :name"), {"name": name, "value": unnamed})
+        bind.execute(
+            sa.text("UPDATE watermarks SET value = :value WHERE name = :name"), {"name": name, "value": unnamed}
+        )
     bind.execute(sa.text("DELETE FROM watermarks WHERE name = 'sacct:default'"))
 
 

@@ -24,7 +24,9 @@ def _line(job: int, start: datetime, end: datetime | None, tz: ZoneInfo) -> str:
     return f"{job}|{job}|orion|gpu|nlp|bob|{begin}|{begin}|{stop}|00:10:00|{state}|gres/gpu=1|gpu-01|train"
 
 
-def test_times_after_the_import_are_refused_with_the_timezone_fix(sessions, engine, monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_times_after_the_import_are_refused_with_the_timezone_fix(
+    sessions, engine, monkeypatch, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("FINOPS_DATABASE_URL", engine.url.render_as_string(hide_password=False))
     now = datetime.now(UTC).replace(microsecond=0)
     lines = [  # as sacct prints them on a Berlin host (one or two hours ahead of UTC)
