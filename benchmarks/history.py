@@ -98,8 +98,9 @@ def history(
     return inventory, lines, seconds
 
 
-def run(url: str, inventory: list[str], lines: list[str], pricing: Pricing, label: str) -> None:
-    """Import and roll up one history into a fresh schema; print timings and GPU-hours."""
+def run(url: str, inventory: list[str], lines: list[str], pricing: Pricing, label: str, start: datetime) -> None:
+    """Import and roll up one history into a fresh schema, the inventory as of ``start`` (its nodes in service from
+    then on); print timings and GPU-hours."""
     engine = make_engine(url)
     downgrade(engine, "base")
     upgrade(engine)
@@ -107,7 +108,7 @@ def run(url: str, inventory: list[str], lines: list[str], pricing: Pricing, labe
     catalog = pricing.catalog
     t0 = time.perf_counter()
     with sessions.begin() as session:
-        nodes = import_nodes(session, inventory, source="scontrol", resolve=catalog.resolve)
+        nodes = import_nodes(session, inventory, source="scontrol", resolve=catalog.resolve, at=start, cluster="site")
     t1 = time.perf_counter()
     with sessions.begin() as session:
         set_model(
@@ -157,7 +158,7 @@ def main() -> None:
         inventory, lines, seconds = history(args.jobs, args.days, args.seed, end, v100_as)
         by_type = ", ".join(f"{kind} {value / 3600:,.2f}" for kind, value in sorted(seconds.items()))
         print(f"{label}: Σ GPUs × elapsed from the file {sum(seconds.values()) / 3600:,.2f} GPU-hours ({by_type})")
-        run(args.database_url, inventory, lines, pricing, label)
+        run(args.database_url, inventory, lines, pricing, label, end - timedelta(days=args.days))
     engine = make_engine(args.database_url)
     downgrade(engine, "base")
     engine.dispose()

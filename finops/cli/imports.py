@@ -32,7 +32,8 @@ from finops.ingest.prometheus import LabelNames, PrometheusClient, PrometheusErr
 from finops.ingest.prometheus_pull import PullOptions, import_range
 from finops.jobs.kubernetes import load_document, parse_nodes
 from finops.jobs.kubernetes_import import import_pods
-from finops.jobs.slurm_import import SacctError, import_sacct, run_sacct, watermark_name
+from finops.jobs.sacct_watermark import watermark_name
+from finops.jobs.slurm_import import SacctError, import_sacct, run_sacct
 from finops.timeutil import utc_now
 
 app = typer.Typer(
@@ -52,15 +53,26 @@ def import_sacct_command(
         ),
     ] = False,
     cluster: Annotated[
-        str, typer.Option(help="Cluster name for lines whose Cluster field is empty (and, with --run, sacct's).")
-    ] = "default",
+        str | None,
+        typer.Option(
+            help="Cluster name for lines whose Cluster field is empty (and, with --run, sacct's); "
+            "default: FINOPS_SACCT_CLUSTER."
+        ),
+    ] = None,
     timezone: Annotated[
         str, typer.Option(help="IANA time zone sacct printed its times in (the sacct host's local time).")
     ] = "UTC",
     no_rollup: NoRollup = False,
 ) -> None:
-    """Import Slurm jobs from `sacct --parsable2 --noheader --format=JobID,JobIDRaw,Cluster,Partition,Account,
-    User,Submit,Start,End,Elapsed,State,AllocTRES,NodeList,JobName` output, or (--run) from sacct itself."""
+    """Import Slurm jobs from sacct output, or (--run) from sacct itself. For a backfill, as root or SlurmUser:
+
+    `sacct --allusers --allocations --duplicates --starttime=2026-01-01 --endtime=now --parsable2 --noheader
+    --format=JobID,JobIDRaw,Cluster,Partition,Account,User,Submit,Start,End,Elapsed,State,AllocTRES,NodeList,JobName`
+
+    (docs/jobs.md says why each flag is there). Times are read in --timezone; a line with a time after now is
+    refused, naming --timezone."""
+    settings = load_settings()
+    cluster = cluster or settings.sacct_cluster
     if run:
         if file is not None:
             raise typer.BadParameter("give FILE or --run, not both", param_hint="FILE")
@@ -72,9 +84,15 @@ def import_sacct_command(
         tz = ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise typer.BadParameter(f"unknown time zone {timezone!r}", param_hint="--timezone") from exc
-    settings = load_settings()
     with open_text(file) as handle, open_sessions(settings).begin() as session:
-        result = import_sacct(session, handle, source="<stdin>" if file == STDIN else file, cluster=cluster, tz=tz)
+        result = import_sacct(
+            session,
+            handle,
+            source="<stdin>" if file == STDIN else file,
+            cluster=cluster,
+            tz=tz,
+            not_after=utc_now(),
+        )
     finish_import(
         (error.message for error in result.errors),
         f"imported {result.jobs} GPU jobs; {result.without_gpus} without GPUs; {len(result.errors)} bad lines",
@@ -106,7 +124,7 @@ def _run_sacct(cluster: str, no_rollup: bool) -> None:
     finish_import(
         (error.message for error in result.errors),
         f"sacct from {window}: imported {result.jobs} GPU jobs; {result.without_gpus} without GPUs; "
-        f"{len(result.errors)} bad lines; watermark {watermark_name(cluster)} at {done.end:%Y-%m-%dT%H:%M:%S}Z",
+        f"{len(result.errors)} bad lines; watermark {done.watermark} at {done.end:%Y-%m-%dT%H:%M:%S}Z",
         no_rollup,
         settings,
     )

@@ -29,6 +29,7 @@ from finops.cli.context import (
     TOKEN_COLUMNS,
     NoRollup,
     finish_import,
+    instant,
     load_pricing,
     load_settings,
     open_sessions,
@@ -39,7 +40,7 @@ from finops.cli.context import (
 )
 from finops.db.models import Gpu, Node
 from finops.ingest.node_tokens import create_token, list_tokens, revoke_token
-from finops.jobs.inventory import import_nodes, node_summaries, set_model
+from finops.jobs.inventory import NodeSummary, import_nodes, node_summaries, set_model
 from finops.pricing.store import catalog_in_force
 from finops.timeutil import utc_now
 
@@ -57,30 +58,72 @@ app.add_typer(token_app)
 @app.command("import")
 def nodes_import(
     file: Annotated[str, typer.Argument(help="scontrol show node --oneliner output, or - for standard input.")],
+    cluster: Annotated[
+        str | None,
+        typer.Option(help="The cluster the listing is of (default: FINOPS_SACCT_CLUSTER); its nodes missing leave."),
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(help="The instant the listing describes, ISO 8601 (naive: UTC); default: now."),
+    ] = None,
+    partial: Annotated[
+        bool, typer.Option("--partial", help="The listing holds only some nodes: end no missing node's service.")
+    ] = False,
     no_rollup: NoRollup = False,
 ) -> None:
-    """Record each node's GPU model and partitions from `scontrol show node --oneliner` output (Slurm's scontrol(1):
-    one node per line, `NodeName=… Gres=gpu:a100:4(S:0-1) … Partitions=gpu,debug …`).
+    """Record each node's GPUs, GPU model, partitions and state from `scontrol show node --oneliner` output
+    (Slurm's scontrol(1): one node per line, `NodeName=… Gres=gpu:a100:4(S:0-1) … Partitions=gpu,debug …
+    State=IDLE …`).
 
-    The GRES type is resolved to a price catalog model; a type that names none is kept as it is and the node is
-    named with the command that fixes it. Bad lines are named with their line number, the rest is imported, and
-    the exit code is then 1. The ledger hours of GPUs whose model changed are then rolled up (repriced), also when
-    lines were bad (--no-rollup: at the next rollup).
+    Each node gets the GPUs its Gres names, in service from the import's time (--at) while its State is not FUTURE
+    (nor a powered-down cloud node); a drained or down node's GPUs stay in service, listed as unavailable. A node
+    of the cluster that an earlier import listed and this one lacks leaves service (not with --partial, nor when
+    lines were bad). The GRES type is resolved to a price catalog model; a type that names none is kept as it is
+    and the node is named with the command that fixes it. Bad lines are named with their line number, the rest is
+    imported, and the exit code is then 1. The changed ledger hours are then rolled up, also when lines were bad
+    (--no-rollup: at the next rollup).
     """
     settings = load_settings()
+    now = utc_now()
+    when = instant(at, "--at") if at is not None else now
+    if when > now:
+        raise typer.BadParameter(f"{at} is in the future", param_hint="--at")
     with open_sessions(settings).begin() as session:
         catalog = catalog_in_force(session, load_pricing(settings).catalog)
         with open_text(file) as handle:
-            result = import_nodes(session, handle, source="<stdin>" if file == STDIN else file, resolve=catalog.resolve)
+            result = import_nodes(
+                session,
+                handle,
+                source="<stdin>" if file == STDIN else file,
+                resolve=catalog.resolve,
+                at=when,
+                cluster=cluster or settings.sacct_cluster,
+                partial=partial,
+            )
     for problem in result.unresolved:
         typer.echo(f"model unknown: {problem}", err=True)
+    capacity = result.capacity
+    for hostname in capacity.gone:
+        typer.echo(f"gone from the inventory, its GPUs out of service: {hostname}", err=True)
+    if result.errors and not partial:
+        typer.echo("bad lines: no node was taken for gone from the inventory", err=True)
     finish_import(
         (error.message for error in result.errors),
-        f"{result.nodes} nodes; {result.models_set} GPU models set, {result.gpus_changed} GPUs repriced; "
-        f"{len(result.unresolved)} nodes without a catalog model; {len(result.errors)} bad lines",
+        f"{result.nodes} nodes; {capacity.gpus_created} GPUs added; {capacity.entered} nodes entered service, "
+        f"{len(capacity.left)} left it, {len(capacity.gone)} gone; {len(capacity.unavailable)} unavailable "
+        f"(drained, down: in service){_listed(capacity.unavailable)}; {result.models_set} GPU models set, "
+        f"{result.gpus_changed} GPUs repriced; {len(result.unresolved)} nodes without a catalog model; "
+        f"{len(result.errors)} bad lines",
         no_rollup,
         settings,
     )
+
+
+def _listed(names: list[str], most: int = 5) -> str:
+    """`` (a, b, c, …)`` for a message: the first ``most`` names."""
+    if not names:
+        return ""
+    return f" ({', '.join(names[:most])}{', …' if len(names) > most else ''})"
 
 
 @app.command("set-model")
@@ -117,16 +160,28 @@ def nodes_set_model(
 @app.command("list")
 def nodes_list() -> None:
     """Every node: the model its GPUs are priced as (a collector's reading, else the inventory's, else the jobs'),
-    the inventory model, the models collectors reported, placeholder GPUs and partitions."""
+    the inventory model, the models collectors reported, placeholder GPUs, partitions, and its inventory state
+    since when (a drained or down node's GPUs are in service but cannot run jobs)."""
     with open_sessions(load_settings())() as session:
         nodes = node_summaries(session)
-    lines = [f"{'node':<24} {'model':<20} {'inventory':<20} {'reported':<24} {'placeholders':>12} partitions"]
+    lines = [
+        f"{'node':<24} {'model':<20} {'inventory':<20} {'reported':<24} {'placeholders':>12} {'partitions':<16} state"
+    ]
     lines += [
         f"{n.hostname:<24} {n.model or '-':<20} {n.inventory_model or '-':<20} {', '.join(n.reported) or '-':<24} "
-        f"{n.placeholders:>12} {n.partitions or '-'}"
+        f"{n.placeholders:>12} {n.partitions or '-':<16} {_state(n)}"
         for n in nodes
     ]
     typer.echo("\n".join(lines))
+
+
+def _state(node: NodeSummary) -> str:
+    """A node's inventory state for ``nodes list``: ``IDLE+DRAIN since 2026-11-02T10:00Z (disk)``; ``-`` when no
+    inventory lists it."""
+    if node.state is None:
+        return "-" if node.state_since is None else f"not in the inventory since {utc_stamp(node.state_since)}"
+    reason = f" ({node.state_reason})" if node.state_reason else ""
+    return f"{node.state} since {utc_stamp(node.state_since)}{reason}"
 
 
 @token_app.command("create")

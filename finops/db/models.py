@@ -62,6 +62,12 @@ class Node(Base):
     The node inventory (:mod:`finops.jobs.inventory`, migration 0011): ``gpu_model``, the model of the node's GPUs
     as the site says (a price catalog model key, or the scheduler's raw GPU type when it names none), the model of
     its GPUs that no collector has reported; ``partitions``: the Slurm partitions it is in, comma-separated.
+
+    Its state in the inventory (:mod:`finops.jobs.capacity`, migration 0024): ``cluster``, the cluster whose
+    inventory lists it; ``state``, Slurm's node State as ``scontrol show node`` printed it (``IDLE``,
+    ``MIXED+DRAIN``, ``DOWN*``), NULL when no inventory lists it (never imported, or gone from its cluster's
+    inventory); ``state_reason``: Slurm's Reason; ``state_since``: the import that first saw that state (or the
+    node gone).
     """
 
     __tablename__ = "nodes"
@@ -71,13 +77,23 @@ class Node(Base):
     labels: Mapped[dict[str, str] | None] = mapped_column(JSON)
     gpu_model: Mapped[str | None] = mapped_column(String(128))
     partitions: Mapped[str | None] = mapped_column(String(1024))
+    cluster: Mapped[str | None] = mapped_column(String(128))
+    state: Mapped[str | None] = mapped_column(String(128))
+    state_reason: Mapped[str | None] = mapped_column(String(255))
+    state_since: Mapped[datetime | None] = mapped_column(EpochSeconds)
 
 
 class Gpu(Base):
     """A physical GPU: NVML UUID, product name, node and NVML index.
 
-    ``uuid`` is unknown (NULL) for a GPU known only from a job's placement until its collector reports.
-    ``in_service_from`` is when capacity cost starts accruing: its first sample or placement.
+    ``uuid`` is unknown (NULL) for a GPU known only from a job's placement or the node inventory until its
+    collector reports. ``in_service_from``: the earliest instant it was in service (its first reading, job
+    placement or inventory period); no ledger hour before it has a row of it.
+
+    When it is in service (its capacity, :mod:`finops.ledger.sql` step 1): over its :class:`GpuService` periods
+    when it has any (the node inventory writes them); else, when a collector reported it (a UUID), from
+    ``in_service_from`` on; and, whatever those say, while a job holds it. A GPU only job imports know is thus in
+    service only while jobs held it.
     """
 
     __tablename__ = "gpus"
@@ -89,6 +105,19 @@ class Gpu(Base):
     model: Mapped[str] = mapped_column(String(128))
     memory_total_bytes: Mapped[int | None] = mapped_column(BigInteger)
     in_service_from: Mapped[datetime] = mapped_column(EpochSeconds)
+
+
+class GpuService(Base):
+    """A period [start, end) in which a GPU was in service as the node inventory says (migration 0024): from an
+    import that listed its node in service to the first that listed it out of service or not at all (``end`` NULL:
+    still in service). A GPU's periods do not overlap (:mod:`finops.jobs.capacity` keeps them so)."""
+
+    __tablename__ = "gpu_service"
+    __table_args__ = (Index("ix_gpu_service_gpu_start", "gpu_id", "start"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
+    start: Mapped[datetime] = mapped_column(EpochSeconds)
+    end: Mapped[datetime | None] = mapped_column(EpochSeconds)
 
 
 class GpuSample(Base):

@@ -20,6 +20,8 @@ model of the node's placeholder GPUs (:mod:`finops.jobs.placement`); with neithe
 Wherever an inventory model changes the model of a GPU, the ledger hours of that GPU since it entered service are
 marked dirty, so the next rollup reprices them.
 
+Each node's GPUs and their service periods come from its ``Gres`` and ``State`` (:mod:`finops.jobs.capacity`).
+
 A model set by hand (:func:`set_model`) is written to the audit log (:mod:`finops.access.audit`); an inventory
 imported from ``scontrol`` is data, as the job imports are, and is not.
 
@@ -30,9 +32,9 @@ None; :meth:`finops.pricing.catalog.PriceCatalog.resolve`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -41,6 +43,17 @@ from finops.access import audit
 from finops.db.hours import HourMarks
 from finops.db.models import Gpu, Node
 from finops.errors import FinopsError
+from finops.jobs.capacity import (
+    CapacityResult,
+    close_service,
+    end_gone,
+    ensure_gpus,
+    in_service,
+    open_service,
+    physical_gpus,
+    set_state,
+    unavailable,
+)
 from finops.jobs.mig import gres_mig_type
 from finops.jobs.placement import effective_model, ensure_nodes
 
@@ -68,11 +81,14 @@ class NodeLineError:
 @dataclass(frozen=True, slots=True)
 class ScontrolNode:
     """One node of ``scontrol show node --oneliner``: ``gpus`` as (GRES type or None when untyped, count),
-    MIG devices included; ``partitions`` in scontrol's order."""
+    MIG devices included; ``partitions`` in scontrol's order; ``state`` and ``reason``: its State and Reason as
+    printed (None when absent; Reason ``none`` too)."""
 
     hostname: str
     gpus: tuple[tuple[str | None, int], ...]
     partitions: tuple[str, ...]
+    state: str | None = None
+    reason: str | None = None
 
     @property
     def gpu_types(self) -> list[str]:
@@ -121,10 +137,13 @@ def parse_node_line(line: str) -> ScontrolNode:
         raise ValueError("no NodeName= field: not a line of scontrol show node --oneliner")
     gres = fields.get("Gres", "")
     partitions = fields.get("Partitions", "")
+    reason = fields.get("Reason") or None
     return ScontrolNode(
         hostname=hostname,
         gpus=tuple(_gpu_gres(gres)),
         partitions=tuple(p for p in partitions.split(",") if p and p != "(null)"),
+        state=fields.get("State") or None,
+        reason=None if reason in (None, "none", "(null)") else reason[:255],
     )
 
 
@@ -176,14 +195,19 @@ def _gpu_gres(gres: str) -> list[tuple[str | None, int]]:
 
 @dataclass
 class InventoryResult:
-    """What an inventory import did: nodes read, models set or changed, GPUs whose model changed, bad lines, and
-    the nodes whose GPU model is not a catalog model (raw type kept), untyped or mixed, each with what to do."""
+    """What an inventory import did: nodes read, models set or changed, GPUs whose model changed, bad lines, the
+    nodes whose GPU model is not a catalog model (raw type kept), untyped or mixed, each with what to do, and what
+    it did to capacity (:class:`finops.jobs.capacity.CapacityResult`)."""
 
     nodes: int = 0
     models_set: int = 0
     gpus_changed: int = 0
     errors: list[NodeLineError] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
+    capacity: CapacityResult = field(default_factory=CapacityResult)
+
+
+_FIX = "gpu-finops nodes set-model {} MODEL (or add the type to the aliases of a model in your price catalog)"
 
 
 MAX_NODES_PER_IMPORT = 100_000
@@ -193,15 +217,31 @@ IMPORT_CHUNK = 5_000
 """Node lines stored per round: an import holds one round's nodes in memory, not the whole input."""
 
 
-def import_nodes(session: Session, lines: Iterable[str], *, source: str, resolve: Resolver) -> InventoryResult:
-    """Record each node of ``scontrol show node --oneliner`` output: its partitions and its GPU model (see the
-    module docstring), in the caller's transaction. An untyped or mixed node keeps the model it has; a type that
-    resolves to no catalog model is stored raw unless the node already has a model (one set by hand stays).
+def import_nodes(
+    session: Session,
+    lines: Iterable[str],
+    *,
+    source: str,
+    resolve: Resolver,
+    at: datetime,
+    cluster: str = "default",
+    partial: bool = False,
+) -> InventoryResult:
+    """Record each node of ``scontrol show node --oneliner`` output as of ``at`` (aware UTC, the instant the listing
+    describes), in the caller's transaction: its partitions and GPU model (module docstring), its GPUs from its
+    ``Gres``, their service period from its ``State``, its state (:mod:`finops.jobs.capacity`). An untyped or mixed
+    node keeps the model it has; a type that resolves to no catalog model is stored raw unless the node already has
+    a model (one set by hand stays).
 
     The lines are read and stored :data:`IMPORT_CHUNK` at a time, at most :data:`MAX_NODES_PER_IMPORT` of them
-    (blank lines aside); the line past that is an error and the rest is not read."""
+    (blank lines aside); the line past that is an error and the rest is not read.
+
+    ``cluster`` names the inventory: the nodes of ``cluster`` that an earlier import listed and this one does not
+    leave service at ``at``, unless ``partial`` (the listing holds only some nodes) or a line was bad or not read
+    (its node cannot be told apart from a gone one)."""
     result = InventoryResult()
     marks = HourMarks()
+    listed: set[str] = set()
     chunk: list[str] = []
     first = records = 0
     for number, raw in enumerate(lines, start=1):
@@ -218,10 +258,12 @@ def import_nodes(session: Session, lines: Iterable[str], *, source: str, resolve
             first = number
         chunk.append(raw)
         if len(chunk) == IMPORT_CHUNK:
-            _import_chunk(session, chunk, first, source, resolve, result, marks)
+            listed |= _import_chunk(session, chunk, first, source, resolve, at, cluster, result, marks)
             chunk = []
     if chunk:
-        _import_chunk(session, chunk, first, source, resolve, result, marks)
+        listed |= _import_chunk(session, chunk, first, source, resolve, at, cluster, result, marks)
+    if not partial and not result.errors:
+        result.capacity.gone = end_gone(session, cluster, listed, at, marks)
     marks.mark(session)
     session.flush()
     return result
@@ -233,75 +275,93 @@ def _import_chunk(
     first_line: int,
     source: str,
     resolve: Resolver,
+    at: datetime,
+    cluster: str,
     result: InventoryResult,
     marks: HourMarks,
-) -> None:
-    """Store one round of node lines (the first is line ``first_line`` of the input) into ``result`` and ``marks``."""
+) -> set[str]:
+    """Store one round of node lines (the first is line ``first_line`` of the input) into ``result`` and ``marks``
+    (:func:`import_nodes`); returns the hostnames it listed."""
     parsed = parse_scontrol_nodes(lines, source=source, first_line=first_line)
     result.errors += parsed.errors
     nodes = ensure_nodes(session, (n.hostname for n in parsed.nodes))
-    fix = "gpu-finops nodes set-model {} MODEL (or add the type to the aliases of a model in your price catalog)"
-    models: dict[Node, str] = {}
     for record in parsed.nodes:
         node = nodes[record.hostname]
         result.nodes += 1
         partitions = ",".join(record.partitions) or None
         if node.partitions != partitions:
             node.partitions = partitions
-        types = record.gpu_types
-        if len(types) > 1:
-            result.unresolved.append(
-                f"{record.hostname}: several GPU types ({', '.join(types)}); model left as {node.gpu_model!r}: "
-                + fix.format(record.hostname)
-            )
-            continue
-        if not types:
-            if record.gpus and node.gpu_model is None:
-                result.unresolved.append(
-                    f"{record.hostname}: untyped GPUs, model unknown: " + fix.format(record.hostname)
-                )
-            continue
-        model = resolve(types[0])
-        if model is None:
-            result.unresolved.append(
-                f"{record.hostname}: GPU type {types[0]!r} names no price catalog model: " + fix.format(record.hostname)
-            )
-            if node.gpu_model is not None:
-                continue
-            model = types[0]
-        if node.gpu_model != model:
-            result.models_set += 1
-            models[node] = model
-    result.gpus_changed += set_node_models(session, models, marks)
-    session.flush()
+        _set_inventory_model(session, node, record, resolve, result, marks)
+        _set_capacity(session, node, record, cluster, at, result.capacity, marks)
+    return set(nodes)
 
 
-def set_node_models(session: Session, models: Mapping[Node, str], marks: HourMarks) -> int:
-    """Set each node's inventory model and give it to its placeholder GPUs (those no collector has reported) when
-    no collector has reported any of its GPUs; gather the changed GPUs' hours since they entered service in
-    ``marks``. One query per 2000 nodes. Returns how many GPUs changed model."""
-    gpus: dict[int, list[Any]] = {}
-    ids = [node.id for node in models]
-    for i in range(0, len(ids), 2000):
-        query = select(Gpu.id, Gpu.node_id, Gpu.uuid, Gpu.model, Gpu.in_service_from)
-        for gpu in session.execute(query.where(Gpu.node_id.in_(ids[i : i + 2000]))):
-            gpus.setdefault(gpu.node_id, []).append(gpu)
-    changed_by_model: dict[str, list[int]] = {}
-    changed = 0
-    for node, model in models.items():
-        node.gpu_model = model
-        held = gpus.get(node.id, [])
-        if any(gpu.uuid is not None for gpu in held):
-            continue  # a collector's reading wins over the inventory
-        moving = [gpu for gpu in held if gpu.model != model]
-        if moving:
-            changed_by_model.setdefault(model, []).extend(gpu.id for gpu in moving)
-            marks.add_run(min(gpu.in_service_from for gpu in moving), None)
-            changed += len(moving)
-    for model, gpu_ids in changed_by_model.items():
-        for i in range(0, len(gpu_ids), 2000):
-            session.execute(update(Gpu).where(Gpu.id.in_(gpu_ids[i : i + 2000])).values(model=model))
-    return changed
+def _set_inventory_model(
+    session: Session, node: Node, record: ScontrolNode, resolve: Resolver, result: InventoryResult, marks: HourMarks
+) -> None:
+    """Set ``node``'s inventory model from its GRES type (:func:`import_nodes`), or say in ``result`` why not."""
+    types = record.gpu_types
+    if len(types) > 1:
+        result.unresolved.append(
+            f"{record.hostname}: several GPU types ({', '.join(types)}); model left as {node.gpu_model!r}: "
+            + _FIX.format(record.hostname)
+        )
+        return
+    if not types:
+        if record.gpus and node.gpu_model is None:
+            result.unresolved.append(f"{record.hostname}: untyped GPUs, model unknown: " + _FIX.format(record.hostname))
+        return
+    model = resolve(types[0])
+    if model is None:
+        result.unresolved.append(
+            f"{record.hostname}: GPU type {types[0]!r} names no price catalog model: " + _FIX.format(record.hostname)
+        )
+        if node.gpu_model is not None:
+            return
+        model = types[0]
+    if node.gpu_model != model:
+        result.models_set += 1
+        result.gpus_changed += set_node_model(session, node, model, marks)
+
+
+def _set_capacity(
+    session: Session,
+    node: Node,
+    record: ScontrolNode,
+    cluster: str,
+    at: datetime,
+    result: CapacityResult,
+    marks: HourMarks,
+) -> None:
+    """Give ``node`` the GPUs its GRES names, and open or end their service by its State
+    (:mod:`finops.jobs.capacity`)."""
+    set_state(node, cluster, record.state, record.reason, at)
+    count = physical_gpus(record.gpus, node.gpu_model)
+    gpu_ids, created = ensure_gpus(session, node, count, node.gpu_model or "unknown", at)
+    result.gpus_created += created
+    if not in_service(record.state):
+        if close_service(session, gpu_ids, at, marks):
+            result.left.append(node.hostname)
+        return
+    if open_service(session, gpu_ids, at, marks):
+        result.entered += 1
+    if unavailable(record.state):
+        result.unavailable.append(f"{node.hostname} ({record.state})")
+
+
+def set_node_model(session: Session, node: Node, model: str, marks: HourMarks) -> int:
+    """Set ``node``'s inventory model and give it to its placeholder GPUs (those no collector has reported) when no
+    collector has reported any of its GPUs; gather the changed GPUs' hours since they entered service in
+    ``marks``. Returns how many GPUs changed model."""
+    node.gpu_model = model
+    gpus = session.execute(select(Gpu.id, Gpu.uuid, Gpu.model, Gpu.in_service_from).where(Gpu.node_id == node.id)).all()
+    if any(gpu.uuid is not None for gpu in gpus):
+        return 0  # a collector's reading wins over the inventory
+    changed = [gpu for gpu in gpus if gpu.model != model]
+    if changed:
+        session.execute(update(Gpu).where(Gpu.id.in_([gpu.id for gpu in changed])).values(model=model))
+        marks.add_run(min(gpu.in_service_from for gpu in changed), None)
+    return len(changed)
 
 
 def resolve_model(model: str, resolve: Resolver, choices: Sequence[str]) -> str:
@@ -349,7 +409,7 @@ def set_model(
             raise InventoryError(f"no node in partition {partition!r} (gpu-finops nodes list shows the partitions)")
     before = {"models": {target.hostname: target.gpu_model for target in targets}}
     marks = HourMarks()
-    changed = set_node_models(session, dict.fromkeys(targets, key), marks)
+    changed = sum(set_node_model(session, target, key, marks) for target in targets)
     marks.mark(session)
     session.flush()
     after = {"models": {target.hostname: key for target in targets}, "gpus_changed": changed}
@@ -361,7 +421,8 @@ def set_model(
 @dataclass(frozen=True, slots=True)
 class NodeSummary:
     """A node as ``gpu-finops nodes list`` shows it: inventory model and partitions, the models its collector
-    reported, its placeholder GPUs and the model they are priced as (placement's rule, see the module docstring)."""
+    reported, its placeholder GPUs and the model they are priced as (placement's rule, see the module docstring),
+    and its inventory State, Reason and since when (None: no inventory lists it)."""
 
     hostname: str
     inventory_model: str | None
@@ -369,6 +430,9 @@ class NodeSummary:
     reported: tuple[str, ...]
     placeholders: int
     model: str | None
+    state: str | None = None
+    state_reason: str | None = None
+    state_since: datetime | None = None
 
 
 def node_summaries(session: Session) -> list[NodeSummary]:
@@ -387,6 +451,9 @@ def node_summaries(session: Session) -> list[NodeSummary]:
                 reported=tuple(sorted({model for reported, model in held if reported})),
                 placeholders=sum(1 for reported, _ in held if not reported),
                 model=effective_model(held, node.gpu_model),
+                state=node.state,
+                state_reason=node.state_reason,
+                state_since=node.state_since,
             )
         )
     return summaries

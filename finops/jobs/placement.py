@@ -16,12 +16,13 @@ Schedulers report a job's nodes and device count, not its GPU indices. Placement
    (shares ``g/slices``, see :mod:`finops.jobs.mig`) of several jobs may sit on one GPU at the same time as long as
    their shares add up to at most 1 at every instant.
 
-GPUs a node has not reported yet are created as placeholders at the lowest unused index and take their UUID (and
-the model the collector reads) when the node's collector first reports. A placeholder's model is, first found:
-that of the node's collector-reported GPUs when they are all one model, the node inventory's (``nodes.gpu_model``,
-:mod:`finops.jobs.inventory`), that of the node's other placeholders when they are all one model, the job's GPU
-type (``gres/gpu:h100=8``), else ``unknown``. Samples that arrive after the import are reconciled by
-:func:`reconcile_job_map`, which the scheduled rollup runs before rebuilding dirty ledger hours.
+GPUs a node has not reported yet are created as placeholders at the lowest unused index and take their UUID (and the
+model the collector reads) when the node's collector first reports. A placeholder is in service only while jobs hold
+it, unless the node inventory or a collector says otherwise (:class:`finops.db.models.Gpu`). A placeholder's model
+is, first found: that of the node's collector-reported GPUs when they are all one model, the node inventory's
+(``nodes.gpu_model``, :mod:`finops.jobs.inventory`), that of the node's other placeholders when they are all one
+model, the job's GPU type (``gres/gpu:h100=8``), else ``unknown``. Samples that arrive after the import are
+reconciled by :func:`reconcile_job_map`, which the scheduled rollup runs before rebuilding dirty ledger hours.
 
 Instants are epoch seconds (int) here; an open end is :data:`OPEN_END`.
 """
@@ -431,6 +432,9 @@ def place_jobs(session: Session, requests: Sequence[PlacementRequest]) -> Placem
         for calendar, booking in new
     ]
     session.execute(Allocation.__table__.insert(), rows)  # type: ignore[attr-defined]
+    for calendar, booking in new:  # a GPU is in service from its first holding on at the latest
+        if to_epoch(calendar.gpu.in_service_from) > booking.start:
+            calendar.gpu.in_service_from = from_epoch(booking.start)
     result.allocations = len(rows)
     return result
 

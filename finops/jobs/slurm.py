@@ -148,7 +148,15 @@ class SacctParseResult:
     errors: list[SacctLineError]
 
 
-def parse_sacct(lines: Iterable[str], *, tz: tzinfo = UTC, source: str = "<stdin>") -> SacctParseResult:
+CLOCK_SKEW = timedelta(minutes=5)
+"""How far past the import's time a job's time may lie before its line is refused (:func:`parse_sacct`'s
+``not_after``): the clocks of the sacct host and this one may differ a little, a time zone offset is 15 minutes or
+more."""
+
+
+def parse_sacct(
+    lines: Iterable[str], *, tz: tzinfo = UTC, source: str = "<stdin>", not_after: datetime | None = None
+) -> SacctParseResult:
     """Parse ``sacct --parsable2 --noheader`` output in the :data:`SACCT_FIELDS` format.
 
     ``lines``: the output's lines (an open text file, a list; line endings are dropped) or the whole output
@@ -159,6 +167,10 @@ def parse_sacct(lines: Iterable[str], *, tz: tzinfo = UTC, source: str = "<stdin
     Job steps (``123.batch``, ``123.extern``, ``123.0``, ``123_4.batch``, ``123+0.0``) are skipped; blank lines
     are ignored. A malformed line (wrong field count, bad time, Elapsed, State, AllocTRES or NodeList) becomes
     a :class:`SacctLineError` and the other lines are still read.
+
+    ``not_after`` (aware): the import's time. A line whose Submit, Start or End lies more than :data:`CLOCK_SKEW`
+    after it is refused: sacct cannot have seen it, so its times were read in the wrong zone (the error names the
+    ``--timezone`` fix).
     """
     if isinstance(lines, str):
         lines = lines.split("\n")
@@ -170,6 +182,8 @@ def parse_sacct(lines: Iterable[str], *, tz: tzinfo = UTC, source: str = "<stdin
             continue
         try:
             job = _parse_line(line, tz)
+            if job is not None and not_after is not None:
+                _check_not_future(job, tz, not_after)
         except ValueError as exc:
             errors.append(SacctLineError(number, f"{source}:{number}: {exc}", line))
             continue
@@ -440,6 +454,19 @@ def _stored_nodes(text: str) -> list[str]:
             f"{len(nodes)} hosts written in {stored} characters, more than the {NODE_LIST_MAX_LENGTH} stored"
         )
     return nodes
+
+
+def _check_not_future(job: SacctJob, tz: tzinfo, not_after: datetime) -> None:
+    """ValueError naming the first of the job's Submit, Start and End that lies more than :data:`CLOCK_SKEW` after
+    ``not_after``, with the ``--timezone`` fix."""
+    for name, value in (("Submit", job.submit), ("Start", job.start), ("End", job.end)):
+        if value is not None and value > not_after + CLOCK_SKEW:
+            ahead = (value - not_after).total_seconds() / 3600
+            raise ValueError(
+                f"field {name}: {_format_time(value, tz)} read in {tz} is {ahead:.1f} h after the import's time "
+                f"{_format_time(not_after, UTC)}Z: sacct printed its host's local time; give its zone with "
+                "--timezone (e.g. --timezone Europe/Berlin), or run sacct with TZ=UTC"
+            )
 
 
 def _is_step(job_id: str) -> bool:

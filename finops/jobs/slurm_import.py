@@ -24,10 +24,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from finops.db.hours import HourMarks
-from finops.db.models import Job, Watermark
+from finops.db.models import Job
 from finops.errors import FinopsError
 from finops.jobs.mig import gres_mig_type, mig_share
 from finops.jobs.placement import PlacementRequest, Unit, ensure_nodes, job_keys, node_models, place_jobs
+from finops.jobs.sacct_watermark import advance, resume_from
 from finops.jobs.slurm import SACCT_FIELDS, SacctJob, SacctLineError, compress_hostlist, expand_hostlist, parse_sacct
 from finops.jobs.store import replace_job, update_end
 from finops.jobs.teams import TeamRules
@@ -38,11 +39,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ImportResult:
-    """What an import did: jobs stored, lines skipped because they hold no GPU, and bad lines."""
+    """What an import did: jobs stored, lines skipped because they hold no GPU, bad lines, and the clusters the
+    lines' Cluster fields named."""
 
     jobs: int = 0
     without_gpus: int = 0
     errors: list[SacctLineError] = field(default_factory=list)
+    clusters: set[str] = field(default_factory=set)
 
 
 def per_node_counts(gpus: int, nodes: int) -> list[int]:
@@ -52,17 +55,24 @@ def per_node_counts(gpus: int, nodes: int) -> list[int]:
 
 
 def import_sacct(
-    session: Session, lines: Iterable[str], *, source: str, cluster: str = "default", tz: tzinfo = UTC
+    session: Session,
+    lines: Iterable[str],
+    *,
+    source: str,
+    cluster: str = "default",
+    tz: tzinfo = UTC,
+    not_after: datetime | None = None,
 ) -> ImportResult:
     """Parse sacct ``--parsable2`` output and store its GPU jobs in the caller's transaction.
 
     Bad lines are returned in ``errors`` (with line numbers) and the rest is imported. An empty
     Cluster field takes ``cluster``. Times are read in ``tz``, the zone sacct printed them in (its host's
     local time). Re-importing the same lines changes nothing. Of several records of one job (the runs of a
-    requeued job), the one that started last is kept.
+    requeued job), the one that started last is kept. ``not_after``: the import's time; lines with a time after it
+    are refused (:func:`finops.jobs.slurm.parse_sacct`).
     """
-    parsed = parse_sacct(lines, source=source, tz=tz)
-    result = ImportResult(errors=list(parsed.errors))
+    parsed = parse_sacct(lines, source=source, tz=tz, not_after=not_after)
+    result = ImportResult(errors=list(parsed.errors), clusters={j.cluster for j in parsed.jobs if j.cluster})
     jobs = sorted((j for j in parsed.jobs if j.start is not None), key=lambda j: (j.start, j.job_id_raw))
     result.without_gpus = sum(1 for j in parsed.jobs if j.gpus == 0 or not j.nodes)
     jobs = [j for j in jobs if j.gpus > 0 and j.nodes]
@@ -192,17 +202,14 @@ class SacctError(FinopsError, RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class SacctRun:
-    """One scheduled import: the window [start, end) asked of sacct, the command line, and the import result."""
+    """One scheduled import: the window [start, end) asked of sacct, the command line, the import result, and the
+    watermark moved (:mod:`finops.jobs.sacct_watermark`)."""
 
     start: datetime
     end: datetime
     argv: list[str]
     result: ImportResult
-
-
-def watermark_name(cluster: str) -> str:
-    """The Watermark row of a cluster's sacct runs: ``sacct:<cluster>``."""
-    return f"sacct:{cluster}"
+    watermark: str = ""
 
 
 def sacct_argv(command: str, start: datetime, end: datetime, cluster: str | None = None) -> list[str]:
@@ -252,10 +259,11 @@ def run_sacct(
 ) -> SacctRun:
     """Run sacct for the jobs that held GPUs since the last run, import them, move the watermark forward.
 
-    Window: from the ``sacct:<cluster>`` watermark minus ``overlap`` (the first time: ``now`` minus
-    ``lookback``) to ``now``. sacct is asked for jobs RUNNING at any instant of it (:data:`SACCT_STATES`), so a
-    job is read again on every run while it runs, and once more after it ended; the watermark itself moves to
-    ``now`` (the window's end). The overlap re-reads the last minutes for records slurmdbd stores late.
+    Window: from the cluster's watermark (:mod:`finops.jobs.sacct_watermark`) minus ``overlap`` (the first time:
+    ``now`` minus ``lookback``) to ``now``. sacct is asked for jobs RUNNING at any instant of it
+    (:data:`SACCT_STATES`), so a job is read again on every run while it runs, and once more after it ended; the
+    watermark itself moves to ``now`` (the window's end). The overlap re-reads the last minutes for records slurmdbd
+    stores late.
     ``cluster`` names the watermark and the lines with an empty Cluster field, and other than ``default`` is
     passed to sacct as ``--clusters``.
 
@@ -266,10 +274,9 @@ def run_sacct(
     exits non-zero.
     """
     end = (now or utc_now()).astimezone(UTC).replace(microsecond=0)
-    name = watermark_name(cluster)
     with sessions() as session:
-        mark = session.get(Watermark, name)
-        start = mark.value - overlap if mark is not None else end - lookback
+        mark = resume_from(session, cluster)
+        start = mark - overlap if mark is not None else end - lookback
     argv = sacct_argv(command, start, end, None if cluster == "default" else cluster)
     env = {**os.environ, **dict(setting.split("=", 1) for setting in SACCT_ENVIRONMENT)}
     try:
@@ -284,11 +291,7 @@ def run_sacct(
     source = f"sacct {_sacct_time(start)}..{_sacct_time(end)}"
     with sessions.begin() as session:
         result = import_sacct(session, done.stdout.splitlines(), source=source, cluster=cluster, tz=UTC)
-        mark = session.get(Watermark, name)
-        if mark is None:
-            session.add(Watermark(name=name, value=end))
-        elif mark.value < end:
-            mark.value = end
+        name = advance(session, cluster, result.clusters, end)
     for error in result.errors:
         log.warning("skipped %s", error.message)
     anything = result.jobs or result.without_gpus or result.errors
@@ -297,7 +300,7 @@ def run_sacct(
         "%s: %d GPU jobs imported, %d without GPUs, %d bad lines; watermark %s at %s",
         source, result.jobs, result.without_gpus, len(result.errors), name, end.isoformat(),
     )  # fmt: skip
-    return SacctRun(start, end, argv, result)
+    return SacctRun(start, end, argv, result, name)
 
 
 def _failed(what: str, stderr: str) -> SacctError:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 
@@ -57,6 +57,11 @@ JOIN tmp_ledger_gpu_hours gh ON gh.gpu_id = sp.gpu_id AND gh.hour = sp.hour
 LEFT JOIN tmp_ledger_holdings h ON h.gpu_id = sp.gpu_id AND h.hour = sp.hour
 ORDER BY sp.gpu_id, sp.hour, h.allocation_id
 """)
+# The service periods of the GPU-hours to split, clipped to the hour (step 1's tmp_ledger_service).
+_SPLIT_SERVICE = text("""
+SELECT s.gpu_id, s.hour, s.lo, s.hi
+FROM tmp_ledger_service s JOIN tmp_ledger_split sp ON sp.gpu_id = s.gpu_id AND sp.hour = s.hour
+""")
 _SPLIT_METERING = text(
     f"""
 SELECT m.gpu_id, m.hour, m.allocation_id, m.samples, m.utilization_sum, m.energy_joules, m.readings, m.profiled,
@@ -88,6 +93,24 @@ class _GpuHour:
     rate: Decimal | None
     pricing_model: str
     holdings: list[_Holding]
+    service: list[tuple[int, int]] = field(default_factory=list)
+
+    def in_service(self) -> list[tuple[int, int]]:
+        """The in-service stretches [a, b) of the hour, sorted and disjoint: the union of its service periods and
+        its holdings (a GPU is in service while a job holds it)."""
+        merged: list[tuple[int, int]] = []
+        for a, b in sorted([*self.service, *((h.start, h.stop) for h in self.holdings)]):
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            elif b > a:
+                merged.append((a, b))
+        return merged
+
+
+def _in_service_before(stretches: list[tuple[int, int]], instant: int) -> int:
+    """In-service seconds of ``stretches`` before ``instant``: where an instant lies on the GPU-hour's in-service
+    time, its gaps left out."""
+    return sum(min(b, instant) - a for a, b in stretches if a < instant)
 
 
 def split_rows(
@@ -113,6 +136,8 @@ def split_rows(
         if r.allocation_id is not None:
             share = Fraction(r.share_num, r.share_den)
             gpu_hour.holdings.append(_Holding(r.allocation_id, r.start, r.stop, share, r.job_pk, r.team_id))
+    for piece in connection.execute(_SPLIT_SERVICE):
+        gpu_hours[piece.gpu_id, piece.hour].service.append((piece.lo, piece.hi))
     metering: dict[tuple[int, int], dict[int | None, _Metering]] = defaultdict(dict)
     for m in connection.execute(_SPLIT_METERING):
         metering[m.gpu_id, m.hour][m.allocation_id] = _Metering(
@@ -167,7 +192,8 @@ def _gpu_hour_rows(
     catalog: PriceCatalog,
     usage: Mapping[int, float],
 ) -> list[dict[str, object]]:
-    """Ledger rows of one GPU for the in-service part [lo, hi) of one hour.
+    """Ledger rows of one GPU for the in-service part of one hour (:meth:`_GpuHour.in_service`: its in-service
+    seconds are the capacity; a holding's offset is its place on them, the gaps left out).
 
     A GPU-hour held by disjoint whole-GPU holdings is metered per holding (the readings inside it; the rest
     under None). A shared GPU-hour (a MIG share, or holdings that overlap: time-slicing) is metered as a whole
@@ -178,6 +204,7 @@ def _gpu_hour_rows(
     (:func:`_job_usage`), which split overlapping holdings.
     """
     held = gpu_hour.holdings
+    stretches = gpu_hour.in_service()
     whole = by_allocation.get(None) if gpu_hour.shared else None
     holdings = []
     for holding in held:
@@ -189,11 +216,11 @@ def _gpu_hour_rows(
                 holding.stop - holding.start,
                 utilization,
                 holding.share,
-                offset=holding.start - gpu_hour.lo,
+                offset=_in_service_before(stretches, holding.start),
                 usage=usage.get(holding.job_pk),
             )
         )
-    span = gpu_hour.hi - gpu_hour.lo
+    span = sum(b - a for a, b in stretches)
     priced = gpu_hour.rate is not None
     # An unpriced GPU-hour is split at rate 0: the GPU-seconds split does not depend on the rate; its money is None.
     costs = costmodel.gpu_hour_costs(Decimal(0) if gpu_hour.rate is None else gpu_hour.rate, span, holdings)

@@ -43,8 +43,13 @@ _TEMP_TABLES = {
     "tmp_ledger_rates": "model VARCHAR(128) NOT NULL, pricing_model VARCHAR(16) NOT NULL, hour BIGINT NOT NULL, "
     "capacity {money}, PRIMARY KEY (model, pricing_model, hour)",
     "tmp_ledger_node_models": "node_id INTEGER PRIMARY KEY, pricing_model VARCHAR(16) NOT NULL",
+    # The in-service periods of GPUs clipped to the chunk's hours [lo, hi): a GPU's inventory periods, else (a GPU a
+    # collector reported) from in_service_from on. Allocations add in-service time of their own (step 1).
+    "tmp_ledger_service": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, lo BIGINT NOT NULL, hi BIGINT NOT NULL",
+    # covered = 1: a service period covers the whole GPU-hour.
     "tmp_ledger_gpu_hours": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, lo BIGINT NOT NULL, hi BIGINT NOT NULL, "
-    "model VARCHAR(128) NOT NULL, pricing_model VARCHAR(16) NOT NULL, PRIMARY KEY (gpu_id, hour)",
+    "covered INTEGER NOT NULL, model VARCHAR(128) NOT NULL, pricing_model VARCHAR(16) NOT NULL, "
+    "PRIMARY KEY (gpu_id, hour)",
     "tmp_ledger_holdings": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, gpu_hour BIGINT NOT NULL, "
     "allocation_id INTEGER NOT NULL, "
     "job_pk INTEGER NOT NULL, team_id INTEGER NOT NULL, start BIGINT NOT NULL, stop BIGINT NOT NULL, "
@@ -59,20 +64,47 @@ _TEMP_TABLES = {
 # profiled and, per activity of ACTIVITIES, <activity>_sum and <activity>_n.
 METERING_TABLE = "tmp_ledger_metering"
 
-# 1. In-service GPU-hours [lo, hi) of the chunk that have a row in tmp_ledger_rates (a rate, or NULL: unpriced).
+# 1. In-service GPU-hours of the chunk that have a row in tmp_ledger_rates (a rate, or NULL: unpriced). A GPU is in
+# service over its inventory periods (gpu_service) when it has any, else from in_service_from on when a collector
+# reported it (a UUID), and while an allocation holds it whatever those say: first the periods clipped to each hour
+# (tmp_ledger_service), then per GPU-hour the span [lo, hi) from the earliest to the latest in-service instant of
+# the periods and the allocations, and whether a period covers the whole hour. Where they leave gaps inside [lo, hi)
+# the GPU-hour is split by the cost model (step 3), which counts only the in-service seconds.
+_SERVICE = text("""
+WITH RECURSIVE hours (hour) AS (
+    SELECT CAST(:h0 AS BIGINT) UNION ALL SELECT hour + 3600 FROM hours WHERE hour + 3600 < :end
+), periods (gpu_id, start, stop) AS (
+    SELECT s.gpu_id, s.start, CASE WHEN s."end" IS NULL OR s."end" > :end THEN CAST(:end AS BIGINT) ELSE s."end" END
+    FROM gpu_service s WHERE s.start < :end AND (s."end" IS NULL OR s."end" > :h0)
+    UNION ALL
+    SELECT g.id, g.in_service_from, CAST(:end AS BIGINT) FROM gpus g
+    WHERE g.uuid IS NOT NULL AND g.in_service_from < :end
+      AND NOT EXISTS (SELECT 1 FROM gpu_service s WHERE s.gpu_id = g.id)
+)
+INSERT INTO tmp_ledger_service (gpu_id, hour, lo, hi)
+SELECT p.gpu_id, h.hour, CASE WHEN p.start > h.hour THEN p.start ELSE h.hour END,
+       CASE WHEN p.stop < h.hour + 3600 THEN p.stop ELSE h.hour + 3600 END
+FROM periods p JOIN hours h ON p.start < h.hour + 3600 AND p.stop > h.hour
+""")
 _GPU_HOURS = text("""
 WITH RECURSIVE hours (hour) AS (
     SELECT CAST(:h0 AS BIGINT) UNION ALL SELECT hour + 3600 FROM hours WHERE hour + 3600 < :end
+), pieces (gpu_id, hour, lo, hi, covered) AS (
+    SELECT gpu_id, hour, lo, hi, CASE WHEN lo = hour AND hi = hour + 3600 THEN 1 ELSE 0 END FROM tmp_ledger_service
+    UNION ALL
+    SELECT a.gpu_id, h.hour, CASE WHEN a.start > h.hour THEN a.start ELSE h.hour END,
+           CASE WHEN a."end" IS NOT NULL AND a."end" < h.hour + 3600 AND a."end" < :end THEN a."end"
+                WHEN h.hour + 3600 < :end THEN h.hour + 3600 ELSE :end END, 0
+    FROM allocations a JOIN hours h ON a.start < h.hour + 3600 AND (a."end" IS NULL OR a."end" > h.hour)
+    WHERE a.start < :end AND (a."end" IS NULL OR a."end" > :h0)
 )
-INSERT INTO tmp_ledger_gpu_hours (gpu_id, hour, lo, hi, model, pricing_model)
-SELECT g.id, h.hour,
-       CASE WHEN g.in_service_from > h.hour THEN g.in_service_from ELSE h.hour END,
-       CASE WHEN h.hour + 3600 < :end THEN h.hour + 3600 ELSE :end END,
-       g.model, COALESCE(n.pricing_model, :default_model)
-FROM gpus g CROSS JOIN hours h LEFT JOIN tmp_ledger_node_models n ON n.node_id = g.node_id
-WHERE g.in_service_from < h.hour + 3600 AND g.in_service_from < :end
+INSERT INTO tmp_ledger_gpu_hours (gpu_id, hour, lo, hi, covered, model, pricing_model)
+SELECT p.gpu_id, p.hour, MIN(p.lo), MAX(p.hi), MAX(p.covered), g.model, COALESCE(n.pricing_model, :default_model)
+FROM pieces p JOIN gpus g ON g.id = p.gpu_id LEFT JOIN tmp_ledger_node_models n ON n.node_id = g.node_id
+WHERE p.hi > p.lo
   AND EXISTS (SELECT 1 FROM tmp_ledger_rates r WHERE r.model = g.model
-              AND r.pricing_model = COALESCE(n.pricing_model, :default_model) AND r.hour = h.hour)
+              AND r.pricing_model = COALESCE(n.pricing_model, :default_model) AND r.hour = p.hour)
+GROUP BY p.gpu_id, p.hour, g.model, COALESCE(n.pricing_model, :default_model)
 """)
 
 # 2. Holdings: allocations clipped to each GPU-hour [lo, hi) they overlap, with the GPU-hour as one key (gpu_id ×
@@ -105,15 +137,17 @@ FROM (
 ) ordered
 """)
 
-# 3. GPU-hours the Python cost model splits (all of them when :everything = 1): a partial in-service hour, or
-# holdings other than one whole-GPU allocation all hour.
+# 3. GPU-hours the Python cost model splits (all of them when :everything = 1): a partial in-service hour (gaps in
+# its service included: no period covers it and no one allocation holds it all), or holdings other than one
+# whole-GPU allocation all hour.
 _SPLIT = text("""
 INSERT INTO tmp_ledger_split (gpu_id, hour, shared)
 SELECT gh.gpu_id, gh.hour, COALESCE(MAX(h.shared), 0)
 FROM tmp_ledger_gpu_hours gh
 LEFT JOIN tmp_ledger_holdings h ON h.gpu_id = gh.gpu_id AND h.hour = gh.hour
-GROUP BY gh.gpu_id, gh.hour, gh.lo, gh.hi
+GROUP BY gh.gpu_id, gh.hour, gh.lo, gh.hi, gh.covered
 HAVING :everything = 1 OR gh.lo <> gh.hour OR gh.hi <> gh.hour + 3600 OR COUNT(h.allocation_id) > 1
+    OR (COUNT(h.allocation_id) = 0 AND gh.covered = 0)
     OR (COUNT(h.allocation_id) = 1
         AND (MIN(h.start) <> gh.lo OR MAX(h.stop) <> gh.hi OR MAX(h.share_num) <> MAX(h.share_den)))
 """)
@@ -308,7 +342,8 @@ HELPER_SETTINGS = {"max_parallel_workers_per_gather": "0"}
 def fill_gpu_hours(connection: Connection, h0: int, end: int, default_model: PricingModel) -> None:
     """Step 1: fill ``tmp_ledger_gpu_hours`` with the in-service GPU-hours [lo, hi) of [h0, end) that have a row
     in ``tmp_ledger_rates`` (:func:`load_prices`: a rate, or NULL when the model has none), under their node's
-    pricing model or ``default_model``."""
+    pricing model or ``default_model``; their service periods clipped to the hours in ``tmp_ledger_service``."""
+    connection.execute(_SERVICE, {"h0": h0, "end": end})
     connection.execute(_GPU_HOURS, {"h0": h0, "end": end, "default_model": str(default_model)})
 
 
@@ -335,16 +370,15 @@ def cost_common(connection: Connection, catalog: PriceCatalog, unallocated_team:
 
 
 _GPU_SECONDS_BY_MODEL = text("""
-SELECT gh.model, CASE WHEN r.capacity IS NULL THEN 0 ELSE 1 END AS priced, SUM(gh.hi - gh.lo) AS gpu_seconds
-FROM tmp_ledger_gpu_hours gh
-JOIN tmp_ledger_rates r ON r.model = gh.model AND r.pricing_model = gh.pricing_model AND r.hour = gh.hour
-GROUP BY gh.model, CASE WHEN r.capacity IS NULL THEN 0 ELSE 1 END
+SELECT g.model, CASE WHEN r.allocated_cost IS NULL THEN 0 ELSE 1 END AS priced, SUM(r.seconds) AS gpu_seconds
+FROM tmp_ledger_rows r JOIN gpus g ON g.id = r.gpu_id
+GROUP BY g.model, CASE WHEN r.allocated_cost IS NULL THEN 0 ELSE 1 END
 """)
 
 
 def gpu_seconds_by_model(connection: Connection) -> dict[tuple[str, bool], int]:
-    """In-service GPU-seconds of the chunk (step 1) by (GPU model, priced): what the rebuild wrote, priced and
-    unpriced."""
+    """In-service GPU-seconds of the chunk's rows (``tmp_ledger_rows``, once written) by (GPU model, priced): what
+    the rebuild wrote, priced and unpriced (an unpriced row has no allocated cost)."""
     return {(r.model, bool(r.priced)): int(r.gpu_seconds) for r in connection.execute(_GPU_SECONDS_BY_MODEL)}
 
 

@@ -14,7 +14,9 @@ SCONTROL = Path(__file__).parents[1] / "fixtures" / "scontrol" / "scontrol_nodes
 def test_nodes_import_set_model_and_list(cli_env) -> None:  # type: ignore[no-untyped-def]
     imported = cli_env.invoke(app, ["nodes", "import", "-"], input=SCONTROL.read_text())
     assert imported.exit_code == 1, imported.output  # two bad lines, the rest imported
-    assert "11 nodes; 8 GPU models set" in imported.stdout
+    assert imported.stdout.startswith("11 nodes; 53 GPUs added; 10 nodes entered service, 0 left it, 0 gone; ")
+    assert "1 unavailable (drained, down: in service) (gpu-v-01 (DRAIN)); 8 GPU models set" in imported.stdout
+    assert "bad lines: no node was taken for gone from the inventory" in imported.stderr
     assert imported.stdout.splitlines()[-1].startswith("rollup: "), "rolled up although lines were bad"
     assert "skipped <stdin>:9: " in imported.stderr and "skipped <stdin>:13: " in imported.stderr
     assert "gpu-finops nodes set-model gpu-v-01 MODEL" in imported.stderr
@@ -35,5 +37,6 @@ def test_nodes_import_set_model_and_list(cli_env) -> None:  # type: ignore[no-un
     listed = cli_env.invoke(app, ["nodes", "list"])
     assert listed.exit_code == 0
     rows = {line.split()[0]: line.split() for line in listed.output.splitlines()[1:]}
-    assert rows["gpu-v-01"][1:3] == ["MI250X", "MI250X"] and rows["gpu-v-01"][-1] == "legacy"
-    assert rows["gpu-a-01"][1] == "A100-SXM4-80GB" and rows["gpu-a-01"][-1] == "gpu,debug"
+    assert rows["gpu-v-01"][1:3] == ["MI250X", "MI250X"] and rows["gpu-v-01"][5] == "legacy"
+    assert rows["gpu-v-01"][6:8] == ["DRAIN", "since"] and "(fan failure" in listed.output
+    assert rows["gpu-a-01"][1] == "A100-SXM4-80GB" and rows["gpu-a-01"][5:7] == ["gpu,debug", "IDLE"]

@@ -29,7 +29,7 @@ CHOICES = sorted(CATALOG.models)
 
 def _import_inventory(session) -> object:  # type: ignore[no-untyped-def]
     with SCONTROL.open() as handle:
-        return import_nodes(session, handle, source=str(SCONTROL), resolve=CATALOG.resolve)
+        return import_nodes(session, handle, source=str(SCONTROL), resolve=CATALOG.resolve, at=datetime.now(UTC))
 
 
 def _models(session) -> dict[str, str | None]:  # type: ignore[no-untyped-def]
@@ -198,7 +198,7 @@ def test_an_import_is_stored_in_rounds_and_stops_at_its_node_bound(sessions, mon
     lines[4] = "Gres=gpu:h100:8"  # no NodeName
     lines.insert(2, "")  # blank lines count for line numbers, not for the bound
     with sessions.begin() as session:
-        result = import_nodes(session, iter(lines), source="nodes.txt", resolve=CATALOG.resolve)
+        result = import_nodes(session, iter(lines), source="nodes.txt", resolve=CATALOG.resolve, at=datetime.now(UTC))
         stored = sorted(session.scalars(select(Node.hostname)))
     assert [e.message for e in result.errors] == [
         "nodes.txt:6: no NodeName= field: not a line of scontrol show node --oneliner",

@@ -230,3 +230,50 @@ def test_import_sacct_run_command(engine, database_url: str, fake_sacct: FakeSac
     assert "Invalid user for SlurmDBD" in failing.stderr and "watermark sacct:orion not moved" in failing.stderr
     neither = subprocess.run(command[:5], capture_output=True, text=True, env=env)
     assert neither.returncode == 2 and "give FILE" in neither.stderr
+
+
+def test_one_cluster_keeps_one_watermark_however_it_is_run(sessions, fake_sacct: FakeSacct) -> None:  # type: ignore[no-untyped-def]
+    first = run_sacct(sessions, command=str(fake_sacct.path), now=NOW)  # nothing yet: the cluster's name is unknown
+    assert first.watermark == "sacct:default" and _watermark(sessions, "sacct:default") == NOW
+    fake_sacct.prints(_line(46, "2026-01-05T11:00:00", "Unknown", "RUNNING"))
+    later = NOW + timedelta(minutes=5)
+    unnamed = run_sacct(sessions, command=str(fake_sacct.path), now=later, overlap=timedelta(minutes=1))
+    assert unnamed.start == NOW - timedelta(minutes=1)
+    assert unnamed.watermark == "sacct:orion", "sacct's Cluster field names the local cluster"
+    with sessions() as session:
+        names = list(session.scalars(select(Watermark.name)))
+    assert names == ["sacct:orion"] and _watermark(sessions) == later
+    named = run_sacct(
+        sessions, command=str(fake_sacct.path), cluster="orion", now=later + timedelta(minutes=5),
+        overlap=timedelta(minutes=1),
+    )  # fmt: skip
+    assert named.start == later - timedelta(minutes=1), "the named run continues the unnamed runs' watermark"
+    again = run_sacct(sessions, command=str(fake_sacct.path), now=later + timedelta(minutes=10))
+    assert again.start == named.end - timedelta(minutes=10) and again.watermark == "sacct:orion"
+    with sessions() as session:
+        assert list(session.scalars(select(Watermark.name))) == ["sacct:orion"]
+
+
+def test_the_migration_merges_a_default_watermark_into_the_cluster(database_url: str) -> None:
+    from sqlalchemy import text
+
+    from finops.db.engine import make_engine, upgrade
+
+    engine = make_engine(database_url)
+    upgrade(engine, "0024")
+    with engine.begin() as connection:
+        connection.execute(text("INSERT INTO teams (name) VALUES ('t')"))
+        connection.execute(
+            text(
+                "INSERT INTO jobs (scheduler, cluster, job_id, job_id_raw, user, account, partition, name, state, "
+                "gpus, node_list, team_id) VALUES ('slurm', 'orion', '1', '1', 'u', 'a', 'p', 'n', 'COMPLETED', 1, "
+                "'n1', 1)".replace(" user,", ' "user",').replace(" partition,", ' "partition",')
+            )
+        )
+        connection.execute(
+            text("INSERT INTO watermarks (name, value) VALUES ('sacct:default', 2000), ('sacct:orion', 1000)")
+        )
+    upgrade(engine)
+    with engine.begin() as connection:
+        assert connection.execute(text("SELECT name, value FROM watermarks")).all() == [("sacct:orion", 2000)]
+    engine.dispose()

@@ -7,9 +7,9 @@ catalogue model, with a type no model has, untyped) and on nodes nobody knows, t
 (v100, a40), steps, an array, a CPU-only, a pending and a never-started job. The expected GPU-seconds are computed
 here from the two fixture files with plain string handling, not with the parsers under test.
 
-The ledger also holds capacity nobody held (``__unallocated__``): the placeholder GPUs a job import creates stay in
-service from their first job on. The sums below are over the jobs' rows (``job_pk`` set); the report's money total
-is checked against the priced rows of both kinds.
+An old history creates no capacity beyond its jobs' hours: the inventory, imported now, puts its nodes' GPUs in
+service from now on, and a GPU only the job import knows is in service only while jobs held it, so the ledger of
+the history's days holds the jobs' rows and nothing unallocated.
 """
 
 from __future__ import annotations
@@ -210,6 +210,11 @@ def test_a_site_history_accounts_for_every_gpu_hour(sessions, engine, monkeypatc
             assert models == e.model, f"job {e.job_id_raw}: unpriced under {models}, expected {e.model}"
     assert sum(s for s, _, _, _ in ledger.values()) == sum(e.gpu_seconds for e in expected)
     assert sum(s - u for s, u, _, _ in ledger.values()) == sum(e.gpu_seconds for e in expected if e.priced)
+    with sessions() as session:
+        capacity = session.scalar(
+            select(func.sum(LedgerEntry.seconds)).where(LedgerEntry.hour >= START, LedgerEntry.hour < END)
+        )
+    assert capacity == sum(e.gpu_seconds for e in expected), "no capacity beyond the jobs' GPU-seconds"
     by_model: Counter[str] = Counter()
     for e in expected:
         if not e.priced:

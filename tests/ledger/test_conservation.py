@@ -1,5 +1,6 @@
 """The ledger's properties, tested with hypothesis: whatever the jobs, Σ teams + __unallocated__ equals the
-GPUs' capacity cost, exactly in the ledger and to the cent in the rounded report; a period split in two adds
+GPUs' capacity cost (a collector's GPUs from their first reading on, the job import's placeholders while jobs held
+them), exactly in the ledger and to the cent in the rounded report; a period split in two adds
 up to the whole; recomputing every hour changes nothing; the team-hours are the ledger's sums."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collector.contract.wire import IngestBatch
 from finops.analysis.report import cost_report, report_dicts
 from finops.db.engine import make_engine, session_factory, upgrade
 from finops.db.hours import mark_hours_dirty
-from finops.db.models import Base, Gpu, LedgerEntry, LedgerTeamHour
+from finops.db.models import Allocation, Base, Gpu, LedgerEntry, LedgerTeamHour
 from finops.ingest.readings import Ingestor
 from finops.jobs.slurm_import import import_sacct
 from finops.ledger.costmodel import capacity_cost
@@ -61,6 +62,24 @@ def _ledger_rows(session: Session) -> list[tuple[object, ...]]:
     return sorted((tuple(row) for row in session.execute(select(*columns))), key=repr)
 
 
+def _in_service(session: Session, gpu: Gpu, until: int) -> list[tuple[int, int]]:
+    """A GPU's in-service stretches up to ``until``, disjoint: from its first reading on when a collector reported it,
+    else (a placeholder of the job import) while jobs held it."""
+    if gpu.uuid is not None:
+        return [(to_epoch(gpu.in_service_from), until)]
+    held = sorted(
+        (to_epoch(a.start), until if a.end is None else min(to_epoch(a.end), until))
+        for a in session.scalars(select(Allocation).where(Allocation.gpu_id == gpu.id))
+    )
+    merged: list[tuple[int, int]] = []
+    for a, b in held:
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(jobs=st.lists(job, max_size=8), pricing_model=st.sampled_from(list(PricingModel)))
 def test_ledger_conserves_capacity_cost(tmp_path: Path, jobs: list[tuple[int, int, int, str, bool]],
@@ -85,9 +104,9 @@ def test_ledger_conserves_capacity_cost(tmp_path: Path, jobs: list[tuple[int, in
         expected_seconds = 0
         for gpu in session.scalars(select(Gpu)):
             rate = pricing.catalog.rate(MODEL, pricing_model, T0)
-            in_service = max(to_epoch(gpu.in_service_from), to_epoch(T0))
+            stretches = _in_service(session, gpu, until)
             for hour in range(to_epoch(T0), until, HOUR):
-                seconds = max(0, min(hour + HOUR, until) - max(hour, in_service))
+                seconds = sum(max(0, min(hour + HOUR, b) - max(hour, a)) for a, b in stretches)
                 expected += capacity_cost(rate, seconds) if seconds else Decimal(0)
                 expected_seconds += seconds
         rows = cost_report(session, T0, T0 + timedelta(hours=HOURS), "team")
