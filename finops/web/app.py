@@ -46,7 +46,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, ExitStack
 from functools import partial
 from typing import Annotated, Any
 
@@ -64,13 +64,20 @@ from starlette.types import Scope
 
 from finops.analysis.waste import ReasonPolicy
 from finops.ingest.group_commit import GroupCommit
-from finops.ingest.limits import IngestLimits, ReadingBuckets, TimeWindow
+from finops.ingest.limits import (
+    LARGE_REQUESTS_PER_NODE,
+    REQUESTS_PER_NODE,
+    IngestLimits,
+    NodeSlots,
+    ReadingBuckets,
+    TimeWindow,
+)
 from finops.ingest.readings import Ingestor
 from finops.pricing.catalog import PriceCatalog
 from finops.savings.efficiency_policy import EfficiencyPolicy
 from finops.web.alerts import create_alerts_router
-from finops.web.auth import ApiAuth, IngestAuth
-from finops.web.body_limits import BodyDeadline, BodyLimit, too_large
+from finops.web.auth import AdminBodies, ApiAuth, IngestAuth
+from finops.web.body_limits import BodyBudget, BodyDeadline, BodyLimit, too_large
 from finops.web.deps import no_nul_parameters
 from finops.web.ingest_batch import MAX_BODY_BYTES, Gate, ingest_batch, store_together
 from finops.web.rest import create_router
@@ -102,7 +109,7 @@ READINGS_IN_TSDB = (
     "by it, or remote-write), not to this service"
 )
 """The 409's ``detail`` of ingest when the service reads telemetry from a TSDB."""
-REFUSAL_REASONS = ("rate", "burst", "gpus")
+REFUSAL_REASONS = ("rate", "burst", "gpus", "requests")
 """``reason`` of ``gpufinops_ingest_refused_total``: the per-node limit a batch was refused by."""
 
 
@@ -157,7 +164,8 @@ class ServiceMetrics:
         self.refused = Counter(
             "gpufinops_ingest_refused",
             "Ingest batches refused whole by a per-node limit: rate (over the node's readings per second, 429), "
-            "burst (more readings than the burst, 422), gpus (more GPUs than a batch may carry, 422).",
+            "burst (more readings than the burst, 422), gpus (more GPUs than a batch may carry, 422), requests (more "
+            "requests under way than a node token may have at once, 429).",
             ["reason"],
             registry=self.registry,
         )
@@ -199,15 +207,22 @@ def create_app(
         title="gpu-finops", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None,
         dependencies=[Depends(no_nul_parameters)],
     )  # fmt: skip
-    app.add_middleware(BodyLimit, limit=REST_MAX_BODY_BYTES, exempt=frozenset({INGEST_PATH}))
+    budget = BodyBudget(limits.body_memory_budget_bytes)
+    app.state.body_budget = budget
+    exempt = frozenset({INGEST_PATH})
+    app.add_middleware(BodyLimit, limit=REST_MAX_BODY_BYTES, exempt=exempt, budget=budget)
     ingest_auth = IngestAuth(sessions, token, insecure_no_token)
     api_auth = ApiAuth(sessions, api_token, insecure_no_token)
+    # Outside BodyLimit: a body is read only once its credential is known to be an admin's.
+    app.add_middleware(AdminBodies, auth=api_auth, exempt=exempt)
     app.include_router(create_router(sessions, api_auth, catalog, reasons, efficiency))
     app.include_router(create_alerts_router(sessions, api_auth))
-    commits = GroupCommit(partial(store_together, sessions, Ingestor()), INGEST_CONCURRENCY)
+    store = partial(store_together, sessions, Ingestor(), max_gpus_per_node=limits.max_gpus_per_node)
+    commits = GroupCommit(store, INGEST_CONCURRENCY)
     buckets = ReadingBuckets(limits.readings_per_second, limits.readings_burst, clock)
     ingest_slots = anyio.CapacityLimiter(INGEST_CONCURRENCY)
     large_slots = anyio.CapacityLimiter(LARGE_INGEST_CONCURRENCY)
+    node_slots, large_node_slots = NodeSlots(REQUESTS_PER_NODE), NodeSlots(LARGE_REQUESTS_PER_NODE)
     app.state.large_ingest_slots = large_slots
     metrics = metrics or ServiceMetrics()
     app.state.metrics = metrics
@@ -222,6 +237,17 @@ def create_app(
     def reply(code: int, body: dict[str, Any]) -> JSONResponse:
         metrics.requests.labels(code=str(code)).inc()
         return JSONResponse(body, status_code=code)
+
+    def too_many(node: str | None, most: int, kind: str) -> JSONResponse:
+        """429 with ``Retry-After`` to a node token's request beyond the node's slots (:class:`NodeSlots`)."""
+        metrics.refused.labels(reason="requests").inc()
+        metrics.requests.labels(code="429").inc()
+        detail = (
+            f"node {node!r} has {most} ingest requests{kind} under way, the most a node may have at once (a "
+            f"collector sends one at a time); nothing stored, retry in {RETRY_AFTER_SECONDS} s"
+        )
+        headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        return JSONResponse({"detail": detail}, status_code=429, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -263,21 +289,35 @@ def create_app(
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
             return reply(413, over_limit)
-        async with ingest_slots, AsyncExitStack() as held:
-            body = bytearray()
-            large = False
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > MAX_BODY_BYTES:
-                    return reply(413, over_limit)
-                if not large and len(body) > SMALL_BODY_BYTES:
-                    large = True
-                    await held.enter_async_context(large_slots)
-            window = TimeWindow.at(clock(), limits.retention_days, limits.future_grace_seconds)
-            gate = Gate(buckets, limits.max_gpus_per_batch)
-            code, answer = await anyio.to_thread.run_sync(
-                ingest_batch, commits, bytes(body), content_encoding == "gzip", window, holder, gate
-            )
+        node = None if holder is None else holder.node
+        with ExitStack() as node_held:
+            if not node_held.enter_context(node_slots.take(node)):
+                return too_many(node, REQUESTS_PER_NODE, "")
+            async with ingest_slots, AsyncExitStack() as held:
+                reservation = held.enter_context(budget.held())
+                if declared.isdigit() and not reservation.cover(int(declared)):
+                    metrics.requests.labels(code="503").inc()
+                    return budget.refused()
+                body = bytearray()
+                large = False
+                async for chunk in request.stream():
+                    body += chunk
+                    if len(body) > MAX_BODY_BYTES:
+                        return reply(413, over_limit)
+                    if not reservation.cover(len(body)):
+                        metrics.requests.labels(code="503").inc()
+                        return budget.refused()
+                    if not large and len(body) > SMALL_BODY_BYTES:
+                        large = True
+                        if not held.enter_context(large_node_slots.take(node)):
+                            return too_many(node, LARGE_REQUESTS_PER_NODE, f" with a body over {SMALL_BODY_BYTES} bytes")
+                        await held.enter_async_context(large_slots)
+                window = TimeWindow.at(clock(), limits.retention_days, limits.future_grace_seconds)
+                gate = Gate(buckets, limits.max_gpus_per_batch)
+                payload, body = bytes(body), bytearray()
+                code, answer = await anyio.to_thread.run_sync(
+                    ingest_batch, commits, payload, content_encoding == "gzip", window, holder, gate
+                )
         if gate.refused is not None:
             metrics.refused.labels(reason=gate.refused).inc()
         if gate.retry_after:

@@ -23,13 +23,14 @@ WAIT = 15.0  # the longest any step may take: far above the deadline, bounded
 
 
 class SlowSender:
-    """A client that sends a request's headers (declaring ``length`` bytes of body) and then one byte a second."""
+    """A client that sends a request's headers (declaring ``length`` bytes of body, with bearer ``token``) and then
+    one byte a second."""
 
-    def __init__(self, url: str, path: str, length: int = 1000) -> None:
+    def __init__(self, url: str, path: str, length: int = 1000, token: str = TOKEN) -> None:
         host, port = url.removeprefix("http://").split(":")
         self.sock = socket.create_connection((host, int(port)), timeout=WAIT)
         head = (
-            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
         )
         self.sock.sendall(head.encode())
@@ -99,7 +100,7 @@ def test_slow_ingest_bodies_get_408_and_their_connection_closed_while_others_are
 
 
 def test_slow_bodies_of_other_requests_get_408_too(service) -> None:  # type: ignore[no-untyped-def]
-    sender = SlowSender(service, "/api/v1/prices")
+    sender = SlowSender(service, "/api/v1/prices", token=API_TOKEN)
     assert httpx.get(f"{service}/healthz", timeout=WAIT).status_code == 200
     data, took, closed = sender.answer()
     assert data.startswith(b"HTTP/1.1 408 "), data[:200]
