@@ -310,7 +310,8 @@ def create_app(
                     if not large and len(body) > SMALL_BODY_BYTES:
                         large = True
                         if not held.enter_context(large_node_slots.take(node)):
-                            return too_many(node, LARGE_REQUESTS_PER_NODE, f" with a body over {SMALL_BODY_BYTES} bytes")
+                            large_bodies = f" with a body over {SMALL_BODY_BYTES} bytes"
+                            return too_many(node, LARGE_REQUESTS_PER_NODE, large_bodies)
                         await held.enter_async_context(large_slots)
                 window = TimeWindow.at(clock(), limits.retention_days, limits.future_grace_seconds)
                 gate = Gate(buckets, limits.max_gpus_per_batch)

@@ -17,9 +17,9 @@ from typing import Annotated
 import anyio
 from fastapi import Header, HTTPException
 from fastapi.responses import JSONResponse
+from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
-from sqlalchemy.orm import Session, sessionmaker
 
 from finops.access import api_tokens
 from finops.access.api_tokens import ADMIN_SETTING, Principal, Role

@@ -168,8 +168,9 @@ def store_together(
     max_gpus_per_node: int | None = None,
 ) -> list[_Stored]:
     """Store ``batches`` in one transaction, each without its GPUs that :meth:`Ingestor.conflicts` refuses (with
-    ``max_gpus_per_node``) or does not know; run again whole (up to :data:`DEADLOCK_ATTEMPTS` times) when PostgreSQL chooses it as a deadlock
-    victim. What :class:`GroupCommit` runs for the batches of concurrent requests."""
+    ``max_gpus_per_node``) or does not know; run again whole (up to :data:`DEADLOCK_ATTEMPTS` times) when
+    PostgreSQL chooses it as a deadlock victim. What :class:`GroupCommit` runs for the batches of concurrent
+    requests."""
     attempt = 1
     while True:
         try:
