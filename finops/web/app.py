@@ -246,7 +246,8 @@ def create_app(
             f"node {node!r} has {most} ingest requests{kind} under way, the most a node may have at once (a "
             f"collector sends one at a time); nothing stored, retry in {RETRY_AFTER_SECONDS} s"
         )
-        headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        # The body is left unread: close the connection rather than read on what a slow sender trickles.
+        headers = {"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"}
         return JSONResponse({"detail": detail}, status_code=429, headers=headers)
 
     @app.exception_handler(RequestValidationError)

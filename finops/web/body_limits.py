@@ -48,12 +48,13 @@ class BodyBudget:
             reservation.bytes = 0
 
     def refused(self) -> JSONResponse:
-        """The 503 answer to a body the budget cannot take now, with ``Retry-After``."""
+        """The 503 answer to a body the budget cannot take now, with ``Retry-After`` and ``Connection: close`` (the rest
+        of the body is not read)."""
         detail = (
             f"the service holds {self.limit} bytes of request bodies at once (FINOPS_BODY_MEMORY_BUDGET_BYTES) and "
             f"they are taken; try again in {BUDGET_RETRY_AFTER_SECONDS} s"
         )
-        headers = {"Retry-After": str(BUDGET_RETRY_AFTER_SECONDS)}
+        headers = {"Retry-After": str(BUDGET_RETRY_AFTER_SECONDS), "Connection": "close"}  # the body is left unread
         return JSONResponse({"detail": detail}, status_code=503, headers=headers)
 
 
