@@ -29,7 +29,16 @@ A batch-level error (``node``, ``gpus``, not JSON) stores nothing. So does a bat
 ``IngestLimits.max_gpus_per_batch`` or holding more readings than the node's burst (``422``, it can never pass), and
 one its node's token bucket cannot take now (:class:`finops.ingest.limits.ReadingBuckets`: ``429`` with
 ``Retry-After``, the whole seconds until it can); each counted in ``gpufinops_ingest_refused_total{reason}``.
-Collectors do not retry a 422. A body over ``MAX_BODY_BYTES``, sent or once decompressed, is refused with ``413``
+Collectors do not retry a 422. A new GPU at an index of ``IngestLimits.max_gpus_per_node`` or above is refused by
+itself (``{"uuid": u, "field": "gpus", …}``), the batch's other GPUs stored. A node token's request while
+:data:`~finops.ingest.limits.REQUESTS_PER_NODE` of its node are under way is answered ``429`` at once, with
+``Retry-After`` and ``Connection: close`` (``reason="requests"``).
+
+No body is read before its credential is checked from the headers: ingest authenticates first, and every other
+request with a body needs an admin credential (:class:`finops.web.auth.AdminBodies`: ``401``/``403`` otherwise,
+the body unread). Bodies being read and handled share one budget per process
+(:class:`finops.web.body_limits.BodyBudget`, ``IngestLimits.body_memory_budget_bytes``): past it ``503`` with
+``Retry-After``. A body over ``MAX_BODY_BYTES``, sent or once decompressed, is refused with ``413``
 and nothing stored; the body of any other request, over ``REST_MAX_BODY_BYTES``, too. Every body is read under a
 deadline (:class:`finops.web.body_limits.BodyDeadline`, ``IngestLimits.body_timeout_seconds``): a sender too slow
 gets ``408`` and its connection closed. A request that finds the database busy (a lock another transaction holds) is
