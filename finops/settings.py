@@ -6,7 +6,8 @@ what the service, the CLI and the dashboard read. Code that needs one group may 
 - :class:`StorageSettings` — database URL, data directory, raw-sample retention, requests' lock timeout.
 - :class:`ApiSettings` — bearer tokens of the ingest API and the REST API.
 - :class:`TlsSettings` — the certificate and private key `serve` speaks HTTPS with.
-- :class:`IngestSettings` — per-node ingest limits (readings per second, burst, GPUs per batch), body deadline.
+- :class:`IngestSettings` — per-node ingest limits (readings per second, burst, GPUs per batch and per node), body
+  deadline, memory budget of request bodies.
 - :class:`PricingSettings` — default pricing model and the price catalog file.
 - :class:`IdleSettings` — when an allocated GPU counts as idle, and for how long before it is an idle episode.
 - :class:`WasteSettings` — the thresholds and conventions of the waste reasons of idle GPUs.
@@ -44,9 +45,11 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from finops.analysis.waste import ReasonPolicy
 from finops.ingest.limits import (
+    BODY_MEMORY_BUDGET_BYTES,
     BODY_TIMEOUT_SECONDS,
     DEFAULT_RETENTION_DAYS,
     MAX_GPUS_PER_BATCH,
+    MAX_GPUS_PER_NODE,
     READINGS_BURST,
     READINGS_PER_SECOND,
 )
@@ -190,11 +193,24 @@ class IngestSettings(SettingsGroup):
         gt=0,
         description="GPUs a batch may name (a batch is one node's: 8 on an HGX board); more: `422`.",
     )
+    ingest_max_gpus_per_node: int = Field(
+        MAX_GPUS_PER_NODE,
+        gt=0,
+        description="GPUs a node may have: ingest registers a new GPU only at an NVML index below this (16 on the "
+        "largest boards); a GPU at a higher index is refused by itself (`422` naming it, the batch's other GPUs "
+        "stored). Set it to your largest node's GPU count to bound what a stolen node token can invent.",
+    )
     ingest_body_timeout_seconds: float = Field(
         BODY_TIMEOUT_SECONDS,
         gt=0,
         description="Seconds within which a request's body (ingest's and every other's) must be received once the "
         "service starts reading it; later: `408` and the connection closed.",
+    )
+    body_memory_budget_bytes: int = Field(
+        BODY_MEMORY_BUDGET_BYTES,
+        gt=0,
+        description="Bytes of request bodies (ingest's and every other's, as received) a server process holds at "
+        "once; a body past it: `503` with `Retry-After`. Per process: `serve --workers N` holds up to N times it.",
     )
 
 

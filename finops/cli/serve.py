@@ -260,7 +260,9 @@ def ingest_limits(settings: Settings) -> IngestLimits:
         readings_per_second=settings.ingest_readings_per_second,
         readings_burst=settings.ingest_readings_burst,
         max_gpus_per_batch=settings.ingest_max_gpus_per_batch,
+        max_gpus_per_node=settings.ingest_max_gpus_per_node,
         body_timeout_seconds=settings.ingest_body_timeout_seconds,
+        body_memory_budget_bytes=settings.body_memory_budget_bytes,
     )
 
 

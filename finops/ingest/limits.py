@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from finops.ingest.partitions import retention_floor
@@ -38,6 +39,24 @@ MAX_GPUS_PER_BATCH = 256
 """``FINOPS_INGEST_MAX_GPUS_PER_BATCH``' default. A collector sends one node's physical GPUs (MIG instances are not
 shipped): 8 on an HGX/DGX board, 16 on the largest (HGX-2, DGX-2); 256 is 16 times that and above the 56 a node
 would show even counting each of 8 GPUs' 7 MIG instances."""
+MAX_GPUS_PER_NODE = 64
+"""``FINOPS_INGEST_MAX_GPUS_PER_NODE``' default: ingest registers a new GPU on a node only at an NVML index below it
+(indices run from 0 to the node's GPU count less one), so a node token can never give its node more GPUs (a node
+is unique on its indices). The largest boards carry 16 GPUs (HGX-2, DGX-2) and PCIe expansion chassis up to about
+20; 64 leaves room for any of them and bounds what a stolen node token can invent to 64 GPUs' capacity cost. The
+node inventory (``nodes import``) keeps a node's GPU model, not its count, so the bound is one for every node: set
+it to the site's largest node."""
+REQUESTS_PER_NODE = 2
+"""Ingest requests one node token may have under way at once in a process (reading its body or being stored); more
+are answered ``429`` at once. A collector sends one batch at a time (:class:`collector.delivery.Delivery`); the
+second allows a retry while the service still reads the first. So one node's slow senders hold at most this many
+of the process's ingest slots."""
+LARGE_REQUESTS_PER_NODE = 1
+"""Of :data:`REQUESTS_PER_NODE`, how many may hold a large body (a backlog: :data:`finops.web.app.SMALL_BODY_BYTES`
+and more) at once."""
+BODY_MEMORY_BUDGET_BYTES = 64 * 2**20
+"""``FINOPS_BODY_MEMORY_BUDGET_BYTES``' default: request bodies (as received) one server process holds at once, 64
+MiB: 16 of the REST API's largest (4 MiB) or 4 of ingest's (16 MiB); a collector's largest batch is about 1.5 MB."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +107,10 @@ class IngestLimits:
     ``future_grace_seconds``: how far ahead of the service's clock a reading may be stamped;
     ``readings_per_second`` and ``readings_burst``: each node's token bucket (:class:`ReadingBuckets`);
     ``max_gpus_per_batch``: distinct GPU UUIDs a batch may name (``gpus``, ``series``, ``samples``,
-    ``job_utilization`` together); ``body_timeout_seconds``: the deadline for reading a request's body (every
-    request's, not only ingest's).
+    ``job_utilization`` together); ``max_gpus_per_node``: a new GPU is registered only at an index below it (the
+    GPUs of a node, :data:`MAX_GPUS_PER_NODE`); ``body_timeout_seconds``: the deadline for reading a request's body
+    (every request's, not only ingest's); ``body_memory_budget_bytes``: the bytes of request bodies (every
+    request's) the process holds at once (:class:`finops.web.body_limits.BodyBudget`).
     """
 
     retention_days: int = DEFAULT_RETENTION_DAYS
@@ -97,7 +118,36 @@ class IngestLimits:
     readings_per_second: float = READINGS_PER_SECOND
     readings_burst: int = READINGS_BURST
     max_gpus_per_batch: int = MAX_GPUS_PER_BATCH
+    max_gpus_per_node: int = MAX_GPUS_PER_NODE
     body_timeout_seconds: float = BODY_TIMEOUT_SECONDS
+    body_memory_budget_bytes: int = BODY_MEMORY_BUDGET_BYTES
+
+
+class NodeSlots:
+    """The ingest requests each node has under way in one process, at most ``per_node`` at once (:meth:`take`).
+    Used from the event loop only (no lock); a node's count is forgotten when it falls to 0."""
+
+    def __init__(self, per_node: int) -> None:
+        self.per_node = per_node
+        self._held: dict[str, int] = {}
+
+    @contextmanager
+    def take(self, node: str | None) -> Iterator[bool]:
+        """One of ``node``'s slots for the block: yields True, or False (nothing taken) when the node holds
+        ``per_node`` already. ``node`` None (a credential that speaks for every node, whose node is known only from
+        the body) is always True and not counted."""
+        count = 0 if node is None else self._held.get(node, 0)
+        if node is None or count >= self.per_node:
+            yield node is None
+            return
+        self._held[node] = count + 1
+        try:
+            yield True
+        finally:
+            if self._held[node] == 1:
+                del self._held[node]
+            else:
+                self._held[node] -= 1
 
 
 class ReadingBuckets:

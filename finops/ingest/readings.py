@@ -119,7 +119,7 @@ class _Plan:
 
 
 def _batch_conflicts(
-    batch: IngestBatch, by_uuid: dict[str, Any], by_slot: dict[int, Any]
+    batch: IngestBatch, by_uuid: dict[str, Any], by_slot: dict[int, Any], max_gpus_per_node: int | None
 ) -> tuple[dict[str, str], set[str]]:
     """:meth:`Ingestor.conflicts` of one batch, from the rows of the GPUs it names (``by_uuid``) and of its node's
     GPUs by index (``by_slot``)."""
@@ -140,6 +140,12 @@ def _batch_conflicts(
             refused[uuid] = (
                 f"index {entry.index} of node {batch.node} is {holder}; after a hardware swap run "
                 f"`gpu-finops nodes gpu replace {batch.node} {entry.index}`"
+            )
+        elif known is None and entry is not None and max_gpus_per_node is not None and entry.index >= max_gpus_per_node:
+            refused[uuid] = (
+                f"index {entry.index} of node {batch.node} is past the {max_gpus_per_node} GPUs a node may have "
+                "(FINOPS_INGEST_MAX_GPUS_PER_NODE: indices 0 to "
+                f"{max_gpus_per_node - 1}); raise it if the node has more GPUs"
             )
     return refused, uuids - set(entries) - {uuid for uuid in uuids if uuid in by_uuid} - set(refused)
 
@@ -231,13 +237,17 @@ class Ingestor:
                 store_node_io(session, batch.node, batch.node_io)
         return counts
 
-    def conflicts(self, session: Session, batches: Sequence[IngestBatch]) -> list[tuple[dict[str, str], set[str]]]:
+    def conflicts(
+        self, session: Session, batches: Sequence[IngestBatch], max_gpus_per_node: int | None = None
+    ) -> list[tuple[dict[str, str], set[str]]]:
         """What each of ``batches`` may not write, in one query: per batch, in their order, (UUIDs refused, each with
         the reason; UUIDs unknown).
 
         Refused: a GPU registered to another node ("belongs to node X"), or a ``gpus`` entry that would re-register
         a GPU of the batch's node, its index under another UUID or its UUID as another model (only ``gpu-finops nodes
-        gpu replace NODE INDEX`` frees a slot for a new board). A slot whose UUID is unknown (a job placement's
+        gpu replace NODE INDEX`` frees a slot for a new board), or register a new GPU at an index of
+        ``max_gpus_per_node`` or above (None: no bound; a node is unique on its GPUs' indices, so this bounds its GPUs;
+        GPUs registered before keep their readings). A slot whose UUID is unknown (a job placement's
         placeholder) may be taken. Unknown: GPUs with readings that neither the batch's ``gpus`` describe nor the
         database knows (what :meth:`store` would refuse with KeyError).
 
@@ -259,7 +269,7 @@ class Ingestor:
             cached, found = self._gpus.get(uuid), by_uuid.get(uuid)
             if cached is not None and (found is None or found.id != cached.gpu_id):
                 self._gpus.pop(uuid, None)
-        return [_batch_conflicts(batch, by_uuid, by_slot[batch.node]) for batch in batches]
+        return [_batch_conflicts(batch, by_uuid, by_slot[batch.node], max_gpus_per_node) for batch in batches]
 
     def _insert(
         self,

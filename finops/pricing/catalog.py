@@ -27,10 +27,9 @@ the result does not depend on the caller's decimal context.
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
-from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation, localcontext
+from decimal import ROUND_HALF_EVEN, Context, Decimal, localcontext
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -50,6 +49,7 @@ from pydantic import (
 )
 
 from finops.errors import FinopsError
+from finops.pricing import catalog_yaml
 from finops.pricing.peaks import PeakTflops
 from finops.pricing.sources import Source, no_float
 
@@ -58,6 +58,8 @@ HOURS_PER_YEAR = Decimal(8760)
 WATTS_PER_KW = Decimal(1000)
 ARITHMETIC = Context(prec=28, rounding=ROUND_HALF_EVEN)
 """Decimal context of the on-prem arithmetic: 28 significant digits, rounding half-even."""
+MAX_PROBLEMS = 20
+"""Most validation problems a :class:`CatalogError` names (then how many more there were)."""
 
 
 class PricingModel(StrEnum):
@@ -372,32 +374,6 @@ class PriceCatalog(BaseModel):
         return row
 
 
-class _CatalogLoader(yaml.SafeLoader):
-    """Safe YAML loading with decimals for floats and an error on duplicate mapping keys."""
-
-
-def _decimal(loader: _CatalogLoader, node: yaml.ScalarNode) -> Decimal | str:
-    text = str(loader.construct_scalar(node))
-    try:
-        return Decimal(text.replace("_", ""))
-    except InvalidOperation:
-        return text  # e.g. ".inf": left as text, so validation names the field
-
-
-def _mapping(loader: _CatalogLoader, node: yaml.MappingNode) -> dict[Hashable, Any]:
-    keys: set[Hashable] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node)
-        if key in keys:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        keys.add(key)
-    return loader.construct_mapping(node)
-
-
-_CatalogLoader.add_constructor("tag:yaml.org,2002:float", _decimal)
-_CatalogLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
-
-
 def load_catalog(path: Path | None = None) -> PriceCatalog:
     """Read and validate the price catalog at ``path`` (default: the packaged ``price_catalog.yaml``).
 
@@ -413,9 +389,13 @@ def load_catalog(path: Path | None = None) -> PriceCatalog:
 
 
 def parse_catalog(text: str, source: str) -> PriceCatalog:
-    """Validate catalog YAML ``text``; ``source`` (a file name) is named in every CatalogError."""
+    """Validate catalog YAML ``text``; ``source`` (a file name) is named in every CatalogError: invalid YAML (with
+    its line), YAML past a bound of :mod:`finops.pricing.catalog_yaml` (size, nesting, nodes, models), or each
+    field refused (the first :data:`MAX_PROBLEMS`)."""
     try:
-        data = yaml.load(text, Loader=_CatalogLoader)  # _CatalogLoader is a SafeLoader: no arbitrary objects
+        data = catalog_yaml.load(text)
+    except catalog_yaml.CatalogTooLarge as exc:
+        raise CatalogError(f"price catalog {source}: {exc}") from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -425,8 +405,10 @@ def parse_catalog(text: str, source: str) -> PriceCatalog:
     try:
         return PriceCatalog.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(_problem(error["loc"], error["msg"], error["input"]) for error in exc.errors())
-        raise CatalogError(f"price catalog {source}: {problems}") from exc
+        errors = exc.errors()
+        problems = "; ".join(_problem(error["loc"], error["msg"], error["input"]) for error in errors[:MAX_PROBLEMS])
+        more = f"; and {len(errors) - MAX_PROBLEMS} more problems" if len(errors) > MAX_PROBLEMS else ""
+        raise CatalogError(f"price catalog {source}: {problems}{more}") from exc
 
 
 def _problem(loc: tuple[int | str, ...], message: str, given: object) -> str:

@@ -29,15 +29,24 @@ A batch-level error (``node``, ``gpus``, not JSON) stores nothing. So does a bat
 ``IngestLimits.max_gpus_per_batch`` or holding more readings than the node's burst (``422``, it can never pass), and
 one its node's token bucket cannot take now (:class:`finops.ingest.limits.ReadingBuckets`: ``429`` with
 ``Retry-After``, the whole seconds until it can); each counted in ``gpufinops_ingest_refused_total{reason}``.
-Collectors do not retry a 422. A body over ``MAX_BODY_BYTES``, sent or once decompressed, is refused with ``413`` and
-nothing stored; the body of any other request, over ``REST_MAX_BODY_BYTES``, too. Every body is read under a deadline
-(:class:`finops.web.body_limits.BodyDeadline`, ``IngestLimits.body_timeout_seconds``): a sender too slow gets ``408``
-and its connection closed. A request that finds the database busy (a lock another transaction holds; on PostgreSQL, once
-``serve``'s lock timeout runs out: ``FINOPS_REQUEST_LOCK_TIMEOUT_SECONDS``) or out of reach (PostgreSQL down or
-restarting) is answered ``503`` with ``Retry-After``. A request FastAPI refuses in validation gets ``422`` naming each
-field and why, without the value sent (:func:`validation_errors`). Decompression, validation and storage run in a worker
-thread (``INGEST_CONCURRENCY`` at once), one database transaction per batch; a transaction PostgreSQL aborts to break a
-deadlock is run again (up to :data:`finops.web.ingest_batch.DEADLOCK_ATTEMPTS` tries).
+Collectors do not retry a 422. A new GPU at an index of ``IngestLimits.max_gpus_per_node`` or above is refused by itself
+(``{"uuid": u, "field": "gpus", …}``), the batch's other GPUs stored. A node token's request while
+:data:`~finops.ingest.limits.REQUESTS_PER_NODE` of its node are under way is answered ``429`` at once, with
+``Retry-After`` and ``Connection: close`` (``reason="requests"``).
+
+No body is read before its credential is checked from the headers: ingest authenticates first, and every other request
+with a body needs an admin credential (:class:`finops.web.auth.AdminBodies`: ``401``/``403`` otherwise, the body
+unread). Bodies being read and handled share one budget per process (:class:`finops.web.body_limits.BodyBudget`,
+``IngestLimits.body_memory_budget_bytes``): past it ``503`` with ``Retry-After``. A body over ``MAX_BODY_BYTES``, sent
+or once decompressed, is refused with ``413`` and nothing stored; the body of any other request, over
+``REST_MAX_BODY_BYTES``, too. Every body is read under a deadline (:class:`finops.web.body_limits.BodyDeadline`,
+``IngestLimits.body_timeout_seconds``): a sender too slow gets ``408`` and its connection closed. A request that finds
+the database busy (a lock another transaction holds; on PostgreSQL, once ``serve``'s lock timeout runs out:
+``FINOPS_REQUEST_LOCK_TIMEOUT_SECONDS``) or out of reach (PostgreSQL down or restarting) is answered ``503`` with
+``Retry-After``. A request FastAPI refuses in validation gets ``422`` naming each field and why, without the value sent
+(:func:`validation_errors`). Decompression, validation and storage run in a worker thread (``INGEST_CONCURRENCY`` at
+once), one database transaction per batch; a transaction PostgreSQL aborts to break a deadlock is run again (up to
+:data:`finops.web.ingest_batch.DEADLOCK_ATTEMPTS` tries).
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, ExitStack
 from functools import partial
 from typing import Annotated, Any
 
@@ -64,15 +73,22 @@ from starlette.types import Scope
 
 from finops.analysis.waste import ReasonPolicy
 from finops.ingest.group_commit import GroupCommit
-from finops.ingest.limits import IngestLimits, ReadingBuckets, TimeWindow
+from finops.ingest.limits import (
+    LARGE_REQUESTS_PER_NODE,
+    REQUESTS_PER_NODE,
+    IngestLimits,
+    NodeSlots,
+    ReadingBuckets,
+    TimeWindow,
+)
 from finops.ingest.readings import Ingestor
 from finops.ingest.untimely import record_untimely
 from finops.pricing.catalog import PriceCatalog
 from finops.savings.efficiency_policy import EfficiencyPolicy
 from finops.timeutil import from_epoch
 from finops.web.alerts import create_alerts_router
-from finops.web.auth import ApiAuth, IngestAuth
-from finops.web.body_limits import BodyDeadline, BodyLimit, too_large
+from finops.web.auth import AdminBodies, ApiAuth, IngestAuth
+from finops.web.body_limits import BodyBudget, BodyDeadline, BodyLimit, too_large
 from finops.web.conformance import ERROR_RESPONSES, INGEST_OPENAPI, INGEST_RESPONSES, allow_every_method
 from finops.web.deps import no_nul_parameters
 from finops.web.ingest_batch import MAX_BODY_BYTES, Gate, ingest_batch, store_together
@@ -105,7 +121,7 @@ READINGS_IN_TSDB = (
     "by it, or remote-write), not to this service"
 )
 """The 409's ``detail`` of ingest when the service reads telemetry from a TSDB."""
-REFUSAL_REASONS = ("rate", "burst", "gpus")
+REFUSAL_REASONS = ("rate", "burst", "gpus", "requests")
 """``reason`` of ``gpufinops_ingest_refused_total``: the per-node limit a batch was refused by."""
 
 
@@ -167,7 +183,8 @@ class ServiceMetrics:
         self.refused = Counter(
             "gpufinops_ingest_refused",
             "Ingest batches refused whole by a per-node limit: rate (over the node's readings per second, 429), "
-            "burst (more readings than the burst, 422), gpus (more GPUs than a batch may carry, 422).",
+            "burst (more readings than the burst, 422), gpus (more GPUs than a batch may carry, 422), requests (more "
+            "requests under way than a node token may have at once, 429).",
             ["reason"],
             registry=self.registry,
         )
@@ -209,16 +226,23 @@ def create_app(
         title="gpu-finops", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None,
         dependencies=[Depends(no_nul_parameters)],
     )  # fmt: skip
-    app.add_middleware(BodyLimit, limit=REST_MAX_BODY_BYTES, exempt=frozenset({INGEST_PATH}))
+    budget = BodyBudget(limits.body_memory_budget_bytes)
+    app.state.body_budget = budget
+    exempt = frozenset({INGEST_PATH})
+    app.add_middleware(BodyLimit, limit=REST_MAX_BODY_BYTES, exempt=exempt, budget=budget)
     ingest_auth = IngestAuth(sessions, token, insecure_no_token)
     api_auth = ApiAuth(sessions, api_token, insecure_no_token)
+    # Outside BodyLimit: a body is read only once its credential is known to be an admin's.
+    app.add_middleware(AdminBodies, auth=api_auth, exempt=exempt)
     app.include_router(create_router(sessions, api_auth, catalog, reasons, efficiency), responses=ERROR_RESPONSES)
     app.include_router(create_alerts_router(sessions, api_auth), responses=ERROR_RESPONSES)
     allow_every_method(app)
-    commits = GroupCommit(partial(store_together, sessions, Ingestor()), INGEST_CONCURRENCY)
+    store = partial(store_together, sessions, Ingestor(), max_gpus_per_node=limits.max_gpus_per_node)
+    commits = GroupCommit(store, INGEST_CONCURRENCY)
     buckets = ReadingBuckets(limits.readings_per_second, limits.readings_burst, clock)
     ingest_slots = anyio.CapacityLimiter(INGEST_CONCURRENCY)
     large_slots = anyio.CapacityLimiter(LARGE_INGEST_CONCURRENCY)
+    node_slots, large_node_slots = NodeSlots(REQUESTS_PER_NODE), NodeSlots(LARGE_REQUESTS_PER_NODE)
     app.state.large_ingest_slots = large_slots
     metrics = metrics or ServiceMetrics()
     app.state.metrics = metrics
@@ -236,6 +260,18 @@ def create_app(
     def reply(code: int, body: dict[str, Any]) -> JSONResponse:
         metrics.requests.labels(code=str(code)).inc()
         return JSONResponse(body, status_code=code)
+
+    def too_many(node: str | None, most: int, kind: str) -> JSONResponse:
+        """429 with ``Retry-After`` to a node token's request beyond the node's slots (:class:`NodeSlots`)."""
+        metrics.refused.labels(reason="requests").inc()
+        metrics.requests.labels(code="429").inc()
+        detail = (
+            f"node {node!r} has {most} ingest requests{kind} under way, the most a node may have at once (a "
+            f"collector sends one at a time); nothing stored, retry in {RETRY_AFTER_SECONDS} s"
+        )
+        # The body is left unread: close the connection rather than read on what a slow sender trickles.
+        headers = {"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"}
+        return JSONResponse({"detail": detail}, status_code=429, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -279,21 +315,36 @@ def create_app(
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
             return reply(413, over_limit)
-        async with ingest_slots, AsyncExitStack() as held:
-            body = bytearray()
-            large = False
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > MAX_BODY_BYTES:
-                    return reply(413, over_limit)
-                if not large and len(body) > SMALL_BODY_BYTES:
-                    large = True
-                    await held.enter_async_context(large_slots)
-            window = TimeWindow.at(clock(), limits.retention_days, limits.future_grace_seconds)
-            gate = Gate(buckets, limits.max_gpus_per_batch)
-            code, answer = await anyio.to_thread.run_sync(
-                ingest_batch, commits, bytes(body), content_encoding == "gzip", window, holder, gate, untimely
-            )
+        node = None if holder is None else holder.node
+        with ExitStack() as node_held:
+            if not node_held.enter_context(node_slots.take(node)):
+                return too_many(node, REQUESTS_PER_NODE, "")
+            async with ingest_slots, AsyncExitStack() as held:
+                reservation = held.enter_context(budget.held())
+                if declared.isdigit() and not reservation.cover(int(declared)):
+                    metrics.requests.labels(code="503").inc()
+                    return budget.refused()
+                body = bytearray()
+                large = False
+                async for chunk in request.stream():
+                    body += chunk
+                    if len(body) > MAX_BODY_BYTES:
+                        return reply(413, over_limit)
+                    if not reservation.cover(len(body)):
+                        metrics.requests.labels(code="503").inc()
+                        return budget.refused()
+                    if not large and len(body) > SMALL_BODY_BYTES:
+                        large = True
+                        if not held.enter_context(large_node_slots.take(node)):
+                            large_bodies = f" with a body over {SMALL_BODY_BYTES} bytes"
+                            return too_many(node, LARGE_REQUESTS_PER_NODE, large_bodies)
+                        await held.enter_async_context(large_slots)
+                window = TimeWindow.at(clock(), limits.retention_days, limits.future_grace_seconds)
+                gate = Gate(buckets, limits.max_gpus_per_batch)
+                payload, body = bytes(body), bytearray()
+                code, answer = await anyio.to_thread.run_sync(
+                    ingest_batch, commits, payload, content_encoding == "gzip", window, holder, gate, untimely
+                )
         if gate.refused is not None:
             metrics.refused.labels(reason=gate.refused).inc()
         if gate.retry_after:

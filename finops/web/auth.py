@@ -4,15 +4,22 @@
 Ingest (:class:`IngestAuth`) takes a per-node token (:mod:`finops.ingest.node_tokens`), which admits batches of its
 node only, or the shared ``FINOPS_INGEST_TOKEN``, which admits every node. Everything else (:class:`ApiAuth`) takes
 an API token with a role (:mod:`finops.access.api_tokens`) or the ``FINOPS_API_TOKEN`` setting (an admin); an ingest
-credential never opens it. 401 without a credential or with a bad one, 403 for a role that may not."""
+credential never opens it. 401 without a credential or with a bad one, 403 for a role that may not.
+
+A request carrying a body is judged on its headers before any of its body is read (:class:`AdminBodies`): only
+admin routes of the REST API take a body, and ingest authenticates before it reads its own."""
 
 # No ``from __future__ import annotations``: FastAPI resolves the dependency's annotations when routes are defined.
 
 import hmac
 from typing import Annotated
 
+import anyio
 from fastapi import Header, HTTPException
+from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from finops.access import api_tokens
 from finops.access.api_tokens import ADMIN_SETTING, Principal, Role
@@ -129,3 +136,34 @@ class IngestAuth:
         if self.open:
             return None
         raise unauthorised()
+
+
+def _carries_body(scope: Scope) -> bool:
+    """Whether a request declares a body: ``Content-Length`` other than 0, or ``Transfer-Encoding`` (chunked)."""
+    headers = Headers(scope=scope)
+    return headers.get("content-length", "0").strip() not in ("", "0") or "transfer-encoding" in headers
+
+
+class AdminBodies:
+    """ASGI middleware authenticating every request that carries a body (:func:`_carries_body`) from its
+    ``Authorization`` header before any of the body is read: every route of the REST API that takes a body is an
+    admin's (:meth:`ApiAuth.admin`), so without an admin credential the request is answered 401 (none or a bad one)
+    or 403 (another role) with ``Connection: close``, and the server reads no more of it than its socket buffers
+    hold. Without this an unauthenticated client could make the process hold a body of
+    :data:`finops.web.app.REST_MAX_BODY_BYTES` per connection. Requests to ``exempt`` paths (ingest: it
+    authenticates before reading, with ingest credentials) and without a body pass untouched."""
+
+    def __init__(self, app: ASGIApp, auth: ApiAuth, exempt: frozenset[str]) -> None:
+        self.app, self.auth, self.exempt = app, auth, exempt
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in self.exempt and _carries_body(scope):
+            authorization = Headers(scope=scope).get("authorization")
+            try:
+                await anyio.to_thread.run_sync(self.auth.admin, authorization)  # an API token is a database read
+            except HTTPException as exc:
+                headers = {**(exc.headers or {}), "Connection": "close"}
+                refusal = JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

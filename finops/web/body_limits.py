@@ -1,11 +1,13 @@
 """Bounds on request bodies, as ASGI middleware of the service (:func:`finops.web.app.create_app`): a body over a
-size is answered ``413`` before its route runs, and a body not received within a deadline ``408`` with its
-connection closed."""
+size is answered ``413`` before its route runs, a body not received within a deadline ``408`` with its connection
+closed, and a body that would take the bodies held at once past the process's memory budget (:class:`BodyBudget`)
+``503`` with ``Retry-After``."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import anyio
 from fastapi.responses import JSONResponse
@@ -19,13 +21,71 @@ def too_large(limit: int, when: str = "") -> dict[str, str]:
     return {"detail": f"body larger than {limit} bytes{when}"}
 
 
+BUDGET_RETRY_AFTER_SECONDS = 1
+"""``Retry-After`` of the 503 answered when the bodies held at once fill the budget (:class:`BodyBudget`): bodies
+are read in well under a second on a datacentre network, and none is held longer than the body deadline."""
+
+
+class BodyBudget:
+    """The bytes of request bodies one server process holds at once, bounded by ``limit``
+    (``FINOPS_BODY_MEMORY_BUDGET_BYTES``): each request takes what it declares (``Content-Length``) before reading
+    and, without one, what it has read so far (:meth:`held`), and gives it back once answered. Bytes as received:
+    what a route makes of them (a copy, the decompressed batch, parsed objects) is a small multiple, bounded by the
+    same count. Used from the event loop only (no lock)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_use = 0
+
+    @contextmanager
+    def held(self) -> Iterator[Reservation]:
+        """A :class:`Reservation` of this budget, given back when the block ends."""
+        reservation = Reservation(self)
+        try:
+            yield reservation
+        finally:
+            self.in_use -= reservation.bytes
+            reservation.bytes = 0
+
+    def refused(self) -> JSONResponse:
+        """The 503 answer to a body the budget cannot take now, with ``Retry-After`` and ``Connection: close`` (the rest
+        of the body is not read)."""
+        detail = (
+            f"the service holds {self.limit} bytes of request bodies at once (FINOPS_BODY_MEMORY_BUDGET_BYTES) and "
+            f"they are taken; try again in {BUDGET_RETRY_AFTER_SECONDS} s"
+        )
+        headers = {"Retry-After": str(BUDGET_RETRY_AFTER_SECONDS), "Connection": "close"}  # the body is left unread
+        return JSONResponse({"detail": detail}, status_code=503, headers=headers)
+
+
+class Reservation:
+    """The part of a :class:`BodyBudget` one request holds (:attr:`bytes`)."""
+
+    def __init__(self, budget: BodyBudget) -> None:
+        self.budget, self.bytes = budget, 0
+
+    def cover(self, size: int) -> bool:
+        """Grow the reservation to ``size`` bytes (no change when it holds that much); False, leaving it as it was,
+        when the budget cannot take the difference now."""
+        more = size - self.bytes
+        if more <= 0:
+            return True
+        if self.budget.in_use + more > self.budget.limit:
+            return False
+        self.budget.in_use += more
+        self.bytes = size
+        return True
+
+
 class BodyLimit:
     """ASGI middleware bounding request bodies: a body over ``limit`` bytes, declared (``Content-Length``) or as
-    read, is answered 413 (:func:`too_large`) before the route runs, holding at most ``limit`` bytes; a body within
-    it is read whole and handed on. Requests to ``exempt`` paths pass untouched (ingest bounds its own body)."""
+    read, is answered 413 (:func:`too_large`) before the route runs, holding at most ``limit`` bytes; a body the
+    ``budget`` cannot cover, declared or as read, 503 with ``Retry-After`` (:meth:`BodyBudget.refused`); a body
+    within both is read whole and handed on, its bytes held in the budget until the route has answered. Requests to
+    ``exempt`` paths pass untouched (ingest bounds its own body, in the same budget)."""
 
-    def __init__(self, app: ASGIApp, limit: int, exempt: frozenset[str]) -> None:
-        self.app, self.limit, self.exempt = app, limit, exempt
+    def __init__(self, app: ASGIApp, limit: int, exempt: frozenset[str], budget: BodyBudget) -> None:
+        self.app, self.limit, self.exempt, self.budget = app, limit, exempt, budget
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self.exempt:
@@ -36,26 +96,34 @@ class BodyLimit:
         if declared.isdigit() and int(declared) > self.limit:
             await refused(scope, receive, send)
             return
-        body, more = bytearray(), True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
+        with self.budget.held() as reservation:
+            if declared.isdigit() and not reservation.cover(int(declared)):
+                await self.budget.refused()(scope, receive, send)
                 return
-            body += message.get("body", b"")
-            if len(body) > self.limit:
-                await refused(scope, receive, send)
-                return
-            more = message.get("more_body", False)
-        whole: Message | None = {"type": "http.request", "body": bytes(body), "more_body": False}
+            body, more = bytearray(), True
+            while more:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                body += message.get("body", b"")
+                if len(body) > self.limit:
+                    await refused(scope, receive, send)
+                    return
+                if not reservation.cover(len(body)):
+                    await self.budget.refused()(scope, receive, send)
+                    return
+                more = message.get("more_body", False)
+            whole: Message | None = {"type": "http.request", "body": bytes(body), "more_body": False}
+            del body
 
-        async def replay() -> Message:
-            nonlocal whole
-            if whole is None:
-                return await receive()
-            message, whole = whole, None
-            return message
+            async def replay() -> Message:
+                nonlocal whole
+                if whole is None:
+                    return await receive()
+                message, whole = whole, None
+                return message
 
-        await self.app(scope, replay, send)
+            await self.app(scope, replay, send)
 
 
 class _BodyTimeout(Exception):

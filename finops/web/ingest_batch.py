@@ -174,16 +174,20 @@ def _store(
 
 
 def store_together(
-    sessions: sessionmaker[Session], ingestor: Ingestor, batches: Sequence[IngestBatch]
+    sessions: sessionmaker[Session],
+    ingestor: Ingestor,
+    batches: Sequence[IngestBatch],
+    max_gpus_per_node: int | None = None,
 ) -> list[_Stored]:
-    """Store ``batches`` in one transaction, each without its GPUs that :meth:`Ingestor.conflicts` refuses or does
-    not know; run again whole (up to :data:`DEADLOCK_ATTEMPTS` times) when PostgreSQL chooses it as a deadlock
-    victim. What :class:`GroupCommit` runs for the batches of concurrent requests."""
+    """Store ``batches`` in one transaction, each without its GPUs that :meth:`Ingestor.conflicts` refuses (with
+    ``max_gpus_per_node``) or does not know; run again whole (up to :data:`DEADLOCK_ATTEMPTS` times) when
+    PostgreSQL chooses it as a deadlock victim. What :class:`GroupCommit` runs for the batches of concurrent
+    requests."""
     attempt = 1
     while True:
         try:
             with sessions.begin() as session:
-                found = ingestor.conflicts(session, batches)
+                found = ingestor.conflicts(session, batches, max_gpus_per_node)
                 kept = [
                     _without_gpus(batch, unknown | set(refused)) if unknown or refused else batch
                     for batch, (refused, unknown) in zip(batches, found, strict=True)

@@ -14,10 +14,11 @@ with the field's place.
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import date, timedelta
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
+import anyio
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 from pydantic import BaseModel, Field, StringConstraints
 from sqlalchemy.orm import Session, sessionmaker
@@ -449,10 +450,16 @@ def create_router(
     @router.put("/prices")
     async def put_prices(request: Request, caller: admin) -> dict[str, str | None]:
         """Import a catalog: the request body is its YAML (``finops/pricing/price_catalog.yaml`` format). 422 naming the
-        field if invalid; otherwise the date the ledger is re-priced from (null: nothing changed)."""
+        field if invalid, or the bound passed (size, nesting, nodes, models: :mod:`finops.pricing.catalog_yaml`);
+        otherwise the date the ledger is re-priced from (null: nothing changed). Parsed and stored in a worker
+        thread, so that the service answers other requests meanwhile."""
         text = (await request.body()).decode("utf-8", errors="replace")
-        with unprocessable(CatalogError), sessions.begin() as opened:
-            changed_from = import_catalog(opened, text, "PUT /api/v1/prices", fallback_catalog, actor=caller.actor)
+
+        def store() -> date | None:
+            with unprocessable(CatalogError), sessions.begin() as opened:
+                return import_catalog(opened, text, "PUT /api/v1/prices", fallback_catalog, actor=caller.actor)
+
+        changed_from = await anyio.to_thread.run_sync(store)
         return {"repriced_from": None if changed_from is None else changed_from.isoformat()}
 
     @router.get("/pricing-rules")

@@ -97,13 +97,22 @@ def serve_process(env: dict[str, str], *options: str, tls: ssl.SSLContext | None
     """``gpu-finops serve --no-scheduler`` as a child process with ``env`` and ``options`` on a free port of 127.0.0.1,
     until the block ends; yields its base URL once ``/healthz`` answers 200 (within 30 s). ``tls``: the client context
     the service's certificate is verified with, for a service started with TLS (the URL is then ``https://``)."""
+    with serve_child(env, *options, tls=tls) as (url, _process):
+        yield url
+
+
+@contextmanager
+def serve_child(
+    env: dict[str, str], *options: str, tls: ssl.SSLContext | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """:func:`serve_process`, yielding the base URL and the process (whose memory a test may read)."""
     port = free_port()
     command = [sys.executable, "-m", "finops.cli", "serve", "--port", str(port), "--no-scheduler", *options]
     process = subprocess.Popen(command, env=env)
     url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     try:
         _wait_healthy(url, process, tls)
-        yield url
+        yield url, process
     finally:
         process.terminate()
         process.wait(timeout=30)

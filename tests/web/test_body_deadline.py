@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import gzip
 import socket
-import threading
-import time
 
 import httpx
 import orjson
@@ -15,53 +13,12 @@ import pytest
 from finops.ingest.limits import IngestLimits
 from finops.web.app import INGEST_CONCURRENCY, create_app
 from tests.support.servers import API_TOKEN, running, service_metrics
+from tests.support.slow_sender import SlowSender
 
 TOKEN = "s3cret-token"
 NOW = 1795244400  # the service's clock: 2026-11-21T07:00Z
 DEADLINE = 1.0
 WAIT = 15.0  # the longest any step may take: far above the deadline, bounded
-
-
-class SlowSender:
-    """A client that sends a request's headers (declaring ``length`` bytes of body) and then one byte a second."""
-
-    def __init__(self, url: str, path: str, length: int = 1000) -> None:
-        host, port = url.removeprefix("http://").split(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=WAIT)
-        head = (
-            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
-        )
-        self.sock.sendall(head.encode())
-        self.started = time.monotonic()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._trickle, daemon=True)
-        self.thread.start()
-
-    def _trickle(self) -> None:
-        while not self.stop.wait(1.0):
-            try:
-                self.sock.sendall(b" ")
-            except OSError:  # the service closed the connection
-                return
-
-    def answer(self) -> tuple[bytes, float, bool]:
-        """The response as read until the service closes the connection, the seconds it took from the headers, and
-        whether the connection was closed (not timed out)."""
-        data, closed = b"", False
-        try:
-            while chunk := self.sock.recv(65536):
-                data += chunk
-            closed = True
-        except ConnectionResetError:
-            closed = True
-        except TimeoutError:
-            pass
-        took = time.monotonic() - self.started
-        self.stop.set()
-        self.thread.join(timeout=WAIT)
-        self.sock.close()
-        return data, took, closed
 
 
 def _batch(readings: int = 3) -> bytes:
@@ -80,7 +37,7 @@ def service(sessions):  # type: ignore[no-untyped-def]
 
 def test_slow_ingest_bodies_get_408_and_their_connection_closed_while_others_are_served(service) -> None:  # type: ignore[no-untyped-def]
     # More slow senders than ingest slots: without the deadline they would hold every slot for as long as they like.
-    slow = [SlowSender(service, "/api/v1/ingest") for _ in range(INGEST_CONCURRENCY + 1)]
+    slow = [SlowSender(service, "/api/v1/ingest", TOKEN, wait=WAIT) for _ in range(INGEST_CONCURRENCY + 1)]
     with httpx.Client(timeout=WAIT) as client:
         assert client.get(f"{service}/healthz").status_code == 200
         headers = {"Authorization": f"Bearer {TOKEN}", "Content-Encoding": "gzip"}
@@ -99,7 +56,7 @@ def test_slow_ingest_bodies_get_408_and_their_connection_closed_while_others_are
 
 
 def test_slow_bodies_of_other_requests_get_408_too(service) -> None:  # type: ignore[no-untyped-def]
-    sender = SlowSender(service, "/api/v1/prices")
+    sender = SlowSender(service, "/api/v1/prices", API_TOKEN, wait=WAIT)
     assert httpx.get(f"{service}/healthz", timeout=WAIT).status_code == 200
     data, took, closed = sender.answer()
     assert data.startswith(b"HTTP/1.1 408 "), data[:200]

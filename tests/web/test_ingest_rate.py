@@ -163,6 +163,8 @@ def test_defaults_and_settings(monkeypatch) -> None:  # type: ignore[no-untyped-
     monkeypatch.setenv("FINOPS_INGEST_READINGS_BURST", "500")
     monkeypatch.setenv("FINOPS_INGEST_MAX_GPUS_PER_BATCH", "16")
     monkeypatch.setenv("FINOPS_INGEST_BODY_TIMEOUT_SECONDS", "2.5")
+    monkeypatch.setenv("FINOPS_INGEST_MAX_GPUS_PER_NODE", "24")
+    monkeypatch.setenv("FINOPS_BODY_MEMORY_BUDGET_BYTES", "1048576")
     limits = ingest_limits(Settings())
     assert (limits.readings_per_second, limits.readings_burst, limits.max_gpus_per_batch) == (50, 500, 16)
-    assert limits.body_timeout_seconds == 2.5
+    assert (limits.body_timeout_seconds, limits.max_gpus_per_node, limits.body_memory_budget_bytes) == (2.5, 24, 2**20)
