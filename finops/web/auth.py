@@ -19,6 +19,7 @@ from fastapi import Header, HTTPException
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import Headers
+from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from finops.access import api_tokens
@@ -138,26 +139,42 @@ class IngestAuth:
         raise unauthorised()
 
 
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+"""The methods whose routes read a body. A body sent with another method (GET, TRACE, …) is never read: its route
+takes none, or there is no route and the answer is 405."""
+
+
 def _carries_body(scope: Scope) -> bool:
-    """Whether a request declares a body: ``Content-Length`` other than 0, or ``Transfer-Encoding`` (chunked)."""
+    """Whether a request of :data:`BODY_METHODS` declares a body: ``Content-Length`` other than 0, or
+    ``Transfer-Encoding`` (chunked)."""
+    if scope["method"] not in BODY_METHODS:
+        return False
     headers = Headers(scope=scope)
     return headers.get("content-length", "0").strip() not in ("", "0") or "transfer-encoding" in headers
 
 
+def _routed(scope: Scope) -> bool:
+    """Whether a route of the application takes the request's path and method; a request no route takes is answered
+    404 or 405 by the router without reading its body, as for anyone."""
+    routes = getattr(getattr(scope.get("app"), "router", None), "routes", ())
+    return any(route.matches(scope)[0] is Match.FULL for route in routes)
+
+
 class AdminBodies:
     """ASGI middleware authenticating every request that carries a body (:func:`_carries_body`) from its
-    ``Authorization`` header before any of the body is read: every route of the REST API that takes a body is an
-    admin's (:meth:`ApiAuth.admin`), so without an admin credential the request is answered 401 (none or a bad one)
-    or 403 (another role) with ``Connection: close``, and the server reads no more of it than its socket buffers
-    hold. Without this an unauthenticated client could make the process hold a body of
-    :data:`finops.web.app.REST_MAX_BODY_BYTES` per connection. Requests to ``exempt`` paths (ingest: it
-    authenticates before reading, with ingest credentials) and without a body pass untouched."""
+    ``Authorization`` header before any of the body is read: every route of the REST API that takes a body is an admin's
+    (:meth:`ApiAuth.admin`), so without an admin credential the request is answered 401 (none or a bad one) or 403
+    (another role) with ``Connection: close``, and the server reads no more of it than its socket buffers hold. A
+    request no route takes (:func:`_routed`) passes, to get its 404 or 405. Without this an unauthenticated client
+    could make the process hold a body of :data:`finops.web.app.REST_MAX_BODY_BYTES` per connection. Requests to
+    ``exempt`` paths (ingest: it authenticates before reading, with ingest credentials) and without a body pass
+    untouched."""
 
     def __init__(self, app: ASGIApp, auth: ApiAuth, exempt: frozenset[str]) -> None:
         self.app, self.auth, self.exempt = app, auth, exempt
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] not in self.exempt and _carries_body(scope):
+        if scope["type"] == "http" and scope["path"] not in self.exempt and _carries_body(scope) and _routed(scope):
             authorization = Headers(scope=scope).get("authorization")
             try:
                 await anyio.to_thread.run_sync(self.auth.admin, authorization)  # an API token is a database read
