@@ -17,8 +17,8 @@ import logging
 import os
 import shlex
 import subprocess
-from collections.abc import Iterable, Sequence
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 
@@ -97,7 +97,9 @@ def import_sacct(
         session.flush()
         for record in jobs:
             job_cluster = record.cluster or cluster
-            job = next((run for run in stored.get((job_cluster, record.job_id_raw), ()) if run.start == record.start), None)
+            job = next(
+                (run for run in stored.get((job_cluster, record.job_id_raw), ()) if run.start == record.start), None
+            )
             team_id = teams.team_id(record.account)
             if job is not None and _same_placement(job, record):
                 update_end(session, job, record.end, record.state, marks)

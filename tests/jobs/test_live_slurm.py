@@ -88,7 +88,7 @@ def test_every_case_is_in_slurms_accounting(live_slurm: SlurmCluster, workload: 
     assert by_id[f"{ids['het']}+0"] == by_id[f"{ids['het']}+1"] == ["COMPLETED"]
     pending = [run for run in runs if run.job_id == ids["cancelled_pending"]]
     assert (pending[0].gpus, pending[0].nodes, pending[0].elapsed) == (0, (), 0), "never ran, held no GPU"
-    assert STATES == {run.state for run in runs if run.gpus}
+    assert {run.state for run in runs if run.gpus} == STATES
 
 
 def test_scheduled_sacct_import_bills_slurms_gpu_seconds(

@@ -171,12 +171,16 @@ def slurm_cluster(root: Path) -> Iterator[SlurmCluster]:
         cluster = _configure(root, database)
         spawn = _Spawner(stack, cluster)
         socket_path = root / "munge" / "munge.socket"
-        spawn("munged", ["munged", "--foreground", "--force", f"--key-file={root / 'munge' / 'munge.key'}",
-                         f"--socket={socket_path}", f"--pid-file={root / 'munge' / 'munged.pid'}",
-                         f"--seed-file={root / 'munge' / 'munged.seed'}", f"--log-file={root / 'log' / 'munged.log'}"])  # fmt: skip
+        munge = root / "munge"
+        spawn("munged", ["munged", "--foreground", "--force", f"--key-file={munge / 'munge.key'}",
+                         f"--socket={socket_path}", f"--pid-file={munge / 'munged.pid'}",
+                         f"--seed-file={munge / 'munged.seed'}",
+                         f"--log-file={root / 'log' / 'munged.log'}"])  # fmt: skip
         wait_for("munged listens", socket_path.exists, 20, cluster)
         spawn("slurmdbd", ["slurmdbd", "-D"])
-        wait_for("slurmdbd answers", lambda: _answers(cluster, "sacctmgr", "--noheader", "list", "cluster"), 30, cluster)
+        wait_for(
+            "slurmdbd answers", lambda: _answers(cluster, "sacctmgr", "--noheader", "list", "cluster"), 30, cluster
+        )
         cluster.run("sacctmgr", "--immediate", "add", "cluster", cluster.cluster)
         for account in ACCOUNTS:
             cluster.run("sacctmgr", "--immediate", "add", "account", account, f"cluster={cluster.cluster}")

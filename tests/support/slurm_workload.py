@@ -174,7 +174,9 @@ def _mapping_of(cluster: SlurmCluster, hosts: list[str], job_id: str, expect: in
 def _collector_view(cluster: SlurmCluster, host: str) -> dict[str, str | None]:
     """GPU index → the job id the collector's job map puts on a reading of each of ``host``'s GPUs, now."""
     readings = [
-        Sample("gpu", {"gpu": str(i), "uuid": f"GPU-{host}-{i}", "model": "NVIDIA H100 80GB HBM3"}, {}, datetime.now(UTC))
+        Sample(
+            "gpu", {"gpu": str(i), "uuid": f"GPU-{host}-{i}", "model": "NVIDIA H100 80GB HBM3"}, {}, datetime.now(UTC)
+        )
         for i in range(GPUS_PER_NODE)
     ]
     return {s.labels["gpu"]: s.job_id for s in JobMapper(cluster.mapping_dir(host)).annotate(readings)}
