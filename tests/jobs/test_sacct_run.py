@@ -85,8 +85,8 @@ def test_the_sacct_command_line() -> None:
     assert SACCT_STATES == ("RUNNING",)
     start, end = datetime(2026, 1, 5, 10, 50, tzinfo=UTC), NOW
     assert sacct_argv("ssh slurm-head /usr/bin/sacct", start, end, "orion") == [
-        "ssh", "slurm-head", "/usr/bin/sacct", "--allusers", "--allocations", "--duplicates", "--parsable2", "--noheader", FORMAT,
-        "--starttime=2026-01-05T10:50:00", "--endtime=2026-01-05T12:00:00", "--state=RUNNING", "--clusters=orion",
+        "ssh", "slurm-head", "/usr/bin/sacct", "--allusers", "--allocations", "--duplicates", "--parsable2",
+        "--noheader", FORMAT, "--starttime=2026-01-05T10:50:00", "--endtime=2026-01-05T12:00:00", "--state=RUNNING", "--clusters=orion",
     ]  # fmt: skip
 
 
@@ -101,10 +101,10 @@ def test_runs_move_the_watermark_and_reread_running_jobs(sessions, fake_sacct: F
     )  # fmt: skip
     calls = fake_sacct.calls()
     assert [call["argv"] for call in calls] == [
-        ["--allusers", "--allocations", "--duplicates", "--parsable2", "--noheader", FORMAT, "--starttime=2026-01-04T12:00:00",
-         "--endtime=2026-01-05T12:00:00", "--state=RUNNING", "--clusters=orion"],
-        ["--allusers", "--allocations", "--duplicates", "--parsable2", "--noheader", FORMAT, "--starttime=2026-01-05T11:50:00",
-         "--endtime=2026-01-05T12:30:00", "--state=RUNNING", "--clusters=orion"],
+        ["--allusers", "--allocations", "--duplicates", "--parsable2", "--noheader", FORMAT,
+         "--starttime=2026-01-04T12:00:00", "--endtime=2026-01-05T12:00:00", "--state=RUNNING", "--clusters=orion"],
+        ["--allusers", "--allocations", "--duplicates", "--parsable2", "--noheader", FORMAT,
+         "--starttime=2026-01-05T11:50:00", "--endtime=2026-01-05T12:30:00", "--state=RUNNING", "--clusters=orion"],
     ]  # fmt: skip
     assert {(call["tz"], call["time_format"]) for call in calls} == {("UTC", "standard")}
     assert (first.start, first.end) == (NOW - timedelta(days=1), NOW)
