@@ -86,7 +86,8 @@ def test_the_sacct_command_line() -> None:
     start, end = datetime(2026, 1, 5, 10, 50, tzinfo=UTC), NOW
     assert sacct_argv("ssh slurm-head /usr/bin/sacct", start, end, "orion") == [
         "ssh", "slurm-head", "/usr/bin/sacct", "--allusers", "--allocations", "--duplicates", "--parsable2",
-        "--noheader", FORMAT, "--starttime=2026-01-05T10:50:00", "--endtime=2026-01-05T12:00:00", "--state=RUNNING", "--clusters=orion",
+        "--noheader", FORMAT, "--starttime=2026-01-05T10:50:00", "--endtime=2026-01-05T12:00:00", "--state=RUNNING",
+        "--clusters=orion",
     ]  # fmt: skip
 
 
