@@ -202,10 +202,13 @@ class Job(Base):
     ``namespace``, ``labels`` are Kubernetes only; ``project`` is optional (budgets per project).
     ``node_list`` is a Slurm hostlist expression (``gpu-[01-04]``, as :func:`finops.jobs.slurm.compress_hostlist`
     writes it; rows imported before are comma-separated names, which read the same). ``end`` is NULL while it runs.
+
+    One row per run (migration 0026): a requeued Slurm job's runs share ``job_id_raw`` and differ in ``start``
+    (:func:`finops.jobs.slurm_import.import_sacct`); a pod has one run.
     """
 
     __tablename__ = "jobs"
-    __table_args__ = (UniqueConstraint("scheduler", "cluster", "job_id_raw"),)
+    __table_args__ = (UniqueConstraint("scheduler", "cluster", "job_id_raw", "start", name="uq_jobs_run"),)
     id: Mapped[int] = mapped_column(primary_key=True)
     scheduler: Mapped[str] = mapped_column(String(16))
     cluster: Mapped[str] = mapped_column(String(128))

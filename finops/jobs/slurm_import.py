@@ -4,7 +4,8 @@ sacct names a job's nodes and GPU count, not its GPU indices: ``gres/gpu=N`` ove
 remainder, if any, to the first nodes), placed on the GPUs the collectors' job map names, else first-fit. A
 GRES type that is a MIG profile (``gres/gpu:3g.40gb``, ``gres/gpu:a100_1g.5gb``) allocates that profile's share
 of a GPU per device (:mod:`finops.jobs.mig`). A job already placed whose start, nodes and GPU count did not change
-keeps its GPUs and only has its end, state and team updated (a running job that finished).
+keeps its GPUs and only has its end, state and team updated (a running job that finished). Each run of a
+requeued job (``sacct --duplicates``) is a job row of its own, keyed by its start.
 
 :func:`run_sacct` runs sacct itself over the window since the last run (the ``sacct:<cluster>`` watermark) and
 imports its output; :class:`ScheduledSacct` does so every few minutes in the scheduler.
@@ -16,6 +17,7 @@ import logging
 import os
 import shlex
 import subprocess
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -67,28 +69,30 @@ def import_sacct(
 
     Bad lines are returned in ``errors`` (with line numbers) and the rest is imported. An empty
     Cluster field takes ``cluster``. Times are read in ``tz``, the zone sacct printed them in (its host's
-    local time). Re-importing the same lines changes nothing. Of several records of one job (the runs of a
-    requeued job), the one that started last is kept. ``not_after``: the import's time; lines with a time after it
-    are refused (:func:`finops.jobs.slurm.parse_sacct`).
+    local time). Re-importing the same lines changes nothing.
+
+    Every run of a job is stored as a job row of its own, keyed by (cluster, JobIDRaw, Start): a requeued job's
+    earlier runs (``sacct --duplicates`` lists each, State ``REQUEUED``, ``NODE_FAIL``, ``PREEMPTED``...) keep
+    their own GPUs, nodes, times and account, and are billed like any job. A stored run of the same job that
+    overlaps an imported run in time but started at another instant is the same run read differently (an
+    earlier listing, a listing without ``--duplicates`` whose last run replaces a run still open in the store):
+    it is replaced. A stored run disjoint from every imported run of its job is kept: an earlier run that this
+    listing does not show. ``not_after``: the import's time; lines with a time after it are refused
+    (:func:`finops.jobs.slurm.parse_sacct`).
     """
     parsed = parse_sacct(lines, source=source, tz=tz, not_after=not_after)
     result = ImportResult(errors=list(parsed.errors), clusters={j.cluster for j in parsed.jobs if j.cluster})
-    jobs = sorted((j for j in parsed.jobs if j.start is not None), key=lambda j: (j.start, j.job_id_raw))
     result.without_gpus = sum(1 for j in parsed.jobs if j.gpus == 0 or not j.nodes)
-    jobs = [j for j in jobs if j.gpus > 0 and j.nodes]
-    # One record per job: of the runs of a requeued job (sacct --duplicates lists each), the last to start.
-    last_runs = {(j.cluster or cluster, j.job_id_raw): j for j in jobs}
-    jobs = sorted(last_runs.values(), key=lambda j: (j.start, j.job_id_raw))
+    # One record per run (the last listed, if a listing repeats one), in start order.
+    runs = {
+        (j.cluster or cluster, j.job_id_raw, j.start): j
+        for j in parsed.jobs
+        if j.start is not None and j.gpus > 0 and j.nodes
+    }
+    jobs = sorted(runs.values(), key=lambda j: (j.start, j.job_id_raw))
     if not jobs:
         return result
-    # Stored jobs by their unique key, whatever their start: a requeued job comes back with a later one.
-    clusters = sorted({j.cluster or cluster for j in jobs})
-    raw_ids = sorted({j.job_id_raw for j in jobs})
-    existing: dict[tuple[str, str], Job] = {}
-    for i in range(0, len(raw_ids), 2000):
-        chunk = raw_ids[i : i + 2000]
-        query = select(Job).where(Job.scheduler == "slurm", Job.cluster.in_(clusters), Job.job_id_raw.in_(chunk))
-        existing.update(((job.cluster, job.job_id_raw), job) for job in session.scalars(query))
+    stored = _stored_runs(session, jobs, cluster)
     teams = TeamRules(session)
     marks = HourMarks()
     added: list[tuple[Job, SacctJob]] = []
@@ -96,9 +100,16 @@ def import_sacct(
     models = node_models(session, (n for record in mig_jobs for n in record.nodes)) if mig_jobs else {}
     # No flush until all are added (update_end's UPDATE would flush): the new jobs go in batched inserts.
     with session.no_autoflush:
+        for key, superseded in _superseded(stored, jobs, cluster):
+            marks.add_job(superseded)
+            session.delete(superseded)
+            stored[key].remove(superseded)
+        session.flush()
         for record in jobs:
             job_cluster = record.cluster or cluster
-            job = existing.get((job_cluster, record.job_id_raw))
+            job = next(
+                (run for run in stored.get((job_cluster, record.job_id_raw), ()) if run.start == record.start), None
+            )
             team_id = teams.team_id(record.account)
             if job is not None and _same_placement(job, record):
                 update_end(session, job, record.end, record.state, marks)
@@ -116,6 +127,41 @@ def import_sacct(
     _record_partitions(session, jobs)
     session.flush()
     return result
+
+
+def _stored_runs(session: Session, jobs: list[SacctJob], cluster: str) -> dict[tuple[str, str], list[Job]]:
+    """The stored runs of the listed jobs, by (cluster, JobIDRaw), whatever their start."""
+    clusters = sorted({j.cluster or cluster for j in jobs})
+    raw_ids = sorted({j.job_id_raw for j in jobs})
+    stored: dict[tuple[str, str], list[Job]] = defaultdict(list)
+    for i in range(0, len(raw_ids), 2000):
+        chunk = raw_ids[i : i + 2000]
+        query = select(Job).where(Job.scheduler == "slurm", Job.cluster.in_(clusters), Job.job_id_raw.in_(chunk))
+        for job in session.scalars(query):
+            stored[(job.cluster, job.job_id_raw)].append(job)
+    return stored
+
+
+def _superseded(
+    stored: dict[tuple[str, str], list[Job]], jobs: list[SacctJob], cluster: str
+) -> list[tuple[tuple[str, str], Job]]:
+    """The stored runs an imported run of the same job replaces: those overlapping it in time with another start
+    (runs of one job never overlap: Slurm starts a requeued job again only after its earlier run ended)."""
+    listed: dict[tuple[str, str], list[SacctJob]] = defaultdict(list)
+    for record in jobs:
+        listed[(record.cluster or cluster, record.job_id_raw)].append(record)
+    superseded = []
+    for key, records in listed.items():
+        for run in stored.get(key, ()):
+            if any(run.start != r.start and _overlap(run.start, run.end, r.start, r.end) for r in records):
+                superseded.append((key, run))
+    return superseded
+
+
+def _overlap(a0: datetime | None, a1: datetime | None, b0: datetime | None, b1: datetime | None) -> bool:
+    """Whether [a0, a1) and [b0, b1) meet; a None end is open (still running)."""
+    assert a0 is not None and b0 is not None
+    return (a1 is None or b0 < a1) and (b1 is None or a0 < b1)
 
 
 def _record_partitions(session: Session, jobs: list[SacctJob]) -> None:
@@ -231,6 +277,7 @@ def sacct_argv(command: str, start: datetime, end: datetime, cluster: str | None
         program,
         "--allusers",
         "--allocations",
+        "--duplicates",
         "--parsable2",
         "--noheader",
         f"--format={','.join(SACCT_FIELDS)}",

@@ -86,7 +86,7 @@ def test_the_sacct_command_line() -> None:
     start, end = datetime(2026, 1, 5, 10, 50, tzinfo=UTC), NOW
     assert sacct_argv("ssh slurm-head /usr/bin/sacct", start, end, "orion") == [
         "ssh", "slurm-head", "env", "TZ=UTC", "SLURM_TIME_FORMAT=standard", "/usr/bin/sacct",
-        "--allusers", "--allocations", "--parsable2", "--noheader", FORMAT,
+        "--allusers", "--allocations", "--duplicates", "--parsable2", "--noheader", FORMAT,
         "--starttime=2026-01-05T10:50:00", "--endtime=2026-01-05T12:00:00", "--state=RUNNING", "--clusters=orion",
     ]  # fmt: skip
 
@@ -102,10 +102,10 @@ def test_runs_move_the_watermark_and_reread_running_jobs(sessions, fake_sacct: F
     )  # fmt: skip
     calls = fake_sacct.calls()
     assert [call["argv"] for call in calls] == [
-        ["--allusers", "--allocations", "--parsable2", "--noheader", FORMAT, "--starttime=2026-01-04T12:00:00",
-         "--endtime=2026-01-05T12:00:00", "--state=RUNNING", "--clusters=orion"],
-        ["--allusers", "--allocations", "--parsable2", "--noheader", FORMAT, "--starttime=2026-01-05T11:50:00",
-         "--endtime=2026-01-05T12:30:00", "--state=RUNNING", "--clusters=orion"],
+        ["--allusers", "--allocations", "--duplicates", "--parsable2", "--noheader", FORMAT,
+         "--starttime=2026-01-04T12:00:00", "--endtime=2026-01-05T12:00:00", "--state=RUNNING", "--clusters=orion"],
+        ["--allusers", "--allocations", "--duplicates", "--parsable2", "--noheader", FORMAT,
+         "--starttime=2026-01-05T11:50:00", "--endtime=2026-01-05T12:30:00", "--state=RUNNING", "--clusters=orion"],
     ]  # fmt: skip
     assert {(call["tz"], call["time_format"]) for call in calls} == {("UTC", "standard")}
     assert (first.start, first.end) == (NOW - timedelta(days=1), NOW)

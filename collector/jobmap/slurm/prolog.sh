@@ -7,8 +7,10 @@
 # `gpu-finops collector --job-mapping-dir` reads first. Files are replaced atomically.
 #
 # Slurm sets SLURM_JOB_ID, SLURM_JOB_UID, SLURM_JOB_GPUS (GPU indices, comma-separated) and, with GPUs
-# bound by UUID or MIG, CUDA_VISIBLE_DEVICES (UUIDs) in the prolog environment. Install in slurm.conf:
-#   Prolog=/usr/lib/gpu-finops/prolog.sh    Epilog=/usr/lib/gpu-finops/epilog.sh
+# bound by UUID or MIG, CUDA_VISIBLE_DEVICES (UUIDs) in the prolog environment (slurmd gives the prolog a fresh
+# environment: set GPU_JOB_MAPPING_DIR in a wrapper, not in slurmd's). Install in slurm.conf:
+#   Prolog=/usr/lib/gpu-finops/prolog.sh    Epilog=/usr/lib/gpu-finops/epilog.sh    PrologFlags=Alloc
+# PrologFlags=Alloc runs it on every node of a job when the job is allocated (without it, only where a step starts).
 set -eu
 
 dir="${GPU_JOB_MAPPING_DIR:-/run/gpustat}"
