@@ -123,15 +123,22 @@ def _memory(amdsmi: Any, handle: Any) -> dict[str, float]:
     return {name: value for name, value in values.items() if value is not None}
 
 
-def _clocks(amdsmi: Any, handle: Any) -> dict[str, float]:
-    """amdsmi_get_clock_info(GFX) and (MEM): ``clk``, the current clock in MHz -> hertz (x 10^6). The GFX clock is
-    the counterpart of NVIDIA's SM clock."""
-    values = {}
-    for clock, metric in ((amdsmi.AmdSmiClkType.GFX, m.GPU_SM_CLOCK), (amdsmi.AmdSmiClkType.MEM, m.GPU_MEMORY_CLOCK)):
-        megahertz = _number(amdsmi.amdsmi_get_clock_info(handle, clock).get("clk"), 0xFFFF_FFFF)
-        if megahertz is not None:
-            values[metric] = megahertz * 1e6
-    return values
+def _clock(amdsmi: Any, handle: Any, clock: Any) -> float | None:
+    """amdsmi_get_clock_info(``clock``): ``clk``, the current clock in MHz -> hertz (x 10^6); None for N/A."""
+    megahertz = _number(amdsmi.amdsmi_get_clock_info(handle, clock).get("clk"), 0xFFFF_FFFF)
+    return None if megahertz is None else megahertz * 1e6
+
+
+def _gfx_clock(amdsmi: Any, handle: Any) -> dict[str, float]:
+    """The GFX clock (AmdSmiClkType.GFX), the counterpart of NVIDIA's SM clock, in hertz."""
+    hertz = _clock(amdsmi, handle, amdsmi.AmdSmiClkType.GFX)
+    return {} if hertz is None else {m.GPU_SM_CLOCK: hertz}
+
+
+def _memory_clock(amdsmi: Any, handle: Any) -> dict[str, float]:
+    """The memory clock (AmdSmiClkType.MEM, the HBM's UCLK), in hertz."""
+    hertz = _clock(amdsmi, handle, amdsmi.AmdSmiClkType.MEM)
+    return {} if hertz is None else {m.GPU_MEMORY_CLOCK: hertz}
 
 
 def _throttle(amdsmi: Any, handle: Any) -> dict[str, float]:
@@ -157,7 +164,8 @@ READERS: tuple[Callable[[Any, Any], dict[str, float]], ...] = (
     _energy,
     _temperature,
     _memory,
-    _clocks,
+    _gfx_clock,
+    _memory_clock,
     _throttle,
     _ecc,
 )
@@ -275,6 +283,7 @@ class AmdSmiSource:
         self._initialised = False
         self._no_driver_logged = False
         self._known: dict[int, dict[str, str]] = {}
+        self._serials: dict[int, str] = {}
 
     def collect(self) -> list[Sample]:
         """Samples of every device and process; ``[]`` when this host has no AMD GPU driver."""
@@ -282,21 +291,14 @@ class AmdSmiSource:
             return []
         timestamp = self._clock()
         devices: list[_Device] = []
-        lost: list[Sample] = []
-        handles = self._amdsmi.amdsmi_get_processor_handles()
-        for index, handle in enumerate(handles):
-            device = self._read_device(index, handle)
-            if device is None:
-                labels = {**self._known.get(index, {"uuid": "", "model": ""}), "gpu": str(index)}
-                labels.update(mig_profile="", parent_uuid="")
-                lost.append(Sample(entity="gpu", labels=labels, values={m.GPU_UP: 0.0}, timestamp=timestamp))
-            else:
-                devices.append(device)
+        for index, handle in enumerate(self._amdsmi.amdsmi_get_processor_handles()):
+            devices.append(self._read_device(index, handle) or self._lost(index, handle))
         _mark_packages(devices)
         samples = [Sample("gpu", d.labels, d.values, timestamp, package=d.package) for d in devices]
         for device in devices:
-            samples.extend(self._processes(device.handle, device.labels, timestamp))
-        return samples + lost
+            if device.values[m.GPU_UP]:
+                samples.extend(self._processes(device.handle, device.labels, timestamp))
+        return samples
 
     def close(self) -> None:
         """Shut AMD SMI down (when the collector stops)."""
@@ -321,6 +323,13 @@ class AmdSmiSource:
         self._initialised = True
         return True
 
+    def _lost(self, index: int, handle: Any) -> _Device:
+        """A device that did not answer: ``gpufinops_gpu_up`` = 0 with the labels and board serial last seen at its
+        position (the serial keeps it in its package, so that its partner's 0 is not taken for a reading)."""
+        labels = {**self._known.get(index, {"uuid": "", "model": ""}), "gpu": str(index)}
+        labels.update(mig_profile="", parent_uuid="")
+        return _Device(handle, labels, {m.GPU_UP: 0.0}, serial=self._serials.get(index))
+
     def _read_device(self, index: int, handle: Any) -> _Device | None:
         amdsmi = self._amdsmi
         try:
@@ -337,6 +346,8 @@ class AmdSmiSource:
         device = _Device(handle, labels, values)
         serial = self._optional(lambda: amdsmi.amdsmi_get_gpu_board_info(handle)["product_serial"])
         device.serial = serial if isinstance(serial, str) and serial not in ("", "N/A") else None
+        if device.serial is not None:
+            self._serials[index] = device.serial
         mode = self._optional(lambda: amdsmi.amdsmi_get_gpu_compute_partition(handle))
         device.mode = mode if isinstance(mode, str) and mode else None
         partition = self._optional(lambda: amdsmi.amdsmi_get_gpu_kfd_info(handle)["current_partition_id"])
