@@ -159,8 +159,10 @@ class FakeAmdSmi:
 
     def amdsmi_get_gpu_asic_info(self, handle: int) -> dict[str, Any]:
         device = self._device(handle, "amdsmi_get_gpu_asic_info")
-        return {"market_name": device.market_name, "vendor_id": "0x1002", "vendor_name": "Advanced Micro Devices Inc",
-                "asic_serial": NA, "oam_id": NA, "num_compute_units": NA, "target_graphics_version": "gfx942"}  # fmt: skip
+        return {
+            "market_name": device.market_name, "vendor_id": "0x1002", "vendor_name": "Advanced Micro Devices Inc.",
+            "asic_serial": NA, "oam_id": NA, "num_compute_units": NA, "target_graphics_version": "gfx942",
+        }  # fmt: skip
 
     def amdsmi_get_gpu_board_info(self, handle: int) -> dict[str, Any]:
         device = self._device(handle, "amdsmi_get_gpu_board_info")
@@ -240,11 +242,19 @@ def mi300x_cpx(serial: str = "PCB052715-0072") -> list[FakeDevice]:
     NOT_SUPPORTED for energy. Temperature: issue 139's 39 °C on every partition. By hand: the rest."""
     return [
         FakeDevice(
-            uuid=f"{index:x}cff74b5-0000-1000-80e4-ba4b16fd1c1e", market_name="AMD Instinct MI300X", serial=serial,
-            gfx_activity=50 if index == 0 else 0xFFFF, umc_activity=20 if index == 0 else 0xFFFF,
-            socket_power=182 if index == 0 else 0xFFFF, energy_accumulator=9_830_400_000 if index == 0 else None,
-            temperatures={AmdSmiTemperatureType.HOTSPOT: 39}, vram_total=24 * GIB, vram_used=index * GIB,
-            clocks={AmdSmiClkType.GFX: 2100, AmdSmiClkType.MEM: 1300}, compute_partition="CPX", partition_id=index,
+            uuid=f"{index:x}cff74b5-0000-1000-80e4-ba4b16fd1c1e",
+            market_name="AMD Instinct MI300X",
+            serial=serial,
+            gfx_activity=50 if index == 0 else 0xFFFF,
+            umc_activity=20 if index == 0 else 0xFFFF,
+            socket_power=182 if index == 0 else 0xFFFF,
+            energy_accumulator=9_830_400_000 if index == 0 else None,
+            temperatures={AmdSmiTemperatureType.HOTSPOT: 39},
+            vram_total=24 * GIB,
+            vram_used=index * GIB,
+            clocks={AmdSmiClkType.GFX: 2100, AmdSmiClkType.MEM: 1300},
+            compute_partition="CPX",
+            partition_id=index,
         )
         for index in range(8)
     ]
@@ -265,13 +275,20 @@ def mi250x(gcds: int = 8, secondary_power: int | str = NA) -> list[FakeDevice]:
         watts = MI250X_POWER[index]
         devices.append(
             FakeDevice(
-                uuid=f"GPU-{index:x}f1182f2988c0a4c", market_name="AMD Instinct MI250X/MI250",
-                serial=f"PCB046982-{index // 2:04d}", gfx_activity=0, umc_activity=0,
+                uuid=f"GPU-{index:x}f1182f2988c0a4c",
+                market_name="AMD Instinct MI250X/MI250",
+                serial=f"PCB046982-{index // 2:04d}",
+                gfx_activity=0,
+                umc_activity=0,
                 socket_power=secondary_power if watts is None else watts,
                 energy_accumulator=0 if watts is None else 5_242_880_000 + index,
-                temperatures={AmdSmiTemperatureType.EDGE: MI250X_TEMPERATURE[index]}, vram_total=64 * GIB,
-                vram_used=11_206_656, clocks={AmdSmiClkType.GFX: 800, AmdSmiClkType.MEM: 1600}, throttle_status=0,
-                compute_partition=None, partition_id=NA,
+                temperatures={AmdSmiTemperatureType.EDGE: MI250X_TEMPERATURE[index]},
+                vram_total=64 * GIB,
+                vram_used=11_206_656,
+                clocks={AmdSmiClkType.GFX: 800, AmdSmiClkType.MEM: 1600},
+                throttle_status=0,
+                compute_partition=None,
+                partition_id=NA,
             )
         )
     return devices
