@@ -24,7 +24,7 @@ from collector.spool import Spool
 
 log = logging.getLogger(__name__)
 
-SOURCE_NAMES = ("nvml", "nvidia_smi", "dcgm", "infiniband", "diskstats", "nfs", "lustre", "replay")
+SOURCE_NAMES = ("nvml", "amdsmi", "nvidia_smi", "dcgm", "infiniband", "diskstats", "nfs", "lustre", "replay")
 """Every source ``--source`` accepts, each a module of :mod:`collector.sources`."""
 
 
@@ -72,12 +72,17 @@ class NodeConfig:
 def build_source(name: str, config: NodeConfig) -> Source:
     """The source called ``name`` (one of :data:`SOURCE_NAMES`), rooted where ``config`` says.
 
-    Raises ValueError for an unknown name, and for ``replay`` without a readable capture in ``config.replay_file``.
+    Raises ValueError for an unknown name, for ``amdsmi`` without AMD SMI installed (the ``amd`` extra), and for
+    ``replay`` without a readable capture in ``config.replay_file``.
     """
     if name == "nvml":
         from collector.sources.nvml import NvmlSource
 
         return NvmlSource()
+    if name == "amdsmi":
+        from collector.sources.amdsmi import AmdSmiSource
+
+        return AmdSmiSource()
     if name == "nvidia_smi":
         from collector.sources.nvidia_smi import NvidiaSmiSource
 

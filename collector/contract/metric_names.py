@@ -30,6 +30,7 @@ GPU_TEMPERATURE = "gpufinops_gpu_temperature_celsius"
 GPU_SM_CLOCK = "gpufinops_gpu_sm_clock_hertz"
 GPU_MEMORY_CLOCK = "gpufinops_gpu_memory_clock_hertz"
 GPU_CLOCKS_EVENT_REASONS = "gpufinops_gpu_clocks_event_reasons"
+GPU_THROTTLE_STATUS = "gpufinops_gpu_throttle_status"
 GPU_POWER_VIOLATION = "gpufinops_gpu_power_violation_seconds_total"
 GPU_THERMAL_VIOLATION = "gpufinops_gpu_thermal_violation_seconds_total"
 GPU_ECC_CORRECTED = "gpufinops_gpu_ecc_corrected_errors_total"
@@ -100,6 +101,12 @@ SPECS: dict[str, MetricSpec] = {
             "gauge",
             "Bitmask of active clocks-event (throttle) reasons (NVML clocks_event_reasons.active; "
             "same bits as DCGM_FI_DEV_CLOCKS_EVENT_REASONS).",
+        ),
+        MetricSpec(
+            GPU_THROTTLE_STATUS,
+            "gauge",
+            "AMD firmware throttle status bitmask, 0 when not throttled (amdsmi gpu_metrics throttle_status; "
+            "ASIC-specific bits, not NVML's clocks-event reasons).",
         ),
         MetricSpec(
             GPU_POWER_VIOLATION,

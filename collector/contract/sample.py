@@ -20,6 +20,9 @@ class Sample:
             is absent, never 0.
         timestamp: when it was read, timezone-aware UTC.
         job_id: the scheduler job holding the entity at ``timestamp`` when known (Slurm ``JobIDRaw``).
+        package: for a GPU that is one device of a physical package the library shows as several (an MI250X
+            GCD, an MI300X compute partition), which package and what this device reads for all of it
+            (:class:`Package`); None for a whole GPU.
     """
 
     entity: str
@@ -27,7 +30,26 @@ class Sample:
     values: dict[str, float]
     timestamp: datetime
     job_id: str | None = None
+    package: Package | None = None
     __hash__ = None  # type: ignore[assignment]  # dict fields: a Sample is a value, not a key
+
+
+@dataclass(frozen=True, slots=True)
+class Package:
+    """The physical package a GPU device belongs to, when the package shows as several devices.
+
+    Attributes:
+        id: the same text for every device of one package on the node (the board's serial number).
+        devices: how many devices of the package the node shows (2 GCDs of an MI250X; 1, 2, 4 or 8 partitions of
+            an MI300X); each is ``1 / devices`` of the package.
+        fields: the wire reading fields (:data:`collector.contract.wire.PACKAGE_FIELDS`) this device reports for
+            the whole package; the other devices of the package leave them out. Empty: the device reports only
+            its own readings.
+    """
+
+    id: str
+    devices: int
+    fields: tuple[str, ...] = ()
 
 
 class Source(Protocol):

@@ -86,14 +86,74 @@ DNS subdomain of at most 253; Kubernetes "Object Names and IDs"); Slurm ids are 
 JobId = Annotated[str, Field(max_length=JOB_ID_MAX_LENGTH)]
 
 
+ACTIVITY_COLUMNS = (
+    "sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio", "dram_active_ratio", "fp64_active_ratio",
+    "fp32_active_ratio", "fp16_active_ratio", "graphics_engine_active_ratio",
+)  # fmt: skip
+"""The hardware activity fields of a reading (ratios 0..1, each the mean over the reading's interval, never an
+instant): what the GPU's profiling counters measured, as DCGM's profiling fields and NVML GPM define them.
+
+- ``sm_active_ratio``: fraction of time at least one warp was resident on an SM, averaged over all SMs
+  (DCGM_FI_PROF_SM_ACTIVE, NVML GPM ``NVML_GPM_METRIC_SM_UTIL`` / 100);
+- ``sm_occupancy_ratio``: resident warps over the maximum an SM holds, averaged over time and SMs
+  (DCGM_FI_PROF_SM_OCCUPANCY, ``NVML_GPM_METRIC_SM_OCCUPANCY`` / 100);
+- ``tensor_active_ratio``: fraction of cycles any tensor pipe was active (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
+  ``NVML_GPM_METRIC_ANY_TENSOR_UTIL`` / 100);
+- ``dram_active_ratio``: fraction of cycles device memory was sending or receiving data
+  (DCGM_FI_PROF_DRAM_ACTIVE, ``NVML_GPM_METRIC_DRAM_BW_UTIL`` / 100);
+- ``fp64_active_ratio``, ``fp32_active_ratio``, ``fp16_active_ratio``: fraction of cycles the FP64, FMA (FP32) and
+  FP16 pipes were active (DCGM_FI_PROF_PIPE_FP64/FP32/FP16_ACTIVE, ``NVML_GPM_METRIC_FP64/FP32/FP16_UTIL`` / 100);
+- ``graphics_engine_active_ratio``: fraction of time the graphics or compute engine was active
+  (DCGM_FI_PROF_GR_ENGINE_ACTIVE, ``NVML_GPM_METRIC_GRAPHICS_UTIL`` / 100).
+
+A GPU that does not report a field leaves it null, never 0 (NVIDIA DCGM user guide, "Profiling Metrics"; NVML API
+reference, "GPM"). DCGM 4.6's ``*_UTIL_RATIO`` names are the same fields.
+"""
+
+PACKAGE_SUMMED_FIELDS = ("power_watts", "energy_joules")
+"""Reading fields a package reports as its total (watts, the joules counter): the service gives each of its
+``package_devices`` devices an equal share, the value divided by their number (:mod:`finops.ingest.package_split`)."""
+PACKAGE_MEAN_FIELDS = ("utilization_ratio", "memory_utilization_ratio", *ACTIVITY_COLUMNS)
+"""Reading fields a package reports as a mean over its devices (ratios): the service gives each device the package's
+value, whose mean over the devices is the package's (:mod:`finops.ingest.package_split`)."""
+PACKAGE_FIELDS = (*PACKAGE_SUMMED_FIELDS, *PACKAGE_MEAN_FIELDS)
+"""Every reading field a device may report for its whole package (:attr:`GpuInfo.package_fields`)."""
+
+
 class GpuInfo(BaseModel):
-    """Inventory of one GPU on the node (NVML UUID, index from 0 to :data:`INT32_MAX` and product name)."""
+    """Inventory of one GPU on the node (NVML or amdsmi UUID, index from 0 to :data:`INT32_MAX` and product name).
+
+    A device that is part of a physical package shown as several devices (AMD Instinct MI250X: two GCDs; MI300X
+    in DPX, QPX or CPX mode: 2, 4 or 8 compute partitions) names its package:
+
+    - ``package_id``: the same text for every device of the package (1 to 64 characters), null for a whole GPU;
+    - ``package_devices``: how many devices the package shows (1 to 64), each ``1 / package_devices`` of it;
+    - ``package_fields``: the reading fields (of :data:`PACKAGE_FIELDS`) this device reports for the whole
+      package, because the hardware reports them once per package (AMD: MI250X socket power and energy on one die
+      only; MI300X activity, power and energy on partition 0 only in DPX, QPX and CPX modes). The package's other
+      devices leave them null. The service splits them over the package's devices when it stores the readings
+      (:mod:`finops.ingest.package_split`), so that nothing is counted twice.
+
+    The three are null by default (collectors that predate them send none); ``package_fields`` needs the other two.
+    """
 
     model_config = _FINITE
     uuid: str = Field(min_length=1, max_length=64)
     index: Integer = Field(ge=0, le=INT32_MAX)
     model: str = Field(min_length=1, max_length=128)
     memory_total_bytes: Integer | None = Field(None, ge=0, le=INT64_MAX)
+    package_id: str | None = Field(None, min_length=1, max_length=64)
+    package_devices: Integer | None = Field(None, ge=1, le=64)
+    package_fields: list[str] | None = Field(None, max_length=len(PACKAGE_FIELDS))
+
+    @model_validator(mode="after")
+    def _package_fields_known(self) -> GpuInfo:
+        unknown = sorted(set(self.package_fields or ()) - set(PACKAGE_FIELDS))
+        if unknown:
+            raise ValueError(f"package_fields: {', '.join(unknown)} not one of {', '.join(PACKAGE_FIELDS)}")
+        if self.package_fields and (self.package_id is None or self.package_devices is None):
+            raise ValueError("package_fields needs package_id and package_devices")
+        return self
 
 
 class GpuReading(BaseModel):
@@ -121,30 +181,6 @@ class GpuReading(BaseModel):
     fp16_active_ratio: Ratio | None = None
     graphics_engine_active_ratio: Ratio | None = None
 
-
-ACTIVITY_COLUMNS = (
-    "sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio", "dram_active_ratio", "fp64_active_ratio",
-    "fp32_active_ratio", "fp16_active_ratio", "graphics_engine_active_ratio",
-)  # fmt: skip
-"""The hardware activity fields of a reading (ratios 0..1, each the mean over the reading's interval, never an
-instant): what the GPU's profiling counters measured, as DCGM's profiling fields and NVML GPM define them.
-
-- ``sm_active_ratio``: fraction of time at least one warp was resident on an SM, averaged over all SMs
-  (DCGM_FI_PROF_SM_ACTIVE, NVML GPM ``NVML_GPM_METRIC_SM_UTIL`` / 100);
-- ``sm_occupancy_ratio``: resident warps over the maximum an SM holds, averaged over time and SMs
-  (DCGM_FI_PROF_SM_OCCUPANCY, ``NVML_GPM_METRIC_SM_OCCUPANCY`` / 100);
-- ``tensor_active_ratio``: fraction of cycles any tensor pipe was active (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
-  ``NVML_GPM_METRIC_ANY_TENSOR_UTIL`` / 100);
-- ``dram_active_ratio``: fraction of cycles device memory was sending or receiving data
-  (DCGM_FI_PROF_DRAM_ACTIVE, ``NVML_GPM_METRIC_DRAM_BW_UTIL`` / 100);
-- ``fp64_active_ratio``, ``fp32_active_ratio``, ``fp16_active_ratio``: fraction of cycles the FP64, FMA (FP32) and
-  FP16 pipes were active (DCGM_FI_PROF_PIPE_FP64/FP32/FP16_ACTIVE, ``NVML_GPM_METRIC_FP64/FP32/FP16_UTIL`` / 100);
-- ``graphics_engine_active_ratio``: fraction of time the graphics or compute engine was active
-  (DCGM_FI_PROF_GR_ENGINE_ACTIVE, ``NVML_GPM_METRIC_GRAPHICS_UTIL`` / 100).
-
-A GPU that does not report a field leaves it null, never 0 (NVIDIA DCGM user guide, "Profiling Metrics"; NVML API
-reference, "GPM"). DCGM 4.6's ``*_UTIL_RATIO`` names are the same fields.
-"""
 
 READING_COLUMNS = (
     "utilization_ratio", "memory_utilization_ratio", "memory_used_bytes", "power_watts", "energy_joules",
@@ -295,14 +331,21 @@ def reading_dict(sample: Sample) -> dict[str, object]:
 
 
 def gpu_info_dict(sample: Sample) -> dict[str, object]:
-    """The inventory entry for the GPU a :class:`Sample` was read from."""
+    """The inventory entry for the GPU a :class:`Sample` was read from, with its package (:attr:`Sample.package`)
+    when it has one."""
     total = sample.values.get(m.GPU_MEMORY_TOTAL)
-    return {
+    info: dict[str, object] = {
         "uuid": sample.labels["uuid"],
         "index": int(sample.labels["gpu"]),
         "model": sample.labels["model"],
         "memory_total_bytes": None if total is None else int(total),
     }
+    if sample.package is not None:
+        info["package_id"] = sample.package.id
+        info["package_devices"] = sample.package.devices
+        if sample.package.fields:
+            info["package_fields"] = list(sample.package.fields)
+    return info
 
 
 def shippable(sample: Sample) -> bool:

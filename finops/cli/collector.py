@@ -30,8 +30,8 @@ def collector(
     source: Annotated[
         list[str],
         typer.Option(
-            help="Sources to run (repeatable): nvml, nvidia_smi, dcgm, infiniband, diskstats, nfs, lustre; replay "
-            "(GPU readings from --replay-file, on a machine without a GPU)."
+            help="Sources to run (repeatable): nvml, amdsmi (AMD Instinct GPUs; the amd extra), nvidia_smi, dcgm, "
+            "infiniband, diskstats, nfs, lustre; replay (GPU readings from --replay-file, on a machine without a GPU)."
         ),
     ] = ["nvml", "infiniband", "diskstats", "nfs", "lustre"],  # noqa: B006
     node: Annotated[str, typer.Option(help="This host's name as Slurm knows it (default: hostname).")] = "",

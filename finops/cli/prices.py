@@ -28,7 +28,8 @@ _NODE_LABEL = typer.Option(help="A Kubernetes node label KEY=VALUE.")
 @app.command("list")
 def prices_list() -> None:
     """The catalog in force (newest import, else FINOPS_PRICE_CATALOG): one line per price row, currency per
-    GPU-hour, on-prem rows computed from their parts."""
+    GPU-hour, on-prem rows computed from their parts; "(estimate)" after the source of a row resting on an estimate
+    (a source marked ``estimate: true``)."""
     settings = load_settings()
     with open_sessions(settings)() as session:
         catalog = catalog_in_force(session, load_pricing(settings).catalog)
@@ -36,7 +37,10 @@ def prices_list() -> None:
     for key, model in sorted(catalog.models.items()):
         for row in sorted(model.prices, key=lambda r: (r.pricing_model, r.effective_from)):
             rate = catalog.parts_of(row).total if isinstance(row, OnPremRow) else row.rate
-            typer.echo(f"{key:<18} {row.pricing_model:<13} {row.effective_from} {rate:>10.4f}  {row.sources[0].url}")
+            estimate = " (estimate)" if any(source.estimate for source in row.sources) else ""
+            typer.echo(
+                f"{key:<18} {row.pricing_model:<13} {row.effective_from} {rate:>10.4f}  {row.sources[0].url}{estimate}"
+            )
 
 
 @app.command("import")

@@ -25,6 +25,7 @@ from collector.contract.wire import ACTIVITY_COLUMNS, READING_COLUMNS, GpuInfo, 
 from finops.db.dialect import bulk_insert_ignoring_conflicts, insert_ignoring_conflicts
 from finops.db.models import DirtyHour, Gpu, GpuJobUtilization, GpuSample, Node, ProfiledHour
 from finops.ingest.node_io import store_node_io
+from finops.ingest.package_split import split_packages
 from finops.ingest.partitions import DAY, PartitionCache
 from finops.timeutil import HOUR, to_epoch
 
@@ -200,7 +201,9 @@ class Ingestor:
         (the partitions, the lock and the dirty hours of all in one round trip); returns how many readings each
         carried, in their order. Their GPUs are registered node by node in the order of the nodes' names, one order
         in every transaction. Used by ingest to commit the batches of concurrent requests together
-        (:class:`finops.ingest.group_commit.GroupCommit`)."""
+        (:class:`finops.ingest.group_commit.GroupCommit`). What a GPU package reports once is first split over its
+        devices (:func:`finops.ingest.package_split.split_packages`)."""
+        batches = [split_packages(batch) for batch in batches]
         plans = [_Plan.of(batch) for batch in batches]
         hours = {number * HOUR for plan in plans for number in plan.hour_numbers}
         counts = [0] * len(batches)

@@ -15,9 +15,15 @@ def no_float(value: object) -> object:
 
 
 class Source(BaseModel):
-    """Where a figure was read: a public URL and a short note of what it says."""
+    """Where a figure was read: a public URL and a short note of what it says.
+
+    ``estimate`` (default false) marks a figure the source does not state as such: this catalogue's own estimate, a
+    figure as recalled, or one whose date or unit the source leaves open. The note says what was assumed; replace it
+    with your own figure.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     url: str = Field(pattern=r"^https?://\S+$")
     note: str = Field(min_length=1)
+    estimate: bool = False

@@ -91,3 +91,11 @@ def test_catalog_prices_list_matches_pricing(cli_env) -> None:  # type: ignore[n
         scenario.MODEL, PricingModel.ON_DEMAND, utc_now()
     )
     assert f"{rate:.4f}" in output
+
+
+def test_rows_resting_on_an_estimate_say_so(cli_env) -> None:  # type: ignore[no-untyped-def]
+    lines = cli_env.invoke(app, ["prices", "list"]).output.splitlines()
+    mi250x = {line.split()[1]: line for line in lines if line.startswith("MI250X ")}
+    assert mi250x["on-demand"].endswith("(estimate)") and mi250x["on-prem"].endswith("(estimate)")
+    mi300x = [line for line in lines if line.startswith("MI300X ")]
+    assert mi300x and not any(line.endswith("(estimate)") for line in mi300x)
