@@ -30,7 +30,9 @@ Instinct MI300X", which the price catalogue's MI300X row matches), else ``card_m
 ``102-D67305-00``, which prices nothing until the catalogue names it); job = ``job_id`` (the exporter's Slurm
 integration), else ``<namespace>/<pod>``. An MI250X shows as two GPUs (its GCDs), an MI300X in DPX, QPX or CPX mode as
 2, 4 or 8 (its compute partitions, ``gpu_partition_id`` 0… and ``gpu_compute_partition_type``): each is a GPU of the
-ledger, as amd-smi and Slurm count them.
+ledger, as amd-smi and Slurm count them; a partition's model names its share of the package ("AMD Instinct MI300X OAM
+(CPX partition 1/8)"), which prices it at that share of the MI300X (:mod:`finops.pricing.package_share`); the
+catalogue prices the MI250X per GCD already.
 
 Package-wide readings (:func:`reports_package`): AMD reports socket power and the energy counter once per package, on
 partition 0 of a partitioned MI300X and on one die of an MI250X. The device that reports them keeps them; the other
@@ -43,6 +45,7 @@ from collections.abc import Mapping
 
 from collector.contract import metric_names as m
 from collector.contract.dcgm_fields import MIB, Field
+from finops.pricing.package_share import partition_name
 
 AMD_UTILIZATION = "gpu_gfx_activity"
 """The exporter's utilisation field (% of time the graphics engine was busy)."""
@@ -81,10 +84,14 @@ AMD_LABELS = ("gpu", "UUID", "modelName", "hpc_job", "namespace", "pod", "partit
 def canonical_labels(labels: Mapping[str, str], names: Mapping[str, str]) -> dict[str, str]:
     """An exporter series' labels under the canonical names of :data:`AMD_LABELS` (only those it has, empty ones
     left out): ``names`` maps a canonical name to the site's label (``gpu`` → ``gpu_id``); the model is the first
-    non-empty of the ``modelName`` label and ``card_model``."""
+    non-empty of the ``modelName`` label and ``card_model``, named as a partition of it on a partitioned MI300X
+    (:func:`finops.pricing.package_share.partition_name`: "AMD Instinct MI300X OAM (CPX partition 1/8)", priced at
+    1/8 of the MI300X)."""
     found = {canonical: labels[site] for canonical, site in names.items() if labels.get(site)}
     if "modelName" not in found and labels.get("card_model"):
         found["modelName"] = labels["card_model"]
+    if "modelName" in found:
+        found["modelName"] = partition_name(found["modelName"], found.get("partition_type", ""))
     return found
 
 
