@@ -50,6 +50,14 @@ thus counts in the second its time falls in, fraction dropped, as the database s
   to the window's edges. Where ``resets`` over [a − 1 h, b) is not 0, the counter's raw readings of that span are
   read (an instant query of a range selector naming the GPUs affected, per segment) and the increments summed here
   as the direct path sums them, a reset counting the value after it.
+
+AMD Device Metrics Exporter's series (:mod:`finops.ingest.amd_exporter`) are metered by the same queries, each scaled
+by its own unit: ``gpu_gfx_activity`` (%) as the utilisation, ``gpu_used_vram`` (MiB) as the memory,
+``gpu_energy_consumed`` (µJ) as the energy counter, and its profiler fields among the activity fields. Like the
+activity fields, they are first asked for the whole hour for every GPU (:data:`AMD_METERED`), then per segment for the
+GPUs that have them only, and the energy counter's further values in a third round; a fleet without AMD GPUs pays
+the first ask of each. GPUs are matched by ``gpu_uuid``; a package's power and energy count on the device that
+reports them only (:func:`finops.ingest.amd_exporter.reports_package`).
 """
 
 from __future__ import annotations
@@ -85,8 +93,8 @@ ENERGY_GAP_SECONDS = HOUR
 hour older is left out."""
 MEMORY_FIELDS = (MEMORY_FIELD, AMD_MEMORY_USED)
 """The memory-used series metered: dcgm-exporter's, AMD's exporter's (a GPU has one of them)."""
-ENERGY_FIELDS = (ENERGY_FIELD, AMD_ENERGY)
-"""The energy counters metered: dcgm-exporter's (mJ), AMD's exporter's (µJ)."""
+AMD_METERED = (AMD_UTILIZATION, AMD_MEMORY_USED, AMD_ENERGY)
+"""AMD's exporter's series metered beside the DCGM fields (utilisation %, memory used MiB, the µJ energy counter)."""
 ACTIVITY_FIELDS: dict[str, tuple[str, ...]] = {
     activity: tuple(
         name for name, spec in (*FIELDS.items(), *AMD_FIELDS.items()) if ACTIVITY_METRICS.get(spec.metric) == activity
@@ -288,20 +296,22 @@ class TsdbMeter:
         (:meth:`_cycle_activity`)."""
         if not terms:
             return {}
-        utilization_fields = (self.options.utilization_fields[0], AMD_UTILIZATION)
+        utilization_field = self.options.utilization_fields[0]
         fields = [name for names in ACTIVITY_FIELDS.values() for name in names]
-        kinds = [
-            *((name, e) for name in utilization_fields for e in (_COUNT, _SUM)),
-            *((name, _MAX) for name in (*MEMORY_FIELDS, *ENERGY_FIELDS)),
-        ]
+        kinds = ((utilization_field, _COUNT), (utilization_field, _SUM), (MEMORY_FIELD, _MAX), (ENERGY_FIELD, _MAX))
         first = [_Ask(dcgm_field, expression, term) for term in terms for dcgm_field, expression in kinds]
-        got = self._answers([*first, *(_Ask(name, _COUNT, whole) for name in (*fields, *CYCLE_FIELDS))], by_uuid)
-        present = {name: set(got[_Ask(name, _COUNT, whole)]) for name in (*fields, *CYCLE_FIELDS)}
-        energy_terms = [(name, term) for name in ENERGY_FIELDS for term in terms if got[_Ask(name, _MAX, term)]]
+        presence = (*fields, *CYCLE_FIELDS, *AMD_METERED)
+        got = self._answers([*first, *(_Ask(name, _COUNT, whole) for name in presence)], by_uuid)
+        present = {name: set(got[_Ask(name, _COUNT, whole)]) for name in presence}
 
         def narrowed(gpu_ids: set[int]) -> list[_Term]:
             return _narrowed(terms, {u for u, g in by_uuid.items() if g in gpu_ids})
 
+        # AMD's exporter's series are asked per segment only for the GPUs that have them in the hour, as the
+        # activity fields are: a fleet without AMD GPUs pays one ask of each for the whole hour.
+        metered_terms = {utilization_field: list(terms), MEMORY_FIELD: list(terms), ENERGY_FIELD: list(terms)}
+        metered_terms |= {name: narrowed(present[name]) for name in AMD_METERED}
+        energy_terms = [(ENERGY_FIELD, term) for term in terms if got[_Ask(ENERGY_FIELD, _MAX, term)]]
         activity_terms = {name: narrowed(present[name]) for name in fields}
         counted = present[SM_CYCLES_ELAPSED] & set().union(*(present[name] for name in CYCLE_ACTIVITIES))
         cycle_terms = {name: narrowed(present[name] & counted) for name in CYCLE_FIELDS}
@@ -311,21 +321,28 @@ class TsdbMeter:
             _Ask(SM_CYCLES_ELAPSED, e, term) for term in cycle_terms[SM_CYCLES_ELAPSED] for e in (_COUNT, _resets)
         ]
         second += [_Ask(n, e, term) for n, kept in cycle_terms.items() for term in kept for e in (_MAX, _last_before)]
+        second += [_Ask(AMD_UTILIZATION, e, term) for term in metered_terms[AMD_UTILIZATION] for e in (_COUNT, _SUM)]
+        second += [_Ask(name, _MAX, term) for name in (AMD_MEMORY_USED, AMD_ENERGY) for term in metered_terms[name]]
         got.update(self._answers([ask for ask in dict.fromkeys(second) if ask not in got], by_uuid))
+        amd_energy = [(AMD_ENERGY, term) for term in metered_terms[AMD_ENERGY] if got[_Ask(AMD_ENERGY, _MAX, term)]]
+        third = [_Ask(name, e, term) for name, term in amd_energy for e in (_MIN, _last_before, _resets)]
+        got.update(self._answers(third, by_uuid) if third else {})
+        energy_terms += amd_energy
 
         found: dict[tuple[int, int], dict[int, _Segment]] = defaultdict(lambda: defaultdict(_Segment))
-        for term in terms:
-            segment = found[term.a, term.b]
-            for name in utilization_fields:  # a GPU has one exporter's
+        for name in (utilization_field, AMD_UTILIZATION):  # a GPU has one exporter's
+            for term in metered_terms[name]:
+                segment = found[term.a, term.b]
                 for gpu_id, value in got[_Ask(name, _COUNT, term)].items():
                     segment[gpu_id].samples = round(value)
                     segment[gpu_id].seen = True
                 for gpu_id, value in got[_Ask(name, _SUM, term)].items():
                     segment[gpu_id].utilization_sum = value * field_scale(name)
-            for name in MEMORY_FIELDS:
+        for name in MEMORY_FIELDS:
+            for term in metered_terms[name]:
                 for gpu_id, value in got[_Ask(name, _MAX, term)].items():
-                    segment[gpu_id].memory_max_bytes = round(value * field_scale(name))
-                    segment[gpu_id].seen = True
+                    found[term.a, term.b][gpu_id].memory_max_bytes = round(value * field_scale(name))
+                    found[term.a, term.b][gpu_id].seen = True
         self._cycle_activity(found, cycle_terms, got, by_uuid)
         for activity, names in ACTIVITY_FIELDS.items():
             for name in names:  # the first field of the activity with readings in the segment

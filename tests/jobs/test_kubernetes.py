@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 
 from collector.contract.wire import GpuInfo
 from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Allocation, DirtyHour, Gpu, Job, LedgerEntry, Node, Team
+from finops.ingest.readings import Ingestor
 from finops.jobs.kubernetes import (
     KubernetesFormatError,
     _device_counts,
@@ -25,7 +26,6 @@ from finops.jobs.kubernetes import (
     parse_pods,
     product_model,
 )
-from finops.ingest.readings import Ingestor
 from finops.jobs.kubernetes_import import import_pods
 from finops.jobs.teams import set_rule
 from finops.ledger.costmodel import capacity_cost
