@@ -73,8 +73,8 @@ class Pod:
     """A pod that holds NVIDIA or AMD GPUs, read from a Pod object.
 
     ``gpus``: whole GPUs (effective ``nvidia.com/gpu`` plus ``amd.com/gpu``); ``mig``: MIG profile (``1g.10gb``,
-    ``1g.10gb+me``) -> instances. ``start``/``end``: aware UTC, ``end`` None while it runs; ``start`` None for a pod that never
-    ran (not bound, or terminal without any container having started).
+    ``1g.10gb+me``) -> instances. ``start``/``end``: aware UTC, ``end`` None while it runs; ``start`` None for a pod
+    that never ran (not bound, or terminal without any container having started).
     """
 
     namespace: str
