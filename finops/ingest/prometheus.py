@@ -20,6 +20,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from finops.errors import FinopsError
+from finops.ingest.amd_exporter import canonical_labels
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +191,9 @@ class PrometheusClient:
 @dataclass(frozen=True, slots=True)
 class LabelNames:
     """The site's label names for what dcgm-exporter calls ``Hostname``, ``gpu``, ``UUID``, ``modelName``,
-    ``hpc_job``, ``namespace``, ``pod``, ``GPU_I_PROFILE`` and ``GPU_I_ID``, and Prometheus' ``instance``."""
+    ``hpc_job``, ``namespace``, ``pod``, ``GPU_I_PROFILE`` and ``GPU_I_ID``, for what AMD's Device Metrics Exporter
+    calls ``hostname``, ``gpu_id``, ``gpu_uuid``, ``card_series``, ``job_id``, ``gpu_partition_id`` and
+    ``gpu_compute_partition_type`` (:mod:`finops.ingest.amd_exporter`), and Prometheus' ``instance``."""
 
     hostname: str = "Hostname"
     instance: str = "instance"
@@ -202,6 +205,13 @@ class LabelNames:
     pod: str = "pod"
     mig_profile: str = "GPU_I_PROFILE"
     mig_instance: str = "GPU_I_ID"
+    amd_hostname: str = "hostname"
+    amd_gpu: str = "gpu_id"
+    amd_uuid: str = "gpu_uuid"
+    amd_model: str = "card_series"
+    amd_job: str = "job_id"
+    amd_partition: str = "gpu_partition_id"
+    amd_partition_type: str = "gpu_compute_partition_type"
 
     @classmethod
     def parse(cls, assignments: list[str]) -> LabelNames:
@@ -215,8 +225,25 @@ class LabelNames:
             chosen[key] = name
         return cls(**chosen)
 
-    def dcgm_exporter(self, labels: Mapping[str, str]) -> dict[str, str]:
-        """The labels of a series under dcgm-exporter's names (only those the series has)."""
+    def is_amd(self, labels: Mapping[str, str]) -> bool:
+        """Whether a series is AMD Device Metrics Exporter's: it has AMD's GPU index label and not dcgm-exporter's."""
+        return self.amd_gpu in labels and self.gpu not in labels
+
+    def uuid_label(self, amd: bool) -> str:
+        """The UUID label of AMD's exporter (``amd``) or of dcgm-exporter."""
+        return self.amd_uuid if amd else self.uuid
+
+    def canonical(self, labels: Mapping[str, str]) -> dict[str, str]:
+        """The labels of a GPU series of either exporter under dcgm-exporter's names (only those the series has;
+        an AMD series' also ``partition`` and ``partition_type``, :func:`finops.ingest.amd_exporter.canonical_labels`
+        )."""
+        if self.is_amd(labels):
+            amd = {
+                "gpu": self.amd_gpu, "UUID": self.amd_uuid, "modelName": self.amd_model, "hpc_job": self.amd_job,
+                "namespace": self.namespace, "pod": self.pod, "partition": self.amd_partition,
+                "partition_type": self.amd_partition_type,
+            }  # fmt: skip
+            return canonical_labels(labels, amd)
         names = {
             "gpu": self.gpu, "UUID": self.uuid, "modelName": self.model, "hpc_job": self.hpc_job,
             "namespace": self.namespace, "pod": self.pod, "GPU_I_PROFILE": self.mig_profile,
@@ -225,9 +252,11 @@ class LabelNames:
         return {canonical: labels[site] for canonical, site in names.items() if site in labels}
 
     def node(self, labels: Mapping[str, str]) -> str:
-        """The series' node: its hostname label, else the host part of ``instance`` (port removed); '' if none."""
-        if labels.get(self.hostname):
-            return labels[self.hostname]
+        """The series' node: its hostname label (dcgm-exporter's, else AMD's), else the host part of ``instance``
+        (port removed); '' if none."""
+        for name in (self.hostname, self.amd_hostname):
+            if labels.get(name):
+                return labels[name]
         instance = labels.get(self.instance, "")
         host, _, port = instance.rpartition(":")
         if host and port.isdigit():

@@ -1,10 +1,12 @@
-"""GPU telemetry pulled from a Prometheus server that scrapes dcgm-exporter, stored through the ingest path.
+"""GPU telemetry pulled from a Prometheus server that scrapes dcgm-exporter or AMD's Device Metrics Exporter, stored
+through the ingest path.
 
-Sites that already run dcgm-exporter and Prometheus need no collector: :func:`import_range` reads the DCGM series
-with the Prometheus HTTP API (``GET /api/v1/query_range`` and ``/api/v1/query``; the JSON envelope, the ``matrix``
-and ``vector`` result formats and the error answers are those of the Prometheus documentation, "HTTP API") and
-stores them as :class:`collector.contract.wire.IngestBatch` objects with :meth:`finops.ingest.readings.Ingestor.store`,
-so the ledger, idle detection and reports treat them as collector readings.
+Sites that already run dcgm-exporter (or AMD's exporter) and Prometheus need no collector: :func:`import_range` reads
+the DCGM series with the Prometheus HTTP API (``GET /api/v1/query_range`` and ``/api/v1/query``; the JSON envelope,
+the ``matrix`` and ``vector`` result formats and the error answers are those of the Prometheus documentation,
+"HTTP API") and stores them as :class:`collector.contract.wire.IngestBatch` objects with
+:meth:`finops.ingest.readings.Ingestor.store`, so the ledger, idle detection and reports treat them as collector
+readings.
 
 Fields and units are the collector's dcgm source table (:data:`collector.contract.dcgm_fields.FIELDS`; units from
 dcgm-exporter's ``default-counters.csv``): DCGM_FI_DEV_GPU_UTIL % → ratio (or DCGM_FI_PROF_GR_ENGINE_ACTIVE,
@@ -47,6 +49,15 @@ then left out exactly as the collector leaves them out (:func:`collector.contrac
 physical GPU, and an instance beside it would bill its share twice. Label names are configurable
 (:class:`LabelNames`), and a selector (``{cluster="a"}``) adds matchers to every query.
 
+AMD Instinct GPUs: AMD's Device Metrics Exporter's series (:data:`finops.ingest.amd_exporter.AMD_FIELDS`: activity,
+memory, power, the µJ energy counter, temperatures and the profiler's activity fields) are pulled with the DCGM fields,
+by the same code: a GPU is dcgm-exporter's or AMD's by its labels (:meth:`LabelNames.is_amd`), each series is scaled by
+its own table, and a metric no series of the GPU gives stays null. AMD's identity and job labels
+(``hostname``, ``gpu_id``, ``gpu_uuid``, ``card_series``, ``job_id``, ``namespace``/``pod``) are read under
+dcgm-exporter's names (:meth:`LabelNames.canonical`). An MI250X GCD and an MI300X compute partition are GPUs of their
+own; a package's power and energy stay on the device that reports them and are null on the others
+(:func:`finops.ingest.amd_exporter.reports_package`), never counted twice.
+
 Watermark: none is stored. ``gpu-finops import prometheus --start --end`` pulls an explicit range; the scheduled
 pull (:class:`ScheduledPull`) pulls [now − 2 × interval, now) on every run, so a late or missed run loses nothing
 and the overlap costs only skipped duplicates. A longer outage is filled by running the command over the gap.
@@ -78,6 +89,7 @@ from collector.contract.dcgm_fields import (
 )
 from collector.contract.sample import Sample
 from collector.contract.wire import IngestBatch, batch_dict
+from finops.ingest.amd_exporter import AMD_FIELDS, AMD_UTILIZATION, PACKAGE_WIDE, reports_package
 from finops.ingest.prometheus import (
     MAX_POINTS_PER_SERIES,
     LabelNames,
@@ -178,6 +190,11 @@ class PullOptions:
         """Every DCGM field pulled, once: the utilisation fields, then :data:`VALUE_FIELDS`."""
         return tuple(dict.fromkeys((*self.utilization_fields, *VALUE_FIELDS)))
 
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Every series pulled: :attr:`dcgm_fields`, then AMD's exporter's (:data:`AMD_FIELDS`)."""
+        return (*self.dcgm_fields, *AMD_FIELDS)
+
     def query(self, dcgm_field: str) -> str:
         """The PromQL selector of one field: ``DCGM_FI_DEV_GPU_UTIL{cluster="a"}``."""
         inner = selector_matchers(self.selector)
@@ -259,13 +276,15 @@ def pull_chunk(client: PrometheusClient, first: int, last: int, options: PullOpt
     :class:`IngestBatch` per node (sorted by node)."""
     step = options.step_seconds
     gpus: dict[tuple[str, str, str], _Gpu] = {}
-    queries = [(name, first) for name in options.dcgm_fields] + [(name, first - step) for name in CYCLE_FIELDS]
+    queries = [(name, first) for name in options.fields] + [(name, first - step) for name in CYCLE_FIELDS]
     for name, start in queries:
         for series in client.query_range(options.query(name), from_epoch(start), from_epoch(last), step):
             identity = series_identity(series.labels, options.labels)
             if identity is None:
                 continue
             node, labels, job = identity
+            if name in PACKAGE_WIDE and not reports_package(options.labels.canonical(series.labels)):
+                continue  # another device reports its package's power and energy
             key = (node, labels["gpu"], labels["uuid"])
             gpu = gpus.get(key)
             if gpu is None:
@@ -305,23 +324,37 @@ def pull_chunk(client: PrometheusClient, first: int, last: int, options: PullOpt
     return PulledChunk(first, last, batches, mig_readings)
 
 
+def field_spec(name: str) -> Field | None:
+    """The metric and scale of a DCGM field (:data:`collector.contract.dcgm_fields.FIELDS`) or of an AMD exporter
+    series (:data:`finops.ingest.amd_exporter.AMD_FIELDS`); None for neither."""
+    return FIELDS.get(name) or AMD_FIELDS.get(name)
+
+
+def field_scale(name: str) -> float:
+    """The factor from a pulled series' unit to our base unit (:func:`field_spec`); KeyError naming an unknown one."""
+    spec = field_spec(name)
+    if spec is None:
+        raise KeyError(f"{name}: neither a DCGM field nor an AMD exporter series")
+    return spec.scale
+
+
 def reading_values(
     raw: Mapping[str, float], utilization_fields: tuple[str, ...], cycles: Mapping[str, float] | None = None
 ) -> dict[str, float]:
-    """Our metrics in base units (:mod:`collector.contract.metric_names`) from one GPU's DCGM field values at one
-    instant, scaled by the collector's field table (where several fields give one metric, as a field and its
-    older name, the first of ``raw`` present); utilisation from the first of ``utilization_fields`` present; the
-    activity means from the cycle counters (``cycles``: metric -> ratio, :func:`cycle_means`) in place of the
-    ratio fields'. A metric none of whose fields is in ``raw`` nor in ``cycles`` is absent (stored as null),
-    never 0."""
+    """Our metrics in base units (:mod:`collector.contract.metric_names`) from one GPU's DCGM field (or AMD
+    exporter series) values at one instant, scaled by the collector's field table (or :data:`AMD_FIELDS`; where
+    several fields give one metric, as a field and its older name, the first of ``raw`` present); utilisation from
+    the first of ``utilization_fields`` (then AMD's ``gpu_gfx_activity``) present; the activity means from the cycle
+    counters (``cycles``: metric -> ratio, :func:`cycle_means`) in place of the ratio fields'. A metric none of whose
+    fields is in ``raw`` nor in ``cycles`` is absent (stored as null), never 0."""
     values: dict[str, float] = dict(cycles or {})
     for name, value in raw.items():
-        spec = FIELDS.get(name)
+        spec = field_spec(name)
         if spec is not None and spec.metric != m.GPU_UTILIZATION:
             values.setdefault(spec.metric, value * spec.scale)
-    for name in utilization_fields:
+    for name in (*utilization_fields, AMD_UTILIZATION):
         if name in raw:
-            values[m.GPU_UTILIZATION] = raw[name] * UTILIZATION_FIELDS[name].scale
+            values[m.GPU_UTILIZATION] = raw[name] * (UTILIZATION_FIELDS.get(name) or AMD_FIELDS[name]).scale
             break
     fill_memory_total(values, raw.get(FB_FREE))
     return values
@@ -386,23 +419,29 @@ class ScheduledPull:
 
 
 def series_identity(labels: dict[str, str], names: LabelNames) -> tuple[str, dict[str, str], str | None] | None:
-    """(node, our GPU labels, job) of a DCGM series, or None (logged) when it lacks what identifies a GPU."""
-    dcgm = names.dcgm_exporter(labels)
-    required = (("UUID", names.uuid), ("gpu", names.gpu), ("modelName", names.model))
-    missing = [site for canonical, site in required if not dcgm.get(canonical)]
+    """(node, our GPU labels, job) of a GPU series of dcgm-exporter or AMD's exporter, or None (logged) when it lacks
+    what identifies a GPU."""
+    canonical = names.canonical(labels)
+    amd = names.is_amd(labels)
+    required = (
+        ("UUID", names.uuid_label(amd)),
+        ("gpu", names.amd_gpu if amd else names.gpu),
+        ("modelName", f"{names.amd_model} or card_model" if amd else names.model),
+    )
+    missing = [site for key, site in required if not canonical.get(key)]
     if missing:
         log.warning("series %s skipped: no %s label", describe(labels), " or ".join(missing))
         return None
-    if not dcgm["gpu"].isdigit():
-        log.warning("series %s skipped: GPU index %s=%r is not a number", describe(labels), names.gpu, dcgm["gpu"])
+    if not canonical["gpu"].isdigit():
+        log.warning("series %s skipped: GPU index %s=%r is not a number", describe(labels), required[1][1],
+                    canonical["gpu"])  # fmt: skip
         return None
     node = names.node(labels)
     if not node:
-        log.warning(
-            "series %s skipped: neither %s nor %s names its node", describe(labels), names.hostname, names.instance
-        )
+        hostnames = f"{names.amd_hostname if amd else names.hostname} nor {names.instance}"
+        log.warning("series %s skipped: neither %s names its node", describe(labels), hostnames)
         return None
-    return node, gpu_labels(dcgm), job_of(dcgm)
+    return node, gpu_labels(canonical), job_of(canonical)
 
 
 def _validated(payload: dict[str, Any]) -> IngestBatch | None:

@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 from datetime import timedelta
 
+from finops.ingest.amd_exporter import AMD_FIELDS
 from finops.ingest.prometheus import PrometheusClient, RangeSeries, promql_string, selector_matchers
 from finops.ingest.prometheus_pull import PullOptions
 from finops.timeutil import from_epoch
@@ -34,14 +35,16 @@ def raw_readings(client: PrometheusClient, selector: str, a: int, b: int) -> lis
     return client.samples(f"{selector}{window(a, b)}", from_epoch(b) - timedelta(milliseconds=1))
 
 
-def uuid_matcher(options: PullOptions, uuids: Sequence[str]) -> str:
-    """The matcher of some GPUs' series by their UUID label: ``<UUID label>="<uuid>"`` for one,
-    ``<UUID label>=~"<uuid>|<uuid>|…"`` (each regex-escaped) for several. ValueError when ``uuids`` is empty."""
+def uuid_matcher(options: PullOptions, uuids: Sequence[str], amd: bool = False) -> str:
+    """The matcher of some GPUs' series by their UUID label (AMD's exporter's when ``amd``, else dcgm-exporter's):
+    ``<UUID label>="<uuid>"`` for one, ``<UUID label>=~"<uuid>|<uuid>|…"`` (each regex-escaped) for several.
+    ValueError when ``uuids`` is empty."""
     if not uuids:
         raise ValueError("uuids: at least one GPU UUID expected")
+    label = options.labels.uuid_label(amd)
     if len(uuids) == 1:
-        return f"{options.labels.uuid}={promql_string(uuids[0])}"
-    return f"{options.labels.uuid}=~{promql_string('|'.join(map(regex_literal, uuids)))}"
+        return f"{label}={promql_string(uuids[0])}"
+    return f"{label}=~{promql_string('|'.join(map(regex_literal, uuids)))}"
 
 
 def regex_literal(text: str) -> str:
@@ -50,8 +53,9 @@ def regex_literal(text: str) -> str:
 
 
 def gpu_selector(options: PullOptions, dcgm_field: str, uuids: Sequence[str]) -> str:
-    """``dcgm_field``'s series of some GPUs: ``options``' selector and :func:`uuid_matcher`."""
-    matchers = (selector_matchers(options.selector), uuid_matcher(options, uuids))
+    """``dcgm_field``'s series (a DCGM field or an AMD exporter series) of some GPUs: ``options``' selector and
+    :func:`uuid_matcher` on that exporter's UUID label."""
+    matchers = (selector_matchers(options.selector), uuid_matcher(options, uuids, dcgm_field in AMD_FIELDS))
     return f"{dcgm_field}{{{', '.join(filter(None, matchers))}}}"
 
 

@@ -50,6 +50,14 @@ thus counts in the second its time falls in, fraction dropped, as the database s
   to the window's edges. Where ``resets`` over [a − 1 h, b) is not 0, the counter's raw readings of that span are
   read (an instant query of a range selector naming the GPUs affected, per segment) and the increments summed here
   as the direct path sums them, a reset counting the value after it.
+
+AMD Device Metrics Exporter's series (:mod:`finops.ingest.amd_exporter`) are metered by the same queries, each scaled
+by its own unit: ``gpu_gfx_activity`` (%) as the utilisation, ``gpu_used_vram`` (MiB) as the memory,
+``gpu_energy_consumed`` (µJ) as the energy counter, and its profiler fields among the activity fields. Like the
+activity fields, they are first asked for the whole hour for every GPU (:data:`AMD_METERED`), then per segment for the
+GPUs that have them only, and the energy counter's further values in a third round; a fleet without AMD GPUs pays
+the first ask of each. GPUs are matched by ``gpu_uuid``; a package's power and energy count on the device that
+reports them only (:func:`finops.ingest.amd_exporter.reports_package`).
 """
 
 from __future__ import annotations
@@ -64,8 +72,16 @@ from sqlalchemy.orm import Session
 
 from collector.contract.dcgm_fields import CYCLE_COUNTERS, FIELDS, SM_CYCLES_ELAPSED
 from finops.db.models import Allocation, Gpu, TsdbGpuMetering
+from finops.ingest.amd_exporter import (
+    AMD_ENERGY,
+    AMD_FIELDS,
+    AMD_MEMORY_USED,
+    AMD_UTILIZATION,
+    PACKAGE_WIDE,
+    reports_package,
+)
 from finops.ingest.prometheus import PrometheusClient
-from finops.ingest.prometheus_pull import ACTIVITY_METRICS, CYCLE_FIELDS, UTILIZATION_FIELDS, PullOptions
+from finops.ingest.prometheus_pull import ACTIVITY_METRICS, CYCLE_FIELDS, PullOptions, field_scale
 from finops.ingest.promql_select import MAX_QUERY_CHARS, gpu_selector, packed, raw_readings, uuid_groups, window
 from finops.ledger.sql import ACTIVITIES
 from finops.timeutil import HOUR, from_epoch, to_epoch
@@ -75,12 +91,19 @@ MEMORY_FIELD = "DCGM_FI_DEV_FB_USED"
 ENERGY_GAP_SECONDS = HOUR
 """As the direct path's :data:`finops.ledger.metering.ENERGY_LOOKBACK_SECONDS`: an increment from a reading more than an
 hour older is left out."""
+MEMORY_FIELDS = (MEMORY_FIELD, AMD_MEMORY_USED)
+"""The memory-used series metered: dcgm-exporter's, AMD's exporter's (a GPU has one of them)."""
+AMD_METERED = (AMD_UTILIZATION, AMD_MEMORY_USED, AMD_ENERGY)
+"""AMD's exporter's series metered beside the DCGM fields (utilisation %, memory used MiB, the µJ energy counter)."""
 ACTIVITY_FIELDS: dict[str, tuple[str, ...]] = {
-    activity: tuple(name for name, spec in FIELDS.items() if ACTIVITY_METRICS.get(spec.metric) == activity)
+    activity: tuple(
+        name for name, spec in (*FIELDS.items(), *AMD_FIELDS.items()) if ACTIVITY_METRICS.get(spec.metric) == activity
+    )
     for activity in ACTIVITIES
 }
 """Per hardware activity (:data:`finops.ledger.sql.ACTIVITIES`), the DCGM fields that give it
-(:data:`collector.contract.dcgm_fields.FIELDS`; several where a field has another name), in order of preference."""
+(:data:`collector.contract.dcgm_fields.FIELDS`; several where a field has another name), then AMD's exporter's
+(:data:`finops.ingest.amd_exporter.AMD_FIELDS`), in order of preference."""
 CYCLE_ACTIVITIES: dict[str, str] = {
     name: ACTIVITY_METRICS[CYCLE_COUNTERS[name]] for name in CYCLE_FIELDS if name != SM_CYCLES_ELAPSED
 }
@@ -277,36 +300,49 @@ class TsdbMeter:
         fields = [name for names in ACTIVITY_FIELDS.values() for name in names]
         kinds = ((utilization_field, _COUNT), (utilization_field, _SUM), (MEMORY_FIELD, _MAX), (ENERGY_FIELD, _MAX))
         first = [_Ask(dcgm_field, expression, term) for term in terms for dcgm_field, expression in kinds]
-        got = self._answers([*first, *(_Ask(name, _COUNT, whole) for name in (*fields, *CYCLE_FIELDS))], by_uuid)
-        present = {name: set(got[_Ask(name, _COUNT, whole)]) for name in (*fields, *CYCLE_FIELDS)}
-        energy_terms = [term for term in terms if got[_Ask(ENERGY_FIELD, _MAX, term)]]
+        presence = (*fields, *CYCLE_FIELDS, *AMD_METERED)
+        got = self._answers([*first, *(_Ask(name, _COUNT, whole) for name in presence)], by_uuid)
+        present = {name: set(got[_Ask(name, _COUNT, whole)]) for name in presence}
 
         def narrowed(gpu_ids: set[int]) -> list[_Term]:
             return _narrowed(terms, {u for u, g in by_uuid.items() if g in gpu_ids})
 
+        # AMD's exporter's series are asked per segment only for the GPUs that have them in the hour, as the
+        # activity fields are: a fleet without AMD GPUs pays one ask of each for the whole hour.
+        metered_terms = {utilization_field: list(terms), MEMORY_FIELD: list(terms), ENERGY_FIELD: list(terms)}
+        metered_terms |= {name: narrowed(present[name]) for name in AMD_METERED}
+        energy_terms = [(ENERGY_FIELD, term) for term in terms if got[_Ask(ENERGY_FIELD, _MAX, term)]]
         activity_terms = {name: narrowed(present[name]) for name in fields}
         counted = present[SM_CYCLES_ELAPSED] & set().union(*(present[name] for name in CYCLE_ACTIVITIES))
         cycle_terms = {name: narrowed(present[name] & counted) for name in CYCLE_FIELDS}
-        second = [_Ask(ENERGY_FIELD, e, term) for term in energy_terms for e in (_MIN, _last_before, _resets)]
+        second = [_Ask(name, e, term) for name, term in energy_terms for e in (_MIN, _last_before, _resets)]
         second += [_Ask(n, e, term) for n, kept in activity_terms.items() for term in kept for e in (_COUNT, _SUM)]
         second += [
             _Ask(SM_CYCLES_ELAPSED, e, term) for term in cycle_terms[SM_CYCLES_ELAPSED] for e in (_COUNT, _resets)
         ]
         second += [_Ask(n, e, term) for n, kept in cycle_terms.items() for term in kept for e in (_MAX, _last_before)]
+        second += [_Ask(AMD_UTILIZATION, e, term) for term in metered_terms[AMD_UTILIZATION] for e in (_COUNT, _SUM)]
+        second += [_Ask(name, _MAX, term) for name in (AMD_MEMORY_USED, AMD_ENERGY) for term in metered_terms[name]]
         got.update(self._answers([ask for ask in dict.fromkeys(second) if ask not in got], by_uuid))
+        amd_energy = [(AMD_ENERGY, term) for term in metered_terms[AMD_ENERGY] if got[_Ask(AMD_ENERGY, _MAX, term)]]
+        third = [_Ask(name, e, term) for name, term in amd_energy for e in (_MIN, _last_before, _resets)]
+        got.update(self._answers(third, by_uuid) if third else {})
+        energy_terms += amd_energy
 
         found: dict[tuple[int, int], dict[int, _Segment]] = defaultdict(lambda: defaultdict(_Segment))
-        scale = UTILIZATION_FIELDS[utilization_field].scale
-        for term in terms:
-            segment = found[term.a, term.b]
-            for gpu_id, value in got[_Ask(utilization_field, _COUNT, term)].items():
-                segment[gpu_id].samples = round(value)
-                segment[gpu_id].seen = True
-            for gpu_id, value in got[_Ask(utilization_field, _SUM, term)].items():
-                segment[gpu_id].utilization_sum = value * scale
-            for gpu_id, value in got[_Ask(MEMORY_FIELD, _MAX, term)].items():
-                segment[gpu_id].memory_max_bytes = round(value * FIELDS[MEMORY_FIELD].scale)
-                segment[gpu_id].seen = True
+        for name in (utilization_field, AMD_UTILIZATION):  # a GPU has one exporter's
+            for term in metered_terms[name]:
+                segment = found[term.a, term.b]
+                for gpu_id, value in got[_Ask(name, _COUNT, term)].items():
+                    segment[gpu_id].samples = round(value)
+                    segment[gpu_id].seen = True
+                for gpu_id, value in got[_Ask(name, _SUM, term)].items():
+                    segment[gpu_id].utilization_sum = value * field_scale(name)
+        for name in MEMORY_FIELDS:
+            for term in metered_terms[name]:
+                for gpu_id, value in got[_Ask(name, _MAX, term)].items():
+                    found[term.a, term.b][gpu_id].memory_max_bytes = round(value * field_scale(name))
+                    found[term.a, term.b][gpu_id].seen = True
         self._cycle_activity(found, cycle_terms, got, by_uuid)
         for activity, names in ACTIVITY_FIELDS.items():
             for name in names:  # the first field of the activity with readings in the segment
@@ -315,22 +351,20 @@ class TsdbMeter:
                     for gpu_id, count in got[_Ask(name, _COUNT, term)].items():
                         metered = found[term.a, term.b][gpu_id]
                         if count > 0 and activity not in metered.activity:
-                            metered.activity[activity] = (totals.get(gpu_id, 0.0) * FIELDS[name].scale, round(count))
+                            metered.activity[activity] = (totals.get(gpu_id, 0.0) * field_scale(name), round(count))
                             metered.seen = True
         uuids = {gpu_id: uuid for uuid, gpu_id in by_uuid.items()}
-        for term in energy_terms:
+        for name, term in energy_terms:
             a, b = term.a, term.b
-            firsts, before = got[_Ask(ENERGY_FIELD, _MIN, term)], got[_Ask(ENERGY_FIELD, _last_before, term)]
-            reset = {gpu_id for gpu_id, count in got[_Ask(ENERGY_FIELD, _resets, term)].items() if count > 0}
-            raw = self._counter_points(
-                ENERGY_FIELD, sorted(uuids[g] for g in reset), a - ENERGY_GAP_SECONDS, b, by_uuid
-            )
-            for gpu_id, last in got[_Ask(ENERGY_FIELD, _MAX, term)].items():
+            firsts, before = got[_Ask(name, _MIN, term)], got[_Ask(name, _last_before, term)]
+            reset = {gpu_id for gpu_id, count in got[_Ask(name, _resets, term)].items() if count > 0}
+            raw = self._counter_points(name, sorted(uuids[g] for g in reset), a - ENERGY_GAP_SECONDS, b, by_uuid)
+            for gpu_id, last in got[_Ask(name, _MAX, term)].items():
                 if gpu_id in reset:
                     increase = counter_increase(raw.get(gpu_id, []), a)
                 else:
                     increase = last - before.get(gpu_id, firsts[gpu_id])
-                found[a, b][gpu_id].energy_joules = increase * FIELDS[ENERGY_FIELD].scale
+                found[a, b][gpu_id].energy_joules = increase * field_scale(name)
                 found[a, b][gpu_id].seen = True
         return found
 
@@ -401,11 +435,20 @@ class TsdbMeter:
         for group in packed([len(part) + len(joint) for part in parts], MAX_QUERY_CHARS + len(joint)):
             at = max(asks[index].term.b for index in group)
             for sample in self.client.query(joint.join(parts[index] for index in group), from_epoch(at)):
-                labels = self.options.labels.dcgm_exporter(sample.labels)
-                uuid = labels.get("UUID")
-                if uuid in by_uuid and "GPU_I_PROFILE" not in labels:
-                    values[asks[int(sample.labels[SEGMENT_LABEL])]][by_uuid[uuid]] = sample.value
+                ask = asks[int(sample.labels[SEGMENT_LABEL])]
+                gpu_id = self._gpu_of(sample.labels, ask.dcgm_field, by_uuid)
+                if gpu_id is not None:
+                    values[ask][gpu_id] = sample.value
         return values
+
+    def _gpu_of(self, labels: dict[str, str], dcgm_field: str, by_uuid: dict[str, int]) -> int | None:
+        """The known GPU (``gpus.id``) a series of ``dcgm_field`` is of, by its UUID label; None for an unknown GPU,
+        a MIG instance (the pull leaves them out) and, for a package-wide AMD field (power, energy), a device other
+        than the one reporting its package (:func:`finops.ingest.amd_exporter.reports_package`)."""
+        canonical = self.options.labels.canonical(labels)
+        if "GPU_I_PROFILE" in canonical or (dcgm_field in PACKAGE_WIDE and not reports_package(canonical)):
+            return None
+        return by_uuid.get(canonical.get("UUID", ""))
 
     def _selector(self, dcgm_field: str, term: _Term) -> str:
         """``dcgm_field``'s series of ``term``'s GPUs (of every GPU when it names none)."""
@@ -421,9 +464,9 @@ class TsdbMeter:
         points: dict[int, list[tuple[float, float]]] = defaultdict(list)
         for group in uuid_groups(uuids):
             for series in raw_readings(self.client, gpu_selector(self.options, dcgm_field, group), a, b):
-                labels = self.options.labels.dcgm_exporter(series.labels)
-                if labels.get("UUID") in by_uuid and "GPU_I_PROFILE" not in labels:
-                    points[by_uuid[labels["UUID"]]] += [(int(ts), value) for ts, value in series.points]
+                gpu_id = self._gpu_of(series.labels, dcgm_field, by_uuid)
+                if gpu_id is not None:
+                    points[gpu_id] += [(int(ts), value) for ts, value in series.points]
         return {gpu_id: sorted(found) for gpu_id, found in points.items()}
 
 

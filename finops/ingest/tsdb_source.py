@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from collector.contract.dcgm_fields import FIELDS
 from collector.contract.node_io import NODE_IO_COUNTERS
 from collector.contract.wire import GpuInfo
 from finops.db.hours import mark_hours_dirty
 from finops.db.models import Gpu, LedgerEntry
+from finops.ingest.amd_exporter import AMD_MEMORY_USED, AMD_UTILIZATION
 from finops.ingest.node_io import HourRate, replace_hours
 from finops.ingest.prometheus import InstantSample, PrometheusClient, selector_matchers
-from finops.ingest.prometheus_pull import UTILIZATION_FIELDS, PullOptions, series_identity
+from finops.ingest.prometheus_pull import PullOptions, field_scale, series_identity
 from finops.ingest.promql_select import gpu_selector, raw_readings, uuid_groups, window
 from finops.ingest.readings import Ingestor
 from finops.ingest.tsdb_metering import MEMORY_FIELD, TsdbMeter
@@ -85,17 +85,17 @@ class TsdbTelemetry:
         readings of [max(start, v − step + 1), max(start, v) + step) (an instant query of a range selector) give the
         first one exactly, for readings at most a step apart."""
         step = self.options.step_seconds
-        utilization = self.options.query(self.options.utilization_fields[0])
-        found: dict[str, tuple[str, GpuInfo, int]] = {}
-        for sample in self._first_timestamps(utilization, start, end):
-            identity = series_identity(sample.labels, self.options.labels)
-            if identity is None or identity[1]["mig_profile"]:
-                continue
-            node, labels, _ = identity
-            info = GpuInfo(uuid=labels["uuid"], index=int(labels["gpu"]), model=labels["model"])
-            approximate = int(sample.value)
-            if labels["uuid"] not in found or approximate < found[labels["uuid"]][2]:
-                found[labels["uuid"]] = (node, info, approximate)
+        found: dict[str, tuple[str, GpuInfo, int, str]] = {}
+        for name in self._utilization_fields:
+            for sample in self._first_timestamps(self.options.query(name), start, end):
+                identity = series_identity(sample.labels, self.options.labels)
+                if identity is None or identity[1]["mig_profile"]:
+                    continue
+                node, labels, _ = identity
+                info = GpuInfo(uuid=labels["uuid"], index=int(labels["gpu"]), model=labels["model"])
+                approximate = int(sample.value)
+                if labels["uuid"] not in found or approximate < found[labels["uuid"]][2]:
+                    found[labels["uuid"]] = (node, info, approximate, name)
         known = {
             uuid: to_epoch(entered)
             for uuid, entered in session.execute(
@@ -103,10 +103,10 @@ class TsdbTelemetry:
             )
         }
         by_node: dict[str, dict[str, tuple[GpuInfo, int]]] = defaultdict(dict)
-        for uuid, (node, info, approximate) in found.items():
+        for uuid, (node, info, approximate, name) in found.items():
             if uuid in known and known[uuid] <= max(start, approximate - step + 1):
                 continue
-            first = self._first_reading(uuid, max(start, approximate - step + 1), max(start, approximate) + step)
+            first = self._first_reading(name, uuid, max(start, approximate - step + 1), max(start, approximate) + step)
             first = max(start, approximate) if first is None else first
             if uuid not in known or first < known[uuid]:
                 by_node[node][uuid] = (info, first)
@@ -131,9 +131,14 @@ class TsdbTelemetry:
             )
         ]
 
-    def _first_reading(self, uuid: str, a: int, b: int) -> int | None:
-        """The epoch second of one GPU's first utilisation reading in [a, b), None without one."""
-        series = raw_readings(self.client, gpu_selector(self.options, self.options.utilization_fields[0], [uuid]), a, b)
+    @property
+    def _utilization_fields(self) -> tuple[str, str]:
+        """The utilisation series read: dcgm-exporter's (the first of the options'), AMD's exporter's."""
+        return (self.options.utilization_fields[0], AMD_UTILIZATION)
+
+    def _first_reading(self, name: str, uuid: str, a: int, b: int) -> int | None:
+        """The epoch second of one GPU's first utilisation reading (series ``name``) in [a, b), None without one."""
+        series = raw_readings(self.client, gpu_selector(self.options, name, [uuid]), a, b)
         return min((int(ts) for s in series for ts, _ in s.points), default=None)
 
     def idle_readings(
@@ -152,40 +157,33 @@ class TsdbTelemetry:
         (:func:`finops.ingest.promql_select.raw_readings`), at the second their time falls in (fraction dropped, as
         the database stores readings)."""
         by_uuid = {uuid: gpu_id for gpu_id, uuid in session.execute(select(Gpu.id, Gpu.uuid)) if uuid is not None}
-        utilization_field = self.options.utilization_fields[0]
-        scales = {
-            utilization_field: UTILIZATION_FIELDS[utilization_field].scale,
-            MEMORY_FIELD: FIELDS[MEMORY_FIELD].scale,
-        }
+        pairs = tuple(zip(self._utilization_fields, (MEMORY_FIELD, AMD_MEMORY_USED), strict=True))
         hours = [(a, min(a + HOUR, end)) for a in range(start, end, HOUR)]
-        low: set[str] = set()
+        low: dict[str, set[str]] = {name: set() for name, _ in pairs}
         for a, b in hours:
-            for sample in self.client.query(
-                f"min_over_time({self.options.query(utilization_field)}{window(a, b)})", from_epoch(b)
-            ):
-                labels = self.options.labels.dcgm_exporter(sample.labels)
-                uuid = labels.get("UUID", "")
-                if (
-                    uuid in by_uuid
-                    and "GPU_I_PROFILE" not in labels
-                    and sample.value * scales[utilization_field] <= threshold
+            for name, _ in pairs:
+                for sample in self.client.query(
+                    f"min_over_time({self.options.query(name)}{window(a, b)})", from_epoch(b)
                 ):
-                    low.add(uuid)
-        values: dict[str, dict[tuple[int, int], float]] = {name: {} for name in scales}
-        for group in uuid_groups(sorted(low)):
-            for a, b in hours:
-                for name, scale in scales.items():
-                    for series in raw_readings(self.client, gpu_selector(self.options, name, group), a, b):
-                        labels = self.options.labels.dcgm_exporter(series.labels)
-                        gpu_id = by_uuid.get(labels.get("UUID", ""))
-                        if gpu_id is None or "GPU_I_PROFILE" in labels:
-                            continue
-                        for ts, value in series.points:
-                            values[name][gpu_id, int(ts)] = value * scale
-        memory = values[MEMORY_FIELD]
-        return [
-            (gpu_id, ts, u, memory.get((gpu_id, ts))) for (gpu_id, ts), u in sorted(values[utilization_field].items())
-        ]
+                    labels = self.options.labels.canonical(sample.labels)
+                    uuid = labels.get("UUID", "")
+                    low_enough = sample.value * field_scale(name) <= threshold
+                    if uuid in by_uuid and "GPU_I_PROFILE" not in labels and low_enough:
+                        low[name].add(uuid)
+        utilization: dict[tuple[int, int], float] = {}
+        memory: dict[tuple[int, int], float] = {}
+        for (utilization_field, memory_field), uuids in zip(pairs, low.values(), strict=True):
+            for group in uuid_groups(sorted(uuids)):
+                for a, b in hours:
+                    for name, values in ((utilization_field, utilization), (memory_field, memory)):
+                        for series in raw_readings(self.client, gpu_selector(self.options, name, group), a, b):
+                            labels = self.options.labels.canonical(series.labels)
+                            gpu_id = by_uuid.get(labels.get("UUID", ""))
+                            if gpu_id is None or "GPU_I_PROFILE" in labels:
+                                continue
+                            for ts, value in series.points:
+                                values[gpu_id, int(ts)] = value * field_scale(name)
+        return [(gpu_id, ts, u, memory.get((gpu_id, ts))) for (gpu_id, ts), u in sorted(utilization.items())]
 
     def store_node_rates(self, session: Session, hours: Iterable[int]) -> int:
         """Read the nodes' fabric and storage rates of ``hours`` (epoch starts; the hours a rollup rebuilt) from the

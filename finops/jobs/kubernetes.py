@@ -1,4 +1,4 @@
-"""Kubernetes pods as jobs: read ``kubectl get pods -A -o json`` and store the pods that hold NVIDIA GPUs.
+"""Kubernetes pods as jobs: read ``kubectl get pods -A -o json`` and store the pods that hold NVIDIA or AMD GPUs.
 
 Input formats (Kubernetes API reference, core/v1): ``kubectl get pods -A -o json`` prints a ``List`` (the API
 server's own ``PodList`` is accepted too, and a single ``Pod``) whose ``items`` are Pod objects;
@@ -7,7 +7,9 @@ server's own ``PodList`` is accepted too, and a single ``Pod``) whose ``items`` 
 - ``metadata``: ``namespace``, ``name``, ``uid``, ``labels``.
 - ``spec.nodeName``; ``spec.nodeSelector`` (node pool, when the node's labels are not known).
 - ``spec.containers[]``, ``spec.initContainers[]``: ``resources.limits`` / ``resources.requests`` of
-  ``nvidia.com/gpu`` (whole GPUs) and ``nvidia.com/mig-<profile>`` (MIG instances, the NVIDIA device plugin's
+  ``nvidia.com/gpu`` and ``amd.com/gpu`` (whole GPUs; AMD's device plugin counts an MI250X's GCDs and, in CPX, QPX or
+  DPX mode, an MI300X's compute partitions as GPUs, each priced as its share of the package by the GPU's model,
+  :mod:`finops.pricing.package_share`) and ``nvidia.com/mig-<profile>`` (MIG instances, the NVIDIA device plugin's
   mixed strategy, which writes a profile's ``+`` as ``.``: ``nvidia.com/mig-1g.10gb.me``); ``restartPolicy``
   (``Always`` marks a sidecar). Extended resources are whole numbers with requests equal to limits; the limit
   is taken, else the request.
@@ -37,6 +39,12 @@ from collector.contract.wire import JOB_ID_MAX_LENGTH
 from finops.errors import FinopsError
 
 GPU_RESOURCE = "nvidia.com/gpu"
+AMD_GPU_RESOURCE = "amd.com/gpu"
+"""AMD's Kubernetes device plugin's resource (ROCm/k8s-device-plugin): a GPU, an MI250X GCD or an MI300X partition."""
+GPU_RESOURCES = (GPU_RESOURCE, AMD_GPU_RESOURCE)
+AMD_PRODUCT_LABEL = "amd.com/gpu.product-name"
+"""Node label AMD's node labeller (ROCm/k8s-device-plugin) sets to the product name with ``_`` for spaces
+(``AMD_Instinct_MI300X_OAM``)."""
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 """Node label NVIDIA GPU feature discovery sets to the GPU's product name with ``-`` for spaces."""
@@ -66,11 +74,11 @@ class KubernetesFormatError(FinopsError, ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Pod:
-    """A pod that holds NVIDIA GPUs, read from a Pod object.
+    """A pod that holds NVIDIA or AMD GPUs, read from a Pod object.
 
-    ``gpus``: whole GPUs (effective ``nvidia.com/gpu``); ``mig``: MIG profile (``1g.10gb``, ``1g.10gb+me``) ->
-    instances. ``start``/``end``: aware UTC, ``end`` None while it runs; ``start`` None for a pod that never
-    ran (not bound, or terminal without any container having started).
+    ``gpus``: whole GPUs (effective ``nvidia.com/gpu`` plus ``amd.com/gpu``); ``mig``: MIG profile (``1g.10gb``,
+    ``1g.10gb+me``) -> instances. ``start``/``end``: aware UTC, ``end`` None while it runs; ``start`` None for a pod
+    that never ran (not bound, or terminal without any container having started).
     """
 
     namespace: str
@@ -192,7 +200,7 @@ def parse_nodes(document: Any, *, source: str) -> tuple[dict[str, dict[str, str]
             errors.append(f"{source}: node items[{index}]: field {exc.path}: {exc}")
             continue
         has_gpus = labels.get("nvidia.com/gpu.present") == "true" or any(
-            key == GPU_RESOURCE or key.startswith(MIG_RESOURCE_PREFIX) for key in capacity
+            key in GPU_RESOURCES or key.startswith(MIG_RESOURCE_PREFIX) for key in capacity
         )
         if has_gpus:
             nodes[name] = labels
@@ -209,7 +217,7 @@ def _read_pod(item: dict[str, Any]) -> Pod | None:
     spec = _object(item, "spec", "spec")
     status = _object(item, "status", "status", optional=True)
     counts = _device_counts(spec)
-    gpus = counts.pop(GPU_RESOURCE, 0)
+    gpus = sum(counts.pop(resource, 0) for resource in GPU_RESOURCES)
     mig = {_profile(resource): count for resource, count in counts.items() if count}
     if gpus == 0 and not mig:
         return None
@@ -284,7 +292,7 @@ def _container_devices(container: Any, path: str) -> dict[str, int]:
     requests = _object(resources, "requests", f"{path}.resources.requests", optional=True)
     devices: dict[str, int] = {}
     for resource in set(limits) | set(requests):
-        if resource != GPU_RESOURCE and not resource.startswith(MIG_RESOURCE_PREFIX):
+        if resource not in GPU_RESOURCES and not resource.startswith(MIG_RESOURCE_PREFIX):
             continue
         limit = _count(limits, resource, f"{path}.resources.limits.{resource}")
         request = _count(requests, resource, f"{path}.resources.requests.{resource}")
@@ -409,8 +417,10 @@ def node_pool(labels: Mapping[str, str]) -> str:
 def product_model(labels: Mapping[str, str]) -> str | None:
     """The GPU model from GPU feature discovery's product label, in NVML's spelling where it can be recovered:
     ``NVIDIA-H100-80GB-HBM3`` -> ``NVIDIA H100 80GB HBM3`` (the single-strategy ``-MIG-<profile>`` suffix
-    dropped); None without the label."""
+    dropped), else from AMD's node labeller's (``AMD_Instinct_MI300X_OAM`` -> ``AMD Instinct MI300X OAM``); None
+    without either label."""
     product = labels.get(GPU_PRODUCT_LABEL)
     if not product:
-        return None
+        amd = labels.get(AMD_PRODUCT_LABEL)
+        return amd.replace("_", " ") if amd else None
     return re.sub(r"-MIG-.*$", "", product).replace("-", " ")

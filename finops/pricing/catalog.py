@@ -27,7 +27,7 @@ the result does not depend on the caller's decimal context.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import UTC, date, datetime, time
 from decimal import ROUND_HALF_EVEN, Context, Decimal, localcontext
 from enum import StrEnum
@@ -50,6 +50,7 @@ from pydantic import (
 
 from finops.errors import FinopsError
 from finops.pricing import catalog_yaml
+from finops.pricing.package_share import package_share
 from finops.pricing.peaks import PeakTflops
 from finops.pricing.sources import Source, no_float
 
@@ -332,7 +333,8 @@ class PriceCatalog(BaseModel):
         return keys[0]
 
     def rate(self, gpu_name: str, pricing_model: PricingModel, at: datetime) -> Decimal:
-        """Currency per GPU-hour for ``gpu_name`` under ``pricing_model`` at the aware instant ``at``.
+        """Currency per GPU-hour for ``gpu_name`` under ``pricing_model`` at the aware instant ``at``; for a
+        compute partition of a package (:func:`finops.pricing.package_share.package_share`), its share of the rate.
 
         The row with the latest ``effective_from`` (00:00 UTC) not after ``at`` applies. On-prem rates
         are computed from their parts (:meth:`onprem_parts`). Raises PriceNotFound when no model or row
@@ -342,7 +344,9 @@ class PriceCatalog(BaseModel):
             return self.onprem_parts(gpu_name, at).total
         row = self._row(gpu_name, pricing_model, at)
         assert isinstance(row, RateRow)  # _row_kind gives every pricing model but on-prem a RateRow
-        return row.rate
+        share = package_share(gpu_name)
+        with localcontext(ARITHMETIC):
+            return row.rate if share == 1 else row.rate * share.numerator / share.denominator
 
     def onprem_parts(self, gpu_name: str, at: datetime) -> OnPremParts:
         """The on-prem rate's parts for ``gpu_name`` at ``at``, in currency per GPU-hour.
@@ -351,7 +355,12 @@ class PriceCatalog(BaseModel):
         """
         row = self._row(gpu_name, PricingModel.ON_PREM, at)
         assert isinstance(row, OnPremRow)  # _row_kind gives on-prem rows an OnPremRow
-        return self.parts_of(row)
+        parts = self.parts_of(row)
+        share = package_share(gpu_name)
+        if share == 1:
+            return parts
+        with localcontext(ARITHMETIC):
+            return OnPremParts(*(part * share.numerator / share.denominator for part in astuple(parts)))
 
     def parts_of(self, row: OnPremRow) -> OnPremParts:
         """The parts of on-prem ``row`` at this catalog's tariff and PUE (formula on :meth:`onprem_parts`)."""

@@ -62,6 +62,40 @@ def test_prolog_writes_by_index_and_uuid_and_epilog_removes_only_its_job(tmp_pat
     ], "no temporary file left"  # fmt: skip
 
 
+AMD_UUIDS = [f"5cff74b5-0000-1000-80{p}0-7e3e3a6ed2a1" for p in range(8)]
+"""The MI300X CPX partitions of tests/fixtures/amd/device-metrics-exporter.prom (UUIDs written by hand)."""
+
+
+def test_prolog_records_amd_gpus_by_index_and_amd_smi_uuid_and_the_mapper_maps_them(tmp_path: Path) -> None:
+    """An MI300X node in CPX mode (8 partitions, each a GPU to Slurm): no nvidia-smi; amd-smi lists the partitions
+    (``amd-smi list --csv``, header columns gpu and gpu_uuid). Job 7001 holds partitions 0-3 (SLURM_JOB_GPUS), job
+    7002 is bound by ROCR_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES to a UUID; their numbers (the job's own count from 0)
+    are not recorded. The mapper then puts each job on its partitions' samples, by UUID."""
+    fake_amd_smi = tmp_path / "amd-smi"
+    rows = "".join(f"{i},0000:{i + 5:02x}:00.0,{uuid},{i + 2},{i + 2},{i}\\n" for i, uuid in enumerate(AMD_UUIDS))
+    fake_amd_smi.write_text(f"#!/bin/sh\n[ \"$*\" = 'list --csv' ] || exit 2\n"
+                            f"printf 'gpu,gpu_bdf,gpu_uuid,kfd_id,node_id,partition_id\\n{rows}'\n")  # fmt: skip
+    fake_amd_smi.chmod(0o755)
+    directory = tmp_path / "gpustat"
+    amd = {"NVIDIA_SMI": str(tmp_path / "absent"), "AMD_SMI": str(fake_amd_smi)}
+    _run("prolog.sh", directory, tmp_path, SLURM_JOB_ID="7001", SLURM_JOB_UID="1000", SLURM_JOB_GPUS="0,1,2,3", **amd)
+    _run("prolog.sh", directory, tmp_path, SLURM_JOB_ID="7002", SLURM_JOB_UID="1001",
+         ROCR_VISIBLE_DEVICES=f"{AMD_UUIDS[6]},0", HIP_VISIBLE_DEVICES="0", **amd)  # fmt: skip
+    mappings = read_mappings(directory)
+    assert mappings.live == {str(i): "7001" for i in range(4)} | dict.fromkeys(AMD_UUIDS[:4], "7001") | {
+        AMD_UUIDS[6]: "7002"
+    }
+    now = datetime.now(UTC)
+    samples = [
+        Sample("gpu", {"gpu": str(i), "uuid": uuid, "model": "AMD Instinct MI300X OAM"}, {m.GPU_UTILIZATION: 1.0}, now)
+        for i, uuid in enumerate(AMD_UUIDS)
+    ]
+    jobs = [s.job_id for s in JobMapper(directory, PROC).annotate(samples)]
+    assert jobs == ["7001"] * 4 + [None, None, "7002", None]
+    _run("epilog.sh", directory, tmp_path, SLURM_JOB_ID="7001")
+    assert read_mappings(directory).live == {AMD_UUIDS[6]: "7002"}
+
+
 def test_prolog_of_a_job_without_gpus_writes_nothing(tmp_path: Path) -> None:
     _run("prolog.sh", tmp_path / "gpustat", tmp_path, SLURM_JOB_ID="9")
     assert not (tmp_path / "gpustat").exists()

@@ -452,7 +452,7 @@ def test_a_long_range_is_split_within_the_point_limit() -> None:
         for r in requests
         if r.url.params["query"] == "DCGM_FI_DEV_GPU_UTIL"
     ]
-    assert len(windows) == 3 and len(requests) == 3 * (len(options.dcgm_fields) + len(CYCLE_FIELDS))
+    assert len(windows) == 3 and len(requests) == 3 * (len(options.fields) + len(CYCLE_FIELDS))
     assert all((last - first) / 60 + 1 <= MAX_POINTS_PER_SERIES for first, last in windows)
     assert windows[0][0] == start.timestamp() and windows[-1][1] == (end - timedelta(minutes=1)).timestamp()
     assert all(b[0] == a[1] + 60 for a, b in itertools.pairwise(windows)), "contiguous, no overlap"

@@ -47,6 +47,8 @@ def test_scontrol_oneliner_is_parsed_and_bad_lines_are_named() -> None:
     assert "NodeName" in parsed.errors[0].message and "gpu:a100:x:y:4" in parsed.errors[1].message
     assert nodes["gpu-a-01"].gpus == (("a100", 4),) and nodes["gpu-a-01"].partitions == ("gpu", "debug")
     assert nodes["gpu-h-01"].gpus == (("h100", 8),)  # the shard GRES is not a GPU
+    # AMD GRES types: an MI300X node's 8 GPUs, an MI250X node's 8 GCDs (4 modules).
+    assert nodes["gpu-x-01"].gpus == (("mi300x", 8),) and nodes["gpu-m-01"].gpus == (("mi250x", 8),)
     assert nodes["gpu-u-01"].gpus == ((None, 4),) and nodes["gpu-u-01"].gpu_types == []
     assert nodes["gpu-g-01"].gpus == (("1g.10gb", 7),) and nodes["gpu-g-01"].gpu_types == []
     assert nodes["cpu-01"].gpus == () and nodes["cpu-01"].partitions == ("cpu",)

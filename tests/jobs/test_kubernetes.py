@@ -15,7 +15,9 @@ import orjson
 import pytest
 from sqlalchemy import func, select
 
+from collector.contract.wire import GpuInfo
 from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Allocation, DirtyHour, Gpu, Job, LedgerEntry, Node, Team
+from finops.ingest.readings import Ingestor
 from finops.jobs.kubernetes import (
     KubernetesFormatError,
     _device_counts,
@@ -398,3 +400,65 @@ def test_a_mig_profile_is_priced_by_the_nodes_gpu_or_refused(sessions) -> None: 
             select(Allocation.share_num, Allocation.share_den).where(Allocation.job_pk == job.id)
         ).all()
     assert Fraction(num, den) == Fraction(1, 4)
+
+
+# --- AMD GPUs ----------------------------------------------------------------------------------------------
+
+MI300X_CPX = "AMD Instinct MI300X OAM (CPX partition 1/8)"
+
+
+def _amd_documents() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A node with one MI300X in CPX mode (AMD's device plugin: 8 ``amd.com/gpu``; AMD's node labeller's product
+    label) and a pod holding two of its partitions for the hour 09:00-10:00; written by hand."""
+    node = {
+        "metadata": {"name": "mi300x-01", "labels": {"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"}},
+        "status": {"capacity": {"amd.com/gpu": "8", "cpu": "192"}},
+    }
+    pod = {
+        "metadata": {"namespace": "ml-team", "name": "trainer-0", "uid": "0e3c8a52-7f1d-4c1e-9a3b-2d6f5e4c3b2a"},
+        "spec": {
+            "nodeName": "mi300x-01",
+            "containers": [{"name": "pytorch", "resources": {"limits": {"amd.com/gpu": "2"}}}],
+        },
+        "status": {
+            "phase": "Succeeded",
+            "startTime": "2026-01-05T09:00:00Z",
+            "containerStatuses": [
+                {"state": {"terminated": {"startedAt": "2026-01-05T09:00:00Z", "finishedAt": "2026-01-05T10:00:00Z"}}}
+            ],
+        },
+    }
+    return {"kind": "List", "items": [node]}, {"kind": "List", "items": [pod]}
+
+
+def test_amd_gpu_pods_are_imported_placed_and_billed_per_partition(sessions) -> None:  # type: ignore[no-untyped-def]
+    """An ``amd.com/gpu`` pod on an MI300X CPX node is a job holding two partitions; the partitions are the GPUs the
+    Prometheus pull registers (model named as 1/8 of the MI300X), so the pod's hour costs 2/8 of an MI300X-hour."""
+    node_list, pods = _amd_documents()
+    nodes, errors = parse_nodes(node_list, source="nodes.json")
+    assert errors == [] and product_model(nodes["mi300x-01"]) == "AMD Instinct MI300X OAM"
+    pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
+    hour = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+    with sessions.begin() as session:
+        Ingestor().register(
+            session,
+            "mi300x-01",
+            [GpuInfo(uuid=f"5cff74b5-0000-1000-80{i}0-7e3e3a6ed2a1", index=i, model=MI300X_CPX) for i in range(8)],
+            dict.fromkeys((f"5cff74b5-0000-1000-80{i}0-7e3e3a6ed2a1" for i in range(8)), to_epoch(hour)),
+        )
+        result = import_pods(session, pods, source="pods.json", nodes=nodes, listed_at=LISTED_AT, cluster="k1")
+        assert (result.jobs, result.errors) == (1, [])
+        job = _jobs(session)["ml-team/trainer-0"]
+        assert (job.gpus, job.gpu_type, job.node_list) == (2, MI300X_CPX, "mi300x-01")
+        placed = session.execute(
+            select(Gpu.gpu_index, Gpu.model, Allocation.share_num, Allocation.share_den)
+            .join(Allocation, Allocation.gpu_id == Gpu.id)
+            .where(Allocation.job_pk == job.id)
+        ).all()
+        assert sorted(placed) == [(0, MI300X_CPX, 1, 1), (1, MI300X_CPX, 1, 1)]
+        rollup(session, pricing, to_epoch(hour) + 3600)
+        pod_cost = session.scalar(
+            select(func.sum(LedgerEntry.allocated_cost)).where(LedgerEntry.job_pk == job.id, LedgerEntry.hour == hour)
+        )
+    mi300x_hour = pricing.catalog.rate("AMD Instinct MI300X OAM", PricingModel.ON_DEMAND, hour)
+    assert pod_cost == mi300x_hour * 2 / 8 == Decimal("1.50")

@@ -1,0 +1,103 @@
+"""AMD Device Metrics Exporter's series (ROCm/device-metrics-exporter) as the Prometheus pull and the TSDB metering
+read them, beside dcgm-exporter's.
+
+The exporter names each series after its field in lower case (``GPU_GFX_ACTIVITY`` → ``gpu_gfx_activity``) in the
+field's own unit, as its field list documents (``docs/configuration/metricslist.md``). :data:`AMD_FIELDS` maps each
+field we use to our metric and scale (:class:`collector.contract.dcgm_fields.Field`), in order of preference where
+several give one metric:
+
+- utilisation: ``gpu_gfx_activity``, graphics engine usage in % (0-100) → ratio. On a partitioned MI300X the exporter
+  (1.3.1 and later, ROCm/device-metrics-exporter issue 139) reports each partition's own activity;
+- memory controller activity: ``gpu_umc_activity`` % → ``memory_utilization_ratio`` (what DCGM_FI_DEV_MEM_COPY_UTIL
+  gives for NVIDIA);
+- memory: ``gpu_used_vram`` and ``gpu_total_vram``, written "MB" by the field list; the values are amd-smi's VRAM
+  figures in MiB (an MI210's 64 GiB shows as 65,520) → bytes;
+- power: ``gpu_package_power`` (MI3xx, current socket power), else ``gpu_average_package_power`` (MI2xx), else
+  ``gpu_power_usage``, all W;
+- energy: ``gpu_energy_consumed``, "accumulated energy consumed by the GPU in Micro Jules (uJ)", a counter → J;
+- temperature: ``gpu_junction_temperature`` (MI3xx hotspot), else ``gpu_edge_temperature`` (MI2xx), °C;
+- hardware activity, from the opt-in profiler fields (``GPU_PROF_*``, off unless the exporter's ``ProfilerMetrics``
+  enables them), % → ratio: ``gpu_prof_sm_active`` (share of GPU time the vector ALUs processed instructions) →
+  ``sm_active_ratio``; ``gpu_prof_occupancy_percent`` (occupancy as a share of the maximum) →
+  ``sm_occupancy_ratio``; ``gpu_prof_tensor_active_percent`` (MFMA, AMD's matrix cores) → ``tensor_active_ratio``;
+  ``gpu_prof_gui_util_percent`` (share of time the graphics engine, GUI, was active) →
+  ``graphics_engine_active_ratio``. AMD has no counterpart of ``dram_active_ratio`` nor of the FP64/FP32/FP16 pipe
+  activities (it counts operations, ``GPU_PROF_TOTAL_64_OPS``…, not busy cycles): those stay null, never 0.
+
+Identity (:func:`canonical_labels`): node = ``hostname``; GPU index = ``gpu_id``; UUID = ``gpu_uuid`` (exporters that
+predate the label: set the UUID label to ``serial_number`` for unpartitioned GPUs); model = ``card_series`` ("AMD
+Instinct MI300X", which the price catalogue's MI300X row matches), else ``card_model`` (a board part number such as
+``102-D67305-00``, which prices nothing until the catalogue names it); job = ``job_id`` (the exporter's Slurm
+integration), else ``<namespace>/<pod>``. An MI250X shows as two GPUs (its GCDs), an MI300X in DPX, QPX or CPX mode as
+2, 4 or 8 (its compute partitions, ``gpu_partition_id`` 0… and ``gpu_compute_partition_type``): each is a GPU of the
+ledger, as amd-smi and Slurm count them; a partition's model names its share of the package ("AMD Instinct MI300X OAM
+(CPX partition 1/8)"), which prices it at that share of the MI300X (:mod:`finops.pricing.package_share`); the
+catalogue prices the MI250X per GCD already.
+
+Package-wide readings (:func:`reports_package`): AMD reports socket power and the energy counter once per package, on
+partition 0 of a partitioned MI300X and on one die of an MI250X. The device that reports them keeps them; the other
+devices' values of those fields are left out (null), so that the package's energy is counted once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from collector.contract import metric_names as m
+from collector.contract.dcgm_fields import MIB, Field
+from finops.pricing.package_share import partition_name
+
+AMD_UTILIZATION = "gpu_gfx_activity"
+"""The exporter's utilisation field (% of time the graphics engine was busy)."""
+AMD_MEMORY_USED = "gpu_used_vram"
+AMD_ENERGY = "gpu_energy_consumed"
+
+AMD_FIELDS: dict[str, Field] = {
+    AMD_UTILIZATION: Field(m.GPU_UTILIZATION, 0.01),  # %
+    "gpu_umc_activity": Field(m.GPU_MEMORY_UTILIZATION, 0.01),  # %
+    AMD_MEMORY_USED: Field(m.GPU_MEMORY_USED, MIB),  # MiB ("MB")
+    "gpu_total_vram": Field(m.GPU_MEMORY_TOTAL, MIB),  # MiB ("MB")
+    "gpu_package_power": Field(m.GPU_POWER, 1.0),  # W, MI3xx
+    "gpu_average_package_power": Field(m.GPU_POWER, 1.0),  # W, MI2xx
+    "gpu_power_usage": Field(m.GPU_POWER, 1.0),  # W
+    AMD_ENERGY: Field(m.GPU_ENERGY, 1e-6),  # µJ, a counter
+    "gpu_junction_temperature": Field(m.GPU_TEMPERATURE, 1.0),  # °C, MI3xx
+    "gpu_edge_temperature": Field(m.GPU_TEMPERATURE, 1.0),  # °C, MI2xx
+    "gpu_prof_sm_active": Field(m.GPU_SM_ACTIVE, 0.01),  # %
+    "gpu_prof_occupancy_percent": Field(m.GPU_SM_OCCUPANCY, 0.01),  # %
+    "gpu_prof_tensor_active_percent": Field(m.GPU_TENSOR_ACTIVE, 0.01),  # % (MFMA)
+    "gpu_prof_gui_util_percent": Field(m.GPU_GRAPHICS_ENGINE_ACTIVE, 0.01),  # %
+}
+"""Exporter series → our metric and scale (units: the exporter's ``metricslist.md``); see the module documentation."""
+
+PACKAGE_WIDE = frozenset(name for name, spec in AMD_FIELDS.items() if spec.metric in (m.GPU_POWER, m.GPU_ENERGY))
+"""The exporter's fields AMD reports once per package (socket power, the energy counter)."""
+
+PARTITIONED_MODES = frozenset({"dpx", "qpx", "cpx"})
+"""``gpu_compute_partition_type`` values of an MI300X shown as several partitions (``spx`` and ``none``: one GPU)."""
+
+AMD_LABELS = ("gpu", "UUID", "modelName", "hpc_job", "namespace", "pod", "partition", "partition_type")
+"""The canonical names :func:`canonical_labels` gives: dcgm-exporter's for what both exporters have, and
+``partition`` (``gpu_partition_id``) and ``partition_type`` (``gpu_compute_partition_type``)."""
+
+
+def canonical_labels(labels: Mapping[str, str], names: Mapping[str, str]) -> dict[str, str]:
+    """An exporter series' labels under the canonical names of :data:`AMD_LABELS` (only those it has, empty ones
+    left out): ``names`` maps a canonical name to the site's label (``gpu`` → ``gpu_id``); the model is the first
+    non-empty of the ``modelName`` label and ``card_model``, named as a partition of it on a partitioned MI300X
+    (:func:`finops.pricing.package_share.partition_name`: "AMD Instinct MI300X OAM (CPX partition 1/8)", priced at
+    1/8 of the MI300X)."""
+    found = {canonical: labels[site] for canonical, site in names.items() if labels.get(site)}
+    if "modelName" not in found and labels.get("card_model"):
+        found["modelName"] = labels["card_model"]
+    if "modelName" in found:
+        found["modelName"] = partition_name(found["modelName"], found.get("partition_type", ""))
+    return found
+
+
+def reports_package(canonical: Mapping[str, str]) -> bool:
+    """Whether a device (its :func:`canonical_labels`) is the one that reports its package's power and energy: every
+    device but the partitions other than 0 of a partitioned MI300X (an MI250X's second die exports no such series).
+    """
+    mode = canonical.get("partition_type", "").lower()
+    return mode not in PARTITIONED_MODES or canonical.get("partition", "0") == "0"
