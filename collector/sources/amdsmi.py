@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from collector.contract import metric_names as m
+from collector.contract.partitions import partition_name
 from collector.contract.sample import Package, Sample, utc_now
 
 log = logging.getLogger(__name__)
@@ -239,8 +240,11 @@ class AmdSmiSource:
 
     Labels as :class:`collector.sources.nvml.NvmlSource`'s, so both sources' series share their /metrics families:
     ``gpu`` (position in amdsmi_get_processor_handles), ``uuid`` (amdsmi_get_gpu_device_uuid), ``model``
-    (amdsmi_get_gpu_asic_info ``market_name``), ``mig_profile`` and ``parent_uuid`` empty. Values: see each reader
-    of :data:`READERS`; every device that answered carries ``gpufinops_gpu_up`` = 1.
+    (amdsmi_get_gpu_asic_info ``market_name``; for a compute partition of an MI300X in DPX, QPX or CPX mode
+    (amdsmi_get_gpu_compute_partition), :func:`collector.contract.partitions.partition_name`, e.g. ``AMD Instinct
+    MI300X (CPX partition 1/8)``, which the service prices at that share of the GPU), ``mig_profile`` and
+    ``parent_uuid`` empty. Values: see each reader of :data:`READERS`; every device that answered carries
+    ``gpufinops_gpu_up`` = 1.
 
     Packages: an MI250X shows as two devices (GCDs), an MI300X in DPX, QPX or CPX mode as 2, 4 or 8 (compute
     partitions). Each such device's sample carries :attr:`Sample.package` (:func:`_mark_packages`); what the
@@ -338,18 +342,19 @@ class AmdSmiSource:
         except amdsmi.AmdSmiException as exc:
             log.warning("amdsmi device %d did not answer: %s; gpu_up 0", index, exc)
             return None
+        mode = self._optional(lambda: amdsmi.amdsmi_get_gpu_compute_partition(handle))
+        mode = mode if isinstance(mode, str) and mode else None
+        model = partition_name(model, mode or "")
         labels = {"gpu": str(index), "uuid": uuid, "model": model, "mig_profile": "", "parent_uuid": ""}
         self._known[index] = labels
         values: dict[str, float] = {m.GPU_UP: 1.0}
         for read in READERS:
             values.update(self._read_field(read, handle, index))
-        device = _Device(handle, labels, values)
+        device = _Device(handle, labels, values, mode=mode)
         serial = self._optional(lambda: amdsmi.amdsmi_get_gpu_board_info(handle)["product_serial"])
         device.serial = serial if isinstance(serial, str) and serial not in ("", "N/A") else None
         if device.serial is not None:
             self._serials[index] = device.serial
-        mode = self._optional(lambda: amdsmi.amdsmi_get_gpu_compute_partition(handle))
-        device.mode = mode if isinstance(mode, str) and mode else None
         partition = self._optional(lambda: amdsmi.amdsmi_get_gpu_kfd_info(handle)["current_partition_id"])
         device.partition = partition if isinstance(partition, int) and not isinstance(partition, bool) else None
         return device

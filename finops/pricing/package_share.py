@@ -3,9 +3,10 @@
 An AMD Instinct MI300X in DPX, QPX or CPX compute-partition mode shows as 2, 4 or 8 devices (AMD Instinct MI300X
 "GPU partitioning" documentation: 8 XCDs split in equal partitions), each a GPU to ROCm, amd-smi, Slurm's GRES and
 the Kubernetes device plugin (``amd.com/gpu``). The price catalogue prices the whole MI300X, so a partition is named
-``<product name> (<MODE> partition 1/<n>)`` (:func:`partition_name`; ``AMD Instinct MI300X OAM (CPX partition
-1/8)``) and priced at ``1 / n`` of the product's rate (:func:`package_share`). The name still matches the product's
-catalogue row (``\\bMI300X\\b``), and says in every report what the device is.
+``<product name> (<MODE> partition 1/<n>)`` (:func:`collector.contract.partitions.partition_name`, written by the
+amdsmi collector source and by the pull; ``AMD Instinct MI300X OAM (CPX partition 1/8)``) and priced at ``1 / n``
+of the product's rate (:func:`package_share`). The name still matches the product's catalogue row
+(``\\bMI300X\\b``), and says in every report what the device is.
 
 An MI250X's two GCDs need no share: the catalogue prices the MI250X per GCD (its row's description), as ROCm and
 Slurm count it (``gres gpu:mi250x:8`` for four modules). SPX mode (one partition) is the whole GPU.
@@ -16,18 +17,11 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-PARTITIONS_PER_MODE = {"dpx": 2, "qpx": 4, "cpx": 8}
-"""Compute partitions of an MI300X per ``gpu_compute_partition_type`` (amd-smi's compute partition modes)."""
+from collector.contract.partitions import partition_name
+
+__all__ = ["package_share", "partition_name"]
 
 _SHARE = re.compile(r"\((?:DPX|QPX|CPX) partition 1/([1-9][0-9]?)\)\s*$")
-
-
-def partition_name(product: str, mode: str) -> str:
-    """The GPU name of one compute partition of ``product`` in ``mode`` (``cpx`` …, any case):
-    ``partition_name("AMD Instinct MI300X OAM", "cpx") == "AMD Instinct MI300X OAM (CPX partition 1/8)"``;
-    ``product`` itself for a mode that is not partitioned (``spx``, ``none``, '')."""
-    devices = PARTITIONS_PER_MODE.get(mode.lower())
-    return f"{product} ({mode.upper()} partition 1/{devices})" if devices else product
 
 
 def package_share(gpu_name: str) -> Fraction:
