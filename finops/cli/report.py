@@ -10,6 +10,7 @@ import orjson
 import typer
 
 from finops.analysis.budgets import budget_status
+from finops.analysis.price_estimates import estimated_prices
 from finops.analysis.report import (
     GROUP_BYS,
     cost_report,
@@ -75,6 +76,8 @@ def report(
     so the report equals the dashboard's for the same period and filters. GPU-hours whose model has no price are
     counted, never costed: the table's TOTAL line adds them by model, JSON and CSV have unpriced_gpu_hours per row
     (cost null when all its GPU-hours are unpriced), and a line on stderr per model says how to price them.
+    A price resting on an estimate (a catalog source marked ``estimate: true``) is named: a line per model and
+    pricing model after the table (on stderr with JSON and CSV), and ``price_estimates`` in each JSON row.
 
     Each row also has the hardware activity where the GPUs report it (DCGM profiling fields, NVML GPM): SM, tensor
     and DRAM activity (means over the profiled GPU-seconds), the SM-active cost (allocated × SM activity) and the
@@ -137,10 +140,12 @@ def report(
     if group is None:
         raise typer.BadParameter(f"must be one of {', '.join(GROUP_BYS)}, reason or efficiency", param_hint="--by")
     with open_sessions(settings)() as session:
-        catalog = pricing_in_force(session, load_pricing(settings)).catalog if group == "gpu_model" else None
+        in_force = pricing_in_force(session, load_pricing(settings)).catalog
+        catalog = in_force if group == "gpu_model" else None
         rows = cost_report(
             session, begin, finish, group, cluster=cluster, team=team, partition=partition, catalog=catalog
         )
+        estimates = estimated_prices(session, in_force, begin, finish, cluster=cluster, team=team, partition=partition)
         unpriced = unpriced_by_model(session, begin, finish, cluster=cluster, team=team, partition=partition)
         statuses = budget_status(session, utc_now(), team=team) if output_format == "table" else []
         pending = pending_hours(session, begin, finish)
@@ -149,7 +154,12 @@ def report(
     _stale_note(stale, output_format)
     if output_format == "json":
         dicts = [
-            {**row, "ledger_hours_pending": pending, "ledger_stale": _stale_dict(stale)}
+            {
+                **row,
+                "ledger_hours_pending": pending,
+                "ledger_stale": _stale_dict(stale),
+                "price_estimates": [e.as_dict() for e in estimates],
+            }
             for row in report_dicts(rows, group)
         ]
         typer.echo(orjson.dumps(dicts, option=orjson.OPT_INDENT_2).decode())
@@ -157,12 +167,16 @@ def report(
         typer.echo(report_csv(rows, group), nl=False)
     else:
         typer.echo(report_table(rows, group, unpriced))
+        for estimate in estimates:
+            typer.echo(estimate.note)
         if statuses:
             scope = " (whole teams: all clusters and partitions)" if cluster or partition else ""
             typer.echo(f"\nBudgets, month to date{scope}:\n{budget_table(statuses)}")
     if output_format != "table":  # the table says it on its TOTAL line; JSON and CSV stay machine-readable
         for u in unpriced:
             typer.echo(f"unpriced: {u.gpu_hours:,.2f} GPU-hours of {u.model} (not in the costs): {u.fix}", err=True)
+        for estimate in estimates:
+            typer.echo(estimate.note, err=True)
 
 
 def _pending_note(pending: int) -> None:
