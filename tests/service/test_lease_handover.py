@@ -53,7 +53,11 @@ def _rollup_lease(engine: Engine) -> tuple[int | None, bool]:
 
 
 def _rollups_logged(log: Path) -> int:
-    return len(re.findall(r"finops\.service\.scheduler: rollup: ", log.read_text(errors="replace")))
+    """How many rollups the scheduler writing ``log`` finished ("rollup: N ledger hours rebuilt"; not the line that
+    announces a run, which would make the count pass 1 before the test sees it)."""
+    return len(
+        re.findall(r"finops\.service\.scheduler: rollup: \d+ ledger hours rebuilt", log.read_text(errors="replace"))
+    )
 
 
 @pytest.fixture
@@ -69,6 +73,7 @@ def schedulers(database_url: str, tmp_path: Path) -> Iterator[Callable[[int], tu
                 "FINOPS_DATABASE_URL": database_url,
                 "FINOPS_JOB_LEASE_SECONDS": str(lease_seconds),
                 "FINOPS_ROLLUP_INTERVAL_SECONDS": str(ROLLUP_INTERVAL_SECONDS),
+                "FINOPS_SACCT_SCHEDULE_SECONDS": "0",  # sacct may be on the PATH (a live Slurm's client)
             }
             upgrade = [sys.executable, "-m", "finops.cli", "db", "upgrade"]
             subprocess.run(upgrade, env=env, capture_output=True, check=True, timeout=120)

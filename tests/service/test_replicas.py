@@ -166,6 +166,7 @@ def test_two_services_two_schedulers_and_the_rollup_holder_killed_mid_rollup(dat
         "FINOPS_INGEST_READINGS_PER_SECOND": "1000000",
         "FINOPS_INGEST_READINGS_BURST": "1000000",
         "FINOPS_ROLLUP_INTERVAL_SECONDS": "2",
+        "FINOPS_SACCT_SCHEDULE_SECONDS": "0",  # sacct may be on the PATH (a live Slurm's client)
         "FINOPS_JOB_LEASE_SECONDS": str(LEASE_SECONDS),
         "FINOPS_ALERT_RULES": str(rules),
         "FINOPS_ALERT_SLACK_WEBHOOKS": json.dumps({"ops": webhook.url}),

@@ -82,7 +82,11 @@ def _start(command: str, url: str) -> tuple[subprocess.Popen[str], queue.Queue[s
     port = free_port()
     options = ["--port", str(port), "--insecure-no-token"] if command == "serve" else ["--metrics-port", str(port)]
     environment = {key: value for key, value in os.environ.items() if not key.startswith("FINOPS_")}
-    environment |= {"FINOPS_DATABASE_URL": url, "FINOPS_ROLLUP_INTERVAL_SECONDS": "3600"}
+    environment |= {
+        "FINOPS_DATABASE_URL": url,
+        "FINOPS_ROLLUP_INTERVAL_SECONDS": "3600",
+        "FINOPS_SACCT_SCHEDULE_SECONDS": "0",  # sacct may be on the PATH (a live Slurm's client)
+    }
     process = subprocess.Popen(
         [sys.executable, "-m", "finops.cli", "-v", command, *options],
         cwd=REPO,

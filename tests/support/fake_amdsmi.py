@@ -242,7 +242,7 @@ def mi300x_cpx(serial: str = "PCB052715-0072") -> list[FakeDevice]:
     NOT_SUPPORTED for energy. Temperature: issue 139's 39 °C on every partition. By hand: the rest."""
     return [
         FakeDevice(
-            uuid=f"{index:x}cff74b5-0000-1000-80e4-ba4b16fd1c1e",
+            uuid=f"{index:x}cff74b5-0000-1000-80e4-ba4b16fd1c2e",
             market_name="AMD Instinct MI300X",
             serial=serial,
             gfx_activity=50 if index == 0 else 0xFFFF,
