@@ -153,8 +153,14 @@ def _ledger_by_job(session) -> dict[str, tuple[int, int, str, Decimal]]:  # type
 
 
 def _report(runner: CliRunner) -> tuple[list[dict[str, object]], list[str]]:
+    """The job report's rows and its ``unpriced:`` notes (stderr); every other stderr line is an ``estimate:`` note
+    (a price resting on an estimate: the site's MI250X), which is checked here."""
     result = _invoke(runner, "report", *PERIOD, "--by", "job", "--format", "json")
-    return orjson.loads(result.stdout), [line for line in result.stderr.splitlines() if line]
+    lines = [line for line in result.stderr.splitlines() if line]
+    unpriced = [line for line in lines if line.startswith("unpriced: ")]
+    estimates = [line for line in lines if line not in unpriced]
+    assert all(line.startswith("estimate: ") and " of MI250X " in line for line in estimates), estimates
+    return orjson.loads(result.stdout), unpriced
 
 
 def _catalogue_with(tmp_path: Path, **rates: tuple[str, str]) -> Path:
