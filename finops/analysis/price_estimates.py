@@ -33,10 +33,6 @@ class EstimatedPrice:
             f"({', '.join(self.sources)}); replace it with your own rate (gpu-finops prices import)"
         )
 
-    def as_dict(self) -> dict[str, object]:
-        """JSON form: ``model``, ``pricing_model``, ``sources`` (list of URLs)."""
-        return {"model": self.model, "pricing_model": self.pricing_model, "sources": list(self.sources)}
-
 
 def estimated_prices(
     session: Session,

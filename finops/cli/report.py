@@ -77,7 +77,7 @@ def report(
     counted, never costed: the table's TOTAL line adds them by model, JSON and CSV have unpriced_gpu_hours per row
     (cost null when all its GPU-hours are unpriced), and a line on stderr per model says how to price them.
     A price resting on an estimate (a catalog source marked ``estimate: true``) is named: a line per model and
-    pricing model after the table (on stderr with JSON and CSV), and ``price_estimates`` in each JSON row.
+    pricing model after the table, on stderr with JSON and CSV.
 
     Each row also has the hardware activity where the GPUs report it (DCGM profiling fields, NVML GPM): SM, tensor
     and DRAM activity (means over the profiled GPU-seconds), the SM-active cost (allocated × SM activity) and the
@@ -158,7 +158,6 @@ def report(
                 **row,
                 "ledger_hours_pending": pending,
                 "ledger_stale": _stale_dict(stale),
-                "price_estimates": [e.as_dict() for e in estimates],
             }
             for row in report_dicts(rows, group)
         ]

@@ -64,8 +64,9 @@ def test_report_says_when_the_ledger_predates_the_last_import(  # type: ignore[n
 
 
 def test_a_period_before_the_hour_last_built_is_not_stale(sessions) -> None:  # type: ignore[no-untyped-def]
-    now = utc_now()
-    hour = from_epoch(floor_hour(to_epoch(now)))
+    # Half past the last whole hour, so that "a minute before now" lies after the hour whatever the clock says.
+    hour = from_epoch(floor_hour(to_epoch(utc_now()))) - timedelta(hours=1)
+    now = hour + timedelta(minutes=30)
     with sessions.begin() as session:
         session.add(Watermark(name=LEDGER_WATERMARK, value=now - timedelta(minutes=1)))
         session.add(Watermark(name="sacct:orion", value=now))
