@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -123,15 +123,12 @@ class DeliveryStats(Collector):
             "GPU readings dropped unsent because the spool reached its size bound (oldest first).",
             value=spool.dropped_samples,
         )
-        unspooled = CounterMetricFamily(
+        yield _by_reason(
             "gpufinops_collector_unspooled_samples",
             "GPU readings dropped, newest first, because the spool could not take their cycle "
             "(disk_full: ENOSPC or EDQUOT; write_error: another write error).",
-            labels=["reason"],
+            delivery.unspooled_samples,
         )
-        for reason, count in delivery.unspooled_samples.items():
-            unspooled.add_metric([reason], count)
-        yield unspooled
         yield CounterMetricFamily(
             "gpufinops_collector_spool_corrupt_records",
             "Spool records found torn or corrupt (CRC) and skipped.",
@@ -148,15 +145,12 @@ class DeliveryStats(Collector):
             "not retried.",
             value=delivery.rejected_samples,
         )
-        untimely = CounterMetricFamily(
+        yield _by_reason(
             "gpufinops_collector_untimely_samples",
             "Of the rejected readings, those the service refused for their time: future (stamped ahead of the "
             "service's clock beyond its grace: this node's clock is fast) or too_old (older than its retention).",
-            labels=["reason"],
+            delivery.untimely_samples,
         )
-        for reason, count in delivery.untimely_samples.items():
-            untimely.add_metric([reason], count)
-        yield untimely
         yield CounterMetricFamily(
             "gpufinops_collector_failed_sends",
             "Ingest POSTs that failed with a network error, 5xx, 401, 403, 408 or 429 and will be retried.",
@@ -168,3 +162,11 @@ class DeliveryStats(Collector):
             "stay spooled), else 0.",
             value=1.0 if delivery.credentials_rejected else 0.0,
         )
+
+
+def _by_reason(name: str, documentation: str, counts: Mapping[str, int]) -> CounterMetricFamily:
+    """A counter family ``name`` with one sample per ``reason`` label value of ``counts`` (reason → count)."""
+    family = CounterMetricFamily(name, documentation, labels=["reason"])
+    for reason, count in counts.items():
+        family.add_metric([reason], count)
+    return family
