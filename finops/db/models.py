@@ -411,6 +411,83 @@ class TsdbGpuMetering(Base):
     graphics_engine_active_n: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
+class GpuHourMetering(Base):
+    """What the ledger's metering has summed of one GPU-hour's readings per holding, kept between rollups so that
+    each reading is metered once (:mod:`finops.ledger.metering`): the readings of the GPU before its
+    :class:`MeteringCursor` are in these sums, later ones are added by the next rollup.
+
+    ``allocation_id`` 0: readings held by no allocation, or a shared GPU-hour as a whole. The sums are exact
+    integers in fixed point, so that adding a rollup's new readings to them gives what summing all of the hour's
+    readings at once gives: utilisation and activity ratios in units of 2^-40 (each reading's value rounded down),
+    energy counter increments in units of 2^-20 J. ``samples``: readings with a utilisation; ``readings``: all;
+    ``profiled``: those with a hardware activity field; per activity of
+    :data:`collector.contract.wire.ACTIVITY_COLUMNS` (``sm_active_ratio`` → ``sm_active``) the sum
+    (``<activity>_units``) and how many readings had one (``<activity>_n``)."""
+
+    __tablename__ = "gpu_hour_metering"
+    hour: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    gpu_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    allocation_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    samples: Mapped[int] = mapped_column(Integer)
+    utilization_units: Mapped[int] = mapped_column(BigInteger)
+    energy_units: Mapped[int] = mapped_column(BigInteger)
+    readings: Mapped[int] = mapped_column(Integer)
+    profiled: Mapped[int] = mapped_column(Integer)
+    sm_active_units: Mapped[int] = mapped_column(BigInteger)
+    sm_active_n: Mapped[int] = mapped_column(Integer)
+    sm_occupancy_units: Mapped[int] = mapped_column(BigInteger)
+    sm_occupancy_n: Mapped[int] = mapped_column(Integer)
+    tensor_active_units: Mapped[int] = mapped_column(BigInteger)
+    tensor_active_n: Mapped[int] = mapped_column(Integer)
+    dram_active_units: Mapped[int] = mapped_column(BigInteger)
+    dram_active_n: Mapped[int] = mapped_column(Integer)
+    fp64_active_units: Mapped[int] = mapped_column(BigInteger)
+    fp64_active_n: Mapped[int] = mapped_column(Integer)
+    fp32_active_units: Mapped[int] = mapped_column(BigInteger)
+    fp32_active_n: Mapped[int] = mapped_column(Integer)
+    fp16_active_units: Mapped[int] = mapped_column(BigInteger)
+    fp16_active_n: Mapped[int] = mapped_column(Integer)
+    graphics_engine_active_units: Mapped[int] = mapped_column(BigInteger)
+    graphics_engine_active_n: Mapped[int] = mapped_column(Integer)
+
+
+class MeteringCursor(Base):
+    """Per GPU, the instant after its last reading the ledger's metering has summed (epoch seconds): readings before
+    it are in :class:`GpuHourMetering`, readings at or after it are new to the next rollup. A reading stored later
+    with an earlier instant (a spool replayed out of order) is a late one: its :class:`ReadingArrival` makes the
+    next rollup meter the GPU again from the start of that reading's hour."""
+
+    __tablename__ = "metering_cursors"
+    gpu_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    through: Mapped[int] = mapped_column(BigInteger)
+
+
+class MeteredHolding(Base):
+    """The holdings (allocations clipped to the GPU-hour, with whether the GPU-hour is shared) that a GPU-hour's
+    readings before its :class:`MeteringCursor` were assigned by when they were metered: a rollup that finds other
+    holdings there now (a job imported, ended or moved) meters that GPU-hour again."""
+
+    __tablename__ = "metered_holdings"
+    hour: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    gpu_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    allocation_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    start: Mapped[int] = mapped_column(BigInteger)
+    stop: Mapped[int] = mapped_column(BigInteger)
+    shared: Mapped[int] = mapped_column(Integer)
+
+
+class ReadingArrival(Base):
+    """Readings stored since the last rollup: per ingest transaction, the earliest instant per GPU, as a JSON object
+    ``{"<gpu id>": <epoch seconds>}``, and on PostgreSQL the storing transaction's id (``pg_current_xact_id``), which
+    tells the rollup whether the readings were committed before it metered. The rollup reads them to find late
+    readings (before the GPU's :class:`MeteringCursor`) and removes those it has dealt with."""
+
+    __tablename__ = "reading_arrivals"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    earliest: Mapped[str] = mapped_column(Text)
+    xact: Mapped[int | None] = mapped_column(BigInteger)
+
+
 class IdleEpisode(Base):
     """An allocated GPU at or below the idle threshold over [start, end) for at least the idle window.
 

@@ -27,6 +27,7 @@ from finops.db.models import DirtyHour, Gpu, GpuJobUtilization, GpuSample, Node,
 from finops.ingest.node_io import store_node_io
 from finops.ingest.package_split import split_packages
 from finops.ingest.partitions import DAY, PartitionCache
+from finops.ledger.metering_state import arrival_statement
 from finops.timeutil import HOUR, to_epoch
 
 SAMPLE_COLUMNS = ("gpu_id", "ts", *READING_COLUMNS)
@@ -190,7 +191,9 @@ class Ingestor:
         On PostgreSQL, locks are taken in one order, ``gpu_samples`` first, so that a transaction making a day
         partition and one registering GPUs or marking hours cannot deadlock: missing partitions are made first,
         and ``gpu_samples`` is taken in ROW EXCLUSIVE mode before ``gpus`` or ``ledger_dirty_hours`` is written.
-        The dirty hours, the lock and the savepoint of the sample insert travel in one round trip. When a reading
+        The dirty hours, the lock and the savepoint of the sample insert travel in one round trip, with the record of
+        each GPU's earliest reading stored that the ledger's rollup reads to tell late readings
+        (:func:`finops.ledger.metering_state.arrival_statement`). When a reading
         carries a hardware activity field, the batch's hours are marked in ``profiled_hours`` too (same round trip),
         and the rows carry the activity columns; otherwise those columns are left out of the ``COPY`` (NULL).
         """
@@ -222,9 +225,15 @@ class Ingestor:
             before = len(rows)
             rows.extend(plan.rows(batch, gpu_ids[i], fields))
             counts[i] = len(rows) - before
-        marks = [_mark_hours(DirtyHour.__tablename__, hours)]
+        marks: list[str | None] = [_mark_hours(DirtyHour.__tablename__, hours)]
         if profiled:
             marks.append(_mark_hours(ProfiledHour.__tablename__, hours))
+        earliest: dict[int, int] = {}
+        for plan, ids in zip(plans, gpu_ids, strict=True):
+            for uuid, ts in plan.first_seen.items():
+                if ts < earliest.get(ids[uuid], ts + 1):
+                    earliest[ids[uuid]] = ts
+        marks.append(arrival_statement(session.connection().dialect.name, earliest))
         first = [statement for statement in (self._partitions.lock_statement(), *marks) if statement]
         self._insert(session, ("gpu_id", "ts", *fields), rows, days, first)
         shares = [

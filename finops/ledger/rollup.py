@@ -62,6 +62,7 @@ from finops.db.hours import mark_ledger_built
 from finops.db.models import UNALLOCATED_TEAM, DirtyHour, Gpu, LedgerEntry
 from finops.jobs.teams import team_by_name
 from finops.ledger import metering, sql
+from finops.ledger.metering_state import Arrivals, Shipped, keep, settle_arrivals, ship, take_arrivals
 from finops.ledger.split import split_rows
 from finops.ledger.sql import LEDGER_COLUMNS
 from finops.ledger.team_hours import refresh_team_hours
@@ -91,27 +92,35 @@ def unpriced_fix(model: str) -> str:
 
 @dataclass(slots=True)
 class ChunkBuilt:
-    """What the rebuild of some hours wrote: in-service GPU-seconds by (GPU model, priced), and why each unpriced
-    model has no price (the catalog's PriceNotFound message)."""
+    """What the rebuild of some hours wrote: in-service GPU-seconds by (GPU model, priced), why each unpriced
+    model has no price (the catalog's PriceNotFound message), and how many readings it metered (those new to the
+    kept sums: :mod:`finops.ledger.metering`)."""
 
     gpu_seconds: Counter[tuple[str, bool]] = field(default_factory=Counter)
     reasons: dict[str, str] = field(default_factory=dict)
+    readings: int = 0
 
     def add(self, other: ChunkBuilt) -> None:
-        """Fold ``other`` in: GPU-seconds added per model, the first reason kept for each unpriced model."""
+        """Fold ``other`` in: GPU-seconds added per model, the first reason kept for each unpriced model, readings
+        added."""
         self.gpu_seconds.update(other.gpu_seconds)
+        self.readings += other.readings
         for model, reason in other.reasons.items():
             self.reasons.setdefault(model, reason)
 
 
 @dataclass(frozen=True, slots=True)
 class RollupResult:
-    """What :func:`rollup` did: ``hours`` rebuilt, the GPU-seconds written with a price, and those written unpriced
-    (no price for the GPU's model: seconds and use kept, no money) by GPU model."""
+    """What :func:`rollup` did: ``hours`` rebuilt, the GPU-seconds written with a price, those written unpriced
+    (no price for the GPU's model: seconds and use kept, no money) by GPU model, the readings it metered (each
+    reading is metered once: those new since the last rollup, and those of GPU-hours metered again) and the GPUs
+    it found late readings of."""
 
     hours: int
     priced_gpu_seconds: int
     unpriced_gpu_seconds: dict[str, int]
+    readings_metered: int = 0
+    late_gpus: int = 0
 
     @property
     def priced_gpu_hours(self) -> float:
@@ -172,6 +181,7 @@ def rollup(
     finds the hours done.
     """
     serialise_transactions(session, ROLLUP_LOCK_KEY, DirtyHour)
+    arrivals = take_arrivals(session)
     dirty = {to_epoch(h) for h in session.scalars(select(DirtyHour.hour).where(DirtyHour.hour < from_epoch(until)))}
     newest = session.scalar(select(func.max(LedgerEntry.hour))) or session.scalar(select(func.min(Gpu.in_service_from)))
     since = floor_hour(to_epoch(newest)) if newest is not None else floor_hour(until - 1)
@@ -189,9 +199,10 @@ def rollup(
     log.debug("rebuilding %d ledger hours in %d chunks", len(hours), len(chunks))
     built: Iterator[ChunkBuilt]
     if helpers and len(chunks) > 1 and nothing_written(session):
+        arrivals.capture(session.connection())
         built = _chunks_built_elsewhere(session, chunks, pricing, until, sql_costing, connections, from_tsdb)
     else:
-        built = _chunks_built_here(session, chunks, pricing, until, sql_costing, from_tsdb)
+        built = _chunks_built_here(session, chunks, pricing, until, sql_costing, from_tsdb, arrivals)
     total = ChunkBuilt()
     for chunk in built:
         total.add(chunk)
@@ -202,8 +213,9 @@ def rollup(
             model, total.reasons.get(model, "no price"), seconds / 3600, unpriced_fix(model),
         )  # fmt: skip
     priced = sum(seconds for (_, is_priced), seconds in total.gpu_seconds.items() if is_priced)
+    settle_arrivals(session, arrivals)
     mark_ledger_built(session, from_epoch(until))
-    return RollupResult(len(hours), priced, unpriced)
+    return RollupResult(len(hours), priced, unpriced, total.readings, arrivals.late_gpus)
 
 
 def _contiguous_chunks(hours: list[int], longest: int) -> Iterator[tuple[int, int]]:
@@ -228,27 +240,33 @@ def rebuild(
     *,
     sql_costing: bool = True,
     from_tsdb: bool = False,
+    arrivals: Arrivals | None = None,
 ) -> ChunkBuilt:
-    """Rewrite the ledger rows of hours [h0, h1) (epoch seconds, hour-aligned), clipped at ``until``.
+    """Rewrite the ledger rows of hours [h0, h1) (epoch seconds, hour-aligned), clipped at ``until``, and what the
+    metering keeps of them (:func:`finops.ledger.metering_state.keep`).
 
     A GPU whose model has no price in the catalog gets unpriced rows (NULL allocated, used and idle cost).
     Returns the GPU-seconds written by model, priced and unpriced (:class:`ChunkBuilt`).
     ``sql_costing`` False costs every GPU-hour with the Python cost model instead of only those to split (the
     rows are the same; it is the reference the SQL costing is tested against). The team-hours of [h0, h1) are
     rewritten after the rows (:func:`finops.ledger.team_hours.refresh_team_hours`). ``from_tsdb``: metered from
-    ``tsdb_gpu_metering`` instead of the readings (:func:`finops.ledger.metering.meter`).
+    ``tsdb_gpu_metering`` instead of the readings (:func:`finops.ledger.metering.meter`), and nothing is kept.
+    ``arrivals``: the rollup's (:func:`finops.ledger.metering_state.take_arrivals`), whose snapshot is taken before
+    the first metering.
     """
     unallocated = team_by_name(session, UNALLOCATED_TEAM).id
-    built = _compute(session, h0, h1, pricing, until, unallocated, sql_costing, from_tsdb)
-    _store(session, h0, h1, None)
+    built = _compute(session, h0, h1, pricing, until, unallocated, sql_costing, from_tsdb, arrivals)
+    _store(session, h0, h1, None, None, from_tsdb)
     return built
 
 
-def _store(session: Session, h0: int, h1: int, copied: bytes | None) -> None:
-    """Replace the ledger rows of hours [h0, h1) by the chunk's computed rows, and rewrite its team-hours.
+def _store(session: Session, h0: int, h1: int, copied: bytes | None, shipped: Shipped | None, from_tsdb: bool) -> None:
+    """Replace the ledger rows of hours [h0, h1) by the chunk's computed rows, rewrite its team-hours, and unless
+    ``from_tsdb`` replace what the metering keeps of them.
 
     ``copied`` None: the rows are in this connection's ``tmp_ledger_rows``; else they are that table's binary
-    ``COPY`` output from another connection (PostgreSQL's binary COPY format), written by ``COPY … FROM STDIN``.
+    ``COPY`` output from another connection (PostgreSQL's binary COPY format), written by ``COPY … FROM STDIN``, and
+    ``shipped`` what that connection's metering keeps (:func:`finops.ledger.metering_state.ship`).
     """
     session.execute(delete(LedgerEntry).where(LedgerEntry.hour >= from_epoch(h0), LedgerEntry.hour < from_epoch(h1)))
     names = ", ".join(LEDGER_COLUMNS)
@@ -257,6 +275,8 @@ def _store(session: Session, h0: int, h1: int, copied: bytes | None) -> None:
     else:
         copy_in(session.connection(), "ledger", LEDGER_COLUMNS, copied)
     refresh_team_hours(session, h0, h1)
+    if not from_tsdb:
+        keep(session, h0, h1, shipped)
 
 
 def _chunks_built_here(
@@ -266,11 +286,12 @@ def _chunks_built_here(
     until: int,
     sql_costing: bool,
     from_tsdb: bool,
+    arrivals: Arrivals,
 ) -> Iterator[ChunkBuilt]:
     """What each chunk [h0, h1) wrote, rebuilt by :func:`rebuild` in the session's own connection."""
     for h0, h1 in chunks:
         _unmark(session, h0, h1, until)
-        yield rebuild(session, h0, h1, pricing, until, sql_costing=sql_costing, from_tsdb=from_tsdb)
+        yield rebuild(session, h0, h1, pricing, until, sql_costing=sql_costing, from_tsdb=from_tsdb, arrivals=arrivals)
 
 
 def _unmark(session: Session, h0: int, h1: int, until: int) -> None:
@@ -306,12 +327,13 @@ def _chunks_built_elsewhere(
     unallocated_team = team_by_name(session, UNALLOCATED_TEAM).id
     idle: queue.SimpleQueue[Connection] = queue.SimpleQueue()
 
-    def compute(h0: int, h1: int) -> tuple[ChunkBuilt, bytes]:
+    def compute(h0: int, h1: int) -> tuple[ChunkBuilt, bytes, Shipped | None]:
         connection = idle.get()
         try:
             with Session(bind=connection) as helper:
-                built = _compute(helper, h0, h1, pricing, until, unallocated_team, sql_costing, from_tsdb)
-            return built, copy_out(connection, sql.WORK_ROWS.name, LEDGER_COLUMNS)
+                built = _compute(helper, h0, h1, pricing, until, unallocated_team, sql_costing, from_tsdb, None)
+            shipped = None if from_tsdb else ship(connection)
+            return built, copy_out(connection, sql.WORK_ROWS.name, LEDGER_COLUMNS), shipped
         finally:
             idle.put(connection)
 
@@ -323,18 +345,18 @@ def _chunks_built_elsewhere(
             idle.put(connection)
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=connections, thread_name_prefix="ledger-chunk"))
         stack.callback(pool.shutdown, cancel_futures=True)
-        pending: deque[tuple[int, int, Future[tuple[ChunkBuilt, bytes]]]] = deque()
+        pending: deque[tuple[int, int, Future[tuple[ChunkBuilt, bytes, Shipped | None]]]] = deque()
         queued = iter(chunks)
         for h0, h1 in islice(queued, connections + 1):
             _unmark(session, h0, h1, until)
             pending.append((h0, h1, pool.submit(compute, h0, h1)))
         while pending:
             h0, h1, future = pending.popleft()
-            built, copied = future.result()
+            built, copied, shipped = future.result()
             for n0, n1 in islice(queued, 1):
                 _unmark(session, n0, n1, until)
                 pending.append((n0, n1, pool.submit(compute, n0, n1)))
-            _store(session, h0, h1, copied)
+            _store(session, h0, h1, copied, shipped, from_tsdb)
             yield built
 
 
@@ -373,10 +395,12 @@ def _compute(
     unallocated_team: int,
     sql_costing: bool,
     from_tsdb: bool,
+    arrivals: Arrivals | None,
 ) -> ChunkBuilt:
     """Fill the work table ``tmp_ledger_rows`` of the session's connection with the ledger rows of hours [h0, h1)
-    clipped at ``until``, as :func:`rebuild` describes; the ledger itself is not touched. Returns what they are
-    (GPU-seconds by model, priced and unpriced)."""
+    clipped at ``until``, as :func:`rebuild` describes, and the metering's work tables of what it keeps; the ledger
+    itself is not touched. Returns what they are (GPU-seconds by model, priced and unpriced, readings metered).
+    ``arrivals``: their snapshot is taken here before the metering when not yet (the rollup's own connection)."""
     connection = session.connection()
     end = min(h1, until)
     sql.prepare_work_tables(connection)
@@ -388,7 +412,9 @@ def _compute(
         sql.fill_holdings(connection, h0, end)
         sql.fill_split(connection, everything=not sql_costing)
         analyze(connection, "tmp_ledger_gpu_hours", "tmp_ledger_holdings", "tmp_ledger_split")
-        metering.meter(connection, h0, end, from_tsdb=from_tsdb)
+        if arrivals is not None:
+            arrivals.capture(connection)
+        readings = metering.meter(connection, h0, end, from_tsdb=from_tsdb)
         analyze(connection, sql.METERING_TABLE)
         sql.cost_common(connection, pricing.catalog, unallocated_team)
         rows = split_rows(connection, rates, unallocated_team, pricing.catalog, h0, h1)
@@ -399,4 +425,4 @@ def _compute(
         insert_rows(connection, sql.WORK_ROWS, rows)
         gpu_seconds = sql.gpu_seconds_by_model(connection)
     unpriced = {model for model, priced in gpu_seconds if not priced}
-    return ChunkBuilt(Counter(gpu_seconds), {m: r for m, r in reasons.items() if m in unpriced})
+    return ChunkBuilt(Counter(gpu_seconds), {m: r for m, r in reasons.items() if m in unpriced}, readings)

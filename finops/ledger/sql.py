@@ -58,11 +58,19 @@ _TEMP_TABLES = {
     "PRIMARY KEY (gpu_id, hour)",
     # The chunk's ledger rows: the ledger's own columns (a binary COPY moves them between connections).
     "tmp_ledger_rows": "{ledger_columns}",
+    # Step 4 (finops.ledger.metering): per GPU, its cursor (NULL: never metered) and the instant the readings are
+    # read from; the new cursors; the holdings the readings before them were assigned by.
+    "tmp_ledger_cursors": "gpu_id INTEGER PRIMARY KEY, lo BIGINT NOT NULL, through BIGINT",
+    "tmp_ledger_new_cursors": "gpu_id INTEGER PRIMARY KEY, through BIGINT NOT NULL",
+    "tmp_ledger_metered_holdings": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, allocation_id INTEGER NOT NULL, "
+    "start BIGINT NOT NULL, stop BIGINT NOT NULL, shared INTEGER NOT NULL",
 }
-# Created by the metering statement itself (CREATE … AS, which PostgreSQL can run with parallel workers; the
+# Created by the metering statements themselves (CREATE … AS, which PostgreSQL can run with parallel workers; the
 # SELECT of an INSERT it cannot): gpu_id, hour, allocation_id, samples, utilization_sum, energy_joules, readings,
-# profiled and, per activity of ACTIVITIES, <activity>_sum and <activity>_n.
+# profiled and, per activity of ACTIVITIES, <activity>_sum and <activity>_n; before it, the sums of the readings
+# metered now and of the whole chunk in integer units (finops.ledger.metering).
 METERING_TABLE = "tmp_ledger_metering"
+_METERING_TABLES = ("tmp_ledger_delta", "tmp_ledger_units", METERING_TABLE)
 
 # 1. In-service GPU-hours of the chunk that have a row in tmp_ledger_rates (a rate, or NULL: unpriced). A GPU is in
 # service over its inventory periods (gpu_service) when it has any, else from in_service_from on when a collector
@@ -308,7 +316,8 @@ def prepare_work_tables(connection: Connection) -> None:
         for name, columns in _TEMP_TABLES.items()
     ]
     run_statements(
-        connection, [*creates, *emptying(connection, list(_TEMP_TABLES)), f"DROP TABLE IF EXISTS {METERING_TABLE}"]
+        connection,
+        [*creates, *emptying(connection, list(_TEMP_TABLES)), *(f"DROP TABLE IF EXISTS {t}" for t in _METERING_TABLES)],
     )
 
 

@@ -105,6 +105,21 @@ def test_gpus_read_every_second_with_and_without_a_counter_match_the_hand_comput
         assert row.energy_cost == expected_energy.quantize(Decimal("0.000001"), ROUND_HALF_EVEN)
 
 
+def _add_job(session: Session, gpu_id: int, start: int, end: int) -> None:
+    """A job of its own team holding GPU ``gpu_id`` over [start, end) (epoch seconds)."""
+    team = Team(name="beta")
+    session.add(team)
+    session.flush()
+    job = Job(
+        scheduler="slurm", cluster="c", job_id="late", job_id_raw="late", user="u", account="a", partition="p",
+        name="j", state="COMPLETED", start=from_epoch(start), end=from_epoch(end), gpus=1, node_list="n1",
+        team_id=team.id,
+    )  # fmt: skip
+    session.add(job)
+    session.flush()
+    session.add(Allocation(job_pk=job.id, gpu_id=gpu_id, start=from_epoch(start), end=from_epoch(end)))
+
+
 def _counting_engine(path: Path) -> tuple[Engine, Callable[[], int]]:
     """A migrated SQLite engine on ``path`` whose connections count their virtual machine instructions (by the
     hundred, through SQLite's progress handler), and a function that returns the count so far and restarts it."""
@@ -130,14 +145,16 @@ def _counting_engine(path: Path) -> tuple[Engine, Callable[[], int]]:
 def _rollup_steps(path: Path, seconds: int, step: int, dirty: int | None = None) -> int:
     """Instructions (by the hundred) of a rollup to the end of ``seconds`` of readings every ``step`` seconds
     (:func:`_store`) in a new SQLite database on ``path``: into the empty ledger, or with ``dirty`` an hour (epoch
-    seconds) marked dirty after that, the rollup that rebuilds it (and the newest hour)."""
+    seconds) in which a job is added after that (ten minutes on the GPU without a counter, beside the job holding
+    it: its readings must be metered again), the rollup that rebuilds that hour (and the newest)."""
     engine, taken = _counting_engine(path)
     try:
         sessions = session_factory(engine)
-        _store(sessions, seconds, step)
+        ids = _store(sessions, seconds, step)
         if dirty is not None:
             with sessions.begin() as session:
                 rollup(session, PRICING, T0 + seconds)
+                _add_job(session, ids["none"], dirty + 600, dirty + 1200)
                 mark_hours_dirty(session, [dirty])
         taken()
         with sessions.begin() as session:
@@ -156,9 +173,9 @@ def test_rollup_work_grows_linearly_with_the_readings(tmp_path: Path) -> None:
 
 
 def test_rebuilding_an_hour_takes_the_same_work_however_many_days_are_stored(tmp_path: Path) -> None:
-    """Rebuilding one dirty hour (and the newest) takes at most 1.05 × the instructions with 4 days of 10-second
-    readings stored as with 1 day (a metering step that scanned every stored reading for each chunk took 1.2 times
-    as many, and more with every day stored)."""
+    """Rebuilding one dirty hour whose readings are metered again (and the newest) takes at most 1.05 × the
+    instructions with 4 days of 10-second readings stored as with 1 day (a metering step that scanned every stored
+    reading for each chunk took 1.2 times as many, and more with every day stored)."""
     one, four = (
         _rollup_steps(tmp_path / f"{days}d.sqlite", days * 24 * HOUR, 10, dirty=T0 + 12 * HOUR) for days in (1, 4)
     )
