@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, TextClause, text
 
-from finops.db.dialect import transaction_settings
+from finops.db.dialect import analyze, transaction_settings
 from finops.ledger.sql import ACTIVITIES
 from finops.timeutil import HOUR
 
@@ -73,19 +73,23 @@ WITH windowed AS (
               FROM ({scan}) scanned) keyed
         WINDOW w AS (ORDER BY o ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
     ) lagged
+), bounds AS MATERIALIZED (
+    SELECT c.gpu_id,
+           (SELECT MIN(ts) FROM gpu_samples WHERE gpu_id = c.gpu_id AND ts >= c.lo AND ts < :end
+              AND ts >= :lo_min AND energy_joules IS NOT NULL) AS first_ts,
+           (SELECT MAX(ts) FROM gpu_samples WHERE gpu_id = c.gpu_id AND ts >= c.lo - :gap AND ts < c.lo
+              AND ts >= :lookback AND ts < :end AND energy_joules IS NOT NULL) AS previous_ts
+    FROM tmp_ledger_cursors c WHERE c.lo < :end
 ), firsts AS (
-    SELECT f.gpu_id * 4294967296 + f.ts AS k, f.ts, CAST(NULL AS DOUBLE PRECISION) AS u, CAST(NULL AS INTEGER) AS n,
-           CASE WHEN f.ts - p.ts > :gap THEN 0.0 WHEN f.energy_joules < p.energy_joules THEN f.energy_joules
-                ELSE f.energy_joules - p.energy_joules END AS de{firsts_extra}
-    FROM (SELECT c.gpu_id,
-                 (SELECT MIN(ts) FROM gpu_samples WHERE gpu_id = c.gpu_id AND ts >= c.lo AND ts < :end
-                    AND ts >= :lo_min AND energy_joules IS NOT NULL) AS first_ts,
-                 (SELECT MAX(ts) FROM gpu_samples WHERE gpu_id = c.gpu_id AND ts >= c.lo - :gap AND ts < c.lo
-                    AND ts >= :lookback AND ts < :end AND energy_joules IS NOT NULL) AS previous_ts
-          FROM tmp_ledger_cursors c WHERE c.lo < :end) b
-    CROSS JOIN gpu_samples f CROSS JOIN gpu_samples p
-    WHERE f.gpu_id = b.gpu_id AND f.ts = b.first_ts AND f.ts >= :lo_min AND f.ts < :end
-      AND p.gpu_id = b.gpu_id AND p.ts = b.previous_ts AND p.ts >= :lookback AND p.ts < :end
+    SELECT gpu_id * 4294967296 + first_ts AS k, first_ts AS ts, CAST(NULL AS DOUBLE PRECISION) AS u,
+           CAST(NULL AS INTEGER) AS n,
+           CASE WHEN first_ts - previous_ts > :gap THEN 0.0 WHEN fe < pe THEN fe ELSE fe - pe END AS de{firsts_extra}
+    FROM (SELECT b.gpu_id, b.first_ts, b.previous_ts,
+                 (SELECT energy_joules FROM gpu_samples
+                  WHERE gpu_id = b.gpu_id AND ts = b.first_ts AND ts >= :lo_min AND ts < :end) AS fe,
+                 (SELECT energy_joules FROM gpu_samples
+                  WHERE gpu_id = b.gpu_id AND ts = b.previous_ts AND ts >= :lookback AND ts < :end) AS pe
+          FROM bounds b WHERE b.first_ts IS NOT NULL AND b.previous_ts IS NOT NULL) looked_up
 ), readings AS (
     SELECT k, ts, u, n, de{union_extra} FROM firsts
     UNION ALL
@@ -128,7 +132,7 @@ _SCANS = {
     "1 AS n{scanned} FROM gpu_samples r WHERE r.ts >= :lo_min AND r.ts < :end",
     ("postgresql", False): "SELECT c.gpu_id * 4294967296 + r.ts AS k, r.utilization_ratio AS u, r.energy_joules AS e, "
     "1 AS n{scanned} FROM tmp_ledger_cursors c CROSS JOIN LATERAL (SELECT * FROM gpu_samples g "
-    "WHERE g.gpu_id = c.gpu_id AND g.ts >= c.lo AND g.ts >= :lo_min AND g.ts < :end) r WHERE c.lo < :end",
+    "WHERE g.gpu_id = c.gpu_id AND g.ts >= c.lo AND g.ts >= :lo_min AND g.ts < :end OFFSET 0) r WHERE c.lo < :end",
     ("sqlite", True): "SELECT r.gpu_id * 4294967296 + r.ts AS k, r.utilization_ratio AS u, r.energy_joules AS e, "
     "1 AS n{scanned} FROM tmp_ledger_cursors c CROSS JOIN gpu_samples r "
     "WHERE r.gpu_id = c.gpu_id AND r.ts >= c.lo AND r.ts < :end AND c.lo < :end",
@@ -281,7 +285,7 @@ WHERE h.start < t.through
 # autovacuum has not analysed yet are estimated at a few hundred rows, for which the planner chose to sort the
 # window's output twice more (a merge join, then a sorted aggregate): a third more time on 368,640 readings, and
 # more with every column the sorts carry.
-_PG_METERING_SETTINGS = {"enable_mergejoin": "off", "enable_sort": "off"}
+_PG_METERING_SETTINGS = {"enable_mergejoin": "off", "enable_sort": "off", "enable_nestloop": "off"}
 
 # 4'. The same metering table from the segments metered in a TSDB (tsdb_gpu_metering)
 # instead of the readings: a segment lies in one hour and within one holding or none (its bounds are cut at every
@@ -327,6 +331,7 @@ def meter(connection: Connection, h0: int, end: int, *, from_tsdb: bool = False)
     bounds = {"h0": h0, "end": end}
     connection.execute(_CURSORS, bounds)
     connection.execute(_CHANGED, bounds)
+    analyze(connection, "tmp_ledger_cursors")
     lowest = connection.scalar(_LOWEST, bounds)
     lo_min = end if lowest is None else int(lowest)
     cold = lo_min == h0 and not connection.scalar(_NOT_FROM_START, bounds)

@@ -317,7 +317,15 @@ def prepare_work_tables(connection: Connection) -> None:
     ]
     run_statements(
         connection,
-        [*creates, *emptying(connection, list(_TEMP_TABLES)), *(f"DROP TABLE IF EXISTS {t}" for t in _METERING_TABLES)],
+        [
+            *creates,
+            # The metering looks each reading's holdings up by GPU-hour: an index keeps that a lookup per reading
+            # when the planner underestimates the readings of day partitions not yet analysed (else it may compare
+            # every reading with every holding).
+            "CREATE INDEX IF NOT EXISTS tmp_ledger_holdings_gpu_hour ON tmp_ledger_holdings (gpu_hour)",
+            *emptying(connection, list(_TEMP_TABLES)),
+            *(f"DROP TABLE IF EXISTS {t}" for t in _METERING_TABLES),
+        ],
     )
 
 
