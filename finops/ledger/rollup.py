@@ -73,6 +73,10 @@ from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
 log = logging.getLogger(__name__)
 
 CHUNK_HOURS = 24
+TRANSACTION_HOURS = 2 * CHUNK_HOURS
+"""Hours a scheduled rollup rebuilds in one transaction (:func:`finops.service.scheduler.run_rollup`): a month of
+backlog is committed two days at a time, so that a rollup stopped or killed keeps what it finished, and no writer
+waits for the whole month."""
 ROLLUP_CONNECTIONS = min(os.cpu_count() or 1, 4)
 """Connections that compute chunks of a rollup at once on PostgreSQL (:func:`rollup`): one per CPU of the host
 running the rollup, at most 4, which keeps them well within the engine's pool (5 + 10 connections, shared with
@@ -121,6 +125,22 @@ class RollupResult:
     unpriced_gpu_seconds: dict[str, int]
     readings_metered: int = 0
     late_gpus: int = 0
+    pending_hours: int = 0
+
+    def then(self, later: RollupResult) -> RollupResult:
+        """This result followed by ``later`` (the next transaction of the same rollup): counts added, the pending
+        hours ``later``'s."""
+        unpriced = dict(self.unpriced_gpu_seconds)
+        for model, seconds in later.unpriced_gpu_seconds.items():
+            unpriced[model] = unpriced.get(model, 0) + seconds
+        return RollupResult(
+            self.hours + later.hours,
+            self.priced_gpu_seconds + later.priced_gpu_seconds,
+            unpriced,
+            self.readings_metered + later.readings_metered,
+            self.late_gpus + later.late_gpus,
+            later.pending_hours,
+        )
 
     @property
     def priced_gpu_hours(self) -> float:
@@ -142,6 +162,7 @@ def rollup(
     connections: int = ROLLUP_CONNECTIONS,
     rebuilt: list[int] | None = None,
     meter: Meter | None = None,
+    most_hours: int | None = None,
 ) -> RollupResult:
     """Bring the ledger up to ``until`` (epoch seconds): rebuild every dirty hour before it, and every hour
     from the newest hour in the ledger (or, for an empty ledger, the first GPU's entry into service) to it.
@@ -166,6 +187,10 @@ def rollup(
     (:func:`finops.ingest.tsdb_metering.TsdbMeter.meter_hours`), and the hours are metered from those segments
     instead of ``gpu_samples``.
 
+    ``most_hours``: rebuild at most that many of the hours, the oldest first; the result's ``pending_hours`` says how
+    many are left, still marked dirty (or after the ledger's newest hour) for the next call, and the ledger's
+    watermark moves only once none is.
+
     The hours are rebuilt in chunks of at most :data:`CHUNK_HOURS` consecutive hours (a day partition of readings
     each). On PostgreSQL, several chunks are computed at once on up to ``connections`` extra connections
     (:func:`_chunks_built_elsewhere`) when this transaction has written nothing yet; everything is still written
@@ -186,6 +211,9 @@ def rollup(
     newest = session.scalar(select(func.max(LedgerEntry.hour))) or session.scalar(select(func.min(Gpu.in_service_from)))
     since = floor_hour(to_epoch(newest)) if newest is not None else floor_hour(until - 1)
     hours = sorted(dirty | set(range(min(since, floor_hour(until - 1)), until, HOUR)))
+    pending = 0
+    if most_hours is not None and len(hours) > most_hours:
+        hours, pending = hours[:most_hours], len(hours) - most_hours
     if rebuilt is not None:
         rebuilt.extend(hours)
     if meter is not None:
@@ -214,8 +242,9 @@ def rollup(
         )  # fmt: skip
     priced = sum(seconds for (_, is_priced), seconds in total.gpu_seconds.items() if is_priced)
     settle_arrivals(session, arrivals)
-    mark_ledger_built(session, from_epoch(until))
-    return RollupResult(len(hours), priced, unpriced, total.readings, arrivals.late_gpus)
+    if not pending:
+        mark_ledger_built(session, from_epoch(until))
+    return RollupResult(len(hours), priced, unpriced, total.readings, arrivals.late_gpus, pending)
 
 
 def _contiguous_chunks(hours: list[int], longest: int) -> Iterator[tuple[int, int]]:

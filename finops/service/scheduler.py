@@ -44,7 +44,7 @@ from finops.db.models import LedgerEntry
 from finops.db.stopping import StopSwitch
 from finops.ingest.partitions import Pruned, create_upcoming_partitions, prune_samples
 from finops.jobs.placement import reconcile_job_map
-from finops.ledger.rollup import RollupResult, rollup
+from finops.ledger.rollup import TRANSACTION_HOURS, RollupResult, rollup
 from finops.pricing.catalog import Pricing
 from finops.pricing.store import pricing_in_force
 from finops.service.cost_metrics import CostMetrics
@@ -111,8 +111,10 @@ def run_rollup(
     tsdb: TsdbTelemetry | None = None,
 ) -> tuple[RollupResult, int]:
     """With the price catalog in force (the newest imported, else ``pricing``'s): move jobs onto the GPUs newly
-    arrived samples name (:func:`finops.jobs.placement.reconcile_job_map`), rebuild dirty ledger hours up to now,
-    re-judge the idle episodes of the hours rebuilt (:func:`finops.analysis.idle.rejudge_idle`: readings that
+    arrived samples name (:func:`finops.jobs.placement.reconcile_job_map`), rebuild dirty ledger hours up to now
+    (at most :data:`~finops.ledger.rollup.TRANSACTION_HOURS` a transaction, each committed with the idle episodes
+    of its hours, so that a rollup stopped or killed keeps what it finished), re-judge the idle episodes of the
+    hours rebuilt (:func:`finops.analysis.idle.rejudge_idle`: readings that
     arrived late, a spool after an outage or a backfill, get their episodes too), and record budget threshold and
     spend anomaly events (each once).
 
@@ -129,23 +131,40 @@ def run_rollup(
     Returns (what the rollup rebuilt: hours, GPU-seconds priced and unpriced; idle episodes stored).
     """
     now = utc_now()
+    until = to_epoch(now)
     with sessions.begin() as session:
         pricing = pricing_in_force(session, pricing)
-        reconcile_job_map(session, to_epoch(now))
+        reconcile_job_map(session, until)
         if tsdb is not None:
-            tsdb.discover(session, to_epoch(now))
+            tsdb.discover(session, until)
+    built: RollupResult | None = None
+    rebuilt_all: list[int] = []
+    episodes = 0
+    while built is None or built.pending_hours:
         rebuilt: list[int] = []
-        built = rollup(session, pricing, to_epoch(now), rebuilt=rebuilt, meter=None if tsdb is None else tsdb.meter)
-        if tsdb is not None:
-            tsdb.store_node_rates(session, rebuilt)
-        episodes = rejudge_idle(session, rebuilt, policy, pricing, tsdb)
+        with sessions.begin() as session:
+            part = rollup(
+                session, pricing, until, rebuilt=rebuilt, meter=None if tsdb is None else tsdb.meter,
+                most_hours=TRANSACTION_HOURS,
+            )  # fmt: skip
+            if tsdb is not None:
+                tsdb.store_node_rates(session, rebuilt)
+            episodes += rejudge_idle(session, rebuilt, policy, pricing, tsdb)
+        stalled = built is not None and part.pending_hours >= built.pending_hours
+        built = part if built is None else built.then(part)
+        rebuilt_all.extend(rebuilt)
+        if stalled:
+            break  # writers keep marking hours faster than they are rebuilt: the next rollup goes on
+    with sessions.begin() as session:
         record_budget_events(session, now)
         record_anomaly_events(session, now)
-        news = progress is None or progress.took_in_news(session, rebuilt, built)
+        news = progress is None or progress.took_in_news(session, rebuilt_all, built)
     log.log(
         logging.INFO if news or episodes else logging.DEBUG,
-        "rollup: %d ledger hours rebuilt (%.2f GPU-hours priced, %.2f unpriced), %d idle episodes",
-        built.hours, built.priced_gpu_hours, built.unpriced_gpu_hours, episodes,
+        "rollup: %d ledger hours rebuilt (%.2f GPU-hours priced, %.2f unpriced; %d readings metered, late readings "
+        "of %d GPUs), %d idle episodes",
+        built.hours, built.priced_gpu_hours, built.unpriced_gpu_hours, built.readings_metered, built.late_gpus,
+        episodes,
     )  # fmt: skip
     return built, episodes
 
