@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, TextClause, text
 
-from finops.db.dialect import analyze, transaction_settings
+from finops.db.dialect import transaction_settings
 from finops.ledger.sql import ACTIVITIES
 from finops.timeutil import HOUR
 
@@ -331,7 +331,6 @@ def meter(connection: Connection, h0: int, end: int, *, from_tsdb: bool = False)
     bounds = {"h0": h0, "end": end}
     connection.execute(_CURSORS, bounds)
     connection.execute(_CHANGED, bounds)
-    analyze(connection, "tmp_ledger_cursors")
     lowest = connection.scalar(_LOWEST, bounds)
     lo_min = end if lowest is None else int(lowest)
     cold = lo_min == h0 and not connection.scalar(_NOT_FROM_START, bounds)
