@@ -16,7 +16,12 @@ from datetime import datetime
 from typing import Any
 
 from collector.contract import metric_names as m
-from collector.contract.partitions import partition_name
+from collector.contract.partitions import (
+    DIE_PACKAGE_FIELDS,
+    PACKAGE_FIELD_METRICS,
+    PARTITION_PACKAGE_FIELDS,
+    partition_name,
+)
 from collector.contract.sample import Package, Sample, utc_now
 
 log = logging.getLogger(__name__)
@@ -33,19 +38,6 @@ UINT64_ABSENT = 0xFFFF_FFFF_FFFF_FFFF
 """The same for a 64-bit value."""
 PARTITIONED_MODES = frozenset({"DPX", "TPX", "QPX", "CPX"})
 """Compute partition modes (amdsmi_get_gpu_compute_partition) that show one MI300-series GPU as several devices."""
-PARTITION_PACKAGE_FIELDS = ("utilization_ratio", "memory_utilization_ratio", "power_watts", "energy_joules")
-"""What an MI300-series GPU in a partitioned mode reports on partition 0 only, for the whole GPU: activity (GFX, UMC),
-socket power and the energy counter (wire field names, :data:`collector.contract.wire.PACKAGE_FIELDS`)."""
-DIE_PACKAGE_FIELDS = ("power_watts", "energy_joules")
-"""What a two-die package (MI250X, MI250) reports on its primary die only: socket power and energy (Linux amdgpu,
-aldebaran_ppt.c: "Valid power data is available only from primary die"; the secondary die reads 0, or N/A in ROCm
-6.0.2 and later)."""
-_FIELD_METRICS = {
-    "utilization_ratio": m.GPU_UTILIZATION,
-    "memory_utilization_ratio": m.GPU_MEMORY_UTILIZATION,
-    "power_watts": m.GPU_POWER,
-    "energy_joules": m.GPU_ENERGY,
-}
 
 
 def _number(value: Any, absent: int | None = None) -> float | None:
@@ -219,9 +211,9 @@ def _mark_packages(devices: list[_Device]) -> None:
             fields = DIE_PACKAGE_FIELDS
             for member in members:
                 for name in fields:
-                    if member.values.get(_FIELD_METRICS[name]) == 0:
-                        del member.values[_FIELD_METRICS[name]]
-            reporting = [member for member in members if any(_FIELD_METRICS[f] in member.values for f in fields)]
+                    if member.values.get(PACKAGE_FIELD_METRICS[name]) == 0:
+                        del member.values[PACKAGE_FIELD_METRICS[name]]
+            reporting = [member for member in members if any(PACKAGE_FIELD_METRICS[f] in member.values for f in fields)]
             reporter = reporting[0] if len(reporting) == 1 else None
             if len(reporting) > 1:
                 fields = ()
@@ -230,7 +222,7 @@ def _mark_packages(devices: list[_Device]) -> None:
                 member.package = Package(serial, len(members), fields)
                 continue
             for name in fields:
-                member.values.pop(_FIELD_METRICS[name], None)
+                member.values.pop(PACKAGE_FIELD_METRICS[name], None)
             member.package = Package(serial, len(members))
 
 
