@@ -73,8 +73,8 @@ def nodes_import(
     compute_partition: Annotated[
         list[str] | None,
         typer.Option(
-            help="GRES_TYPE=MODE (mi300x=cpx): the type's GPUs are AMD compute partitions in MODE (dpx, qpx, cpx), "
-            "each priced as its share of the GPU; for types that do not end in _MODE themselves. Repeatable."
+            help="GRES_TYPE=MODE (mi300x=cpx): the type's GPUs are AMD compute partitions in MODE (dpx, tpx, qpx, "
+            "cpx), each priced as its share of the GPU; for types that do not end in _MODE themselves. Repeatable."
         ),
     ] = None,
     no_rollup: NoRollup = False,
@@ -87,7 +87,7 @@ def nodes_import(
     (nor a powered-down cloud node); a drained or down node's GPUs stay in service, listed as unavailable. A node
     of the cluster that an earlier import listed and this one lacks leaves service (not with --partial, nor when
     lines were bad). The GRES type is resolved to a price catalog model; a type that names none is kept as it is
-    and the node is named with the command that fixes it. A type ending in _dpx, _qpx or _cpx (mi300x_cpx), or
+    and the node is named with the command that fixes it. A type ending in _dpx, _tpx, _qpx or _cpx (mi300x_cpx), or
     named by --compute-partition, gives AMD compute partitions: Gres=gpu:mi300x_cpx:64 is 64 GPUs, each 1/8 of an
     MI300X. Bad lines are named with their line number, the rest is
     imported, and the exit code is then 1. The changed ledger hours are then rolled up, also when lines were bad

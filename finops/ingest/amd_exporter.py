@@ -28,11 +28,11 @@ Identity (:func:`canonical_labels`): node = ``hostname``; GPU index = ``gpu_id``
 predate the label: set the UUID label to ``serial_number`` for unpartitioned GPUs); model = ``card_series`` ("AMD
 Instinct MI300X", which the price catalogue's MI300X row matches), else ``card_model`` (a board part number such as
 ``102-D67305-00``, which prices nothing until the catalogue names it); job = ``job_id`` (the exporter's Slurm
-integration), else ``<namespace>/<pod>``. An MI250X shows as two GPUs (its GCDs), an MI300X in DPX, QPX or CPX mode as
-2, 4 or 8 (its compute partitions, ``gpu_partition_id`` 0… and ``gpu_compute_partition_type``): each is a GPU of the
-ledger, as amd-smi and Slurm count them; a partition's model names its share of the package ("AMD Instinct MI300X OAM
-(CPX partition 1/8)"), which prices it at that share of the MI300X (:mod:`finops.pricing.package_share`); the
-catalogue prices the MI250X per GCD already.
+integration), else ``<namespace>/<pod>``. An MI250X shows as two GPUs (its GCDs), an MI300-series GPU in DPX, TPX, QPX
+or CPX mode as 2, 3, 4 or 8 (its compute partitions, ``gpu_partition_id`` 0… and ``gpu_compute_partition_type``): each
+is a GPU of the ledger, as amd-smi and Slurm count them; a partition's model names its share of the package ("AMD
+Instinct MI300X OAM (CPX partition 1/8)"), which prices it at that share of the MI300X
+(:mod:`finops.pricing.package_share`); the catalogue prices the MI250X per GCD already.
 
 Package-wide readings: AMD reports socket power and the energy counter once per package, on partition 0 of a
 partitioned MI300X and on one die of an MI250X (:func:`reports_package`; a partition other than 0 keeps none of those
@@ -48,7 +48,12 @@ from dataclasses import dataclass, replace
 
 from collector.contract import metric_names as m
 from collector.contract.dcgm_fields import MIB, Field
-from collector.contract.partitions import DIE_PACKAGE_FIELDS, PACKAGE_FIELD_METRICS, PARTITION_PACKAGE_FIELDS
+from collector.contract.partitions import (
+    DIE_PACKAGE_FIELDS,
+    PACKAGE_FIELD_METRICS,
+    PARTITION_PACKAGE_FIELDS,
+    PARTITIONED_MODES,
+)
 from collector.contract.sample import Package, Sample
 from collector.contract.wire import PACKAGE_SUMMED_FIELDS
 from finops.pricing.package_share import partition_name
@@ -79,8 +84,6 @@ AMD_FIELDS: dict[str, Field] = {
 PACKAGE_WIDE = frozenset(name for name, spec in AMD_FIELDS.items() if spec.metric in (m.GPU_POWER, m.GPU_ENERGY))
 """The exporter's fields AMD reports once per package (socket power, the energy counter)."""
 
-PARTITIONED_MODES = frozenset({"dpx", "qpx", "cpx"})
-"""``gpu_compute_partition_type`` values of an MI300X shown as several partitions (``spx`` and ``none``: one GPU)."""
 
 AMD_LABELS = ("gpu", "UUID", "modelName", "hpc_job", "namespace", "pod", "partition", "partition_type", "serial")
 """The canonical names :func:`canonical_labels` gives: dcgm-exporter's for what both exporters have, and
@@ -136,7 +139,7 @@ def mark_packages(samples: Sequence[Sample], packages: Mapping[str, PackageLabel
     A package is the devices of the node with one serial number, when there are several; ``devices`` is their number
     in the window. What it reports once, each field named by the device that reports it (:attr:`Package.fields`):
 
-    - a partitioned MI300X (:data:`PARTITIONED_MODES`): each field of
+    - a partitioned MI300X (:data:`~collector.contract.partitions.PARTITIONED_MODES`): each field of
       :data:`~collector.contract.partitions.PARTITION_PACKAGE_FIELDS` that partition 0 has in the window and no other
       partition has. Socket power and energy are always so (the other partitions' series are not read,
       :func:`reports_package`); activity is so only where the exporter gives it on partition 0 alone (exporters from

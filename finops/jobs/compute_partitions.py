@@ -1,8 +1,9 @@
 """AMD Instinct compute partitions named by a Slurm GRES type, for nodes no collector reports.
 
-An MI300X in DPX, QPX or CPX compute-partition mode shows as 2, 4 or 8 GPUs to ROCm and to Slurm (a node of eight
-MI300X in CPX mode has ``Gres=gpu:mi300x:64``): each is a share of its package, and the ledger must bill it as one
-(:mod:`finops.pricing.package_share`), not as a whole MI300X. Slurm's GRES does not say the mode, so the site says it:
+An MI300-series GPU in DPX, TPX, QPX or CPX compute-partition mode shows as 2, 3, 4 or 8 GPUs to ROCm and to Slurm (a
+node of eight MI300X in CPX mode has ``Gres=gpu:mi300x:64``): each is a share of its package, and the ledger must bill
+it as one (:mod:`finops.pricing.package_share`), not as a whole MI300X. Slurm's GRES does not say the mode, so the site
+says it:
 
 - in the GRES type, a suffix ``_<mode>`` or ``-<mode>`` (any case) after the board's type, as gres.conf names it
   (``Name=gpu Type=mi300x_cpx File=/dev/dri/renderD[128-191]``, so ``Gres=gpu:mi300x_cpx:64``; a job's AllocTRES

@@ -72,13 +72,19 @@ def test_gres_types_naming_a_partition_mode() -> None:
 
 
 def test_partitions_of_a_slurm_only_node_bill_as_their_share(sessions) -> None:  # type: ignore[no-untyped-def]
-    lines = [node("cpx-01", "gpu:mi300x_cpx:64"), node("spx-01", "gpu:mi300x:8"), node("qpx-01", "gpu:mi300x_qpx:32")]
+    lines = [
+        node("cpx-01", "gpu:mi300x_cpx:64"), node("spx-01", "gpu:mi300x:8"), node("qpx-01", "gpu:mi300x_qpx:32"),
+        node("tpx-01", "gpu:mi300x_tpx:24"),
+    ]  # fmt: skip
     with sessions.begin() as session:
         result = import_nodes(session, lines, source="scontrol", resolve=CATALOG.resolve, at=T, cluster="orion")
         assert not result.errors and not result.unresolved
-        assert result.capacity.gpus_created == 64 + 8 + 32
+        assert result.capacity.gpus_created == 64 + 8 + 32 + 24
         models = dict(session.execute(select(Node.hostname, Node.gpu_model)).all())
-        assert models == {"cpx-01": CPX, "spx-01": "MI300X", "qpx-01": "MI300X (QPX partition 1/4)"}
+        assert models == {
+            "cpx-01": CPX, "spx-01": "MI300X", "qpx-01": "MI300X (QPX partition 1/4)",
+            "tpx-01": "MI300X (TPX partition 1/3)",
+        }  # fmt: skip
         sacct = [job(910001, "mi300x_cpx", 2, "cpx-01"), job(910002, "mi300x", 1, "spx-01")]
         assert not import_sacct(session, sacct, source="sacct", cluster="orion").errors
         costs = hour_costs(session)
@@ -94,6 +100,7 @@ def test_partitions_of_a_slurm_only_node_bill_as_their_share(sessions) -> None: 
         "cpx-01": (Decimal("48.00"), 64),
         "spx-01": (Decimal("48.00"), 8),
         "qpx-01": (Decimal("48.00"), 32),
+        "tpx-01": (Decimal("48.00"), 24),
     }
     assert Decimal(held["910001"]) == Decimal("1.50")  # two CPX partitions: 2/8 of an MI300X-hour
     assert Decimal(held["910002"]) == Decimal("6.00")
