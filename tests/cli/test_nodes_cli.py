@@ -32,7 +32,7 @@ def test_nodes_import_set_model_and_list(cli_env) -> None:  # type: ignore[no-un
     assert refused.exit_code == 2
     assert refused.stderr.strip().splitlines() == [
         "error: GPU model 'v100' is not a price catalog model; choose one of: A100-SXM4-80GB, B200, H100-SXM-80GB, "
-        "H200, L40S, MI250X, MI300X"
+        "H200, L40S, MI210, MI250, MI250X, MI300X"
     ]
     listed = cli_env.invoke(app, ["nodes", "list"])
     assert listed.exit_code == 0
