@@ -35,6 +35,7 @@ from finops.analysis.budgets import (
 )
 from finops.analysis.events import EVENT_KINDS, list_events
 from finops.analysis.idle import list_episodes
+from finops.analysis.price_estimates import estimated_prices
 from finops.analysis.report import GroupBy, cost_report, report_csv, report_dicts, unpriced_by_model
 from finops.analysis.waste import ReasonPolicy
 from finops.db.models import TEAM_RULE_KINDS
@@ -167,6 +168,9 @@ def create_router(
         one row per price catalog model). GPU-hours whose model has no price are counted, not costed:
         ``unpriced_gpu_hours`` per row (its costs null when all its GPU-hours are unpriced) and, in JSON, ``unpriced``:
         ``[{model, gpu_hours, fix}]``; CSV sends them in the ``X-Unpriced-GPU-Hours`` header (``MODEL=HOURS; …``).
+        Prices resting on an estimate (a catalog source marked ``estimate: true``): ``price_estimates``,
+        ``[{model, pricing_model, sources, note}]``; CSV: the ``X-Price-Estimates`` header (``MODEL PRICING_MODEL
+        URL…; …``).
         Held GPU-hours without a reading: ``unmetered_gpu_hours`` and their share of the held ones,
         ``unmetered_share``; by job, the job's ``state`` as its scheduler last reported it.
         Hardware activity per row: ``sm_active_ratio``, ``tensor_active_ratio``, ``dram_active_ratio``,
@@ -175,17 +179,29 @@ def create_router(
         A team token: its team's ledger rows only."""
         period = instant(start, "start"), instant(end, "end")
         team = caller.team_scope
-        rows = cost_report(db, *period, group_by, team=team, catalog=catalog_in_force(db, fallback_catalog))
+        catalog = catalog_in_force(db, fallback_catalog)
+        rows = cost_report(db, *period, group_by, team=team, catalog=catalog)
         unpriced = unpriced_by_model(db, *period, team=team)
+        estimates = estimated_prices(db, catalog, *period, team=team)
         if format == "csv":
-            headers = {"X-Unpriced-GPU-Hours": "; ".join(f"{u.model}={u.gpu_hours}" for u in unpriced)}
-            return Response(report_csv(rows, group_by), media_type="text/csv", headers=headers if unpriced else None)
+            headers = {}
+            if unpriced:
+                headers["X-Unpriced-GPU-Hours"] = "; ".join(f"{u.model}={u.gpu_hours}" for u in unpriced)
+            if estimates:
+                headers["X-Price-Estimates"] = "; ".join(
+                    f"{e.model} {e.pricing_model} {' '.join(e.sources)}" for e in estimates
+                )
+            return Response(report_csv(rows, group_by), media_type="text/csv", headers=headers or None)
         return {
             "group_by": group_by,
             "start": start,
             "end": end,
             "rows": report_dicts(rows, group_by),
             "unpriced": [{"model": u.model, "gpu_hours": u.gpu_hours, "fix": u.fix} for u in unpriced],
+            "price_estimates": [
+                {"model": e.model, "pricing_model": e.pricing_model, "sources": list(e.sources), "note": e.note}
+                for e in estimates
+            ],
         }
 
     @router.get("/commitments")
