@@ -37,6 +37,7 @@ from finops.analysis.dashboard_queries import (
 )
 from finops.analysis.filters import Scope
 from finops.analysis.idle import EpisodeView, list_episodes
+from finops.analysis.price_estimates import EstimatedPrice, estimated_prices
 from finops.analysis.quality import NodeFreshness, UntimelyNode, node_freshness, untimely_by_node
 from finops.analysis.report import MONEY_FIELDS, ReportRow, UnpricedModel, report_dicts, unpriced_by_model
 from finops.analysis.telemetry import (
@@ -169,6 +170,14 @@ def unpriced(url: str, start: datetime, end: datetime, scope: Scope = EVERYTHING
     price (counted, not costed), by model, with the fix."""
     with session_factory(engine(url))() as session:
         return unpriced_by_model(session, start, end, **_filters(scope))
+
+
+@st.cache_data(ttl=TTL_SECONDS)
+def price_estimates(url: str, start: datetime, end: datetime, scope: Scope = EVERYTHING) -> list[EstimatedPrice]:
+    """:func:`finops.analysis.price_estimates.estimated_prices` for the period and filters: the prices behind its
+    costs that rest on an estimate, with the catalog in force."""
+    with session_factory(engine(url))() as session:
+        return estimated_prices(session, catalog(url), start, end, **_filters(scope))
 
 
 @st.cache_data(ttl=TTL_SECONDS)

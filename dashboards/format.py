@@ -169,6 +169,7 @@ COLUMNS: dict[str, Column] = {
     "pricing model": Column("Pricing model"),
     "fix": Column("How to price it"),
     "source": Column("Source", "link"),
+    "estimate": Column("Estimate", "flag", help="A source of the price is marked estimate: true: replace it"),
     # GPU time and cost (the fields of finops.analysis.report.report_dicts and their kin)
     "allocated_gpu_hours": Column("Allocated GPU-hours", "number"),
     "used_gpu_hours": Column("Used GPU-hours", "number"),

@@ -123,15 +123,15 @@ PACKAGE_FIELDS = (*PACKAGE_SUMMED_FIELDS, *PACKAGE_MEAN_FIELDS)
 class GpuInfo(BaseModel):
     """Inventory of one GPU on the node (NVML or amdsmi UUID, index from 0 to :data:`INT32_MAX` and product name).
 
-    A device that is part of a physical package shown as several devices (AMD Instinct MI250X: two GCDs; MI300X
-    in DPX, QPX or CPX mode: 2, 4 or 8 compute partitions) names its package:
+    A device that is part of a physical package shown as several devices (AMD Instinct MI250X: two GCDs; an
+    MI300-series GPU in DPX, TPX, QPX or CPX mode: 2, 3, 4 or 8 compute partitions) names its package:
 
     - ``package_id``: the same text for every device of the package (1 to 64 characters), null for a whole GPU;
     - ``package_devices``: how many devices the package shows (1 to 64), each ``1 / package_devices`` of it;
     - ``package_fields``: the reading fields (of :data:`PACKAGE_FIELDS`) this device reports for the whole
       package, because the hardware reports them once per package (AMD: MI250X socket power and energy on one die
-      only; MI300X activity, power and energy on partition 0 only in DPX, QPX and CPX modes). The package's other
-      devices leave them null. The service splits them over the package's devices when it stores the readings
+      only; MI300-series activity, power and energy on partition 0 only in the partitioned modes). The package's
+      other devices leave them null. The service splits them over the package's devices when it stores the readings
       (:mod:`finops.ingest.package_split`), so that nothing is counted twice.
 
     The three are null by default (collectors that predate them send none); ``package_fields`` needs the other two.

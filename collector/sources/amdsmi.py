@@ -16,7 +16,13 @@ from datetime import datetime
 from typing import Any
 
 from collector.contract import metric_names as m
-from collector.contract.partitions import partition_name
+from collector.contract.partitions import (
+    DIE_PACKAGE_FIELDS,
+    PACKAGE_FIELD_METRICS,
+    PARTITION_PACKAGE_FIELDS,
+    PARTITIONS_PER_MODE,
+    partition_name,
+)
 from collector.contract.sample import Package, Sample, utc_now
 
 log = logging.getLogger(__name__)
@@ -31,21 +37,8 @@ UINT16_ABSENT = 0xFFFF
 into the text ``"N/A"``; older releases pass the number through)."""
 UINT64_ABSENT = 0xFFFF_FFFF_FFFF_FFFF
 """The same for a 64-bit value."""
-PARTITIONED_MODES = frozenset({"DPX", "TPX", "QPX", "CPX"})
+PARTITIONED_MODES = frozenset(mode.upper() for mode in PARTITIONS_PER_MODE)
 """Compute partition modes (amdsmi_get_gpu_compute_partition) that show one MI300-series GPU as several devices."""
-PARTITION_PACKAGE_FIELDS = ("utilization_ratio", "memory_utilization_ratio", "power_watts", "energy_joules")
-"""What an MI300-series GPU in a partitioned mode reports on partition 0 only, for the whole GPU: activity (GFX, UMC),
-socket power and the energy counter (wire field names, :data:`collector.contract.wire.PACKAGE_FIELDS`)."""
-DIE_PACKAGE_FIELDS = ("power_watts", "energy_joules")
-"""What a two-die package (MI250X, MI250) reports on its primary die only: socket power and energy (Linux amdgpu,
-aldebaran_ppt.c: "Valid power data is available only from primary die"; the secondary die reads 0, or N/A in ROCm
-6.0.2 and later)."""
-_FIELD_METRICS = {
-    "utilization_ratio": m.GPU_UTILIZATION,
-    "memory_utilization_ratio": m.GPU_MEMORY_UTILIZATION,
-    "power_watts": m.GPU_POWER,
-    "energy_joules": m.GPU_ENERGY,
-}
 
 
 def _number(value: Any, absent: int | None = None) -> float | None:
@@ -219,9 +212,9 @@ def _mark_packages(devices: list[_Device]) -> None:
             fields = DIE_PACKAGE_FIELDS
             for member in members:
                 for name in fields:
-                    if member.values.get(_FIELD_METRICS[name]) == 0:
-                        del member.values[_FIELD_METRICS[name]]
-            reporting = [member for member in members if any(_FIELD_METRICS[f] in member.values for f in fields)]
+                    if member.values.get(PACKAGE_FIELD_METRICS[name]) == 0:
+                        del member.values[PACKAGE_FIELD_METRICS[name]]
+            reporting = [member for member in members if any(PACKAGE_FIELD_METRICS[f] in member.values for f in fields)]
             reporter = reporting[0] if len(reporting) == 1 else None
             if len(reporting) > 1:
                 fields = ()
@@ -230,7 +223,7 @@ def _mark_packages(devices: list[_Device]) -> None:
                 member.package = Package(serial, len(members), fields)
                 continue
             for name in fields:
-                member.values.pop(_FIELD_METRICS[name], None)
+                member.values.pop(PACKAGE_FIELD_METRICS[name], None)
             member.package = Package(serial, len(members))
 
 
@@ -240,17 +233,17 @@ class AmdSmiSource:
 
     Labels as :class:`collector.sources.nvml.NvmlSource`'s, so both sources' series share their /metrics families:
     ``gpu`` (position in amdsmi_get_processor_handles), ``uuid`` (amdsmi_get_gpu_device_uuid), ``model``
-    (amdsmi_get_gpu_asic_info ``market_name``; for a compute partition of an MI300X in DPX, QPX or CPX mode
-    (amdsmi_get_gpu_compute_partition), :func:`collector.contract.partitions.partition_name`, e.g. ``AMD Instinct
+    (amdsmi_get_gpu_asic_info ``market_name``; for a compute partition of an MI300-series GPU in DPX, TPX, QPX or CPX
+    mode (amdsmi_get_gpu_compute_partition), :func:`collector.contract.partitions.partition_name`, e.g. ``AMD Instinct
     MI300X (CPX partition 1/8)``, which the service prices at that share of the GPU), ``mig_profile`` and
     ``parent_uuid`` empty. Values: see each reader of :data:`READERS`; every device that answered carries
     ``gpufinops_gpu_up`` = 1.
 
-    Packages: an MI250X shows as two devices (GCDs), an MI300X in DPX, QPX or CPX mode as 2, 4 or 8 (compute
-    partitions). Each such device's sample carries :attr:`Sample.package` (:func:`_mark_packages`); what the
-    hardware reports once per package stays on the one device that reports it, marked as the package's, and the
-    service splits it over the package's devices (:mod:`finops.ingest.package_split`). The collector must see every
-    device of a package (run it on the host, not in a job's container), or the shares are wrong.
+    Packages: an MI250X shows as two devices (GCDs), an MI300-series GPU in DPX, TPX, QPX or CPX mode as 2, 3, 4 or 8
+    (compute partitions). Each such device's sample carries :attr:`Sample.package` (:func:`_mark_packages`); what the
+    hardware reports once per package stays on the one device that reports it, marked as the package's, and the service
+    splits it over the package's devices (:mod:`finops.ingest.package_split`). The collector must see every device of a
+    package (run it on the host, not in a job's container), or the shares are wrong.
 
     Processes (amdsmi_get_gpu_process_list): labels ``gpu``, ``uuid`` and ``pid``; value the process's VRAM in bytes
     (``memory_usage.vram_mem``; ``mem`` in releases without it). The job mapper reads the PIDs. AMD gives no

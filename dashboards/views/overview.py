@@ -1,6 +1,7 @@
-"""Overview: spend, utilisation and unused allocated cost for the period (and the GPU-hours left out of it for want
-of a price); the used cost by the two measures of useful work, kernel busy and SM active; this month's spend
-against budgets and its forecast; the five biggest wasters (jobs and teams by unused allocated cost); spend by day."""
+"""Overview: spend, utilisation and unused allocated cost for the period (and the GPU-hours left out of it for want of a
+price, and the prices behind it that rest on an estimate); the used cost by the two measures of useful work, kernel busy
+and SM active; this month's spend against budgets and its forecast; the five biggest wasters (jobs and teams by unused
+allocated cost); spend by day."""
 
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ if unpriced:
         + "; ".join(f"{u.model}: {u.gpu_hours:,.2f} GPU-hours, {u.fix}" for u in unpriced)
         + ". The Data quality page lists them."
     )
+for estimate in data.price_estimates(url, view.start, view.end, view.scope):
+    st.warning(f"The costs above rest on an estimated price: {estimate.note}.")
 
 now = utc_now().replace(second=0, microsecond=0)
 month = data.month(url, now, view.scope)

@@ -1,5 +1,6 @@
 """Prices: the effective-dated catalogue in force (the newest imported, else the configured file) per GPU model
-and pricing model, on-prem rates shown with their parts."""
+and pricing model, on-prem rates shown with their parts, each row saying whether it rests on an estimate (a source
+marked ``estimate: true``); the models without a price row are named (their GPU-hours are unpriced)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,17 @@ for name, model in catalog.models.items():
                 "support": parts.support_per_hour,
             }
         entry["source"] = row.sources[0].url
+        entry["estimate"] = any(source.estimate for source in row.sources)
         rows.append(entry)
-columns = ["model", "pricing model", "from", "per_gpu_hour", "capex", "energy", "support", "source"]
+columns = ["model", "pricing model", "from", "per_gpu_hour", "capex", "energy", "support", "source", "estimate"]
 frame = pd.DataFrame(rows, columns=columns)
 table(frame, "prices.csv", currency=currency)
+if frame["estimate"].any():
+    estimated = sorted({f"{r['model']} ({r['pricing model']})" for r in rows if r["estimate"]})
+    st.warning(
+        f"These prices rest on an estimate (an undated listing, a figure as recalled): {', '.join(estimated)}. "
+        "Replace them with your own rates: gpu-finops prices import FILE."
+    )
+unpriced = sorted(name for name, model in catalog.models.items() if not model.prices)
+if unpriced:
+    st.info(f"No price row, so their GPU-hours are unpriced until you add one: {', '.join(unpriced)}.")

@@ -47,12 +47,24 @@ def estimated_prices(
     """The estimate-based prices behind the priced ledger hours starting in [start, end), with the same filters as
     :func:`finops.analysis.report.cost_report`, sorted by model and pricing model. A ledger row's price is the
     catalog row of its GPU's model and its ``pricing_model`` in force at its hour; a GPU name no catalog model
-    covers, or a pricing model the catalog does not know, has no row and is not listed (it is unpriced)."""
+    covers, or a pricing model the catalog does not know, has no row and is not listed (it is unpriced).
+
+    Only the ledger rows of GPUs whose model has a row citing an estimate are read (none when the catalog cites
+    none, or no GPU is of such a model: one read of ``gpus``, no ledger query)."""
+    estimated = {
+        key
+        for key, model in catalog.models.items()
+        if any(source.estimate for row in model.prices for source in row.sources)
+    }
+    names = [name for name in session.scalars(select(Gpu.model).distinct()) if catalog.resolve(name) in estimated]
+    if not names:
+        return []
     scope = Scope(cluster=cluster, team=team, partition=partition)
     spans = session.execute(
         select(Gpu.model, LedgerEntry.pricing_model, func.min(LedgerEntry.hour), func.max(LedgerEntry.hour))
         .join(Gpu, Gpu.id == LedgerEntry.gpu_id)
         .where(
+            Gpu.model.in_(names),
             LedgerEntry.allocated_cost.is_not(None),
             LedgerEntry.hour >= start,
             LedgerEntry.hour < end,

@@ -40,6 +40,7 @@ from finops.cli.context import (
 )
 from finops.db.models import Gpu, Node
 from finops.ingest.node_tokens import create_token, list_tokens, revoke_token
+from finops.jobs.compute_partitions import parse_modes
 from finops.jobs.inventory import NodeSummary, import_nodes, node_summaries, set_model
 from finops.pricing.store import catalog_in_force
 from finops.timeutil import utc_now
@@ -69,6 +70,13 @@ def nodes_import(
     partial: Annotated[
         bool, typer.Option("--partial", help="The listing holds only some nodes: end no missing node's service.")
     ] = False,
+    compute_partition: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="GRES_TYPE=MODE (mi300x=cpx): the type's GPUs are AMD compute partitions in MODE (dpx, tpx, qpx, "
+            "cpx), each priced as its share of the GPU; for types that do not end in _MODE themselves. Repeatable."
+        ),
+    ] = None,
     no_rollup: NoRollup = False,
 ) -> None:
     """Record each node's GPUs, GPU model, partitions and state from `scontrol show node --oneliner` output
@@ -79,7 +87,9 @@ def nodes_import(
     (nor a powered-down cloud node); a drained or down node's GPUs stay in service, listed as unavailable. A node
     of the cluster that an earlier import listed and this one lacks leaves service (not with --partial, nor when
     lines were bad). The GRES type is resolved to a price catalog model; a type that names none is kept as it is
-    and the node is named with the command that fixes it. Bad lines are named with their line number, the rest is
+    and the node is named with the command that fixes it. A type ending in _dpx, _tpx, _qpx or _cpx (mi300x_cpx), or
+    named by --compute-partition, gives AMD compute partitions: Gres=gpu:mi300x_cpx:64 is 64 GPUs, each 1/8 of an
+    MI300X. Bad lines are named with their line number, the rest is
     imported, and the exit code is then 1. The changed ledger hours are then rolled up, also when lines were bad
     (--no-rollup: at the next rollup).
     """
@@ -88,6 +98,10 @@ def nodes_import(
     when = instant(at, "--at") if at is not None else now
     if when > now:
         raise typer.BadParameter(f"{at} is in the future", param_hint="--at")
+    try:
+        modes = parse_modes(compute_partition or [])
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--compute-partition") from exc
     with open_sessions(settings).begin() as session:
         catalog = catalog_in_force(session, load_pricing(settings).catalog)
         with open_text(file) as handle:
@@ -99,6 +113,7 @@ def nodes_import(
                 at=when,
                 cluster=cluster or settings.sacct_cluster,
                 partial=partial,
+                modes=modes,
             )
     for problem in result.unresolved:
         typer.echo(f"model unknown: {problem}", err=True)
@@ -133,7 +148,8 @@ def nodes_set_model(
     no_rollup: NoRollup = False,
 ) -> None:
     """Set the GPU model of NODE, or of every node in --partition, to MODEL: a price catalog model key or a name
-    that resolves to one (`h100`, `NVIDIA A100-SXM4-80GB`). Placeholder GPUs of nodes no collector has reported
+    that resolves to one (`h100`, `NVIDIA A100-SXM4-80GB`), or an AMD compute partition type of one (`mi300x_cpx`:
+    each GPU 1/8 of an MI300X). Placeholder GPUs of nodes no collector has reported
     take it, and their ledger hours are rolled up (repriced) before the command returns (--no-rollup: at the
     next rollup)."""
     if partition is None and len(args) != 2:

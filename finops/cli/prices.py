@@ -29,12 +29,14 @@ _NODE_LABEL = typer.Option(help="A Kubernetes node label KEY=VALUE.")
 def prices_list() -> None:
     """The catalog in force (newest import, else FINOPS_PRICE_CATALOG): one line per price row, currency per
     GPU-hour, on-prem rows computed from their parts; "(estimate)" after the source of a row resting on an estimate
-    (a source marked ``estimate: true``)."""
+    (a source marked ``estimate: true``); a model without price rows on one line saying it is unpriced."""
     settings = load_settings()
     with open_sessions(settings)() as session:
         catalog = catalog_in_force(session, load_pricing(settings).catalog)
     typer.echo(f"{'model':<18} {'pricing model':<13} {'from':<10} {catalog.currency + '/GPU-h':>10}  source")
     for key, model in sorted(catalog.models.items()):
+        if not model.prices:
+            typer.echo(f"{key:<18} {'-':<13} {'-':<10} {'unpriced':>10}  no price row in the catalog")
         for row in sorted(model.prices, key=lambda r: (r.pricing_model, r.effective_from)):
             rate = catalog.parts_of(row).total if isinstance(row, OnPremRow) else row.rate
             estimate = " (estimate)" if any(source.estimate for source in row.sources) else ""

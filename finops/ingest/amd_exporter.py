@@ -28,23 +28,34 @@ Identity (:func:`canonical_labels`): node = ``hostname``; GPU index = ``gpu_id``
 predate the label: set the UUID label to ``serial_number`` for unpartitioned GPUs); model = ``card_series`` ("AMD
 Instinct MI300X", which the price catalogue's MI300X row matches), else ``card_model`` (a board part number such as
 ``102-D67305-00``, which prices nothing until the catalogue names it); job = ``job_id`` (the exporter's Slurm
-integration), else ``<namespace>/<pod>``. An MI250X shows as two GPUs (its GCDs), an MI300X in DPX, QPX or CPX mode as
-2, 4 or 8 (its compute partitions, ``gpu_partition_id`` 0… and ``gpu_compute_partition_type``): each is a GPU of the
-ledger, as amd-smi and Slurm count them; a partition's model names its share of the package ("AMD Instinct MI300X OAM
-(CPX partition 1/8)"), which prices it at that share of the MI300X (:mod:`finops.pricing.package_share`); the
-catalogue prices the MI250X per GCD already.
+integration), else ``<namespace>/<pod>``. An MI250X shows as two GPUs (its GCDs), an MI300-series GPU in DPX, TPX, QPX
+or CPX mode as 2, 3, 4 or 8 (its compute partitions, ``gpu_partition_id`` 0… and ``gpu_compute_partition_type``): each
+is a GPU of the ledger, as amd-smi and Slurm count them; a partition's model names its share of the package ("AMD
+Instinct MI300X OAM (CPX partition 1/8)"), which prices it at that share of the MI300X
+(:mod:`finops.pricing.package_share`); the catalogue prices the MI250X per GCD already.
 
-Package-wide readings (:func:`reports_package`): AMD reports socket power and the energy counter once per package, on
-partition 0 of a partitioned MI300X and on one die of an MI250X. The device that reports them keeps them; the other
-devices' values of those fields are left out (null), so that the package's energy is counted once.
+Package-wide readings: AMD reports socket power and the energy counter once per package, on partition 0 of a
+partitioned MI300X and on one die of an MI250X (:func:`reports_package`; a partition other than 0 keeps none of those
+series). The pull marks each device's package as the amdsmi collector source does (:func:`mark_packages`), so that
+ingest splits what the package reports over its devices by its one rule (:mod:`finops.ingest.package_split`): each
+device's power and energy are ``1 / n`` of the package's, never counted twice and never 0 for "not reported".
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from collector.contract import metric_names as m
 from collector.contract.dcgm_fields import MIB, Field
+from collector.contract.partitions import (
+    DIE_PACKAGE_FIELDS,
+    PACKAGE_FIELD_METRICS,
+    PARTITION_PACKAGE_FIELDS,
+    PARTITIONED_MODES,
+)
+from collector.contract.sample import Package, Sample
+from collector.contract.wire import PACKAGE_SUMMED_FIELDS
 from finops.pricing.package_share import partition_name
 
 AMD_UTILIZATION = "gpu_gfx_activity"
@@ -73,12 +84,11 @@ AMD_FIELDS: dict[str, Field] = {
 PACKAGE_WIDE = frozenset(name for name, spec in AMD_FIELDS.items() if spec.metric in (m.GPU_POWER, m.GPU_ENERGY))
 """The exporter's fields AMD reports once per package (socket power, the energy counter)."""
 
-PARTITIONED_MODES = frozenset({"dpx", "qpx", "cpx"})
-"""``gpu_compute_partition_type`` values of an MI300X shown as several partitions (``spx`` and ``none``: one GPU)."""
 
-AMD_LABELS = ("gpu", "UUID", "modelName", "hpc_job", "namespace", "pod", "partition", "partition_type")
+AMD_LABELS = ("gpu", "UUID", "modelName", "hpc_job", "namespace", "pod", "partition", "partition_type", "serial")
 """The canonical names :func:`canonical_labels` gives: dcgm-exporter's for what both exporters have, and
-``partition`` (``gpu_partition_id``) and ``partition_type`` (``gpu_compute_partition_type``)."""
+``partition`` (``gpu_partition_id``), ``partition_type`` (``gpu_compute_partition_type``) and ``serial``
+(``serial_number``, the board's: the same on every device of one package)."""
 
 
 def canonical_labels(labels: Mapping[str, str], names: Mapping[str, str]) -> dict[str, str]:
@@ -101,3 +111,86 @@ def reports_package(canonical: Mapping[str, str]) -> bool:
     """
     mode = canonical.get("partition_type", "").lower()
     return mode not in PARTITIONED_MODES or canonical.get("partition", "0") == "0"
+
+
+@dataclass(frozen=True, slots=True)
+class PackageLabels:
+    """What the exporter's labels say of a device's package: the board serial (``serial_number``, shared by the
+    devices of one package), the compute partition mode (lower case, '' if none) and the partition id ('' if none).
+    """
+
+    serial: str
+    mode: str
+    partition: str
+
+    @classmethod
+    def of(cls, canonical: Mapping[str, str]) -> PackageLabels | None:
+        """From a device's :func:`canonical_labels`; None without a serial number (no package is known)."""
+        serial = canonical.get("serial", "")
+        if not serial:
+            return None
+        return cls(serial, canonical.get("partition_type", "").lower(), canonical.get("partition", ""))
+
+
+def mark_packages(samples: Sequence[Sample], packages: Mapping[str, PackageLabels]) -> list[Sample]:
+    """``samples`` (the readings of one node in one pull window) with :attr:`Sample.package` set on the devices of a
+    package (``packages``: UUID -> its :class:`PackageLabels`), as the amdsmi collector source marks them.
+
+    A package is the devices of the node with one serial number, when there are several; ``devices`` is their number
+    in the window. What it reports once, each field named by the device that reports it (:attr:`Package.fields`):
+
+    - a partitioned MI300X (:data:`~collector.contract.partitions.PARTITIONED_MODES`): each field of
+      :data:`~collector.contract.partitions.PARTITION_PACKAGE_FIELDS` that partition 0 has in the window and no other
+      partition has. Socket power and energy are always so (the other partitions' series are not read,
+      :func:`reports_package`); activity is so only where the exporter gives it on partition 0 alone (exporters from
+      1.3.1 give each partition its own, ROCm/device-metrics-exporter issue 139, and it stays each partition's);
+    - two dies (MI250X, MI250): each field of :data:`~collector.contract.partitions.DIE_PACKAGE_FIELDS` that exactly
+      one die has, a die whose power or energy values in the window are all 0 not counting (the secondary die reads
+      0, Linux amdgpu aldebaran_ppt.c); where each die has its own, each keeps it.
+
+    The samples' values are unchanged: ingest replaces the other devices' values of a package field by their share
+    (:func:`finops.ingest.package_split.split_packages`)."""
+    members: dict[str, set[str]] = {}
+    for sample in samples:
+        labels = packages.get(sample.labels["uuid"])
+        if labels is not None:
+            members.setdefault(labels.serial, set()).add(sample.labels["uuid"])
+    fields: dict[str, list[str]] = {}
+    for uuids in members.values():
+        if len(uuids) > 1:
+            for name, uuid in _package_fields(samples, uuids, packages):
+                fields.setdefault(uuid, []).append(name)
+    marked = []
+    for sample in samples:
+        uuid = sample.labels["uuid"]
+        labels = packages.get(uuid)
+        if labels is None or len(members[labels.serial]) < 2:
+            marked.append(sample)
+            continue
+        package = Package(labels.serial, len(members[labels.serial]), tuple(fields.get(uuid, ())))
+        marked.append(replace(sample, package=package))
+    return marked
+
+
+def _package_fields(
+    samples: Sequence[Sample], uuids: set[str], packages: Mapping[str, PackageLabels]
+) -> list[tuple[str, str]]:
+    """(wire field, UUID of the device reporting it for the package) for one package's devices ``uuids`` (the rule
+    of :func:`mark_packages`)."""
+    partitioned = any(packages[uuid].mode in PARTITIONED_MODES for uuid in uuids)
+    found = []
+    for name in PARTITION_PACKAGE_FIELDS if partitioned else DIE_PACKAGE_FIELDS:
+        metric = PACKAGE_FIELD_METRICS[name]
+        having = {
+            sample.labels["uuid"]
+            for sample in samples
+            if sample.labels["uuid"] in uuids
+            and sample.values.get(metric) is not None
+            and (name not in PACKAGE_SUMMED_FIELDS or sample.values[metric] != 0)
+        }
+        if len(having) != 1:
+            continue
+        (uuid,) = having
+        if not partitioned or packages[uuid].partition == "0":
+            found.append((name, uuid))
+    return found

@@ -1,10 +1,11 @@
 """Splitting what a GPU package reports once over the devices it shows as, before the readings are stored.
 
-An AMD Instinct MI250X shows as two devices (GCDs) and reports its socket power and energy on one of them; an MI300X
-in DPX, QPX or CPX mode shows as 2, 4 or 8 compute partitions and reports activity, power and energy on partition 0
-only. The collector marks the device that reports a package's value (:attr:`collector.contract.wire.GpuInfo.
-package_fields`) and leaves the others null. Stored as sent, the package's energy would all be billed to one device
-and the others would have none; copied to every device, it would be counted once per device.
+An AMD Instinct MI250X shows as two devices (GCDs) and reports its socket power and energy on one of them; an
+MI300-series GPU in DPX, TPX, QPX or CPX mode shows as 2, 3, 4 or 8 compute partitions and reports activity, power and
+energy on partition 0 only. The collector marks the device that reports a package's value
+(:attr:`collector.contract.wire.GpuInfo.package_fields`) and leaves the others null. Stored as sent, the package's
+energy would all be billed to one device and the others would have none; copied to every device, it would be counted
+once per device.
 
 The rule, per package named in a batch's ``gpus`` (the devices sharing a ``package_id``), ``n`` being the reporting
 device's ``package_devices``, for each of its ``package_fields`` and each instant it reported a value ``v``:
@@ -16,8 +17,8 @@ device's ``package_devices``, for each of its ``package_fields`` and each instan
 - a mean (:data:`~collector.contract.wire.PACKAGE_MEAN_FIELDS`: ratios) becomes ``v`` on every device: their mean is
   the package's, and a device billed as ``1 / n`` of the package is billed ``1 / n`` of its used time.
 
-Devices are equal shares: MI300X partitions of one mode are equal slices of the GPU (8 XCDs in 1, 2, 4 or 8
-partitions), MI250X GCDs equal halves. A device's share at an instant goes on its own reading at that instant; a
+Devices are equal shares: MI300-series partitions of one mode are equal slices of the GPU (its XCDs in 2, 3, 4 or
+one-XCD groups), MI250X GCDs equal halves. A device's share at an instant goes on its own reading at that instant; a
 device without a reading then gets none (for the energy counter, its next reading carries the increase). What the
 package did not report stays null on every device, never 0. Values a non-reporting device sent for those fields are
 replaced by its share, so a package value is never counted twice.

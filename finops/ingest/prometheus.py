@@ -192,8 +192,9 @@ class PrometheusClient:
 class LabelNames:
     """The site's label names for what dcgm-exporter calls ``Hostname``, ``gpu``, ``UUID``, ``modelName``,
     ``hpc_job``, ``namespace``, ``pod``, ``GPU_I_PROFILE`` and ``GPU_I_ID``, for what AMD's Device Metrics Exporter
-    calls ``hostname``, ``gpu_id``, ``gpu_uuid``, ``card_series``, ``job_id``, ``gpu_partition_id`` and
-    ``gpu_compute_partition_type`` (:mod:`finops.ingest.amd_exporter`), and Prometheus' ``instance``."""
+    calls ``hostname``, ``gpu_id``, ``gpu_uuid``, ``card_series``, ``job_id``, ``gpu_partition_id``,
+    ``gpu_compute_partition_type`` and ``serial_number`` (:mod:`finops.ingest.amd_exporter`), and Prometheus'
+    ``instance``."""
 
     hostname: str = "Hostname"
     instance: str = "instance"
@@ -212,6 +213,7 @@ class LabelNames:
     amd_job: str = "job_id"
     amd_partition: str = "gpu_partition_id"
     amd_partition_type: str = "gpu_compute_partition_type"
+    amd_serial: str = "serial_number"
 
     @classmethod
     def parse(cls, assignments: list[str]) -> LabelNames:
@@ -235,13 +237,13 @@ class LabelNames:
 
     def canonical(self, labels: Mapping[str, str]) -> dict[str, str]:
         """The labels of a GPU series of either exporter under dcgm-exporter's names (only those the series has;
-        an AMD series' also ``partition`` and ``partition_type``, :func:`finops.ingest.amd_exporter.canonical_labels`
-        )."""
+        an AMD series' also ``partition``, ``partition_type`` and ``serial``,
+        :func:`finops.ingest.amd_exporter.canonical_labels`)."""
         if self.is_amd(labels):
             amd = {
                 "gpu": self.amd_gpu, "UUID": self.amd_uuid, "modelName": self.amd_model, "hpc_job": self.amd_job,
                 "namespace": self.namespace, "pod": self.pod, "partition": self.amd_partition,
-                "partition_type": self.amd_partition_type,
+                "partition_type": self.amd_partition_type, "serial": self.amd_serial,
             }  # fmt: skip
             return canonical_labels(labels, amd)
         names = {

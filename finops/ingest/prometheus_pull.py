@@ -55,8 +55,9 @@ by the same code: a GPU is dcgm-exporter's or AMD's by its labels (:meth:`LabelN
 its own table, and a metric no series of the GPU gives stays null. AMD's identity and job labels
 (``hostname``, ``gpu_id``, ``gpu_uuid``, ``card_series``, ``job_id``, ``namespace``/``pod``) are read under
 dcgm-exporter's names (:meth:`LabelNames.canonical`). An MI250X GCD and an MI300X compute partition are GPUs of their
-own; a package's power and energy stay on the device that reports them and are null on the others
-(:func:`finops.ingest.amd_exporter.reports_package`), never counted twice.
+own; what AMD reports once per package (socket power and energy, on partition 0 or one die) is marked on the device
+that reports it (:func:`finops.ingest.amd_exporter.mark_packages`, per node and query window) and split over the
+package's devices at ingest by :mod:`finops.ingest.package_split`'s rule, never counted twice.
 
 Watermark: none is stored. ``gpu-finops import prometheus --start --end`` pulls an explicit range; the scheduled
 pull (:class:`ScheduledPull`) pulls [now − 2 × interval, now) on every run, so a late or missed run loses nothing
@@ -89,7 +90,14 @@ from collector.contract.dcgm_fields import (
 )
 from collector.contract.sample import Sample
 from collector.contract.wire import IngestBatch, batch_dict
-from finops.ingest.amd_exporter import AMD_FIELDS, AMD_UTILIZATION, PACKAGE_WIDE, reports_package
+from finops.ingest.amd_exporter import (
+    AMD_FIELDS,
+    AMD_UTILIZATION,
+    PACKAGE_WIDE,
+    PackageLabels,
+    mark_packages,
+    reports_package,
+)
 from finops.ingest.prometheus import (
     MAX_POINTS_PER_SERIES,
     LabelNames,
@@ -276,6 +284,7 @@ def pull_chunk(client: PrometheusClient, first: int, last: int, options: PullOpt
     :class:`IngestBatch` per node (sorted by node)."""
     step = options.step_seconds
     gpus: dict[tuple[str, str, str], _Gpu] = {}
+    packages: dict[str, PackageLabels] = {}
     queries = [(name, first) for name in options.fields] + [(name, first - step) for name in CYCLE_FIELDS]
     for name, start in queries:
         for series in client.query_range(options.query(name), from_epoch(start), from_epoch(last), step):
@@ -283,12 +292,16 @@ def pull_chunk(client: PrometheusClient, first: int, last: int, options: PullOpt
             if identity is None:
                 continue
             node, labels, job = identity
-            if name in PACKAGE_WIDE and not reports_package(options.labels.canonical(series.labels)):
+            canonical = options.labels.canonical(series.labels)
+            if name in PACKAGE_WIDE and not reports_package(canonical):
                 continue  # another device reports its package's power and energy
             key = (node, labels["gpu"], labels["uuid"])
             gpu = gpus.get(key)
             if gpu is None:
                 gpu = gpus[key] = _Gpu(node, labels)
+                package = PackageLabels.of(canonical) if options.labels.is_amd(series.labels) else None
+                if package is not None:
+                    packages[labels["uuid"]] = package
             for ts, value in series.points:
                 epoch = round(ts)
                 if name in CYCLE_FIELDS:
@@ -316,7 +329,7 @@ def pull_chunk(client: PrometheusClient, first: int, last: int, options: PullOpt
     batches = []
     mig_readings = 0
     for node in sorted(samples):
-        payload: dict[str, Any] = {"node": node, **batch_dict(samples[node])}
+        payload: dict[str, Any] = {"node": node, **batch_dict(mark_packages(samples[node], packages))}
         mig_readings += len(samples[node]) - len(payload["samples"])
         batch = _validated(payload)
         if batch is not None and batch.samples:

@@ -11,7 +11,10 @@ A value may hold spaces (``OS``, ``Reason``): a field runs until the next `` Key
 generic resources comma-separated as ``name[:type][:count][(S:sockets)]``, ``(null)`` for none (Slurm
 documentation, gres.conf(5)): ``gpu:a100:4(S:0-1)``, untyped ``gpu:4``, several kinds ``gpu:h100:8,shard:h100:64``,
 MIG devices ``gpu:1g.10gb:7`` (``a100_1g.5gb``: a MIG profile of an A100). Only ``gpu`` counts here; a MIG type
-names no board model unless it carries one before the profile (``a100_1g.5gb`` -> ``a100``).
+names no board model unless it carries one before the profile (``a100_1g.5gb`` -> ``a100``). A type naming an AMD
+compute partition mode (``gpu:mi300x_cpx:64``, or ``mi300x`` with ``--compute-partition mi300x=cpx``) gives the
+node 64 GPUs, each its board's partition (``MI300X (CPX partition 1/8)``, priced at 1/8 of an MI300X;
+:mod:`finops.jobs.compute_partitions`).
 
 A node's model is the price catalog model its GPU type resolves to, or the raw type when it resolves to none
 (kept, never dropped: :class:`InventoryResult` names such nodes and the command that fixes them). Which model a
@@ -32,13 +35,14 @@ None; :meth:`finops.pricing.catalog.PriceCatalog.resolve`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from collector.contract.partitions import partition_name
 from finops.access import audit
 from finops.db.hours import HourMarks
 from finops.db.models import Gpu, Node
@@ -54,6 +58,7 @@ from finops.jobs.capacity import (
     set_state,
     unavailable,
 )
+from finops.jobs.compute_partitions import gres_partition, with_modes
 from finops.jobs.mig import gres_mig_type
 from finops.jobs.placement import effective_model, ensure_nodes
 
@@ -226,6 +231,7 @@ def import_nodes(
     at: datetime,
     cluster: str = "default",
     partial: bool = False,
+    modes: Mapping[str, str] | None = None,
 ) -> InventoryResult:
     """Record each node of ``scontrol show node --oneliner`` output as of ``at`` (aware UTC, the instant the listing
     describes), in the caller's transaction: its partitions and GPU model (module docstring), its GPUs from its
@@ -238,7 +244,10 @@ def import_nodes(
 
     ``cluster`` names the inventory: the nodes of ``cluster`` that an earlier import listed and this one does not
     leave service at ``at``, unless ``partial`` (the listing holds only some nodes) or a line was bad or not read
-    (its node cannot be told apart from a gone one)."""
+    (its node cannot be told apart from a gone one).
+
+    ``modes``: GRES type (lower case) -> the compute partition mode its GPUs are in
+    (:func:`finops.jobs.compute_partitions.parse_modes`), for types that do not say it themselves."""
     result = InventoryResult()
     marks = HourMarks()
     listed: set[str] = set()
@@ -258,10 +267,10 @@ def import_nodes(
             first = number
         chunk.append(raw)
         if len(chunk) == IMPORT_CHUNK:
-            listed |= _import_chunk(session, chunk, first, source, resolve, at, cluster, result, marks)
+            listed |= _import_chunk(session, chunk, first, source, resolve, at, cluster, result, marks, modes or {})
             chunk = []
     if chunk:
-        listed |= _import_chunk(session, chunk, first, source, resolve, at, cluster, result, marks)
+        listed |= _import_chunk(session, chunk, first, source, resolve, at, cluster, result, marks, modes or {})
     if not partial and not result.errors:
         result.capacity.gone = end_gone(session, cluster, listed, at, marks)
     marks.mark(session)
@@ -279,6 +288,7 @@ def _import_chunk(
     cluster: str,
     result: InventoryResult,
     marks: HourMarks,
+    modes: Mapping[str, str],
 ) -> set[str]:
     """Store one round of node lines (the first is line ``first_line`` of the input) into ``result`` and ``marks``
     (:func:`import_nodes`); returns the hostnames it listed."""
@@ -286,6 +296,8 @@ def _import_chunk(
     result.errors += parsed.errors
     nodes = ensure_nodes(session, (n.hostname for n in parsed.nodes))
     for record in parsed.nodes:
+        if modes:
+            record = replace(record, gpus=with_modes(record.gpus, modes))
         node = nodes[record.hostname]
         result.nodes += 1
         partitions = ",".join(record.partitions) or None
@@ -311,7 +323,7 @@ def _set_inventory_model(
         if record.gpus and node.gpu_model is None:
             result.unresolved.append(f"{record.hostname}: untyped GPUs, model unknown: " + _FIX.format(record.hostname))
         return
-    model = resolve(types[0])
+    model = gres_model(types[0], resolve)
     if model is None:
         result.unresolved.append(
             f"{record.hostname}: GPU type {types[0]!r} names no price catalog model: " + _FIX.format(record.hostname)
@@ -364,9 +376,21 @@ def set_node_model(session: Session, node: Node, model: str, marks: HourMarks) -
     return len(changed)
 
 
+def gres_model(gres_type: str, resolve: Resolver) -> str | None:
+    """The model a GRES type (or a model name) gives a node: the catalog key it names, or for a compute partition
+    type the partition of the key its board names (``mi300x_cpx`` -> ``MI300X (CPX partition 1/8)``,
+    :mod:`finops.jobs.compute_partitions`); None when it names no catalog model."""
+    partition = gres_partition(gres_type)
+    if partition is None:
+        return resolve(gres_type)
+    key = resolve(partition[0])
+    return None if key is None else partition_name(key, partition[1])
+
+
 def resolve_model(model: str, resolve: Resolver, choices: Sequence[str]) -> str:
-    """The catalog model key ``model`` names (a key or an alias); InventoryError naming the ``choices`` else."""
-    key = resolve(model)
+    """The model ``model`` names (:func:`gres_model`: a catalog key or an alias, or a compute partition type);
+    InventoryError naming the ``choices`` else."""
+    key = gres_model(model, resolve)
     if key is None:
         raise InventoryError(f"GPU model {model!r} is not a price catalog model; choose one of: {', '.join(choices)}")
     return key

@@ -43,6 +43,7 @@ from sqlalchemy.orm import Session
 
 from finops.db.hours import HourMarks, hours_between, mark_hours_dirty
 from finops.db.models import Allocation, DirtyHour, Gpu, GpuSample, Job, Node
+from finops.jobs.compute_partitions import gres_gpu_name
 from finops.jobs.slurm import expand_hostlist
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
@@ -255,7 +256,7 @@ class Placer:
         placeholder = Gpu(
             node_id=self.node_ids[hostname],
             gpu_index=next(i for i in range(len(used) + 1) if i not in used),
-            model=self.node_model(hostname) or gpu_type or "unknown",
+            model=self.node_model(hostname) or (gpu_type and gres_gpu_name(gpu_type)) or "unknown",
             in_service_from=from_epoch(start),
         )
         self.session.add(placeholder)

@@ -214,7 +214,8 @@ class MigProfiles(BaseModel):
 
 
 class GpuModel(BaseModel):
-    """One catalog model: the names it covers (exact ``aliases``, ``match`` expressions), its price rows, and,
+    """One catalog model: the names it covers (exact ``aliases``, ``match`` expressions), its price rows (none for a
+    model no citable price was found for: its GPUs are named and measured, and their hours unpriced), and,
     optionally, its ``vendor`` (``nvidia``, ``amd``: code built for one does not run on the other's GPUs unchanged),
     ``memory`` size and ``mig`` profiles (what right-sizing and the MIG nudges compare memory in use with,
     :mod:`finops.savings.rightsizing`, :mod:`finops.savings.mig_profiles`), and ``peak_tflops``, its datasheet's
@@ -227,7 +228,7 @@ class GpuModel(BaseModel):
     description: str = Field(min_length=1)
     aliases: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
     match: list[str] = Field(min_length=1)
-    prices: list[PriceRow] = Field(min_length=1)
+    prices: list[PriceRow]
     vendor: Literal["nvidia", "amd"] | None = None
     memory: MemorySize | None = None
     mig: MigProfiles | None = None

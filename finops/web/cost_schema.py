@@ -83,9 +83,22 @@ class UnpricedOut(BaseModel):
     fix: str
 
 
+class PriceEstimateOut(BaseModel):
+    """A price behind the period's costs that rests on an estimate (:class:`finops.analysis.price_estimates.
+    EstimatedPrice`): the catalog ``model`` and ``pricing_model`` whose rows cite a source marked ``estimate: true``,
+    those sources' URLs, and the ``note`` the cost report prints."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    pricing_model: str
+    sources: list[str]
+    note: str
+
+
 class CostsOut(BaseModel):
     """``GET /api/v1/costs?format=json``: the period, the grouping and one row per group (by cost, descending;
-    ``__unallocated__`` last)."""
+    ``__unallocated__`` last); the GPU-hours left unpriced by model, and the prices that rest on an estimate."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -94,3 +107,7 @@ class CostsOut(BaseModel):
     end: str
     rows: list[CostRowOut]
     unpriced: list[UnpricedOut]
+    price_estimates: list[PriceEstimateOut] = Field(
+        description="The prices of the period's ledger hours that rest on an estimate (a catalog source marked "
+        "estimate: true): replace them with your own rate. Empty when every price is cited."
+    )

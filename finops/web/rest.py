@@ -1,6 +1,6 @@
 """The REST API under ``/api/v1`` (FastAPI router): costs (by group, and idle cost by waste reason), commitments,
 budgets, idle episodes, right-sizing, efficiency (:mod:`finops.web.efficiency_routes`), events, team rules, the price
-catalog and pricing rules.
+catalog and pricing rules (:mod:`finops.web.price_routes`).
 
 Every route needs ``Authorization: Bearer <token>``, an API token or ``FINOPS_API_TOKEN``
 (:class:`finops.web.auth.ApiAuth`): reading needs any role, and a ``team`` token reads only its team's costs,
@@ -14,13 +14,12 @@ with the field's place.
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import date, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-import anyio
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
-from pydantic import BaseModel, Field, StringConstraints
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response
+from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session, sessionmaker
 
 from finops.access.api_tokens import Principal
@@ -36,13 +35,13 @@ from finops.analysis.budgets import (
 )
 from finops.analysis.events import EVENT_KINDS, list_events
 from finops.analysis.idle import list_episodes
+from finops.analysis.price_estimates import estimated_prices
 from finops.analysis.report import GroupBy, cost_report, report_csv, report_dicts, unpriced_by_model
 from finops.analysis.waste import ReasonPolicy
 from finops.db.models import TEAM_RULE_KINDS
 from finops.jobs.teams import delete_rule, list_rules, precedence, set_precedence, set_rule
-from finops.pricing.catalog import CatalogError, OnPremRow, PriceCatalog, PricingModel, load_catalog
-from finops.pricing.rules import delete_pricing_rule, list_pricing_rules, set_pricing_rule
-from finops.pricing.store import catalog_in_force, import_catalog
+from finops.pricing.catalog import PriceCatalog, load_catalog
+from finops.pricing.store import catalog_in_force
 from finops.savings.commitments import DEFAULT_DAYS, MAX_DAYS, MAX_MODEL_LENGTH, MAX_QUANTITY, commitment_report
 from finops.savings.efficiency_policy import EfficiencyPolicy
 from finops.savings.rightsizing import rightsizing
@@ -55,19 +54,11 @@ from finops.web.conformance import CSV_TOO, NOT_FOUND
 from finops.web.cost_schema import CostsOut
 from finops.web.deps import AsciiDecimal, InputModel, instant, one_of, transaction, unprocessable
 from finops.web.efficiency_routes import efficiency_router
+from finops.web.price_routes import RuleKey, RuleValue, price_router
 
 MONTH_HELP = "Month as YYYY-MM (a year from 2000 to 2999)."
 _RIGHTSIZING = RightsizingPolicy()
 """The right-sizing thresholds a request does not set."""
-RULE_KEY_MAX_LENGTH = 253
-"""Longest label name of a team or pricing rule (characters): the width of ``team_rules.key`` and
-``pricing_rules.key`` (a Kubernetes label prefix is a DNS subdomain of up to 253)."""
-RULE_VALUE_MAX_LENGTH = 255
-"""Longest value of a team or pricing rule (characters): the width of ``team_rules.value`` and
-``pricing_rules.value``."""
-# StringConstraints, not Field: they hold in a body model and in a Query() alike.
-RuleKey = Annotated[str, StringConstraints(max_length=RULE_KEY_MAX_LENGTH)]
-RuleValue = Annotated[str, StringConstraints(min_length=1, max_length=RULE_VALUE_MAX_LENGTH)]
 
 
 class BudgetIn(InputModel):
@@ -98,16 +89,6 @@ class BudgetOut(BaseModel):
     spend_currency: str
     comparable: bool
     problem: str | None
-
-
-class PricingRuleIn(InputModel):
-    """A pricing rule: ``selector`` node|node_label|partition, ``key`` the label name (node_label only; up to
-    :data:`RULE_KEY_MAX_LENGTH` characters), ``value`` (up to :data:`RULE_VALUE_MAX_LENGTH`)."""
-
-    selector: Literal["node", "node_label", "partition"]
-    key: RuleKey = ""
-    value: RuleValue
-    pricing_model: PricingModel
 
 
 class TeamRuleIn(InputModel):
@@ -162,6 +143,7 @@ def create_router(
     reason_policy = reasons or ReasonPolicy()
     router = APIRouter(prefix="/api/v1")
     router.include_router(efficiency_router(sessions, auth, efficiency or EfficiencyPolicy()))
+    router.include_router(price_router(sessions, auth, fallback_catalog))
     reader = Annotated[Principal, Depends(auth.reader)]
     fleet_reader = Annotated[Principal, Depends(auth.fleet_reader)]
     admin = Annotated[Principal, Depends(auth.admin)]
@@ -186,6 +168,9 @@ def create_router(
         one row per price catalog model). GPU-hours whose model has no price are counted, not costed:
         ``unpriced_gpu_hours`` per row (its costs null when all its GPU-hours are unpriced) and, in JSON, ``unpriced``:
         ``[{model, gpu_hours, fix}]``; CSV sends them in the ``X-Unpriced-GPU-Hours`` header (``MODEL=HOURS; …``).
+        Prices resting on an estimate (a catalog source marked ``estimate: true``): ``price_estimates``,
+        ``[{model, pricing_model, sources, note}]``; CSV: the ``X-Price-Estimates`` header (``MODEL PRICING_MODEL
+        URL…; …``).
         Held GPU-hours without a reading: ``unmetered_gpu_hours`` and their share of the held ones,
         ``unmetered_share``; by job, the job's ``state`` as its scheduler last reported it.
         Hardware activity per row: ``sm_active_ratio``, ``tensor_active_ratio``, ``dram_active_ratio``,
@@ -194,17 +179,29 @@ def create_router(
         A team token: its team's ledger rows only."""
         period = instant(start, "start"), instant(end, "end")
         team = caller.team_scope
-        rows = cost_report(db, *period, group_by, team=team, catalog=catalog_in_force(db, fallback_catalog))
+        catalog = catalog_in_force(db, fallback_catalog)
+        rows = cost_report(db, *period, group_by, team=team, catalog=catalog)
         unpriced = unpriced_by_model(db, *period, team=team)
+        estimates = estimated_prices(db, catalog, *period, team=team)
         if format == "csv":
-            headers = {"X-Unpriced-GPU-Hours": "; ".join(f"{u.model}={u.gpu_hours}" for u in unpriced)}
-            return Response(report_csv(rows, group_by), media_type="text/csv", headers=headers if unpriced else None)
+            headers = {}
+            if unpriced:
+                headers["X-Unpriced-GPU-Hours"] = "; ".join(f"{u.model}={u.gpu_hours}" for u in unpriced)
+            if estimates:
+                headers["X-Price-Estimates"] = "; ".join(
+                    f"{e.model} {e.pricing_model} {' '.join(e.sources)}" for e in estimates
+                )
+            return Response(report_csv(rows, group_by), media_type="text/csv", headers=headers or None)
         return {
             "group_by": group_by,
             "start": start,
             "end": end,
             "rows": report_dicts(rows, group_by),
             "unpriced": [{"model": u.model, "gpu_hours": u.gpu_hours, "fix": u.fix} for u in unpriced],
+            "price_estimates": [
+                {"model": e.model, "pricing_model": e.pricing_model, "sources": list(e.sources), "note": e.note}
+                for e in estimates
+            ],
         }
 
     @router.get("/commitments")
@@ -421,74 +418,6 @@ def create_router(
         one_of(kind, "kind", TEAM_RULE_KINDS)
         with unprocessable():
             return {"jobs_moved": delete_rule(db, kind, key, value, actor=caller.actor)}
-
-    @router.get("/prices")
-    def prices(db: db, caller: reader) -> dict[str, Any]:
-        """The price catalog in force (newest import, else the configured file), with every row's rate per
-        GPU-hour (on-prem rows computed from their parts) and its sources."""
-        catalog = catalog_in_force(db, fallback_catalog)
-        rows = []
-        for key, model in sorted(catalog.models.items()):
-            for row in model.prices:
-                rate = catalog.parts_of(row).total if isinstance(row, OnPremRow) else row.rate
-                rows.append(
-                    {
-                        "model": key,
-                        "pricing_model": str(row.pricing_model),
-                        "effective_from": row.effective_from.isoformat(),
-                        "rate_per_gpu_hour": str(rate),
-                        "sources": [source.url for source in row.sources],
-                    }
-                )
-        return {
-            "currency": catalog.currency,
-            "tariff_per_kwh": str(catalog.tariff_per_kwh),
-            "pue": str(catalog.pue),
-            "rows": rows,
-        }
-
-    @router.put("/prices")
-    async def put_prices(request: Request, caller: admin) -> dict[str, str | None]:
-        """Import a catalog: the request body is its YAML (``finops/pricing/price_catalog.yaml`` format). 422 naming the
-        field if invalid, or the bound passed (size, nesting, nodes, models: :mod:`finops.pricing.catalog_yaml`);
-        otherwise the date the ledger is re-priced from (null: nothing changed). Parsed and stored in a worker
-        thread, so that the service answers other requests meanwhile."""
-        text = (await request.body()).decode("utf-8", errors="replace")
-
-        def store() -> date | None:
-            with unprocessable(CatalogError), sessions.begin() as opened:
-                return import_catalog(opened, text, "PUT /api/v1/prices", fallback_catalog, actor=caller.actor)
-
-        changed_from = await anyio.to_thread.run_sync(store)
-        return {"repriced_from": None if changed_from is None else changed_from.isoformat()}
-
-    @router.get("/pricing-rules")
-    def pricing_rules(db: db, caller: reader) -> list[PricingRuleIn]:
-        """Pricing rules in resolution order (node, node_label, partition)."""
-        return [
-            PricingRuleIn(selector=r.selector, key=r.key, value=r.value, pricing_model=r.pricing_model)
-            for r in list_pricing_rules(db)
-        ]
-
-    @router.put("/pricing-rules", status_code=204)
-    def put_pricing_rule(db: db, caller: admin, rule: PricingRuleIn) -> Response:
-        """Bill the selected nodes' GPUs under a pricing model (the ledger is re-priced on the next rollup)."""
-        with unprocessable():
-            set_pricing_rule(db, rule.selector, rule.key, rule.value, rule.pricing_model, actor=caller.actor)
-        return Response(status_code=204)
-
-    @router.delete("/pricing-rules/{selector}", status_code=204)
-    def remove_pricing_rule(
-        db: db,
-        caller: admin,
-        selector: str,
-        value: Annotated[RuleValue, Query()],
-        key: Annotated[RuleKey, Query()] = "",
-    ) -> Response:
-        """Remove a pricing rule."""
-        with unprocessable():
-            delete_pricing_rule(db, selector, key, value, actor=caller.actor)
-        return Response(status_code=204)
 
     @router.get("/audit")
     def audit(

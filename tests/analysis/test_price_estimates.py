@@ -5,38 +5,23 @@ dated by assumption, and GPU 0 an H100, whose price cites its source."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from datetime import timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from collector.contract.wire import IngestBatch, gpu_info_dict, reading_dict
 from finops.analysis.price_estimates import estimated_prices
 from finops.cli import app
-from finops.ingest.readings import Ingestor
-from finops.jobs.slurm_import import import_sacct
-from finops.jobs.teams import map_account
 from finops.pricing.catalog import load_catalog
-from tests.support import scenario
+from tests.support import scenario, unpriced
 
-
-def _load(session: Session, t0) -> None:  # type: ignore[no-untyped-def]
-    readings = [
-        replace(s, labels={**s.labels, "model": "AMD Instinct MI250X"}) if s.labels["gpu"] == "1" else s
-        for s in scenario.samples(t0)
-    ]
-    batch = {"node": scenario.NODE, "gpus": [gpu_info_dict(s) for s in readings[:2]],
-             "samples": [reading_dict(s) for s in readings]}  # fmt: skip
-    map_account(session, "acct-a", "alpha", actor="system:test")
-    Ingestor().store(session, IngestBatch.model_validate(batch))
-    import_sacct(session, scenario.sacct_lines(t0), source="scenario")
+MI250X = "AMD Instinct MI250X"
 
 
 def test_report_names_the_prices_that_rest_on_an_estimate(database_url: str, sessions: sessionmaker[Session]) -> None:
     t0 = scenario.start_hour()
     with sessions.begin() as session:
-        _load(session, t0)
+        unpriced.load(session, t0, model=MI250X)
     runner = CliRunner()
     env = {"FINOPS_DATABASE_URL": database_url}
     assert runner.invoke(app, ["rollup"], env=env).exit_code == 0

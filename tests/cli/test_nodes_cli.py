@@ -32,7 +32,7 @@ def test_nodes_import_set_model_and_list(cli_env) -> None:  # type: ignore[no-un
     assert refused.exit_code == 2
     assert refused.stderr.strip().splitlines() == [
         "error: GPU model 'v100' is not a price catalog model; choose one of: A100-SXM4-80GB, B200, H100-SXM-80GB, "
-        "H200, L40S, MI250X, MI300X"
+        "H200, L40S, MI210, MI250, MI250X, MI300X"
     ]
     listed = cli_env.invoke(app, ["nodes", "list"])
     assert listed.exit_code == 0
@@ -40,3 +40,14 @@ def test_nodes_import_set_model_and_list(cli_env) -> None:  # type: ignore[no-un
     assert rows["gpu-v-01"][1:3] == ["MI250X", "MI250X"] and rows["gpu-v-01"][5] == "legacy"
     assert rows["gpu-v-01"][6:8] == ["DRAIN", "since"] and "(fan failure" in listed.output
     assert rows["gpu-a-01"][1] == "A100-SXM4-80GB" and rows["gpu-a-01"][5:7] == ["gpu,debug", "IDLE"]
+
+
+def test_nodes_import_with_a_compute_partition_mode(cli_env) -> None:  # type: ignore[no-untyped-def]
+    line = "NodeName=cpx-01 Gres=gpu:mi300x:64(S:0-1) Partitions=amd State=IDLE\n"
+    imported = cli_env.invoke(app, ["nodes", "import", "-", "--compute-partition", "mi300x=cpx"], input=line)
+    assert imported.exit_code == 0, imported.output
+    assert imported.stdout.startswith("1 nodes; 64 GPUs added; ")
+    listed = cli_env.invoke(app, ["nodes", "list"])
+    assert "MI300X (CPX partition 1/8)" in listed.output
+    refused = cli_env.invoke(app, ["nodes", "import", "-", "--compute-partition", "mi300x=spx"], input=line)
+    assert refused.exit_code == 2 and "GRES_TYPE=MODE" in refused.stderr

@@ -1,7 +1,8 @@
 """AMD Device Metrics Exporter series (tests/fixtures/amd/device-metrics-exporter.prom: an MI300X in CPX mode and an
 MI250X, values written by hand, see the file's header) in a real VictoriaMetrics and a real Prometheus, read by the
 Prometheus pull and by the TSDB metering: readings per partition and GCD, jobs from ``job_id`` and ``namespace``/
-``pod``, each package's energy counted once (on the device that reports it, the others null), and the ledger's
+``pod``, each package's energy counted once (split over its devices by the pull, on the device that reports it by
+the TSDB metering), and the ledger's
 utilisation, energy and prices equal to values computed by hand."""
 
 from __future__ import annotations
@@ -79,17 +80,23 @@ def seed_jobs(session: Session, t0: int) -> None:
     session.flush()
 
 
-def check_ledger(session: Session, t0: int) -> None:
+def check_ledger(session: Session, t0: int, split: bool) -> None:
     """The hour's ledger against hand-computed values: per package, energy = 59 counter increments of its power ×
-    60 s (the hour's first reading has none before it); per device, used GPU-seconds = its gfx activity × 3,600 s;
-    cost = the catalogue's rate (MI300X $6.00, a CPX partition 1/8 of it; MI250X $1.35 a GCD)."""
+    60 s (the hour's first reading has none before it), counted once: ``split`` (the pull), an equal share on each
+    of its devices; else (the TSDB metering) all on the device that reports it. Per device, used GPU-seconds = its
+    gfx activity × 3,600 s; cost = the catalogue's rate (MI300X $6.00, a CPX partition 1/8 of it; MI250X $1.35 a
+    GCD)."""
     gpus = by_device(session)
     rows = {row.gpu_id: row for row in session.scalars(select(LedgerEntry).where(LedgerEntry.hour == from_epoch(t0)))}
     assert len(rows) == 10
     for node, devices in (("mi300x-01", range(8)), ("mi250x-01", range(2))):
         energy = [rows[gpus[node, i].id].energy_joules for i in devices]
-        assert sum(e or 0.0 for e in energy) == pytest.approx(59 * 60 * PACKAGE_WATTS[node], rel=1e-9)
-        assert [e is None or e == 0 for e in energy[1:]] == [True] * (len(energy) - 1)  # counted once
+        package = 59 * 60 * PACKAGE_WATTS[node]
+        if split:
+            assert energy == pytest.approx([package / len(devices)] * len(devices), rel=1e-9)
+        else:
+            assert energy[0] == pytest.approx(package, rel=1e-9)
+            assert [e is None or e == 0 for e in energy[1:]] == [True] * (len(energy) - 1)
     for index, percent in enumerate([100, 100, 95, 90, 0, 0, 12, 12]):
         row = rows[gpus["mi300x-01", index].id]
         assert row.used_gpu_seconds == pytest.approx(percent / 100 * 3600, abs=1e-6)
@@ -123,10 +130,9 @@ def test_amd_series_pulled_into_the_ledger(sessions: sessionmaker[Session], tsdb
         }
         assert len(samples) == 10 * MINUTES
         first = {index: samples[gpus["mi300x-01", index].id, t0 + 600] for index in range(8)}
-        assert first[0].energy_joules == pytest.approx(1.2e7 + 10 * 60 * 640.0)
-        assert first[0].power_watts == 640.0
-        assert [first[i].energy_joules for i in range(1, 8)] == [None] * 7  # not 0: another device reports it
-        assert [first[i].power_watts for i in range(1, 8)] == [None] * 7
+        # partition 0 reports the package's counter and power; each partition stores 1/8 of them
+        assert [first[i].energy_joules for i in range(8)] == pytest.approx([(1.2e7 + 10 * 60 * 640.0) / 8] * 8)
+        assert [first[i].power_watts for i in range(8)] == [80.0] * 8
         assert [first[i].job_id for i in range(8)] == ["7001"] * 4 + ["ml-team/trainer-0"] * 4
         assert first[2].utilization_ratio == pytest.approx(0.95)
         assert first[2].memory_utilization_ratio == pytest.approx(0.35)
@@ -134,11 +140,12 @@ def test_amd_series_pulled_into_the_ledger(sessions: sessionmaker[Session], tsdb
         assert first[7].temperature_celsius == 65.0
         gcd = [samples[gpus["mi250x-01", index].id, t0 + 600] for index in range(2)]
         assert (gcd[0].job_id, gcd[1].job_id) == ("7002", None)
-        assert gcd[0].energy_joules == pytest.approx(3.4e6 + 10 * 60 * 480.0) and gcd[1].energy_joules is None
+        assert [g.energy_joules for g in gcd] == pytest.approx([(3.4e6 + 10 * 60 * 480.0) / 2] * 2)
+        assert [g.power_watts for g in gcd] == [240.0, 240.0]
         assert (gcd[0].temperature_celsius, gcd[1].temperature_celsius) == (44.0, 41.0)
         seed_jobs(session, t0)
         rollup(session, PRICING, t0 + 3600)
-        check_ledger(session, t0)
+        check_ledger(session, t0, split=True)
 
 
 def test_amd_series_metered_from_the_tsdb(sessions: sessionmaker[Session], tsdb: TsdbLoader) -> None:
@@ -150,4 +157,4 @@ def test_amd_series_metered_from_the_tsdb(sessions: sessionmaker[Session], tsdb:
         seed_jobs(session, t0)
         rollup(session, PRICING, t0 + 3600, meter=telemetry.meter)
         assert session.scalar(select(func.count()).select_from(GpuSample)) == 0
-        check_ledger(session, t0)
+        check_ledger(session, t0, split=False)

@@ -32,12 +32,17 @@ def catalog() -> PriceCatalog:
         ("l40s", "L40S"),
         ("b200", "B200"),
         ("mi250x", "MI250X"),
+        ("mi250", "MI250"),
+        ("mi210", "MI210"),
         ("MI300X", "MI300X"),
         # NVML / DCGM / amd-smi product names
         ("NVIDIA H100 80GB HBM3", "H100-SXM-80GB"),
         ("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"),
         ("AMD Instinct MI250X", "MI250X"),
         ("AMD Instinct MI300X", "MI300X"),
+        ("AMD Instinct MI250", "MI250"),
+        ("AMD Instinct MI250X/MI250", "MI250X"),  # amd-smi's one name for both modules: the MI250X
+        ("Instinct MI210", "MI210"),  # the exporter's card_series (ROCm/device-metrics-exporter issue 135)
         # Kubernetes GPU feature discovery labels
         ("NVIDIA-H100-80GB-HBM3", "H100-SXM-80GB"),
         ("NVIDIA-L40S", "L40S"),
@@ -57,7 +62,7 @@ def test_kubernetes_product_label_resolves(catalog: PriceCatalog) -> None:
 
 
 def test_unknown_types_resolve_to_nothing(catalog: PriceCatalog) -> None:
-    for name in ("v100", "a40", "mi250", "gpu", "mi300a"):
+    for name in ("v100", "a40", "mi100", "gpu", "mi300a"):
         assert catalog.resolve(name) is None
         with pytest.raises(PriceNotFound):
             catalog.model_for(name)

@@ -4,12 +4,13 @@ model and the field."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from finops.pricing.catalog import CatalogError, load_catalog
+from finops.pricing.catalog import CatalogError, PriceNotFound, PricingModel, load_catalog
 from finops.pricing.peaks import PRECISIONS
 
 MODEL = """\
@@ -90,3 +91,22 @@ def test_bad_peaks_are_refused_naming_the_model_and_field(tmp_path: Path, block:
     with pytest.raises(CatalogError, match=message) as caught:
         _load(tmp_path, block)
     assert str(tmp_path / "catalog.yaml") in str(caught.value)
+
+
+def test_mi250_and_mi210_rows() -> None:
+    """AMD's figures (ROCm documentation: the MI250 page's OAM table, halved per GCD; the GPU specifications table's
+    memory); the MI210's peaks rest on a secondary source and say so; the MI210 has no price row: unpriced, never a
+    guessed rate."""
+    catalog = load_catalog()
+    mi250, mi210 = catalog.models["MI250"], catalog.models["MI210"]
+    assert mi250.memory is not None and mi250.memory.gib == 64 and mi210.memory is not None and mi210.memory.gib == 64
+    assert mi250.peak_tflops is not None and mi210.peak_tflops is not None
+    assert mi250.peak_tflops.of("fp64") * 2 == Decimal("45.3") and mi250.peak_tflops.of("bf16_tensor") * 2 == Decimal(
+        "362.1"
+    )
+    assert mi250.peak_tflops.of("fp64_tensor") == Decimal("45.25") and not mi250.peak_tflops.source.estimate
+    assert mi210.peak_tflops.of("fp64_tensor") == Decimal("45.3") and mi210.peak_tflops.source.estimate
+    assert [row.sources[0].estimate for row in mi250.prices] == [True]  # an undated listing
+    assert mi210.prices == [] and catalog.resolve("AMD Instinct MI210") == "MI210"
+    with pytest.raises(PriceNotFound, match="no on-demand price for MI210"):
+        catalog.rate("AMD Instinct MI210", PricingModel.ON_DEMAND, datetime(2026, 3, 1, tzinfo=UTC))

@@ -99,3 +99,6 @@ def test_rows_resting_on_an_estimate_say_so(cli_env) -> None:  # type: ignore[no
     assert mi250x["on-demand"].endswith("(estimate)") and mi250x["on-prem"].endswith("(estimate)")
     mi300x = [line for line in lines if line.startswith("MI300X ")]
     assert mi300x and not any(line.endswith("(estimate)") for line in mi300x)
+    assert [line.split()[3:] for line in lines if line.startswith("MI210 ")] == [
+        ["unpriced", "no", "price", "row", "in", "the", "catalog"]
+    ]

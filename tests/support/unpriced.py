@@ -6,7 +6,8 @@ and 1.5 h of job 502 (``__unmapped__``) at 50 %, with its energy. :func:`catalog
 plus a price for that model, as an operator would import it.
 
 With ``unpriced_gpu="0"`` it is GPU 0 instead that has no price: then the slice's one idle episode (job 501, alpha,
-GPU 0 over [T+60 min, T+90 min)) lies on the unpriced GPU.
+GPU 0 over [T+60 min, T+90 min)) lies on the unpriced GPU. With ``model`` the GPU is of that model instead (an
+``AMD Instinct MI250X``, whose on-demand price the packaged catalog marks an estimate).
 """
 
 from __future__ import annotations
@@ -23,19 +24,17 @@ UNPRICED_MODEL = "ACME Z9 64GB"
 ADDED_RATE = "2.50"
 
 
-def samples(t0: datetime, unpriced_gpu: str = "1") -> list[Sample]:
-    """The scenario's readings with GPU ``unpriced_gpu``'s model replaced by :data:`UNPRICED_MODEL`."""
+def samples(t0: datetime, unpriced_gpu: str = "1", model: str = UNPRICED_MODEL) -> list[Sample]:
+    """The scenario's readings with GPU ``unpriced_gpu``'s model replaced by ``model``."""
     return [
-        replace(sample, labels={**sample.labels, "model": UNPRICED_MODEL})
-        if sample.labels["gpu"] == unpriced_gpu
-        else sample
+        replace(sample, labels={**sample.labels, "model": model}) if sample.labels["gpu"] == unpriced_gpu else sample
         for sample in scenario.samples(t0)
     ]
 
 
-def batch(t0: datetime, unpriced_gpu: str = "1") -> IngestBatch:
+def batch(t0: datetime, unpriced_gpu: str = "1", model: str = UNPRICED_MODEL) -> IngestBatch:
     """All readings as one ingest batch from ``scenario.NODE``."""
-    readings = samples(t0, unpriced_gpu)
+    readings = samples(t0, unpriced_gpu, model)
     return IngestBatch.model_validate(
         {
             "node": scenario.NODE,
@@ -45,14 +44,14 @@ def batch(t0: datetime, unpriced_gpu: str = "1") -> IngestBatch:
     )
 
 
-def load(session, t0: datetime, unpriced_gpu: str = "1") -> None:  # type: ignore[no-untyped-def]
+def load(session, t0: datetime, unpriced_gpu: str = "1", model: str = UNPRICED_MODEL) -> None:  # type: ignore[no-untyped-def]
     """Readings and jobs of the slice, with alpha's account mapped; no rollup."""
     from finops.ingest.readings import Ingestor
     from finops.jobs.slurm_import import import_sacct
     from finops.jobs.teams import map_account
 
     map_account(session, "acct-a", "alpha", actor="system:test")
-    Ingestor().store(session, batch(t0, unpriced_gpu))
+    Ingestor().store(session, batch(t0, unpriced_gpu, model))
     result = import_sacct(session, scenario.sacct_lines(t0), source="scenario")
     assert (result.jobs, result.errors) == (2, [])
 

@@ -145,6 +145,11 @@ def test_price_catalog_and_pricing_rules(api) -> None:  # type: ignore[no-untype
         catalog["currency"] == "USD"
         and Decimal(max(h100, key=lambda r: r["effective_from"])["rate_per_gpu_hour"]) == rate
     )
+    assert catalog["unpriced_models"] == ["MI210"] and not any(r["model"] == "MI210" for r in catalog["rows"])
+    assert {r["pricing_model"]: r["estimate"] for r in catalog["rows"] if r["model"] == "MI250X"} == {
+        "on-demand": True, "on-prem": True,
+    }  # fmt: skip
+    assert not any(r["estimate"] for r in h100)
     broken = httpx.put(f"{url}/api/v1/prices", content=b"currency: usd\n", headers=AUTH)
     assert broken.status_code == 422 and "currency" in broken.json()["detail"]
     same = httpx.put(f"{url}/api/v1/prices", content=DEFAULT_CATALOG.read_bytes(), headers=AUTH)
