@@ -20,7 +20,9 @@ tree on the path, alternated ``--repeat`` times:
 - **one**: the hour's readings stored, then one ``rollup`` of the hour.
 
 Printed per tree: the medians, and twelve ÷ one (the goal: at most 1.5). Where the tree reports it, the readings its
-rollups metered.
+rollups metered. ``--analyze`` runs ``ANALYZE gpu_samples`` (PostgreSQL) after each store, untimed, as autovacuum
+does once a partition has grown enough: without it the rollups plan for day partitions the planner has no statistics
+of, as they do in the first hours of a day.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def _jobs(engine: Any) -> None:
             )
 
 
-def _child(database_url: str, gpus: int, case: str) -> dict[str, float]:
+def _child(database_url: str, gpus: int, case: str, analyze: bool) -> dict[str, float]:
     """One measured run with the tree on ``sys.path``: schema afresh, then the case."""
     from sqlalchemy.orm import Session
 
@@ -117,6 +119,9 @@ def _child(database_url: str, gpus: int, case: str) -> dict[str, float]:
         for first in range(0, len(batches), GROUP):
             with Session(engine) as session, session.begin():
                 ingestor.store_all(session, batches[first : first + GROUP])
+        if analyze and engine.dialect.name == "postgresql":
+            with engine.begin() as connection:
+                connection.exec_driver_sql("ANALYZE gpu_samples")
 
     def roll(until: int) -> tuple[float, int]:
         began = time.perf_counter()
@@ -165,12 +170,13 @@ def main() -> None:
     parser.add_argument("--baseline-tree", type=Path, required=True, help="checkout of the code to compare with")
     parser.add_argument("--gpus", type=int, default=512)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--analyze", action="store_true", help="ANALYZE gpu_samples after each store (untimed)")
     parser.add_argument("--child", choices=("one", "twelve"), help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
         here = Path(__file__).resolve().parent  # benchmarks/collector.py would shadow the collector package
         sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != here]
-        print(json.dumps(_child(options.database_url, options.gpus, options.child)))
+        print(json.dumps(_child(options.database_url, options.gpus, options.child, options.analyze)))
         return
     trees = {"baseline": options.baseline_tree.resolve(), "current": REPO}
     runs: dict[tuple[str, str], list[dict[str, float]]] = {(t, c): [] for t in trees for c in ("one", "twelve")}
@@ -180,13 +186,13 @@ def main() -> None:
             _recreate(options.database_url)
             env = {**os.environ, "PYTHONPATH": str(tree)}
             command = [sys.executable, __file__, options.database_url, "--baseline-tree", str(tree), "--child", case,
-                       "--gpus", str(options.gpus)]  # fmt: skip
+                       "--gpus", str(options.gpus), *(["--analyze"] if options.analyze else [])]  # fmt: skip
             out = subprocess.run(command, env=env, cwd=tree, check=True, capture_output=True, text=True).stdout
             runs[tree_name, case].append(json.loads(out.strip().splitlines()[-1]))
     readings = int(runs["current", "one"][0]["readings"])
     print(
         f"{options.gpus} GPUs x 1 h at {INTERVAL} s = {readings:,} readings; {options.repeat} runs each, alternated; "
-        f"load average {os.getloadavg()[0]:.1f}"
+        f"load average {os.getloadavg()[0]:.1f}{'; readings analysed after each store' if options.analyze else ''}"
     )
     for tree_name in trees:
         one = statistics.median(r["seconds"] for r in runs[tree_name, "one"])

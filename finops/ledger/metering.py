@@ -36,31 +36,32 @@ MAX_INCREMENT_JOULES = 2**40
 """An energy counter increment of this many joules or more (1.1 TJ: a 700 W GPU for 50 years) is no GPU's energy
 but a broken counter: it is left out, as an increment over a gap is, and keeps the sums within 64 bits."""
 
-# 4. Metering of the readings that are new to the kept sums, per GPU, hour and holding: readings with a utilisation,
-# Σ utilisation, Σ energy increments. Each GPU's readings from its lower bound lo on (tmp_ledger_cursors: its cursor,
-# or the chunk's start, or the start of an hour metered again) to the chunk's end are read. An energy counter that
-# goes down was reset (driver reload): the new reading is the energy since then. Increments run between consecutive
-# readings that carry a counter value, so a missing value (a failed read, a GPU without a counter) does not lose the
-# energy across it: readings are ordered by one 64-bit key o, gpu_id × 2^32 + ts (ids below 2^31, instants before
-# 2106), which sorts faster than the pair, negated for a reading without a value, so that those come first, all
-# together, and each reading with a value follows the previous one with a value. For the readings with a value, the
-# step dk of k from the previous reading is the time since it when that reading is the same GPU's, and more than 2^32
-# − the chunk's span (far more than the gap) when it is another GPU's, so ``dk > gap`` also starts each GPU afresh.
-# The window runs over the readings read alone (nothing else in the sort, and PostgreSQL can sort them in parallel
-# workers); the increment of each GPU's first reading from lo on, from the GPU's last reading in the lookback before
-# lo (two key lookups per GPU, not a scan of the hours before), is a row of its own (the first reading's windowed
-# increment is 0: its predecessor in the key order is another GPU's), so every sum adds the same terms as one window
-# over both. The GPUs drive those lookups (CROSS JOIN, whose order SQLite keeps): each GPU's first and previous
-# reading with a value are searched once and then read by key. Each reading is assigned to the holding that contains
-# it in a GPU-hour that is not shared (its holdings are disjoint), else to none (allocation_id 0: the unallocated
-# rest, or a shared GPU-hour as a whole), and summed per GPU-hour key and holding in integer units (RATIO_SCALE,
-# ENERGY_SCALE), with the last reading's instant (the GPU's next cursor). Hardware activity rides along where the
-# chunk has some (an hour in ``profiled_hours``, which ingest marks when it stores readings that carry activity): the
-# readings with any activity field (profiled), and per activity the sum of its values and how many readings had one
-# (the firsts' rows carry none). Elsewhere the activity columns are constants, so that GPU-hours without profiling
-# data cost the metering no more than before it kept activity. The readings are read per GPU from lo by the (gpu_id,
-# ts) key (SQLite: CROSS JOIN, PostgreSQL: LATERAL); a chunk that no rollup metered before (every GPU from the
-# chunk's start) is read by a scan of its day partitions on PostgreSQL instead.
+# 4. Metering of the readings that are new to the kept sums, per GPU, hour and holding: readings with a utilisation, Σ
+# utilisation, Σ energy increments. Each GPU's readings from its lower bound lo on (tmp_ledger_cursors: its cursor, or
+# the chunk's start, or the start of an hour metered again) to the chunk's end are read. An energy counter that goes
+# down was reset (driver reload): the new reading is the energy since then. Increments run between consecutive readings
+# that carry a counter value, so a missing value (a failed read, a GPU without a counter) does not lose the energy
+# across it: readings are ordered by one 64-bit key o, gpu_id × 2^32 + ts (ids below 2^31, instants before 2106), which
+# sorts faster than the pair, negated for a reading without a value, so that those come first, all together, and each
+# reading with a value follows the previous one with a value. For the readings with a value, the step dk of k from the
+# previous reading is the time since it when that reading is the same GPU's, and more than 2^32 − the chunk's span (far
+# more than the gap) when it is another GPU's, so ``dk > gap`` also starts each GPU afresh. The window runs over the
+# readings read alone (nothing else in the sort, and PostgreSQL can sort them in parallel workers); the increment of
+# each GPU's first reading from lo on, from the GPU's last reading in the lookback before lo (two key lookups per GPU,
+# not a scan of the hours before), is a row of its own (the first reading's windowed increment is 0: its predecessor in
+# the key order is another GPU's), so every sum adds the same terms as one window over both. Each GPU's first and
+# previous reading with a value are searched once (a materialised CTE) and their values then read by key, in scalar
+# subqueries that are index lookups whatever the planner estimates. Each reading is assigned to the holding that
+# contains it in a GPU-hour that is not shared (its holdings are disjoint), else to none (allocation_id 0: the
+# unallocated rest, or a shared GPU-hour as a whole), and summed per GPU-hour key and holding in integer units
+# (RATIO_SCALE, ENERGY_SCALE), with the last reading's instant (the GPU's next cursor). Hardware activity rides along
+# where the chunk has some (an hour in ``profiled_hours``, which ingest marks when it stores readings that carry
+# activity): the readings with any activity field (profiled), and per activity the sum of its values and how many
+# readings had one (the firsts' rows carry none). Elsewhere the activity columns are constants, so that GPU-hours
+# without profiling data cost the metering no more than before it kept activity. The readings are read per GPU from lo
+# by the (gpu_id, ts) key (SQLite: CROSS JOIN, whose order it keeps; PostgreSQL: LATERAL behind OFFSET 0, so that it is
+# not flattened into a scan of the day partition); a chunk that no rollup metered before (every GPU from the chunk's
+# start) is read by a scan of its day partitions on PostgreSQL instead.
 _METERING_SQL = """
 CREATE TEMPORARY TABLE tmp_ledger_delta AS
 WITH windowed AS (
@@ -283,8 +284,9 @@ WHERE h.start < t.through
 # PostgreSQL: the readings go from the window straight into a hash join with the holdings and a hash aggregate (a few
 # GPU-hours × holdings groups), whatever the statistics of the day partitions say. Freshly written partitions that
 # autovacuum has not analysed yet are estimated at a few hundred rows, for which the planner chose to sort the
-# window's output twice more (a merge join, then a sorted aggregate): a third more time on 368,640 readings, and
-# more with every column the sorts carry.
+# window's output twice more (a merge join, then a sorted aggregate: a third more time on 368,640 readings), or to
+# compare every reading with every holding in a nested loop (12 s instead of 0.6 s for an hour of 512 GPUs). The
+# per-GPU reads behind LATERAL stay nested loops: nothing else can run them.
 _PG_METERING_SETTINGS = {"enable_mergejoin": "off", "enable_sort": "off", "enable_nestloop": "off"}
 
 # 4'. The same metering table from the segments metered in a TSDB (tsdb_gpu_metering)
