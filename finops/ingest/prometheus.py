@@ -1,8 +1,10 @@
 """The Prometheus HTTP API as the service reads it: range and instant queries (``GET /api/v1/query_range`` and
 ``/api/v1/query``; the JSON envelope, the ``matrix`` and ``vector`` result formats and the error answers are those of
-the Prometheus documentation, "HTTP API"), the site's label names for dcgm-exporter's labels, Prometheus durations
-and PromQL quoting. What is pulled through it: :mod:`finops.ingest.prometheus_pull` (GPU telemetry),
-:mod:`finops.analysis.telemetry` (fabric throughput), :mod:`finops.analysis.tokens` (generated tokens).
+the Prometheus documentation, "HTTP API": answers are parsed by orjson, a series or sample written as that
+documentation writes it is taken as is, anything else is judged by pydantic models), the site's label names for
+dcgm-exporter's labels, Prometheus durations and PromQL quoting. What is pulled through it:
+:mod:`finops.ingest.prometheus_pull` (GPU telemetry), :mod:`finops.analysis.telemetry` (fabric throughput),
+:mod:`finops.analysis.tokens` (generated tokens).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 import httpx
+import orjson
 from pydantic import BaseModel, ValidationError
 
 from finops.errors import FinopsError
@@ -121,6 +124,10 @@ class PrometheusClient:
         left out."""
         found = []
         for raw in matrix.result:
+            plain = _plain_series(raw)
+            if plain is not None:
+                found.append(plain)
+                continue
             try:
                 series = _MatrixSeries.model_validate(raw)
             except ValidationError as exc:
@@ -145,6 +152,10 @@ class PrometheusClient:
         )
         found = []
         for raw in vector.result:
+            plain = _plain_sample(raw)
+            if plain is not None:
+                found.append(plain)
+                continue
             try:
                 sample = _VectorSample.model_validate(raw)
             except ValidationError as exc:
@@ -167,8 +178,8 @@ class PrometheusClient:
         except httpx.TransportError as exc:
             raise PrometheusError(f"{where}: {self.url}: {exc.__class__.__name__}: {exc}") from exc
         try:
-            envelope = _Envelope.model_validate_json(response.content)
-        except ValidationError as exc:
+            envelope = _Envelope.model_validate(orjson.loads(response.content))
+        except (orjson.JSONDecodeError, ValidationError) as exc:
             raise PrometheusError(
                 f"{where}: HTTP {response.status_code} from {self.url}, not a Prometheus API answer: "
                 f"{response.text[:200]!r}"
@@ -301,6 +312,41 @@ def promql_string(value: str) -> str:
     """A PromQL double-quoted string."""
     escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{escaped}"'
+
+
+def _plain_labels(metric: Any) -> bool:
+    """Whether ``metric`` is a JSON object of string labels."""
+    return type(metric) is dict and all(type(value) is str for value in metric.values())
+
+
+def _plain_series(raw: Any) -> RangeSeries | None:
+    """A ``matrix`` series as the API documentation writes it (an object of string labels and ``[<number>,
+    "<finite number>"]`` points) as a :class:`RangeSeries`; None for anything else, which the pydantic models then
+    judge (and log). Checked by type alone: a loop of the fleet's raw samples stays cheap."""
+    if type(raw) is not dict or not _plain_labels(raw.get("metric")) or type(values := raw.get("values")) is not list:
+        return None
+    try:
+        points = [(float(ts), float(text)) for ts, text in values if type(ts) in _TIMES and type(text) is str]
+    except (TypeError, ValueError):
+        return None
+    if len(points) != len(values) or not all(math.isfinite(value) for _, value in points):
+        return None
+    return RangeSeries(raw["metric"], points)
+
+
+def _plain_sample(raw: Any) -> InstantSample | None:
+    """A ``vector`` sample as the API documentation writes it (labels as for :func:`_plain_series`, one point) as
+    an :class:`InstantSample`; None for anything else."""
+    if type(raw) is not dict or not _plain_labels(raw.get("metric")) or type(pair := raw.get("value")) is not list:
+        return None
+    if len(pair) != 2 or type(pair[0]) not in _TIMES or type(pair[1]) is not str:
+        return None
+    value = _number(pair[1])
+    return None if value is None else InstantSample(raw["metric"], float(pair[0]), value)
+
+
+_TIMES = (int, float)
+"""The JSON types of a point's time taken as is (pydantic's float also takes text and booleans)."""
 
 
 def _number(text: str) -> float | None:
