@@ -104,10 +104,17 @@ class PrometheusClient:
         """Close the HTTP client."""
         self._client.close()
 
-    def query_range(self, query: str, start: datetime, end: datetime, step_seconds: float) -> list[RangeSeries]:
-        """``query`` evaluated at ``start, start + step, …`` up to ``end`` inclusive (the API's ``matrix``)."""
+    def query_range(
+        self, query: str, start: datetime, end: datetime, step_seconds: float, exact: bool = False
+    ) -> list[RangeSeries]:
+        """``query`` evaluated at ``start, start + step, …`` up to ``end`` inclusive (the API's ``matrix``).
+        ``exact``: also ask ``nocache=1``, without which VictoriaMetrics may move the instants of an answer of more
+        than 50 points to multiples of the step, for its cache (VictoriaMetrics issue 563); other servers ignore it,
+        and a query frontend may still align them (Thanos' ``--query-range.align-range-with-step``)."""
         where = f"{query} over [{start.isoformat()}, {end.isoformat()}] step {step_seconds:g}s"
         params = {"query": query, "start": _api_time(start), "end": _api_time(end), "step": f"{step_seconds:g}"}
+        if exact:
+            params["nocache"] = "1"
         return self._series(self._result(_Matrix, self._call("/api/v1/query_range", params, where), where), where)
 
     def samples(self, query: str, at: datetime) -> list[RangeSeries]:
@@ -326,12 +333,15 @@ def _plain_series(raw: Any) -> RangeSeries | None:
     if type(raw) is not dict or not _plain_labels(raw.get("metric")) or type(values := raw.get("values")) is not list:
         return None
     try:
-        points = [(float(ts), float(text)) for ts, text in values if type(ts) in _TIMES and type(text) is str]
+        times = [float(ts) for ts, _ in values if type(ts) in _TIMES]
+        numbers = [float(text) for _, text in values if type(text) is str]
     except (TypeError, ValueError):
         return None
-    if len(points) != len(values) or not all(math.isfinite(value) for _, value in points):
+    if len(times) != len(values) or len(numbers) != len(values):
         return None
-    return RangeSeries(raw["metric"], points)
+    if not math.isfinite(sum(numbers)) and not all(map(math.isfinite, numbers)):  # a sum overflows, or not finite
+        return None
+    return RangeSeries(raw["metric"], list(zip(times, numbers, strict=True)))
 
 
 def _plain_sample(raw: Any) -> InstantSample | None:

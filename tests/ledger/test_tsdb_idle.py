@@ -16,13 +16,13 @@ from collector.contract import metric_names as m
 from collector.contract.sample import Sample
 from finops.analysis.idle import IdlePolicy, detect_idle
 from finops.db.models import Gpu, GpuSample, IdleEpisode, Job
-from finops.ingest.prometheus import PrometheusClient
+from finops.ingest.prometheus import PrometheusClient, RangeSeries
 from finops.ingest.prometheus_pull import PullOptions, field_scale
 from finops.ingest.promql_select import raw_readings
 from finops.ingest.tsdb_idle import kept
 from finops.ingest.tsdb_metering import MEMORY_FIELD
 from finops.ingest.tsdb_source import TsdbTelemetry
-from finops.timeutil import to_epoch
+from finops.timeutil import from_epoch, to_epoch
 from tests.ledger.test_tsdb_metering import DAY_GPUS, PRICING, day_readings, exposition, seed_day
 from tests.ledger.test_tsdb_queries import CountingClient
 from tests.support import scenario
@@ -163,7 +163,7 @@ def test_idle_episodes_judged_on_the_kept_readings_equal_those_judged_on_every_r
 ) -> None:
     """The same episodes, to the second, with the same memory flag, cost, reason and evidence, at both thresholds
     (GPU 2's job is in a partition idle at 1 %), across quarter hours and silences longer than the max gap; fewer
-    readings are read, and the fleet's low quarter hours are found in two queries."""
+    readings are read, and the fleet's low quarter hours are found in one range query per utilisation series."""
     t0 = scenario.start_hour() - timedelta(days=2)
     readings = silent_readings(t0)
     url = tsdb(exposition(readings, "gpu-d-01"))
@@ -187,5 +187,37 @@ def test_idle_episodes_judged_on_the_kept_readings_equal_those_judged_on_every_r
     assert judged["kept"] == judged["every"]
     assert len({gpu_id for gpu_id, *_ in judged["every"]}) == DAY_GPUS and len(judged["every"]) >= 4
     assert set(read) < set(every)
-    # 19 quarter hours of two utilisation series (dcgm-exporter's, AMD's exporter's) fit in two queries of 4 KiB.
+    # One range query per utilisation series (dcgm-exporter's, AMD's exporter's) for the 19 quarter hours.
     assert sum("min_over_time" in query for query, _ in client.asked) == 2
+
+
+class AligningClient(CountingClient):
+    """A client whose range queries a query frontend aligns to their step (Thanos'
+    ``--query-range.align-range-with-step``): start and end moved down to multiples of it."""
+
+    def query_range(
+        self, query: str, start: datetime, end: datetime, step_seconds: float, exact: bool = False
+    ) -> list[RangeSeries]:
+        def aligned(at: datetime) -> datetime:
+            return from_epoch(int(at.timestamp() // step_seconds * step_seconds))
+
+        return super().query_range(query, aligned(start), aligned(end), step_seconds, exact)
+
+
+def test_idle_readings_are_the_same_where_range_queries_are_aligned_to_their_step(
+    sessions: sessionmaker[Session], tsdb: TsdbLoader, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The quarter hours with a low reading are then asked instant by instant, and that is logged."""
+    t0 = scenario.start_hour() - timedelta(days=2)
+    readings = silent_readings(t0)
+    url = tsdb(exposition(readings, "gpu-d-01"))
+    # Quarter hours from 01:01:07: not multiples of 900 s.
+    start, end = to_epoch(t0) + 3667, to_epoch(t0) + 335 * 60
+    with sessions.begin() as session:
+        seed_day(session, t0, readings, [])
+        plain = TsdbTelemetry(PrometheusClient(url)).idle_readings(session, start, end, 0.05)
+        client = AligningClient(url)
+        assert TsdbTelemetry(client).idle_readings(session, start, end, 0.05) == plain
+    assert len(plain) > 100
+    assert "quarter hours are asked one by one" in caplog.text
+    assert any(query.startswith("label_replace(min_over_time(") for query, _ in client.asked)
