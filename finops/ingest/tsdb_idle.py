@@ -47,7 +47,7 @@ from finops.timeutil import from_epoch
 
 log = logging.getLogger(__name__)
 
-SLICE_SECONDS = 900
+SLICE_SECONDS = 300
 """Length of the slices the idle period is asked in: the GPUs low in a slice have that slice's raw readings read.
 Shorter slices read fewer readings of GPUs idle for part of the period and ask more queries (a GPU idle across
 several slices is named in each)."""
@@ -133,7 +133,7 @@ def _low_slices(
                 for ts, value in series.points:
                     answers[_slice_at(slices, ts)].append((series.labels, value))
         except _Misaligned as exc:
-            log.warning("%s: %s; the idle readings' quarter hours are asked one by one", client.url, exc)
+            log.warning("%s: %s; the idle readings' slices are asked one by one", client.url, exc)
             asks = [(f"min_over_time({selector}{window(a, b)}) <= {limit!r}", b) for a, b in slices]
             answers = [[(s.labels, s.value) for s in samples] for samples in ask_packed(client, asks)]
         per_slice: dict[int, set[str]] = defaultdict(set)

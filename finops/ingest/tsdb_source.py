@@ -193,7 +193,7 @@ class TsdbTelemetry:
         """The readings of [start, end) (epoch seconds) of the GPUs the database knows that idle detection judges at
         thresholds up to ``threshold`` (a utilisation ratio), as :class:`finops.analysis.idle.ReadingSource` gives
         them: those at or below it and their neighbours, each the TSDB's own sample, not a value resampled at a
-        step, asked for the fleet at once and read for the GPUs and quarter hours with one
+        step, asked for the fleet at once and read for the GPUs and five minutes with one
         (:func:`finops.ingest.tsdb_idle.idle_readings`). MIG instance series are left out."""
         by_uuid = {uuid: gpu_id for gpu_id, uuid in session.execute(select(Gpu.id, Gpu.uuid)) if uuid is not None}
         return idle_readings(self.client, self.options, by_uuid, start, end, threshold)

@@ -130,10 +130,10 @@ class EveryReading:
 
 def silent_readings(t0: datetime) -> list[Sample]:
     """Six hours of 1-minute readings of 3 GPUs from ``t0`` (GPU 1's 0.3 s before the minute), busy at 60-90 %
-    but: GPU 0 at 0 % from 01:40 to 02:50, across quarter hours; GPU 1 at 2 % from 02:00 to 02:30, then silent for
+    but: GPU 0 at 0 % from 01:40 to 02:50, across slices; GPU 1 at 2 % from 02:00 to 02:30, then silent for
     25 minutes, then at 0 % until 03:20, and once at 0 % at 03:50 after 10 silent minutes; GPU 2 at 3 % (idle at
     5 %, not at 1 %) from 03:20 to 04:00, then at 0 % until 04:40 but at 90 % every seventh minute, then at 0 %
-    until 05:00 and silent for 10 minutes (the reading after its last idle one lies in no quarter hour with a low
+    until 05:00 and silent for 10 minutes (the reading after its last idle one lies in no slice with a low
     reading, past the margin read around them)."""
     readings = []
     for minute in range(6 * 60):
@@ -162,8 +162,8 @@ def test_idle_episodes_judged_on_the_kept_readings_equal_those_judged_on_every_r
     sessions: sessionmaker[Session], tsdb: TsdbLoader
 ) -> None:
     """The same episodes, to the second, with the same memory flag, cost, reason and evidence, at both thresholds
-    (GPU 2's job is in a partition idle at 1 %), across quarter hours and silences longer than the max gap; fewer
-    readings are read, and the fleet's low quarter hours are found in one range query per utilisation series."""
+    (GPU 2's job is in a partition idle at 1 %), across slices and silences longer than the max gap; fewer
+    readings are read, and the fleet's low slices (five minutes) are found in one range query per utilisation series."""
     t0 = scenario.start_hour() - timedelta(days=2)
     readings = silent_readings(t0)
     url = tsdb(exposition(readings, "gpu-d-01"))
@@ -187,7 +187,7 @@ def test_idle_episodes_judged_on_the_kept_readings_equal_those_judged_on_every_r
     assert judged["kept"] == judged["every"]
     assert len({gpu_id for gpu_id, *_ in judged["every"]}) == DAY_GPUS and len(judged["every"]) >= 4
     assert set(read) < set(every)
-    # One range query per utilisation series (dcgm-exporter's, AMD's exporter's) for the 19 quarter hours.
+    # One range query per utilisation series (dcgm-exporter's, AMD's exporter's) for the 55 slices.
     assert sum("min_over_time" in query for query, _ in client.asked) == 2
 
 
@@ -207,11 +207,11 @@ class AligningClient(CountingClient):
 def test_idle_readings_are_the_same_where_range_queries_are_aligned_to_their_step(
     sessions: sessionmaker[Session], tsdb: TsdbLoader, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The quarter hours with a low reading are then asked instant by instant, and that is logged."""
+    """The slices (five minutes) with a low reading are then asked instant by instant, and that is logged."""
     t0 = scenario.start_hour() - timedelta(days=2)
     readings = silent_readings(t0)
     url = tsdb(exposition(readings, "gpu-d-01"))
-    # Quarter hours from 01:01:07: not multiples of 900 s.
+    # Slices from 01:01:07: not multiples of their 300 s.
     start, end = to_epoch(t0) + 3667, to_epoch(t0) + 335 * 60
     with sessions.begin() as session:
         seed_day(session, t0, readings, [])
@@ -219,5 +219,5 @@ def test_idle_readings_are_the_same_where_range_queries_are_aligned_to_their_ste
         client = AligningClient(url)
         assert TsdbTelemetry(client).idle_readings(session, start, end, 0.05) == plain
     assert len(plain) > 100
-    assert "quarter hours are asked one by one" in caplog.text
-    assert any(query.startswith("label_replace(min_over_time(") for query, _ in client.asked)
+    assert "slices are asked one by one" in caplog.text
+    assert any("label_replace(min_over_time(" in query for query, _ in client.asked)
