@@ -1,8 +1,8 @@
-"""The Prometheus HTTP API as the service reads it: range and instant queries (``GET /api/v1/query_range`` and
-``/api/v1/query``; the JSON envelope, the ``matrix`` and ``vector`` result formats and the error answers are those of
-the Prometheus documentation, "HTTP API": answers are parsed by orjson, a series or sample written as that
-documentation writes it is taken as is, anything else is judged by pydantic models), the site's label names for
-dcgm-exporter's labels, Prometheus durations and PromQL quoting. What is pulled through it:
+"""The Prometheus HTTP API as the service reads it: range and instant queries (``POST /api/v1/query_range`` and
+``/api/v1/query``, the parameters as a form body; the JSON envelope, the ``matrix`` and ``vector`` result formats
+and the error answers are those of the Prometheus documentation, "HTTP API": answers are parsed by orjson, a series
+or sample written as that documentation writes it is taken as is, anything else is judged by pydantic models), the
+site's label names for dcgm-exporter's labels, Prometheus durations and PromQL quoting. What is pulled through it:
 :mod:`finops.ingest.prometheus_pull` (GPU telemetry), :mod:`finops.analysis.telemetry` (fabric throughput),
 :mod:`finops.analysis.tokens` (generated tokens).
 """
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from datetime import datetime
 from typing import Any, Literal
+from urllib.parse import quote_plus
 
 import httpx
 import orjson
@@ -86,7 +87,8 @@ class _VectorSample(BaseModel):
 
 
 class PrometheusClient:
-    """The two query endpoints of a Prometheus server's HTTP API (``/api/v1/query_range``, ``/api/v1/query``).
+    """The two query endpoints of a Prometheus server's HTTP API (``/api/v1/query_range``, ``/api/v1/query``), asked by
+    POST (:func:`form_body`).
 
     Args:
         url: the server's base URL (``http://prometheus:9090``; a path prefix such as ``/prometheus`` is kept).
@@ -179,7 +181,7 @@ class PrometheusClient:
 
     def _call(self, path: str, params: dict[str, str], where: str) -> Any:
         try:
-            response = self._client.get(self.url + path, params=params)
+            response = self._client.post(self.url + path, content=form_body(params), headers=_FORM_HEADERS)
         except httpx.TimeoutException as exc:
             raise PrometheusError(f"{where}: {self.url} did not answer in time ({exc.__class__.__name__})") from exc
         except httpx.TransportError as exc:
@@ -319,6 +321,24 @@ def promql_string(value: str) -> str:
     """A PromQL double-quoted string."""
     escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{escaped}"'
+
+
+_FORM_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
+_FORM_ESCAPES = {byte: "+" if byte == 0x20 else f"%{byte:02X}" for byte in range(128) if byte not in _FORM_SAFE}
+_FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+def form_body(params: Mapping[str, str]) -> bytes:
+    """``params`` as an ``application/x-www-form-urlencoded`` body, byte for byte as :func:`urllib.parse.urlencode`
+    writes it (unreserved characters as they are, a space as ``+``, every other byte of the UTF-8 text as ``%XX``),
+    by one ``str.translate`` of ASCII text: a fleet's queries are long, and percent-encoding them a character at a
+    time cost a quarter of the client's CPU in a cycle. The Prometheus HTTP API takes a query's parameters so in a
+    POST, "useful when specifying a large query that may breach server-side URL character limits" (Prometheus
+    documentation, "HTTP API"); VictoriaMetrics, Thanos and Mimir too."""
+    return "&".join(
+        f"{key}={value.translate(_FORM_ESCAPES) if value.isascii() else quote_plus(value)}"
+        for key, value in params.items()
+    ).encode()
 
 
 def _plain_labels(metric: Any) -> bool:
