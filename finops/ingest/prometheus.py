@@ -343,7 +343,7 @@ def form_body(params: Mapping[str, str]) -> bytes:
 
 def _plain_labels(metric: Any) -> bool:
     """Whether ``metric`` is a JSON object of string labels."""
-    return type(metric) is dict and all(type(value) is str for value in metric.values())
+    return type(metric) is dict and set(map(type, metric.values())) <= {str}
 
 
 def _plain_series(raw: Any) -> RangeSeries | None:
