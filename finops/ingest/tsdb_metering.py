@@ -13,9 +13,9 @@ Terms. An hour is asked as terms, one per segment: the whole hour (clipped), for
 most GPU-hours are not cut), and each segment cut inside the hour for the GPUs cut there only (a matcher on their
 UUID label, :func:`~finops.ingest.promql_select.uuid_matcher`, in groups of at most half a query:
 :func:`~finops.ingest.promql_select.uuid_groups`). Each value below of each
-term is an ask; an hour's asks are tagged with their index (``label_replace`` into :data:`SEGMENT_LABEL`) and joined
-by ``or`` into as few instant queries of at most :data:`~finops.ingest.promql_select.MAX_QUERY_CHARS` characters as
-they fit in (:func:`~finops.ingest.promql_select.packed`;
+term is an ask; an hour's asks are packed into as few instant queries of at most
+:data:`~finops.ingest.promql_select.MAX_QUERY_CHARS` characters as they fit in
+(:func:`~finops.ingest.promql_select.ask_packed`: tagged with their index by ``label_replace``, joined by ``or``;
 values of different fields share a query), each evaluated at its latest segment end, every ask at its own ``@``
 instant, in two rounds: first what needs nothing else, then what depends on it (the energy counter's further
 values for the terms where it has readings; each activity field's values for the GPUs that have it in the hour). So
@@ -82,7 +82,7 @@ from finops.ingest.amd_exporter import (
 )
 from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import ACTIVITY_METRICS, CYCLE_FIELDS, PullOptions, field_scale
-from finops.ingest.promql_select import MAX_QUERY_CHARS, gpu_selector, packed, raw_readings, uuid_groups, window
+from finops.ingest.promql_select import ask_packed, gpu_selector, raw_readings, uuid_groups, window
 from finops.ledger.sql import ACTIVITIES
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
@@ -109,8 +109,6 @@ CYCLE_ACTIVITIES: dict[str, str] = {
 }
 """DCGM 4.6's active-cycles counters metered -> the activity each gives as Δ counter / Δ elapsed SM cycles
 (:data:`collector.contract.dcgm_fields.CYCLE_COUNTERS`), in place of the activity's ratio fields."""
-SEGMENT_LABEL = "finops_segment"
-"""The label a packed query's terms are told apart by (``label_replace``)."""
 
 
 def cycle_sums(
@@ -421,21 +419,17 @@ class TsdbMeter:
 
     def _answers(self, asks: Sequence[_Ask], by_uuid: dict[str, int]) -> Answers:
         """Each of ``asks``: its value per known GPU (by its series' UUID label; MIG instance series left out, as
-        the pull leaves them out). The asks are packed into as few instant queries as :data:`MAX_QUERY_CHARS`
-        allows, each tagged with its index in :data:`SEGMENT_LABEL` (``label_replace``) and the tagged asks joined
-        by ``or``; a query is evaluated at the latest segment end of its asks."""
+        the pull leaves them out). The asks are packed into as few instant queries as
+        :data:`~finops.ingest.promql_select.MAX_QUERY_CHARS` allows (:func:`~finops.ingest.promql_select.ask_packed`:
+        a query is evaluated at the latest segment end of its asks)."""
         asks = list(dict.fromkeys(asks))
-        parts = [
-            f"label_replace({ask.expression(self._selector(ask.dcgm_field, ask.term), ask.term.a, ask.term.b)}, "
-            f'"{SEGMENT_LABEL}", "{index}", "", "")'
-            for index, ask in enumerate(asks)
+        expressions = [
+            (ask.expression(self._selector(ask.dcgm_field, ask.term), ask.term.a, ask.term.b), ask.term.b)
+            for ask in asks
         ]
         values: Answers = {ask: {} for ask in asks}
-        joint = " or "
-        for group in packed([len(part) + len(joint) for part in parts], MAX_QUERY_CHARS + len(joint)):
-            at = max(asks[index].term.b for index in group)
-            for sample in self.client.query(joint.join(parts[index] for index in group), from_epoch(at)):
-                ask = asks[int(sample.labels[SEGMENT_LABEL])]
+        for ask, samples in zip(asks, ask_packed(self.client, expressions), strict=True):
+            for sample in samples:
                 gpu_id = self._gpu_of(sample.labels, ask.dcgm_field, by_uuid)
                 if gpu_id is not None:
                     values[ask][gpu_id] = sample.value

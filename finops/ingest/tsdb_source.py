@@ -12,7 +12,7 @@ metering (:class:`finops.ingest.tsdb_metering.TsdbMeter`).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
@@ -22,13 +22,14 @@ from collector.contract.node_io import NODE_IO_COUNTERS
 from collector.contract.wire import GpuInfo
 from finops.db.hours import mark_hours_dirty
 from finops.db.models import Gpu, LedgerEntry
-from finops.ingest.amd_exporter import AMD_MEMORY_USED, AMD_UTILIZATION
+from finops.ingest.amd_exporter import AMD_UTILIZATION
 from finops.ingest.node_io import HourRate, replace_hours
 from finops.ingest.prometheus import InstantSample, PrometheusClient, selector_matchers
-from finops.ingest.prometheus_pull import PullOptions, field_scale, series_identity
-from finops.ingest.promql_select import gpu_selector, raw_readings, uuid_groups, window
+from finops.ingest.prometheus_pull import PullOptions, series_identity
+from finops.ingest.promql_select import gpu_selector, raw_readings, uuid_groups
 from finops.ingest.readings import Ingestor
-from finops.ingest.tsdb_metering import MEMORY_FIELD, TsdbMeter
+from finops.ingest.tsdb_idle import IdleReading, idle_readings
+from finops.ingest.tsdb_metering import TsdbMeter
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
 
 STACKED_DISKS = 'device!~"(dm-|md)[0-9]+"'
@@ -44,6 +45,11 @@ DISCOVERY_STEPS_PER_QUERY = 1440
 step with a reading at once (measured on 2.42) and refuses a query holding more than ``--query.max-samples`` (50
 million by default; documentation "Command-line flags"): a week at a 60 s step in one query is refused from some
 3,700 GPUs on, a day at a time from some 26,000 on."""
+DISCOVERY_BURST_STEPS = 2
+"""Steps within which the first readings of a burst of GPUs (:meth:`TsdbTelemetry._first_readings`) begin: a burst
+too large to name in one query reads every GPU's series over its span, some 3 steps."""
+DISCOVERY_CHUNK_STEPS = 60
+"""Most steps one query of named GPUs' first readings spans (:meth:`TsdbTelemetry._first_readings`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +88,9 @@ class TsdbTelemetry:
         step, Prometheus documentation "Subquery"; over [start, end) in spans of at most
         :attr:`discovery_steps_per_query` steps) gives, per series, the newest reading at the first step instant
         after the first reading, v; for a GPU unknown or possibly entering service earlier than known, its raw
-        readings of [max(start, v − step + 1), max(start, v) + step) (an instant query of a range selector) give the
-        first one exactly, for readings at most a step apart."""
+        readings of [max(start, v − step + 1), max(start, v) + step) give the first one exactly, for readings at
+        most a step apart. Those raw readings are asked for many GPUs at once (:meth:`_first_readings`): a fleet
+        found at once takes one query, not one per GPU."""
         step = self.options.step_seconds
         found: dict[str, tuple[str, GpuInfo, int, str]] = {}
         for name in self._utilization_fields:
@@ -98,24 +105,70 @@ class TsdbTelemetry:
                     found[labels["uuid"]] = (node, info, approximate, name)
         known = {
             uuid: to_epoch(entered)
-            for uuid, entered in session.execute(
-                select(Gpu.uuid, Gpu.in_service_from).where(Gpu.uuid.in_(sorted(found)))
-            )
+            for uuid, entered in session.execute(select(Gpu.uuid, Gpu.in_service_from))
+            if uuid in found
         }
+        asks = {
+            uuid: (name, max(start, approximate - step + 1), max(start, approximate) + step)
+            for uuid, (_, _, approximate, name) in found.items()
+            if uuid not in known or known[uuid] > max(start, approximate - step + 1)
+        }
+        firsts = self._first_readings(asks)
         by_node: dict[str, dict[str, tuple[GpuInfo, int]]] = defaultdict(dict)
-        for uuid, (node, info, approximate, name) in found.items():
-            if uuid in known and known[uuid] <= max(start, approximate - step + 1):
-                continue
-            first = self._first_reading(name, uuid, max(start, approximate - step + 1), max(start, approximate) + step)
-            first = max(start, approximate) if first is None else first
+        for uuid in asks:
+            node, info, approximate, _ = found[uuid]
+            first = firsts.get(uuid, max(start, approximate))
             if uuid not in known or first < known[uuid]:
                 by_node[node][uuid] = (info, first)
+        dirty: set[int] = set()
         for node, gpus in sorted(by_node.items()):
             first_seen = {uuid: first for uuid, (_, first) in gpus.items()}
             self.ingestor.register(session, node, [info for info, _ in gpus.values()], first_seen)
             for uuid, first in first_seen.items():
-                mark_hours_dirty(session, range(floor_hour(first), known.get(uuid, end), HOUR))
+                dirty.update(range(floor_hour(first), known.get(uuid, end), HOUR))
+        mark_hours_dirty(session, dirty)
         return sum(len(gpus) for gpus in by_node.values())
+
+    def _first_readings(self, asks: Mapping[str, tuple[str, int, int]]) -> dict[str, int]:
+        """Per GPU of ``asks`` (UUID → its utilisation series, a, b): the epoch second of its first reading of that
+        series in [a, b), where it has one.
+
+        Raw readings (:func:`~finops.ingest.promql_select.raw_readings`) of the GPUs in time order of a, in few
+        queries: a *burst* (GPUs whose a lie within :data:`DISCOVERY_BURST_STEPS` steps of the first one's) that
+        fills more than one query of UUIDs is asked for every series of the field at once over its span, the other
+        GPUs named by UUID (:func:`~finops.ingest.promql_select.uuid_groups`), as many a query as fit in one whose
+        span is at most :data:`DISCOVERY_CHUNK_STEPS` steps. So a fleet entering service together (the first rollup
+        of a new site) takes one query, and GPUs entering apart a query per some 50 of them or per span."""
+        step = self.options.step_seconds
+        chunks: list[tuple[str, list[str], bool]] = []  # (series, UUIDs, named)
+        by_name: dict[str, list[tuple[int, str]]] = defaultdict(list)
+        for uuid, (name, a, _) in asks.items():
+            by_name[name].append((a, uuid))
+        for name, spans in by_name.items():
+            spans.sort()
+            scattered: list[str] = []
+            for burst in _runs(spans, DISCOVERY_BURST_STEPS * step):
+                uuids = [uuid for _, uuid in burst]
+                if len(uuid_groups(uuids)) > 1:
+                    chunks.append((name, uuids, False))
+                else:
+                    scattered += uuids
+            for span in _runs([(asks[uuid][1], uuid) for uuid in scattered], DISCOVERY_CHUNK_STEPS * step):
+                chunks += [(name, group, True) for group in uuid_groups([uuid for _, uuid in span])]
+        firsts: dict[str, int] = {}
+        for name, uuids, named in chunks:
+            lo, hi = min(asks[uuid][1] for uuid in uuids), max(asks[uuid][2] for uuid in uuids)
+            selector = gpu_selector(self.options, name, uuids) if named else self.options.query(name)
+            wanted = set(uuids)
+            for series in raw_readings(self.client, selector, lo, hi):
+                uuid = self.options.labels.canonical(series.labels).get("UUID", "")
+                if uuid not in wanted:
+                    continue
+                _, a, b = asks[uuid]
+                times = [int(ts) for ts, _ in series.points if a <= ts < b]
+                if times and (uuid not in firsts or min(times) < firsts[uuid]):
+                    firsts[uuid] = min(times)
+        return firsts
 
     def _first_timestamps(self, utilization: str, start: int, end: int) -> list[InstantSample]:
         """Per series of ``utilization`` and span of [start, end) (epoch seconds) of at most
@@ -136,54 +189,14 @@ class TsdbTelemetry:
         """The utilisation series read: dcgm-exporter's (the first of the options'), AMD's exporter's."""
         return (self.options.utilization_fields[0], AMD_UTILIZATION)
 
-    def _first_reading(self, name: str, uuid: str, a: int, b: int) -> int | None:
-        """The epoch second of one GPU's first utilisation reading (series ``name``) in [a, b), None without one."""
-        series = raw_readings(self.client, gpu_selector(self.options, name, [uuid]), a, b)
-        return min((int(ts) for s in series for ts, _ in s.points), default=None)
-
-    def idle_readings(
-        self, session: Session, start: int, end: int, threshold: float
-    ) -> list[tuple[int, int, float, float | None]]:
-        """The readings of [start, end) (epoch seconds) of the GPUs the database knows that read at or below
-        ``threshold`` (a utilisation ratio) at least once in it, as idle detection judges them
-        (:class:`finops.analysis.idle.ReadingSource`): (``gpus.id``, epoch second, utilisation ratio, memory used in
-        bytes or None), each the TSDB's own sample, not a value resampled at a step. MIG instance series are left
-        out.
-
-        First the GPUs: ``min_over_time`` of the utilisation over each hour of the period, for every GPU (one query
-        an hour). Then those GPUs' raw samples of the utilisation and memory series by instant queries of range
-        selectors naming them (:func:`finops.ingest.promql_select.uuid_matcher`, as many a query as
-        :func:`~finops.ingest.promql_select.uuid_groups` allows), an hour at a time
-        (:func:`finops.ingest.promql_select.raw_readings`), at the second their time falls in (fraction dropped, as
-        the database stores readings)."""
+    def idle_readings(self, session: Session, start: int, end: int, threshold: float) -> list[IdleReading]:
+        """The readings of [start, end) (epoch seconds) of the GPUs the database knows that idle detection judges at
+        thresholds up to ``threshold`` (a utilisation ratio), as :class:`finops.analysis.idle.ReadingSource` gives
+        them: those at or below it and their neighbours, each the TSDB's own sample, not a value resampled at a
+        step, asked for the fleet at once and read for the GPUs and five minutes with one
+        (:func:`finops.ingest.tsdb_idle.idle_readings`). MIG instance series are left out."""
         by_uuid = {uuid: gpu_id for gpu_id, uuid in session.execute(select(Gpu.id, Gpu.uuid)) if uuid is not None}
-        pairs = tuple(zip(self._utilization_fields, (MEMORY_FIELD, AMD_MEMORY_USED), strict=True))
-        hours = [(a, min(a + HOUR, end)) for a in range(start, end, HOUR)]
-        low: dict[str, set[str]] = {name: set() for name, _ in pairs}
-        for a, b in hours:
-            for name, _ in pairs:
-                for sample in self.client.query(
-                    f"min_over_time({self.options.query(name)}{window(a, b)})", from_epoch(b)
-                ):
-                    labels = self.options.labels.canonical(sample.labels)
-                    uuid = labels.get("UUID", "")
-                    low_enough = sample.value * field_scale(name) <= threshold
-                    if uuid in by_uuid and "GPU_I_PROFILE" not in labels and low_enough:
-                        low[name].add(uuid)
-        utilization: dict[tuple[int, int], float] = {}
-        memory: dict[tuple[int, int], float] = {}
-        for (utilization_field, memory_field), uuids in zip(pairs, low.values(), strict=True):
-            for group in uuid_groups(sorted(uuids)):
-                for a, b in hours:
-                    for name, values in ((utilization_field, utilization), (memory_field, memory)):
-                        for series in raw_readings(self.client, gpu_selector(self.options, name, group), a, b):
-                            labels = self.options.labels.canonical(series.labels)
-                            gpu_id = by_uuid.get(labels.get("UUID", ""))
-                            if gpu_id is None or "GPU_I_PROFILE" in labels:
-                                continue
-                            for ts, value in series.points:
-                                values[gpu_id, int(ts)] = value * field_scale(name)
-        return [(gpu_id, ts, u, memory.get((gpu_id, ts))) for (gpu_id, ts), u in sorted(utilization.items())]
+        return idle_readings(self.client, self.options, by_uuid, start, end, threshold)
 
     def store_node_rates(self, session: Session, hours: Iterable[int]) -> int:
         """Read the nodes' fabric and storage rates of ``hours`` (epoch starts; the hours a rollup rebuilt) from the
@@ -220,3 +233,15 @@ class TsdbTelemetry:
                     if node
                 ]  # fmt: skip
         return replace_hours(session, wanted, found)
+
+
+def _runs(spans: Sequence[tuple[int, str]], width: int) -> list[list[tuple[int, str]]]:
+    """``spans`` ((epoch second, UUID), in time order) cut into consecutive runs, each within ``width`` seconds of
+    its first."""
+    runs: list[list[tuple[int, str]]] = []
+    for span in spans:
+        if runs and span[0] - runs[-1][0][0] <= width:
+            runs[-1].append(span)
+        else:
+            runs.append([span])
+    return runs

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 import httpx
 import pytest
@@ -28,7 +29,14 @@ from finops.analysis.tokens import cost_per_million_tokens, generated_tokens
 from finops.cli import app
 from finops.cli.serve import prometheus_pull
 from finops.db.models import Gpu, GpuSample, Node
-from finops.ingest.prometheus import MAX_POINTS_PER_SERIES, LabelNames, PrometheusClient, PrometheusError, parse_step
+from finops.ingest.prometheus import (
+    MAX_POINTS_PER_SERIES,
+    LabelNames,
+    PrometheusClient,
+    PrometheusError,
+    form_body,
+    parse_step,
+)
 from finops.ingest.prometheus_pull import (
     ACTIVITY_METRICS,
     CYCLE_FIELDS,
@@ -406,6 +414,18 @@ def _matrix(*series: dict[str, Any]) -> dict[str, Any]:
     return {"status": "success", "data": {"resultType": "matrix", "result": list(series)}}
 
 
+def form(request: httpx.Request) -> dict[str, str]:
+    """The parameters of a query the client POSTed as a form body."""
+    assert request.method == "POST" and request.headers["content-type"] == "application/x-www-form-urlencoded"
+    return dict(parse_qsl(request.content.decode(), strict_parsing=True))
+
+
+def test_form_body_is_what_urlencode_writes() -> None:
+    params = {"query": 'sum by (a) (x{UUID=~"GPU-1\\.a|b c", d!="é&+%"}[5m] @ 17.999)', "time": "1.000"}
+    assert form_body(params) == urlencode(params).encode()
+    assert form_body({"query": "up"}) == b"query=up"
+
+
 def _client(handler: Callable[[httpx.Request], httpx.Response]) -> PrometheusClient:
     return PrometheusClient("http://prometheus:9090", client=httpx.Client(transport=httpx.MockTransport(handler)))
 
@@ -436,7 +456,7 @@ def test_a_long_range_is_split_within_the_point_limit() -> None:
 
     def answer(request: httpx.Request) -> httpx.Response:
         requests.append(request)
-        params = request.url.params
+        params = form(request)
         if not params["query"].startswith("DCGM_FI_DEV_GPU_UTIL"):
             return httpx.Response(200, json=_matrix())
         first, last, step = (int(float(params[name])) for name in ("start", "end", "step"))
@@ -448,9 +468,7 @@ def test_a_long_range_is_split_within_the_point_limit() -> None:
     options = PullOptions(step_seconds=60, max_points_per_query=MAX_POINTS_PER_SERIES)
     chunks = list(pull(_client(answer), start, end, options))
     windows = [
-        (float(r.url.params["start"]), float(r.url.params["end"]))
-        for r in requests
-        if r.url.params["query"] == "DCGM_FI_DEV_GPU_UTIL"
+        (float(form(r)["start"]), float(form(r)["end"])) for r in requests if form(r)["query"] == "DCGM_FI_DEV_GPU_UTIL"
     ]
     assert len(windows) == 3 and len(requests) == 3 * (len(options.fields) + len(CYCLE_FIELDS))
     assert all((last - first) / 60 + 1 <= MAX_POINTS_PER_SERIES for first, last in windows)
@@ -506,7 +524,7 @@ def test_malformed_series_are_skipped_and_named(caplog: pytest.LogCaptureFixture
     at = to_epoch(datetime(2026, 1, 1, tzinfo=UTC))
 
     def answer(request: httpx.Request) -> httpx.Response:
-        query = request.url.params["query"]
+        query = form(request)["query"]
         if query == "DCGM_FI_DEV_GPU_UTIL":
             return httpx.Response(200, json=_matrix(
                 {"metric": _labels(__name__="DCGM_FI_DEV_GPU_UTIL"), "values": [[at, "40"]]},
@@ -537,7 +555,7 @@ def test_label_names_and_node_from_instance(caplog: pytest.LogCaptureFixture) ->
     long_pod = "p" * 320
 
     def answer(request: httpx.Request) -> httpx.Response:
-        if request.url.params["query"] != "DCGM_FI_DEV_FB_USED":
+        if form(request)["query"] != "DCGM_FI_DEV_FB_USED":
             return httpx.Response(200, json=_matrix())
         return httpx.Response(200, json=_matrix(
             {"metric": {"device_index": "0", "gpu_uuid": "GPU-a", "model": "M", "node": "n7", "slurm_job": "77"},
@@ -610,10 +628,10 @@ def test_activity_fields_are_pulled_once_and_stay_null_when_not_exported() -> No
 
 
 def test_generated_tokens_query() -> None:
-    seen: list[httpx.QueryParams] = []
+    seen: list[dict[str, str]] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
-        seen.append(request.url.params)
+        seen.append(form(request))
         result = [{"metric": {"pod": "a"}, "value": [0, "1999.5"]}, {"metric": {"pod": "b"}, "value": [0, "0.25"]}]
         return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": result}})
 
@@ -652,8 +670,8 @@ def test_the_scheduled_pull_covers_twice_its_interval(sessions: sessionmaker[Ses
     windows: dict[str, set[tuple[float, float]]] = {"gauges": set(), "counters": set()}
 
     def answer(request: httpx.Request) -> httpx.Response:
-        kind = "counters" if request.url.params["query"] in CYCLE_FIELDS else "gauges"
-        windows[kind].add((float(request.url.params["start"]), float(request.url.params["end"])))
+        kind = "counters" if form(request)["query"] in CYCLE_FIELDS else "gauges"
+        windows[kind].add((float(form(request)["start"]), float(form(request)["end"])))
         return httpx.Response(200, json=_matrix())
 
     now = datetime(2026, 1, 1, 12, 0, 30, 500_000, tzinfo=UTC)

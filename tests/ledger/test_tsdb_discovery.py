@@ -1,17 +1,18 @@
 """GPUs found in a real VictoriaMetrics or Prometheus (``FINOPS_TELEMETRY_SOURCE=tsdb``): registered with their node,
 index, model and UUID from the series' labels and entering service at their first reading; the scheduler's rollup
 then builds the ledger from the TSDB with no row in ``gpu_samples``; discovery over days stays within Prometheus'
-limit of samples per query."""
+limit of samples per query, and asks a few queries, not one per GPU."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from collector.contract import metric_names as m
 from collector.contract.sample import Sample
 from finops.analysis.idle import IdlePolicy
 from finops.db.models import DirtyHour, Gpu, GpuSample, LedgerEntry, Node
@@ -20,6 +21,7 @@ from finops.ingest.tsdb_source import TsdbTelemetry
 from finops.service.scheduler import run_rollup
 from finops.timeutil import HOUR, floor_hour, to_epoch
 from tests.ledger.test_tsdb_metering import DAY_GPUS, PRICING, day_readings, exposition
+from tests.ledger.test_tsdb_queries import CountingClient
 from tests.support import scenario
 from tests.support.environment import debian_binary
 from tests.support.prometheus_server import TsdbLoader, backfill_openmetrics, prometheus
@@ -90,3 +92,47 @@ def test_discovery_over_a_day_holds_few_samples_per_prometheus_query(
         assert TsdbTelemetry(client, discovery_steps_per_query=360).register_gpus(session, start, end) == DAY_GPUS
         entered = set(session.scalars(select(Gpu.in_service_from)))
     assert {to_epoch(first) for first in entered} == {start}
+
+
+def entering_fleet(gpus: int, t0: datetime) -> list[str]:
+    """Two hours of 1-minute readings (dcgm-exporter's exposition) of ``gpus`` GPUs, 8 a node, from ``t0``: the even
+    ones read from ``t0`` on, each odd one ``i`` from minute ``i`` mod 50, 17 s past it (off the step)."""
+    lines = []
+    for node in range(-(-gpus // 8)):
+        readings = []
+        for index in range(node * 8, min(gpus, node * 8 + 8)):
+            first = t0 if index % 2 == 0 else t0 + timedelta(minutes=index % 50, seconds=17)
+            labels = {"gpu": str(index % 8), "uuid": fleet_uuid(index), "model": scenario.MODEL}
+            values = {m.GPU_UTILIZATION: 0.5, m.GPU_ENERGY: 1000.0, m.GPU_MEMORY_USED: 2.0**30}
+            readings += [Sample("gpu", labels, values, first + timedelta(minutes=minute))
+                         for minute in range(int((t0 + timedelta(hours=2) - first).total_seconds() // 60))]  # fmt: skip
+        lines += exposition(readings, f"gpu-f-{node:02d}")
+    return lines
+
+
+def fleet_uuid(index: int) -> str:
+    return f"GPU-ffffffff-0000-0000-0000-{index:012d}"
+
+
+@pytest.mark.parametrize("gpus", [16, 120])
+def test_discovery_asks_few_queries_whatever_the_fleet(
+    sessions: sessionmaker[Session], tsdb: TsdbLoader, gpus: int
+) -> None:
+    """The GPUs found are registered at their first readings with a few queries, not one per GPU: the subquery of
+    each utilisation series (dcgm-exporter's, AMD's exporter's), then the raw readings around the first ones: of the
+    GPUs entering together, in one query of every series when they are too many to name in one; of the others,
+    named some 50 a query."""
+    t0 = scenario.start_hour() - timedelta(days=1)
+    client = CountingClient(tsdb(entering_fleet(gpus, t0)))
+    start = to_epoch(t0)
+    with sessions.begin() as session:
+        assert TsdbTelemetry(client).register_gpus(session, start, start + 2 * HOUR) == gpus
+        entered = {gpu.uuid: to_epoch(gpu.in_service_from) for gpu in session.scalars(select(Gpu))}
+    assert entered == {
+        fleet_uuid(index): start if index % 2 == 0 else start + index % 50 * 60 + 17 for index in range(gpus)
+    }
+    subqueries = sum("timestamp(" in query for query, _ in client.asked)
+    assert subqueries == 2
+    # 16 GPUs: all named in one query. 120: the 60 entering together in one query of every series, the other 60
+    # named in two.
+    assert len(client.asked) - subqueries == (1 if gpus == 16 else 3)

@@ -48,6 +48,13 @@ class CountingClient(PrometheusClient):
         self.asked.append((query, len(found)))
         return found
 
+    def query_range(
+        self, query: str, start: datetime, end: datetime, step_seconds: float, exact: bool = False
+    ) -> list[RangeSeries]:
+        found = super().query_range(query, start, end, step_seconds, exact)
+        self.asked.append((query, len(found)))
+        return found
+
 
 def uuid(index: int) -> str:
     return f"GPU-eeeeeeee-0000-0000-0000-{index:012d}"
