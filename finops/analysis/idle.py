@@ -15,14 +15,17 @@ Episodes are re-judged over the hours a ledger rollup rebuilt (:func:`rejudge_id
 readings or allocations changed however late they arrived: each run of consecutive hours widened by the idle
 window (and the max gap) on both sides, and further to take in whole every stored episode it reaches
 (:func:`detect_idle`), so that episodes crossing its edges are judged whole. Re-judging any set of hours therefore
-stores the episodes that one detection over the whole period would.
+stores the episodes that one detection over the whole period would. The runs are found a UTC day at a time from the
+idle readings and the few others next to them (:mod:`finops.analysis.idle_runs`). Hours that only a price change
+marked are not judged again: their stored episodes are re-priced (:mod:`finops.analysis.idle_prices`).
 """
 
 from __future__ import annotations
 
+import logging
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -30,10 +33,10 @@ from itertools import accumulate
 from math import inf
 from typing import Any, Protocol
 
-from sqlalchemy import column, delete, func, insert, or_, select, table, text
+from sqlalchemy import column, delete, func, or_, select, table, text
 from sqlalchemy.orm import Session
 
-from finops.analysis.idle_prices import EpisodePrices
+from finops.analysis.idle_prices import EpisodePrices, reprice_episodes
 from finops.analysis.idle_runs import IdleRun, day_chunks, idle_runs
 from finops.analysis.waste import MEMORY_HELD_BYTES, EpisodeRun, ReasonPolicy, Verdict, judge_episodes
 from finops.db.dialect import insert_rows
@@ -41,6 +44,11 @@ from finops.db.models import Allocation, Gpu, IdleEpisode, Job, Node, Team
 from finops.ledger.rollup import ROLLUP_CONNECTIONS, unpriced_fix
 from finops.pricing.catalog import Pricing
 from finops.timeutil import HOUR, from_epoch, to_epoch
+
+log = logging.getLogger(__name__)
+
+_EPISODES = table("idle_episodes", *(column(c.name, c.type) for c in IdleEpisode.__table__.c if c.name != "id"))
+"""The columns :func:`detect_idle` writes (``COPY`` on PostgreSQL: times as epoch seconds, cost a Decimal)."""
 
 IDLE_READINGS_TABLE = "idle_readings"
 """The session-local temporary table :func:`detect_idle` judges a :class:`ReadingSource`'s readings in."""
@@ -137,8 +145,8 @@ def detect_idle(
         {
             "gpu_id": episode.gpu_id,
             "job_pk": episode.job_pk,
-            "start": from_epoch(episode.start),
-            "end": from_epoch(episode.end),
+            "start": episode.start,
+            "end": episode.end,
             "memory_held": episode.memory_bytes > MEMORY_HELD_BYTES,
             "cost": prices.cost(episode.gpu_id, episode.start, episode.end),
             "currency": prices.currency,
@@ -147,8 +155,7 @@ def detect_idle(
         }
         for episode, verdict in zip(episodes, verdicts, strict=True)
     ]
-    if rows:
-        session.execute(insert(IdleEpisode), rows)
+    insert_rows(session.connection(), _EPISODES, rows)
     return len(rows)
 
 
@@ -251,6 +258,7 @@ def rejudge_idle(
     policy: IdlePolicy,
     pricing: Pricing,
     readings: ReadingSource | None = None,
+    repriced: Collection[int] = frozenset(),
 ) -> int:
     """Re-judge idle episodes over the UTC hours ``hours`` (epoch starts; the hours a ledger rollup rebuilt) and
     store them; returns how many are stored.
@@ -260,18 +268,26 @@ def rejudge_idle(
     :func:`detect_idle` (which widens it further for the stored episodes it reaches). Hours days apart (a late
     backfill and the current hour) are separate periods: the readings between them are not read. ``readings``: as
     for :func:`detect_idle`.
+
+    ``repriced``: hours that only a price change marked (:func:`finops.analysis.idle_prices.claim_repriced_hours`):
+    not judged again (their readings and jobs are those their episodes were judged on), but the stored episodes
+    starting in them are given the cost of ``pricing`` (:func:`finops.analysis.idle_prices.reprice_episodes`).
     """
     margin = policy.window_seconds + policy.max_gap_seconds
     spans: list[list[int]] = []
-    for hour in sorted(set(hours)):
+    for hour in sorted(set(hours) - set(repriced)):
         if spans and hour - margin <= spans[-1][1] + margin:
             spans[-1][1] = hour + HOUR
         else:
             spans.append([hour, hour + HOUR])
-    return sum(
+    stored = sum(
         detect_idle(session, from_epoch(h0 - margin), from_epoch(h1 + margin), policy, pricing, readings)
         for h0, h1 in spans
     )
+    if repriced:
+        changed = reprice_episodes(session, pricing, repriced)
+        log.info("idle episodes: %d re-priced over %d hours whose prices alone changed", changed, len(repriced))
+    return stored
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,19 +1,26 @@
-"""What idle episodes cost: the capacity cost of [start, end) at the rate in effect at the start for the GPU's model
-under its node's pricing model (:func:`finops.pricing.rules.pricing_models_by_node`), None (unpriced, never 0) when
-the model has no price then. Used when episodes are stored (:func:`finops.analysis.idle.detect_idle`) and when
-a price change re-prices stored ones without judging them again (:func:`reprice_episodes`)."""
+"""What idle episodes cost, when they are stored and when a price change alone re-prices them.
+
+An episode costs the capacity cost of [start, end) at the rate in effect at its start for the GPU's model under its
+node's pricing model (:func:`finops.pricing.rules.pricing_models_by_node`), None (unpriced, never 0) when the model
+has no price then (:class:`EpisodePrices`, used when episodes are stored: :func:`finops.analysis.idle.detect_idle`).
+A price change alone (a catalog import, a pricing rule) changes nothing else of an episode, so the rollup that
+rebuilds the hours it marked re-prices their stored episodes (:func:`claim_repriced_hours`, :func:`reprice_episodes`)
+instead of reading their readings again: one read of the episodes and one batched update. They keep their rows, and
+outlive the raw readings as the ledger does."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from decimal import Decimal
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import delete, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
-from finops.db.models import Gpu, IdleEpisode
+from finops.db.dialect import serialise_transactions
+from finops.db.models import DirtyHour, Gpu, IdleEpisode, LedgerEntry, RepricedHour
 from finops.ingest.partitions import floor_day
 from finops.ledger.costmodel import capacity_cost
+from finops.ledger.rollup import ROLLUP_LOCK_KEY
 from finops.pricing.catalog import PriceNotFound, Pricing, PricingModel
 from finops.pricing.rules import pricing_models_by_node
 from finops.timeutil import HOUR, from_epoch, to_epoch
@@ -57,6 +64,30 @@ class EpisodePrices:
                 self._rates[key] = None  # unpriced, never 0: a catalog import that prices it re-prices it
         rate = self._rates[key]
         return None if rate is None else capacity_cost(rate, end - start)
+
+
+def claim_repriced_hours(session: Session, until: int) -> frozenset[int]:
+    """The hours before the ledger's newest one that only a price change marked dirty since they were last rebuilt
+    (:func:`finops.db.hours.mark_hours_repriced`), taken out of :class:`~finops.db.models.RepricedHour` (every
+    marked hour before ``until``) for the rollup that follows in this transaction: their stored idle episodes are to
+    be re-priced, not judged again (:func:`finops.analysis.idle.rejudge_idle`). Call it right before the rollup, after
+    whatever else marks hours in the transaction. The ledger's newest hour and those after it are left to be judged:
+    the rollup rebuilds them for the readings that arrive there whatever marks them.
+
+    Taken under the rollup's lock (:data:`finops.ledger.rollup.ROLLUP_LOCK_KEY`), and on PostgreSQL with the dirty
+    marks' table locked for writing first (the order every writer of both tables takes them in). A mark of new data
+    made meanwhile by another transaction waits for this one to end (its trigger deletes a row deleted here) and
+    then marks the hour dirty again, for the next rollup to judge."""
+    serialise_transactions(session, ROLLUP_LOCK_KEY, DirtyHour)
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text(f"LOCK TABLE {DirtyHour.__tablename__} IN ROW EXCLUSIVE MODE"))
+    claimed = session.scalars(
+        delete(RepricedHour).where(RepricedHour.hour < from_epoch(until)).returning(RepricedHour.hour)
+    ).all()
+    newest = session.scalar(select(func.max(LedgerEntry.hour)))
+    if newest is None:
+        return frozenset()
+    return frozenset(to_epoch(hour) for hour in claimed if hour < newest)
 
 
 def reprice_episodes(session: Session, pricing: Pricing, hours: Iterable[int]) -> int:

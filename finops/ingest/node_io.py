@@ -12,6 +12,7 @@ collectors speaking for one node) is dropped the same way.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from sqlalchemy import delete, insert, select, text
 from sqlalchemy.orm import Session
 
 from collector.contract.wire import NodeIo
-from finops.db.dialect import larger_of_two
+from finops.db.dialect import json_rows, larger_of_two
 from finops.db.models import Node, NodeIoHour
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
@@ -124,21 +125,27 @@ def node_rates(
 ) -> dict[tuple[int, datetime, datetime], dict[str, NodeRate]]:
     """Per (``nodes.id``, start, end) of ``periods``: kind → :class:`NodeRate` over [start, end) from the node's
     hours (a period's part in an hour weighs that hour's mean); a kind without readings in the period is absent.
-    One query for all the periods' nodes and hours."""
+    One query for all the periods' hours: each node's periods merged into spans of hours, joined to its hours."""
     wanted = list(dict.fromkeys(periods))
     if not wanted:
         return {}
-    first = min(to_epoch(start) for _, start, _ in wanted)
-    last = max(to_epoch(end) for _, _, end in wanted)
-    hours: dict[tuple[int, int], list[tuple[str, float, float]]] = defaultdict(list)
-    query = select(NodeIoHour.node_id, NodeIoHour.hour, NodeIoHour.kind, NodeIoHour.readings, NodeIoHour.rate_sum,
-                   NodeIoHour.rate_max).where(
-        NodeIoHour.node_id.in_(sorted({node for node, _, _ in wanted})),
-        NodeIoHour.hour >= from_epoch(first - first % HOUR),
-        NodeIoHour.hour < from_epoch(last),
+    spans: list[dict[str, int]] = []
+    for node_id, lo, hi in sorted((node, to_epoch(start), to_epoch(end)) for node, start, end in wanted):
+        lo -= lo % HOUR
+        if spans and spans[-1]["node_id"] == node_id and lo <= spans[-1]["hi"]:
+            spans[-1]["hi"] = max(spans[-1]["hi"], hi)
+        else:
+            spans.append({"node_id": node_id, "lo": lo, "hi": hi})
+    source = json_rows(
+        session.get_bind().dialect.name, "spans", "s", {"node_id": "integer", "lo": "bigint", "hi": "bigint"}
+    )
+    query = text(
+        "SELECT h.node_id, h.hour, h.kind, h.readings, h.rate_sum, h.rate_max FROM " + source  # noqa: S608
+        + " JOIN node_io_hours h ON h.node_id = s.node_id AND h.hour >= s.lo AND h.hour < s.hi"
     )  # fmt: skip
-    for node_id, stored_hour, kind, readings, rate_sum, rate_max in session.execute(query):
-        hours[node_id, to_epoch(stored_hour)].append((kind, rate_sum / readings, rate_max))
+    hours: dict[tuple[int, int], list[tuple[str, float, float]]] = defaultdict(list)
+    for node_id, hour, kind, readings, rate_sum, rate_max in session.execute(query, {"spans": json.dumps(spans)}).all():
+        hours[node_id, hour].append((kind, rate_sum / readings, rate_max))
     result: dict[tuple[int, datetime, datetime], dict[str, NodeRate]] = {}
     for node_id, start, end in wanted:
         lo, hi = to_epoch(start), to_epoch(end)

@@ -40,6 +40,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from finops.analysis.anomalies import record_anomaly_events
 from finops.analysis.budgets import record_budget_events
 from finops.analysis.idle import IdlePolicy, rejudge_idle
+from finops.analysis.idle_prices import claim_repriced_hours
 from finops.db.models import LedgerEntry
 from finops.db.stopping import StopSwitch
 from finops.ingest.partitions import Pruned, create_upcoming_partitions, prune_samples
@@ -113,8 +114,9 @@ def run_rollup(
     """With the price catalog in force (the newest imported, else ``pricing``'s): move jobs onto the GPUs newly
     arrived samples name (:func:`finops.jobs.placement.reconcile_job_map`), rebuild dirty ledger hours up to now,
     re-judge the idle episodes of the hours rebuilt (:func:`finops.analysis.idle.rejudge_idle`: readings that
-    arrived late, a spool after an outage or a backfill, get their episodes too), and record budget threshold and
-    spend anomaly events (each once).
+    arrived late, a spool after an outage or a backfill, get their episodes too; the hours only a price change
+    marked, :func:`finops.analysis.idle_prices.claim_repriced_hours`, have theirs re-priced), and record budget
+    threshold and spend anomaly events (each once).
 
     Logs what it did in one line: at INFO, unless ``progress`` (the scheduler's) says it took in nothing new and
     it stored no idle episode, then at DEBUG.
@@ -135,10 +137,11 @@ def run_rollup(
         if tsdb is not None:
             tsdb.discover(session, to_epoch(now))
         rebuilt: list[int] = []
+        repriced = claim_repriced_hours(session, to_epoch(now))
         built = rollup(session, pricing, to_epoch(now), rebuilt=rebuilt, meter=None if tsdb is None else tsdb.meter)
         if tsdb is not None:
             tsdb.store_node_rates(session, rebuilt)
-        episodes = rejudge_idle(session, rebuilt, policy, pricing, tsdb)
+        episodes = rejudge_idle(session, rebuilt, policy, pricing, tsdb, repriced)
         record_budget_events(session, now)
         record_anomaly_events(session, now)
         news = progress is None or progress.took_in_news(session, rebuilt, built)
