@@ -100,7 +100,7 @@ def detect_idle(
     (:class:`finops.analysis.idle_prices.EpisodePrices`), waste reason and evidence
     (:func:`finops.analysis.waste.judge_episodes`); returns how many are stored. The readings are ``gpu_samples``'
     (a UTC day at a time: :func:`finops.analysis.idle_runs.idle_runs`), or ``readings``' (those of the grown period
-    and of the max gap after it, put in the temporary table :data:`IDLE_READINGS_TABLE` for the same statement to
+    and of the max gap after it, put in the temporary table :data:`IDLE_READINGS_TABLE` for the same statements to
     judge, and removed after it; they carry no clocks-event reasons, so no episode judged on them is throttled).
 
     The period first grows to take in whole every stored episode that touches it, with the max gap to spare on
@@ -202,11 +202,12 @@ def _held_runs(
     for threshold, found in runs.items():
         for run in found:
             held, ends = holdings.get(run.gpu_id, []), latest_ends.get(run.gpu_id, [])
-            first = bisect_left(starts.get(run.gpu_id, []), run.covered_until - policy.grace_seconds)
-            last = first
-            while last > 0 and ends[last - 1] > run.first_ts:  # allocations before may still be held
-                last -= 1
-            for holding in held[last:first]:
+            # Those starting before the run's end less the grace, back to the first still held at its start.
+            stop = bisect_left(starts.get(run.gpu_id, []), run.covered_until - policy.grace_seconds)
+            begin = stop
+            while begin > 0 and ends[begin - 1] > run.first_ts:
+                begin -= 1
+            for holding in held[begin:stop]:
                 if holding.threshold != threshold:
                     continue
                 lo = max(run.first_ts, holding.start + policy.grace_seconds)
@@ -218,8 +219,8 @@ def _held_runs(
 def _load_readings(session: Session, rows: Iterable[tuple[int, int, float, float | None]]) -> None:
     """Put ``rows`` (``gpus.id``, epoch second, utilisation ratio, memory bytes) in the session's temporary table
     :data:`IDLE_READINGS_TABLE`, made if missing and emptied first (:func:`finops.db.dialect.insert_rows`: a
-    ``COPY`` on PostgreSQL). It is indexed by GPU and time, as ``gpu_samples`` is: the statement looks up each
-    GPU's first reading past the period there."""
+    ``COPY`` on PostgreSQL). It is indexed by GPU and time, as ``gpu_samples`` is: the statements count and look up
+    readings by that key there."""
     session.execute(
         text(
             f"CREATE TEMPORARY TABLE IF NOT EXISTS {IDLE_READINGS_TABLE} (gpu_id INTEGER NOT NULL, ts BIGINT NOT NULL, "

@@ -12,18 +12,18 @@ collectors speaking for one node) is dropped the same way.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, text
+from sqlalchemy import TextClause, bindparam, delete, insert, select, text
 from sqlalchemy.orm import Session
 
+from collector.contract.node_io import NODE_IO_COUNTERS
 from collector.contract.wire import NodeIo
-from finops.db.dialect import json_rows, larger_of_two
+from finops.db.dialect import larger_of_two
 from finops.db.models import Node, NodeIoHour
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
@@ -120,32 +120,44 @@ class NodeRate:
     seconds: int
 
 
+_KINDS = tuple(NODE_IO_COUNTERS)
+
+
+def _node_hours() -> TextClause:
+    """Per node of ``:nodes`` and hour in [``:first``, ``:last``) (epoch seconds), each kind's mean rate
+    (``rate_sum / readings``) and peak, NULL for a kind without readings: one row per node-hour, the kinds in
+    :data:`_KINDS`' order."""
+    columns = ", ".join(
+        f"MAX(CASE WHEN kind = '{kind}' THEN rate_sum / readings END), MAX(CASE WHEN kind = '{kind}' THEN rate_max END)"
+        for kind in _KINDS
+    )
+    return text(
+        f"SELECT node_id, hour, {columns} FROM node_io_hours "  # noqa: S608 - the constant kinds
+        "WHERE node_id IN :nodes AND hour >= :first AND hour < :last GROUP BY node_id, hour"
+    ).bindparams(bindparam("nodes", expanding=True))
+
+
+_NODE_HOURS = _node_hours()
+
+
 def node_rates(
     session: Session, periods: Iterable[tuple[int, datetime, datetime]]
 ) -> dict[tuple[int, datetime, datetime], dict[str, NodeRate]]:
     """Per (``nodes.id``, start, end) of ``periods``: kind → :class:`NodeRate` over [start, end) from the node's
     hours (a period's part in an hour weighs that hour's mean); a kind without readings in the period is absent.
-    One query for all the periods' hours: each node's periods merged into spans of hours, joined to its hours."""
+    One query for all the periods' nodes and hours, a row per node-hour."""
     wanted = list(dict.fromkeys(periods))
     if not wanted:
         return {}
-    spans: list[dict[str, int]] = []
-    for node_id, lo, hi in sorted((node, to_epoch(start), to_epoch(end)) for node, start, end in wanted):
-        lo -= lo % HOUR
-        if spans and spans[-1]["node_id"] == node_id and lo <= spans[-1]["hi"]:
-            spans[-1]["hi"] = max(spans[-1]["hi"], hi)
-        else:
-            spans.append({"node_id": node_id, "lo": lo, "hi": hi})
-    source = json_rows(
-        session.get_bind().dialect.name, "spans", "s", {"node_id": "integer", "lo": "bigint", "hi": "bigint"}
-    )
-    query = text(
-        "SELECT h.node_id, h.hour, h.kind, h.readings, h.rate_sum, h.rate_max FROM " + source  # noqa: S608
-        + " JOIN node_io_hours h ON h.node_id = s.node_id AND h.hour >= s.lo AND h.hour < s.hi"
-    )  # fmt: skip
-    hours: dict[tuple[int, int], list[tuple[str, float, float]]] = defaultdict(list)
-    for node_id, hour, kind, readings, rate_sum, rate_max in session.execute(query, {"spans": json.dumps(spans)}).all():
-        hours[node_id, hour].append((kind, rate_sum / readings, rate_max))
+    first = min(to_epoch(start) for _, start, _ in wanted)
+    last = max(to_epoch(end) for _, _, end in wanted)
+    nodes = sorted({node for node, _, _ in wanted})
+    hours: dict[tuple[int, int], list[tuple[str, float, float]]] = {}
+    for node_id, hour, *rates in session.execute(
+        _NODE_HOURS, {"nodes": nodes, "first": first - first % HOUR, "last": last}
+    ).all():
+        kinds = zip(_KINDS, rates[::2], rates[1::2], strict=True)
+        hours[node_id, hour] = [(kind, mean, peak) for kind, mean, peak in kinds if mean is not None]
     result: dict[tuple[int, datetime, datetime], dict[str, NodeRate]] = {}
     for node_id, start, end in wanted:
         lo, hi = to_epoch(start), to_epoch(end)
