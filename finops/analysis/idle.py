@@ -15,86 +15,46 @@ Episodes are re-judged over the hours a ledger rollup rebuilt (:func:`rejudge_id
 readings or allocations changed however late they arrived: each run of consecutive hours widened by the idle
 window (and the max gap) on both sides, and further to take in whole every stored episode it reaches
 (:func:`detect_idle`), so that episodes crossing its edges are judged whole. Re-judging any set of hours therefore
-stores the episodes that one detection over the whole period would.
+stores the episodes that one detection over the whole period would. The runs are found a UTC day at a time from the
+idle readings and the few others next to them (:mod:`finops.analysis.idle_runs`). Hours that only a price change
+marked are not judged again: their stored episodes are re-priced (:mod:`finops.analysis.idle_prices`).
 """
 
 from __future__ import annotations
 
+import logging
+from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from itertools import accumulate
+from math import inf
 from typing import Any, Protocol
 
-from sqlalchemy import TextClause, column, delete, func, or_, select, table, text
+from sqlalchemy import column, delete, func, or_, select, table, text
 from sqlalchemy.orm import Session
 
-from collector.contract.clocks_events import POWER_MASK, THERMAL_MASK
+from finops.analysis.idle_prices import EpisodePrices, reprice_episodes
+from finops.analysis.idle_runs import IdleRun, day_chunks, idle_runs
 from finops.analysis.waste import MEMORY_HELD_BYTES, EpisodeRun, ReasonPolicy, Verdict, judge_episodes
 from finops.db.dialect import insert_rows
 from finops.db.models import Allocation, Gpu, IdleEpisode, Job, Node, Team
-from finops.ledger.costmodel import capacity_cost
-from finops.ledger.rollup import unpriced_fix
-from finops.pricing.catalog import PriceNotFound, Pricing
-from finops.pricing.rules import pricing_models_by_node
+from finops.ledger.rollup import ROLLUP_CONNECTIONS, unpriced_fix
+from finops.pricing.catalog import Pricing
 from finops.timeutil import HOUR, from_epoch, to_epoch
+
+log = logging.getLogger(__name__)
+
+_EPISODES = table("idle_episodes", *(column(c.name, c.type) for c in IdleEpisode.__table__.c if c.name != "id"))
+"""The columns :func:`detect_idle` writes (``COPY`` on PostgreSQL: times as epoch seconds, cost a Decimal)."""
 
 IDLE_READINGS_TABLE = "idle_readings"
 """The session-local temporary table :func:`detect_idle` judges a :class:`ReadingSource`'s readings in."""
 _READINGS = table(
     IDLE_READINGS_TABLE, column("gpu_id"), column("ts"), column("utilization_ratio"), column("memory_used_bytes")
 )
-
-_COVERED_UNTIL = "CASE WHEN next_ts IS NULL THEN ts WHEN next_ts - ts > :max_gap THEN ts + :max_gap ELSE next_ts END"
-# A reading's next one, also when it lies past the scanned period (the last reading before ``:end``), so that a
-# run cut by the period's end covers what it covers in a scan of the whole history.
-_NEXT_TS = """COALESCE(LEAD(ts) OVER (PARTITION BY gpu_id ORDER BY ts),
-                    (SELECT MIN(later.ts) FROM {table} later WHERE later.gpu_id = g.gpu_id AND later.ts >= :end
-                       AND later.utilization_ratio IS NOT NULL))"""
-
-
-def _idle_runs(table: str, clocks: bool) -> TextClause:
-    """The idle runs of the readings in ``table`` (``gpu_samples``, or :data:`IDLE_READINGS_TABLE`: columns
-    ``gpu_id``, ``ts`` epoch seconds, ``utilization_ratio``, ``memory_used_bytes``): one statement, so that both
-    sources are judged by the same rules. Each run also counts its readings, those with a thermal clocks-event
-    reason, those with a power one, those with either and their mean SM clock
-    (:data:`collector.contract.clocks_events.THERMAL_MASK`, ``POWER_MASK``), from ``clocks_event_reasons`` and
-    ``sm_clock_hertz`` when ``clocks`` (the table has them), else as none."""
-    next_ts = _NEXT_TS.format(table=table)
-    clock_columns = (
-        "clocks_event_reasons AS clk, sm_clock_hertz AS sm"
-        if clocks
-        else "CAST(NULL AS BIGINT) AS clk, CAST(NULL AS DOUBLE PRECISION) AS sm"
-    )
-    thermal, power = f"(COALESCE(clk, 0) & {THERMAL_MASK}) <> 0", f"(COALESCE(clk, 0) & {POWER_MASK}) <> 0"
-    throttled = f"(COALESCE(clk, 0) & {THERMAL_MASK | POWER_MASK}) <> 0"
-    return text(f"""
-WITH s AS (
-    SELECT gpu_id, ts, utilization_ratio AS u, memory_used_bytes AS mem, {clock_columns},
-           LAG(ts) OVER (PARTITION BY gpu_id ORDER BY ts) AS prev_ts,
-           {next_ts} AS next_ts
-    FROM {table} g
-    WHERE gpu_id IN (SELECT id FROM gpus) AND ts >= :start AND ts < :end AND utilization_ratio IS NOT NULL
-), runs AS (
-    SELECT gpu_id, ts, u, mem, clk, sm, next_ts,
-           SUM(CASE WHEN u > :threshold OR prev_ts IS NULL OR ts - prev_ts > :max_gap THEN 1 ELSE 0 END)
-               OVER (PARTITION BY gpu_id ORDER BY ts) AS run
-    FROM s
-)
-SELECT gpu_id, MIN(ts) AS first_ts, MAX({_COVERED_UNTIL}) AS covered_until, MAX(COALESCE(mem, 0)) AS max_mem,
-       COUNT(*) AS readings, SUM(CASE WHEN {thermal} THEN 1 ELSE 0 END) AS thermal_readings,
-       SUM(CASE WHEN {power} THEN 1 ELSE 0 END) AS power_readings,
-       SUM(CASE WHEN {throttled} THEN 1 ELSE 0 END) AS throttled_readings,
-       AVG(CASE WHEN {throttled} THEN sm END) AS throttled_sm_clock
-FROM runs WHERE u <= :threshold
-GROUP BY gpu_id, run
-HAVING MAX({_COVERED_UNTIL}) - MIN(ts) >= :window
-""")  # noqa: S608 - the f-string only inlines the constant expressions above and a table name of this module's
-
-
-_IDLE_RUNS = _idle_runs("gpu_samples", clocks=True)
-_IDLE_RUNS_ELSEWHERE = _idle_runs(IDLE_READINGS_TABLE, clocks=False)
 
 
 class ReadingSource(Protocol):
@@ -136,11 +96,12 @@ def detect_idle(
     pricing: Pricing,
     readings: ReadingSource | None = None,
 ) -> int:
-    """Re-judge idle episodes over [start, end) (UTC) and store them, each with its waste reason and evidence
-    (:func:`finops.analysis.waste.judge_episodes`); returns how many are stored. The readings are ``gpu_samples``',
-    or ``readings``' (those of the grown period and of the max gap after it, put in the temporary table
-    :data:`IDLE_READINGS_TABLE` for the same statement to judge, and removed after it; they carry no clocks-event
-    reasons, so no episode judged on them is throttled).
+    """Re-judge idle episodes over [start, end) (UTC) and store them, each with its cost
+    (:class:`finops.analysis.idle_prices.EpisodePrices`), waste reason and evidence
+    (:func:`finops.analysis.waste.judge_episodes`); returns how many are stored. The readings are ``gpu_samples``'
+    (a UTC day at a time: :func:`finops.analysis.idle_runs.idle_runs`), or ``readings``' (those of the grown period
+    and of the max gap after it, put in the temporary table :data:`IDLE_READINGS_TABLE` for the same statements to
+    judge, and removed after it; they carry no clocks-event reasons, so no episode judged on them is throttled).
 
     The period first grows to take in whole every stored episode that touches it, with the max gap to spare on
     both sides (:func:`_span_of_stored`); the stored episodes in the grown period are replaced by those judged
@@ -152,94 +113,114 @@ def detect_idle(
     session.execute(
         delete(IdleEpisode).where(IdleEpisode.end >= from_epoch(scan_from), IdleEpisode.start <= from_epoch(scan_until))
     )
-    end = from_epoch(scan_until)
-    parameters = {
-        "start": scan_from,
-        "end": scan_until,
-        "max_gap": policy.max_gap_seconds,
-        "window": policy.window_seconds,
-    }
-    thresholds = {policy.threshold, *policy.partition_thresholds.values()}
+    thresholds = sorted({policy.threshold, *policy.partition_thresholds.values()})
+    gap, window = policy.max_gap_seconds, policy.window_seconds
     if readings is None:
-        statement = _IDLE_RUNS
+        session.flush()
+        days = list(day_chunks(scan_from, scan_until))
+        runs = {
+            t: idle_runs(session.connection(), days, t, gap, window, helpers=ROLLUP_CONNECTIONS) for t in thresholds
+        }
     else:
-        _load_readings(
-            session,
-            readings.idle_readings(session, scan_from, scan_until + policy.max_gap_seconds + 1, max(thresholds)),
-        )
-        statement = _IDLE_RUNS_ELSEWHERE
-    runs = {t: session.execute(statement, {**parameters, "threshold": t}).all() for t in sorted(thresholds)}
-    if readings is not None:
+        _load_readings(session, readings.idle_readings(session, scan_from, scan_until + gap + 1, max(thresholds)))
+        chunk = [(scan_from, scan_until)]
+        runs = {
+            t: idle_runs(session.connection(), chunk, t, gap, window, table=IDLE_READINGS_TABLE, clocks=False)
+            for t in thresholds
+        }
         session.execute(text(f"DELETE FROM {IDLE_READINGS_TABLE}"))  # noqa: S608 - a constant
     gpu_ids = {run.gpu_id for found in runs.values() for run in found}
     if not gpu_ids:
         return 0
-    allocations = defaultdict(list)
-    for gpu_id, holder, allocated_from, allocated_until, partition, job_name in session.execute(
+    prices = EpisodePrices(session, pricing, gpu_ids)
+    episodes = [
+        EpisodeRun(
+            run.gpu_id, prices.node(run.gpu_id), held.job_pk, held.partition, held.job_name, lo, hi, run.max_mem,
+            run.readings, run.thermal_readings, run.power_readings, run.throttled_readings, run.throttled_sm_clock,
+        )
+        for held, run, lo, hi in _held_runs(session, runs, policy, scan_from, scan_until)
+    ]  # fmt: skip
+    verdicts = judge_episodes(session, episodes, policy.reasons)
+    rows = [
+        {
+            "gpu_id": episode.gpu_id,
+            "job_pk": episode.job_pk,
+            "start": episode.start,
+            "end": episode.end,
+            "memory_held": episode.memory_bytes > MEMORY_HELD_BYTES,
+            "cost": prices.cost(episode.gpu_id, episode.start, episode.end),
+            "currency": prices.currency,
+            "reason": verdict.reason,
+            "evidence": verdict.evidence,
+        }
+        for episode, verdict in zip(episodes, verdicts, strict=True)
+    ]
+    insert_rows(session.connection(), _EPISODES, rows)
+    return len(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class _Holding:
+    """An allocation of a GPU as idle detection needs it: [start, end) epoch seconds (end None: still held), the
+    job's idle threshold, partition and name."""
+
+    job_pk: int
+    start: int
+    end: int | None
+    threshold: float
+    partition: str
+    job_name: str
+
+
+def _held_runs(
+    session: Session, runs: Mapping[float, Sequence[IdleRun]], policy: IdlePolicy, scan_from: int, scan_until: int
+) -> Iterator[tuple[_Holding, IdleRun, int, int]]:
+    """Each run (by idle threshold) clipped to each allocation of its GPU whose job uses that threshold, from the
+    allocation's start + the grace: (the allocation, the run, episode start, episode end) where that lasts the
+    window. The allocations of a GPU are sorted by start, so each run is matched against those that can overlap
+    it only."""
+    gpu_ids = {run.gpu_id for found in runs.values() for run in found}
+    holdings: dict[int, list[_Holding]] = defaultdict(list)
+    for gpu_id, job_pk, allocated_from, allocated_until, partition, job_name in session.execute(
         select(Allocation.gpu_id, Allocation.job_pk, Allocation.start, Allocation.end, Job.partition, Job.name)
         .join(Job, Job.id == Allocation.job_pk)
         .where(
             Allocation.gpu_id.in_(gpu_ids),
-            Allocation.start < end,
+            Allocation.start < from_epoch(scan_until),
             or_(Allocation.end.is_(None), Allocation.end > from_epoch(scan_from)),
         )
     ):
         until = None if allocated_until is None else to_epoch(allocated_until)
-        allocations[gpu_id].append(
-            (holder, to_epoch(allocated_from), until, policy.threshold_for(partition), partition, job_name)
-        )
-    node_models = pricing_models_by_node(session, pricing.model)
-    priced_as, nodes = {}, {}
-    for gpu_id, model, node_id in session.execute(select(Gpu.id, Gpu.model, Gpu.node_id).where(Gpu.id.in_(gpu_ids))):
-        priced_as[gpu_id] = (model, node_models.get(node_id, pricing.model))
-        nodes[gpu_id] = node_id
-    episodes: list[tuple[EpisodeRun, Decimal | None]] = []
+        threshold = policy.threshold_for(partition)
+        holdings[gpu_id].append(_Holding(job_pk, to_epoch(allocated_from), until, threshold, partition, job_name))
+    starts: dict[int, list[int]] = {}
+    latest_ends: dict[int, list[float]] = {}
+    for gpu_id, held in holdings.items():
+        held.sort(key=lambda h: (h.start, h.job_pk))
+        starts[gpu_id] = [h.start for h in held]
+        latest_ends[gpu_id] = list(accumulate((inf if h.end is None else h.end for h in held), max))
     for threshold, found in runs.items():
         for run in found:
-            for job_pk, a_start, a_end, job_threshold, partition, job_name in allocations[run.gpu_id]:
-                if job_threshold != threshold:
+            held, ends = holdings.get(run.gpu_id, []), latest_ends.get(run.gpu_id, [])
+            # Those starting before the run's end less the grace, back to the first still held at its start.
+            stop = bisect_left(starts.get(run.gpu_id, []), run.covered_until - policy.grace_seconds)
+            begin = stop
+            while begin > 0 and ends[begin - 1] > run.first_ts:
+                begin -= 1
+            for holding in held[begin:stop]:
+                if holding.threshold != threshold:
                     continue
-                lo = max(run.first_ts, a_start + policy.grace_seconds)
-                hi = run.covered_until if a_end is None else min(run.covered_until, a_end)
-                if hi - lo < policy.window_seconds:
-                    continue
-                cost: Decimal | None
-                try:
-                    rate = pricing.catalog.rate(*priced_as[run.gpu_id], from_epoch(lo))
-                    cost = capacity_cost(rate, hi - lo)
-                except PriceNotFound:
-                    cost = None  # unpriced, never 0: the rollup after a catalog import that prices it re-judges it
-                episode = EpisodeRun(
-                    run.gpu_id, nodes[run.gpu_id], job_pk, partition, job_name, lo, hi, float(run.max_mem),
-                    int(run.readings), int(run.thermal_readings), int(run.power_readings),
-                    int(run.throttled_readings), run.throttled_sm_clock,
-                )  # fmt: skip
-                episodes.append((episode, cost))
-    verdicts = judge_episodes(session, [episode for episode, _ in episodes], policy.reasons)
-    for (episode, cost), verdict in zip(episodes, verdicts, strict=True):
-        session.add(
-            IdleEpisode(
-                gpu_id=episode.gpu_id,
-                job_pk=episode.job_pk,
-                start=from_epoch(episode.start),
-                end=from_epoch(episode.end),
-                memory_held=episode.memory_bytes > MEMORY_HELD_BYTES,
-                cost=cost,
-                currency=pricing.catalog.currency,
-                reason=verdict.reason,
-                evidence=verdict.evidence,
-            )
-        )
-    stored = len(episodes)
-    session.flush()
-    return stored
+                lo = max(run.first_ts, holding.start + policy.grace_seconds)
+                hi = run.covered_until if holding.end is None else min(run.covered_until, holding.end)
+                if hi - lo >= policy.window_seconds:
+                    yield holding, run, lo, hi
 
 
 def _load_readings(session: Session, rows: Iterable[tuple[int, int, float, float | None]]) -> None:
     """Put ``rows`` (``gpus.id``, epoch second, utilisation ratio, memory bytes) in the session's temporary table
     :data:`IDLE_READINGS_TABLE`, made if missing and emptied first (:func:`finops.db.dialect.insert_rows`: a
-    ``COPY`` on PostgreSQL). It is indexed by GPU and time, as ``gpu_samples`` is: the statement looks up each
-    GPU's first reading past the period there."""
+    ``COPY`` on PostgreSQL). It is indexed by GPU and time, as ``gpu_samples`` is: the statements count and look up
+    readings by that key there."""
     session.execute(
         text(
             f"CREATE TEMPORARY TABLE IF NOT EXISTS {IDLE_READINGS_TABLE} (gpu_id INTEGER NOT NULL, ts BIGINT NOT NULL, "
@@ -278,6 +259,7 @@ def rejudge_idle(
     policy: IdlePolicy,
     pricing: Pricing,
     readings: ReadingSource | None = None,
+    repriced: Collection[int] = frozenset(),
 ) -> int:
     """Re-judge idle episodes over the UTC hours ``hours`` (epoch starts; the hours a ledger rollup rebuilt) and
     store them; returns how many are stored.
@@ -287,18 +269,26 @@ def rejudge_idle(
     :func:`detect_idle` (which widens it further for the stored episodes it reaches). Hours days apart (a late
     backfill and the current hour) are separate periods: the readings between them are not read. ``readings``: as
     for :func:`detect_idle`.
+
+    ``repriced``: hours that only a price change marked (:func:`finops.analysis.idle_prices.claim_repriced_hours`):
+    not judged again (their readings and jobs are those their episodes were judged on), but the stored episodes
+    starting in them are given the cost of ``pricing`` (:func:`finops.analysis.idle_prices.reprice_episodes`).
     """
     margin = policy.window_seconds + policy.max_gap_seconds
     spans: list[list[int]] = []
-    for hour in sorted(set(hours)):
+    for hour in sorted(set(hours) - set(repriced)):
         if spans and hour - margin <= spans[-1][1] + margin:
             spans[-1][1] = hour + HOUR
         else:
             spans.append([hour, hour + HOUR])
-    return sum(
+    stored = sum(
         detect_idle(session, from_epoch(h0 - margin), from_epoch(h1 + margin), policy, pricing, readings)
         for h0, h1 in spans
     )
+    if repriced:
+        changed = reprice_episodes(session, pricing, repriced)
+        log.info("idle episodes: %d re-priced over %d hours whose prices alone changed", changed, len(repriced))
+    return stored
 
 
 @dataclass(frozen=True, slots=True)

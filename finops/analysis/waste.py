@@ -33,16 +33,18 @@ are waste whatever the job's mean).
 from __future__ import annotations
 
 import fnmatch
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from finops.db.models import EVIDENCE_MAX_LENGTH, GpuSample, LedgerEntry
+from finops.db.dialect import json_rows
+from finops.db.models import EVIDENCE_MAX_LENGTH, GpuSample
 from finops.ingest.node_io import NodeRate, node_rates
 from finops.timeutil import from_epoch
 
@@ -473,20 +475,20 @@ GpuUsage = dict[int, tuple[float, int]]
 """``gpus.id`` → (used GPU-seconds, metered GPU-seconds) of one job, from the ledger."""
 
 
-def gpu_usage(session: Session, job_pks: Iterable[int], chunk: int = 1000) -> dict[int, GpuUsage]:
+def gpu_usage(session: Session, job_pks: Iterable[int]) -> dict[int, GpuUsage]:
     """Per job of ``job_pks``: its GPUs' used and metered GPU-seconds over all its ledger rows (the whole job so far,
-    whatever period is asked about), in queries of ``chunk`` jobs."""
+    whatever period is asked about), in one query (the jobs passed as one JSON parameter)."""
     wanted = sorted(set(job_pks))
-    metered = func.sum(case((LedgerEntry.sample_count > 0, LedgerEntry.seconds), else_=0))
     usage: dict[int, GpuUsage] = defaultdict(dict)
-    for first in range(0, len(wanted), chunk):
-        query = (
-            select(LedgerEntry.job_pk, LedgerEntry.gpu_id, func.sum(LedgerEntry.used_gpu_seconds), metered)
-            .where(LedgerEntry.job_pk.in_(wanted[first : first + chunk]))
-            .group_by(LedgerEntry.job_pk, LedgerEntry.gpu_id)
-        )
-        for job_pk, gpu_id, used, seconds in session.execute(query):
-            usage[job_pk][gpu_id] = (float(used or 0.0), int(seconds or 0))
+    if not wanted:
+        return usage
+    jobs = json_rows(session.get_bind().dialect.name, "jobs", "j", {"job_pk": "integer"})
+    query = text(
+        "SELECT l.job_pk, l.gpu_id, SUM(l.used_gpu_seconds), SUM(CASE WHEN l.sample_count > 0 THEN l.seconds "  # noqa: S608
+        "ELSE 0 END) FROM " + jobs + " JOIN ledger l ON l.job_pk = j.job_pk GROUP BY l.job_pk, l.gpu_id"
+    )  # fmt: skip
+    for job_pk, gpu_id, used, seconds in session.execute(query, {"jobs": json.dumps([{"job_pk": j} for j in wanted])}):
+        usage[job_pk][gpu_id] = (float(used or 0.0), int(seconds or 0))
     return usage
 
 

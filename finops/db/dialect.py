@@ -40,6 +40,15 @@ def insert_unless_exists(session: Session, table: Table, row: dict[str, Any]) ->
     return session.execute(statement, row).first() is not None
 
 
+def insert_new_keys(session: Session, table: Table, rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Insert ``rows`` into ``table``, skipping any that collide with an existing unique key, and return the primary
+    keys of those this call inserted (``INSERT … ON CONFLICT DO NOTHING RETURNING``, batched)."""
+    if not rows:
+        return []
+    statement = _insert_ignoring(session, table).returning(*table.primary_key.columns)
+    return [tuple(row) for row in session.execute(statement, rows)]
+
+
 def _insert_ignoring(session: Session, table: Table) -> Any:
     """``INSERT … ON CONFLICT DO NOTHING`` into ``table`` in the session's database's dialect."""
     insert = sqlite.insert if session.get_bind().dialect.name == "sqlite" else postgresql.insert
@@ -136,6 +145,19 @@ def _stage_and_upsert(
     cursor.execute(
         f'INSERT INTO "{table.name}" ({names}) SELECT {names} FROM "{stage}" ON CONFLICT DO NOTHING'  # noqa: S608
     )
+
+
+def json_rows(dialect: str, parameter: str, alias: str, columns: Mapping[str, str]) -> str:
+    """A FROM-clause item ``alias`` with a row per object of the JSON array bound to ``:parameter`` (a string, e.g.
+    ``json.dumps([{"gpu_id": 1, "lo": 0, "hi": 60}])``), with ``columns`` (name → SQL type of PostgreSQL:
+    ``integer``, ``bigint``, ``double precision``): a batch of values as a table, in one parameter, without a
+    temporary table (which a read-only transaction cannot make). PostgreSQL ``json_to_recordset``, SQLite
+    ``json_each``."""
+    if dialect == "postgresql":
+        typed = ", ".join(f"{name} {kind}" for name, kind in columns.items())
+        return f"json_to_recordset(CAST(:{parameter} AS json)) AS {alias}({typed})"
+    fields = ", ".join(f"json_extract(value, '$.{name}') AS {name}" for name in columns)
+    return f"(SELECT {fields} FROM json_each(:{parameter})) {alias}"  # noqa: S608 - the caller's names, not data
 
 
 def larger_of_two(connection: Connection) -> str:
@@ -243,7 +265,8 @@ def insert_rows(connection: Connection, table: TableClause, rows: Sequence[Mappi
         return
     columns = list(table.c.keys())
     cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    with cursor, cursor.copy(f"COPY {table.name} ({', '.join(columns)}) FROM STDIN") as copy:
+    quoted = ", ".join(f'"{name}"' for name in columns)  # "end" is a reserved word
+    with cursor, cursor.copy(f"COPY {table.name} ({quoted}) FROM STDIN") as copy:
         for row in rows:
             copy.write_row([row[name] for name in columns])
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from finops.db.dialect import insert_ignoring_conflicts
-from finops.db.models import DirtyHour, Job, LedgerEntry, Watermark
+from finops.db.dialect import insert_ignoring_conflicts, insert_new_keys
+from finops.db.models import DirtyHour, Job, LedgerEntry, RepricedHour, Watermark
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch, utc_now
 
 LEDGER_WATERMARK = "ledger"
@@ -30,6 +31,33 @@ def hours_between(start: datetime, end: datetime | None) -> range:
 def mark_hours_dirty(session: Session, hours: Iterable[int]) -> None:
     """Queue the given hour starts (epoch seconds) for a ledger rebuild."""
     insert_ignoring_conflicts(session, DirtyHour.__table__, [{"hour": h} for h in sorted(set(hours))])  # type: ignore[arg-type]
+
+
+def mark_hours_repriced(session: Session, hours: Iterable[int]) -> None:
+    """Queue the given hour starts (epoch seconds) for a ledger rebuild because prices changed (a catalog import, a
+    pricing rule), as :func:`mark_hours_dirty` does, and keep those not already dirty for new data in
+    :class:`RepricedHour`: the rollup that rebuilds them re-prices their idle episodes instead of judging them again
+    (:func:`finops.analysis.idle_prices.claim_repriced_hours`). On PostgreSQL the dirty marks are locked against
+    other writers until this transaction ends (``SHARE ROW EXCLUSIVE``), so that a mark of new data committed
+    meanwhile is made after this one, and takes its hour out of :class:`RepricedHour` (migration 0028's trigger)."""
+    wanted = sorted(set(hours))
+    if not wanted:
+        return
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text(f"LOCK TABLE {DirtyHour.__tablename__} IN SHARE ROW EXCLUSIVE MODE"))
+    chosen = set(wanted)
+    kept = {
+        to_epoch(h)
+        for h in session.scalars(
+            select(RepricedHour.hour).where(
+                RepricedHour.hour >= from_epoch(wanted[0]), RepricedHour.hour <= from_epoch(wanted[-1])
+            )
+        )
+    } & chosen  # the trigger takes them out when they are marked dirty again below
+    table: Any = DirtyHour.__table__
+    fresh = {to_epoch(hour) for (hour,) in insert_new_keys(session, table, [{"hour": h} for h in wanted])}
+    repriced: Any = RepricedHour.__table__
+    insert_ignoring_conflicts(session, repriced, [{"hour": h} for h in sorted(fresh | kept)])
 
 
 def pending_hours(session: Session, start: datetime, end: datetime, now: datetime | None = None) -> int:

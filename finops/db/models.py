@@ -360,6 +360,17 @@ class DirtyHour(Base):
     hour: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True)
 
 
+class RepricedHour(Base):
+    """An hour marked dirty by a price change alone (a catalog import, a pricing rule: :func:`finops.db.hours.
+    mark_hours_repriced`), whose stored idle episodes the next rollup re-prices without judging them again
+    (:func:`finops.db.hours.claim_repriced_hours`). Any other mark of the hour in :class:`DirtyHour` (new readings,
+    jobs) removes it: a ``BEFORE INSERT`` trigger on ``ledger_dirty_hours`` (migration 0028), which fires also for a
+    mark that is already there."""
+
+    __tablename__ = "ledger_repriced_hours"
+    hour: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True)
+
+
 class ProfiledHour(Base):
     """An hour some of whose stored readings carry a hardware activity field
     (:data:`collector.contract.wire.ACTIVITY_COLUMNS`), marked by ingest when it stores them. The ledger's metering

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, text
+from sqlalchemy import TextClause, bindparam, delete, insert, select, text
 from sqlalchemy.orm import Session
 
+from collector.contract.node_io import NODE_IO_COUNTERS
 from collector.contract.wire import NodeIo
 from finops.db.dialect import larger_of_two
 from finops.db.models import Node, NodeIoHour
@@ -119,26 +120,44 @@ class NodeRate:
     seconds: int
 
 
+_KINDS = tuple(NODE_IO_COUNTERS)
+
+
+def _node_hours() -> TextClause:
+    """Per node of ``:nodes`` and hour in [``:first``, ``:last``) (epoch seconds), each kind's mean rate
+    (``rate_sum / readings``) and peak, NULL for a kind without readings: one row per node-hour, the kinds in
+    :data:`_KINDS`' order."""
+    columns = ", ".join(
+        f"MAX(CASE WHEN kind = '{kind}' THEN rate_sum / readings END), MAX(CASE WHEN kind = '{kind}' THEN rate_max END)"
+        for kind in _KINDS
+    )
+    return text(
+        f"SELECT node_id, hour, {columns} FROM node_io_hours "  # noqa: S608 - the constant kinds
+        "WHERE node_id IN :nodes AND hour >= :first AND hour < :last GROUP BY node_id, hour"
+    ).bindparams(bindparam("nodes", expanding=True))
+
+
+_NODE_HOURS = _node_hours()
+
+
 def node_rates(
     session: Session, periods: Iterable[tuple[int, datetime, datetime]]
 ) -> dict[tuple[int, datetime, datetime], dict[str, NodeRate]]:
     """Per (``nodes.id``, start, end) of ``periods``: kind → :class:`NodeRate` over [start, end) from the node's
     hours (a period's part in an hour weighs that hour's mean); a kind without readings in the period is absent.
-    One query for all the periods' nodes and hours."""
+    One query for all the periods' nodes and hours, a row per node-hour."""
     wanted = list(dict.fromkeys(periods))
     if not wanted:
         return {}
     first = min(to_epoch(start) for _, start, _ in wanted)
     last = max(to_epoch(end) for _, _, end in wanted)
-    hours: dict[tuple[int, int], list[tuple[str, float, float]]] = defaultdict(list)
-    query = select(NodeIoHour.node_id, NodeIoHour.hour, NodeIoHour.kind, NodeIoHour.readings, NodeIoHour.rate_sum,
-                   NodeIoHour.rate_max).where(
-        NodeIoHour.node_id.in_(sorted({node for node, _, _ in wanted})),
-        NodeIoHour.hour >= from_epoch(first - first % HOUR),
-        NodeIoHour.hour < from_epoch(last),
-    )  # fmt: skip
-    for node_id, stored_hour, kind, readings, rate_sum, rate_max in session.execute(query):
-        hours[node_id, to_epoch(stored_hour)].append((kind, rate_sum / readings, rate_max))
+    nodes = sorted({node for node, _, _ in wanted})
+    hours: dict[tuple[int, int], list[tuple[str, float, float]]] = {}
+    for node_id, hour, *rates in session.execute(
+        _NODE_HOURS, {"nodes": nodes, "first": first - first % HOUR, "last": last}
+    ).all():
+        kinds = zip(_KINDS, rates[::2], rates[1::2], strict=True)
+        hours[node_id, hour] = [(kind, mean, peak) for kind, mean, peak in kinds if mean is not None]
     result: dict[tuple[int, datetime, datetime], dict[str, NodeRate]] = {}
     for node_id, start, end in wanted:
         lo, hi = to_epoch(start), to_epoch(end)

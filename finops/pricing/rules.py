@@ -16,7 +16,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from finops.access import audit
-from finops.db.hours import hours_between, mark_hours_dirty
+from finops.db.hours import hours_between, mark_hours_repriced
 from finops.db.models import Gpu, LedgerEntry, Node, PricingRule
 from finops.pricing.catalog import PricingModel
 from finops.timeutil import utc_now
@@ -121,9 +121,10 @@ def pricing_models_by_node(session: Session, default: PricingModel) -> dict[int,
 
 
 def _mark_ledger_dirty(session: Session) -> None:
-    """Queue every hour from the first in-service GPU on for rebuild (a rule can re-price any of them)."""
+    """Queue every hour from the first in-service GPU on for rebuild, as re-priced (a rule can re-price any of them,
+    and changes nothing else: :func:`finops.db.hours.mark_hours_repriced`)."""
     first = session.scalar(select(func.min(Gpu.in_service_from)))
     if first is None:
         first = session.scalar(select(func.min(LedgerEntry.hour)))
     if first is not None:
-        mark_hours_dirty(session, hours_between(first, utc_now()))
+        mark_hours_repriced(session, hours_between(first, utc_now()))

@@ -19,7 +19,7 @@ from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session
 
 from finops.access import audit
-from finops.db.hours import hours_between, mark_hours_dirty
+from finops.db.hours import hours_between, mark_hours_repriced
 from finops.db.models import Gpu, PriceCatalogVersion
 from finops.pricing.catalog import GpuModel, PriceCatalog, Pricing, parse_catalog
 from finops.timeutil import utc_now
@@ -81,7 +81,8 @@ def _priced_rows(model: GpuModel) -> dict[str, date]:
 
 def import_catalog(session: Session, text: str, source: str, fallback: PriceCatalog, *, actor: str) -> date | None:
     """Validate and store catalog YAML ``text`` (CatalogError naming ``source`` and the field if invalid; nothing is
-    written then), mark the ledger hours it re-prices dirty, and return the date they start from (None: nothing
+    written then), mark the ledger hours it re-prices dirty (as re-priced: their idle episodes are re-priced, not
+    judged again: :func:`finops.db.hours.mark_hours_repriced`), and return the date they start from (None: nothing
     changes).
 
     Audited as ``prices.import`` by ``actor``: before, the catalog that was in force, after, the new one
@@ -100,7 +101,7 @@ def import_catalog(session: Session, text: str, source: str, fallback: PriceCata
     first_gpu = session.scalar(select(func.min(Gpu.in_service_from)))
     if changed_from is not None and first_gpu is not None:
         start = max(first_gpu, datetime.combine(changed_from, time(), UTC))
-        mark_hours_dirty(session, hours_between(start, utc_now()))
+        mark_hours_repriced(session, hours_between(start, utc_now()))
     after = {
         **_summary(new, version.id, version.source, text),
         "repriced_from": None if changed_from is None else changed_from.isoformat(),

@@ -40,6 +40,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from finops.analysis.anomalies import record_anomaly_events
 from finops.analysis.budgets import record_budget_events
 from finops.analysis.idle import IdlePolicy, rejudge_idle
+from finops.analysis.idle_prices import claim_repriced_hours, release_repriced_hours
 from finops.db.models import LedgerEntry
 from finops.db.stopping import StopSwitch
 from finops.ingest.partitions import Pruned, create_upcoming_partitions, prune_samples
@@ -115,8 +116,9 @@ def run_rollup(
     (at most :data:`~finops.ledger.rollup.TRANSACTION_HOURS` a transaction, each committed with the idle episodes
     of its hours, so that a rollup stopped or killed keeps what it finished), re-judge the idle episodes of the
     hours rebuilt (:func:`finops.analysis.idle.rejudge_idle`: readings that
-    arrived late, a spool after an outage or a backfill, get their episodes too), and record budget threshold and
-    spend anomaly events (each once).
+    arrived late, a spool after an outage or a backfill, get their episodes too; the hours only a price change
+    marked, :func:`finops.analysis.idle_prices.claim_repriced_hours`, have theirs re-priced), and record budget
+    threshold and spend anomaly events (each once).
 
     Logs what it did in one line: at INFO, unless ``progress`` (the scheduler's) says it took in nothing new and
     it stored no idle episode, then at DEBUG.
@@ -143,13 +145,15 @@ def run_rollup(
     while built is None or built.pending_hours:
         rebuilt: list[int] = []
         with sessions.begin() as session:
+            repriced = claim_repriced_hours(session, until)
             part = rollup(
                 session, pricing, until, rebuilt=rebuilt, meter=None if tsdb is None else tsdb.meter,
                 most_hours=TRANSACTION_HOURS,
             )  # fmt: skip
+            release_repriced_hours(session, repriced - set(rebuilt))
             if tsdb is not None:
                 tsdb.store_node_rates(session, rebuilt)
-            episodes += rejudge_idle(session, rebuilt, policy, pricing, tsdb)
+            episodes += rejudge_idle(session, rebuilt, policy, pricing, tsdb, repriced & set(rebuilt))
         stalled = built is not None and part.pending_hours >= built.pending_hours
         built = part if built is None else built.then(part)
         rebuilt_all.extend(rebuilt)

@@ -1,0 +1,373 @@
+"""Idle runs of readings, found a UTC day at a time from the idle readings alone where they tell all.
+
+A run (:mod:`finops.analysis.idle`) is a run of consecutive readings of one GPU with utilisation ≤ a threshold and
+no gap longer than the max gap between them; it covers [its first reading, the reading after its last one, or the
+last one + the max gap when that comes later or never). It is found a UTC day at a time (a day partition of
+``gpu_samples``), on helper connections where it can, by set-based SQL that reads the day's idle readings once and
+the other readings only where they may matter; the days' runs are then joined.
+
+**Candidates.** The day's idle readings (utilisation ≤ the threshold) alone, sorted by GPU and time, fall into
+*candidates*: idle readings at most the max gap apart. Every run lies within one candidate (a gap longer than the max
+gap ends a run whatever lies in it), and a candidate is one run unless other readings lie between its idle ones:
+busy readings split it. So each candidate that could last the window (or reaches an end of the day) counts the
+readings of its GPU in [its first, its last reading] by the ``(gpu_id, ts)`` key, one index range each: as many as
+its idle readings, and it is a run as it is. Its end is the GPU's next reading after its last one with a
+utilisation, looked up by key: the run covers until it, at most the max gap on.
+
+**Mixed candidates.** A candidate with other readings among its idle ones (busy readings, or readings without a
+utilisation, which count as none) has its runs found from every reading in [its first, its last + the max gap],
+read by key: one window over them gives the runs one window over the whole day would, since no reading outside that
+range lies within the max gap of its idle readings. Only those candidates' readings are read twice.
+
+**The ends of a day.** A run whose next reading lies in a later day may go on there: a run of that day starting at
+that reading, within the max gap, is the same run, and the two are joined (their counts added, the larger memory
+kept). A run that reaches the end of the period ends as a scan of the whole history would end it: at the first
+reading past the period, if within the max gap. Runs that cannot last the window and touch neither end of the day
+are left out by the statements themselves.
+
+Each run counts its readings, those with a thermal clocks-event reason, those with a power one, those with either
+and their mean SM clock (:data:`collector.contract.clocks_events.THERMAL_MASK`, ``POWER_MASK``), from
+``clocks_event_reasons`` and ``sm_clock_hertz`` where the table has them.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, TextClause, text
+
+from collector.contract.clocks_events import POWER_MASK, THERMAL_MASK
+from finops.db.dialect import json_rows, set_local, transaction_settings
+from finops.ingest.partitions import DAY, floor_day
+
+GPU_KEY = 4_294_967_296
+"""A reading's key is ``gpu_id`` × 2^32 + its epoch second (ids below 2^31, instants before 2106): one 64-bit
+integer that sorts by GPU, then time (the ledger's metering orders readings the same way)."""
+
+# Per run: its first and last reading's keys, its readings, the most memory, and its readings with a thermal, a
+# power, either clocks-event reason, and the sum and count of the SM clocks of those with either.
+_SUMS = f"""MIN(k) AS first_k, MAX(k) AS last_k, COUNT(*) AS readings, MAX(COALESCE(mem, 0)) AS max_mem,
+           SUM(CASE WHEN (COALESCE(clk, 0) & {THERMAL_MASK}) <> 0 THEN 1 ELSE 0 END) AS thermal,
+           SUM(CASE WHEN (COALESCE(clk, 0) & {POWER_MASK}) <> 0 THEN 1 ELSE 0 END) AS power,
+           SUM(CASE WHEN (COALESCE(clk, 0) & {THERMAL_MASK | POWER_MASK}) <> 0 THEN 1 ELSE 0 END) AS throttled,
+           SUM(CASE WHEN (COALESCE(clk, 0) & {THERMAL_MASK | POWER_MASK}) <> 0 THEN sm END) AS sm_sum,
+           COUNT(CASE WHEN (COALESCE(clk, 0) & {THERMAL_MASK | POWER_MASK}) <> 0 THEN sm END) AS sm_n"""
+# Runs worth keeping: those that can last the window, and those that may go on in the day before or after.
+_WORTH = """MAX(k) - MIN(k) + :max_gap >= :window OR MIN(k) % 4294967296 <= :c0 + :max_gap
+           OR MAX(k) % 4294967296 + :max_gap >= :c1"""
+# The GPU's next reading with a utilisation after a run's last one (an ordered index probe: LIMIT 1).
+_NEXT_TS = """(SELECT n.ts FROM {table} n WHERE n.gpu_id = runs.first_k / 4294967296
+                  AND n.ts > runs.last_k % 4294967296 AND n.utilization_ratio IS NOT NULL ORDER BY n.ts LIMIT 1)"""
+
+# The candidates of a day (module docstring): its idle readings in key order, a candidate starting where the
+# previous idle reading is another GPU's or more than the max gap before; per candidate its sums, the readings of
+# its GPU in [first, last] by key (present), and for a candidate that is a run (present = readings) its next reading.
+_CANDIDATES_SQL = f"""
+WITH numbered AS (
+    SELECT k, mem, clk, sm,
+           SUM(CASE WHEN pk IS NULL OR k - pk > :max_gap THEN 1 ELSE 0 END)
+               OVER (ORDER BY k ROWS UNBOUNDED PRECEDING) AS run
+    FROM (
+        SELECT k, mem, clk, sm, LAG(k) OVER (ORDER BY k) AS pk
+        FROM (SELECT r.gpu_id * 4294967296 + r.ts AS k, r.memory_used_bytes AS mem, {{clocks}}
+              FROM {{table}} r
+              WHERE {{per_gpu}}r.ts >= :c0 AND r.ts < :c1 AND r.utilization_ratio <= :threshold) idle
+    ) lagged
+), runs AS (
+    SELECT {_SUMS} FROM numbered GROUP BY run HAVING {_WORTH}
+), counted AS (
+    SELECT runs.*, (SELECT COUNT(*) FROM {{table}} n WHERE n.gpu_id = runs.first_k / 4294967296
+                      AND n.ts >= runs.first_k % 4294967296 AND n.ts <= runs.last_k % 4294967296) AS present
+    FROM runs
+)
+SELECT first_k, last_k, readings, max_mem, thermal, power, throttled, sm_sum, sm_n, present,
+       CASE WHEN present = readings THEN {_NEXT_TS.replace("runs.", "counted.")} END AS next_ts
+FROM counted
+"""  # noqa: S608 - the f-string only inlines this module's constant fragments
+
+# The runs of mixed candidates (module docstring): every reading with a utilisation in their ranges (a JSON list of
+# {{gpu_id, lo, hi}}), a window in key order (a run starts at an idle reading whose predecessor is missing, busy or
+# more than the max gap before it), and per run its sums. next_k: the key of the reading after the run's last one
+# when it is the same GPU's, else NULL and next_ts the GPU's next reading looked up by key.
+_MIXED_SQL = f"""
+WITH neighbours AS (
+    SELECT k, i, mem, clk, sm, LAG(k) OVER w AS pk, LAG(i) OVER w AS pi, LEAD(k) OVER w AS nk
+    FROM (SELECT r.gpu_id * 4294967296 + r.ts AS k, CASE WHEN r.utilization_ratio <= :threshold THEN 1 ELSE 0 END AS i,
+                 r.memory_used_bytes AS mem, {{clocks}}
+          FROM {{ranges}} JOIN {{table}} r ON r.gpu_id = g.gpu_id AND r.ts >= g.lo AND r.ts <= g.hi
+          WHERE r.utilization_ratio IS NOT NULL) near
+    WINDOW w AS (ORDER BY k ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING)
+), numbered AS (
+    SELECT k, i, mem, clk, sm, COALESCE(nk, k) AS nk,
+           SUM(CASE WHEN i = 1 AND (pk IS NULL OR pi = 0 OR k - pk > :max_gap) THEN 1 ELSE 0 END)
+               OVER (ORDER BY k ROWS UNBOUNDED PRECEDING) AS run
+    FROM neighbours
+), runs AS (
+    SELECT {_SUMS}, MAX(nk) AS next_k FROM numbered WHERE i = 1 GROUP BY run HAVING {_WORTH}
+)
+SELECT first_k, last_k, readings, max_mem, thermal, power, throttled, sm_sum, sm_n,
+       CASE WHEN next_k > last_k AND next_k - last_k < 4294967296 - :span THEN next_k END AS next_k,
+       CASE WHEN next_k = last_k OR next_k - last_k >= 4294967296 - :span THEN {_NEXT_TS} END AS next_ts
+FROM runs
+"""  # noqa: S608 - the f-string only inlines this module's constant fragments
+_CLOCKS = "r.clocks_event_reasons AS clk, r.sm_clock_hertz AS sm"
+_NO_CLOCKS = "CAST(NULL AS BIGINT) AS clk, CAST(NULL AS DOUBLE PRECISION) AS sm"
+_PER_GPU = {"sqlite": "r.gpu_id IN (SELECT id FROM gpus) AND ", "postgresql": ""}
+# Sorting a day's idle readings in memory (~50 MB for a day of 1,024 GPUs all idle), and no JIT compilation, which
+# costs more than it saves on a statement planned afresh for every day.
+_PG_SETTINGS = {"work_mem": "256MB", "jit": "off"}
+_HELPER_SETTINGS = {"work_mem": "'256MB'", "jit": "off", "max_parallel_workers_per_gather": "0"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Statements:
+    """The two statements of :func:`idle_runs` over ``table`` (``gpu_samples``, or a table of the same columns:
+    ``gpu_id``, ``ts`` epoch seconds, ``utilization_ratio``, ``memory_used_bytes`` and, with ``clocks``,
+    ``clocks_event_reasons`` and ``sm_clock_hertz``, keyed by ``(gpu_id, ts)``) for ``dialect``."""
+
+    candidates: TextClause
+    mixed: TextClause
+
+    @classmethod
+    def of(cls, table: str, clocks: bool, dialect: str) -> _Statements:
+        parts = {
+            "table": table,
+            "clocks": _CLOCKS if clocks else _NO_CLOCKS,
+            "per_gpu": _PER_GPU[dialect],
+            "ranges": json_rows(dialect, "ranges", "g", {"gpu_id": "integer", "lo": "bigint", "hi": "bigint"}),
+        }
+        statements = []
+        for sql in (_CANDIDATES_SQL, _MIXED_SQL):
+            for name, part in parts.items():
+                sql = sql.replace("{" + name + "}", part)
+            statements.append(text(sql))
+        return cls(*statements)
+
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    """What a run is: utilisation ratio ≤ ``threshold``, readings at most ``max_gap`` seconds apart, kept when it
+    lasts ``window`` seconds."""
+
+    threshold: float
+    max_gap: int
+    window: int
+
+
+@dataclass(slots=True)
+class IdleRun:
+    """An idle run of one GPU: [``first_ts``, ``covered_until``) epoch seconds; the most memory in use
+    (``max_mem``, bytes; 0 without a value), how many readings, and of them with a thermal, a power, either
+    clocks-event reason, and the mean SM clock (Hz) of those with either (None: none has a clock)."""
+
+    gpu_id: int
+    first_ts: int
+    covered_until: int
+    max_mem: float
+    readings: int
+    thermal_readings: int
+    power_readings: int
+    throttled_readings: int
+    throttled_sm_clock: float | None
+
+
+@dataclass(slots=True)
+class _Piece:
+    """A run as one day's statement found it: its first and last reading, the next reading of the GPU after the
+    last (``next_ts``; None: none at all) and whether the statement read that one (``next_seen``: else it may be
+    the first of a run of a later day), and the sums."""
+
+    gpu_id: int
+    first_ts: int
+    last_ts: int
+    next_ts: int | None
+    next_seen: bool
+    max_mem: float
+    readings: int
+    thermal: int
+    power: int
+    throttled: int
+    sm_sum: float
+    sm_n: int
+
+    def join(self, later: _Piece) -> None:
+        """Take in ``later``, the run that goes on from this one in a later day."""
+        self.last_ts, self.next_ts, self.next_seen = later.last_ts, later.next_ts, later.next_seen
+        self.max_mem = max(self.max_mem, later.max_mem)
+        self.readings += later.readings
+        self.thermal += later.thermal
+        self.power += later.power
+        self.throttled += later.throttled
+        self.sm_sum += later.sm_sum
+        self.sm_n += later.sm_n
+
+    def covered_until(self, max_gap: int) -> int:
+        """Until when the run's last reading stands: the next reading, at most the max gap after it; the reading
+        itself when no reading follows."""
+        if self.next_ts is None:
+            return self.last_ts
+        return min(self.next_ts, self.last_ts + max_gap)
+
+
+def day_chunks(start: int, end: int) -> Iterator[tuple[int, int]]:
+    """[start, end) (epoch seconds) cut at UTC midnights: the day partitions of ``gpu_samples``."""
+    lo = start
+    while lo < end:
+        hi = min(end, floor_day(lo) + DAY)
+        yield lo, hi
+        lo = hi
+
+
+def idle_runs(
+    connection: Connection,
+    chunks: Iterable[tuple[int, int]],
+    threshold: float,
+    max_gap: int,
+    window: int,
+    *,
+    table: str = "gpu_samples",
+    clocks: bool = True,
+    helpers: int = 0,
+) -> list[IdleRun]:
+    """The idle runs (utilisation ratio ≤ ``threshold``, readings at most ``max_gap`` seconds apart) of the
+    readings in ``table`` over consecutive ``chunks`` [c0, c1) (epoch seconds: the period, cut as one likes, e.g.
+    by :func:`day_chunks`) that last at least ``window`` seconds, as one window over the whole period would find
+    them (module docstring); sorted by GPU and start. A run at the period's start starts there.
+
+    ``helpers`` > 1: the chunks are read on that many other connections of the engine at once when
+    :func:`may_read_elsewhere` allows (PostgreSQL, ``gpu_samples``), each in a transaction that sees what this one
+    sees (its exported snapshot)."""
+    statements = _Statements.of(table, clocks, connection.dialect.name)
+    settings = _Settings(threshold, max_gap, window)
+    chunks = list(chunks)
+    if helpers > 1 and len(chunks) > 1 and table == "gpu_samples" and may_read_elsewhere(connection):
+        pieces = _read_elsewhere(connection, statements, settings, chunks, helpers)
+    else:
+        with transaction_settings(connection, _PG_SETTINGS):
+            pieces = [piece for chunk in chunks for piece in _chunk_pieces(connection, statements, settings, chunk)]
+    starting = {(piece.gpu_id, piece.first_ts): piece for piece in pieces}
+    runs = []
+    joined: set[tuple[int, int]] = set()
+    for key in sorted(starting):
+        if key in joined:
+            continue
+        piece = starting[key]
+        while not piece.next_seen and piece.next_ts is not None and piece.next_ts - piece.last_ts <= max_gap:
+            later = starting.get((piece.gpu_id, piece.next_ts))
+            if later is None:  # a busy reading, or one past the period
+                break
+            joined.add((piece.gpu_id, piece.next_ts))
+            piece.join(later)
+        covered = piece.covered_until(max_gap)
+        if covered - piece.first_ts >= window:
+            runs.append(
+                IdleRun(
+                    piece.gpu_id, piece.first_ts, covered, piece.max_mem, piece.readings, piece.thermal,
+                    piece.power, piece.throttled, piece.sm_sum / piece.sm_n if piece.sm_n else None,
+                )
+            )  # fmt: skip
+    return runs
+
+
+def _chunk_pieces(
+    connection: Connection, statements: _Statements, settings: _Settings, chunk: tuple[int, int]
+) -> list[_Piece]:
+    """The runs of one chunk [c0, c1): its candidates that are runs, and the runs of those that are mixed (module
+    docstring), read on ``connection``."""
+    c0, c1 = chunk
+    parameters = {"threshold": settings.threshold, "max_gap": settings.max_gap, "window": settings.window,
+                  "c0": c0, "c1": c1, "span": c1 - c0}  # fmt: skip
+    pieces, mixed = [], []
+    for row in connection.execute(statements.candidates, parameters):
+        first_k, last_k, readings, *_, present, next_ts = row
+        if present == readings:
+            pieces.append(_piece(row[:9], None, next_ts))
+        else:
+            hi = min(int(last_k) % GPU_KEY + settings.max_gap, c1 - 1)
+            mixed.append({"gpu_id": int(first_k) // GPU_KEY, "lo": int(first_k) % GPU_KEY, "hi": hi})
+    if mixed:
+        for row in connection.execute(statements.mixed, {**parameters, "ranges": json.dumps(mixed)}):
+            pieces.append(_piece(row[:9], row[9], row[10]))
+    return pieces
+
+
+_WRITTEN_READINGS = text(
+    "SELECT COALESCE(SUM(n_tup_ins + n_tup_upd + n_tup_del), 0) FROM pg_stat_xact_user_tables "
+    "WHERE relname = 'gpus' OR relname LIKE 'gpu\\_samples%'"
+)
+
+
+def may_read_elsewhere(connection: Connection) -> bool:
+    """Whether other connections can read the readings this transaction sees: PostgreSQL, and this transaction has
+    written no reading and no GPU (``pg_stat_xact_user_tables``, its own counts of rows written, by table and day
+    partition): another transaction sees only what is committed."""
+    if connection.dialect.name != "postgresql":
+        return False
+    return int(connection.scalar(_WRITTEN_READINGS) or 0) == 0
+
+
+def _read_elsewhere(
+    connection: Connection,
+    statements: _Statements,
+    settings: _Settings,
+    chunks: Sequence[tuple[int, int]],
+    helpers: int,
+) -> list[_Piece]:
+    """The runs of each of ``chunks`` (:func:`_chunk_pieces`), read on up to ``helpers`` other connections at once,
+    each in a read-only transaction on this one's snapshot (``pg_export_snapshot``, imported by ``SET TRANSACTION
+    SNAPSHOT``), which it rolls back. A helper's error is raised here."""
+    snapshot = str(connection.scalar(text("SELECT pg_export_snapshot()")))
+    if not re.fullmatch(r"[0-9A-F]+-[0-9A-F]+-[0-9]+", snapshot):  # inlined below: a utility statement takes no $1
+        raise ValueError(f"unexpected snapshot id {snapshot!r}")
+    work: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
+    for chunk in chunks:
+        work.put(chunk)
+
+    def read() -> list[_Piece]:
+        found: list[_Piece] = []
+        with connection.engine.connect() as helper:
+            helper = helper.execution_options(isolation_level="REPEATABLE READ")
+            with helper.begin() as transaction:
+                helper.execute(text("SET TRANSACTION READ ONLY"))
+                helper.exec_driver_sql(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+                set_local(helper, _HELPER_SETTINGS)
+                while True:
+                    try:
+                        chunk = work.get_nowait()
+                    except queue.Empty:
+                        break
+                    found.extend(_chunk_pieces(helper, statements, settings, chunk))
+                transaction.rollback()
+        return found
+
+    with ThreadPoolExecutor(max_workers=helpers, thread_name_prefix="idle-runs") as pool:
+        futures = [pool.submit(read) for _ in range(min(helpers, len(chunks)))]
+        return [piece for future in futures for piece in future.result()]
+
+
+def _piece(sums: Sequence[Any], next_k: int | None, next_ts: int | None) -> _Piece:
+    """A run from a statement's row: its ``sums`` (first and last key, readings, most memory, thermal, power and
+    throttled readings, SM clock sum and count); ``next_k``, the key of the reading after its last one when the
+    statement read it, else ``next_ts``, the GPU's next reading looked up (None: none)."""
+    first_k, last_k, readings, max_mem, thermal, power, throttled, sm_sum, sm_n = sums
+    seen = next_k is not None
+    return _Piece(
+        gpu_id=int(first_k) // GPU_KEY,
+        first_ts=int(first_k) % GPU_KEY,
+        last_ts=int(last_k) % GPU_KEY,
+        next_ts=int(next_k) % GPU_KEY if next_k is not None else (None if next_ts is None else int(next_ts)),
+        next_seen=seen,
+        max_mem=float(max_mem or 0.0),
+        readings=int(readings),
+        thermal=int(thermal or 0),
+        power=int(power or 0),
+        throttled=int(throttled or 0),
+        sm_sum=float(sm_sum or 0.0),
+        sm_n=int(sm_n or 0),
+    )
