@@ -206,7 +206,7 @@ def _few_collections() -> Iterator[None]:
     (:data:`finops.demo.workload.STEP_MINUTES`) is some 30,000 readings, dicts and rows alive until it is shipped
     and none of them garbage in a cycle (reference counting frees them); with the default threshold each step set
     off dozens of collections, which walked them all and moved them into the older generations, whose collections
-    then walked them again: over a third of the replay's CPU."""
+    then walked them again: about 40 % of the collectors' CPU."""
     young, middle, oldest = gc.get_threshold()
     gc.set_threshold(REPLAY_YOUNG_THRESHOLD, middle, oldest)
     try:
