@@ -406,8 +406,8 @@ def batch_dict(samples: Iterable[Sample]) -> dict[str, list[dict[str, object]]]:
     ``"job_utilization": [...]`` (:func:`job_utilization_dicts`) when a GPU was shared by several jobs."""
     collected = list(samples)
     readings = [s for s in collected if shippable(s)]
-    inventory = {s.labels["uuid"]: gpu_info_dict(s) for s in readings}
-    batch = {"gpus": list(inventory.values()), "samples": [reading_dict(s) for s in readings]}
+    newest = {s.labels["uuid"]: s for s in readings}  # each GPU's last reading, in order of its first
+    batch = {"gpus": [gpu_info_dict(s) for s in newest.values()], "samples": [reading_dict(s) for s in readings]}
     shared = job_utilization_dicts(collected, readings)
     if shared:
         batch["job_utilization"] = shared
@@ -458,26 +458,27 @@ def columnar(batch: dict[str, list[dict[str, object]]]) -> dict[str, list[dict[s
     ``samples``, so that the service judges it and names it in its answer exactly as before. The entries of the
     :data:`SIDE_PARTS` pass through as they are.
     """
-    series: dict[str, dict[str, list[Any]]] = {}
+    grouped: dict[str, tuple[list[int], list[dict[str, object]]]] = {}
     rows: list[dict[str, object]] = []
     for reading in batch["samples"]:
         uuid, epoch = reading.get("uuid"), _epoch(reading.get("ts"))
         if not isinstance(uuid, str) or epoch is None or not _ROW_KEYS.issuperset(reading):
             rows.append(reading)
             continue
-        columns = series.get(uuid)
-        if columns is None:
-            columns = series[uuid] = {"ts": [], **{name: [] for name in READING_COLUMNS}}
-        columns["ts"].append(epoch)
+        group = grouped.get(uuid)
+        if group is None:
+            group = grouped[uuid] = ([], [])
+        group[0].append(epoch)
+        group[1].append(reading)
+    series: list[dict[str, Any]] = []
+    for uuid, (stamps, readings) in grouped.items():
+        entry: dict[str, Any] = {"uuid": uuid, "ts": stamps}
         for name in READING_COLUMNS:
-            columns[name].append(reading.get(name))
-    body: dict[str, list[dict[str, Any]]] = {
-        "gpus": batch["gpus"],
-        "series": [
-            {"uuid": uuid, **{name: values for name, values in columns.items() if any(v is not None for v in values)}}
-            for uuid, columns in series.items()
-        ],
-    }
+            values = [reading.get(name) for reading in readings]
+            if values.count(None) < len(values):
+                entry[name] = values
+        series.append(entry)
+    body: dict[str, list[dict[str, Any]]] = {"gpus": batch["gpus"], "series": series}
     if rows:
         body["samples"] = rows
     body.update((part, batch[part]) for part in SIDE_PARTS if batch.get(part))

@@ -34,7 +34,7 @@ BANNER = re.compile(r"^#{20,}[ \t]*\n", re.MULTILINE)
 
 
 class ReplaySource:
-    """Each ``collect`` returns the next recorded step (a list of samples, e.g. an hour of one node's GPUs).
+    """Each ``collect`` returns the next recorded step (a list of samples, e.g. the demo's 20 hours of one node's GPUs).
 
     ``exhausted`` turns True once every step has been played; ``collect`` then returns ``[]``.
     """

@@ -211,8 +211,39 @@ class Readings:
         return segments
 
 
-def node_steps(trace: Trace, node: str, readings: Readings, minutes_per_step: int = 60) -> Iterator[list[Sample]]:
-    """One node's GPU readings, ``minutes_per_step`` minutes of its 8 GPUs per step, in time order."""
+STEP_MINUTES = 1200
+"""Minutes of a node's readings the demo's collector sends in one batch: 9,600 readings of 8 GPUs, within the
+10,000 of a collector's largest batch (a spool drained after an outage, :mod:`finops.ingest.limits`)."""
+
+_Minute = tuple[str | None, dict[str, float], float]
+"""What a GPU reads over one minute: the job holding it (None: free), its values and the joules it draws."""
+
+
+def _gpu_minutes(
+    trace: Trace, timeline: list[tuple[int, int, int, dict[str, float]]], free: dict[str, float]
+) -> list[_Minute]:
+    """Each minute of a GPU: the first entry of its ``timeline`` ((from, to, job number, values), sorted) still
+    running at that minute when it has started, else ``free``."""
+    seconds = STEP.total_seconds()
+    idle: _Minute = (None, free, free[m.GPU_POWER] * seconds)
+    minutes: list[_Minute] = []
+    cursor = 0
+    for minute in range(trace.minutes):
+        while cursor < len(timeline) and timeline[cursor][1] <= minute:
+            cursor += 1
+        if cursor < len(timeline) and timeline[cursor][0] <= minute:
+            _, _, holder, values = timeline[cursor]
+            minutes.append((str(holder), values, values[m.GPU_POWER] * seconds))
+        else:
+            minutes.append(idle)
+    return minutes
+
+
+def node_steps(
+    trace: Trace, node: str, readings: Readings, minutes_per_step: int = STEP_MINUTES
+) -> Iterator[list[Sample]]:
+    """One node's GPU readings, ``minutes_per_step`` minutes of its 8 GPUs per step, in time order; each GPU's
+    energy counter starts at 0 and adds the joules of each minute."""
     timelines: dict[int, list[tuple[int, int, int, dict[str, float]]]] = defaultdict(list)
     for job in trace.jobs:
         for host, index in job.gpus:
@@ -222,34 +253,20 @@ def node_steps(trace: Trace, node: str, readings: Readings, minutes_per_step: in
                     timelines[index].append((first, last, job.job_number, values))
     for timeline in timelines.values():
         timeline.sort(key=lambda entry: entry[:3])
-    cursor = [0] * GPUS_PER_NODE
-    energy = [0.0] * GPUS_PER_NODE
+    free = readings.free()
+    gpus = [_gpu_minutes(trace, timelines[index], free) for index in range(GPUS_PER_NODE)]
     labels = [{"gpu": str(i), "uuid": gpu_uuid(node, i), "model": readings.gpu.model} for i in range(GPUS_PER_NODE)]
-    free_values = readings.free()
-    step: list[Sample] = []
-    for minute in range(trace.minutes):
-        timestamp = trace.start + minute * STEP
-        for index in range(GPUS_PER_NODE):
-            timeline = timelines[index]
-            while cursor[index] < len(timeline) and timeline[cursor[index]][1] <= minute:
-                cursor[index] += 1
-            holder, values = None, free_values
-            if cursor[index] < len(timeline) and timeline[cursor[index]][0] <= minute:
-                _, _, holder, values = timeline[cursor[index]]
-            step.append(
-                Sample(
-                    "gpu",
-                    labels[index],
-                    {**values, m.GPU_ENERGY: energy[index]},
-                    timestamp,
-                    None if holder is None else str(holder),
-                )
-            )
-            energy[index] += values[m.GPU_POWER] * STEP.total_seconds()
-        if (minute + 1) % minutes_per_step == 0:
-            yield step
-            step = []
-    if step:
+    stamps = [trace.start + minute * STEP for minute in range(trace.minutes)]
+    energy = [0.0] * GPUS_PER_NODE
+    indices = range(GPUS_PER_NODE)
+    for first in range(0, trace.minutes, minutes_per_step):
+        step: list[Sample] = []
+        for minute in range(first, min(trace.minutes, first + minutes_per_step)):
+            timestamp = stamps[minute]
+            for index in indices:
+                holder, values, drawn = gpus[index][minute]
+                step.append(Sample("gpu", labels[index], {**values, m.GPU_ENERGY: energy[index]}, timestamp, holder))
+                energy[index] += drawn
         yield step
 
 
