@@ -5,7 +5,7 @@ Usage::
 
     .venv/bin/python benchmarks/fleet.py postgresql+psycopg://postgres@127.0.0.1:5432/bench \\
         [--gpus 800] [--workers 1 2 4] [--copy-connections 8] [--fleet-gpus 1000] [--fleet-minutes 15] \\
-        [--clients 8] [--load httpx wrk] [--repeat 2]
+        [--clients 8] [--load httpx wrk] [--repeat 2] [--compare /path/to/other/checkout]
 
 The database's schema is dropped and migrated afresh; PostgreSQL must run on this machine (its backends' CPU time
 is read from /proc). Prints figures; asserts nothing about time. Helpers and workload are those of
@@ -18,7 +18,8 @@ is read from /proc). Prints figures; asserts nothing about time. Helpers and wor
    Two load generators (``--load``), each with ``--clients`` connections: ``httpx`` threads in this process (about
    0.7 ms of CPU per POST on the same 2 cores) and ``wrk`` (Debian package ``wrk``, tens of µs per POST: nearer a
    fleet whose collectors run on their own nodes), so that the service's rate is seen with and without the clients'
-   share of the machine.
+   share of the machine. With ``--compare``, each case also runs the ``serve`` of another checkout (e.g. ``git
+   worktree add /tmp/before <commit>``) right after this one's, on the same database, and the ratios are printed.
 2. **COPY**: the same fleet's rows (``--hours`` of them) by text ``COPY`` on one connection beside binary ``COPY``
    (``set_types``) cut over ``--copy-connections`` connections, alternating: rows/s and CPU µs per row.
 3. **Replicas**: ``--fleet-gpus`` GPUs read every 10 s for ``--fleet-minutes`` minutes (10,000 GPUs and 60 minutes
@@ -80,21 +81,25 @@ WHERE c.relkind = 'r' AND (c.relname LIKE 'gpu\\_samples\\_p%' OR c.relname LIKE
 """Bytes of the ``gpu_samples`` day partitions and the ledger tables, indexes and TOAST included."""
 
 
+Case = tuple[str, str, int]
+"""(code: ``this`` or ``before``, load generator, ``--workers``)."""
+
+
 def steady_by_workers(url: str, token: str, steady: list[tuple[int, bytes]], workers: list[int], clients: int,
-                      loads: list[str], repeat: int,
-                      backends: Backends) -> dict[tuple[str, int], list[tuple[Run, float]]]:  # fmt: skip
-    """(run, POST/s) of ``steady`` per load generator and worker count, ``repeat`` times, alternating."""
-    runs: dict[tuple[str, int], list[tuple[Run, float]]] = {(load, n): [] for load in loads for n in workers}
+                      loads: list[str], repeat: int, backends: Backends,
+                      codes: dict[str, Path]) -> dict[Case, list[tuple[Run, float]]]:  # fmt: skip
+    """(run, POST/s) of ``steady`` per code (name → checkout), load generator and worker count, ``repeat`` times,
+    alternating."""
+    runs: dict[Case, list[tuple[Run, float]]] = {(c, load, n): [] for load in loads for n in workers for c in codes}
     for _ in range(repeat):
         for load in loads:
             for n in workers:
-                with serving(url, token, "--workers", str(n)) as (base, server):
-                    # Warm-up: every process meets every node (its GPU ids and partitions are cached per process).
-                    http_run(base, token, steady, clients, server, backends)
-                    if load == "wrk":
-                        runs[load, n].append(wrk_run(base, token, steady, clients, server, backends))
-                    else:
-                        runs[load, n].append(http_run(base, token, steady, clients, server, backends))
+                for name, code in codes.items():
+                    with serving(url, token, "--workers", str(n), code=code) as (base, server):
+                        # Warm-up: every process meets every node (GPU ids and partitions are cached per process).
+                        http_run(base, token, steady, clients, server, backends)
+                        run = wrk_run if load == "wrk" else http_run
+                        runs[name, load, n].append(run(base, token, steady, clients, server, backends))
     return runs
 
 
@@ -159,6 +164,7 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=2, help="measurements of each steady-state and COPY case")
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="parts to run (default: all)")
+    parser.add_argument("--compare", type=Path, help="another checkout whose serve the steady state alternates with")
     args = parser.parse_args()
     if make_url(args.database_url).get_backend_name() != "postgresql":
         parser.error("this benchmark measures PostgreSQL: give a PostgreSQL URL")
@@ -186,18 +192,29 @@ def main() -> None:
 
 
 def steady_state(args: argparse.Namespace, token: str, backends: Backends) -> None:
-    """Part 1 of the module: single-cycle POSTs per worker count; prints it."""
+    """Part 1 of the module: single-cycle POSTs per worker count (and code, with ``--compare``); prints it."""
     fleet = _fleet_samples(args.gpus, args.hours)
     steady = _bodies({node: cycles[:STEADY_CYCLES] for node, cycles in fleet.items()}, 1)
     print(f"steady state: {len(steady):,} single-cycle POSTs of {args.gpus} GPUs, {args.clients} clients")
-    for (load, n), runs in steady_by_workers(args.database_url, token, steady, args.workers, args.clients,
-                                             args.load, args.repeat, backends).items():  # fmt: skip
-        run, per_second = _median([r for r, _ in runs]), statistics.median(s for _, s in runs)
-        rates = ", ".join(f"{s:,.0f}" for _, s in runs)
-        print(f"  {load}, --workers {n}: {per_second:,.0f} POST/s ({rates}), a fleet of "
-              f"{per_second * GPUS_PER_NODE * INTERVAL_SECONDS:,.0f} GPUs at {INTERVAL_SECONDS} s; CPU per POST: "
-              f"service {run.sender_us * GPUS_PER_NODE:,.0f} µs + PostgreSQL {run.postgres_us * GPUS_PER_NODE:,.0f} "
-              f"µs; the load generator {run.client_us * GPUS_PER_NODE:,.0f} µs")  # fmt: skip
+    codes = {"this": REPO} | ({"before": args.compare.resolve()} if args.compare else {})
+    by_case = steady_by_workers(args.database_url, token, steady, args.workers, args.clients, args.load, args.repeat,
+                                backends, codes)  # fmt: skip
+    rates: dict[Case, float] = {}
+    for (name, load, n), runs in by_case.items():
+        run, rates[name, load, n] = _median([r for r, _ in runs]), statistics.median(s for _, s in runs)
+        each = ", ".join(f"{s:,.0f}" for _, s in runs)
+        print(
+            f"  {name if args.compare else ''} {load}, --workers {n}: {rates[name, load, n]:,.0f} POST/s ({each}), "
+            f"a fleet of {rates[name, load, n] * GPUS_PER_NODE * INTERVAL_SECONDS:,.0f} GPUs at {INTERVAL_SECONDS} s;"
+            f" CPU per POST: service {run.sender_us * GPUS_PER_NODE:,.0f} µs + PostgreSQL "
+            f"{run.postgres_us * GPUS_PER_NODE:,.0f} µs; the load generator {run.client_us * GPUS_PER_NODE:,.0f} µs"
+        )
+    if args.compare:
+        for (name, load, n), rate in rates.items():
+            if name == "this":
+                print(f"  {load}, --workers {n}: this / before = {rate / rates['before', load, n]:.2f} × POST/s")
+    with open("/proc/loadavg") as average:
+        print(f"load average at the end: {' '.join(average.read().split()[:3])}")
 
 
 def copies(args: argparse.Namespace, engine: Engine, conninfo: str) -> None:

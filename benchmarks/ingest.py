@@ -365,13 +365,13 @@ def wrk_run(base_url: str, token: str, bodies: list[tuple[int, bytes]], connecti
 
 
 @contextmanager
-def serving(url: str, token: str, *options: str) -> Iterator[tuple[str, int]]:
+def serving(url: str, token: str, *options: str, code: Path = REPO) -> Iterator[tuple[str, int]]:
     """``gpu-finops serve --no-scheduler`` with ``options`` (e.g. ``--workers 2``) on a free port of 127.0.0.1
-    until the block ends; yields its URL and process id."""
+    until the block ends, run from the checkout ``code`` (default: this one); yields its URL and process id."""
     port = free_port()
     command = [sys.executable, "-m", "finops.cli", "serve", "--port", str(port), "--no-scheduler", *options]
-    env = {**os.environ, "FINOPS_DATABASE_URL": url, "FINOPS_INGEST_TOKEN": token, "PYTHONPATH": str(REPO)}
-    process = subprocess.Popen(command, env=env, cwd=REPO)
+    env = {**os.environ, "FINOPS_DATABASE_URL": url, "FINOPS_INGEST_TOKEN": token, "PYTHONPATH": str(code)}
+    process = subprocess.Popen(command, env=env, cwd=code)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

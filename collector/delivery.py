@@ -9,6 +9,15 @@ before each try, and until the service takes one, :attr:`Delivery.credentials_re
 the status and the token file is logged every :data:`CREDENTIALS_LOG_SECONDS`. The service's ingest is idempotent
 (one row per GPU and timestamp), so a batch sent twice after a crash is stored once.
 
+A ``Retry-After`` (a 429 or 503: the node over its rate, or the service past the requests it takes) also asks the
+collector to slow down: it waits that long, then sends every cycle spooled meanwhile as one POST (up to
+``batch_samples`` readings), and goes on spacing its POSTs by that *pace* while it decays, halving every
+:data:`PACE_HALF_LIFE_SECONDS`; a cycle's readings wait in the spool meanwhile and travel with the next POST. A
+refusal while paced doubles the pace (at least the new ``Retry-After``, at most :data:`PACE_GROWTH` times it), so a
+fleet past the service's request rate sends fewer, larger POSTs until the service keeps up, and loses nothing. The
+default ``batch_samples`` (10,000 readings, about 1.5 MB of JSON) is within what the service takes in one POST (its
+body limit and a node's burst, :mod:`finops.ingest.limits`).
+
 A cycle the spool cannot take (its disk full: ``ENOSPC``, ``EDQUOT``; or another write error) is dropped, newest
 first: what is spooled stays and is still delivered, and acknowledged segments are deleted, which frees the room for
 later cycles. The loss is counted per reason in :attr:`Delivery.unspooled_samples` and logged once per episode
@@ -28,7 +37,7 @@ import orjson
 from collector.contract import wire
 from collector.contract.sample import Sample
 from collector.node_io import NodeIoRates
-from collector.shipper import Backoff, Shipper
+from collector.shipper import MAX_RETRY_AFTER_SECONDS, Backoff, Shipper
 from collector.spool import Spool
 
 log = logging.getLogger(__name__)
@@ -39,6 +48,16 @@ CREDENTIALS_LOG_SECONDS = 300.0
 """While the service refuses the node's credentials, the ERROR saying so is repeated at most this often."""
 UNSPOOLED_REASONS = ("disk_full", "write_error")
 """Why a cycle's readings were not spooled: no room (:data:`DISK_FULL_ERRNOS`), or any other write error."""
+PACE_HALF_LIFE_SECONDS = 300.0
+"""The pace the service asked for (``Retry-After``) halves every this many seconds after its last request: one
+5-minute ledger cycle, so that a fleet the service asked to slow down comes back to a POST per cycle over minutes,
+not all at once."""
+PACE_GROWTH = 8
+"""Refusals while paced double the pace up to this many times the service's latest ``Retry-After`` (and
+:data:`collector.shipper.MAX_RETRY_AFTER_SECONDS`): a fleet well past the service's rate slows further, and a
+collector retrying through a database outage (``Retry-After: 5``) still tries every 40 s at the least."""
+PACE_FLOOR_SECONDS = 1.0
+"""A decayed pace below this is none: the collector sends each cycle as it comes."""
 
 
 class Delivery:
@@ -49,14 +68,15 @@ class Delivery:
         shipper: sends merged batches.
         batch_samples: at most this many readings per POST when draining a backlog.
         backoff: waits between failed tries.
-        clock: monotonic seconds, for the rate of the credentials ERROR (tests pass a manual clock).
+        clock: monotonic seconds, for the rate of the credentials ERROR and the pace's decay (tests pass a manual
+            clock).
 
     Counters (read by :class:`collector.exposition.DeliveryStats`): ``shipped_samples`` (accepted by the
     service), ``rejected_samples`` (refused or rejected by it), ``untimely_samples`` (of those, refused for their
     time, by reason: :data:`collector.contract.wire.UNTIMELY_REASONS`), ``failed_sends`` (POSTs that will be retried),
     ``unspooled_samples`` (readings dropped because the spool could not take their cycle, by reason: one of
     :data:`UNSPOOLED_REASONS`); ``credentials_rejected``, whether the service's last answer refused the credentials
-    (401/403).
+    (401/403); :attr:`pace_seconds`, the spacing of POSTs the service asked for (module docstring).
     """
 
     def __init__(
@@ -81,6 +101,8 @@ class Delivery:
         self._credentials_logged_at: float | None = None
         self._unspooled_episode = 0
         self._failures_in_a_row = 0
+        self._pace = 0.0
+        self._paced_at = 0.0
         self._wake = threading.Event()
         self._node_io = NodeIoRates()
 
@@ -120,9 +142,31 @@ class Delivery:
                       self.spool.pending_samples)  # fmt: skip
         self._unspooled_episode += count
 
+    @property
+    def pace_seconds(self) -> float:
+        """Seconds the collector leaves between two POSTs because the service asked it to slow down: the last
+        ``Retry-After`` (doubled by a refusal while paced) halved every :data:`PACE_HALF_LIFE_SECONDS` since; 0 once
+        under :data:`PACE_FLOOR_SECONDS`, or when the service never asked."""
+        if not self._pace:
+            return 0.0
+        pace = self._pace * 0.5 ** ((self._clock() - self._paced_at) / PACE_HALF_LIFE_SECONDS)
+        return pace if pace >= PACE_FLOOR_SECONDS else 0.0
+
+    def _slow_down(self, retry_after: float) -> float:
+        """The service asked to wait ``retry_after`` seconds: the new pace (the wait before the next POST), at least
+        that, twice the current pace when already paced, at most :data:`PACE_GROWTH` times ``retry_after`` and
+        :data:`MAX_RETRY_AFTER_SECONDS`."""
+        doubled = min(2 * self.pace_seconds, PACE_GROWTH * retry_after)
+        self._pace = min(MAX_RETRY_AFTER_SECONDS, max(retry_after, doubled))
+        self._paced_at = self._clock()
+        return self._pace
+
     def send_next(self) -> float | None:
-        """One POST of the oldest spooled readings. Returns None when the spool is empty, 0.0 after an answer
-        (delivered or refused: the batch leaves the spool), or the seconds to wait after a failure."""
+        """One POST of the oldest spooled readings (every record up to ``batch_samples`` readings: what was spooled
+        while the collector waited goes together). Returns None when the spool is empty, else the seconds to wait
+        before the next POST: after an answer (delivered or refused: the batch leaves the spool) the current
+        :attr:`pace_seconds` (0.0 when unpaced), after a failure the backoff, or the pace the service's
+        ``Retry-After`` set."""
         records = self.spool.peek(self.batch_samples)
         if not records:
             return None
@@ -130,7 +174,10 @@ class Delivery:
         if result.outcome in ("failed", "unauthorized"):
             self.failed_sends += 1
             self._failures_in_a_row += 1
-            delay = self.backoff.delay(self._failures_in_a_row, result.retry_after)
+            if result.retry_after is not None:
+                delay = self._slow_down(result.retry_after)
+            else:
+                delay = self.backoff.delay(self._failures_in_a_row)
             if result.outcome == "unauthorized":
                 self._credentials_refused(result.reason, delay)
             else:
@@ -150,7 +197,7 @@ class Delivery:
         self.rejected_samples += result.rejected
         for reason, count in result.untimely.items():
             self.untimely_samples[reason] += count
-        return 0.0
+        return self.pace_seconds
 
     def _credentials_refused(self, reason: str, delay: float) -> None:
         """Record a 401/403 and log it as an ERROR, at most every :data:`CREDENTIALS_LOG_SECONDS`."""
@@ -165,7 +212,8 @@ class Delivery:
                   self.spool.pending_samples, delay, self.shipper.node, self.shipper.node)  # fmt: skip
 
     def run(self, stop: threading.Event, idle_poll_seconds: float = 1.0) -> None:
-        """Drain the spool until ``stop`` is set: back to back while there is a backlog, waiting after failures."""
+        """Drain the spool until ``stop`` is set: back to back while there is a backlog (spaced by the pace, when the
+        service asked for one), waiting after failures."""
         while not stop.is_set():
             self._wake.clear()
             try:

@@ -162,6 +162,12 @@ class DeliveryStats(Collector):
             "stay spooled), else 0.",
             value=1.0 if delivery.credentials_rejected else 0.0,
         )
+        yield GaugeMetricFamily(
+            "gpufinops_collector_delivery_pace_seconds",
+            "Seconds the sender leaves between two ingest POSTs because the service asked it to slow down "
+            "(Retry-After), decaying; the cycles of that time go in one POST. 0 when not asked.",
+            value=delivery.pace_seconds,
+        )
 
 
 def _by_reason(name: str, documentation: str, counts: Mapping[str, int]) -> CounterMetricFamily:

@@ -53,13 +53,15 @@ from finops.jobs.slurm_import import ScheduledSacct
 from finops.pricing.catalog import Pricing
 from finops.service.cost_metrics import CostMetrics
 from finops.service.dashboard_server import check_listen_address, require_dashboard_extra, serve_dashboard
+from finops.service.heap import settle_heap
 from finops.service.leases import job_leases
 from finops.service.scheduler import RunningJobs, start_scheduler
 from finops.service.tls import check_server_tls, is_loopback
 from finops.settings import DEFAULT_SACCT_SCHEDULE_SECONDS, Settings
 from finops.timeutil import utc_now
-from finops.web.app import ServiceMetrics, create_app, create_metrics_app
+from finops.web.app import create_app, create_metrics_app
 from finops.web.auth import ApiAuth
+from finops.web.ingest_route import ServiceMetrics
 
 app = typer.Typer()
 log = logging.getLogger(__name__)
@@ -305,16 +307,19 @@ def _serve_workers(workers: int, listen: dict[str, Any]) -> None:
 def worker_app() -> FastAPI:
     """The service's application built from the settings alone: the factory each process of ``serve --workers N``
     (N > 1) imports (``finops.cli.serve:worker_app``), after the parent has checked the credentials. Each process
-    has its own connection pool, metrics and per-node token buckets."""
+    has its own connection pool, metrics and per-node token buckets, and settles its heap before it serves
+    (:func:`finops.service.heap.settle_heap`)."""
     settings = load_settings()
     token, api_token = _secrets(settings)
     catalog = load_pricing(settings).catalog
     limits = ingest_limits(settings)
-    return create_app(
+    app = create_app(
         request_sessions(settings), token, ServiceMetrics(), api_token, catalog, limits=limits,
         readings_in_tsdb=settings.telemetry_source == "tsdb",
         reasons=settings.reason_policy, efficiency=settings.efficiency_policy,
     )  # fmt: skip
+    settle_heap()
+    return app
 
 
 @app.command()
@@ -409,22 +414,20 @@ def serve(
     pricing = load_pricing(settings)
     jobs = ScheduledJobs(settings, pricing, metrics.registry) if scheduler else None
     try:
-        serve_http(
-            create_app(
-                sessions,
-                token,
-                metrics,
-                api_token,
-                pricing.catalog,
-                limits=ingest_limits(settings),
-                insecure_no_token=insecure,
-                readings_in_tsdb=readings_in_tsdb,
-                reasons=settings.reason_policy,
-                efficiency=settings.efficiency_policy,
-            ),
-            None if jobs is None else jobs.stopping,
-            **listen,
+        app = create_app(
+            sessions,
+            token,
+            metrics,
+            api_token,
+            pricing.catalog,
+            limits=ingest_limits(settings),
+            insecure_no_token=insecure,
+            readings_in_tsdb=readings_in_tsdb,
+            reasons=settings.reason_policy,
+            efficiency=settings.efficiency_policy,
         )
+        settle_heap()
+        serve_http(app, None if jobs is None else jobs.stopping, **listen)
     finally:
         if jobs is not None:
             jobs.stop()

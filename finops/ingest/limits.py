@@ -54,6 +54,11 @@ of the process's ingest slots."""
 LARGE_REQUESTS_PER_NODE = 1
 """Of :data:`REQUESTS_PER_NODE`, how many may hold a large body (a backlog: :data:`finops.web.app.SMALL_BODY_BYTES`
 and more) at once."""
+MAX_REQUESTS_UNDER_WAY = 64
+"""Ingest requests one server process has under way at once (being read or stored, or waiting for one of its 16
+slots) beyond which a new one is answered ``503`` with ``Retry-After`` at once (:mod:`finops.web.ingest_route`):
+four times the slots, about 0.1 s of single-cycle POSTs queued on this machine's class (600 a second per process),
+against the collector's 60 s request timeout."""
 BODY_MEMORY_BUDGET_BYTES = 64 * 2**20
 """``FINOPS_BODY_MEMORY_BUDGET_BYTES``' default: request bodies (as received) one server process holds at once, 64
 MiB: 16 of the REST API's largest (4 MiB) or 4 of ingest's (16 MiB); a collector's largest batch is about 1.5 MB."""
@@ -110,7 +115,8 @@ class IngestLimits:
     ``job_utilization`` together); ``max_gpus_per_node``: a new GPU is registered only at an index below it (the
     GPUs of a node, :data:`MAX_GPUS_PER_NODE`); ``body_timeout_seconds``: the deadline for reading a request's body
     (every request's, not only ingest's); ``body_memory_budget_bytes``: the bytes of request bodies (every
-    request's) the process holds at once (:class:`finops.web.body_limits.BodyBudget`).
+    request's) the process holds at once (:class:`finops.web.body_limits.BodyBudget`); ``max_requests_under_way``:
+    the ingest requests a process has under way beyond which it answers ``503`` (:data:`MAX_REQUESTS_UNDER_WAY`).
     """
 
     retention_days: int = DEFAULT_RETENTION_DAYS
@@ -121,6 +127,7 @@ class IngestLimits:
     max_gpus_per_node: int = MAX_GPUS_PER_NODE
     body_timeout_seconds: float = BODY_TIMEOUT_SECONDS
     body_memory_budget_bytes: int = BODY_MEMORY_BUDGET_BYTES
+    max_requests_under_way: int = MAX_REQUESTS_UNDER_WAY
 
 
 class NodeSlots:

@@ -44,85 +44,59 @@ or once decompressed, is refused with ``413`` and nothing stored; the body of an
 the database busy (a lock another transaction holds; on PostgreSQL, once ``serve``'s lock timeout runs out:
 ``FINOPS_REQUEST_LOCK_TIMEOUT_SECONDS``) or out of reach (PostgreSQL down or restarting) is answered ``503`` with
 ``Retry-After``. A request FastAPI refuses in validation gets ``422`` naming each field and why, without the value sent
-(:func:`validation_errors`). Decompression, validation and storage run in a worker thread (``INGEST_CONCURRENCY`` at
-once), one database transaction per batch; a transaction PostgreSQL aborts to break a deadlock is run again (up to
-:data:`finops.web.ingest_batch.DEADLOCK_ATTEMPTS` tries).
+(:func:`validation_errors`). Ingest handles ``INGEST_CONCURRENCY`` requests at once per process: a body of up to
+``SMALL_BODY_BYTES`` is decompressed and validated on the event loop, a larger one in a worker thread; the batches
+being stored at the same moment share one database transaction, run in a worker thread
+(:class:`finops.ingest.group_commit.GroupCommit`); a transaction PostgreSQL aborts to break a deadlock is run again
+(up to :data:`finops.web.ingest_batch.DEADLOCK_ATTEMPTS` tries). Past ``IngestLimits.max_requests_under_way`` ingest
+requests under way in a process, a new one is answered ``503`` with ``Retry-After`` at once, unread
+(:mod:`finops.web.ingest_route`, which answers ingest ahead of FastAPI's routing).
 """
 
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack, ExitStack
-from functools import partial
 from typing import Annotated, Any
 
-import anyio
-import psycopg
-from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
+from fastapi import Depends, FastAPI, Header, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import Scope
 
 from finops.analysis.waste import ReasonPolicy
-from finops.ingest.group_commit import GroupCommit
-from finops.ingest.limits import (
-    LARGE_REQUESTS_PER_NODE,
-    REQUESTS_PER_NODE,
-    IngestLimits,
-    NodeSlots,
-    ReadingBuckets,
-    TimeWindow,
-)
-from finops.ingest.readings import Ingestor
+from finops.ingest.limits import IngestLimits
 from finops.ingest.untimely import record_untimely
 from finops.pricing.catalog import PriceCatalog
 from finops.savings.efficiency_policy import EfficiencyPolicy
 from finops.timeutil import from_epoch
 from finops.web.alerts import create_alerts_router
 from finops.web.auth import AdminBodies, ApiAuth, IngestAuth
-from finops.web.body_limits import BodyBudget, BodyDeadline, BodyLimit, too_large
+from finops.web.body_limits import BodyBudget, BodyDeadline, BodyLimit
 from finops.web.conformance import ERROR_RESPONSES, INGEST_OPENAPI, INGEST_RESPONSES, allow_every_method
 from finops.web.deps import no_nul_parameters
-from finops.web.ingest_batch import MAX_BODY_BYTES, Gate, ingest_batch, store_together
+from finops.web.ingest_route import (
+    INGEST_PATH,
+    IngestEndpoint,
+    IngestFront,
+    ServiceMetrics,
+    database_refused,
+    database_state,
+)
 from finops.web.rest import create_router
 
 log = logging.getLogger(__name__)
 
-INGEST_CONCURRENCY = 16
-"""Ingest requests handled at once per process; more wait their turn. Those being stored at the same moment share
-one transaction (:class:`finops.ingest.group_commit.GroupCommit`), so ingest holds one pooled connection at a
-time, and the more there are, the fewer transactions: a collector's single-cycle POSTs arrive by the hundred per
-second."""
-LARGE_INGEST_CONCURRENCY = 4
-"""Of :data:`INGEST_CONCURRENCY`, how many may hold a body larger than :data:`SMALL_BODY_BYTES` as sent (the
-backlog of a collector that was cut off): bounds ingest's memory to about this many bodies of
-:data:`MAX_BODY_BYTES` and their parsed readings."""
-SMALL_BODY_BYTES = 256 * 2**10
-"""Largest body, as sent, that needs no slot of :data:`LARGE_INGEST_CONCURRENCY` (one collection cycle of a node
-is about 1 KiB gzipped)."""
 REST_MAX_BODY_BYTES = 4 * 2**20
 """Largest body of any request but ingest: the price catalog YAML of ``PUT /api/v1/prices``, the largest, is about
 20 KB (``finops/pricing/price_catalog.yaml``), the JSON bodies a few hundred bytes. A larger one is answered 413
 before the route runs."""
-RETRY_AFTER_SECONDS = 5
-"""``Retry-After`` of the 503 answered when the database is busy (a write lock held by a rollup, a lock wait
-that timed out): long enough for a rollup's transaction to end, short against a collector's cycle."""
-INGEST_PATH = "/api/v1/ingest"
-READINGS_IN_TSDB = (
-    "the telemetry source is a TSDB (FINOPS_TELEMETRY_SOURCE=tsdb): send readings to the TSDB (dcgm-exporter scraped "
-    "by it, or remote-write), not to this service"
-)
-"""The 409's ``detail`` of ingest when the service reads telemetry from a TSDB."""
-REFUSAL_REASONS = ("rate", "burst", "gpus", "requests")
-"""``reason`` of ``gpufinops_ingest_refused_total``: the per-node limit a batch was refused by."""
 
 
 MAX_ERROR_TEXT = 1024
@@ -149,47 +123,6 @@ def validation_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
         }
         for error in errors
     ]
-
-
-def _busy(exc: OperationalError) -> bool:
-    """Whether ``exc`` is the database busy rather than broken: SQLite's "database is locked" (its busy timeout ran
-    out while another connection held the write lock), PostgreSQL's ``lock_not_available`` (a lock wait that
-    timed out) or ``deadlock_detected`` (once ingest's retries are spent)."""
-    cause = exc.orig
-    if isinstance(cause, psycopg.errors.LockNotAvailable | psycopg.errors.DeadlockDetected):
-        return True
-    return isinstance(cause, sqlite3.OperationalError) and "locked" in str(cause)
-
-
-def _unreachable(exc: OperationalError) -> bool:
-    """Whether ``exc`` is PostgreSQL out of reach: down, starting or shutting down, refusing connections, or the
-    connection lost during the request (any other ``psycopg.OperationalError``). The pool checks a connection before
-    lending it (``pool_pre_ping``, :func:`finops.db.engine.make_engine`), so the next request reconnects."""
-    return isinstance(exc.orig, psycopg.OperationalError) or exc.connection_invalidated
-
-
-class ServiceMetrics:
-    """The service's own Prometheus series, in a registry of their own."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.samples = Counter("gpufinops_ingest_samples", "GPU readings stored by ingest.", registry=self.registry)
-        self.rejected = Counter(
-            "gpufinops_ingest_rejected_samples", "GPU readings rejected as malformed.", registry=self.registry
-        )
-        self.requests = Counter(
-            "gpufinops_ingest_requests", "Ingest requests by HTTP status code.", ["code"], registry=self.registry
-        )
-        self.refused = Counter(
-            "gpufinops_ingest_refused",
-            "Ingest batches refused whole by a per-node limit: rate (over the node's readings per second, 429), "
-            "burst (more readings than the burst, 422), gpus (more GPUs than a batch may carry, 422), requests (more "
-            "requests under way than a node token may have at once, 429).",
-            ["reason"],
-            registry=self.registry,
-        )
-        for reason in REFUSAL_REASONS:
-            self.refused.labels(reason=reason)
 
 
 def create_app(
@@ -237,41 +170,22 @@ def create_app(
     app.include_router(create_router(sessions, api_auth, catalog, reasons, efficiency), responses=ERROR_RESPONSES)
     app.include_router(create_alerts_router(sessions, api_auth), responses=ERROR_RESPONSES)
     allow_every_method(app)
-    store = partial(store_together, sessions, Ingestor(), max_gpus_per_node=limits.max_gpus_per_node)
-    commits = GroupCommit(store, INGEST_CONCURRENCY)
-    buckets = ReadingBuckets(limits.readings_per_second, limits.readings_burst, clock)
-    ingest_slots = anyio.CapacityLimiter(INGEST_CONCURRENCY)
-    large_slots = anyio.CapacityLimiter(LARGE_INGEST_CONCURRENCY)
-    node_slots, large_node_slots = NodeSlots(REQUESTS_PER_NODE), NodeSlots(LARGE_REQUESTS_PER_NODE)
-    app.state.large_ingest_slots = large_slots
     metrics = metrics or ServiceMetrics()
     app.state.metrics = metrics
 
     def untimely(node: str, counts: dict[str, int], error: str) -> None:
         record_untimely(sessions, node, counts, error, from_epoch(int(clock())))
 
+    endpoint = IngestEndpoint(sessions, ingest_auth, limits, metrics, budget, clock, readings_in_tsdb, untimely)
+    app.state.ingest = endpoint
+    app.add_middleware(IngestFront, endpoint=endpoint)
+
     def timed_out(scope: Scope) -> None:
         if scope["path"] == INGEST_PATH:
-            metrics.requests.labels(code="408").inc()
+            metrics.answered(408)
 
-    # Added last, so outermost: it bounds the reads of BodyLimit and of the routes alike.
+    # Added last, so outermost: it bounds the reads of BodyLimit, of ingest and of the routes alike.
     app.add_middleware(BodyDeadline, seconds=limits.body_timeout_seconds, on_timeout=timed_out)
-
-    def reply(code: int, body: dict[str, Any]) -> JSONResponse:
-        metrics.requests.labels(code=str(code)).inc()
-        return JSONResponse(body, status_code=code)
-
-    def too_many(node: str | None, most: int, kind: str) -> JSONResponse:
-        """429 with ``Retry-After`` to a node token's request beyond the node's slots (:class:`NodeSlots`)."""
-        metrics.refused.labels(reason="requests").inc()
-        metrics.requests.labels(code="429").inc()
-        detail = (
-            f"node {node!r} has {most} ingest requests{kind} under way, the most a node may have at once (a "
-            f"collector sends one at a time); nothing stored, retry in {RETRY_AFTER_SECONDS} s"
-        )
-        # The body is left unread: close the connection rather than read on what a slow sender trickles.
-        headers = {"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"}
-        return JSONResponse({"detail": detail}, status_code=429, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -279,81 +193,25 @@ def create_app(
         return JSONResponse({"detail": validation_errors(exc.errors())}, status_code=422)
 
     @app.exception_handler(OperationalError)
-    async def database_busy(request: Request, exc: OperationalError) -> JSONResponse:
-        """503 with ``Retry-After`` (:data:`RETRY_AFTER_SECONDS`) when the database is busy (:func:`_busy`) or out of
-        reach (:func:`_unreachable`), logged; any other OperationalError goes on to be a 500."""
-        busy = _busy(exc)
-        if not busy and not _unreachable(exc):
+    async def database_busy(request: Request, exc: OperationalError) -> Response:
+        """503 with ``Retry-After`` when the database is busy or out of reach
+        (:func:`finops.web.ingest_route.database_state`), logged; any other OperationalError goes on to be a 500."""
+        state = database_state(exc)
+        if state is None:
             raise exc
-        state = "busy (a lock held by another transaction)" if busy else "unavailable (down, restarting or unreachable)"
         log.warning("database %s, %s %s answered 503: %s", state, request.method, request.url.path, exc.orig)
-        if request.url.path == INGEST_PATH:
-            metrics.requests.labels(code="503").inc()
-        return JSONResponse(
-            {"detail": f"the database is {state}; try again later"},
-            status_code=503,
-            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-        )
+        return database_refused(state)
 
     @app.post(INGEST_PATH, openapi_extra=INGEST_OPENAPI, responses=INGEST_RESPONSES)
     async def ingest(
         request: Request,
         authorization: Annotated[str | None, Header()] = None,
         content_encoding: Annotated[str | None, Header()] = None,
-    ) -> JSONResponse:
-        """Store a batch of GPU readings (wire format in :mod:`collector.contract.wire`), gzip or plain JSON."""
-        try:
-            # The shared token needs no database read: no worker thread for it.
-            shared = ingest_auth.shared_admits(authorization)
-            holder = None if shared else await anyio.to_thread.run_sync(ingest_auth.holder, authorization)
-        except HTTPException:
-            metrics.requests.labels(code="401").inc()
-            raise
-        if readings_in_tsdb:
-            return reply(409, {"detail": READINGS_IN_TSDB})
-        over_limit = too_large(MAX_BODY_BYTES)
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-            return reply(413, over_limit)
-        node = None if holder is None else holder.node
-        with ExitStack() as node_held:
-            if not node_held.enter_context(node_slots.take(node)):
-                return too_many(node, REQUESTS_PER_NODE, "")
-            async with ingest_slots, AsyncExitStack() as held:
-                reservation = held.enter_context(budget.held())
-                if declared.isdigit() and not reservation.cover(int(declared)):
-                    metrics.requests.labels(code="503").inc()
-                    return budget.refused()
-                body = bytearray()
-                large = False
-                async for chunk in request.stream():
-                    body += chunk
-                    if len(body) > MAX_BODY_BYTES:
-                        return reply(413, over_limit)
-                    if not reservation.cover(len(body)):
-                        metrics.requests.labels(code="503").inc()
-                        return budget.refused()
-                    if not large and len(body) > SMALL_BODY_BYTES:
-                        large = True
-                        if not held.enter_context(large_node_slots.take(node)):
-                            large_bodies = f" with a body over {SMALL_BODY_BYTES} bytes"
-                            return too_many(node, LARGE_REQUESTS_PER_NODE, large_bodies)
-                        await held.enter_async_context(large_slots)
-                window = TimeWindow.at(clock(), limits.retention_days, limits.future_grace_seconds)
-                gate = Gate(buckets, limits.max_gpus_per_batch)
-                payload, body = bytes(body), bytearray()
-                code, answer = await anyio.to_thread.run_sync(
-                    ingest_batch, commits, payload, content_encoding == "gzip", window, holder, gate, untimely
-                )
-        if gate.refused is not None:
-            metrics.refused.labels(reason=gate.refused).inc()
-        if gate.retry_after:
-            metrics.requests.labels(code=str(code)).inc()
-            return JSONResponse(answer, status_code=code, headers={"Retry-After": str(gate.retry_after)})
-        if "detail" not in answer:  # stored: count what was kept and what was left out
-            metrics.samples.inc(answer["accepted"])
-            metrics.rejected.inc(sum(r.get("readings", 1) for r in answer["rejected"]))
-        return reply(code, answer)
+    ) -> Response:
+        """Store a batch of GPU readings (wire format in :mod:`collector.contract.wire`), gzip or plain JSON. Most
+        requests are answered by :class:`~finops.web.ingest_route.IngestFront` before routing; the others (with a
+        query string, or under a root path) here, the same way."""
+        return await endpoint.answer(request, authorization, content_encoding)
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:

@@ -115,7 +115,10 @@ INGEST_RESPONSES: dict[int | str, dict[str, Any]] = {
     413: ERROR_RESPONSES[413],
     422: {"model": IngestRefusedOut, "description": "Some readings or the whole batch refused, each named."},
     429: {"model": ErrorOut, "description": "Over the node's readings rate: nothing stored; retry after Retry-After."},
-    503: ERROR_RESPONSES[503],
+    503: _error(
+        "The database is busy or unreachable, or the service has as many ingest requests under way as it takes: "
+        "nothing stored; send again after `Retry-After` seconds, with the readings gathered meanwhile."
+    ),
 }
 """``responses`` of the ingest route."""
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from finops.cli import app
 from finops.cli.serve import SHARED_TOKEN_WARNING, worker_app
 from finops.db.models import GpuSample
-from finops.web.app import INGEST_PATH, READINGS_IN_TSDB
+from finops.web.ingest_route import INGEST_PATH, READINGS_IN_TSDB
 from tests.support import scenario
 from tests.support.servers import API_TOKEN, running
 

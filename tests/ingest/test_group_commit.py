@@ -6,25 +6,27 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 
+import anyio
 import pytest
 
 from finops.ingest.group_commit import GroupCommit
 
 TIMEOUT = 30.0
 
+pytestmark = pytest.mark.anyio
 
-def _wait_for(condition: Callable[[], bool]) -> None:
+
+async def _wait_for(condition: Callable[[], bool]) -> None:
     deadline = time.monotonic() + TIMEOUT
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.005)
+        await anyio.sleep(0.005)
 
 
 class _Recorder:
     """A ``run`` that records each call's items, answers item × 10, refuses items below 0, and holds its first call
-    until released."""
+    until released (it runs in a worker thread)."""
 
     def __init__(self) -> None:
         self.calls: list[list[int]] = []
@@ -39,43 +41,52 @@ class _Recorder:
         return [item * 10 for item in items]
 
 
-def _submit_while_first_round_runs(items: list[int], max_items: int) -> tuple[_Recorder, list[Future[int]]]:
-    """Item 0 starts a round that holds; ``items`` are handed in meanwhile; then the round is released."""
+async def _submit_while_first_round_runs(
+    items: list[int], max_items: int
+) -> tuple[_Recorder, dict[int, int | BaseException]]:
+    """Item 0 starts a round that holds; ``items`` are handed in meanwhile; then the round is released. Returns the
+    recorder and each item's result or exception."""
     run = _Recorder()
     commits: GroupCommit[int, int] = GroupCommit(run, max_items)
-    pool = ThreadPoolExecutor(len(items) + 1)
-    first = pool.submit(commits.submit, 0)
-    _wait_for(lambda: len(run.calls) == 1)
-    futures = [first]
-    for count, item in enumerate(items, start=1):
-        futures.append(pool.submit(commits.submit, item))
-        _wait_for(lambda: commits.waiting == count)  # noqa: B023 - called at once, in this iteration
-    run.release.set()
-    pool.shutdown(wait=True)
-    return run, futures
+    outcomes: dict[int, int | BaseException] = {}
+
+    async def submit(item: int) -> None:
+        try:
+            outcomes[item] = await commits.submit(item)
+        except ValueError as exc:
+            outcomes[item] = exc
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(submit, 0)
+        await _wait_for(lambda: len(run.calls) == 1)
+        for count, item in enumerate(items, start=1):
+            tasks.start_soon(submit, item)
+            await _wait_for(lambda: commits.waiting == count)  # noqa: B023 - called at once, in this iteration
+        run.release.set()
+    return run, outcomes
 
 
-def test_items_handed_in_during_a_round_share_the_next() -> None:
-    run, futures = _submit_while_first_round_runs([1, 2, 3, 4], max_items=16)
+async def test_items_handed_in_during_a_round_share_the_next() -> None:
+    run, outcomes = await _submit_while_first_round_runs([1, 2, 3, 4], max_items=16)
     assert run.calls == [[0], [1, 2, 3, 4]], "one transaction for the four items that waited"
-    assert [f.result() for f in futures] == [0, 10, 20, 30, 40]
+    assert outcomes == {0: 0, 1: 10, 2: 20, 3: 30, 4: 40}
 
 
-def test_a_round_takes_at_most_max_items() -> None:
-    run, futures = _submit_while_first_round_runs([1, 2, 3, 4, 5], max_items=2)
+async def test_a_round_takes_at_most_max_items() -> None:
+    run, outcomes = await _submit_while_first_round_runs([1, 2, 3, 4, 5], max_items=2)
     assert run.calls == [[0], [1, 2], [3, 4], [5]]
-    assert [f.result() for f in futures] == [0, 10, 20, 30, 40, 50]
+    assert outcomes == {0: 0, 1: 10, 2: 20, 3: 30, 4: 40, 5: 50}
 
 
-def test_a_failing_item_fails_alone_and_the_others_are_stored() -> None:
-    run, futures = _submit_while_first_round_runs([1, -2, 3], max_items=16)
+async def test_a_failing_item_fails_alone_and_the_others_are_stored() -> None:
+    run, outcomes = await _submit_while_first_round_runs([1, -2, 3], max_items=16)
     assert run.calls == [[0], [1, -2, 3], [1], [-2], [3]], "the failed round is run again item by item"
-    assert [futures[i].result() for i in (0, 1, 3)] == [0, 10, 30]
-    with pytest.raises(ValueError, match=r"negative item among \[-2\]"):
-        futures[2].result()
+    assert {item: outcomes[item] for item in (0, 1, 3)} == {0: 0, 1: 10, 3: 30}
+    failure = outcomes[-2]
+    assert isinstance(failure, ValueError) and str(failure) == "negative item among [-2]"
 
 
-def test_an_item_alone_runs_at_once_and_its_error_reaches_its_caller() -> None:
+async def test_an_item_alone_runs_at_once_and_its_error_reaches_its_caller() -> None:
     calls: list[list[int]] = []
 
     def run(items: Sequence[int]) -> list[int]:
@@ -85,18 +96,43 @@ def test_an_item_alone_runs_at_once_and_its_error_reaches_its_caller() -> None:
         return [items[0] + 1]
 
     commits: GroupCommit[int, int] = GroupCommit(run, 4)
-    assert commits.submit(1) == 2
+    assert await commits.submit(1) == 2
     with pytest.raises(ValueError, match="refused"):
-        commits.submit(-1)
-    assert commits.submit(5) == 6, "a failure leaves no round under way"
+        await commits.submit(-1)
+    assert await commits.submit(5) == 6, "a failure leaves no round under way"
     assert calls == [[1], [-1], [5]]
 
 
-def test_many_threads_each_get_their_own_result() -> None:
+async def test_many_callers_each_get_their_own_result() -> None:
     commits: GroupCommit[int, int] = GroupCommit(lambda items: [item * item for item in items], 8)
-    with ThreadPoolExecutor(16) as pool:
-        results = list(pool.map(commits.submit, range(2000)))
-    assert results == [item * item for item in range(2000)]
+    results: dict[int, int] = {}
+
+    async def submit(item: int) -> None:
+        results[item] = await commits.submit(item)
+
+    async with anyio.create_task_group() as tasks:
+        for item in range(2000):
+            tasks.start_soon(submit, item)
+    assert results == {item: item * item for item in range(2000)}
+
+
+async def test_callers_cancelled_while_waiting_still_see_their_round_through() -> None:
+    """A request cancelled while its item waits (its client gone) neither loses the item's round nor the lead: the
+    round runs, and later items are stored."""
+    run = _Recorder()
+    commits: GroupCommit[int, int] = GroupCommit(run, 16)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(commits.submit, 0)
+        await _wait_for(lambda: len(run.calls) == 1)
+        with anyio.CancelScope() as waiting:
+            async with anyio.create_task_group() as cancelled:
+                cancelled.start_soon(commits.submit, 1)
+                cancelled.start_soon(commits.submit, 2)
+                await _wait_for(lambda: commits.waiting == 2)
+                waiting.cancel()
+                run.release.set()
+    assert run.calls == [[0], [1, 2]]
+    assert await commits.submit(3) == 30, "the lead was handed on"
 
 
 def test_max_items_below_one_is_refused() -> None:

@@ -14,7 +14,8 @@ from finops.cli.context import tsdb_telemetry
 from finops.cli.serve import prometheus_pull
 from finops.errors import FinopsError
 from finops.settings import Settings
-from finops.web.app import INGEST_PATH, READINGS_IN_TSDB, create_app
+from finops.web.app import create_app
+from finops.web.ingest_route import INGEST_PATH, READINGS_IN_TSDB
 from tests.support import scenario
 from tests.support.servers import running
 

@@ -11,7 +11,8 @@ import orjson
 import pytest
 
 from finops.ingest.limits import IngestLimits
-from finops.web.app import INGEST_CONCURRENCY, create_app
+from finops.web.app import create_app
+from finops.web.ingest_route import INGEST_CONCURRENCY
 from tests.support.servers import API_TOKEN, running, service_metrics
 from tests.support.slow_sender import SlowSender
 

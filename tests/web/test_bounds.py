@@ -20,7 +20,8 @@ from alerts.models import AlertSilence
 from finops.db.engine import session_factory
 from finops.db.models import Budget, Gpu, GpuSample, PriceCatalogVersion, PricingRule, TeamRule
 from finops.timeutil import utc_now
-from finops.web.app import REST_MAX_BODY_BYTES, RETRY_AFTER_SECONDS, create_app
+from finops.web.app import REST_MAX_BODY_BYTES, create_app
+from finops.web.ingest_route import RETRY_AFTER_SECONDS
 from tests.support.servers import API_TOKEN, running, service_metrics
 
 TOKEN = "bounds-token"

@@ -14,7 +14,8 @@ import orjson
 import pytest
 
 from finops.ingest.limits import IngestLimits
-from finops.web.app import LARGE_INGEST_CONCURRENCY, SMALL_BODY_BYTES, create_app
+from finops.web.app import create_app
+from finops.web.ingest_route import LARGE_INGEST_CONCURRENCY, SMALL_BODY_BYTES
 
 TOKEN = "s3cret-token"
 NOW = 1795244400  # the service's clock: 2026-11-21T07:00Z
@@ -38,7 +39,7 @@ async def _wait_for(condition: Callable[[], bool]) -> None:
 @pytest.mark.anyio
 async def test_large_bodies_wait_for_a_large_slot_and_small_ones_do_not(sessions) -> None:  # type: ignore[no-untyped-def]
     app = create_app(sessions, TOKEN, limits=IngestLimits(body_timeout_seconds=WAIT), clock=lambda: NOW)
-    slots: anyio.CapacityLimiter = app.state.large_ingest_slots
+    slots: anyio.CapacityLimiter = app.state.ingest.large_slots
     release = anyio.Event()
     headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
     answers: dict[str, int] = {}
