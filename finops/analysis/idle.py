@@ -16,8 +16,9 @@ readings or allocations changed however late they arrived: each run of consecuti
 window (and the max gap) on both sides, and further to take in whole every stored episode it reaches
 (:func:`detect_idle`), so that episodes crossing its edges are judged whole. Re-judging any set of hours therefore
 stores the episodes that one detection over the whole period would. The runs are found a UTC day at a time from the
-idle readings and the few others next to them (:mod:`finops.analysis.idle_runs`). Hours that only a price change
-marked are not judged again: their stored episodes are re-priced (:mod:`finops.analysis.idle_prices`).
+day's idle readings, the others read only where they lie among idle ones (:mod:`finops.analysis.idle_runs`). Hours
+that only a price change marked are not judged again: their stored episodes are re-priced
+(:mod:`finops.analysis.idle_prices`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""The idle runs found a day at a time from the idle readings and those near them (finops/analysis/idle_runs.py)
-equal those of one window over every reading of the period, the statement idle detection ran before (kept here in
-Python as the reference: each reading's predecessor and successor in the period, the first reading past it), on
-three days of six GPUs read at different cadences, with blips, outages, readings without a utilisation, throttled
-stretches and runs across midnight; and the episodes stored from them equal the reference's runs clipped to the
-allocations (time-sliced, still running, of partitions with their own threshold). Both databases; on PostgreSQL
-also read by helper connections on the transaction's snapshot."""
+"""The idle runs found a day at a time from the idle readings, the others read only where they lie among idle ones
+(finops/analysis/idle_runs.py), equal those of one window over every reading of the period (the reference, in
+Python here: each reading's predecessor and successor in the period, the first reading past it), on three days of
+six GPUs read at different cadences, with blips, outages, readings without a utilisation, throttled stretches and
+runs across midnight, however the period is cut; and the episodes stored from them equal the reference's runs
+clipped to the allocations (time-sliced, still running, of partitions with their own threshold). Both databases; on
+PostgreSQL also read by helper connections on the transaction's snapshot."""
 
 from __future__ import annotations
 
@@ -68,9 +68,9 @@ def fleet_readings(seed: int) -> list[list[Reading]]:
 def reference_runs(
     fleet: dict[int, list[Reading]], start: int, end: int, threshold: float, gap: int, window: int
 ) -> list[tuple[object, ...]]:
-    """The runs one window over the period's readings finds, as the statement before: a reading's predecessor and
-    successor among the GPU's readings with a utilisation in [start, end) (the successor of the last one: the first
-    such reading at or after ``end``); a run starts at a busy reading, at the period's first reading and after a gap
+    """The runs one window over the period's readings finds: a reading's predecessor and successor among the GPU's
+    readings with a utilisation in [start, end) (the successor of the last one: the first such reading at or after
+    ``end``); a run starts at a busy reading, at the period's first reading and after a gap
     longer than ``gap``; a reading covers until its successor, at most ``gap`` on, or itself when none follows."""
     found = []
     for gpu_id, readings in fleet.items():
