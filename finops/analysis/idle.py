@@ -65,8 +65,9 @@ class ReadingSource(Protocol):
         self, session: Session, start: int, end: int, threshold: float
     ) -> Iterable[tuple[int, int, float, float | None]]:
         """The readings with a utilisation in [start, end) (epoch seconds): (``gpus.id``, epoch second, utilisation
-        ratio, memory used in bytes or None), of the GPUs the database knows; a GPU none of whose readings there is
-        at or below ``threshold`` (a utilisation ratio) has no idle run, and its readings may be left out."""
+        ratio, memory used in bytes or None), of the GPUs the database knows. A reading above ``threshold`` (a
+        utilisation ratio) that is neither just before nor just after one at or below it in its GPU's series ends
+        no run and begins none: it may be left out, and so may every reading of a GPU with none at or below it."""
         ...
 
 

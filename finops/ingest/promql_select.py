@@ -16,9 +16,10 @@ from finops.timeutil import from_epoch
 
 MAX_QUERY_CHARS = 4096
 """Most characters of one PromQL query the metering packs (see the module documentation; a single term longer than
-that is sent alone). Queries go in the URL of a GET: 4 KiB of PromQL stays, URL-encoded, within the 8 KiB request
-line that proxies commonly accept (nginx's ``large_client_header_buffers``), and well within VictoriaMetrics'
-``-search.maxQueryLen`` (16 KiB by default)."""
+that is sent alone). Queries are sent in the body of a POST (:func:`finops.ingest.prometheus.form_body`); 4 KiB of
+PromQL stays well within VictoriaMetrics' ``-search.maxQueryLen`` (16 KiB by default) and, URL-encoded, within the
+8 KiB request line that proxies commonly accept (nginx's ``large_client_header_buffers``) should a proxy turn it
+into a GET."""
 SEGMENT_LABEL = "finops_segment"
 """The label the expressions packed into one query are told apart by (``label_replace``, :func:`ask_packed`)."""
 _REGEX_SPECIAL = re.compile(r"[\\.+*?()|\[\]{}^$]")
