@@ -220,8 +220,10 @@ UPDATE tmp_ledger_cursors SET lo = (SELECT hour FROM changed WHERE changed.gpu_i
 WHERE EXISTS (SELECT 1 FROM changed
               WHERE changed.gpu_id = tmp_ledger_cursors.gpu_id AND changed.hour < tmp_ledger_cursors.lo)
 """)
-_LOWEST = text("SELECT MIN(lo) FROM tmp_ledger_cursors WHERE lo < :end")
-_NOT_FROM_START = text("SELECT COUNT(*) FROM tmp_ledger_cursors WHERE lo <> :h0")
+_BOUNDS = text(
+    "SELECT MIN(CASE WHEN lo < :end THEN lo END), COUNT(CASE WHEN lo <> :h0 THEN 1 END) FROM tmp_ledger_cursors"
+)
+"""The lowest bound below the chunk's end, and how many GPUs are not read from the chunk's start (one round trip)."""
 
 # 4c. The chunk's sums: those kept of the hours before each GPU's lower bound, plus what was metered now.
 _UNITS = text(
@@ -333,9 +335,9 @@ def meter(connection: Connection, h0: int, end: int, *, from_tsdb: bool = False)
     bounds = {"h0": h0, "end": end}
     connection.execute(_CURSORS, bounds)
     connection.execute(_CHANGED, bounds)
-    lowest = connection.scalar(_LOWEST, bounds)
+    lowest, not_from_start = connection.execute(_BOUNDS, bounds).one()
     lo_min = end if lowest is None else int(lowest)
-    cold = lo_min == h0 and not connection.scalar(_NOT_FROM_START, bounds)
+    cold = lo_min == h0 and not not_from_start
     profiled = connection.scalar(_PROFILED, bounds) is not None
     with transaction_settings(connection, _PG_METERING_SETTINGS):
         connection.execute(
