@@ -13,7 +13,8 @@ tables, and applies :mod:`finops.ledger.costmodel` in Python only where a GPU-ho
    chunk's readings sorted by GPU and time) summed per GPU-hour and holding (per GPU-hour as a whole where it is
    shared), written by ``CREATE TEMPORARY TABLE … AS`` so that PostgreSQL's parallel workers can share the scan
    and the sort (the SELECT of an ``INSERT`` runs in one process);
-5. the common GPU-hour — in service all hour and held all hour by one whole-GPU allocation, or by none — costed
+5. the common GPU-hour — in service all its span (the hour, or up to the rollup's ``until`` in the hour that cuts)
+   and held all of it by one whole-GPU allocation, or by none — costed
    by one ``INSERT … SELECT`` with the cost model's formulas: exact ``NUMERIC`` with half-even rounding on
    PostgreSQL, integer micro-units on SQLite (whose float-to-text conversion is not the shortest round-trip
    one, so the two products with a float reading call :func:`finops.ledger.costmodel.used_cost` and
@@ -436,10 +437,10 @@ def _compute(
     with sql.statement_settings(connection):
         node_models = pricing_models_by_node(session, pricing.model)
         rates, reasons = _rates(session, pricing, node_models, h0, end)
-        sql.load_prices(connection, rates, node_models)
+        sql.load_prices(connection, rates, node_models, end)
         sql.fill_gpu_hours(connection, h0, end, pricing.model)
         sql.fill_holdings(connection, h0, end)
-        sql.fill_split(connection, everything=not sql_costing)
+        sql.fill_split(connection, end, everything=not sql_costing)
         analyze(connection, "tmp_ledger_gpu_hours", "tmp_ledger_holdings", "tmp_ledger_split")
         if arrivals is not None:
             arrivals.capture(connection)

@@ -39,14 +39,16 @@ LEDGER_COLUMNS = (
 
 # Session-local work tables of a rebuild (emptied at its start).
 _TEMP_TABLES = {
-    # capacity NULL: the GPU model has no price under that pricing model at that hour (its GPU-hours are unpriced).
+    # capacity: the cost of the hour's span (the hour, or up to the rollup's end in the hour that cuts); NULL: the
+    # GPU model has no price under that pricing model at that hour (its GPU-hours are unpriced).
     "tmp_ledger_rates": "model VARCHAR(128) NOT NULL, pricing_model VARCHAR(16) NOT NULL, hour BIGINT NOT NULL, "
     "capacity {money}, PRIMARY KEY (model, pricing_model, hour)",
     "tmp_ledger_node_models": "node_id INTEGER PRIMARY KEY, pricing_model VARCHAR(16) NOT NULL",
     # The in-service periods of GPUs clipped to the chunk's hours [lo, hi): a GPU's inventory periods, else (a GPU a
     # collector reported) from in_service_from on. Allocations add in-service time of their own (step 1).
     "tmp_ledger_service": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, lo BIGINT NOT NULL, hi BIGINT NOT NULL",
-    # covered = 1: a service period covers the whole GPU-hour.
+    # covered = 1: a service period covers the GPU-hour's whole span [hour, min(hour + 3600, end)): the hour, or up
+    # to the rollup's end where that cuts it (the current hour).
     "tmp_ledger_gpu_hours": "gpu_id INTEGER NOT NULL, hour BIGINT NOT NULL, lo BIGINT NOT NULL, hi BIGINT NOT NULL, "
     "covered INTEGER NOT NULL, model VARCHAR(128) NOT NULL, pricing_model VARCHAR(16) NOT NULL, "
     "PRIMARY KEY (gpu_id, hour)",
@@ -98,7 +100,9 @@ _GPU_HOURS = text("""
 WITH RECURSIVE hours (hour) AS (
     SELECT CAST(:h0 AS BIGINT) UNION ALL SELECT hour + 3600 FROM hours WHERE hour + 3600 < :end
 ), pieces (gpu_id, hour, lo, hi, covered) AS (
-    SELECT gpu_id, hour, lo, hi, CASE WHEN lo = hour AND hi = hour + 3600 THEN 1 ELSE 0 END FROM tmp_ledger_service
+    SELECT gpu_id, hour, lo, hi,
+           CASE WHEN lo = hour AND hi = CASE WHEN hour + 3600 < :end THEN hour + 3600 ELSE :end END THEN 1 ELSE 0 END
+    FROM tmp_ledger_service
     UNION ALL
     SELECT a.gpu_id, h.hour, CASE WHEN a.start > h.hour THEN a.start ELSE h.hour END,
            CASE WHEN a."end" IS NOT NULL AND a."end" < h.hour + 3600 AND a."end" < :end THEN a."end"
@@ -147,14 +151,16 @@ FROM (
 
 # 3. GPU-hours the Python cost model splits (all of them when :everything = 1): a partial in-service hour (gaps in
 # its service included: no period covers it and no one allocation holds it all), or holdings other than one
-# whole-GPU allocation all hour.
+# whole-GPU allocation all hour. The hour's span ends at the rollup's end where that cuts it (the current hour of a
+# 5-minute rollup): a GPU in service and held by one job up to then is costed in SQL, for the span's seconds.
 _SPLIT = text("""
 INSERT INTO tmp_ledger_split (gpu_id, hour, shared)
 SELECT gh.gpu_id, gh.hour, COALESCE(MAX(h.shared), 0)
 FROM tmp_ledger_gpu_hours gh
 LEFT JOIN tmp_ledger_holdings h ON h.gpu_id = gh.gpu_id AND h.hour = gh.hour
 GROUP BY gh.gpu_id, gh.hour, gh.lo, gh.hi, gh.covered
-HAVING :everything = 1 OR gh.lo <> gh.hour OR gh.hi <> gh.hour + 3600 OR COUNT(h.allocation_id) > 1
+HAVING :everything = 1 OR gh.lo <> gh.hour OR gh.hi <> CASE WHEN gh.hour + 3600 < :end THEN gh.hour + 3600 ELSE :end END
+    OR COUNT(h.allocation_id) > 1
     OR (COUNT(h.allocation_id) = 0 AND gh.covered = 0)
     OR (COUNT(h.allocation_id) = 1
         AND (MIN(h.start) <> gh.lo OR MAX(h.stop) <> gh.hi OR MAX(h.share_num) <> MAX(h.share_den)))
@@ -168,7 +174,8 @@ SELECT gh.hour, gh.gpu_id, h.job_pk, COALESCE(h.team_id, :unallocated) AS team_i
        CASE WHEN h.job_pk IS NOT NULL AND m.samples > 0 THEN m.utilization_sum / m.samples END AS utilization,
        gh.pricing_model,
        CASE WHEN h.job_pk IS NOT NULL AND m.readings > 0
-            THEN (3600 * m.profiled + m.readings - 1) / m.readings ELSE 0 END AS profiled_seconds{activity_means}
+            THEN ((gh.hi - gh.lo) * m.profiled + m.readings - 1) / m.readings ELSE 0 END AS profiled_seconds,
+       gh.hi - gh.lo AS span{activity_means}
 FROM tmp_ledger_gpu_hours gh
 JOIN tmp_ledger_rates r ON r.model = gh.model AND r.pricing_model = gh.pricing_model AND r.hour = gh.hour
 LEFT JOIN tmp_ledger_holdings h ON h.gpu_id = gh.gpu_id AND h.hour = gh.hour
@@ -184,8 +191,8 @@ WHERE NOT EXISTS (SELECT 1 FROM tmp_ledger_split sp WHERE sp.gpu_id = gh.gpu_id 
 )
 _COMMON_INSERT = """
 INSERT INTO tmp_ledger_rows ({columns})
-SELECT hour, gpu_id, job_pk, team_id, 3600,
-       CASE WHEN utilization IS NULL THEN 0.0 ELSE 3600 * utilization END, sample_count, energy_joules,
+SELECT hour, gpu_id, job_pk, team_id, span,
+       CASE WHEN utilization IS NULL THEN 0.0 ELSE span * utilization END, sample_count, energy_joules,
        capacity, CASE WHEN capacity IS NULL THEN NULL ELSE used END,
        CASE WHEN capacity IS NULL THEN NULL WHEN utilization IS NULL THEN 0 ELSE capacity - used END,
        energy, :currency, pricing_model, profiled_seconds, {activities},
@@ -277,11 +284,12 @@ def load_prices(
     connection: Connection,
     rates: dict[tuple[str, PricingModel, int], Decimal | None],
     node_models: dict[int, PricingModel],
+    end: int,
 ) -> None:
-    """Fill ``tmp_ledger_rates`` with each rate's capacity cost of a whole hour (``rates``: price per GPU-hour by
-    GPU model, pricing model and hour, None where the catalog has none; bound as :class:`Money`: integer
-    micro-units on SQLite) and ``tmp_ledger_node_models`` with the nodes' pricing models (``node_models``: by node
-    id)."""
+    """Fill ``tmp_ledger_rates`` with each rate's capacity cost of its hour's span, the hour or, for the hour the
+    rollup's ``end`` (epoch seconds) cuts, up to ``end`` (``rates``: price per GPU-hour by GPU model, pricing model
+    and hour, None where the catalog has none; bound as :class:`Money`: integer micro-units on SQLite), and
+    ``tmp_ledger_node_models`` with the nodes' pricing models (``node_models``: by node id)."""
     if rates:
         connection.execute(
             insert(_RATES),
@@ -290,7 +298,7 @@ def load_prices(
                     "model": m,
                     "pricing_model": str(p),
                     "hour": h,
-                    "capacity": None if r is None else costmodel.capacity_cost(r, HOUR),
+                    "capacity": None if r is None else costmodel.capacity_cost(r, min(HOUR, end - h)),
                 }
                 for (m, p, h), r in rates.items()
             ],
@@ -369,10 +377,11 @@ def fill_holdings(connection: Connection, h0: int, end: int) -> None:
     connection.execute(_HOLDINGS, {"h0": h0, "end": end})
 
 
-def fill_split(connection: Connection, everything: bool) -> None:
+def fill_split(connection: Connection, end: int, everything: bool) -> None:
     """Step 3: fill ``tmp_ledger_split`` with the GPU-hours the Python cost model splits (all of them when
-    ``everything``: the reference path, ``sql_costing=False``)."""
-    connection.execute(_SPLIT, {"everything": 1 if everything else 0})
+    ``everything``: the reference path, ``sql_costing=False``); ``end`` (epoch seconds) is where the rollup cuts its
+    last hour."""
+    connection.execute(_SPLIT, {"everything": 1 if everything else 0, "end": end})
 
 
 def cost_common(connection: Connection, catalog: PriceCatalog, unallocated_team: int) -> None:
