@@ -117,8 +117,9 @@ def test_bodies_without_a_credential_are_not_read_and_with_one_stay_within_the_b
     print(
         f"RSS before {before} KiB; peak under {CONNECTIONS} unauthenticated 4 MiB bodies {peak} KiB; {unauthenticated}"
     )
-    # Most see their connection reset: the service answered 401 and closed it with their body unread.
-    assert unauthenticated["401"] >= 1 and set(unauthenticated) <= {"401", "ConnectionResetError", "BrokenPipeError"}
+    # Each is answered 401 and its connection closed with the body unread: the client reads the 401, or, still
+    # sending, sees the reset first (on a loaded machine, every one of them may). The service answers 401 after it.
+    assert set(unauthenticated) <= {"401", "ConnectionResetError", "BrokenPipeError"}, unauthenticated
     assert (peak - before) * 1024 < UNAUTHENTICATED_GROWTH
 
     authenticated = asyncio.run(_flood(service.url, f"Authorization: Bearer {API_TOKEN}\r\n", polite=True))
