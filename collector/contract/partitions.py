@@ -25,6 +25,8 @@ PARTITIONED_MODES = frozenset(PARTITIONS_PER_MODE)
 """The modes that show one GPU as several devices (``spx`` and ``none``: one)."""
 _SIX_XCDS = re.compile(r"\bMI300A\b", re.IGNORECASE)
 """Products with 6 XCDs, so 6 partitions in CPX mode."""
+_TWO_DIES = re.compile(r"\bMI250X?\b", re.IGNORECASE)
+"""Products of two dies, each a device (GCD): the MI250X and MI250."""
 
 PARTITION_PACKAGE_FIELDS = ("utilization_ratio", "memory_utilization_ratio", "power_watts", "energy_joules")
 """What an MI300-series GPU in a partitioned mode reports on partition 0 only, for the whole GPU: activity (GFX, UMC),
@@ -48,6 +50,14 @@ def partitions(product: str, mode: str) -> int | None:
     6 on an MI300A; None for a mode that is not partitioned (``spx``, ``none``, '')."""
     devices = PARTITIONS_PER_MODE.get(mode.lower())
     return 6 if mode.lower() == "cpx" and _SIX_XCDS.search(product) else devices
+
+
+def package_devices(product: str, mode: str) -> int | None:
+    """How many devices one package of ``product`` in compute partition ``mode`` shows, as its make fixes it:
+    :func:`partitions` in a partitioned mode, 2 for a two-die product (MI250X, MI250); None otherwise (one device, or
+    a product whose make is not known here). A count that holds whatever readings a window has: a device missing
+    from it does not change the others' shares."""
+    return partitions(product, mode) or (2 if _TWO_DIES.search(product) else None)
 
 
 def partition_name(product: str, mode: str) -> str:

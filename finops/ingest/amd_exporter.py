@@ -53,6 +53,7 @@ from collector.contract.partitions import (
     PACKAGE_FIELD_METRICS,
     PARTITION_PACKAGE_FIELDS,
     PARTITIONED_MODES,
+    package_devices,
 )
 from collector.contract.sample import Package, Sample
 from collector.contract.wire import PACKAGE_SUMMED_FIELDS
@@ -116,12 +117,14 @@ def reports_package(canonical: Mapping[str, str]) -> bool:
 @dataclass(frozen=True, slots=True)
 class PackageLabels:
     """What the exporter's labels say of a device's package: the board serial (``serial_number``, shared by the
-    devices of one package), the compute partition mode (lower case, '' if none) and the partition id ('' if none).
-    """
+    devices of one package), the compute partition mode (lower case, '' if none), the partition id ('' if none) and
+    how many devices the package shows by its make (:func:`collector.contract.partitions.package_devices`: 8 for an
+    MI300X in CPX mode, 2 for an MI250X; None where the make does not say)."""
 
     serial: str
     mode: str
     partition: str
+    devices: int | None = None
 
     @classmethod
     def of(cls, canonical: Mapping[str, str]) -> PackageLabels | None:
@@ -129,15 +132,30 @@ class PackageLabels:
         serial = canonical.get("serial", "")
         if not serial:
             return None
-        return cls(serial, canonical.get("partition_type", "").lower(), canonical.get("partition", ""))
+        mode = canonical.get("partition_type", "").lower()
+        return cls(serial, mode, canonical.get("partition", ""), package_devices(canonical.get("modelName", ""), mode))
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """The package's devices share it: its serial and mode (a mode change shows the board as other devices)."""
+        return (self.serial, self.mode)
+
+    def count(self, seen: int) -> int:
+        """The package's device count ``n``: :attr:`devices` where its make says it, else the ``seen`` devices."""
+        return self.devices or seen
 
 
 def mark_packages(samples: Sequence[Sample], packages: Mapping[str, PackageLabels]) -> list[Sample]:
     """``samples`` (the readings of one node in one pull window) with :attr:`Sample.package` set on the devices of a
     package (``packages``: UUID -> its :class:`PackageLabels`), as the amdsmi collector source marks them.
 
-    A package is the devices of the node with one serial number, when there are several; ``devices`` is their number
-    in the window. What it reports once, each field named by the device that reports it (:attr:`Package.fields`):
+    A package is the devices of the node with one serial number and mode; ``devices``, the count its shares are
+    ``1 / n`` of, is the package's by its make (:attr:`PackageLabels.devices`: 8 for an MI300X in CPX mode, 2 for
+    an MI250X), else the devices seen in the window. So a device missing from the window changes no one's share:
+    its own share of the package's power is not stored for the instants it has no reading, and its share of the
+    energy counter is carried by its next reading (the increment from its last one, as for any gap of its readings;
+    over more than an hour the ledger leaves the increment out, and that device's hours show no energy, not 0).
+    What the package reports once, each field named by the device that reports it (:attr:`Package.fields`):
 
     - a partitioned MI300X (:data:`~collector.contract.partitions.PARTITIONED_MODES`): each field of
       :data:`~collector.contract.partitions.PARTITION_PACKAGE_FIELDS` that partition 0 has in the window and no other
@@ -150,24 +168,25 @@ def mark_packages(samples: Sequence[Sample], packages: Mapping[str, PackageLabel
 
     The samples' values are unchanged: ingest replaces the other devices' values of a package field by their share
     (:func:`finops.ingest.package_split.split_packages`)."""
-    members: dict[str, set[str]] = {}
+    members: dict[tuple[str, str], set[str]] = {}
     for sample in samples:
         labels = packages.get(sample.labels["uuid"])
         if labels is not None:
-            members.setdefault(labels.serial, set()).add(sample.labels["uuid"])
+            members.setdefault(labels.key, set()).add(sample.labels["uuid"])
+    devices = {key: packages[min(uuids)].count(len(uuids)) for key, uuids in members.items()}
     fields: dict[str, list[str]] = {}
-    for uuids in members.values():
-        if len(uuids) > 1:
+    for key, uuids in members.items():
+        if devices[key] > 1:
             for name, uuid in _package_fields(samples, uuids, packages):
                 fields.setdefault(uuid, []).append(name)
     marked = []
     for sample in samples:
         uuid = sample.labels["uuid"]
         labels = packages.get(uuid)
-        if labels is None or len(members[labels.serial]) < 2:
+        if labels is None or devices[labels.key] < 2:
             marked.append(sample)
             continue
-        package = Package(labels.serial, len(members[labels.serial]), tuple(fields.get(uuid, ())))
+        package = Package(labels.serial, devices[labels.key], tuple(fields.get(uuid, ())))
         marked.append(replace(sample, package=package))
     return marked
 

@@ -56,8 +56,9 @@ by its own unit: ``gpu_gfx_activity`` (%) as the utilisation, ``gpu_used_vram`` 
 ``gpu_energy_consumed`` (µJ) as the energy counter, and its profiler fields among the activity fields. Like the
 activity fields, they are first asked for the whole hour for every GPU (:data:`AMD_METERED`), then per segment for the
 GPUs that have them only, and the energy counter's further values in a third round; a fleet without AMD GPUs pays
-the first ask of each. GPUs are matched by ``gpu_uuid``; a package's power and energy count on the device that
-reports them only (:func:`finops.ingest.amd_exporter.reports_package`).
+the first ask of each. GPUs are matched by ``gpu_uuid``. A package's energy counter is read on the device that
+reports it (:func:`finops.ingest.amd_exporter.reports_package`) over every segment of each of its devices, and each
+device gets ``1 / n`` of the increase over its own segments (:mod:`finops.ingest.tsdb_packages`).
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ from finops.ingest.amd_exporter import (
 from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import ACTIVITY_METRICS, CYCLE_FIELDS, PullOptions, field_scale
 from finops.ingest.promql_select import ask_packed, gpu_selector, raw_readings, uuid_groups, window
+from finops.ingest.tsdb_packages import package_energy, reporters
 from finops.ledger.sql import ACTIVITIES
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
@@ -299,8 +301,13 @@ class TsdbMeter:
         kinds = ((utilization_field, _COUNT), (utilization_field, _SUM), (MEMORY_FIELD, _MAX), (ENERGY_FIELD, _MAX))
         first = [_Ask(dcgm_field, expression, term) for term in terms for dcgm_field, expression in kinds]
         presence = (*fields, *CYCLE_FIELDS, *AMD_METERED)
-        got = self._answers([*first, *(_Ask(name, _COUNT, whole) for name in presence)], by_uuid)
+        labels: dict[int, dict[str, str]] = {}
+        whole_asks = [*(_Ask(name, _COUNT, whole) for name in presence), _Ask(AMD_ENERGY, _MAX, whole)]
+        got = self._answers([*first, *whole_asks], by_uuid, labels)
         present = {name: set(got[_Ask(name, _COUNT, whole)]) for name in presence}
+        uuids = {gpu_id: uuid for uuid, gpu_id in by_uuid.items()}
+        packages = package_energy(labels, got[_Ask(AMD_ENERGY, _MAX, whole)])
+        reporter_of = {uuids[m]: uuids[p.reporter] for p in packages.values() for m in p.members}
 
         def narrowed(gpu_ids: set[int]) -> list[_Term]:
             return _narrowed(terms, {u for u, g in by_uuid.items() if g in gpu_ids})
@@ -309,6 +316,9 @@ class TsdbMeter:
         # activity fields are: a fleet without AMD GPUs pays one ask of each for the whole hour.
         metered_terms = {utilization_field: list(terms), MEMORY_FIELD: list(terms), ENERGY_FIELD: list(terms)}
         metered_terms |= {name: narrowed(present[name]) for name in AMD_METERED}
+        shared = {uuids[gpu_id] for gpu_id in present[AMD_ENERGY]} - set(reporter_of) | set(reporter_of.values())
+        via = dict.fromkeys(_Term(t.a, t.b, reporters(t.uuids, reporter_of)) for t in terms)
+        metered_terms[AMD_ENERGY] = _narrowed(list(via), shared)  # each package's counter over its devices' segments
         energy_terms = [(ENERGY_FIELD, term) for term in terms if got[_Ask(ENERGY_FIELD, _MAX, term)]]
         activity_terms = {name: narrowed(present[name]) for name in fields}
         counted = present[SM_CYCLES_ELAPSED] & set().union(*(present[name] for name in CYCLE_ACTIVITIES))
@@ -351,19 +361,24 @@ class TsdbMeter:
                         if count > 0 and activity not in metered.activity:
                             metered.activity[activity] = (totals.get(gpu_id, 0.0) * field_scale(name), round(count))
                             metered.seen = True
-        uuids = {gpu_id: uuid for uuid, gpu_id in by_uuid.items()}
         for name, term in energy_terms:
             a, b = term.a, term.b
             firsts, before = got[_Ask(name, _MIN, term)], got[_Ask(name, _last_before, term)]
             reset = {gpu_id for gpu_id, count in got[_Ask(name, _resets, term)].items() if count > 0}
             raw = self._counter_points(name, sorted(uuids[g] for g in reset), a - ENERGY_GAP_SECONDS, b, by_uuid)
             for gpu_id, last in got[_Ask(name, _MAX, term)].items():
+                if uuids[gpu_id] in reporter_of and gpu_id not in packages:
+                    continue  # a device whose package's counter another device reports
                 if gpu_id in reset:
                     increase = counter_increase(raw.get(gpu_id, []), a)
                 else:
                     increase = last - before.get(gpu_id, firsts[gpu_id])
-                found[a, b][gpu_id].energy_joules = increase * field_scale(name)
-                found[a, b][gpu_id].seen = True
+                package = packages.get(gpu_id) if name == AMD_ENERGY else None
+                for member in package.members if package else (gpu_id,):
+                    found[a, b][member].energy_joules = (
+                        increase * field_scale(name) / (package.devices if package else 1)
+                    )
+                    found[a, b][member].seen = True
         return found
 
     def _cycle_activity(
@@ -417,11 +432,14 @@ class TsdbMeter:
                         metered.activity[activity] = (d_active / d_elapsed * n, n)
                         metered.seen = True
 
-    def _answers(self, asks: Sequence[_Ask], by_uuid: dict[str, int]) -> Answers:
+    def _answers(
+        self, asks: Sequence[_Ask], by_uuid: dict[str, int], labels: dict[int, dict[str, str]] | None = None
+    ) -> Answers:
         """Each of ``asks``: its value per known GPU (by its series' UUID label; MIG instance series left out, as
         the pull leaves them out). The asks are packed into as few instant queries as
         :data:`~finops.ingest.promql_select.MAX_QUERY_CHARS` allows (:func:`~finops.ingest.promql_select.ask_packed`:
-        a query is evaluated at the latest segment end of its asks)."""
+        a query is evaluated at the latest segment end of its asks). ``labels``, if given, gets the canonical labels
+        of each GPU with an answer to an ask of AMD's exporter's series (:data:`AMD_METERED`)."""
         asks = list(dict.fromkeys(asks))
         expressions = [
             (ask.expression(self._selector(ask.dcgm_field, ask.term), ask.term.a, ask.term.b), ask.term.b)
@@ -433,6 +451,8 @@ class TsdbMeter:
                 gpu_id = self._gpu_of(sample.labels, ask.dcgm_field, by_uuid)
                 if gpu_id is not None:
                     values[ask][gpu_id] = sample.value
+                    if labels is not None and gpu_id not in labels and ask.dcgm_field in AMD_METERED:
+                        labels[gpu_id] = self.options.labels.canonical(sample.labels)
         return values
 
     def _gpu_of(self, labels: dict[str, str], dcgm_field: str, by_uuid: dict[str, int]) -> int | None:

@@ -1,8 +1,7 @@
 """AMD Device Metrics Exporter series (tests/fixtures/amd/device-metrics-exporter.prom: an MI300X in CPX mode and an
 MI250X, values written by hand, see the file's header) in a real VictoriaMetrics and a real Prometheus, read by the
 Prometheus pull and by the TSDB metering: readings per partition and GCD, jobs from ``job_id`` and ``namespace``/
-``pod``, each package's energy counted once (split over its devices by the pull, on the device that reports it by
-the TSDB metering), and the ledger's
+``pod``, each package's energy counted once and split over its devices, and the ledger's
 utilisation, energy and prices equal to values computed by hand."""
 
 from __future__ import annotations
@@ -80,10 +79,10 @@ def seed_jobs(session: Session, t0: int) -> None:
     session.flush()
 
 
-def check_ledger(session: Session, t0: int, split: bool) -> None:
+def check_ledger(session: Session, t0: int) -> None:
     """The hour's ledger against hand-computed values: per package, energy = 59 counter increments of its power ×
-    60 s (the hour's first reading has none before it), counted once: ``split`` (the pull), an equal share on each
-    of its devices; else (the TSDB metering) all on the device that reports it. Per device, used GPU-seconds = its
+    60 s (the hour's first reading has none before it), counted once, an equal share on each of its devices (the
+    pull and the TSDB metering alike). Per device, used GPU-seconds = its
     gfx activity × 3,600 s; cost = the catalogue's rate (MI300X $6.00, a CPX partition 1/8 of it; MI250X $1.35 a
     GCD)."""
     gpus = by_device(session)
@@ -92,11 +91,7 @@ def check_ledger(session: Session, t0: int, split: bool) -> None:
     for node, devices in (("mi300x-01", range(8)), ("mi250x-01", range(2))):
         energy = [rows[gpus[node, i].id].energy_joules for i in devices]
         package = 59 * 60 * PACKAGE_WATTS[node]
-        if split:
-            assert energy == pytest.approx([package / len(devices)] * len(devices), rel=1e-9)
-        else:
-            assert energy[0] == pytest.approx(package, rel=1e-9)
-            assert [e is None or e == 0 for e in energy[1:]] == [True] * (len(energy) - 1)
+        assert energy == pytest.approx([package / len(devices)] * len(devices), rel=1e-9)
     for index, percent in enumerate([100, 100, 95, 90, 0, 0, 12, 12]):
         row = rows[gpus["mi300x-01", index].id]
         assert row.used_gpu_seconds == pytest.approx(percent / 100 * 3600, abs=1e-6)
@@ -145,7 +140,7 @@ def test_amd_series_pulled_into_the_ledger(sessions: sessionmaker[Session], tsdb
         assert (gcd[0].temperature_celsius, gcd[1].temperature_celsius) == (44.0, 41.0)
         seed_jobs(session, t0)
         rollup(session, PRICING, t0 + 3600)
-        check_ledger(session, t0, split=True)
+        check_ledger(session, t0)
 
 
 def test_amd_series_metered_from_the_tsdb(sessions: sessionmaker[Session], tsdb: TsdbLoader) -> None:
@@ -157,4 +152,4 @@ def test_amd_series_metered_from_the_tsdb(sessions: sessionmaker[Session], tsdb:
         seed_jobs(session, t0)
         rollup(session, PRICING, t0 + 3600, meter=telemetry.meter)
         assert session.scalar(select(func.count()).select_from(GpuSample)) == 0
-        check_ledger(session, t0, split=False)
+        check_ledger(session, t0)

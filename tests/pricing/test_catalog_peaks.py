@@ -95,7 +95,8 @@ def test_bad_peaks_are_refused_naming_the_model_and_field(tmp_path: Path, block:
 
 def test_mi250_and_mi210_rows() -> None:
     """AMD's figures (ROCm documentation: the MI250 page's OAM table, halved per GCD; the GPU specifications table's
-    memory); the MI210's peaks rest on a secondary source and say so; the MI210 has no price row: unpriced, never a
+    memory); the MI210's peaks are one such die at the MI250's clock, an estimate that says so (no AMD source read
+    states the MI210's clock); the MI210 has no price row: unpriced, never a
     guessed rate."""
     catalog = load_catalog()
     mi250, mi210 = catalog.models["MI250"], catalog.models["MI210"]
@@ -110,3 +111,21 @@ def test_mi250_and_mi210_rows() -> None:
     assert mi210.prices == [] and catalog.resolve("AMD Instinct MI210") == "MI210"
     with pytest.raises(PriceNotFound, match="no on-demand price for MI210"):
         catalog.rate("AMD Instinct MI210", PricingModel.ON_DEMAND, datetime(2026, 3, 1, tzinfo=UTC))
+
+
+def test_mi300x_and_mi250x_peaks() -> None:
+    """The MI300X's figures are AMD's own table (ROCm documentation, MI300 microarchitecture), not an estimate; the
+    MI250X's, per GCD, are 110 CUs x AMD's CDNA 2 FLOPS per clock per CU x 1.7 GHz, an estimate (no AMD source read
+    states the MI250X's clock), half of the module's 47.9 / 95.7 / 383."""
+    models = load_catalog().models
+    mi300x, mi250x = models["MI300X"].peak_tflops, models["MI250X"].peak_tflops
+    assert mi300x is not None and mi250x is not None
+    assert (mi300x.of("fp64"), mi300x.of("fp64_tensor"), mi300x.of("bf16_tensor")) == (
+        Decimal("81.7"), Decimal("163.4"), Decimal("1307.4"),
+    )  # fmt: skip
+    assert mi300x.of("int8_tensor") == mi300x.of("fp8_tensor") == Decimal("2614.9")
+    assert not mi300x.source.estimate and mi300x.source.url.startswith("https://rocm.docs.amd.com/")
+    for precision, per_cu in (("fp64", 128), ("fp64_tensor", 256), ("bf16_tensor", 1024), ("int8_tensor", 1024)):
+        figure = mi250x.of(precision)
+        assert figure is not None and abs(float(figure) - 110 * per_cu * 1.7e9 / 1e12) < 0.05, precision
+    assert mi250x.source.estimate

@@ -10,8 +10,9 @@ from fractions import Fraction
 
 import pytest
 
+from collector.contract.partitions import package_devices
 from collector.sources.amdsmi import AmdSmiSource
-from finops.ingest.amd_exporter import canonical_labels, reports_package
+from finops.ingest.amd_exporter import PackageLabels, canonical_labels, reports_package
 from finops.jobs.compute_partitions import gres_gpu_name
 from finops.pricing.catalog import PricingModel, load_catalog
 from finops.pricing.package_share import package_share, partition_name
@@ -56,3 +57,19 @@ def test_tpx_from_the_exporter_and_from_amdsmi() -> None:
     gpus = [s for s in AmdSmiSource(FakeAmdSmi(devices)).collect() if s.entity == "gpu"]
     assert {s.labels["model"] for s in gpus} == {"AMD Instinct MI300X (TPX partition 1/3)"}
     assert [s.package.devices if s.package else None for s in gpus] == [3, 3, 3]
+
+
+def test_a_package_counts_its_devices_by_its_make() -> None:
+    """The count each device's share is ``1 / n`` of (``package_devices``): the mode's partitions (6 for an MI300A in
+    CPX), 2 for a two-die MI250X or MI250, else the devices seen; the partition's share of the price is the same n."""
+    assert package_devices("AMD Instinct MI300X OAM (CPX partition 1/8)", "cpx") == 8
+    assert package_devices("AMD Instinct MI300A", "cpx") == 6 and package_devices("AMD Instinct MI300X", "dpx") == 2
+    assert package_devices("AMD Instinct MI250X", "none") == 2 and package_devices("AMD Instinct MI250", "") == 2
+    assert (
+        package_devices("AMD Instinct MI210", "none") is None and package_devices("AMD Instinct MI300X", "spx") is None
+    )
+    for mode in ("dpx", "tpx", "qpx", "cpx"):
+        name = partition_name("AMD Instinct MI300X OAM", mode)
+        assert package_share(name) == Fraction(1, package_devices(name, mode) or 0)
+    seen = PackageLabels.of({"serial": "s", "modelName": "Some Future Instinct", "partition_type": "none"})
+    assert seen is not None and seen.devices is None and seen.count(3) == 3  # an unknown make: the devices seen

@@ -1,0 +1,168 @@
+"""What an AMD package reports once, split over its devices by the TSDB metering and by the Prometheus pull alike
+(:mod:`finops.ingest.tsdb_packages`, :mod:`finops.ingest.package_split`), through a real VictoriaMetrics and a real
+Prometheus: the MI300X in CPX mode (8 partitions, the energy counter on partition 0 only) and the MI250X (power and
+energy on die 0, die 1 reading 0; its counter reset at minute 30) of tests/ledger/test_pull_amd_packages.py, values
+written by hand there. Jobs cut each device's hour at minutes of its own, and partition 5's and die 1's series are
+missing from minute 31 to minute 47, so from the whole of the pull's query window of minutes 36-47 (the TSDBs fill a
+few minutes after a device's last reading from it, by their lookback: Prometheus five).
+
+Per package, the ledger's energy of the hour equals its counter's increase, each device holding ``1 / n`` of it
+(``n`` = 8 and 2, the packages' make, not the devices seen); per segment of the TSDB metering, each device's energy is
+``1 / n`` of the counter's increase over that segment.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import timedelta
+from itertools import pairwise
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from finops.db.models import Allocation, GpuSample, Job, LedgerEntry, Team, TsdbGpuMetering
+from finops.ingest.prometheus import PrometheusClient
+from finops.ingest.prometheus_pull import PullOptions, import_range
+from finops.ingest.tsdb_source import TsdbTelemetry
+from finops.ledger.rollup import rollup
+from finops.timeutil import from_epoch, to_epoch
+from tests.ledger.test_pull_amd_packages import counter, increase, readings
+from tests.ledger.test_tsdb_amd import PRICING, by_device
+from tests.support import scenario
+from tests.support.prometheus_server import TsdbLoader
+
+DEVICES = {"mi300x-01": 8, "mi250x-01": 2}
+MISSING = {"5cff74b5-0000-1000-8050-7e3e3a6ed2a1", "a1ff740f-0000-1000-8042-6d7f0c1b2e30"}
+"""MI300X partition 5 and MI250X die 1: no series from minute 31 to minute 47."""
+GAP = range(31, 48)
+
+
+def holdings(t0: int) -> dict[tuple[str, int], tuple[int, int | None]]:
+    """Per device (node, index), one job's holding (epoch start, end or None): partition i of the MI300X from
+    minute 3 + 5 i (and 17 s) to minute 40 + 2 i (and 29 s), die 0 of the MI250X from minute 12 (and 5 s) to 47,
+    die 1 from minute 20 (and 30 s) on: no two devices of a package cut alike."""
+    found: dict[tuple[str, int], tuple[int, int | None]] = {
+        ("mi300x-01", i): (t0 + 60 * (3 + 5 * i) + 17, t0 + 60 * (40 + 2 * i) + 29) for i in range(8)
+    }
+    found["mi250x-01", 0] = (t0 + 12 * 60 + 5, t0 + 47 * 60)
+    found["mi250x-01", 1] = (t0 + 20 * 60 + 30, None)
+    return found
+
+
+def lines(t0: int) -> list[str]:
+    """The readings of test_pull_amd_packages (each partition's activity its own, so the TSDB mode finds every
+    partition by its ``gpu_gfx_activity``) without :data:`MISSING`'s in :data:`GAP`."""
+    gap = range((t0 + 60 * GAP.start) * 1000, (t0 + 60 * GAP.stop) * 1000)
+    return [
+        line
+        for line in readings(t0, partition_activity=True)
+        if not (int(line.rsplit(" ", 1)[1]) in gap and _of_missing(line))
+    ]
+
+
+def _of_missing(line: str) -> bool:
+    return any(f'gpu_uuid="{uuid}"' in line for uuid in MISSING)
+
+
+def segment_increase(node: str, t0: int, a: int, b: int) -> float:
+    """The package's counter increase over [a, b) (J): its increments between consecutive minute readings that end
+    in [a, b), a value below the previous one counting itself."""
+    total = 0.0
+    for minute, (before, after) in enumerate(pairwise(counter(node, m) for m in range(60)), start=1):
+        if a <= t0 + 60 * minute < b:
+            total += after - before if after >= before else after
+    return total
+
+
+def seed(session: Session, t0: int) -> None:
+    """One job per device holding it as :func:`holdings` says."""
+    team = Team(name="amd")
+    session.add(team)
+    session.flush()
+    gpus = by_device(session)
+    for number, ((node, index), (start, end)) in enumerate(sorted(holdings(t0).items())):
+        job = Job(
+            scheduler="slurm", cluster="c", job_id=str(9000 + number), job_id_raw=str(9000 + number), user="u",
+            account="a", partition="p", name="j", state="RUNNING", start=from_epoch(start), end=None, gpus=1,
+            node_list=node, team_id=team.id,
+        )  # fmt: skip
+        session.add(job)
+        session.flush()
+        session.add(
+            Allocation(
+                job_pk=job.id, gpu_id=gpus[node, index].id, start=from_epoch(start),
+                end=from_epoch(end) if end is not None else None,
+            )
+        )  # fmt: skip
+    session.flush()
+
+
+def check_hour(session: Session, t0: int) -> None:
+    """Per package: the ledger's energy of the hour is the counter's increase, each device ``1 / n`` of it."""
+    gpus = by_device(session)
+    energy: dict[int, float] = defaultdict(float)
+    for row in session.scalars(select(LedgerEntry).where(LedgerEntry.hour == from_epoch(t0))):
+        energy[row.gpu_id] += row.energy_joules or 0.0
+    for node, n in DEVICES.items():
+        shares = [energy[gpus[node, i].id] for i in range(n)]
+        assert sum(shares) == pytest.approx(increase(node), rel=1e-9)  # counted once
+        assert shares == pytest.approx([increase(node) / n] * n, rel=1e-9)
+
+
+def test_tsdb_splits_package_energy_per_segment(sessions: sessionmaker[Session], tsdb: TsdbLoader) -> None:
+    t0 = to_epoch(scenario.start_hour() - timedelta(days=1))
+    telemetry = TsdbTelemetry(PrometheusClient(tsdb(lines(t0))))
+    with sessions.begin() as session:
+        assert telemetry.register_gpus(session, t0, t0 + 3600) == 10
+        seed(session, t0)
+        rollup(session, PRICING, t0 + 3600, meter=telemetry.meter)
+        gpus = by_device(session)
+        node_of = {gpu.id: (node, index) for (node, index), gpu in gpus.items()}
+        segments = session.scalars(select(TsdbGpuMetering)).all()
+        cuts: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+        for row in segments:
+            node, index = node_of[row.gpu_id]
+            a, b = to_epoch(row.start), to_epoch(row.stop)
+            cuts[node, index].append((a, b))
+            share = segment_increase(node, t0, a, b) / DEVICES[node]
+            assert row.energy_joules == pytest.approx(share, rel=1e-9, abs=1e-6), (node, index, a - t0, b - t0)
+        start, end = holdings(t0)["mi300x-01", 3]
+        assert sorted(cuts["mi300x-01", 3]) == [(t0, start), (start, end), (end, t0 + 3600)]
+        start, _ = holdings(t0)["mi250x-01", 1]
+        assert sorted(cuts["mi250x-01", 1]) == [(t0, start), (start, t0 + 3600)]  # its own cuts, not die 0's
+        check_hour(session, t0)
+
+
+def test_pull_shares_hold_when_a_device_is_missing(sessions: sessionmaker[Session], tsdb: TsdbLoader) -> None:
+    t0 = to_epoch(scenario.start_hour() - timedelta(days=1))
+    client = PrometheusClient(tsdb(lines(t0)))
+    options = PullOptions(max_points_per_query=12)  # windows of 12 minutes: 0-11, 12-23, 24-35, 36-47, 48-59
+    import_range(sessions, client, from_epoch(t0), from_epoch(t0 + 3600), options)
+    with sessions.begin() as session:
+        gpus = by_device(session)
+        at = from_epoch(t0 + 40 * 60)
+        stored = {
+            (node, index): session.scalars(
+                select(GpuSample).where(GpuSample.gpu_id == gpu.id, GpuSample.ts == at)
+            ).one_or_none()
+            for (node, index), gpu in gpus.items()
+        }
+        assert stored["mi300x-01", 5] is None and stored["mi250x-01", 1] is None
+        partitions = [stored["mi300x-01", i] for i in range(8) if i != 5]
+        # 1/8 of the package, not 1/7 of it: the missing partition's share is not given to the others
+        assert [p.energy_joules for p in partitions if p] == pytest.approx([counter("mi300x-01", 40) / 8] * 7)
+        assert [p.power_watts for p in partitions if p] == [80.0] * 7
+        die = stored["mi250x-01", 0]
+        assert die is not None and die.power_watts == 240.0  # 1/2 of the package, not all of it
+        assert die.energy_joules == pytest.approx(counter("mi250x-01", 40) / 2)
+        after = session.scalars(
+            select(GpuSample).where(
+                GpuSample.gpu_id == gpus["mi300x-01", 5].id, GpuSample.ts == from_epoch(t0 + 48 * 60)
+            )
+        ).one()
+        assert after.energy_joules == pytest.approx(counter("mi300x-01", 48) / 8)  # carries the gap's increase
+
+        seed(session, t0)
+        rollup(session, PRICING, t0 + 3600)
+        check_hour(session, t0)
