@@ -13,17 +13,15 @@ from typing import Any
 
 import httpx
 import orjson
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.sample import Sample
 from collector.delivery import PACE_HALF_LIFE_SECONDS, Delivery
 from collector.shipper import Backoff, Shipper
 from collector.spool import Spool
-from finops.db.models import GpuSample
 from finops.ingest.limits import IngestLimits
 from finops.web.app import create_app
 from tests.support.servers import running
+from tests.support.stored_readings import stored_readings
 
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 INTERVAL = 10
@@ -168,15 +166,6 @@ def test_a_db_outage_retry_after_is_paced_but_not_past_eight_times_it(tmp_path: 
     assert max(waits) == 40.0, waits
 
 
-def _stored(sessions: sessionmaker[Session]) -> tuple[int, int]:
-    with sessions() as session:
-        rows = session.scalar(select(func.count()).select_from(GpuSample))
-        distinct = session.scalar(
-            select(func.count()).select_from(select(GpuSample.gpu_id, GpuSample.ts).distinct().subquery())
-        )
-    return int(rows or 0), int(distinct or 0)
-
-
 def test_a_node_over_its_rate_loses_nothing_through_the_real_service(tmp_path: Path, sessions) -> None:  # type: ignore[no-untyped-def]
     """The service's per-node token bucket (12 readings every 10 s, burst 48) against a node sending its 8 GPUs
     every 10 s after a backlog of 8 cycles (POSTs of at most 40 readings, within the burst): the 429s' Retry-After
@@ -211,5 +200,5 @@ def test_a_node_over_its_rate_loses_nothing_through_the_real_service(tmp_path: P
         shipper.close()
     assert refused > 0, "the node's rate was exceeded: the service asked it to slow down"
     assert posts - refused < cycles, "cycles were coalesced"
-    assert _stored(sessions) == (cycles * GPUS, cycles * GPUS), "every reading stored, none twice"
+    assert stored_readings(sessions) == (cycles * GPUS, cycles * GPUS), "every reading stored, none twice"
     assert delivery.shipped_samples == cycles * GPUS
