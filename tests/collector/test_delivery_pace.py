@@ -139,30 +139,29 @@ def test_the_pace_decays_to_one_post_per_cycle(tmp_path: Path) -> None:
     assert delivery.send_next() == 0.0
 
 
-def test_a_refusal_while_paced_doubles_the_pace_within_bounds(tmp_path: Path) -> None:
+def _sends(tmp_path: Path, service: SlowingService, sends: int) -> tuple[Delivery, list[float]]:
+    """One cycle enqueued, then ``sends`` sends to ``service``, the manual clock advanced by each wait asked for
+    (0 when nothing was left to send); the delivery and those waits."""
     clock = ManualClock(1000.0)
-    service = SlowingService(refused=set(range(8)), retry_after="30")
     delivery = _delivery(tmp_path, service, clock)
     delivery.enqueue(_cycle(0))
     waits = []
-    for _ in range(6):
-        waits.append(delivery.send_next())
-        clock.advance(waits[-1] or 0.0)
+    for _ in range(sends):
+        waits.append(delivery.send_next() or 0.0)
+        clock.advance(waits[-1])
+    return delivery, waits
+
+
+def test_a_refusal_while_paced_doubles_the_pace_within_bounds(tmp_path: Path) -> None:
+    delivery, waits = _sends(tmp_path, SlowingService(refused=set(range(8)), retry_after="30"), 6)
     assert waits[0] == 30.0
     assert all(later > earlier for earlier, later in itertools.pairwise(waits[:5])), waits
-    assert max(w or 0.0 for w in waits) <= 8 * 30.0, "at most 8 times the service's Retry-After"
+    assert max(waits) <= 8 * 30.0, "at most 8 times the service's Retry-After"
     assert delivery.spool.pending_samples == 8, "nothing is dropped while refused"
 
 
 def test_a_db_outage_retry_after_is_paced_but_not_past_eight_times_it(tmp_path: Path) -> None:
-    clock = ManualClock(1000.0)
-    service = SlowingService(refused=set(range(20)), retry_after="5")
-    delivery = _delivery(tmp_path, service, clock)
-    delivery.enqueue(_cycle(0))
-    waits = []
-    for _ in range(10):
-        waits.append(delivery.send_next() or 0.0)
-        clock.advance(waits[-1])
+    _, waits = _sends(tmp_path, SlowingService(refused=set(range(20)), retry_after="5"), 10)
     assert max(waits) == 40.0, waits
 
 
