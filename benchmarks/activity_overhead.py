@@ -35,11 +35,11 @@ import json
 import os
 import random
 import statistics
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+
+from tree_runs import leave_only_tree, recreate_database, run_in_tree
 
 REPO = Path(__file__).resolve().parents[1]
 START = int(datetime(2026, 11, 2, tzinfo=UTC).timestamp())
@@ -158,8 +158,7 @@ def main() -> None:
     parser.add_argument("--child", choices=sorted(FIELDS), help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
-        here = Path(__file__).resolve().parent  # benchmarks/collector.py would shadow the collector package
-        sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != here]
+        leave_only_tree()
         figures = _child(options.database_url, options.gpus, options.hours, FIELDS[options.child])
         print(json.dumps(figures))
         return
@@ -172,12 +171,10 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
     for _ in range(options.repeat):
         for name, (tree, activity) in cases.items():
-            _recreate_database(options.database_url)
-            env = {**os.environ, "PYTHONPATH": str(tree)}
-            command = [sys.executable, __file__, options.database_url, "--baseline-tree", str(tree), "--child",
-                       activity, "--gpus", str(options.gpus), "--hours", str(options.hours)]  # fmt: skip
-            out = subprocess.run(command, env=env, cwd=tree, check=True, capture_output=True, text=True).stdout
-            runs[name].append(json.loads(out.strip().splitlines()[-1]))
+            recreate_database(options.database_url)
+            args = [options.database_url, "--baseline-tree", str(tree), "--child", activity,
+                    "--gpus", str(options.gpus), "--hours", str(options.hours)]  # fmt: skip
+            runs[name].append(run_in_tree(tree, __file__, args))
     readings = int(runs["baseline"][0]["readings"])
     print(
         f"{options.gpus} GPUs x {options.hours} h at {INTERVAL} s = {readings:,} readings; "
@@ -188,19 +185,6 @@ def main() -> None:
         medians = {key: statistics.median(r[key] for r in figures) for key in base}
         cells = "  ".join(f"{key} {medians[key]:7.2f} ({medians[key] / base[key]:.2f}x)" for key in base)
         print(f"{name:22s} {cells}")
-
-
-def _recreate_database(url: str) -> None:
-    """Drop the benchmark's PostgreSQL database and create it empty (each tree migrates it with its own
-    migrations, which cannot read a schema a newer tree left)."""
-    from sqlalchemy import create_engine, make_url, text
-
-    target = make_url(url)
-    admin = create_engine(target.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(text(f'DROP DATABASE IF EXISTS "{target.database}" WITH (FORCE)'))
-        c.execute(text(f'CREATE DATABASE "{target.database}"'))
-    admin.dispose()
 
 
 if __name__ == "__main__":

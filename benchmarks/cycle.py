@@ -31,12 +31,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from tree_runs import leave_only_tree, recreate_database, run_in_tree
 
 REPO = Path(__file__).resolve().parents[1]
 START = int(datetime(2026, 11, 2, 10, tzinfo=UTC).timestamp())
@@ -148,22 +148,6 @@ def _child(database_url: str, gpus: int, case: str, analyze: bool) -> dict[str, 
     return figures
 
 
-def _recreate(url: str) -> None:
-    """Empty the benchmark's database: drop and create it (PostgreSQL), or delete its file (SQLite); each tree
-    migrates it with its own migrations."""
-    from sqlalchemy import create_engine, make_url, text
-
-    target = make_url(url)
-    if target.get_backend_name() == "sqlite":
-        Path(target.database or "").unlink(missing_ok=True)
-        return
-    admin = create_engine(target.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(text(f'DROP DATABASE IF EXISTS "{target.database}" WITH (FORCE)'))
-        c.execute(text(f'CREATE DATABASE "{target.database}"'))
-    admin.dispose()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("database_url", nargs="?", default="postgresql+psycopg://postgres@127.0.0.1:5432/test_cycle")
@@ -174,8 +158,7 @@ def main() -> None:
     parser.add_argument("--child", choices=("one", "twelve"), help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
-        here = Path(__file__).resolve().parent  # benchmarks/collector.py would shadow the collector package
-        sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != here]
+        leave_only_tree()
         print(json.dumps(_child(options.database_url, options.gpus, options.child, options.analyze)))
         return
     trees = {"baseline": options.baseline_tree.resolve(), "current": REPO}
@@ -183,12 +166,10 @@ def main() -> None:
     for _ in range(options.repeat):
         for tree_name, case in runs:
             tree = trees[tree_name]
-            _recreate(options.database_url)
-            env = {**os.environ, "PYTHONPATH": str(tree)}
-            command = [sys.executable, __file__, options.database_url, "--baseline-tree", str(tree), "--child", case,
-                       "--gpus", str(options.gpus), *(["--analyze"] if options.analyze else [])]  # fmt: skip
-            out = subprocess.run(command, env=env, cwd=tree, check=True, capture_output=True, text=True).stdout
-            runs[tree_name, case].append(json.loads(out.strip().splitlines()[-1]))
+            recreate_database(options.database_url)
+            args = [options.database_url, "--baseline-tree", str(tree), "--child", case, "--gpus", str(options.gpus),
+                    *(["--analyze"] if options.analyze else [])]  # fmt: skip
+            runs[tree_name, case].append(run_in_tree(tree, __file__, args))
     readings = int(runs["current", "one"][0]["readings"])
     print(
         f"{options.gpus} GPUs x 1 h at {INTERVAL} s = {readings:,} readings; {options.repeat} runs each, alternated; "

@@ -422,7 +422,17 @@ class TsdbGpuMetering(Base):
     graphics_engine_active_n: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
-class GpuHourMetering(Base):
+class _GpuHourHoldingKey:
+    """The key of a table kept per GPU-hour and holding by the ledger's metering: the hour (epoch seconds of its
+    start), the GPU, and the allocation (0: readings held by no allocation, or a shared GPU-hour as a whole). The key
+    columns come first in the table, as the migration creates them."""
+
+    hour: Mapped[int] = mapped_column(BigInteger, primary_key=True, sort_order=-1)
+    gpu_id: Mapped[int] = mapped_column(Integer, primary_key=True, sort_order=-1)
+    allocation_id: Mapped[int] = mapped_column(Integer, primary_key=True, sort_order=-1)
+
+
+class GpuHourMetering(_GpuHourHoldingKey, Base):
     """What the ledger's metering has summed of one GPU-hour's readings per holding, kept between rollups so that
     each reading is metered once (:mod:`finops.ledger.metering`): the readings of the GPU before its
     :class:`MeteringCursor` are in these sums, later ones are added by the next rollup.
@@ -436,9 +446,6 @@ class GpuHourMetering(Base):
     (``<activity>_units``) and how many readings had one (``<activity>_n``)."""
 
     __tablename__ = "gpu_hour_metering"
-    hour: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    gpu_id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    allocation_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     samples: Mapped[int] = mapped_column(Integer)
     utilization_units: Mapped[int] = mapped_column(BigInteger)
     energy_units: Mapped[int] = mapped_column(BigInteger)
@@ -473,15 +480,12 @@ class MeteringCursor(Base):
     through: Mapped[int] = mapped_column(BigInteger)
 
 
-class MeteredHolding(Base):
+class MeteredHolding(_GpuHourHoldingKey, Base):
     """The holdings (allocations clipped to the GPU-hour, with whether the GPU-hour is shared) that a GPU-hour's
     readings before its :class:`MeteringCursor` were assigned by when they were metered: a rollup that finds other
     holdings there now (a job imported, ended or moved) meters that GPU-hour again."""
 
     __tablename__ = "metered_holdings"
-    hour: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    gpu_id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    allocation_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     start: Mapped[int] = mapped_column(BigInteger)
     stop: Mapped[int] = mapped_column(BigInteger)
     shared: Mapped[int] = mapped_column(Integer)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -18,9 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner, Result
 
 from finops.cli import app
-from finops.ledger.rollup import rollup, unpriced_fix
-from finops.pricing.catalog import Pricing, PricingModel, load_catalog
-from finops.timeutil import to_epoch
+from finops.ledger.rollup import unpriced_fix
 from finops.web.app import create_app
 from tests.support import scenario, unpriced
 from tests.support.servers import running
@@ -34,8 +31,7 @@ def command(sessions: sessionmaker[Session]) -> Callable[..., Result]:
     """``gpu-finops commitments ARGS…`` on the rolled-up slice."""
     t0 = scenario.start_hour()
     with sessions.begin() as session:
-        unpriced.load(session, t0)
-        rollup(session, Pricing(load_catalog(), PricingModel.ON_DEMAND), to_epoch(t0 + timedelta(hours=2)))
+        unpriced.load_rolled_up(session, t0)
     url = sessions.kw["bind"].url.render_as_string(hide_password=False)
 
     def run(*args: str) -> Result:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector.agent import Agent
@@ -23,27 +22,17 @@ from collector.exposition import LatestSamples
 from collector.shipper import Backoff, Shipper
 from collector.sources.nvml import NvmlSource
 from collector.spool import Spool
-from finops.db.models import GpuSample
 from finops.web.app import create_app
 from tests.support.fake_pynvml import ManualClock
 from tests.support.node_fixture import GPUS, eight_h100_nvml
 from tests.support.servers import free_port, running
+from tests.support.stored_readings import stored_readings
 
 TOKEN = "fault-token"
 FIXTURE_NODE = Path(__file__).parents[1] / "fixtures" / "node"
 FILE_SOURCES = ("infiniband", "diskstats", "nfs", "lustre")
 INTERVAL_SECONDS = 10
 OUTAGE_CYCLES = 2 * 3600 // INTERVAL_SECONDS
-
-
-def _stored(sessions: sessionmaker[Session]) -> tuple[int, int]:
-    """(rows in gpu_samples, distinct (gpu, ts) pairs)."""
-    with sessions() as session:
-        rows = session.scalar(select(func.count()).select_from(GpuSample))
-        distinct = session.scalar(
-            select(func.count()).select_from(select(GpuSample.gpu_id, GpuSample.ts).distinct().subquery())
-        )
-    return int(rows or 0), int(distinct or 0)
 
 
 def _drain(delivery: Delivery) -> float:
@@ -73,7 +62,7 @@ def test_two_hour_outage_at_8_gpus_every_10_s_loses_and_doubles_nothing(
     with running(create_app(sessions, TOKEN, clock=lambda: clock.now.timestamp()), port):  # the node's clock
         rate = _drain(delivery)
     print(f"\nbacklog of {OUTAGE_CYCLES * GPUS} readings drained at {rate:,.0f} readings/s")
-    assert _stored(sessions) == (OUTAGE_CYCLES * GPUS, OUTAGE_CYCLES * GPUS)
+    assert stored_readings(sessions) == (OUTAGE_CYCLES * GPUS, OUTAGE_CYCLES * GPUS)
     assert delivery.shipped_samples == OUTAGE_CYCLES * GPUS, "each reading was acknowledged exactly once"
     assert delivery.failed_sends == OUTAGE_CYCLES // 60
     assert delivery.spool.pending_samples == 0
@@ -102,7 +91,7 @@ def test_kill_9_during_an_outage_loses_at_most_the_last_interval(
     node_clock = ManualClock().now.timestamp() + 3600  # the process's manual clock, past its cycles
     with running(create_app(sessions, TOKEN, clock=lambda: node_clock), port):
         _drain(delivery)
-    rows, distinct = _stored(sessions)
+    rows, distinct = stored_readings(sessions)
     assert rows == distinct
     assert (last + 1) * GPUS <= rows <= (last + 2) * GPUS, "every cycle reported spooled arrived; at most one more"
 

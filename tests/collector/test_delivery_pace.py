@@ -13,17 +13,15 @@ from typing import Any
 
 import httpx
 import orjson
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.sample import Sample
 from collector.delivery import PACE_HALF_LIFE_SECONDS, Delivery
 from collector.shipper import Backoff, Shipper
 from collector.spool import Spool
-from finops.db.models import GpuSample
 from finops.ingest.limits import IngestLimits
 from finops.web.app import create_app
 from tests.support.servers import running
+from tests.support.stored_readings import stored_readings
 
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 INTERVAL = 10
@@ -141,40 +139,30 @@ def test_the_pace_decays_to_one_post_per_cycle(tmp_path: Path) -> None:
     assert delivery.send_next() == 0.0
 
 
-def test_a_refusal_while_paced_doubles_the_pace_within_bounds(tmp_path: Path) -> None:
+def _sends(tmp_path: Path, service: SlowingService, sends: int) -> tuple[Delivery, list[float]]:
+    """One cycle enqueued, then ``sends`` sends to ``service``, the manual clock advanced by each wait asked for
+    (0 when nothing was left to send); the delivery and those waits."""
     clock = ManualClock(1000.0)
-    service = SlowingService(refused=set(range(8)), retry_after="30")
     delivery = _delivery(tmp_path, service, clock)
     delivery.enqueue(_cycle(0))
     waits = []
-    for _ in range(6):
-        waits.append(delivery.send_next())
-        clock.advance(waits[-1] or 0.0)
+    for _ in range(sends):
+        waits.append(delivery.send_next() or 0.0)
+        clock.advance(waits[-1])
+    return delivery, waits
+
+
+def test_a_refusal_while_paced_doubles_the_pace_within_bounds(tmp_path: Path) -> None:
+    delivery, waits = _sends(tmp_path, SlowingService(refused=set(range(8)), retry_after="30"), 6)
     assert waits[0] == 30.0
     assert all(later > earlier for earlier, later in itertools.pairwise(waits[:5])), waits
-    assert max(w or 0.0 for w in waits) <= 8 * 30.0, "at most 8 times the service's Retry-After"
+    assert max(waits) <= 8 * 30.0, "at most 8 times the service's Retry-After"
     assert delivery.spool.pending_samples == 8, "nothing is dropped while refused"
 
 
 def test_a_db_outage_retry_after_is_paced_but_not_past_eight_times_it(tmp_path: Path) -> None:
-    clock = ManualClock(1000.0)
-    service = SlowingService(refused=set(range(20)), retry_after="5")
-    delivery = _delivery(tmp_path, service, clock)
-    delivery.enqueue(_cycle(0))
-    waits = []
-    for _ in range(10):
-        waits.append(delivery.send_next() or 0.0)
-        clock.advance(waits[-1])
+    _, waits = _sends(tmp_path, SlowingService(refused=set(range(20)), retry_after="5"), 10)
     assert max(waits) == 40.0, waits
-
-
-def _stored(sessions: sessionmaker[Session]) -> tuple[int, int]:
-    with sessions() as session:
-        rows = session.scalar(select(func.count()).select_from(GpuSample))
-        distinct = session.scalar(
-            select(func.count()).select_from(select(GpuSample.gpu_id, GpuSample.ts).distinct().subquery())
-        )
-    return int(rows or 0), int(distinct or 0)
 
 
 def test_a_node_over_its_rate_loses_nothing_through_the_real_service(tmp_path: Path, sessions) -> None:  # type: ignore[no-untyped-def]
@@ -211,5 +199,5 @@ def test_a_node_over_its_rate_loses_nothing_through_the_real_service(tmp_path: P
         shipper.close()
     assert refused > 0, "the node's rate was exceeded: the service asked it to slow down"
     assert posts - refused < cycles, "cycles were coalesced"
-    assert _stored(sessions) == (cycles * GPUS, cycles * GPUS), "every reading stored, none twice"
+    assert stored_readings(sessions) == (cycles * GPUS, cycles * GPUS), "every reading stored, none twice"
     assert delivery.shipped_samples == cycles * GPUS

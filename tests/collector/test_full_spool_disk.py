@@ -16,7 +16,6 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector import node as node_process
@@ -26,9 +25,9 @@ from collector.delivery import Delivery
 from collector.exposition import DeliveryStats, LatestSamples
 from collector.shipper import Backoff, Shipper
 from collector.spool import Spool
-from finops.db.models import GpuSample
 from finops.web.app import create_app
 from tests.support.servers import free_port, running
+from tests.support.stored_readings import stored_readings
 
 TOKEN = "full-disk-token"
 GPUS = 8
@@ -83,16 +82,6 @@ class Gpus:
             )
             for i in range(GPUS)
         ]
-
-
-def _stored(sessions: sessionmaker[Session]) -> tuple[int, int]:
-    """(rows in gpu_samples, distinct (gpu, ts) pairs)."""
-    with sessions() as session:
-        rows = session.scalar(select(func.count()).select_from(GpuSample))
-        distinct = session.scalar(
-            select(func.count()).select_from(select(GpuSample.gpu_id, GpuSample.ts).distinct().subquery())
-        )
-    return int(rows or 0), int(distinct or 0)
 
 
 def _unspooled(delivery: Delivery) -> float:
@@ -159,10 +148,10 @@ def test_a_full_spool_disk_drops_new_cycles_and_delivers_the_spooled_ones_also_a
         while (delay := delivery.send_next()) is not None:
             assert delay == 0.0, "the service is up: every send succeeds"
         assert delivery.shipped_samples == spooled
-        assert _stored(sessions) == (spooled, spooled), "everything spooled before the disk filled, once"
+        assert stored_readings(sessions) == (spooled, spooled), "everything spooled before the disk filled, once"
         assert agent.cycle() == GPUS, "delivery freed the spool's room: cycles are spooled again"
         assert delivery.send_next() == 0.0
-    assert _stored(sessions) == (spooled + GPUS, spooled + GPUS)
+    assert stored_readings(sessions) == (spooled + GPUS, spooled + GPUS)
     assert any("takes readings again" in r.getMessage() for r in caplog.records)
 
 
@@ -186,9 +175,10 @@ def test_the_collector_process_starts_on_a_full_disk_and_delivers_what_is_spoole
         collector.start()
         try:
             deadline = time.monotonic() + 60
-            while _stored(sessions)[1] < spooled + GPUS:  # the backlog, then a cycle spooled in the room it freed
+            # the backlog, then a cycle spooled in the room it freed
+            while stored_readings(sessions)[1] < spooled + GPUS:
                 assert collector.is_alive(), "the collector runs on"
-                assert time.monotonic() < deadline, f"{_stored(sessions)} of {spooled} spooled readings stored"
+                assert time.monotonic() < deadline, f"{stored_readings(sessions)} of {spooled} spooled readings stored"
                 time.sleep(0.1)
             metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
         finally:
@@ -196,5 +186,5 @@ def test_the_collector_process_starts_on_a_full_disk_and_delivers_what_is_spoole
             collector.join(timeout=30)
     assert not collector.is_alive()
     assert 'gpufinops_collector_unspooled_samples_total{reason="disk_full"}' in metrics
-    rows, distinct = _stored(sessions)
+    rows, distinct = stored_readings(sessions)
     assert rows == distinct, "each reading stored once"

@@ -1,10 +1,13 @@
-"""Running one dashboard page in Streamlit's AppTest, as every page test does."""
+"""Running one dashboard page in Streamlit's AppTest, as every page test does, on a database of the test's own."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
+
+from finops.db.engine import make_engine, upgrade
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboards" / "app.py")
 """The dashboard's entry point (the ``st.navigation`` router)."""
@@ -20,3 +23,12 @@ def run_page(page: str, timeout: float = 60, **params: str) -> AppTest:
     app.run()
     assert not app.exception, [e.value for e in app.exception]
     return app
+
+
+def page_database(path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A migrated SQLite database at ``path`` made the pages' ``FINOPS_DATABASE_URL`` (no Prometheus); its URL."""
+    url = f"sqlite:///{path}"
+    monkeypatch.setenv("FINOPS_DATABASE_URL", url)
+    monkeypatch.delenv("FINOPS_PROMETHEUS_URL", raising=False)
+    upgrade(make_engine(url))
+    return url

@@ -12,8 +12,8 @@ import streamlit as st
 
 from dashboards import filters
 from finops import timeutil
-from finops.db.engine import make_engine, upgrade
 from finops.timeutil import utc_now
+from tests.dashboards.apptest import page_database
 
 
 @pytest.fixture(autouse=True)
@@ -28,11 +28,7 @@ def _empty_caches() -> Iterator[None]:
 @pytest.fixture
 def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A migrated SQLite database in ``tmp_path``, the pages' ``FINOPS_DATABASE_URL`` (no Prometheus); its URL."""
-    url = f"sqlite:///{tmp_path / 'dash.sqlite'}"
-    monkeypatch.setenv("FINOPS_DATABASE_URL", url)
-    monkeypatch.delenv("FINOPS_PROMETHEUS_URL", raising=False)
-    upgrade(make_engine(url))
-    return url
+    return page_database(tmp_path / "dash.sqlite", monkeypatch)
 
 
 @pytest.fixture

@@ -5,31 +5,19 @@ marks each row resting on one and names the models without a price row."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-from pathlib import Path
-
 import pytest
 
-from finops.db.engine import make_engine, session_factory, upgrade
-from finops.ledger.rollup import rollup
-from finops.pricing.catalog import Pricing, PricingModel, load_catalog
-from finops.timeutil import to_epoch
+from finops.db.engine import make_engine, session_factory
 from tests.dashboards.apptest import run_page
 from tests.support import scenario, unpriced
 
 
 @pytest.fixture
-def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    url = f"sqlite:///{tmp_path / 'dash.sqlite'}"
-    monkeypatch.setenv("FINOPS_DATABASE_URL", url)
-    monkeypatch.delenv("FINOPS_PROMETHEUS_URL", raising=False)
-    engine = make_engine(url)
-    upgrade(engine)
-    t0 = scenario.start_hour()
-    with session_factory(engine).begin() as session:
-        unpriced.load(session, t0, model="AMD Instinct MI250X")
-        rollup(session, Pricing(load_catalog(), PricingModel.ON_DEMAND), to_epoch(t0 + timedelta(hours=2)))
-    return url
+def database(database: str) -> str:
+    """The pages' database holding the slice with GPU 1 an MI250X, rolled up."""
+    with session_factory(make_engine(database)).begin() as session:
+        unpriced.load_rolled_up(session, scenario.start_hour(), model="AMD Instinct MI250X")
+    return database
 
 
 def test_overview_warns_of_the_estimated_price_behind_its_costs(database: str) -> None:

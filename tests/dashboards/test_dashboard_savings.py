@@ -24,7 +24,6 @@ from dashboards.filters import period_bounds
 from finops.analysis.waste import NO_READING
 from finops.db.engine import make_engine, session_factory
 from finops.ledger.costmodel import CENT
-from finops.ledger.rollup import rollup
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.savings.commitments import commitment_report
 from finops.savings.efficiency import efficiency_report
@@ -32,7 +31,6 @@ from finops.savings.rightsizing import rightsizing
 from finops.savings.rightsizing_report import rightsizing_dicts
 from finops.savings.waste_costs import idle_cost_by_reason
 from finops.settings import DashboardSettings
-from finops.timeutil import to_epoch
 from tests.dashboards.apptest import run_page
 from tests.support import efficiency_scenario, rightsizing_scenario, scenario, unpriced
 from tests.support.two_clusters import seed_two_clusters
@@ -182,8 +180,7 @@ def test_an_empty_database_says_why_each_part_is_empty(database: str) -> None:
 def test_unpriced_gpu_hours_are_shown_with_their_fix(database: str) -> None:
     t0 = scenario.start_hour()
     with session_factory(make_engine(database)).begin() as session:
-        unpriced.load(session, t0)
-        rollup(session, Pricing(load_catalog(), PricingModel.ON_DEMAND), to_epoch(t0 + timedelta(hours=2)))
+        unpriced.load_rolled_up(session, t0)
     app = _run(period="7d")
     frame = _frame_with(app, "reason", "reason_cost")
     unpriced_rows = frame[frame["unpriced_gpu_hours"] > 0]

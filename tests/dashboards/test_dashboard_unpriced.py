@@ -10,28 +10,19 @@ from pathlib import Path
 import pytest
 
 from finops.analysis.idle import IdlePolicy, detect_idle
-from finops.db.engine import make_engine, session_factory, upgrade
-from finops.ledger.rollup import rollup
-from finops.pricing.catalog import Pricing, PricingModel, load_catalog
-from finops.timeutil import to_epoch
-from tests.dashboards.apptest import run_page
+from finops.db.engine import make_engine, session_factory
+from tests.dashboards.apptest import page_database, run_page
 from tests.support import scenario, unpriced
 
 MODEL = unpriced.UNPRICED_MODEL
 
 
 @pytest.fixture
-def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    url = f"sqlite:///{tmp_path / 'dash.sqlite'}"
-    monkeypatch.setenv("FINOPS_DATABASE_URL", url)
-    monkeypatch.delenv("FINOPS_PROMETHEUS_URL", raising=False)
-    engine = make_engine(url)
-    upgrade(engine)
-    t0 = scenario.start_hour()
-    with session_factory(engine).begin() as session:
-        unpriced.load(session, t0)
-        rollup(session, Pricing(load_catalog(), PricingModel.ON_DEMAND), to_epoch(t0 + timedelta(hours=2)))
-    return url
+def database(database: str) -> str:
+    """The pages' database holding the slice, rolled up."""
+    with session_factory(make_engine(database)).begin() as session:
+        unpriced.load_rolled_up(session, scenario.start_hour())
+    return database
 
 
 def test_overview_warns_of_the_unpriced_gpu_hours(database: str) -> None:
@@ -49,16 +40,11 @@ def test_quality_page_lists_the_unpriced_gpu_hours_by_model(database: str) -> No
 
 
 def test_idle_page_shows_the_unpriced_episode_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    url = f"sqlite:///{tmp_path / 'idle.sqlite'}"
-    monkeypatch.setenv("FINOPS_DATABASE_URL", url)
-    monkeypatch.delenv("FINOPS_PROMETHEUS_URL", raising=False)
-    engine = make_engine(url)
-    upgrade(engine)
+    url = page_database(tmp_path / "idle.sqlite", monkeypatch)
     t0 = scenario.start_hour()
-    pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
-    with session_factory(engine).begin() as session:
-        unpriced.load(session, t0, unpriced_gpu="0")  # the slice's idle episode lies on the unpriced GPU
-        rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
+    with session_factory(make_engine(url)).begin() as session:
+        # the slice's idle episode lies on the unpriced GPU
+        pricing = unpriced.load_rolled_up(session, t0, unpriced_gpu="0")
         assert detect_idle(session, t0, t0 + timedelta(hours=2), IdlePolicy(), pricing) == 1
     page = run_page("views/idle.py", period="7d")
     assert {m.label: m.value for m in page.metric}["Idle-episode cost"] == "unpriced"

@@ -4,24 +4,17 @@ item fails only itself."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import anyio
 import pytest
 
 from finops.ingest.group_commit import GroupCommit
+from tests.support.ingest_in_process import wait_until
 
 TIMEOUT = 30.0
 
 pytestmark = pytest.mark.anyio
-
-
-async def _wait_for(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await anyio.sleep(0.005)
 
 
 class _Recorder:
@@ -58,10 +51,10 @@ async def _submit_while_first_round_runs(
 
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(submit, 0)
-        await _wait_for(lambda: len(run.calls) == 1)
+        await wait_until(lambda: len(run.calls) == 1, TIMEOUT)
         for count, item in enumerate(items, start=1):
             tasks.start_soon(submit, item)
-            await _wait_for(lambda: commits.waiting == count)  # noqa: B023 - called at once, in this iteration
+            await wait_until(lambda: commits.waiting == count, TIMEOUT)  # noqa: B023 - called at once, in this iteration
         run.release.set()
     return run, outcomes
 
@@ -123,12 +116,12 @@ async def test_callers_cancelled_while_waiting_still_see_their_round_through() -
     commits: GroupCommit[int, int] = GroupCommit(run, 16)
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(commits.submit, 0)
-        await _wait_for(lambda: len(run.calls) == 1)
+        await wait_until(lambda: len(run.calls) == 1, TIMEOUT)
         with anyio.CancelScope() as waiting:
             async with anyio.create_task_group() as cancelled:
                 cancelled.start_soon(commits.submit, 1)
                 cancelled.start_soon(commits.submit, 2)
-                await _wait_for(lambda: commits.waiting == 2)
+                await wait_until(lambda: commits.waiting == 2, TIMEOUT)
                 waiting.cancel()
                 run.release.set()
     assert run.calls == [[0], [1, 2]]

@@ -15,12 +15,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.wire import GpuInfo, GpuSeries, IngestBatch
 from finops.db.hours import mark_hours_dirty
-from finops.db.models import Allocation, Gpu, Job, LedgerEntry, Team
+from finops.db.models import Allocation, Gpu, LedgerEntry, Team
 from finops.ingest.readings import Ingestor
 from finops.ledger.rollup import RollupResult, rollup
 from finops.ledger.sql import LEDGER_COLUMNS
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.timeutil import HOUR, from_epoch, to_epoch
+from tests.support.holdings import hold
 
 H100 = "NVIDIA H100 80GB HBM3"
 T0 = to_epoch(datetime(2026, 10, 5, 10, tzinfo=UTC))
@@ -62,23 +63,6 @@ def _batch(instants: range, gpus: range = range(GPUS)) -> IngestBatch:
     return IngestBatch(node="n1", gpus=infos, series=series)
 
 
-def _hold(session: Session, team: Team, gpu_id: int, name: str, start: int, end: int | None) -> Allocation:
-    """Job ``name`` of ``team`` holding GPU ``gpu_id`` over [start, end)."""
-    job = Job(
-        scheduler="slurm", cluster="c", job_id=name, job_id_raw=name, user="u", account="a", partition="p",
-        name=name, state="RUNNING" if end is None else "COMPLETED", start=from_epoch(start),
-        end=None if end is None else from_epoch(end), gpus=1, node_list="n1", team_id=team.id,
-    )  # fmt: skip
-    session.add(job)
-    session.flush()
-    allocation = Allocation(
-        job_pk=job.id, gpu_id=gpu_id, start=from_epoch(start), end=None if end is None else from_epoch(end)
-    )
-    session.add(allocation)
-    session.flush()
-    return allocation
-
-
 def _ledger(session: Session) -> list[tuple[Any, ...]]:
     columns = [getattr(LedgerEntry, name) for name in LEDGER_COLUMNS]
     return [tuple(row) for row in session.execute(select(*columns).order_by(*columns[:3]))]
@@ -93,10 +77,10 @@ def test_readings_metered_once_give_the_ledger_of_a_cold_rebuild(sessions: sessi
         session.add(team)
         session.flush()
         gpu = {g.gpu_index: g.id for g in session.scalars(select(Gpu))}
-        long_job = _hold(session, team, gpu[0], "long", T0 - HOUR, None)
-        _hold(session, team, gpu[1], "late-start", T0 + 1234, None)
-        _hold(session, team, gpu[2], "first", T0, T0 + 5000)
-        _hold(session, team, gpu[2], "sliced", T0 + 4000, T0 + 4600)  # overlaps "first": GPU 2's second hour shared
+        long_job = hold(session, team, gpu[0], "long", T0 - HOUR, None)
+        hold(session, team, gpu[1], "late-start", T0 + 1234, None)
+        hold(session, team, gpu[2], "first", T0, T0 + 5000)
+        hold(session, team, gpu[2], "sliced", T0 + 4000, T0 + 4600)  # overlaps "first": GPU 2's second hour shared
     results: list[tuple[int, RollupResult]] = []
     stored = GPUS  # the first instant's readings, stored above
     for part in range(1, 2 * HOUR // PART + 1):
@@ -117,7 +101,7 @@ def test_readings_metered_once_give_the_ledger_of_a_cold_rebuild(sessions: sessi
                 ingestor.store(session, _batch(LATE, range(1)))
                 stored += len(LATE)
             if part == 9:  # a job imported late into the first hour, on the GPU no one held
-                _hold(session, team, gpu[3], "imported", T0 + 900, T0 + 1800)
+                hold(session, team, gpu[3], "imported", T0 + 900, T0 + 1800)
                 mark_hours_dirty(session, [T0])
             if part == 20:  # the long job ended earlier than the rollups saw it running
                 session.execute(

@@ -28,7 +28,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from collector.contract.wire import ACTIVITY_COLUMNS
 from finops.db.hours import mark_hours_dirty
 from finops.db.models import (
-    Allocation,
     Gpu,
     GpuSample,
     Job,
@@ -47,6 +46,7 @@ from finops.ledger.team_hours import TEAM_ACTIVITIES
 from finops.pricing.catalog import Pricing, PricingModel
 from finops.timeutil import HOUR, from_epoch, to_epoch
 from tests.ledger.test_ledger_paths import A100, H100, _catalog
+from tests.support.holdings import hold
 
 T0 = to_epoch(datetime(2026, 10, 5, tzinfo=UTC))
 UNTIL = T0 + 2 * HOUR
@@ -85,20 +85,7 @@ def _build(session: Session) -> None:
     session.flush()
 
     def job(name: str, team: Team, gpu: str, start: int, end: int | None, share: tuple[int, int] = (1, 1)) -> None:
-        record = Job(
-            scheduler="slurm", cluster="c", job_id=name, job_id_raw=name, user="u", account="a", partition="p",
-            name=name, state="RUNNING" if end is None else "COMPLETED", start=from_epoch(start),
-            end=None if end is None else from_epoch(end), gpus=1, node_list="n1", team_id=team.id,
-        )  # fmt: skip
-        session.add(record)
-        session.flush()
-        session.add(
-            Allocation(
-                job_pk=record.id, gpu_id=gpus[gpu].id, start=from_epoch(start),
-                end=None if end is None else from_epoch(end), share_num=share[0], share_den=share[1],
-                mig_profile={3: "3g.40gb", 1: "1g.10gb"}.get(share[0]) if share != (1, 1) else None,
-            )
-        )  # fmt: skip
+        hold(session, team, gpus[gpu].id, name, start, end, share)
 
     job("A", alpha, "g0", T0 - HOUR, None)
     job("B", alpha, "g1", T0, T0 + 40 * MINUTE)

@@ -13,11 +13,12 @@ GPU 0 over [T+60 min, T+90 min)) lies on the unpriced GPU. With ``model`` the GP
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from collector.contract.sample import Sample
 from collector.contract.wire import IngestBatch, gpu_info_dict, reading_dict
-from finops.pricing.catalog import DEFAULT_CATALOG
+from finops.pricing.catalog import DEFAULT_CATALOG, Pricing, PricingModel, load_catalog
+from finops.timeutil import to_epoch
 from tests.support import scenario
 
 UNPRICED_MODEL = "ACME Z9 64GB"
@@ -54,6 +55,17 @@ def load(session, t0: datetime, unpriced_gpu: str = "1", model: str = UNPRICED_M
     Ingestor().store(session, batch(t0, unpriced_gpu, model))
     result = import_sacct(session, scenario.sacct_lines(t0), source="scenario")
     assert (result.jobs, result.errors) == (2, [])
+
+
+def load_rolled_up(session, t0: datetime, unpriced_gpu: str = "1", model: str = UNPRICED_MODEL) -> Pricing:  # type: ignore[no-untyped-def]
+    """:func:`load`, then the ledger rolled up through the slice's two hours at on-demand prices of the packaged
+    catalog; that pricing."""
+    from finops.ledger.rollup import rollup
+
+    pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
+    load(session, t0, unpriced_gpu, model)
+    rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
+    return pricing
 
 
 def catalog_with_model() -> str:

@@ -4,12 +4,10 @@ Driven in process through httpx's ASGI transport, with bodies held mid-stream: n
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import anyio
 import httpx
-import orjson
 import pytest
 from sqlalchemy import func, select
 
@@ -17,6 +15,7 @@ from finops.db.models import GpuSample
 from finops.ingest.limits import IngestLimits
 from finops.web.app import create_app
 from finops.web.ingest_route import OVERLOAD_RETRY_AFTER_SECONDS
+from tests.support.ingest_in_process import held, one_reading_batch, wait_until
 
 TOKEN = "s3cret-token"
 NOW = 1795244400  # the service's clock: 2026-11-21T07:00Z
@@ -25,16 +24,7 @@ UNDER_WAY = 3
 
 
 def _batch(node: str) -> bytes:
-    gpu = {"uuid": f"GPU-{node}", "index": 0, "model": "NVIDIA H100 80GB HBM3"}
-    series = [{"uuid": gpu["uuid"], "ts": [NOW - 600, NOW - 590], "utilization_ratio": [0.5, 0.5]}]
-    return orjson.dumps({"node": node, "gpus": [gpu], "series": series})
-
-
-async def _wait_for(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await anyio.sleep(0.01)
+    return one_reading_batch(node, NOW)
 
 
 @pytest.mark.anyio
@@ -45,14 +35,6 @@ async def test_past_the_requests_under_way_ingest_answers_503_with_retry_after(s
     headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
     answers: dict[str, httpx.Response] = {}
 
-    def held(body: bytes) -> AsyncIterator[bytes]:
-        async def stream() -> AsyncIterator[bytes]:
-            yield body[:10]
-            await release.wait()
-            yield body[10:]
-
-        return stream()
-
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://service", timeout=WAIT) as client:
 
@@ -62,8 +44,8 @@ async def test_past_the_requests_under_way_ingest_answers_503_with_retry_after(s
 
         async with anyio.create_task_group() as tasks:
             for n in range(UNDER_WAY):
-                tasks.start_soon(post, f"held-{n}", held(_batch(f"held-{n}")))
-            await _wait_for(lambda: app.state.ingest.under_way == UNDER_WAY)
+                tasks.start_soon(post, f"held-{n}", held(_batch(f"held-{n}"), 10, release))
+            await wait_until(lambda: app.state.ingest.under_way == UNDER_WAY, WAIT)
             await post("refused", _batch("refused"))
             await post("refused, no credential", _batch("refused"), token="wrong")
             refused = answers["refused"]

@@ -5,8 +5,7 @@ on the slots' limiter: no step waits on a time."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import anyio
 import httpx
@@ -16,6 +15,7 @@ import pytest
 from finops.ingest.limits import IngestLimits
 from finops.web.app import create_app
 from finops.web.ingest_route import LARGE_INGEST_CONCURRENCY, SMALL_BODY_BYTES
+from tests.support.ingest_in_process import held, one_reading_batch, wait_until
 
 TOKEN = "s3cret-token"
 NOW = 1795244400  # the service's clock: 2026-11-21T07:00Z
@@ -24,16 +24,7 @@ WAIT = 30.0
 
 def _batch(node: str) -> bytes:
     """A valid batch padded past SMALL_BODY_BYTES with leading JSON whitespace."""
-    gpu = {"uuid": f"GPU-{node}", "index": 0, "model": "NVIDIA H100 80GB HBM3"}
-    series = [{"uuid": gpu["uuid"], "ts": [NOW - 600, NOW - 590], "utilization_ratio": [0.5, 0.5]}]
-    return b" " * (SMALL_BODY_BYTES + 1) + orjson.dumps({"node": node, "gpus": [gpu], "series": series})
-
-
-async def _wait_for(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await anyio.sleep(0.01)
+    return b" " * (SMALL_BODY_BYTES + 1) + one_reading_batch(node, NOW)
 
 
 @pytest.mark.anyio
@@ -44,14 +35,6 @@ async def test_large_bodies_wait_for_a_large_slot_and_small_ones_do_not(sessions
     headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
     answers: dict[str, int] = {}
 
-    def held(body: bytes) -> Callable[[], AsyncIterator[bytes]]:
-        async def stream() -> AsyncIterator[bytes]:
-            yield body[: SMALL_BODY_BYTES + 1]  # past the small size: takes a large slot
-            await release.wait()
-            yield body[SMALL_BODY_BYTES + 1 :]
-
-        return stream
-
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://service", timeout=WAIT) as client:
 
@@ -61,10 +44,11 @@ async def test_large_bodies_wait_for_a_large_slot_and_small_ones_do_not(sessions
 
         async with anyio.create_task_group() as tasks:
             for n in range(LARGE_INGEST_CONCURRENCY):
-                tasks.start_soon(post, f"held-{n}", held(_batch(f"held-{n}"))())
-            await _wait_for(lambda: slots.borrowed_tokens == LARGE_INGEST_CONCURRENCY)
+                first = SMALL_BODY_BYTES + 1  # past the small size: takes a large slot
+                tasks.start_soon(post, f"held-{n}", held(_batch(f"held-{n}"), first, release))
+            await wait_until(lambda: slots.borrowed_tokens == LARGE_INGEST_CONCURRENCY, WAIT)
             tasks.start_soon(post, "large", _batch("large"))
-            await _wait_for(lambda: slots.statistics().tasks_waiting == 1)
+            await wait_until(lambda: slots.statistics().tasks_waiting == 1, WAIT)
             small = orjson.dumps(orjson.loads(_batch("small")))
             await post("small", small)
             assert answers == {"small": 200}, "a small body is stored while every large slot is held"

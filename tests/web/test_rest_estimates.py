@@ -9,9 +9,6 @@ from datetime import timedelta
 import httpx
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.ledger.rollup import rollup
-from finops.pricing.catalog import Pricing, PricingModel, load_catalog
-from finops.timeutil import to_epoch
 from finops.web.app import create_app
 from finops.web.cost_schema import CostsOut
 from tests.support import scenario, unpriced
@@ -25,8 +22,7 @@ LISTING = "https://gpu.blog/gpus/instinct-mi250x-mi250x"
 def test_costs_name_the_prices_resting_on_an_estimate(sessions: sessionmaker[Session]) -> None:
     t0 = scenario.start_hour()
     with sessions.begin() as session:
-        unpriced.load(session, t0, model="AMD Instinct MI250X")
-        rollup(session, Pricing(load_catalog(), PricingModel.ON_DEMAND), to_epoch(t0 + timedelta(hours=2)))
+        unpriced.load_rolled_up(session, t0, model="AMD Instinct MI250X")
     period = {"start": t0.isoformat(), "end": (t0 + timedelta(hours=2)).isoformat(), "group_by": "gpu_model"}
     before = {"start": (t0 - timedelta(hours=4)).isoformat(), "end": t0.isoformat()}
     with running(create_app(sessions, "ingest-only", api_token=TOKEN)) as url:
