@@ -1,4 +1,4 @@
-"""The delivery worker: sends due outbox rows (:class:`finops.db.models.AlertDelivery`) to Slack, SMTP and
+"""The delivery worker: sends due outbox rows (:class:`alerts.models.AlertDelivery`) to Slack, SMTP and
 Alertmanager.
 
 One pass (:meth:`DeliveryWorker.run_once`):

@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 from finops.analysis.idle import IdlePolicy  # noqa: E402
 from finops.analysis.report import unpriced_by_model  # noqa: E402
 from finops.db.engine import downgrade, make_engine, session_factory, upgrade  # noqa: E402
-from finops.db.models import LedgerEntry  # noqa: E402
+from finops.db.ledger_tables import LedgerEntry  # noqa: E402
 from finops.jobs.inventory import import_nodes, set_model  # noqa: E402
 from finops.jobs.slurm_import import import_sacct  # noqa: E402
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog  # noqa: E402

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from finops.db.engine import make_engine, session_factory  # noqa: E402
-from finops.db.models import LedgerEntry  # noqa: E402
+from finops.db.ledger_tables import LedgerEntry  # noqa: E402
 from finops.pricing.catalog import load_catalog  # noqa: E402
 from finops.pricing.store import catalog_in_force  # noqa: E402
 from finops.savings.nudges import NUDGE_KINDS, NudgePolicy, find_nudges  # noqa: E402

@@ -74,7 +74,8 @@ from finops.analysis.idle import rejudge_idle  # noqa: E402
 from finops.cli.context import idle_policy, load_pricing, load_settings, open_sessions  # noqa: E402
 from finops.db.engine import downgrade, make_engine, upgrade  # noqa: E402
 from finops.db.hours import mark_hours_dirty  # noqa: E402
-from finops.db.models import Allocation, Gpu, Job, LedgerEntry, Node, Team, TsdbGpuMetering  # noqa: E402
+from finops.db.ledger_tables import LedgerEntry, TsdbGpuMetering  # noqa: E402
+from finops.db.models import Allocation, Gpu, Job, Node, Team  # noqa: E402
 from finops.ingest.prometheus import PrometheusClient  # noqa: E402
 from finops.ingest.prometheus_pull import CYCLE_FIELDS, PullOptions  # noqa: E402
 from finops.ingest.tsdb_metering import ACTIVITY_FIELDS, ENERGY_FIELD, MEMORY_FIELD  # noqa: E402

@@ -5,6 +5,7 @@ from __future__ import annotations
 from alembic import context
 
 import alerts.models  # noqa: F401  (its tables belong to the same metadata)
+import finops.db.ledger_tables  # noqa: F401  (its tables belong to the same metadata)
 from finops.db.models import Base
 from finops.ingest.partitions import include_name
 

@@ -22,7 +22,8 @@ from sqlalchemy import BigInteger, func, select, type_coerce
 from sqlalchemy.orm import Session
 
 from finops.analysis.events import SPEND_ANOMALY, record_event
-from finops.db.models import LedgerTeamHour, Team
+from finops.db.ledger_tables import LedgerTeamHour
+from finops.db.models import Team
 from finops.jobs.teams import team_ids_by_name
 
 BASELINE_DAYS = 14

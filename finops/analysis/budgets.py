@@ -25,7 +25,8 @@ from finops.access import audit
 from finops.analysis.events import BUDGET_FORECAST, BUDGET_THRESHOLD, record_event
 from finops.analysis.filters import Scope, ledger_conditions
 from finops.analysis.report import cost_report, printed_cents
-from finops.db.models import Budget, Job, LedgerEntry, LedgerTeamHour, Team, TeamRule
+from finops.db.ledger_tables import LedgerEntry, LedgerTeamHour
+from finops.db.models import Budget, Job, Team, TeamRule
 from finops.errors import FinopsError
 from finops.jobs.teams import team_by_name, team_ids_by_name
 from finops.ledger.costmodel import CENT, quantize

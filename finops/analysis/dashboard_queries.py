@@ -31,7 +31,8 @@ from finops.analysis.budgets import (
 )
 from finops.analysis.filters import Scope, ledger_conditions, nodes_in
 from finops.analysis.report import ReportRow
-from finops.db.models import UNALLOCATED_TEAM, Job, LedgerEntry, Node, Team
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import UNALLOCATED_TEAM, Job, Node, Team
 from finops.ledger.team_hours import TEAM_ACTIVITIES, ledger_team_sums
 from finops.timeutil import from_epoch
 

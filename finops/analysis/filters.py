@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, Select, and_, or_, select
 
-from finops.db.models import Allocation, Gpu, Job, LedgerEntry, Node, Team
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Allocation, Gpu, Job, Node, Team
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,8 @@ from sqlalchemy import delete, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from finops.db.dialect import insert_ignoring_conflicts, serialise_transactions
-from finops.db.models import DirtyHour, Gpu, IdleEpisode, LedgerEntry, RepricedHour
+from finops.db.ledger_tables import DirtyHour, LedgerEntry, RepricedHour
+from finops.db.models import Gpu, IdleEpisode
 from finops.ingest.partitions import floor_day
 from finops.ledger.costmodel import capacity_cost
 from finops.ledger.rollup import ROLLUP_LOCK_KEY
@@ -69,7 +70,7 @@ class EpisodePrices:
 
 def claim_repriced_hours(session: Session, until: int) -> frozenset[int]:
     """The hours before the ledger's newest one that only a price change marked dirty since they were last rebuilt
-    (:func:`finops.db.hours.mark_hours_repriced`), taken out of :class:`~finops.db.models.RepricedHour` (every
+    (:func:`finops.db.hours.mark_hours_repriced`), taken out of :class:`~finops.db.ledger_tables.RepricedHour` (every
     marked hour before ``until``) for the rollup that follows in this transaction: their stored idle episodes are to
     be re-priced, not judged again (:func:`finops.analysis.idle.rejudge_idle`). Call it right before the rollup, after
     whatever else marks hours in the transaction. The ledger's newest hour and those after it are left to be judged:

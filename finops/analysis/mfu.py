@@ -33,7 +33,8 @@ from sqlalchemy.orm import Session
 
 from finops.analysis.report import cost_report
 from finops.analysis.tokens import cost_per_million_tokens, generated_tokens, job_matchers, window_range
-from finops.db.models import UNALLOCATED_TEAM, Gpu, Job, LedgerEntry
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import UNALLOCATED_TEAM, Gpu, Job
 from finops.ingest.prometheus import LabelNames, PrometheusClient
 from finops.ledger.costmodel import quantize
 from finops.pricing.catalog import PriceCatalog

@@ -12,7 +12,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from finops.analysis.filters import Scope, ledger_conditions
-from finops.db.models import Gpu, LedgerEntry
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Gpu
 from finops.pricing.catalog import PriceCatalog, PricingModel
 
 

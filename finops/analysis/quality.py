@@ -17,7 +17,8 @@ from sqlalchemy import BigInteger, ScalarSelect, and_, case, func, or_, select, 
 from sqlalchemy.orm import Session
 
 from finops.analysis.report import UNALLOCATED_TEAM, ReportRow
-from finops.db.models import Gpu, GpuSample, LedgerEntry, Node, Team, UntimelyReadings
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Gpu, GpuSample, Node, Team, UntimelyReadings
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
 

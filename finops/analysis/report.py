@@ -26,7 +26,8 @@ from sqlalchemy.orm import Session
 
 from finops.analysis.filters import Scope, ledger_conditions
 from finops.csv_cells import dict_rows_csv
-from finops.db.models import UNALLOCATED_TEAM, Gpu, Job, LedgerEntry, LedgerTeamHour, Node, Team
+from finops.db.ledger_tables import LedgerEntry, LedgerTeamHour
+from finops.db.models import UNALLOCATED_TEAM, Gpu, Job, Node, Team
 from finops.ledger.costmodel import JOULES_PER_KWH, quantize, round_preserving_total
 from finops.ledger.rollup import unpriced_fix
 from finops.ledger.team_hours import TEAM_ACTIVITIES, ledger_team_sums

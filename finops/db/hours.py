@@ -12,7 +12,8 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from finops.db.dialect import insert_ignoring_conflicts, insert_new_keys
-from finops.db.models import DirtyHour, Job, LedgerEntry, RepricedHour, Watermark
+from finops.db.ledger_tables import DirtyHour, LedgerEntry, RepricedHour
+from finops.db.models import Job, Watermark
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch, utc_now
 
 LEDGER_WATERMARK = "ledger"

@@ -40,7 +40,8 @@ from typing import Any, Literal
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from finops.db.models import Gpu, Job, LedgerEntry, Node, Team
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Gpu, Job, Node, Team
 from finops.errors import FinopsError
 from finops.export.focus_format import iso, write_csv, write_parquet
 from finops.ledger.costmodel import JOULES_PER_KWH, QUANTUM, SECONDS_PER_HOUR

@@ -35,7 +35,8 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection, delete, func, select, text
 from sqlalchemy.orm import Session
 
-from finops.db.models import DirtyHour, GpuJobUtilization, GpuSample, NodeIoHour
+from finops.db.ledger_tables import DirtyHour
+from finops.db.models import GpuJobUtilization, GpuSample, NodeIoHour
 from finops.ledger.metering import ENERGY_LOOKBACK_SECONDS
 from finops.timeutil import from_epoch, to_epoch
 

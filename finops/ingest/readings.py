@@ -23,7 +23,8 @@ from sqlalchemy.orm import Session, SessionTransaction
 
 from collector.contract.wire import ACTIVITY_COLUMNS, READING_COLUMNS, GpuInfo, GpuSeries, IngestBatch
 from finops.db.dialect import bulk_insert_ignoring_conflicts, insert_ignoring_conflicts
-from finops.db.models import DirtyHour, Gpu, GpuJobUtilization, GpuSample, Node, ProfiledHour
+from finops.db.ledger_tables import DirtyHour, ProfiledHour
+from finops.db.models import Gpu, GpuJobUtilization, GpuSample, Node
 from finops.ingest.node_io import store_node_io
 from finops.ingest.package_split import split_packages
 from finops.ingest.partitions import DAY, PartitionCache

@@ -4,7 +4,7 @@ For fleets whose raw readings stay in VictoriaMetrics, Prometheus, Mimir or Than
 scraped by it, or remote-writing to it), the service stores no raw rows: before a rollup rebuilds some hours,
 :class:`TsdbMeter` asks the TSDB, per GPU and segment of each hour, what the direct path sums from ``gpu_samples``
 (:func:`finops.ledger.metering.meter`), and writes it to ``tsdb_gpu_metering``
-(:class:`finops.db.models.TsdbGpuMetering`), which the rollup then meters from.
+(:class:`finops.db.ledger_tables.TsdbGpuMetering`), which the rollup then meters from.
 
 Segments. A GPU-hour [h, h + 1 h) (clipped at the rollup's ``until``) is cut at the GPU's entry into service and at
 every start and end of an allocation of the GPU, so that each holding of the hour is a union of whole segments.
@@ -72,7 +72,8 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
 from collector.contract.dcgm_fields import CYCLE_COUNTERS, FIELDS, SM_CYCLES_ELAPSED
-from finops.db.models import Allocation, Gpu, TsdbGpuMetering
+from finops.db.ledger_tables import TsdbGpuMetering
+from finops.db.models import Allocation, Gpu
 from finops.ingest.amd_exporter import (
     AMD_ENERGY,
     AMD_FIELDS,

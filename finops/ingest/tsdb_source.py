@@ -21,7 +21,8 @@ from sqlalchemy.orm import Session
 from collector.contract.node_io import NODE_IO_COUNTERS
 from collector.contract.wire import GpuInfo
 from finops.db.hours import mark_hours_dirty
-from finops.db.models import Gpu, LedgerEntry
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Gpu
 from finops.ingest.amd_exporter import AMD_UTILIZATION
 from finops.ingest.node_io import HourRate, replace_hours
 from finops.ingest.prometheus import InstantSample, PrometheusClient, selector_matchers

@@ -60,7 +60,8 @@ from finops.db.dialect import (
     supports_helper_connections,
 )
 from finops.db.hours import mark_ledger_built
-from finops.db.models import UNALLOCATED_TEAM, DirtyHour, Gpu, LedgerEntry
+from finops.db.ledger_tables import DirtyHour, LedgerEntry
+from finops.db.models import UNALLOCATED_TEAM, Gpu
 from finops.jobs.teams import team_by_name
 from finops.ledger import metering, sql
 from finops.ledger.metering_state import Arrivals, Shipped, keep, settle_arrivals, ship, take_arrivals

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, TextClause, column, insert, table, text
 
 from collector.contract.wire import ACTIVITY_COLUMNS
 from finops.db.dialect import emptying, run_statements, transaction_settings
-from finops.db.models import LedgerEntry
+from finops.db.ledger_tables import LedgerEntry
 from finops.db.sqltypes import MONEY_SCALE, Money
 from finops.ledger import costmodel
 from finops.pricing.catalog import PriceCatalog, PricingModel

@@ -15,7 +15,7 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, Connection, case, delete, func, insert, literal, select
 from sqlalchemy.orm import Session
 
-from finops.db.models import LedgerEntry, LedgerTeamHour
+from finops.db.ledger_tables import LedgerEntry, LedgerTeamHour
 from finops.db.sqltypes import Money
 
 

@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session
 
 from finops.access import audit
 from finops.db.hours import hours_between, mark_hours_repriced
-from finops.db.models import Gpu, LedgerEntry, Node, PricingRule
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Gpu, Node, PricingRule
 from finops.pricing.catalog import PricingModel
 from finops.timeutil import utc_now
 

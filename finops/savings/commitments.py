@@ -41,7 +41,8 @@ from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
 from finops.db.hours import pending_hours
-from finops.db.models import Gpu, LedgerEntry
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Gpu
 from finops.ledger.costmodel import CENT, SECONDS_PER_HOUR, quantize, round_exact
 from finops.ledger.rollup import unpriced_fix
 from finops.pricing.catalog import PriceCatalog, PriceNotFound, PricingModel

@@ -38,7 +38,8 @@ from sqlalchemy.orm import Session
 
 from finops.analysis.filters import Scope, ledger_conditions
 from finops.analysis.report import sum_known
-from finops.db.models import Gpu, Job, LedgerEntry, Team
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Gpu, Job, Team
 from finops.ingest.node_io import NodeRate, node_rates
 from finops.ledger.team_hours import TEAM_ACTIVITIES, activity_sums, ledger_team_sums
 from finops.savings.bottlenecks import Bottleneck, JobFacts, judge

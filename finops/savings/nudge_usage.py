@@ -10,7 +10,8 @@ from decimal import Decimal
 from sqlalchemy import BigInteger, and_, case, func, select, type_coerce
 from sqlalchemy.orm import Session
 
-from finops.db.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Team, TsdbGpuMetering
+from finops.db.ledger_tables import LedgerEntry, TsdbGpuMetering
+from finops.db.models import Allocation, Gpu, GpuSample, Job, Team
 from finops.db.sqltypes import Money
 from finops.savings.fix_lines import cancel_line, request_line
 from finops.savings.mig_profiles import MigFit

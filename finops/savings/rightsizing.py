@@ -21,8 +21,8 @@ job that held whole GPUs (:func:`rightsizing`):
   are busy (k of them). A job that requested N
   GPUs and kept k < N busy would have needed max(k, 1): the idle GPUs, least used first, are dropped, keeping at
   least the busiest one (a GPU without readings is kept: nothing says it was idle). The GPU-hours and cost saved are
-  those the ledger allocated to the dropped GPUs (:attr:`~finops.db.models.LedgerEntry.allocated_cost`, the prices
-  in force at the time), exact to the ledger's quantum.
+  those the ledger allocated to the dropped GPUs (:attr:`~finops.db.ledger_tables.LedgerEntry.allocated_cost`, the
+  prices in force at the time), exact to the ledger's quantum.
 - **Memory.** When the kept GPUs' mean use is at or below :attr:`RightsizingPolicy.low_utilization_ratio`
   (default 15 %, Job Defense Shield's ``gpu_util_threshold`` for jobs that "could have used a less powerful GPU
   model or MIG": the job does not need the whole GPU's compute, which a smaller model or a MIG slice lacks), the
@@ -73,7 +73,8 @@ from sqlalchemy.orm import Session
 
 from finops.analysis.filters import Scope, ledger_conditions
 from finops.db.dialect import transaction_settings
-from finops.db.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Team, TsdbGpuMetering
+from finops.db.ledger_tables import LedgerEntry, TsdbGpuMetering
+from finops.db.models import Allocation, Gpu, GpuSample, Job, Team
 from finops.jobs.mig import gres_mig_type
 from finops.ledger.costmodel import SECONDS_PER_HOUR, round_exact
 from finops.pricing.catalog import GpuModel, PriceCatalog, PriceNotFound, PricingModel

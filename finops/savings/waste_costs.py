@@ -47,7 +47,8 @@ from finops.analysis.waste import (
     usage_means,
 )
 from finops.db.dialect import analyze, insert_rows
-from finops.db.models import IdleEpisode, Job, LedgerEntry, Team
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import IdleEpisode, Job, Team
 from finops.db.sqltypes import Money
 from finops.ledger.costmodel import round_preserving_total
 from finops.timeutil import HOUR, month_start, next_month_start, to_epoch

@@ -45,7 +45,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from finops.analysis.budgets import budget_status
 from finops.analysis.quality import newest_reading
 from finops.analysis.report import unpriced_by_model
-from finops.db.models import DirtyHour, Gpu, LedgerEntry, LedgerTeamHour, Team
+from finops.db.ledger_tables import DirtyHour, LedgerEntry, LedgerTeamHour
+from finops.db.models import Gpu, Team
 from finops.ledger.team_hours import TEAM_ACTIVITIES
 from finops.timeutil import month_start, utc_now
 

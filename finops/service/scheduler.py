@@ -41,7 +41,7 @@ from finops.analysis.anomalies import record_anomaly_events
 from finops.analysis.budgets import record_budget_events
 from finops.analysis.idle import IdlePolicy, rejudge_idle
 from finops.analysis.idle_prices import claim_repriced_hours, release_repriced_hours
-from finops.db.models import LedgerEntry
+from finops.db.ledger_tables import LedgerEntry
 from finops.db.stopping import StopSwitch
 from finops.ingest.partitions import Pruned, create_upcoming_partitions, prune_samples
 from finops.jobs.placement import reconcile_job_map

@@ -10,7 +10,7 @@ import pytest
 from finops.analysis.anomalies import find_anomalies, is_anomalous, modified_z, record_anomaly_events
 from finops.analysis.budgets import budget_status, record_budget_events, set_budget
 from finops.analysis.events import BUDGET_FORECAST, BUDGET_THRESHOLD, SPEND_ANOMALY, list_events, take_events
-from finops.db.models import LedgerEntry
+from finops.db.ledger_tables import LedgerEntry
 from finops.jobs.teams import team_by_name
 from finops.ledger.team_hours import refresh_team_hours
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog

@@ -24,7 +24,8 @@ from finops.analysis.budgets import (
 )
 from finops.analysis.events import list_events
 from finops.analysis.report import cost_report, report_dicts
-from finops.db.models import UNALLOCATED_TEAM, Budget, LedgerEntry
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import UNALLOCATED_TEAM, Budget
 from finops.jobs.teams import set_rule, team_by_name
 from finops.ledger.costmodel import quantize
 from finops.ledger.team_hours import refresh_team_hours

@@ -17,7 +17,8 @@ from finops.analysis import idle
 from finops.analysis.idle import IdlePolicy
 from finops.analysis.idle_prices import claim_repriced_hours
 from finops.db.hours import mark_hours_dirty, mark_hours_repriced
-from finops.db.models import DirtyHour, IdleEpisode, RepricedHour
+from finops.db.ledger_tables import DirtyHour, RepricedHour
+from finops.db.models import IdleEpisode
 from finops.ingest.readings import Ingestor
 from finops.jobs.slurm_import import import_sacct
 from finops.jobs.teams import map_account

@@ -23,7 +23,8 @@ from finops.analysis.mfu import (
     model_flops_utilization,
 )
 from finops.cli import app
-from finops.db.models import Gpu, Job, LedgerEntry, Node, Team
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Gpu, Job, Node, Team
 from finops.ingest.prometheus import PrometheusClient
 from finops.pricing.catalog import load_catalog
 from tests.support.prometheus_server import tsdb_holding

@@ -25,7 +25,7 @@ from finops.analysis.report import cost_report, report_dicts
 from finops.cli import app
 from finops.cli.base import command_tree
 from finops.db.engine import make_engine, session_factory, upgrade
-from finops.db.models import LedgerEntry
+from finops.db.ledger_tables import LedgerEntry
 from finops.ingest.readings import Ingestor
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.service.cost_metrics import CostMetrics

@@ -96,7 +96,7 @@ def test_team_hours_migration_sums_the_existing_ledger(database_url: str) -> Non
     from sqlalchemy import inspect, select
 
     from finops.db.engine import downgrade, session_factory
-    from finops.db.models import LedgerTeamHour
+    from finops.db.ledger_tables import LedgerTeamHour
     from finops.ingest.readings import Ingestor
     from finops.jobs.slurm_import import import_sacct
     from finops.ledger.rollup import rollup

@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from collector.contract.wire import IngestBatch
 from finops.cli import app
 from finops.db.engine import downgrade, make_engine, session_factory, upgrade
-from finops.db.models import Base, DirtyHour, Gpu, GpuSample, LedgerEntry, Node, Team
+from finops.db.ledger_tables import DirtyHour, LedgerEntry
+from finops.db.models import Base, Gpu, GpuSample, Node, Team
 from finops.ingest.partitions import DAY, include_name, partition_name, prune_samples
 from finops.ingest.readings import Ingestor
 from finops.service.scheduler import run_sample_maintenance

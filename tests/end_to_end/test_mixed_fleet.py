@@ -18,7 +18,8 @@ from collector.contract.sample import Sample
 from collector.contract.wire import IngestBatch, batch_dict, columnar
 from collector.sources.amdsmi import AmdSmiSource
 from finops.analysis.report import cost_report
-from finops.db.models import Gpu, Job, LedgerEntry
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Gpu, Job
 from finops.ingest.readings import Ingestor
 from finops.jobs.kubernetes import parse_nodes
 from finops.jobs.kubernetes_import import import_pods

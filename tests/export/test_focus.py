@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 from finops.cli import app
 from finops.db.engine import make_engine, session_factory
 from finops.db.hours import mark_hours_dirty
-from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Allocation, Job, LedgerEntry
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Allocation, Job
 from finops.export.focus import FINE, FocusAccount, FocusExportError, export_focus, focus_rows
 from finops.export.focus_format import COLUMN_NAMES, CUSTOM_COLUMNS, STANDARD_COLUMNS, parquet_schema
 from finops.ingest.readings import Ingestor

@@ -13,7 +13,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.wire import IngestBatch, batch_dict, columnar
 from collector.sources.amdsmi import AmdSmiSource
-from finops.db.models import Gpu, LedgerEntry
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Gpu
 from finops.ingest.package_split import split_packages
 from finops.ingest.readings import Ingestor
 from finops.ledger.rollup import rollup

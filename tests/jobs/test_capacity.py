@@ -11,7 +11,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from collector.contract.wire import IngestBatch
-from finops.db.models import Gpu, GpuService, LedgerEntry, Node
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Gpu, GpuService, Node
 from finops.ingest.readings import Ingestor
 from finops.jobs.capacity import in_service, physical_gpus, unavailable
 from finops.jobs.inventory import InventoryResult, import_nodes, node_summaries

@@ -12,7 +12,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from finops.db.models import Gpu, Job, LedgerEntry, Node
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Gpu, Job, Node
 from finops.jobs.compute_partitions import gres_gpu_name, gres_partition, parse_modes, with_modes
 from finops.jobs.inventory import InventoryError, import_nodes, set_model
 from finops.jobs.slurm_import import import_sacct

@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import func, select
 
 from collector.contract.wire import IngestBatch
-from finops.db.models import DirtyHour, Gpu, Job, LedgerEntry, Node
+from finops.db.ledger_tables import DirtyHour, LedgerEntry
+from finops.db.models import Gpu, Job, Node
 from finops.ingest.readings import Ingestor
 from finops.jobs.inventory import InventoryError, import_nodes, node_summaries, parse_scontrol_nodes, set_model
 from finops.jobs.slurm import parse_sacct

@@ -11,7 +11,8 @@ from pathlib import Path
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from finops.db.models import Allocation, DirtyHour, Gpu, Job, Node
+from finops.db.ledger_tables import DirtyHour
+from finops.db.models import Allocation, Gpu, Job, Node
 from finops.jobs.slurm_import import ImportResult, import_sacct, per_node_counts
 
 SACCT = Path(__file__).parents[1] / "fixtures" / "sacct"

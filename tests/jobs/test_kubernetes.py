@@ -16,7 +16,8 @@ import pytest
 from sqlalchemy import func, select
 
 from collector.contract.wire import GpuInfo
-from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Allocation, DirtyHour, Gpu, Job, LedgerEntry, Node, Team
+from finops.db.ledger_tables import DirtyHour, LedgerEntry
+from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Allocation, Gpu, Job, Node, Team
 from finops.ingest.readings import Ingestor
 from finops.jobs.kubernetes import (
     KubernetesFormatError,

@@ -19,7 +19,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.db.models import Job, LedgerEntry, Node
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Job, Node
 from finops.jobs.slurm import expand_hostlist
 from finops.jobs.slurm_import import run_sacct
 from finops.ledger.rollup import rollup

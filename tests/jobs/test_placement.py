@@ -10,7 +10,8 @@ from sqlalchemy import select
 
 from collector.contract.wire import IngestBatch
 from finops.db.hours import mark_hours_dirty
-from finops.db.models import Allocation, DirtyHour, Gpu, Job, Node
+from finops.db.ledger_tables import DirtyHour
+from finops.db.models import Allocation, Gpu, Job, Node
 from finops.ingest.readings import Ingestor
 from finops.jobs.mig import gpu_slices, mig_share, parse_profile
 from finops.jobs.placement import (

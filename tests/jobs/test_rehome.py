@@ -8,7 +8,8 @@ import pytest
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.db.models import UNMAPPED_TEAM, DirtyHour, Job, Team
+from finops.db.ledger_tables import DirtyHour
+from finops.db.models import UNMAPPED_TEAM, Job, Team
 from finops.jobs import teams
 from finops.jobs.teams import delete_rule, set_rule, team_by_name
 from finops.timeutil import HOUR, to_epoch

@@ -28,7 +28,8 @@ from typer.testing import CliRunner, Result
 import finops.pricing
 from finops.analysis.report import unpriced_by_model
 from finops.cli import app
-from finops.db.models import Gpu, Job, LedgerEntry
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Gpu, Job
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 SACCT = FIXTURES / "sacct" / "sacct_site_history.txt"

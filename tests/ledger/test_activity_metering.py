@@ -12,7 +12,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.wire import IngestBatch
 from finops.db.hours import mark_hours_dirty
-from finops.db.models import Gpu, LedgerEntry, LedgerTeamHour, ProfiledHour
+from finops.db.ledger_tables import LedgerEntry, LedgerTeamHour, ProfiledHour
+from finops.db.models import Gpu
 from finops.ingest.readings import Ingestor
 from finops.jobs.slurm_import import import_sacct
 from finops.ledger.costmodel import used_cost

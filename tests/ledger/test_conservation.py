@@ -18,7 +18,8 @@ from collector.contract.wire import IngestBatch
 from finops.analysis.report import cost_report, report_dicts
 from finops.db.engine import make_engine, session_factory, upgrade
 from finops.db.hours import mark_hours_dirty
-from finops.db.models import Allocation, Base, Gpu, LedgerEntry, LedgerTeamHour
+from finops.db.ledger_tables import LedgerEntry, LedgerTeamHour
+from finops.db.models import Allocation, Base, Gpu
 from finops.ingest.readings import Ingestor
 from finops.jobs.slurm_import import import_sacct
 from finops.ledger.costmodel import capacity_cost

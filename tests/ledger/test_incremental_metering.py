@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.wire import GpuInfo, GpuSeries, IngestBatch
 from finops.db.hours import mark_hours_dirty
-from finops.db.models import Allocation, Gpu, LedgerEntry, Team
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Allocation, Gpu, Team
 from finops.ingest.readings import Ingestor
 from finops.ledger.rollup import RollupResult, rollup
 from finops.ledger.sql import LEDGER_COLUMNS

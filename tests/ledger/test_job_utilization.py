@@ -7,7 +7,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.wire import IngestBatch
-from finops.db.models import DirtyHour, Gpu, GpuJobUtilization
+from finops.db.ledger_tables import DirtyHour
+from finops.db.models import Gpu, GpuJobUtilization
 from finops.ingest.readings import Ingestor
 from finops.ledger.job_utilization import job_utilization_by_gpu_hour
 from finops.timeutil import to_epoch

@@ -10,7 +10,8 @@ from sqlalchemy import select
 
 from finops.analysis.idle import IdlePolicy, detect_idle, list_episodes
 from finops.analysis.report import cost_report
-from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, LedgerEntry
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM
 from finops.jobs.teams import map_account
 from finops.ledger.costmodel import QUANTUM, capacity_cost
 from finops.ledger.rollup import rollup

@@ -27,17 +27,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.wire import ACTIVITY_COLUMNS
 from finops.db.hours import mark_hours_dirty
-from finops.db.models import (
-    Gpu,
-    GpuSample,
-    Job,
-    LedgerEntry,
-    LedgerTeamHour,
-    Node,
-    PricingRule,
-    ProfiledHour,
-    Team,
-)
+from finops.db.ledger_tables import LedgerEntry, LedgerTeamHour, ProfiledHour
+from finops.db.models import Gpu, GpuSample, Job, Node, PricingRule, Team
 from finops.ingest.partitions import create_partitions, is_partitioned
 from finops.ledger.costmodel import used_cost
 from finops.ledger.rollup import rollup

@@ -25,7 +25,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.wire import ACTIVITY_COLUMNS
 from finops.db.hours import mark_hours_dirty
-from finops.db.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Node, PricingRule, ProfiledHour, Team
+from finops.db.ledger_tables import LedgerEntry, ProfiledHour
+from finops.db.models import Allocation, Gpu, GpuSample, Job, Node, PricingRule, Team
 from finops.ingest.partitions import create_partitions, is_partitioned
 from finops.ledger import rollup as ledger
 from finops.ledger.costmodel import float_decimal

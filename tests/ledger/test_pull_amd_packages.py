@@ -21,7 +21,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 from sqlalchemy.orm.session import Session
 
-from finops.db.models import GpuSample, LedgerEntry
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import GpuSample
 from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import PullOptions, import_range
 from finops.ledger.rollup import rollup

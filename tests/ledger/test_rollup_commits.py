@@ -14,7 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 import finops.service.scheduler as scheduler
 from finops.analysis.idle import IdlePolicy
 from finops.db.hours import LEDGER_WATERMARK, mark_hours_dirty
-from finops.db.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Node, Team, Watermark
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Allocation, Gpu, GpuSample, Job, Node, Team, Watermark
 from finops.ingest.partitions import create_partitions, is_partitioned
 from finops.ledger.rollup import TRANSACTION_HOURS, rollup
 from finops.ledger.sql import LEDGER_COLUMNS

@@ -14,7 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from finops.db.engine import make_engine, session_factory, upgrade
 from finops.db.hours import mark_hours_dirty
-from finops.db.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Node, Team
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Allocation, Gpu, GpuSample, Job, Node, Team
 from finops.ingest.partitions import create_partitions, is_partitioned
 from finops.ledger.rollup import rollup
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog

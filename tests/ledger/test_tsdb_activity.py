@@ -18,17 +18,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.wire import ACTIVITY_COLUMNS, GpuInfo
-from finops.db.models import (
-    Allocation,
-    DirtyHour,
-    Gpu,
-    GpuSample,
-    Job,
-    LedgerEntry,
-    LedgerTeamHour,
-    Team,
-    TsdbGpuMetering,
-)
+from finops.db.ledger_tables import DirtyHour, LedgerEntry, LedgerTeamHour, TsdbGpuMetering
+from finops.db.models import Allocation, Gpu, GpuSample, Job, Team
 from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import PullOptions, import_range
 from finops.ingest.readings import Ingestor

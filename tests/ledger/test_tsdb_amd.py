@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.db.models import Allocation, Gpu, GpuSample, Job, LedgerEntry, Node, Team
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import Allocation, Gpu, GpuSample, Job, Node, Team
 from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import PullOptions, import_range
 from finops.ingest.tsdb_source import TsdbTelemetry

@@ -21,7 +21,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.db.models import Allocation, GpuSample, Job, LedgerEntry, Team, TsdbGpuMetering
+from finops.db.ledger_tables import LedgerEntry, TsdbGpuMetering
+from finops.db.models import Allocation, GpuSample, Job, Team
 from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import PullOptions, import_range
 from finops.ingest.tsdb_source import TsdbTelemetry

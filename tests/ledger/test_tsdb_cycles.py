@@ -16,7 +16,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.wire import ACTIVITY_COLUMNS
-from finops.db.models import DirtyHour, Gpu, GpuSample, LedgerEntry, LedgerTeamHour, TsdbGpuMetering
+from finops.db.ledger_tables import DirtyHour, LedgerEntry, LedgerTeamHour, TsdbGpuMetering
+from finops.db.models import Gpu, GpuSample
 from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import PullOptions, import_range
 from finops.ingest.tsdb_metering import TsdbMeter, cycle_sums

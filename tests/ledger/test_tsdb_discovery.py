@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from collector.contract import metric_names as m
 from collector.contract.sample import Sample
 from finops.analysis.idle import IdlePolicy
-from finops.db.models import DirtyHour, Gpu, GpuSample, LedgerEntry, Node
+from finops.db.ledger_tables import DirtyHour, LedgerEntry
+from finops.db.models import Gpu, GpuSample, Node
 from finops.ingest.prometheus import PrometheusClient, PrometheusError
 from finops.ingest.tsdb_source import TsdbTelemetry
 from finops.service.scheduler import run_rollup

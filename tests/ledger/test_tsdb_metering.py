@@ -15,17 +15,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from collector.contract import metric_names as m
 from collector.contract.sample import Sample
 from collector.contract.wire import ACTIVITY_COLUMNS, IngestBatch, gpu_info_dict, reading_dict
-from finops.db.models import (
-    Allocation,
-    DirtyHour,
-    Gpu,
-    GpuSample,
-    Job,
-    LedgerEntry,
-    LedgerTeamHour,
-    Team,
-    TsdbGpuMetering,
-)
+from finops.db.ledger_tables import DirtyHour, LedgerEntry, LedgerTeamHour, TsdbGpuMetering
+from finops.db.models import Allocation, Gpu, GpuSample, Job, Team
 from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import ACTIVITY_METRICS
 from finops.ingest.promql_select import window

@@ -13,7 +13,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, DirtyHour, Gpu, LedgerEntry, LedgerTeamHour, Team
+from finops.db.ledger_tables import DirtyHour, LedgerEntry, LedgerTeamHour
+from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Gpu, Team
 from finops.ledger import rollup as ledger
 from finops.ledger.rollup import rollup
 from finops.ledger.team_hours import ledger_team_sums

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from finops.analysis.idle import IdlePolicy
 from finops.analysis.report import cost_report
 from finops.cli import app
-from finops.db.models import DirtyHour, PricingRule
+from finops.db.ledger_tables import DirtyHour
+from finops.db.models import PricingRule
 from finops.pricing.catalog import DEFAULT_CATALOG, Pricing, PricingModel, load_catalog, parse_catalog
 from finops.pricing.store import catalog_in_force, earliest_change
 from finops.service.scheduler import run_rollup

@@ -14,7 +14,8 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from finops.analysis.report import cost_report
-from finops.db.models import UNALLOCATED_TEAM, Gpu, Job, LedgerEntry, Node
+from finops.db.ledger_tables import LedgerEntry
+from finops.db.models import UNALLOCATED_TEAM, Gpu, Job, Node
 from finops.jobs.teams import team_by_name
 from finops.ledger.costmodel import quantize, round_exact
 from finops.ledger.rollup import rollup, unpriced_fix

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from finops.db.models import LedgerEntry
+from finops.db.ledger_tables import LedgerEntry
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.savings.bottlenecks import RULES, JobFacts, judge, rule_table
 from finops.savings.efficiency import efficiency_report

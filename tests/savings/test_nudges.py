@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import select
 
 from finops.analysis.idle import list_episodes
-from finops.db.models import Gpu, Node, TsdbGpuMetering
+from finops.db.ledger_tables import TsdbGpuMetering
+from finops.db.models import Gpu, Node
 from finops.ledger.costmodel import round_exact
 from finops.pricing.catalog import GIB, load_catalog
 from finops.savings.bottlenecks import BOTTLENECKS, MEMORY_BOUND

@@ -12,7 +12,8 @@ from fractions import Fraction
 import pytest
 from sqlalchemy import func, select
 
-from finops.db.models import Gpu, Job, LedgerEntry, TsdbGpuMetering
+from finops.db.ledger_tables import LedgerEntry, TsdbGpuMetering
+from finops.db.models import Gpu, Job
 from finops.ledger.costmodel import round_exact
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.savings.rightsizing import rightsizing

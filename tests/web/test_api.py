@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import func, select
 
 from collector.shipper import Shipper
-from finops.db.models import DirtyHour, Gpu, GpuSample
+from finops.db.ledger_tables import DirtyHour
+from finops.db.models import Gpu, GpuSample
 from finops.web.app import create_app
 from tests.support.servers import API_TOKEN, running, service_metrics
 
