@@ -62,13 +62,17 @@ from finops.pricing.package_share import partition_name
 AMD_UTILIZATION = "gpu_gfx_activity"
 """The exporter's utilisation field (% of time the graphics engine was busy)."""
 AMD_MEMORY_USED = "gpu_used_vram"
+AMD_MEMORY_TOTAL = "gpu_total_vram"
+"""The exporter's VRAM size (MiB): a series every device exports, each partition of a partitioned MI300X its own
+slice, in every exporter version (it is exported wherever the size is not 0), where activity, temperatures and clocks
+are partition 0's only in some (``metricslist.md``, "In partitioned mode ... applicable for primary partition")."""
 AMD_ENERGY = "gpu_energy_consumed"
 
 AMD_FIELDS: dict[str, Field] = {
     AMD_UTILIZATION: Field(m.GPU_UTILIZATION, 0.01),  # %
     "gpu_umc_activity": Field(m.GPU_MEMORY_UTILIZATION, 0.01),  # %
     AMD_MEMORY_USED: Field(m.GPU_MEMORY_USED, MIB),  # MiB ("MB")
-    "gpu_total_vram": Field(m.GPU_MEMORY_TOTAL, MIB),  # MiB ("MB")
+    AMD_MEMORY_TOTAL: Field(m.GPU_MEMORY_TOTAL, MIB),  # MiB ("MB")
     "gpu_package_power": Field(m.GPU_POWER, 1.0),  # W, MI3xx
     "gpu_average_package_power": Field(m.GPU_POWER, 1.0),  # W, MI2xx
     "gpu_power_usage": Field(m.GPU_POWER, 1.0),  # W

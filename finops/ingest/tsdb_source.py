@@ -23,7 +23,7 @@ from collector.contract.wire import GpuInfo
 from finops.db.hours import mark_hours_dirty
 from finops.db.ledger_tables import LedgerEntry
 from finops.db.models import Gpu
-from finops.ingest.amd_exporter import AMD_UTILIZATION
+from finops.ingest.amd_exporter import AMD_MEMORY_TOTAL
 from finops.ingest.node_io import HourRate, replace_hours
 from finops.ingest.prometheus import InstantSample, PrometheusClient, selector_matchers
 from finops.ingest.prometheus_pull import PullOptions, series_identity
@@ -79,7 +79,8 @@ class TsdbTelemetry:
         return self.register_gpus(session, start, until)
 
     def register_gpus(self, session: Session, start: int, end: int) -> int:
-        """Register every GPU whose utilisation series has readings in [start, end) (epoch seconds) through the
+        """Register every GPU whose discovery series (:attr:`_discovery_fields`: dcgm-exporter's utilisation, AMD's
+        exporter's VRAM size) has readings in [start, end) (epoch seconds) through the
         ingest's inventory path (:meth:`finops.ingest.readings.Ingestor.register`: node, index, model and UUID
         from the series' labels as the Prometheus pull reads them, ``in_service_from`` moved back to the first
         reading found), and mark the ledger hours from a GPU's new ``in_service_from`` to its old one (or ``end``)
@@ -94,7 +95,7 @@ class TsdbTelemetry:
         found at once takes one query, not one per GPU."""
         step = self.options.step_seconds
         found: dict[str, tuple[str, GpuInfo, int, str]] = {}
-        for name in self._utilization_fields:
+        for name in self._discovery_fields:
             for sample in self._first_timestamps(self.options.query(name), start, end):
                 identity = series_identity(sample.labels, self.options.labels)
                 if identity is None or identity[1]["mig_profile"]:
@@ -131,7 +132,7 @@ class TsdbTelemetry:
         return sum(len(gpus) for gpus in by_node.values())
 
     def _first_readings(self, asks: Mapping[str, tuple[str, int, int]]) -> dict[str, int]:
-        """Per GPU of ``asks`` (UUID → its utilisation series, a, b): the epoch second of its first reading of that
+        """Per GPU of ``asks`` (UUID → its discovery series, a, b): the epoch second of its first reading of that
         series in [a, b), where it has one.
 
         Raw readings (:func:`~finops.ingest.promql_select.raw_readings`) of the GPUs in time order of a, in few
@@ -171,8 +172,8 @@ class TsdbTelemetry:
                     firsts[uuid] = min(times)
         return firsts
 
-    def _first_timestamps(self, utilization: str, start: int, end: int) -> list[InstantSample]:
-        """Per series of ``utilization`` and span of [start, end) (epoch seconds) of at most
+    def _first_timestamps(self, series: str, start: int, end: int) -> list[InstantSample]:
+        """Per series of ``series`` and span of [start, end) (epoch seconds) of at most
         :attr:`discovery_steps_per_query` steps with readings: the subquery's value (see :meth:`register_gpus`)."""
         step = self.options.step_seconds
         span = self.discovery_steps_per_query * step
@@ -180,15 +181,18 @@ class TsdbTelemetry:
             sample
             for a in range(start, end, span)
             for sample in self.client.query(
-                f"min_over_time(timestamp({utilization})[{min(a + span, end) - a}s:{step}s])",
+                f"min_over_time(timestamp({series})[{min(a + span, end) - a}s:{step}s])",
                 from_epoch(min(a + span, end) - 1),
             )
         ]
 
     @property
-    def _utilization_fields(self) -> tuple[str, str]:
-        """The utilisation series read: dcgm-exporter's (the first of the options'), AMD's exporter's."""
-        return (self.options.utilization_fields[0], AMD_UTILIZATION)
+    def _discovery_fields(self) -> tuple[str, str]:
+        """The series a GPU is found by, one per exporter: dcgm-exporter's utilisation (the first of the options'), and
+        AMD's exporter's VRAM size (:data:`finops.ingest.amd_exporter.AMD_MEMORY_TOTAL`), which every device exports,
+        where ``gpu_gfx_activity`` is partition 0's only on a partitioned MI300X under some exporter versions: the
+        other partitions, found by it, would never be metered."""
+        return (self.options.utilization_fields[0], AMD_MEMORY_TOTAL)
 
     def idle_readings(self, session: Session, start: int, end: int, threshold: float) -> list[IdleReading]:
         """The readings of [start, end) (epoch seconds) of the GPUs the database knows that idle detection judges at

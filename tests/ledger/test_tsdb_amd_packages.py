@@ -167,3 +167,19 @@ def test_pull_shares_hold_when_a_device_is_missing(sessions: sessionmaker[Sessio
         seed(session, t0)
         rollup(session, PRICING, t0 + 3600)
         check_hour(session, t0)
+
+
+def test_tsdb_finds_partitions_without_activity(sessions: sessionmaker[Session], tsdb: TsdbLoader) -> None:
+    """Exporters before 1.3.1: partitions 1-7 of the MI300X export no ``gpu_gfx_activity``; each is found by its
+    VRAM series, metered, and holds 1/8 of the package's energy."""
+    t0 = to_epoch(scenario.start_hour() - timedelta(days=1))
+    telemetry = TsdbTelemetry(PrometheusClient(tsdb(readings(t0))))
+    with sessions.begin() as session:
+        assert telemetry.register_gpus(session, t0, t0 + 3600) == 10
+        gpus = by_device(session)
+        assert {gpu.in_service_from for gpu in gpus.values()} == {from_epoch(t0)}
+        seed(session, t0)
+        rollup(session, PRICING, t0 + 3600, meter=telemetry.meter)
+        metered = set(session.scalars(select(TsdbGpuMetering.gpu_id)))
+        assert metered == {gpu.id for gpu in gpus.values()}
+        check_hour(session, t0)
