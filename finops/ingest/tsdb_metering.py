@@ -58,13 +58,15 @@ activity fields, they are first asked for the whole hour for every GPU (:data:`A
 GPUs that have them only, and the energy counter's further values in a third round; a fleet without AMD GPUs pays
 the first ask of each. GPUs are matched by ``gpu_uuid``. A package's energy counter is read on the device that
 reports it (:func:`finops.ingest.amd_exporter.reports_package`) over every segment of each of its devices, and each
-device gets ``1 / n`` of the increase over its own segments (:mod:`finops.ingest.tsdb_packages`).
+device gets ``1 / n`` of the increase over its own segments; so is the utilisation of a partitioned GPU whose
+partition 0 alone has it in the hour, each partition getting partition 0's readings over its own segments
+(:mod:`finops.ingest.tsdb_packages`). Terms, asks and their expressions: :mod:`finops.ingest.tsdb_terms`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -84,16 +86,27 @@ from finops.ingest.amd_exporter import (
 )
 from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import ACTIVITY_METRICS, CYCLE_FIELDS, PullOptions, field_scale
-from finops.ingest.promql_select import ask_packed, gpu_selector, raw_readings, uuid_groups, window
-from finops.ingest.tsdb_packages import package_energy, reporters
+from finops.ingest.promql_select import ask_packed, gpu_selector, raw_readings, uuid_groups
+from finops.ingest.tsdb_packages import package_activity, package_energy, read_on_reporters
+from finops.ingest.tsdb_terms import (
+    COUNT,
+    ENERGY_GAP_SECONDS,
+    MAX,
+    MIN,
+    SUM,
+    Answers,
+    Ask,
+    Expression,
+    Term,
+    last_before,
+    narrowed,
+    resets,
+)
 from finops.ledger.sql import ACTIVITIES
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
 ENERGY_FIELD = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 MEMORY_FIELD = "DCGM_FI_DEV_FB_USED"
-ENERGY_GAP_SECONDS = HOUR
-"""As the direct path's :data:`finops.ledger.metering.ENERGY_LOOKBACK_SECONDS`: an increment from a reading more than an
-hour older is left out."""
 MEMORY_FIELDS = (MEMORY_FIELD, AMD_MEMORY_USED)
 """The memory-used series metered: dcgm-exporter's, AMD's exporter's (a GPU has one of them)."""
 AMD_METERED = (AMD_UTILIZATION, AMD_MEMORY_USED, AMD_ENERGY)
@@ -168,32 +181,6 @@ class _Segment:
 
 
 @dataclass(frozen=True, slots=True)
-class _Term:
-    """A segment [a, b) (epoch seconds) asked for the GPUs of ``uuids``, or for every GPU when it is empty."""
-
-    a: int
-    b: int
-    uuids: tuple[str, ...] = ()
-
-
-Expression = Callable[[str, int, int], str]
-"""A metering query of one term: (series selector, a, b) → PromQL."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Ask:
-    """One value asked of the TSDB: ``expression`` of ``dcgm_field``'s series over ``term``."""
-
-    dcgm_field: str
-    expression: Expression
-    term: _Term
-
-
-Answers = dict[_Ask, dict[int, float]]
-"""Per :class:`_Ask`, its value per known GPU (``gpus.id``) that has a series in it."""
-
-
-@dataclass(frozen=True, slots=True)
 class TsdbMeter:
     """Meters hours from the TSDB at ``client`` into ``tsdb_gpu_metering``; a :data:`finops.ledger.rollup.Meter`.
 
@@ -246,14 +233,14 @@ class TsdbMeter:
                     TsdbGpuMetering.start >= from_epoch(hour), TsdbGpuMetering.start < from_epoch(hour + HOUR)
                 )
             )
-            terms = [_Term(hour, hi)] if (hour, hi) in segments else []
+            terms = [Term(hour, hi)] if (hour, hi) in segments else []
             terms += [
-                _Term(a, b, tuple(group))
+                Term(a, b, tuple(group))
                 for (a, b), uuids in sorted(segments.items())
                 if (a, b) != (hour, hi)
                 for group in uuid_groups(uuids)
             ]
-            found = self._meter(terms, _Term(hour, hi), by_uuid)
+            found = self._meter(terms, Term(hour, hi), by_uuid)
             for (a, b), uuids in sorted(segments.items()):
                 for uuid in uuids:
                     metered = found.get((a, b), {}).get(by_uuid[uuid])
@@ -283,7 +270,7 @@ class TsdbMeter:
         return len(rows)
 
     def _meter(
-        self, terms: Sequence[_Term], whole: _Term, by_uuid: dict[str, int]
+        self, terms: Sequence[Term], whole: Term, by_uuid: dict[str, int]
     ) -> dict[tuple[int, int], dict[int, _Segment]]:
         """The metering of each of ``terms``' segments per known GPU that has a series in it; ``whole``: the
         (clipped) hour the terms lie in, for every GPU.
@@ -299,42 +286,42 @@ class TsdbMeter:
             return {}
         utilization_field = self.options.utilization_fields[0]
         fields = [name for names in ACTIVITY_FIELDS.values() for name in names]
-        kinds = ((utilization_field, _COUNT), (utilization_field, _SUM), (MEMORY_FIELD, _MAX), (ENERGY_FIELD, _MAX))
-        first = [_Ask(dcgm_field, expression, term) for term in terms for dcgm_field, expression in kinds]
+        kinds = ((utilization_field, COUNT), (utilization_field, SUM), (MEMORY_FIELD, MAX), (ENERGY_FIELD, MAX))
+        first = [Ask(dcgm_field, expression, term) for term in terms for dcgm_field, expression in kinds]
         presence = (*fields, *CYCLE_FIELDS, *AMD_METERED)
         labels: dict[int, dict[str, str]] = {}
-        whole_asks = [*(_Ask(name, _COUNT, whole) for name in presence), _Ask(AMD_ENERGY, _MAX, whole)]
+        whole_asks = [*(Ask(name, COUNT, whole) for name in presence), Ask(AMD_ENERGY, MAX, whole)]
         got = self._answers([*first, *whole_asks], by_uuid, labels)
-        present = {name: set(got[_Ask(name, _COUNT, whole)]) for name in presence}
+        present = {name: set(got[Ask(name, COUNT, whole)]) for name in presence}
         uuids = {gpu_id: uuid for uuid, gpu_id in by_uuid.items()}
-        packages = package_energy(labels, got[_Ask(AMD_ENERGY, _MAX, whole)])
-        reporter_of = {uuids[m]: uuids[p.reporter] for p in packages.values() for m in p.members}
 
-        def narrowed(gpu_ids: set[int]) -> list[_Term]:
-            return _narrowed(terms, {u for u, g in by_uuid.items() if g in gpu_ids})
+        def for_gpus(gpu_ids: set[int]) -> list[Term]:
+            return narrowed(terms, {uuids[gpu_id] for gpu_id in gpu_ids})
 
         # AMD's exporter's series are asked per segment only for the GPUs that have them in the hour, as the
-        # activity fields are: a fleet without AMD GPUs pays one ask of each for the whole hour.
+        # activity fields are (a fleet without AMD GPUs pays one ask of each for the whole hour); what a package
+        # reports once, on its reporter over each of its devices' segments (finops.ingest.tsdb_packages).
+        shared = {
+            AMD_ENERGY: package_energy(labels, got[Ask(AMD_ENERGY, MAX, whole)]),
+            AMD_UTILIZATION: package_activity(labels, present[AMD_UTILIZATION]),
+        }
         metered_terms = {utilization_field: list(terms), MEMORY_FIELD: list(terms), ENERGY_FIELD: list(terms)}
-        metered_terms |= {name: narrowed(present[name]) for name in AMD_METERED}
-        shared = {uuids[gpu_id] for gpu_id in present[AMD_ENERGY]} - set(reporter_of) | set(reporter_of.values())
-        via = dict.fromkeys(_Term(t.a, t.b, reporters(t.uuids, reporter_of)) for t in terms)
-        metered_terms[AMD_ENERGY] = _narrowed(list(via), shared)  # each package's counter over its devices' segments
-        energy_terms = [(ENERGY_FIELD, term) for term in terms if got[_Ask(ENERGY_FIELD, _MAX, term)]]
-        activity_terms = {name: narrowed(present[name]) for name in fields}
+        metered_terms |= {
+            name: read_on_reporters(terms, shared.get(name, {}), present[name], uuids) for name in AMD_METERED
+        }
+        energy_terms = [(ENERGY_FIELD, term) for term in terms if got[Ask(ENERGY_FIELD, MAX, term)]]
+        activity_terms = {name: for_gpus(present[name]) for name in fields}
         counted = present[SM_CYCLES_ELAPSED] & set().union(*(present[name] for name in CYCLE_ACTIVITIES))
-        cycle_terms = {name: narrowed(present[name] & counted) for name in CYCLE_FIELDS}
-        second = [_Ask(name, e, term) for name, term in energy_terms for e in (_MIN, _last_before, _resets)]
-        second += [_Ask(n, e, term) for n, kept in activity_terms.items() for term in kept for e in (_COUNT, _SUM)]
-        second += [
-            _Ask(SM_CYCLES_ELAPSED, e, term) for term in cycle_terms[SM_CYCLES_ELAPSED] for e in (_COUNT, _resets)
-        ]
-        second += [_Ask(n, e, term) for n, kept in cycle_terms.items() for term in kept for e in (_MAX, _last_before)]
-        second += [_Ask(AMD_UTILIZATION, e, term) for term in metered_terms[AMD_UTILIZATION] for e in (_COUNT, _SUM)]
-        second += [_Ask(name, _MAX, term) for name in (AMD_MEMORY_USED, AMD_ENERGY) for term in metered_terms[name]]
+        cycle_terms = {name: for_gpus(present[name] & counted) for name in CYCLE_FIELDS}
+        second = [Ask(name, e, term) for name, term in energy_terms for e in (MIN, last_before, resets)]
+        second += [Ask(n, e, term) for n, kept in activity_terms.items() for term in kept for e in (COUNT, SUM)]
+        second += [Ask(SM_CYCLES_ELAPSED, e, term) for term in cycle_terms[SM_CYCLES_ELAPSED] for e in (COUNT, resets)]
+        second += [Ask(n, e, term) for n, kept in cycle_terms.items() for term in kept for e in (MAX, last_before)]
+        second += [Ask(AMD_UTILIZATION, e, term) for term in metered_terms[AMD_UTILIZATION] for e in (COUNT, SUM)]
+        second += [Ask(name, MAX, term) for name in (AMD_MEMORY_USED, AMD_ENERGY) for term in metered_terms[name]]
         got.update(self._answers([ask for ask in dict.fromkeys(second) if ask not in got], by_uuid))
-        amd_energy = [(AMD_ENERGY, term) for term in metered_terms[AMD_ENERGY] if got[_Ask(AMD_ENERGY, _MAX, term)]]
-        third = [_Ask(name, e, term) for name, term in amd_energy for e in (_MIN, _last_before, _resets)]
+        amd_energy = [(AMD_ENERGY, term) for term in metered_terms[AMD_ENERGY] if got[Ask(AMD_ENERGY, MAX, term)]]
+        third = [Ask(name, e, term) for name, term in amd_energy for e in (MIN, last_before, resets)]
         got.update(self._answers(third, by_uuid) if third else {})
         energy_terms += amd_energy
 
@@ -342,33 +329,37 @@ class TsdbMeter:
         for name in (utilization_field, AMD_UTILIZATION):  # a GPU has one exporter's
             for term in metered_terms[name]:
                 segment = found[term.a, term.b]
-                for gpu_id, value in got[_Ask(name, _COUNT, term)].items():
-                    segment[gpu_id].samples = round(value)
-                    segment[gpu_id].seen = True
-                for gpu_id, value in got[_Ask(name, _SUM, term)].items():
-                    segment[gpu_id].utilization_sum = value * field_scale(name)
+                totals = got[Ask(name, SUM, term)]
+                for gpu_id, value in got[Ask(name, COUNT, term)].items():
+                    package = shared.get(name, {}).get(gpu_id)
+                    for member in package.members if package else (gpu_id,):  # partition 0's readings, as they are
+                        segment[member].samples = round(value)
+                        segment[member].utilization_sum = totals.get(gpu_id, 0.0) * field_scale(name)
+                        segment[member].seen = True
         for name in MEMORY_FIELDS:
             for term in metered_terms[name]:
-                for gpu_id, value in got[_Ask(name, _MAX, term)].items():
+                for gpu_id, value in got[Ask(name, MAX, term)].items():
                     found[term.a, term.b][gpu_id].memory_max_bytes = round(value * field_scale(name))
                     found[term.a, term.b][gpu_id].seen = True
         self._cycle_activity(found, cycle_terms, got, by_uuid)
         for activity, names in ACTIVITY_FIELDS.items():
             for name in names:  # the first field of the activity with readings in the segment
                 for term in activity_terms[name]:
-                    totals = got[_Ask(name, _SUM, term)]
-                    for gpu_id, count in got[_Ask(name, _COUNT, term)].items():
+                    totals = got[Ask(name, SUM, term)]
+                    for gpu_id, count in got[Ask(name, COUNT, term)].items():
                         metered = found[term.a, term.b][gpu_id]
                         if count > 0 and activity not in metered.activity:
                             metered.activity[activity] = (totals.get(gpu_id, 0.0) * field_scale(name), round(count))
                             metered.seen = True
+        packages = shared[AMD_ENERGY]
+        reported = {member for package in packages.values() for member in package.members}
         for name, term in energy_terms:
             a, b = term.a, term.b
-            firsts, before = got[_Ask(name, _MIN, term)], got[_Ask(name, _last_before, term)]
-            reset = {gpu_id for gpu_id, count in got[_Ask(name, _resets, term)].items() if count > 0}
+            firsts, before = got[Ask(name, MIN, term)], got[Ask(name, last_before, term)]
+            reset = {gpu_id for gpu_id, count in got[Ask(name, resets, term)].items() if count > 0}
             raw = self._counter_points(name, sorted(uuids[g] for g in reset), a - ENERGY_GAP_SECONDS, b, by_uuid)
-            for gpu_id, last in got[_Ask(name, _MAX, term)].items():
-                if uuids[gpu_id] in reporter_of and gpu_id not in packages:
+            for gpu_id, last in got[Ask(name, MAX, term)].items():
+                if gpu_id in reported and gpu_id not in packages:
                     continue  # a device whose package's counter another device reports
                 if gpu_id in reset:
                     increase = counter_increase(raw.get(gpu_id, []), a)
@@ -385,7 +376,7 @@ class TsdbMeter:
     def _cycle_activity(
         self,
         found: dict[tuple[int, int], dict[int, _Segment]],
-        cycle_terms: dict[str, list[_Term]],
+        cycle_terms: dict[str, list[Term]],
         got: Answers,
         by_uuid: dict[str, int],
     ) -> None:
@@ -406,12 +397,12 @@ class TsdbMeter:
         )
         for name, kept in cycle_terms.items():
             for term in kept:
-                for expression in (_MAX, _last_before, _COUNT, _resets):
-                    values[name, expression][term.a, term.b].update(got.get(_Ask(name, expression, term), {}))
+                for expression in (MAX, last_before, COUNT, resets):
+                    values[name, expression][term.a, term.b].update(got.get(Ask(name, expression, term), {}))
         elapsed = SM_CYCLES_ELAPSED
         for a, b in {(term.a, term.b) for term in cycle_terms[elapsed]}:
-            last, before = values[elapsed, _MAX][a, b], values[elapsed, _last_before][a, b]
-            counts, reset = values[elapsed, _COUNT][a, b], values[elapsed, _resets][a, b]
+            last, before = values[elapsed, MAX][a, b], values[elapsed, last_before][a, b]
+            counts, reset = values[elapsed, COUNT][a, b], values[elapsed, resets][a, b]
             exact = {gpu_id for gpu_id in last if gpu_id in before and reset.get(gpu_id, 0) == 0}
             reread = sorted(uuids[gpu_id] for gpu_id in last if gpu_id not in exact)
             raw = {
@@ -424,7 +415,7 @@ class TsdbMeter:
                     if gpu_id not in exact:
                         d_active, d_elapsed, n = cycle_sums(raw[elapsed].get(gpu_id, []), raw[name].get(gpu_id, []), a)
                     else:
-                        active_last, active_before = values[name, _MAX][a, b], values[name, _last_before][a, b]
+                        active_last, active_before = values[name, MAX][a, b], values[name, last_before][a, b]
                         if gpu_id not in active_last or gpu_id not in active_before:
                             continue
                         d_active = active_last[gpu_id] - active_before[gpu_id]
@@ -434,7 +425,7 @@ class TsdbMeter:
                         metered.seen = True
 
     def _answers(
-        self, asks: Sequence[_Ask], by_uuid: dict[str, int], labels: dict[int, dict[str, str]] | None = None
+        self, asks: Sequence[Ask], by_uuid: dict[str, int], labels: dict[int, dict[str, str]] | None = None
     ) -> Answers:
         """Each of ``asks``: its value per known GPU (by its series' UUID label; MIG instance series left out, as
         the pull leaves them out). The asks are packed into as few instant queries as
@@ -465,7 +456,7 @@ class TsdbMeter:
             return None
         return by_uuid.get(canonical.get("UUID", ""))
 
-    def _selector(self, dcgm_field: str, term: _Term) -> str:
+    def _selector(self, dcgm_field: str, term: Term) -> str:
         """``dcgm_field``'s series of ``term``'s GPUs (of every GPU when it names none)."""
         return gpu_selector(self.options, dcgm_field, term.uuids) if term.uuids else self.options.query(dcgm_field)
 
@@ -483,34 +474,3 @@ class TsdbMeter:
                 if gpu_id is not None:
                     points[gpu_id] += [(int(ts), value) for ts, value in series.points]
         return {gpu_id: sorted(found) for gpu_id, found in points.items()}
-
-
-def _over_time(aggregation: str) -> Expression:
-    """``<aggregation>_over_time`` of the segment's readings (:func:`window`)."""
-    return lambda selector, a, b: f"{aggregation}_over_time({selector}{window(a, b)})"
-
-
-def _last_before(selector: str, a: int, _: int) -> str:
-    """The last reading within :data:`ENERGY_GAP_SECONDS` before the segment."""
-    return f"last_over_time({selector}{window(a - ENERGY_GAP_SECONDS, a)})"
-
-
-def _resets(selector: str, a: int, b: int) -> str:
-    """The counter's resets from :data:`ENERGY_GAP_SECONDS` before the segment to its end."""
-    return f"resets({selector}{window(a - ENERGY_GAP_SECONDS, b)})"
-
-
-_COUNT, _SUM, _MAX, _MIN = (_over_time(aggregation) for aggregation in ("count", "sum", "max", "min"))
-
-
-def _narrowed(terms: Sequence[_Term], uuids: set[str]) -> list[_Term]:
-    """``terms`` for the GPUs of ``uuids`` only: a term naming GPUs keeps those of ``uuids`` (none: left out); the
-    term for every GPU stays, unless ``uuids`` is empty."""
-    if not uuids:
-        return []
-    kept = []
-    for term in terms:
-        named = tuple(uuid for uuid in term.uuids if uuid in uuids)
-        if not term.uuids or named:
-            kept.append(_Term(term.a, term.b, named))
-    return kept

@@ -183,3 +183,31 @@ def test_tsdb_finds_partitions_without_activity(sessions: sessionmaker[Session],
         metered = set(session.scalars(select(TsdbGpuMetering.gpu_id)))
         assert metered == {gpu.id for gpu in gpus.values()}
         check_hour(session, t0)
+
+
+def test_tsdb_shares_partition_zero_activity(sessions: sessionmaker[Session], tsdb: TsdbLoader) -> None:
+    """Exporters before 1.3.1: only partition 0 of the MI300X has ``gpu_gfx_activity`` (100 %). As the pull gives it
+    to every partition at each of its instants, the TSDB metering gives each partition, per segment of its own,
+    partition 0's readings of that segment; the MI250X's dies keep their own activity."""
+    t0 = to_epoch(scenario.start_hour() - timedelta(days=1))
+    telemetry = TsdbTelemetry(PrometheusClient(tsdb(readings(t0))))
+    with sessions.begin() as session:
+        telemetry.register_gpus(session, t0, t0 + 3600)
+        seed(session, t0)
+        rollup(session, PRICING, t0 + 3600, meter=telemetry.meter)
+        gpus = by_device(session)
+        partitions = {gpus["mi300x-01", i].id for i in range(8)}
+        for row in session.scalars(select(TsdbGpuMetering).where(TsdbGpuMetering.gpu_id.in_(partitions))):
+            a, b = to_epoch(row.start), to_epoch(row.stop)
+            minutes = sum(1 for minute in range(60) if a <= t0 + 60 * minute < b)  # partition 0's readings
+            assert (row.samples, row.utilization_sum) == (minutes, pytest.approx(minutes * 1.0)), (a - t0, b - t0)
+        used: dict[int, float] = defaultdict(float)
+        for row in session.scalars(select(LedgerEntry).where(LedgerEntry.hour == from_epoch(t0))):
+            used[row.gpu_id] += row.used_gpu_seconds or 0.0
+        held = {device: min(end or t0 + 3600, t0 + 3600) - start for device, (start, end) in holdings(t0).items()}
+        # partition 0's 100 % over each partition's holding, as the pull gives it; not measured would be 0 used
+        assert [used[gpus["mi300x-01", i].id] for i in range(8)] == pytest.approx(
+            [held["mi300x-01", i] for i in range(8)]
+        )
+        assert used[gpus["mi300x-01", 7].id] == pytest.approx(16 * 60 + 12)  # minute 38:17 to 54:29
+        assert [used[gpus["mi250x-01", i].id] for i in range(2)] == pytest.approx([0.87 * held["mi250x-01", 0], 0.0])
