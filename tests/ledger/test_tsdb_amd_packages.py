@@ -30,6 +30,7 @@ from finops.ledger.rollup import rollup
 from finops.timeutil import from_epoch, to_epoch
 from tests.ledger.test_pull_amd_packages import counter, increase, readings
 from tests.ledger.test_tsdb_amd import PRICING, by_device
+from tests.ledger.test_tsdb_queries import CountingClient
 from tests.support import scenario
 from tests.support.prometheus_server import TsdbLoader
 
@@ -171,11 +172,14 @@ def test_pull_shares_hold_when_a_device_is_missing(sessions: sessionmaker[Sessio
 
 def test_tsdb_finds_partitions_without_activity(sessions: sessionmaker[Session], tsdb: TsdbLoader) -> None:
     """Exporters before 1.3.1: partitions 1-7 of the MI300X export no ``gpu_gfx_activity``; each is found by its
-    VRAM series, metered, and holds 1/8 of the package's energy."""
+    VRAM series, metered, and holds 1/8 of the package's energy. Discovery asks as many queries as before: a
+    subquery per exporter and one of the raw first readings of the devices found together."""
     t0 = to_epoch(scenario.start_hour() - timedelta(days=1))
-    telemetry = TsdbTelemetry(PrometheusClient(tsdb(readings(t0))))
+    client = CountingClient(tsdb(readings(t0)))
+    telemetry = TsdbTelemetry(client)
     with sessions.begin() as session:
         assert telemetry.register_gpus(session, t0, t0 + 3600) == 10
+        assert [("timestamp(" in query, found) for query, found in client.asked] == [(True, 0), (True, 10), (False, 10)]
         gpus = by_device(session)
         assert {gpu.in_service_from for gpu in gpus.values()} == {from_epoch(t0)}
         seed(session, t0)
