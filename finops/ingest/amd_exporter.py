@@ -6,8 +6,10 @@ field's own unit, as its field list documents (``docs/configuration/metricslist.
 field we use to our metric and scale (:class:`collector.contract.dcgm_fields.Field`), in order of preference where
 several give one metric:
 
-- utilisation: ``gpu_gfx_activity``, graphics engine usage in % (0-100) → ratio. On a partitioned MI300X the exporter
-  (1.3.1 and later, ROCm/device-metrics-exporter issue 139) reports each partition's own activity;
+- utilisation: ``gpu_gfx_activity``, graphics engine usage in % (0-100) → ratio. On a partitioned MI300X exporter
+  1.3.1 (ROCm/device-metrics-exporter issue 139) reports each partition's own activity; earlier ones report it on
+  partition 0 only, as the field list's current text does ("amdsmi does not return per-partition activity data"),
+  and it is then the GPU's, shared over its partitions (:func:`mark_packages`);
 - memory controller activity: ``gpu_umc_activity`` % → ``memory_utilization_ratio`` (what DCGM_FI_DEV_MEM_COPY_UTIL
   gives for NVIDIA);
 - memory: ``gpu_used_vram`` and ``gpu_total_vram``, written "MB" by the field list; the values are amd-smi's VRAM
