@@ -20,6 +20,7 @@ kept), logged as such with OpenSSL's reason.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import logging
 import random
@@ -103,14 +104,24 @@ class Backoff:
 
 def tls_context(ca_file: Path | None = None) -> ssl.SSLContext:
     """The client TLS context an https:// service's certificate is verified with: trusting the PEM CA bundle
-    ``ca_file``, else the system's trust store. ValueError naming ``ca_file`` when it cannot be read or holds no PEM
-    certificate."""
+    ``ca_file``, else the system's trust store (one context for the process, :func:`_system_trust`). ValueError naming
+    ``ca_file`` when it cannot be read or holds no PEM certificate."""
+    if ca_file is None:
+        return _system_trust()
     try:
-        return ssl.create_default_context(cafile=None if ca_file is None else str(ca_file))
+        return ssl.create_default_context(cafile=str(ca_file))
     except ssl.SSLError as exc:
         raise ValueError(f"{ca_file}: no PEM certificate in it") from exc
     except OSError as exc:
         raise ValueError(f"{ca_file}: {exc.strerror or exc}") from exc
+
+
+@functools.cache
+def _system_trust() -> ssl.SSLContext:
+    """The client TLS context trusting the system's store, made once: loading the store takes some 20 ms, which a
+    process running a shipper per node (``gpu-finops demo``: 64) would otherwise pay per node. An ``SSLContext`` may
+    be shared by connections of several threads."""
+    return ssl.create_default_context()
 
 
 def _transport_failure(exc: httpx.TransportError) -> str:

@@ -184,14 +184,24 @@ def serialise_transactions(session: Session, key: int, mapped: type[Any]) -> Non
 
 def supports_helper_connections(connection: Connection) -> bool:
     """Whether a transaction's read-only work can be computed on other connections of its engine and the rows
-    handed back by binary ``COPY`` (:func:`copy_out`, :func:`copy_in`): PostgreSQL. Not SQLite, which has no
-    ``COPY`` and whose writing transaction holds the database's lock."""
+    handed back (:func:`copy_out`, :func:`copy_in`): PostgreSQL, and an SQLite database in a file (in WAL mode, as
+    :func:`finops.db.engine.make_engine` opens it, its readers go on while this transaction holds the write lock,
+    and its driver lets other threads run while a statement runs). Not an in-memory SQLite database, which other
+    connections do not share."""
+    if connection.dialect.name == "sqlite":
+        return connection.engine.url.database not in (None, "", ":memory:") and "mode=memory" not in str(
+            connection.engine.url
+        )
     return connection.dialect.name == "postgresql"
 
 
 def nothing_written(session: Session) -> bool:
-    """Whether this PostgreSQL transaction has written nothing yet (no transaction id assigned): then another
-    connection sees the same data as it does. PostgreSQL only."""
+    """Whether this transaction has written nothing yet: then another connection sees the same data as it does.
+    PostgreSQL: no transaction id assigned. SQLite: no transaction open on the driver's connection (its driver
+    begins one at the first write, not at a read)."""
+    connection = session.connection()
+    if connection.dialect.name == "sqlite":
+        return not connection.connection.driver_connection.in_transaction  # type: ignore[union-attr]
     return bool(session.scalar(text("SELECT txid_current_if_assigned() IS NULL")))
 
 
@@ -271,17 +281,30 @@ def insert_rows(connection: Connection, table: TableClause, rows: Sequence[Mappi
             copy.write_row([row[name] for name in columns])
 
 
-def copy_out(connection: Connection, table: str, columns: Sequence[str]) -> bytes:
-    """``columns`` of every row of ``table`` in PostgreSQL's binary ``COPY`` format, for :func:`copy_in` on
-    another connection. PostgreSQL only."""
+Copied = bytes | list[tuple[Any, ...]]
+"""Rows moved from one connection to another (:func:`copy_out`): PostgreSQL's binary ``COPY`` format, or on SQLite
+the rows as the driver reads them (the values the columns store: money in integer micro-units)."""
+
+
+def copy_out(connection: Connection, table: str, columns: Sequence[str]) -> Copied:
+    """``columns`` of every row of ``table``, for :func:`copy_in` on another connection of the same database:
+    PostgreSQL's binary ``COPY`` output, SQLite's rows."""
+    if connection.dialect.name == "sqlite":
+        rows = connection.exec_driver_sql(f"SELECT {', '.join(columns)} FROM {table}")  # noqa: S608 - our names
+        return [tuple(row) for row in rows]
     cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
     with cursor, cursor.copy(f"COPY {table} ({', '.join(columns)}) TO STDOUT (FORMAT binary)") as copy:
         return b"".join(bytes(data) for data in copy)
 
 
-def copy_in(connection: Connection, table: str, columns: Sequence[str], data: bytes) -> None:
+def copy_in(connection: Connection, table: str, columns: Sequence[str], data: Copied) -> None:
     """Add the rows of ``data`` (:func:`copy_out`'s output for the same ``columns``) to ``table``, in the
-    connection's transaction. PostgreSQL only."""
+    connection's transaction."""
+    if isinstance(data, list):
+        if data:
+            marks = ", ".join("?" * len(columns))
+            connection.exec_driver_sql(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", data)  # noqa: S608
+        return
     cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
     with cursor, cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN (FORMAT binary)") as copy:
         copy.write(data)

@@ -60,7 +60,10 @@ from finops.service.dashboard_server import serve_dashboard
 from finops.timeutil import HOUR, floor_hour, from_epoch, month_start, next_month_start, to_epoch, utc_now
 
 H100_CAPTURE = "nvidia-smi-captures/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
-COLLECTOR_THREADS = 3
+COLLECTOR_THREADS = 6
+"""Nodes whose collectors replay at once. Each waits for the service's answer to a POST before it makes its next
+batch, so more nodes at a time keep both the service and the collectors busy: six keep the service's four slots for
+large bodies (:data:`finops.web.ingest_route.LARGE_INGEST_CONCURRENCY`) filled while two more make their batches."""
 REPLAY_YOUNG_THRESHOLD = 100_000
 """The cyclic garbage collector's youngest generation threshold while the demo's collectors replay the week
 (:func:`_few_collections`; CPython's default is 700)."""
@@ -158,10 +161,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _start_service(url: str, token: str, port: int, log_path: Path) -> subprocess.Popen[bytes]:
+def _launch_service(url: str, token: str, port: int, log_path: Path) -> subprocess.Popen[bytes]:
     """``gpu-finops serve`` (no scheduler) on 127.0.0.1:``port`` with the one-off shared ``token``, its log in
-    ``log_path`` (a service's log, its shared-token warning included, is not the demo's output); returns once it
-    answers ``/healthz``. RuntimeError with the log's end if it exits or does not answer within 60 s."""
+    ``log_path`` (a service's log, its shared-token warning included, is not the demo's output), started and not
+    waited for (:func:`_await_service`): it imports its modules while the demo derives the week."""
     env = {**os.environ, "FINOPS_DATABASE_URL": url, "FINOPS_INGEST_TOKEN": token}
     command = [
         sys.executable,
@@ -175,20 +178,25 @@ def _start_service(url: str, token: str, port: int, log_path: Path) -> subproces
         "--no-scheduler",
     ]
     with log_path.open("wb") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _await_service(process: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
+    """Return once the service ``process`` (:func:`_launch_service`) answers ``/healthz``. RuntimeError with its
+    log's end (``log_path``) if it exits or does not answer within 60 s."""
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(
-                f"the service exited with code {process.returncode} before it was ready; {log_path} ends: "
-                + log_path.read_text(errors="replace")[-2000:]
-            )
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                return process
-        except httpx.TransportError:
-            time.sleep(0.2)
-    process.terminate()
+    with httpx.Client(timeout=2) as client:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"the service exited with code {process.returncode} before it was ready; {log_path} ends: "
+                    + log_path.read_text(errors="replace")[-2000:]
+                )
+            try:
+                if client.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.2)
     raise RuntimeError(f"the service did not answer /healthz within 60 s; its log is {log_path}")
 
 
@@ -231,31 +239,34 @@ def _ship_trace(trace: Trace, readings: Readings, service_url: str, token: str) 
 def run_demo(options: DemoOptions) -> int:
     """Run the demo; returns the process exit code (0 on success)."""
     began = time.perf_counter()
-    inputs = _inputs(options)
-    series, profile = inputs.series, inputs.gpu
-    if options.minutes is not None:
-        series = [TeamSeries(s.team, s.quota, s.running[: options.minutes]) for s in series]
-    minutes = len(series[0].running)
-    now = utc_now().replace(second=0, microsecond=0)
-    jobs = derive_jobs(series)
-    trace = Trace(jobs, node_names(series), now - timedelta(minutes=minutes), minutes, plan_jobs(jobs, inputs.profiles))
-    gpus = len(trace.nodes) * 8
-    print(
-        f"{len(series)} teams, {gpus} GPUs on {len(trace.nodes)} nodes, {len(trace.jobs)} jobs, "
-        f"{minutes} minutes from {trace.start:%Y-%m-%d %H:%M} to {trace.end:%Y-%m-%d %H:%M} UTC"
-    )
     _fresh_database(options.database_url)
-    engine = make_engine(options.database_url)
-    sessions = session_factory(engine)
-    pricing = Pricing(load_catalog(options.price_catalog), options.pricing_model)
-    with sessions.begin() as session:
-        for team in series:
-            map_account(session, team.team, team.team, actor=ACTOR)
-
     token, port = secrets.token_urlsafe(24), _free_port()
     options.work_dir.mkdir(parents=True, exist_ok=True)
-    service = _start_service(options.database_url, token, port, options.work_dir / "demo-service.log")
+    service_log = options.work_dir / "demo-service.log"
+    service = _launch_service(options.database_url, token, port, service_log)
     try:
+        inputs = _inputs(options)
+        series, profile = inputs.series, inputs.gpu
+        if options.minutes is not None:
+            series = [TeamSeries(s.team, s.quota, s.running[: options.minutes]) for s in series]
+        minutes = len(series[0].running)
+        now = utc_now().replace(second=0, microsecond=0)
+        jobs = derive_jobs(series)
+        trace = Trace(
+            jobs, node_names(series), now - timedelta(minutes=minutes), minutes, plan_jobs(jobs, inputs.profiles)
+        )
+        gpus = len(trace.nodes) * 8
+        print(
+            f"{len(series)} teams, {gpus} GPUs on {len(trace.nodes)} nodes, {len(trace.jobs)} jobs, "
+            f"{minutes} minutes from {trace.start:%Y-%m-%d %H:%M} to {trace.end:%Y-%m-%d %H:%M} UTC"
+        )
+        engine = make_engine(options.database_url)
+        sessions = session_factory(engine)
+        pricing = Pricing(load_catalog(options.price_catalog), options.pricing_model)
+        with sessions.begin() as session:
+            for team in series:
+                map_account(session, team.team, team.team, actor=ACTOR)
+        _await_service(service, port, service_log)
         shipped_at = time.perf_counter()
         readings = Readings(profile, inputs.idle_activity)
         accepted = _ship_trace(trace, readings, f"http://127.0.0.1:{port}", token)

@@ -24,7 +24,7 @@ import orjson
 from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session
 
-from finops.db.dialect import copy_in, copy_out, emptying, run_statements
+from finops.db.dialect import Copied, copy_in, copy_out, emptying, run_statements
 from finops.db.hours import mark_hours_dirty
 from finops.ledger.sql import ACTIVITIES
 from finops.timeutil import HOUR
@@ -135,16 +135,17 @@ def settle_arrivals(session: Session, arrivals: Arrivals) -> None:
 @dataclass(frozen=True, slots=True)
 class Shipped:
     """What a helper connection's rebuild of a chunk keeps, for the rollup's own session to write
-    (:func:`keep`): its sums, holdings and new cursors, each as PostgreSQL's binary ``COPY`` output."""
+    (:func:`keep`): its sums, holdings and new cursors, each as :func:`finops.db.dialect.copy_out` gives them."""
 
-    units: bytes
-    holdings: bytes
-    cursors: bytes
+    units: Copied
+    holdings: Copied
+    cursors: Copied
 
 
 def ship(connection: Connection) -> Shipped:
     """What the chunk just metered on ``connection`` keeps (its ``tmp_ledger_units``,
-    ``tmp_ledger_metered_holdings`` and ``tmp_ledger_new_cursors``), as binary ``COPY`` output. PostgreSQL only."""
+    ``tmp_ledger_metered_holdings`` and ``tmp_ledger_new_cursors``), as :func:`finops.db.dialect.copy_out` gives
+    them."""
     return Shipped(
         copy_out(connection, "tmp_ledger_units", KEPT_COLUMNS),
         copy_out(connection, "tmp_ledger_metered_holdings", HOLDING_COLUMNS),

@@ -22,9 +22,10 @@ tables, and applies :mod:`finops.ledger.costmodel` in Python only where a GPU-ho
 6. the GPU-hours to split, by :func:`finops.ledger.costmodel.gpu_hour_costs` in Python.
 
 Steps 5 and 6 write the chunk's rows to a work table; the ledger's rows of the chunk are then replaced by them
-in one statement. On PostgreSQL a rollup of several chunks computes them on other connections, one per CPU up to
-4, while its own session writes the chunk before (binary ``COPY`` from the helper's work table into the ledger):
-the ledger is still written in the rollup's one transaction. Both costing paths write identical rows:
+in one statement. A rollup of several chunks computes them on other connections, one per CPU up to 4, while its
+own session writes the chunk before (PostgreSQL: binary ``COPY`` from the helper's work table into the ledger;
+SQLite in a file: the work table's rows, read by the helper, inserted): the ledger is still written in the rollup's
+one transaction. Both costing paths write identical rows:
 ``sql_costing=False`` sends every GPU-hour through Python, which the tests compare with. Rebuilding an hour
 deletes and rewrites its rows, so recomputing changes nothing.
 
@@ -50,6 +51,7 @@ from sqlalchemy import Connection, delete, func, select, text
 from sqlalchemy.orm import Session
 
 from finops.db.dialect import (
+    Copied,
     analyze,
     copy_in,
     copy_out,
@@ -80,7 +82,7 @@ TRANSACTION_HOURS = 2 * CHUNK_HOURS
 backlog is committed two days at a time, so that a rollup stopped or killed keeps what it finished, and no writer
 waits for the whole month."""
 ROLLUP_CONNECTIONS = min(os.cpu_count() or 1, 4)
-"""Connections that compute chunks of a rollup at once on PostgreSQL (:func:`rollup`): one per CPU of the host
+"""Connections that compute chunks of a rollup at once (:func:`rollup`): one per CPU of the host
 running the rollup, at most 4, which keeps them well within the engine's pool (5 + 10 connections, shared with
 the API)."""
 ROLLUP_LOCK_KEY = 0x6770_7566_5F6C_6467  # pg_advisory_xact_lock key serialising rollups ("gpuf_ldg")
@@ -194,11 +196,12 @@ def rollup(
     watermark moves only once none is.
 
     The hours are rebuilt in chunks of at most :data:`CHUNK_HOURS` consecutive hours (a day partition of readings
-    each). On PostgreSQL, several chunks are computed at once on up to ``connections`` extra connections
-    (:func:`_chunks_built_elsewhere`) when this transaction has written nothing yet; everything is still written
-    in this session's transaction. Half a day of hours or more is then cut into at least ``connections``
-    chunks, so that a single dirty day is shared by the helpers too. Otherwise, and on SQLite, chunk after chunk
-    by :func:`rebuild`.
+    each). Several chunks are computed at once on up to ``connections`` extra connections
+    (:func:`_chunks_built_elsewhere`) when this transaction had written nothing before it and its late readings
+    wrote nothing either, on PostgreSQL and on an SQLite database in a file
+    (:func:`finops.db.dialect.supports_helper_connections`); everything is still written in this session's
+    transaction. Half a day of hours or more is then cut into at least ``connections`` chunks, so that a single
+    dirty day is shared by the helpers too. Otherwise chunk after chunk by :func:`rebuild`.
 
     Rollups are serialised: two at once (the scheduler and ``gpu-finops rollup``, or two schedulers) would each
     delete the hours' rows before the other's were committed and write them twice. On PostgreSQL by a
@@ -207,6 +210,8 @@ def rollup(
     and fails "database is locked" (:func:`finops.db.dialect.serialise_transactions`). The second waits, then
     finds the hours done.
     """
+    helpers = connections > 1 and supports_helper_connections(session.connection())
+    unwritten = helpers and nothing_written(session)  # before the write that takes SQLite's lock
     serialise_transactions(session, ROLLUP_LOCK_KEY, DirtyHour)
     arrivals = take_arrivals(session)
     dirty = {to_epoch(h) for h in session.scalars(select(DirtyHour.hour).where(DirtyHour.hour < from_epoch(until)))}
@@ -221,14 +226,13 @@ def rollup(
     if meter is not None:
         meter(session, hours, until)
     from_tsdb = meter is not None
-    helpers = connections > 1 and supports_helper_connections(session.connection())
     longest = CHUNK_HOURS
     if helpers and len(hours) >= CHUNK_HOURS // 2:
         longest = min(CHUNK_HOURS, -(-len(hours) // connections))  # a chunk for each helper at least
     chunks = list(_contiguous_chunks(hours, longest))
     log.debug("rebuilding %d ledger hours in %d chunks", len(hours), len(chunks))
     built: Iterator[ChunkBuilt]
-    if helpers and len(chunks) > 1 and nothing_written(session):
+    if helpers and len(chunks) > 1 and unwritten and not arrivals.late_gpus:
         arrivals.capture(session.connection())
         built = _chunks_built_elsewhere(session, chunks, pricing, until, sql_costing, connections, from_tsdb)
     else:
@@ -291,7 +295,7 @@ def rebuild(
     return built
 
 
-def _store(session: Session, h0: int, h1: int, copied: bytes | None, shipped: Shipped | None, from_tsdb: bool) -> None:
+def _store(session: Session, h0: int, h1: int, copied: Copied | None, shipped: Shipped | None, from_tsdb: bool) -> None:
     """Replace the ledger rows of hours [h0, h1) by the chunk's computed rows, rewrite its team-hours, and unless
     ``from_tsdb`` replace what the metering keeps of them.
 
@@ -347,18 +351,20 @@ def _chunks_built_elsewhere(
 
     The rows are computed (:func:`_compute`) on up to ``connections`` other connections of the session's
     engine, a chunk each at a time and a few chunks ahead, so that PostgreSQL computes several chunks on
-    several cores while this session writes the one before (``benchmarks/ledger.py`` has figures). Each helper
+    several cores while this session writes the one before (``benchmarks/ledger.py`` has figures; SQLite's
+    driver lets other threads run while a statement runs, and in WAL mode its readers do not wait for the rollup's
+    write lock). Each helper
     connection reads in a transaction of its own, which it rolls back; the rollup's inputs (readings, jobs,
     allocations, GPUs, prices) are what is committed, which is what ``session`` sees too as long as it has not
     written them (:func:`finops.db.dialect.nothing_written`). A helper's error is raised here, and the rollup's
-    transaction with it is rolled back by its owner. PostgreSQL only.
+    transaction with it is rolled back by its owner.
     """
     bind = session.get_bind()
     engine = bind.engine if isinstance(bind, Connection) else bind
     unallocated_team = team_by_name(session, UNALLOCATED_TEAM).id
     idle: queue.SimpleQueue[Connection] = queue.SimpleQueue()
 
-    def compute(h0: int, h1: int) -> tuple[ChunkBuilt, bytes, Shipped | None]:
+    def compute(h0: int, h1: int) -> tuple[ChunkBuilt, Copied, Shipped | None]:
         connection = idle.get()
         try:
             with Session(bind=connection) as helper:
@@ -376,7 +382,7 @@ def _chunks_built_elsewhere(
             idle.put(connection)
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=connections, thread_name_prefix="ledger-chunk"))
         stack.callback(pool.shutdown, cancel_futures=True)
-        pending: deque[tuple[int, int, Future[tuple[ChunkBuilt, bytes, Shipped | None]]]] = deque()
+        pending: deque[tuple[int, int, Future[tuple[ChunkBuilt, Copied, Shipped | None]]]] = deque()
         queued = iter(chunks)
         for h0, h1 in islice(queued, connections + 1):
             _unmark(session, h0, h1, until)
