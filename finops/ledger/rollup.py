@@ -197,8 +197,8 @@ def rollup(
 
     The hours are rebuilt in chunks of at most :data:`CHUNK_HOURS` consecutive hours (a day partition of readings
     each). Several chunks are computed at once on up to ``connections`` extra connections
-    (:func:`_chunks_built_elsewhere`) when this transaction had written nothing before it and its late readings
-    wrote nothing either, on PostgreSQL and on an SQLite database in a file
+    (:func:`_chunks_built_elsewhere`) when this transaction had written nothing before it, its late readings
+    wrote nothing either and no ``meter`` wrote segments, on PostgreSQL and on an SQLite database in a file
     (:func:`finops.db.dialect.supports_helper_connections`); everything is still written in this session's
     transaction. Half a day of hours or more is then cut into at least ``connections`` chunks, so that a single
     dirty day is shared by the helpers too. Otherwise chunk after chunk by :func:`rebuild`.
@@ -232,7 +232,8 @@ def rollup(
     chunks = list(_contiguous_chunks(hours, longest))
     log.debug("rebuilding %d ledger hours in %d chunks", len(hours), len(chunks))
     built: Iterator[ChunkBuilt]
-    if helpers and len(chunks) > 1 and unwritten and not arrivals.late_gpus:
+    # Helpers read what is committed: not the segments ``meter`` wrote in this transaction, nor late readings' moves.
+    if helpers and len(chunks) > 1 and unwritten and not arrivals.late_gpus and meter is None:
         arrivals.capture(session.connection())
         built = _chunks_built_elsewhere(session, chunks, pricing, until, sql_costing, connections, from_tsdb)
     else:

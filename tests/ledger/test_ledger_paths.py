@@ -25,9 +25,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.wire import ACTIVITY_COLUMNS
 from finops.db.hours import mark_hours_dirty
-from finops.db.ledger_tables import LedgerEntry, ProfiledHour
-from finops.db.models import Allocation, Gpu, GpuSample, Job, Node, PricingRule, Team
+from finops.db.ledger_tables import LedgerEntry, ProfiledHour, TsdbGpuMetering
+from finops.db.models import UNALLOCATED_TEAM, Allocation, Gpu, GpuSample, Job, Node, PricingRule, Team
 from finops.ingest.partitions import create_partitions, is_partitioned
+from finops.jobs.teams import team_by_name
 from finops.ledger import rollup as ledger
 from finops.ledger.costmodel import float_decimal
 from finops.ledger.metering import ENERGY_LOOKBACK_SECONDS, ENERGY_SCALE, RATIO_SCALE
@@ -415,6 +416,43 @@ def test_chunks_computed_on_other_connections_match(
         beta_id = session.scalar(select(Team.id).where(Team.name == "beta"))
     job, team = LEDGER_COLUMNS.index("job_pk"), LEDGER_COLUMNS.index("team_id")
     assert {row[team] for row in moved[1][0] if row[job] is not None} == {beta_id}
+
+
+def test_segments_a_meter_writes_are_seen_by_every_chunk(
+    sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollup metered from a TSDB writes the hours' segments in its own transaction before it rebuilds them
+    (``meter``); connections of their own would not see them, so every chunk is computed where they are: every hour
+    is metered from its segments, and the ledger is the same with any number of connections."""
+    monkeypatch.setattr(ledger, "CHUNK_HOURS", 3)
+    with sessions.begin() as session:
+        _build(session, 2)
+        team_by_name(session, UNALLOCATED_TEAM)  # committed, so that both rollups bill the same team id
+    pricing = Pricing(_catalog(), PricingModel.ON_DEMAND)
+
+    def meter(session: Session, hours: Any, until: int) -> None:
+        """One whole-hour segment per GPU and hour: 60 samples at 0.5, 3,600 J (as TsdbMeter.meter_hours writes)."""
+        for gpu_id in session.scalars(select(Gpu.id)):
+            for hour in hours:
+                stop = min(hour + HOUR, until)
+                segment = {"start": from_epoch(hour), "stop": from_epoch(stop), "memory_max_bytes": None}
+                session.add(
+                    TsdbGpuMetering(gpu_id=gpu_id, samples=60, utilization_sum=30.0, energy_joules=3600.0, **segment)
+                )
+        session.flush()
+
+    built = []
+    for connections in (1, 3):
+        with sessions() as session:
+            session.execute(text("DELETE FROM tsdb_gpu_metering"))
+            mark_hours_dirty(session, range(T0 - 3 * HOUR, UNTIL, HOUR))
+            session.commit()
+            rollup(session, pricing, UNTIL, connections=connections, meter=meter)
+            built.append((_ledger(session), _team_hours(session), []))
+            session.rollback()
+    samples = LEDGER_COLUMNS.index("sample_count")
+    assert {to_epoch(row[0]) for row in built[0][0] if row[samples] > 0} == set(range(T0 - 3 * HOUR, UNTIL, HOUR))
+    _assert_same(built[1], built[0])
 
 
 def _assert_same(built: tuple[Any, ...], reference: tuple[Any, ...]) -> None:
