@@ -50,7 +50,7 @@ from finops.savings.nudges import (
 from finops.timeutil import utc_now
 
 if TYPE_CHECKING:
-    from finops.settings import Settings
+    from finops.settings.combined import Settings
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from finops.savings.nudges import (
 )
 from finops.service.cost_metrics import CostMetrics
 from finops.service.scheduler import start_scheduler
-from finops.settings import Settings
+from finops.settings.combined import Settings
 from finops.timeutil import utc_now
 from tests.service.job_runs import JobRuns
 from tests.support.alert_cluster import Cluster, minute_floor
