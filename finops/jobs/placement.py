@@ -45,7 +45,7 @@ from finops.db.hours import HourMarks, hours_between, mark_hours_dirty
 from finops.db.ledger_tables import DirtyHour
 from finops.db.models import Allocation, Gpu, GpuSample, Job, Node
 from finops.jobs.compute_partitions import gres_gpu_name
-from finops.jobs.slurm import expand_hostlist
+from finops.jobs.slurm_hostlist import expand_hostlist
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
 log = logging.getLogger(__name__)
