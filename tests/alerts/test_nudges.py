@@ -20,7 +20,7 @@ from alerts.mail import SmtpSettings
 from alerts.models import AlertDelivery, NudgeLog
 from alerts.nudges import NO_FIX, NudgeRunner, NudgeService, plan_nudges, render_nudge, send_nudges
 from alerts.recipients import Recipients
-from alerts.rules import money
+from alerts.rules.candidate import money
 from alerts.service import AlertRunner, AlertService
 from alerts.slack import slack_payload
 from alerts.webhooks import WebhookPolicy
