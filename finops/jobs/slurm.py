@@ -73,7 +73,8 @@ FIELD_MAX_LENGTHS: dict[str, int] = {
 (:class:`finops.db.models.Job`; ``State`` holds ``CANCELLED by <uid>``, its code is at most 32). A longer field
 refuses its line, named, and the other lines are read."""
 NODE_LIST_MAX_LENGTH = 4096
-"""Longest node list stored with a job (``jobs.node_list``), written as :func:`compress_hostlist` writes it."""
+"""Longest node list stored with a job (``jobs.node_list``), written as
+:func:`~finops.jobs.slurm_hostlist.compress_hostlist` writes it."""
 GPU_TYPE_MAX_LENGTH = 64
 """Longest GRES type stored with a job (``jobs.gpu_type``)."""
 
@@ -191,11 +192,12 @@ def format_sacct_line(job: SacctJob, *, tz: tzinfo = UTC) -> str:
     Times are written as local time in ``tz`` (``YYYY-MM-DDTHH:MM:SS``, fraction dropped), a missing one as
     ``Unknown``; Elapsed as ``[D-]HH:MM:SS``; State as ``CANCELLED by <uid>`` when ``cancelled_by`` is set;
     AllocTRES holds only the GPU items (``gres/gpu:<type>=N,gres/gpu=N``, ``gres/gpu=N`` or empty); NodeList
-    is :func:`compress_hostlist` of the nodes, ``None assigned`` for none.
+    is :func:`~finops.jobs.slurm_hostlist.compress_hostlist` of the nodes, ``None assigned`` for none.
 
     Raises ValueError when the job cannot be written so that it reads back the same: a naive datetime,
     negative elapsed or GPU count, a GPU type holding ``,``, ``=``, ``|`` or whitespace, a host name
-    :func:`compress_hostlist` refuses, a line break in any field or a ``|`` in any field but the last.
+    :func:`~finops.jobs.slurm_hostlist.compress_hostlist` refuses, a line break in any field or a ``|`` in any
+    field but the last.
     """
     state = job.state if job.cancelled_by is None else f"{job.state} by {job.cancelled_by}"
     values = (
@@ -332,8 +334,9 @@ def _parse_line(line: str, tz: tzinfo) -> SacctJob | None:
 
 
 def _stored_nodes(text: str) -> list[str]:
-    """NodeList's hosts (:func:`expand_hostlist`), refused when their :func:`compress_hostlist` form, as stored,
-    exceeds :data:`NODE_LIST_MAX_LENGTH` characters."""
+    """NodeList's hosts (:func:`~finops.jobs.slurm_hostlist.expand_hostlist`), refused when their
+    :func:`~finops.jobs.slurm_hostlist.compress_hostlist` form, as stored, exceeds :data:`NODE_LIST_MAX_LENGTH`
+    characters."""
     nodes = expand_hostlist(text)
     stored = len(compress_hostlist(nodes))
     if stored > NODE_LIST_MAX_LENGTH:
