@@ -41,7 +41,7 @@ from alerts.engine import queue
 from alerts.models import AlertDelivery, AlertInstance
 from alerts.render import dashboard_link
 from alerts.webhooks import Attempt, post_json, redact
-from finops.settings import AlertmanagerTarget
+from finops.settings.alerts import AlertmanagerTarget
 
 CHANNEL = "alertmanager"
 API_PATH = "/api/v2/alerts"

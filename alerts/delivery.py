@@ -47,7 +47,7 @@ from alerts.models import AlertDelivery
 from alerts.render import payload_to_message
 from alerts.slack import post_to_slack
 from alerts.webhooks import Attempt, WebhookPolicy
-from finops.settings import AlertmanagerTarget
+from finops.settings.alerts import AlertmanagerTarget
 from finops.timeutil import utc_now
 
 log = logging.getLogger(__name__)

@@ -36,14 +36,12 @@ from alerts.dispatch import Alert, LogEntry, decide
 from alerts.matchers import DEFAULT_INHIBITIONS, InhibitRule, Matcher, Silence, inhibited, parse_matcher, silenced
 from alerts.models import AlertDelivery, AlertGroup, AlertInstance, AlertSilence
 from alerts.render import Shown, message_to_payload, render_group
-from alerts.rules import (
-    Candidate,
-    data_quality_candidates,
-    event_candidates,
-    idle_candidates,
-    silence_candidates,
-    throttling_candidates,
-)
+from alerts.rules.candidate import Candidate
+from alerts.rules.data_quality import data_quality_candidates
+from alerts.rules.idle import idle_candidates
+from alerts.rules.silence import silence_candidates
+from alerts.rules.spend import event_candidates
+from alerts.rules.throttling import throttling_candidates
 from finops.analysis.events import take_events
 from finops.analysis.waste import ReasonPolicy
 from finops.db.dialect import insert_ignoring_conflicts

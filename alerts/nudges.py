@@ -33,7 +33,7 @@ from alerts.message import Message
 from alerts.models import NudgeLog
 from alerts.recipients import Recipients
 from alerts.render import dashboard_link, message_to_payload
-from alerts.rules import duration_text, money
+from alerts.rules.candidate import duration_text, money
 from finops.pricing.catalog import GIB, PriceCatalog, load_catalog
 from finops.pricing.store import catalog_in_force
 from finops.savings.nudges import (
@@ -50,7 +50,7 @@ from finops.savings.nudges import (
 from finops.timeutil import utc_now
 
 if TYPE_CHECKING:
-    from finops.settings import Settings
+    from finops.settings.combined import Settings
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 
 from alerts.config import Strict, TextList, email_addresses, load_model
-from finops.settings import email_domain
+from finops.settings.alerts import email_domain
 
 SLACK_MEMBER_ID = re.compile(r"[UW][A-Z0-9]{2,}")
 """A Slack member ID (``U012AB3CD``; ``W…`` on Enterprise Grid)."""

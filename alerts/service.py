@@ -1,7 +1,7 @@
 """The alerts package as the service runs it: configuration from settings, and the three scheduled jobs.
 
-:class:`AlertService` is built once from :class:`finops.settings.Settings` (rules file, webhooks, SMTP, timing);
-:class:`AlertRunner` binds it to a session factory and a delivery worker. The scheduler calls
+:class:`AlertService` is built once from :class:`finops.settings.combined.Settings` (rules file, webhooks, SMTP,
+timing); :class:`AlertRunner` binds it to a session factory and a delivery worker. The scheduler calls
 :meth:`AlertRunner.evaluate` right after each ledger rollup, :meth:`AlertRunner.deliver` every
 ``FINOPS_ALERT_DELIVERY_POLL_SECONDS``, and :meth:`AlertRunner.showback` on the first day of each month.
 """
@@ -27,7 +27,7 @@ from alerts.webhooks import WebhookPolicy
 from finops.timeutil import previous_month_start, utc_now
 
 if TYPE_CHECKING:
-    from finops.settings import Settings
+    from finops.settings.combined import Settings
 
 log = logging.getLogger(__name__)
 

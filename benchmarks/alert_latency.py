@@ -60,7 +60,7 @@ from finops.pricing.catalog import (  # noqa: E402
     load_catalog,
 )
 from finops.service.cost_metrics import CostMetrics  # noqa: E402
-from finops.settings import Settings  # noqa: E402
+from finops.settings.combined import Settings  # noqa: E402
 from finops.timeutil import to_epoch, utc_now  # noqa: E402
 from tests.support.alert_cluster import Cluster, minute_floor  # noqa: E402
 from tests.support.alert_servers import Webhook  # noqa: E402

@@ -58,7 +58,7 @@ from finops.savings.efficiency import EfficiencyReport, efficiency_report
 from finops.savings.rightsizing import rightsizing
 from finops.savings.rightsizing_policy import RightsizingReport
 from finops.savings.waste_costs import ReasonCost, idle_cost_by_reason, reason_dicts
-from finops.settings import Settings
+from finops.settings.combined import Settings
 
 TTL_SECONDS = 60
 TEAM_COLUMNS = [
@@ -97,7 +97,7 @@ _exclude_loaded_objects_from_collections()
 
 
 def settings() -> Settings:
-    """The service settings (:class:`finops.settings.Settings`), made once per state of the ``FINOPS_``
+    """The service settings (:class:`finops.settings.combined.Settings`), made once per state of the ``FINOPS_``
     variables of the environment (which is all they are read from, bar the files of secrets the pages do not
     use) rather than on every run."""
     return _settings(tuple(sorted((k, v) for k, v in os.environ.items() if k.upper().startswith("FINOPS_"))))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboards.access import EVERYONE, Access, GroupMapping, Refusal, access_of, is_loopback
-from finops.settings import DashboardSettings
+from finops.settings.dashboard import DashboardSettings
 
 _ACCESS = "finops_access"
 

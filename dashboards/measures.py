@@ -14,7 +14,7 @@ Neither is a part of the other, so the two figures differ, and each page says wh
 from __future__ import annotations
 
 from dashboards.format import duration
-from finops.settings import IdleSettings
+from finops.settings.analysis import IdleSettings
 
 UNUSED_COST = "Unused allocated cost"
 EPISODE_COST = "Idle-episode cost"

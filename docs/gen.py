@@ -23,7 +23,8 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import NoDecode
 
 from finops.cli import app, base
-from finops.settings import GROUPS, SettingsGroup, secret_file_fields
+from finops.settings.combined import GROUPS
+from finops.settings.group import SettingsGroup, secret_file_fields
 
 PROGRAM = "gpu-finops"
 REPO = Path(__file__).resolve().parent.parent
@@ -166,7 +167,7 @@ def settings_tables() -> str:
         out += [
             f"## {_title(group)}",
             "",
-            f"{_inline(_docstring(group))} Class `finops.settings.{group.__name__}`.",
+            f"{_inline(_docstring(group))} Class `{group.__module__}.{group.__name__}`.",
             "",
         ]
         out += ["| variable | type | default | description |", "|---|---|---|---|"]

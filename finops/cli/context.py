@@ -34,7 +34,7 @@ from finops.ingest.tsdb_source import TsdbTelemetry
 from finops.ledger.rollup import unpriced_fix
 from finops.pricing.catalog import Pricing, load_catalog
 from finops.service.scheduler import run_rollup
-from finops.settings import Settings
+from finops.settings.combined import Settings
 from finops.timeutil import month_start, parse_utc, period_bound, utc_now
 
 STDIN = "-"

@@ -13,7 +13,7 @@ from alerts.nudges import NudgeService, Planned, plan_nudges, send_nudges
 from alerts.service import AlertRunner, AlertService
 from finops.cli.base import INCOMPLETE
 from finops.cli.context import load_settings, open_sessions
-from finops.settings import Settings
+from finops.settings.combined import Settings
 from finops.timeutil import utc_now
 
 app = typer.Typer()

@@ -57,7 +57,8 @@ from finops.service.heap import settle_heap
 from finops.service.leases import job_leases
 from finops.service.scheduler import RunningJobs, start_scheduler
 from finops.service.tls import check_server_tls, is_loopback
-from finops.settings import DEFAULT_SACCT_SCHEDULE_SECONDS, Settings
+from finops.settings.combined import Settings
+from finops.settings.sources import DEFAULT_SACCT_SCHEDULE_SECONDS
 from finops.timeutil import utc_now
 from finops.web.app import create_app, create_metrics_app
 from finops.web.auth import ApiAuth
@@ -100,9 +101,10 @@ def prometheus_pull(settings: Settings) -> ScheduledPull | None:
 
 def scheduled_sacct(settings: Settings) -> ScheduledSacct | None:
     """The scheduled sacct import, every ``FINOPS_SACCT_SCHEDULE_SECONDS``; unset, every
-    :data:`~finops.settings.DEFAULT_SACCT_SCHEDULE_SECONDS` when sacct can be run here (``FINOPS_SACCT_COMMAND`` is
-    set, or its program, ``sacct`` by default, is on the PATH); else None. Logs at start, in one line, whether and
-    how Slurm jobs are imported, and how to change it; a WARNING when the command's program is not on the PATH."""
+    :data:`~finops.settings.sources.DEFAULT_SACCT_SCHEDULE_SECONDS` when sacct can be run here
+    (``FINOPS_SACCT_COMMAND`` is set, or its program, ``sacct`` by default, is on the PATH); else None. Logs at
+    start, in one line, whether and how Slurm jobs are imported, and how to change it; a WARNING when the command's
+    program is not on the PATH."""
     seconds = settings.sacct_schedule_seconds
     program = shlex.split(settings.sacct_command)[0]
     found = shutil.which(program) is not None

@@ -19,7 +19,7 @@ from finops.cli.base import INCOMPLETE
 from finops.cli.context import load_settings, open_sessions
 from finops.savings.showback import build_statement, statement_teams
 from finops.savings.showback_render import statement_csv, statement_text
-from finops.settings import Settings
+from finops.settings.combined import Settings
 from finops.timeutil import previous_month_start, utc_now
 
 app = typer.Typer()

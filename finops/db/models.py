@@ -199,8 +199,9 @@ class Job(Base):
     the pod's claim, not an identity the cluster checked, and never reads as the Slurm user ``alice``;
     ``partition`` its node pool label if any, ``job_id`` ``namespace/name`` and ``job_id_raw`` the pod UID.
     ``namespace``, ``labels`` are Kubernetes only; ``project`` is optional (budgets per project).
-    ``node_list`` is a Slurm hostlist expression (``gpu-[01-04]``, as :func:`finops.jobs.slurm.compress_hostlist`
-    writes it; rows imported before are comma-separated names, which read the same). ``end`` is NULL while it runs.
+    ``node_list`` is a Slurm hostlist expression (``gpu-[01-04]``, as
+    :func:`finops.jobs.slurm_hostlist.compress_hostlist` writes it; rows imported before are comma-separated names,
+    which read the same). ``end`` is NULL while it runs.
 
     One row per run (migration 0026): a requeued Slurm job's runs share ``job_id_raw`` and differ in ``start``
     (:func:`finops.jobs.slurm_import.import_sacct`); a pod has one run.

@@ -23,7 +23,7 @@ FUTURE_GRACE_SECONDS = 600
 accepted compared to the wall clock", default ``10m``; Mimir's configuration reference), for the same reason:
 collectors' clocks drift a little, never by hours."""
 DEFAULT_RETENTION_DAYS = 35
-"""``FINOPS_SAMPLE_RETENTION_DAYS``' default (:class:`finops.settings.StorageSettings`)."""
+"""``FINOPS_SAMPLE_RETENTION_DAYS``' default (:class:`finops.settings.server.StorageSettings`)."""
 READINGS_PER_SECOND = 10_000
 """``FINOPS_INGEST_READINGS_PER_SECOND``' default: Grafana Mimir's per-tenant ``ingestion_rate`` default (10,000
 samples/s), here per node. A collector sends one node's GPUs every 10 s (8 GPUs: under 1 reading/s); after an

@@ -60,7 +60,7 @@ from finops.jobs.capacity import (
 )
 from finops.jobs.compute_partitions import gres_partition, with_modes
 from finops.jobs.mig import gres_mig_type
-from finops.jobs.placement import effective_model, ensure_nodes
+from finops.jobs.nodes import effective_model, ensure_nodes
 
 Resolver = Callable[[str], str | None]
 """A GPU name (GRES type, NVML name, catalog key) to the catalog model key it names, or None."""

@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 
 from finops.db.hours import HourMarks
 from finops.db.models import CLAIMED_USER_PREFIX, Job
+from finops.jobs.gpu_calendar import Unit
 from finops.jobs.kubernetes import (
     MIG_RESOURCE_PREFIX,
     Pod,
@@ -38,7 +39,8 @@ from finops.jobs.kubernetes import (
     product_model,
 )
 from finops.jobs.mig import mig_share
-from finops.jobs.placement import PlacementRequest, Unit, ensure_nodes, job_keys, node_models, place_jobs
+from finops.jobs.nodes import ensure_nodes, node_models
+from finops.jobs.placement import PlacementRequest, job_keys, place_jobs
 from finops.jobs.store import replace_job, update_end
 from finops.jobs.teams import TeamRules
 from finops.timeutil import to_epoch

@@ -28,10 +28,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from finops.db.hours import HourMarks
 from finops.db.models import Job
 from finops.errors import FinopsError
+from finops.jobs.gpu_calendar import Unit
 from finops.jobs.mig import gres_mig_type, mig_share
-from finops.jobs.placement import PlacementRequest, Unit, ensure_nodes, job_keys, node_models, place_jobs
+from finops.jobs.nodes import ensure_nodes, node_models
+from finops.jobs.placement import PlacementRequest, job_keys, place_jobs
 from finops.jobs.sacct_watermark import advance, resume_from
-from finops.jobs.slurm import SACCT_FIELDS, SacctJob, SacctLineError, compress_hostlist, expand_hostlist, parse_sacct
+from finops.jobs.slurm import SACCT_FIELDS, SacctJob, SacctLineError, parse_sacct
+from finops.jobs.slurm_hostlist import compress_hostlist, expand_hostlist
 from finops.jobs.store import replace_job, update_end
 from finops.jobs.teams import TeamRules
 from finops.timeutil import to_epoch, utc_now

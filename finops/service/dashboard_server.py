@@ -23,7 +23,7 @@ from typing import NoReturn
 import dashboards
 from dashboards.access import is_loopback
 from finops.errors import FinopsError
-from finops.settings import DashboardSettings
+from finops.settings.dashboard import DashboardSettings
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from finops.analysis.idle_prices import claim_repriced_hours, release_repriced_h
 from finops.db.ledger_tables import LedgerEntry
 from finops.db.stopping import StopSwitch
 from finops.ingest.partitions import Pruned, create_upcoming_partitions, prune_samples
-from finops.jobs.placement import reconcile_job_map
+from finops.jobs.job_map import reconcile_job_map
 from finops.ledger.rollup import TRANSACTION_HOURS, RollupResult, rollup
 from finops.pricing.catalog import Pricing
 from finops.pricing.store import pricing_in_force
@@ -112,7 +112,7 @@ def run_rollup(
     tsdb: TsdbTelemetry | None = None,
 ) -> tuple[RollupResult, int]:
     """With the price catalog in force (the newest imported, else ``pricing``'s): move jobs onto the GPUs newly
-    arrived samples name (:func:`finops.jobs.placement.reconcile_job_map`), rebuild dirty ledger hours up to now
+    arrived samples name (:func:`finops.jobs.job_map.reconcile_job_map`), rebuild dirty ledger hours up to now
     (at most :data:`~finops.ledger.rollup.TRANSACTION_HOURS` a transaction, each committed with the idle episodes
     of its hours, so that a rollup stopped or killed keeps what it finished), re-judge the idle episodes of the
     hours rebuilt (:func:`finops.analysis.idle.rejudge_idle`: readings that

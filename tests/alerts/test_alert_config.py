@@ -10,7 +10,7 @@ import pytest
 
 from alerts.config import AlertConfig, AlertConfigError, load_config, parse_duration
 from alerts.service import AlertService
-from finops.settings import Settings
+from finops.settings.combined import Settings
 
 RULES = """
 timers:

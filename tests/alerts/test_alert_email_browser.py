@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from alerts.config import parse_config
 from alerts.delivery import Channels
 from alerts.mail import SmtpSettings
-from alerts.rules import money
+from alerts.rules.candidate import money
 from alerts.service import AlertRunner, AlertService
 from alerts.webhooks import WebhookPolicy
 from finops.analysis.budgets import BudgetStatus, budget_status, record_budget_events, set_budget

@@ -23,7 +23,7 @@ from alerts.delivery import Channels
 from alerts.engine import RuleInputs
 from alerts.mail import SmtpSettings
 from alerts.models import AlertDelivery, AlertGroup, AlertInstance
-from alerts.rules import money
+from alerts.rules.candidate import money
 from alerts.service import AlertRunner, AlertService
 from alerts.webhooks import WebhookPolicy
 from collector.contract.wire import IngestBatch, gpu_info_dict, reading_dict

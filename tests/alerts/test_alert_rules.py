@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from alerts.config import AlertConfig, parse_config
 from alerts.engine import RuleInputs, evaluate, fingerprint
 from alerts.models import AlertInstance
-from alerts.rules import money
+from alerts.rules.candidate import money
 from alerts.store import list_alerts
 from collector.contract import metric_names as m
 from collector.contract.clocks_events import CLOCKS_EVENT_REASONS

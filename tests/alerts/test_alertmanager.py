@@ -21,7 +21,7 @@ from alerts.config import parse_config
 from alerts.delivery import Channels, DeliveryWorker, send
 from alerts.models import AlertDelivery, AlertInstance
 from alerts.service import AlertRunner, AlertService
-from finops.settings import AlertmanagerTarget
+from finops.settings.alerts import AlertmanagerTarget
 from finops.timeutil import utc_now
 from tests.support.alert_cluster import Cluster, minute_floor
 from tests.support.alert_rows import alert_row
@@ -175,7 +175,7 @@ def test_bad_alertmanager_settings_are_refused(fields: dict[str, str], problem: 
 
 
 def test_settings_read_alertmanagers_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from finops.settings import Settings
+    from finops.settings.combined import Settings
 
     monkeypatch.setenv("FINOPS_ALERT_ALERTMANAGERS", '{"site": {"url": "http://127.0.0.1:9093"}}')
     monkeypatch.setenv("FINOPS_ROLLUP_INTERVAL_SECONDS", "60")

@@ -16,7 +16,7 @@ from alerts.config import AlertConfig
 from alerts.engine import RuleInputs, evaluate
 from alerts.models import AlertInstance
 from alerts.render import Shown, render_group
-from alerts.rules import money
+from alerts.rules.candidate import money
 from alerts.slack import slack_payload
 from finops.analysis.idle import IdlePolicy, detect_idle, list_episodes
 from finops.ledger.rollup import rollup, unpriced_fix

@@ -20,7 +20,7 @@ from alerts.mail import SmtpSettings
 from alerts.models import AlertDelivery, NudgeLog
 from alerts.nudges import NO_FIX, NudgeRunner, NudgeService, plan_nudges, render_nudge, send_nudges
 from alerts.recipients import Recipients
-from alerts.rules import money
+from alerts.rules.candidate import money
 from alerts.service import AlertRunner, AlertService
 from alerts.slack import slack_payload
 from alerts.webhooks import WebhookPolicy
@@ -37,7 +37,7 @@ from finops.savings.nudges import (
 )
 from finops.service.cost_metrics import CostMetrics
 from finops.service.scheduler import start_scheduler
-from finops.settings import Settings
+from finops.settings.combined import Settings
 from finops.timeutil import utc_now
 from tests.service.job_runs import JobRuns
 from tests.support.alert_cluster import Cluster, minute_floor

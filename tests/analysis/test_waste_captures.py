@@ -25,7 +25,7 @@ from sqlalchemy import select
 from typer.testing import CliRunner
 
 from alerts.render import Shown, render_group
-from alerts.rules import idle_candidates
+from alerts.rules.idle import idle_candidates
 from finops.access.api_tokens import create_token
 from finops.analysis.idle import IdlePolicy, detect_idle
 from finops.analysis.report import cost_report

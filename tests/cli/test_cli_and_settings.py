@@ -30,7 +30,7 @@ from finops.ingest.readings import Ingestor
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.service.cost_metrics import CostMetrics
 from finops.service.scheduler import start_scheduler
-from finops.settings import Settings
+from finops.settings.combined import Settings
 from tests.support import scenario
 from tests.support.servers import API_TOKEN, free_port, service_metrics
 from tests.support.two_clusters import seed_two_clusters

@@ -22,7 +22,7 @@ from finops.service.dashboard_server import (
     toml_table,
     write_secrets,
 )
-from finops.settings import DashboardSettings
+from finops.settings.dashboard import DashboardSettings
 
 OIDC = {
     "dashboard_url": "https://finops.example.org/",

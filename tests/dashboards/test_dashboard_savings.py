@@ -30,7 +30,7 @@ from finops.savings.efficiency import efficiency_report
 from finops.savings.rightsizing import rightsizing
 from finops.savings.rightsizing_report import rightsizing_dicts
 from finops.savings.waste_costs import idle_cost_by_reason
-from finops.settings import DashboardSettings
+from finops.settings.dashboard import DashboardSettings
 from tests.dashboards.apptest import run_page
 from tests.support import efficiency_scenario, rightsizing_scenario, scenario, unpriced
 from tests.support.two_clusters import seed_two_clusters

@@ -16,7 +16,7 @@ from dashboards.format import COLUMNS, Column, compact, exact, headers, money
 from dashboards.measures import EPISODE_COST, UNUSED_COST, episode_cost_caption, unused_cost_caption
 from finops.analysis.dashboard_queries import DailyCost
 from finops.db.models import UNALLOCATED_TEAM
-from finops.settings import IdleSettings
+from finops.settings.analysis import IdleSettings
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from finops.settings import Settings
+from finops.settings.combined import Settings
 from tests.support.command_lines import CommandLineError, environment_variables, parse, parsed_options
 from tests.support.environment import REPO_ROOT
 

@@ -50,7 +50,7 @@ from finops.ingest.prometheus_pull import (
 from finops.ledger.sql import ACTIVITIES
 from finops.service.cost_metrics import CostMetrics
 from finops.service.scheduler import start_scheduler
-from finops.settings import Settings
+from finops.settings.combined import Settings
 from finops.timeutil import from_epoch, to_epoch, utc_now
 from tests.support.environment import debian_binary
 from tests.support.prometheus_server import prometheus, wait_for

@@ -11,13 +11,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from finops.db.models import Job
-from finops.jobs.slurm import (
-    FIELD_MAX_LENGTHS,
-    NODE_LIST_MAX_LENGTH,
-    compress_hostlist,
-    expand_hostlist,
-    hostlist_size,
-)
+from finops.jobs.slurm import FIELD_MAX_LENGTHS, NODE_LIST_MAX_LENGTH
+from finops.jobs.slurm_hostlist import compress_hostlist, expand_hostlist, hostlist_size
 from finops.jobs.slurm_import import import_sacct
 from tests.support.sacct_lines import make_line
 

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from finops.db.ledger_tables import LedgerEntry
 from finops.db.models import Job, Node
-from finops.jobs.slurm import expand_hostlist
+from finops.jobs.slurm_hostlist import expand_hostlist
 from finops.jobs.slurm_import import run_sacct
 from finops.ledger.rollup import rollup
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog

@@ -13,17 +13,10 @@ from finops.db.hours import mark_hours_dirty
 from finops.db.ledger_tables import DirtyHour
 from finops.db.models import Allocation, Gpu, Job, Node
 from finops.ingest.readings import Ingestor
+from finops.jobs.gpu_calendar import OPEN_END, Booking, GpuCalendar, Unit
+from finops.jobs.job_map import reconcile_job_map
 from finops.jobs.mig import gpu_slices, mig_share, parse_profile
-from finops.jobs.placement import (
-    OPEN_END,
-    GpuCalendar,
-    PlacementRequest,
-    Unit,
-    _Booking,
-    job_keys,
-    place_jobs,
-    reconcile_job_map,
-)
+from finops.jobs.placement import PlacementRequest, job_keys, place_jobs
 from finops.jobs.slurm_import import import_sacct
 from finops.timeutil import HOUR, to_epoch
 
@@ -117,8 +110,8 @@ def test_profile_and_slices() -> None:
 # --- the calendar ------------------------------------------------------------------------------------------
 
 
-def _booking(start: int, end: int, share: Fraction = Fraction(1)) -> _Booking:
-    return _Booking(start, end, share, job_pk=1, keys=frozenset())
+def _booking(start: int, end: int, share: Fraction = Fraction(1)) -> Booking:
+    return Booking(start, end, share, job_pk=1, keys=frozenset())
 
 
 def test_calendar_whole_gpu_needs_it_free_and_shares_add_up_to_one() -> None:

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from finops.db.models import Job, Watermark
 from finops.jobs.slurm import SACCT_FIELDS
 from finops.jobs.slurm_import import SACCT_STATES, SacctError, ScheduledSacct, run_sacct, sacct_argv
-from finops.settings import Settings
+from finops.settings.combined import Settings
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 FORMAT = (

@@ -11,16 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from finops.jobs.slurm import (
-    SacctJob,
-    SacctLineError,
-    compress_hostlist,
-    expand_hostlist,
-    format_sacct_line,
-    parse_elapsed,
-    parse_gpu_tres,
-    parse_sacct,
-)
+from finops.jobs.slurm import SacctJob, SacctLineError, format_sacct_line, parse_elapsed, parse_gpu_tres, parse_sacct
+from finops.jobs.slurm_hostlist import compress_hostlist, expand_hostlist
 from tests.support.sacct_lines import make_line
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "sacct"

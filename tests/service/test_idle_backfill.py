@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from alerts.models import AlertInstance
-from alerts.rules import idle_candidates
+from alerts.rules.idle import idle_candidates
 from collector.contract import metric_names as m
 from collector.contract.sample import Sample
 from collector.contract.wire import gpu_info_dict, reading_dict

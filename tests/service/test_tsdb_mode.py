@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from finops.cli.context import tsdb_telemetry
 from finops.cli.serve import prometheus_pull
 from finops.errors import FinopsError
-from finops.settings import Settings
+from finops.settings.combined import Settings
 from finops.web.app import create_app
 from finops.web.ingest_route import INGEST_PATH, READINGS_IN_TSDB
 from tests.support import scenario

@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 
 from collector.contract.sample import Sample
 from collector.jobmap.mapper import JobMapper
-from finops.jobs.slurm import expand_hostlist, parse_gpu_tres
+from finops.jobs.slurm import parse_gpu_tres
+from finops.jobs.slurm_hostlist import expand_hostlist
 from tests.support.slurm_cluster import GPUS_PER_NODE, SlurmCluster, wait_for
 
 JOBS: dict[str, tuple[tuple[str, ...], str]] = {

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from finops.cli.serve import ingest_limits
 from finops.db.models import GpuSample
 from finops.ingest.limits import MAX_GPUS_PER_BATCH, READINGS_BURST, READINGS_PER_SECOND, IngestLimits, ReadingBuckets
-from finops.settings import Settings
+from finops.settings.combined import Settings
 from finops.web.app import create_app
 from tests.support.servers import API_TOKEN, running, service_metrics
 

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from finops.cli.serve import request_sessions
-from finops.settings import Settings
+from finops.settings.combined import Settings
 from finops.web.app import create_app
 from finops.web.ingest_route import RETRY_AFTER_SECONDS
 from tests.support.servers import API_TOKEN, running
