@@ -7,8 +7,8 @@ Usage::
         [--connections 16]
 
 ``DIR`` is a checkout of the code to compare with (``git worktree add /tmp/base <commit>``). ``DATABASE_URL``
-(default ``postgresql+psycopg://postgres@127.0.0.1:5432/test_fleet_cycle``; PostgreSQL only) is emptied and
-migrated afresh by each tree's code. Needs wrk(1) (Debian package ``wrk``). Prints figures; asserts nothing about
+(default ``postgresql+psycopg://postgres@127.0.0.1:5432/test_fleet_cycle``; PostgreSQL only): its ``public`` schema
+is dropped and migrated afresh by each tree's code. Needs wrk(1) (Debian package ``wrk``). Prints figures; asserts nothing about
 time.
 
 Workload: ``--gpus`` H100s (8 per node) read every 10 s (:func:`benchmarks.ingest._fleet_samples`), the hour from
@@ -79,11 +79,15 @@ def child(tree: str, url: str) -> None:
     os.environ["FINOPS_DATABASE_URL"] = url
     import finops.service.scheduler as scheduler
     from finops.cli.context import idle_policy, load_pricing, load_settings, open_sessions
-    from finops.db.engine import downgrade, make_engine, upgrade
+    from sqlalchemy import text
+
+    from finops.db.engine import make_engine, upgrade
     from finops.timeutil import from_epoch
 
     engine = make_engine(url)
-    downgrade(engine, "base")
+    with engine.begin() as connection:  # the other tree's migrations may be unknown to this one's
+        connection.execute(text("DROP SCHEMA public CASCADE"))
+        connection.execute(text("CREATE SCHEMA public"))
     upgrade(engine)
     engine.dispose()
     settings = load_settings()
