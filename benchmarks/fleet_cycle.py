@@ -8,8 +8,8 @@ Usage::
 
 ``DIR`` is a checkout of the code to compare with (``git worktree add /tmp/base <commit>``). ``DATABASE_URL``
 (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test_fleet_cycle``; PostgreSQL only): its ``public`` schema
-is dropped and migrated afresh by each tree's code. Needs wrk(1) (Debian package ``wrk``). Prints figures; asserts nothing about
-time.
+is dropped and migrated afresh by each tree's code. Needs wrk(1) (Debian package ``wrk``). Prints figures; asserts
+nothing about time.
 
 Workload: ``--gpus`` H100s (8 per node) read every 10 s (:func:`benchmarks.ingest._fleet_samples`), the hour from
 today's 00:00 UTC to 01:00 and the five minutes after it. Per tree, baseline first, with ``serve --workers 2`` of
@@ -77,10 +77,10 @@ def child(tree: str, url: str) -> None:
     instant, epoch seconds) run the rollup with the clock at that instant and print one JSON line of figures."""
     sys.path.insert(0, tree)
     os.environ["FINOPS_DATABASE_URL"] = url
-    import finops.service.scheduler as scheduler
-    from finops.cli.context import idle_policy, load_pricing, load_settings, open_sessions
     from sqlalchemy import text
 
+    import finops.service.scheduler as scheduler
+    from finops.cli.context import idle_policy, load_pricing, load_settings, open_sessions
     from finops.db.engine import make_engine, upgrade
     from finops.timeutil import from_epoch
 
