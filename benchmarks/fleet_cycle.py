@@ -28,6 +28,7 @@ with its clock set to the instant of each 5-minute mark):
    stored, both while wrk posts the readings of the next minutes.
 
 Printed per tree: the load average (1 min) at each step, each rollup's seconds (the last two with ingest beside),
+and of them the ledger's (``rollup``) and the idle re-judging's (``rejudge_idle``),
 wrk's POST/s and its latency p50 and p99 over all the POSTs of step 3 (wrk reports percentiles per run, not per
 moment: the hour's-end rollup takes part of that run).
 """
@@ -46,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,15 +94,33 @@ def child(tree: str, url: str) -> None:
     engine.dispose()
     settings = load_settings()
     sessions, pricing, policy = open_sessions(settings), load_pricing(settings), idle_policy(settings)
+    parts = {"rollup": 0.0, "rejudge_idle": 0.0}
+    for name in parts:
+        setattr(scheduler, name, timed(getattr(scheduler, name), parts, name))
     print("ready", flush=True)
     for line in sys.stdin:
         until = int(line)
         scheduler.utc_now = functools.partial(from_epoch, until)
+        parts.update(dict.fromkeys(parts, 0.0))
         load = os.getloadavg()[0]
         began = time.perf_counter()
         built, _ = scheduler.run_rollup(sessions, pricing, policy)
         seconds = time.perf_counter() - began
-        print(json.dumps({"until": until, "seconds": seconds, "load": load, "hours": built.hours}), flush=True)
+        figures = {"until": until, "seconds": seconds, "load": load, "hours": built.hours} | parts
+        print(json.dumps(figures), flush=True)
+
+
+def timed(function: Callable[..., Any], seconds: dict[str, float], name: str) -> Callable[..., Any]:
+    """``function``, adding the wall seconds of each call to ``seconds[name]``."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            seconds[name] += time.perf_counter() - began
+
+    return call
 
 
 class Scheduler:
@@ -201,9 +221,14 @@ def preload(scheduler: Scheduler, conninfo: str, start: int) -> None:
             connection.execute("ANALYZE gpu_samples")
         if mark < start + 3600 - PART:
             scheduler.start(mark)
-            seconds.append(scheduler.result()["seconds"])
-    print(f"  rollups at 00:05..00:50 after each part stored by SQL, nothing beside: "
-          f"{', '.join(f'{s:.2f}' for s in seconds)} s", flush=True)  # fmt: skip
+            seconds.append(scheduler.result())
+    print(f"  rollups at 00:05..00:50 after each part stored by SQL, nothing beside (ledger + idle re-judging): "
+          f"{', '.join(split(done) for done in seconds)}", flush=True)  # fmt: skip
+
+
+def split(done: dict[str, Any]) -> str:
+    """A rollup's seconds, and of them the ledger's and the idle re-judging's."""
+    return f"{done['seconds']:.2f} s ({done['rollup']:.2f} + {done['rejudge_idle']:.2f})"
 
 
 def beside(scheduler: Scheduler, conninfo: str, start: int, base: str, token: str, folder: str, count: int,
@@ -245,8 +270,8 @@ def beside(scheduler: Scheduler, conninfo: str, start: int, base: str, token: st
     percentiles = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.MULTILINE))
     print(f"  wrk: {count:,} POSTs in {elapsed:.1f} s = {count / elapsed:,.0f} POST/s (load {load:.1f} at its start),"
           f" latency p50 {percentiles.get('50')}, p99 {percentiles.get('99')}")  # fmt: skip
-    print(f"  rollup at 00:55 with ingest beside: {before['seconds']:.2f} s (load {before['load']:.1f}); "
-          f"hour's end (01:00, {waited:.1f} s after wrk began): {end['seconds']:.2f} s (load {end['load']:.1f}), "
+    print(f"  rollup at 00:55 with ingest beside: {split(before)} (load {before['load']:.1f}); "
+          f"hour's end (01:00, {waited:.1f} s after wrk began): {split(end)} (load {end['load']:.1f}), "
           f"{end['hours']} hours rebuilt", flush=True)  # fmt: skip
 
 
