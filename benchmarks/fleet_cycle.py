@@ -22,8 +22,10 @@ with its clock set to the instant of each 5-minute mark):
    gpu_samples`` (as autovacuum does once a day partition has grown; untimed) and, up to 00:50, the rollup of that
    5-minute mark (timed, nothing beside it): the earlier part of the hour as the scheduler would have left it,
    without the hour of POSTs it would take;
-3. minutes 55–65 are POSTed by the nodes as single-cycle POSTs in time order (nodes interleaved) by wrk at about
-   ``--rate`` POST/s over ``--connections`` connections (each waits ``connections / rate`` between its requests);
+3. minutes 55–65 are POSTed by the nodes as single-cycle POSTs in time order (nodes interleaved) by wrk over
+   ``--connections`` connections, each waiting ``connections / rate`` seconds after an answer before its next
+   request: at most ``--rate`` POST/s, less by the answers' latency (at 32 connections, 1,100 and a 9 ms median
+   latency, about 830);
    the 00:55 rollup starts with wrk, the hour's-end rollup (01:00) as soon as every reading before 01:00 is
    stored, both while wrk posts the readings of the next minutes.
 
