@@ -14,14 +14,15 @@ finds the data of an earlier ``--keep`` run (of this script or of ``benchmarks/l
 at the end unless ``--keep`` or ``--reuse``.
 
 Each round runs the baseline tree, then this one, each in a subprocess that imports that tree's ``finops``: the
-ledger and the idle episodes emptied (``VACUUM ANALYZE`` after), ``rollup`` of the whole period into the empty ledger
-(cold), then ``rejudge_idle`` over the hours it rebuilt in a transaction of its own, as a month-old backfill or a
-catalog change pays them (the scheduler runs both in one transaction). Printed per run: the load average (1 min)
-before each, the rollup's and the re-judging's wall time, of the latter the time judging waste reasons
-(``judge_episodes``), the ratio re-judging ÷ rollup, the episodes stored and a digest of them (GPU, job, start, end,
-memory held, cost, currency, reason, evidence): the same digest for both trees says they stored the same episodes.
-This tree's run then re-prices the stored episodes of every hour as a price change alone has the next rollup do
-(``reprice_episodes``, the catalog's reserved rates as the default), and prints its time beside the re-judging's.
+ledger, the idle episodes and the metering's kept sums and cursors emptied (``VACUUM ANALYZE`` after), ``rollup`` of
+the whole period into the empty ledger (cold), then ``rejudge_idle`` over the hours it rebuilt in a transaction of
+its own, as a month-old backfill or a catalog change pays them (the scheduler runs both in one transaction).
+Printed per run: the load average (1 min) before each, the rollup's and the re-judging's wall time, of the latter
+the time judging waste reasons (``judge_episodes``), the ratio re-judging ÷ rollup, the episodes stored and a digest
+of them (GPU, job, start, end, memory held, cost, currency, reason, evidence): the same digest for both trees says
+they stored the same episodes. This tree's run then re-prices the stored episodes of every hour as a price change
+alone has the next rollup do (``reprice_episodes``, the catalog's reserved rates as the default), and prints its
+time beside the re-judging's.
 Asserts nothing about time.
 """
 
@@ -58,6 +59,7 @@ def child(tree: str, url: str, days: int) -> None:
     engine = make_engine(url)
     with engine.begin() as c:
         tables = ["ledger_team_hours", "ledger", "ledger_dirty_hours", "idle_episodes", "ledger_repriced_hours"]
+        tables += ["metering_cursors", "gpu_hour_metering", "metered_holdings", "reading_arrivals"]  # kept sums
         for table in tables:
             if c.scalar(text("SELECT to_regclass(:t)"), {"t": table}) is not None:
                 c.execute(text(f"DELETE FROM {table}"))  # noqa: S608 - the names above

@@ -387,12 +387,14 @@ def main() -> None:
     sessions = session_factory(engine)
     try:
         if args.reuse and _data_present(engine, args.nodes, args.days):
-            print("reusing the data of an earlier --keep run; ledger emptied")
+            print("reusing the data of an earlier --keep run; ledger and metering state emptied")
             upgrade(engine)
             with engine.begin() as c:
                 _exec(c, "DELETE FROM ledger_team_hours")
                 _exec(c, "DELETE FROM ledger")
                 _exec(c, "DELETE FROM ledger_dirty_hours")
+                for kept in ("metering_cursors", "gpu_hour_metering", "metered_holdings", "reading_arrivals"):
+                    _exec(c, f"DELETE FROM {kept}")  # noqa: S608 - the names above; the next rollup reads every reading
             with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
                 _exec(c, "VACUUM ANALYZE ledger")
             generation = None

@@ -1,5 +1,7 @@
 -- wrk(1) script: POST each gzip body of a folder once, in order, then stop.
--- Environment: WRK_DIR (folder of 1.gz .. N.gz), WRK_BODIES (N), WRK_TOKEN (bearer token).
+-- Environment: WRK_DIR (folder of 1.gz .. N.gz), WRK_BODIES (N), WRK_TOKEN (bearer token); WRK_DELAY_MS, when set,
+-- the milliseconds each connection waits after an answer before its next request (a rate of at most connections ×
+-- 1000 / (WRK_DELAY_MS + the answer's latency in ms) POST/s).
 -- Run with one thread (-t1): the counters below are that thread's. Answers other than 200 are counted and the
 -- first few printed, so that the caller can refuse a run with failures.
 local dir, count, token = os.getenv("WRK_DIR"), tonumber(os.getenv("WRK_BODIES")), os.getenv("WRK_TOKEN")
@@ -19,6 +21,13 @@ function init(args)
 end
 
 local verified = false
+
+local pause = tonumber(os.getenv("WRK_DELAY_MS") or "")
+if pause then
+  function delay()
+    return pause
+  end
+end
 
 function request()
   if not verified then
