@@ -22,12 +22,11 @@ from sqlalchemy.orm import sessionmaker
 from sqlalchemy.orm.session import Session
 
 from finops.db.ledger_tables import LedgerEntry
-from finops.db.models import GpuSample
 from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import PullOptions, import_range
 from finops.ledger.rollup import rollup
 from finops.timeutil import from_epoch, to_epoch
-from tests.ledger.test_tsdb_amd import FIXTURE, PACKAGE_WATTS, PRICING, by_device, seed_jobs
+from tests.ledger.test_tsdb_amd import FIXTURE, PACKAGE_WATTS, PRICING, by_device, readings_at, seed_jobs
 from tests.support import scenario
 from tests.support.prometheus_server import TsdbLoader
 
@@ -88,13 +87,9 @@ def test_package_values_split_over_devices(sessions: sessionmaker[Session], tsdb
     assert result.chunks == 3 and len(result.gpus) == 10
     with sessions.begin() as session:
         gpus = by_device(session)
-        at = from_epoch(t0 + 40 * 60)
-        stored = {
-            (node, index): session.scalars(
-                select(GpuSample).where(GpuSample.gpu_id == gpu.id, GpuSample.ts == at)
-            ).one()
-            for (node, index), gpu in gpus.items()
-        }
+        found = readings_at(session, from_epoch(t0 + 40 * 60))
+        stored = {key: reading for key, reading in found.items() if reading is not None}
+        assert stored.keys() == found.keys()
         partitions = [stored["mi300x-01", i] for i in range(8)]
         assert [p.utilization_ratio for p in partitions] == [1.0] * 8  # partition 0's 100 %, the GPU's mean
         assert [p.memory_utilization_ratio for p in partitions] == pytest.approx([0.4] * 8)

@@ -6,7 +6,7 @@ utilisation, energy and prices equal to values computed by hand."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -55,6 +55,14 @@ def by_device(session: Session) -> dict[tuple[str, int], Gpu]:
     return {
         (node, gpu.gpu_index): gpu for gpu, node in session.execute(select(Gpu, Node.hostname).join(Node))
     }  # fmt: skip
+
+
+def readings_at(session: Session, at: datetime) -> dict[tuple[str, int], GpuSample | None]:
+    """Each GPU's reading stored at instant ``at``, by (node, index); None where it has none."""
+    return {
+        key: session.scalars(select(GpuSample).where(GpuSample.gpu_id == gpu.id, GpuSample.ts == at)).one_or_none()
+        for key, gpu in by_device(session).items()
+    }
 
 
 def seed_jobs(session: Session, t0: int) -> None:

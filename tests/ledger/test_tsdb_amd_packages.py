@@ -29,7 +29,7 @@ from finops.ingest.tsdb_source import TsdbTelemetry
 from finops.ledger.rollup import rollup
 from finops.timeutil import from_epoch, to_epoch
 from tests.ledger.test_pull_amd_packages import counter, increase, readings
-from tests.ledger.test_tsdb_amd import PRICING, by_device
+from tests.ledger.test_tsdb_amd import PRICING, by_device, readings_at
 from tests.ledger.test_tsdb_queries import CountingClient
 from tests.support import scenario
 from tests.support.prometheus_server import TsdbLoader
@@ -143,13 +143,7 @@ def test_pull_shares_hold_when_a_device_is_missing(sessions: sessionmaker[Sessio
     import_range(sessions, client, from_epoch(t0), from_epoch(t0 + 3600), options)
     with sessions.begin() as session:
         gpus = by_device(session)
-        at = from_epoch(t0 + 40 * 60)
-        stored = {
-            (node, index): session.scalars(
-                select(GpuSample).where(GpuSample.gpu_id == gpu.id, GpuSample.ts == at)
-            ).one_or_none()
-            for (node, index), gpu in gpus.items()
-        }
+        stored = readings_at(session, from_epoch(t0 + 40 * 60))
         assert stored["mi300x-01", 5] is None and stored["mi250x-01", 1] is None
         partitions = [stored["mi300x-01", i] for i in range(8) if i != 5]
         # 1/8 of the package, not 1/7 of it: the missing partition's share is not given to the others
