@@ -31,7 +31,7 @@ clocks-event reasons and no memory held while idle, so no episode is throttled o
 Timed, each printed beside its goal: the data generation; ``finops.ledger.rollup.rollup`` of the whole month into an
 empty ledger (cold); ``finops.analysis.idle.rejudge_idle`` over the hours it rebuilt (what a month-old backfill
 costs besides the ledger), with the part of it spent judging the episodes' waste reasons
-(``finops.analysis.waste.judge_episodes``) and the episodes by reason; the idle cost by reason of the month
+(``finops.analysis.waste_facts.judge_episodes``) and the episodes by reason; the idle cost by reason of the month
 (``finops.savings.waste_costs.waste_report``: every job-held GPU-hour given a reason); a re-rollup after one day is
 marked dirty (incremental);
 ``finops.analysis.report.cost_report`` of the month by team (median of ``--report-runs`` warm runs, after ``VACUUM
@@ -349,7 +349,7 @@ def _data_present(engine: Engine, nodes: int, days: int) -> bool:
 
 
 def _timed_judging() -> list[float]:
-    """Count the seconds :func:`finops.analysis.waste.judge_episodes` takes inside idle detection from now on:
+    """Count the seconds :func:`finops.analysis.waste_facts.judge_episodes` takes inside idle detection from now on:
     the returned list's one element grows by each call's time."""
     spent = [0.0]
     judge = finops.analysis.idle.judge_episodes

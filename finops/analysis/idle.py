@@ -39,7 +39,8 @@ from sqlalchemy.orm import Session
 
 from finops.analysis.idle_prices import EpisodePrices, reprice_episodes
 from finops.analysis.idle_runs import IdleRun, day_chunks, idle_runs
-from finops.analysis.waste import MEMORY_HELD_BYTES, EpisodeRun, ReasonPolicy, Verdict, judge_episodes
+from finops.analysis.waste import MEMORY_HELD_BYTES, ReasonPolicy, Verdict
+from finops.analysis.waste_facts import EpisodeRun, judge_episodes
 from finops.db.dialect import insert_rows
 from finops.db.models import Allocation, Gpu, IdleEpisode, Job, Node, Team
 from finops.ledger.rollup import ROLLUP_CONNECTIONS, unpriced_fix
@@ -100,7 +101,7 @@ def detect_idle(
 ) -> int:
     """Re-judge idle episodes over [start, end) (UTC) and store them, each with its cost
     (:class:`finops.analysis.idle_prices.EpisodePrices`), waste reason and evidence
-    (:func:`finops.analysis.waste.judge_episodes`); returns how many are stored. The readings are ``gpu_samples``'
+    (:func:`finops.analysis.waste_facts.judge_episodes`); returns how many are stored. The readings are ``gpu_samples``'
     (a UTC day at a time: :func:`finops.analysis.idle_runs.idle_runs`), or ``readings``' (those of the grown period
     and of the max gap after it, put in the temporary table :data:`IDLE_READINGS_TABLE` for the same statements to
     judge, and removed after it; they carry no clocks-event reasons, so no episode judged on them is throttled).

@@ -33,19 +33,8 @@ from sqlalchemy import Connection, case, column, func, literal, select, table, t
 from sqlalchemy.orm import Session
 
 from finops.analysis.report import dicts_csv
-from finops.analysis.waste import (
-    BUSY_JOB,
-    NO_READING,
-    REASONS,
-    RULES,
-    ReasonPolicy,
-    Verdict,
-    episode_summaries,
-    gpu_usage,
-    job_gpu_facts,
-    judge_job_gpu,
-    usage_means,
-)
+from finops.analysis.waste import BUSY_JOB, NO_READING, REASONS, RULES, ReasonPolicy, Verdict, judge_job_gpu
+from finops.analysis.waste_facts import episode_summaries, gpu_usage, job_gpu_facts, usage_means
 from finops.db.dialect import analyze, insert_rows
 from finops.db.ledger_tables import LedgerEntry
 from finops.db.models import IdleEpisode, Job, Team

@@ -21,12 +21,12 @@ from finops.analysis.waste import (
     EpisodeFacts,
     JobGpuFacts,
     ReasonPolicy,
-    episode_summaries,
     judge_episode,
     judge_job_gpu,
     rate_text,
     rule_table,
 )
+from finops.analysis.waste_facts import episode_summaries
 from finops.ingest.node_io import NodeRate
 
 POLICY = ReasonPolicy()
