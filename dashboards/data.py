@@ -57,7 +57,8 @@ from finops.savings.commitments import CommitmentReport, commitment_report
 from finops.savings.efficiency import EfficiencyReport, efficiency_report
 from finops.savings.rightsizing import rightsizing
 from finops.savings.rightsizing_policy import RightsizingReport
-from finops.savings.waste_costs import ReasonCost, idle_cost_by_reason, reason_dicts
+from finops.savings.waste_costs import ReasonCost, idle_cost_by_reason
+from finops.savings.waste_tables import reason_dicts
 from finops.settings.combined import Settings
 
 TTL_SECONDS = 60
@@ -370,7 +371,7 @@ def idle_by_reason(url: str, start: datetime, end: datetime, team: str | None) -
 def reason_costs(url: str, start: datetime, end: datetime, team: str | None) -> tuple[dict[str, Any], pd.DataFrame]:
     """The idle cost by reason (:func:`idle_by_reason`) as the Savings page shows it: the bars of cost per reason
     and team (:func:`dashboards.charts.reason_cost_spec`, an empty dict without rows) and one row per team, month
-    and reason with the fields of :func:`finops.savings.waste_costs.reason_dicts`: ``team``, ``month``
+    and reason with the fields of :func:`finops.savings.waste_tables.reason_dicts`: ``team``, ``month``
     (``YYYY-MM``), ``reason`` (its title), ``reason_gpu_hours``, ``unpriced_gpu_hours`` and ``reason_cost`` (a
     Decimal in cents adding up to the rounded total; None when all the row's GPU-hours are unpriced)."""
     rows = idle_by_reason(url, start, end, team)

@@ -25,7 +25,8 @@ from finops.db.hours import StaleLedger, pending_hours, stale_ledger
 from finops.pricing.store import pricing_in_force
 from finops.savings.efficiency import efficiency_report
 from finops.savings.efficiency_report import efficiency_csv, efficiency_dict, efficiency_table
-from finops.savings.waste_costs import job_dicts, reason_csv, reason_dicts, reason_table, waste_report
+from finops.savings.waste_costs import waste_report
+from finops.savings.waste_tables import job_dicts, reason_csv, reason_dicts, reason_table
 from finops.timeutil import utc_now
 
 app = typer.Typer()

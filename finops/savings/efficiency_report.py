@@ -15,7 +15,7 @@ from finops.analysis.report import dicts_csv
 from finops.ledger.costmodel import round_preserving_total
 from finops.savings.efficiency import ACTIVITIES, EfficiencyReport, JobEfficiency, TeamEfficiency
 from finops.savings.efficiency_policy import BANDS, NOT_MEASURED
-from finops.savings.waste_costs import aligned
+from finops.savings.waste_tables import aligned
 
 
 def _cents(amounts: Sequence[Decimal | None]) -> list[str | None]:

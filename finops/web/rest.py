@@ -47,7 +47,8 @@ from finops.savings.efficiency_policy import EfficiencyPolicy
 from finops.savings.rightsizing import rightsizing
 from finops.savings.rightsizing_policy import MAX_MEMORY_HEADROOM, RightsizingPolicy
 from finops.savings.rightsizing_report import rightsizing_csv, rightsizing_dicts
-from finops.savings.waste_costs import job_dicts, reason_csv, reason_dicts, waste_report
+from finops.savings.waste_costs import waste_report
+from finops.savings.waste_tables import job_dicts, reason_csv, reason_dicts
 from finops.timeutil import month_start, next_month_start, utc_now
 from finops.web.auth import ApiAuth, forbidden
 from finops.web.conformance import CSV_TOO, NOT_FOUND

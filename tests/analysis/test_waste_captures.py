@@ -45,7 +45,8 @@ from finops.jobs.slurm_import import import_sacct
 from finops.jobs.teams import map_account
 from finops.ledger.rollup import rollup
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
-from finops.savings.waste_costs import idle_cost_by_reason, low_utilization_jobs, reason_dicts
+from finops.savings.waste_costs import idle_cost_by_reason, low_utilization_jobs
+from finops.savings.waste_tables import reason_dicts
 from finops.timeutil import to_epoch, utc_now
 from finops.web.app import create_app
 from tests.support.captured_node import CapturedNode
