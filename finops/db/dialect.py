@@ -195,14 +195,18 @@ def supports_helper_connections(connection: Connection) -> bool:
     return connection.dialect.name == "postgresql"
 
 
-def nothing_written(session: Session) -> bool:
-    """Whether this transaction has written nothing yet: then another connection sees the same data as it does.
-    PostgreSQL: no transaction id assigned. SQLite: no transaction open on the driver's connection (its driver
-    begins one at the first write, not at a read)."""
+def write_mark(session: Session) -> int | None:
+    """What this transaction has written so far, to compare with a later mark: equal marks, nothing written between
+    them; None before it first writes (then another connection sees the same data as it does). PostgreSQL: its
+    transaction id (``txid_current_if_assigned``, assigned at the first write). SQLite: the rows its connection has
+    inserted, updated or deleted (``total_changes``) once its driver has begun a transaction (at the first write, not
+    at a read), else None."""
     connection = session.connection()
     if connection.dialect.name == "sqlite":
-        return not connection.connection.driver_connection.in_transaction  # type: ignore[union-attr]
-    return bool(session.scalar(text("SELECT txid_current_if_assigned() IS NULL")))
+        driver = connection.connection.driver_connection
+        return int(driver.total_changes) if driver.in_transaction else None  # type: ignore[union-attr]
+    mark = session.scalar(text("SELECT txid_current_if_assigned()"))
+    return None if mark is None else int(mark)
 
 
 def run_statements(connection: Connection, statements: Sequence[str]) -> None:

@@ -56,10 +56,10 @@ from finops.db.dialect import (
     copy_in,
     copy_out,
     insert_rows,
-    nothing_written,
     serialise_transactions,
     set_local,
     supports_helper_connections,
+    write_mark,
 )
 from finops.db.hours import mark_ledger_built
 from finops.db.ledger_tables import DirtyHour, LedgerEntry
@@ -197,8 +197,8 @@ def rollup(
 
     The hours are rebuilt in chunks of at most :data:`CHUNK_HOURS` consecutive hours (a day partition of readings
     each). Several chunks are computed at once on up to ``connections`` extra connections
-    (:func:`_chunks_built_elsewhere`) when this transaction had written nothing before it, its late readings
-    wrote nothing either and no ``meter`` wrote segments, on PostgreSQL and on an SQLite database in a file
+    (:func:`_chunks_built_elsewhere`) when this transaction has written nothing (the lock it takes aside:
+    :func:`finops.db.dialect.write_mark`), on PostgreSQL and on an SQLite database in a file
     (:func:`finops.db.dialect.supports_helper_connections`); everything is still written in this session's
     transaction. Half a day of hours or more is then cut into at least ``connections`` chunks, so that a single
     dirty day is shared by the helpers too. Otherwise chunk after chunk by :func:`rebuild`.
@@ -211,8 +211,9 @@ def rollup(
     finds the hours done.
     """
     helpers = connections > 1 and supports_helper_connections(session.connection())
-    unwritten = helpers and nothing_written(session)  # before the write that takes SQLite's lock
+    unwritten = helpers and write_mark(session) is None  # before the write that takes SQLite's lock (no row)
     serialise_transactions(session, ROLLUP_LOCK_KEY, DirtyHour)
+    locked = write_mark(session) if unwritten else None
     arrivals = take_arrivals(session)
     dirty = {to_epoch(h) for h in session.scalars(select(DirtyHour.hour).where(DirtyHour.hour < from_epoch(until)))}
     newest = session.scalar(select(func.max(LedgerEntry.hour))) or session.scalar(select(func.min(Gpu.in_service_from)))
@@ -232,8 +233,8 @@ def rollup(
     chunks = list(_contiguous_chunks(hours, longest))
     log.debug("rebuilding %d ledger hours in %d chunks", len(hours), len(chunks))
     built: Iterator[ChunkBuilt]
-    # Helpers read what is committed: not the segments ``meter`` wrote in this transaction, nor late readings' moves.
-    if helpers and len(chunks) > 1 and unwritten and not arrivals.late_gpus and meter is None:
+    # Helpers read what is committed: not what this transaction wrote (late readings' moves, ``meter``'s segments).
+    if helpers and len(chunks) > 1 and unwritten and write_mark(session) == locked:
         arrivals.capture(session.connection())
         built = _chunks_built_elsewhere(session, chunks, pricing, until, sql_costing, connections, from_tsdb)
     else:
@@ -357,7 +358,7 @@ def _chunks_built_elsewhere(
     write lock). Each helper
     connection reads in a transaction of its own, which it rolls back; the rollup's inputs (readings, jobs,
     allocations, GPUs, prices) are what is committed, which is what ``session`` sees too as long as it has not
-    written them (:func:`finops.db.dialect.nothing_written`). A helper's error is raised here, and the rollup's
+    written them (:func:`finops.db.dialect.write_mark`). A helper's error is raised here, and the rollup's
     transaction with it is rolled back by its owner.
     """
     bind = session.get_bind()
