@@ -23,12 +23,8 @@ from typing import Literal
 
 import pandas as pd
 
-from finops.analysis.report import (
-    ACTIVITY_FIELDS,
-    NOT_MEASURED,
-    ReportRow,
-    report_dicts,
-)
+from finops.analysis.report import ACTIVITY_FIELDS, NOT_MEASURED, ReportRow
+from finops.analysis.report_format import report_dicts
 from finops.db.models import UNALLOCATED_TEAM
 from finops.savings.efficiency_policy import EfficiencyPolicy
 
@@ -149,9 +145,9 @@ def utilization(row: ReportRow) -> float | None:
 def activity_frame(rows: Sequence[ReportRow], by: Literal["team", "job"], policy: EfficiencyPolicy) -> pd.DataFrame:
     """The hardware activity of report rows by team or job (capacity no job held, ``__unallocated__``, left out),
     in their order: ``by`` (the row's key) and :data:`ACTIVITY_COLUMNS`, the fields of
-    :func:`finops.analysis.report.report_dicts` (ratios 0..1 to 6 decimals, SM-active cost a Decimal in cents adding
-    up to the rounded total, None where nothing measured it) and ``sm_active_band`` (``policy``'s band of the SM
-    activity)."""
+    :func:`finops.analysis.report_format.report_dicts` (ratios 0..1 to 6 decimals, SM-active cost a Decimal in cents
+    adding up to the rounded total, None where nothing measured it) and ``sm_active_band`` (``policy``'s band of the
+    SM activity)."""
     held = [row for row in rows if row.key != UNALLOCATED_TEAM]
     frame = pd.DataFrame(report_dicts(held, by), columns=[by, *ACTIVITY_COLUMNS])
     frame["sm_active_band"] = [policy.band(row.activity_ratio("sm_active_ratio")) for row in held]

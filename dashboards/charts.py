@@ -143,8 +143,8 @@ def daily_spend_spec(days: Sequence[DailyCost], currency: str, start: datetime, 
 
 
 def team_cost_spec(frame: pd.DataFrame, currency: str) -> dict[str, Any]:
-    """Stacked bars per team of a cost report by team (:func:`finops.analysis.report.report_dicts`): used, unused and
-    (for capacity no job held) unallocated cost in :data:`COST_COLOURS`, most expensive team on top (a
+    """Stacked bars per team of a cost report by team (:func:`finops.analysis.report_format.report_dicts`): used,
+    unused and (for capacity no job held) unallocated cost in :data:`COST_COLOURS`, most expensive team on top (a
     :func:`vega_lite` spec)."""
     costs = frame.assign(
         **{

@@ -39,7 +39,8 @@ from finops.analysis.filters import Scope
 from finops.analysis.idle import EpisodeView, list_episodes
 from finops.analysis.price_estimates import EstimatedPrice, estimated_prices
 from finops.analysis.quality import NodeFreshness, UntimelyNode, node_freshness, untimely_by_node
-from finops.analysis.report import MONEY_FIELDS, ReportRow, UnpricedModel, report_dicts, unpriced_by_model
+from finops.analysis.report import MONEY_FIELDS, ReportRow, UnpricedModel, unpriced_by_model
+from finops.analysis.report_format import report_dicts
 from finops.analysis.telemetry import (
     JobTelemetry,
     NodeBucket,
@@ -75,8 +76,8 @@ TEAM_COLUMNS = [
     "energy_kwh",
     "energy_cost",
 ]
-"""The columns of the Teams page's table (fields of :func:`finops.analysis.report.report_dicts`; the money columns'
-headers name the currency, and GPU-seconds are GPU-hours there)."""
+"""The columns of the Teams page's table (fields of :func:`finops.analysis.report_format.report_dicts`; the money
+columns' headers name the currency, and GPU-seconds are GPU-hours there)."""
 NO_CHOICES = FilterChoices([], [], [])
 EVERYTHING = Scope()
 """No filter: every cluster, team and partition."""
@@ -211,7 +212,7 @@ def team_costs(
 ) -> tuple[dict[str, Any], pd.DataFrame]:
     """The cost report by team for the period and filters, as the Teams page shows it: the bars of used, idle and
     unallocated cost per team (:func:`dashboards.charts.team_cost_spec`) and the report's rows with the fields of
-    ``gpu-finops report --by team --format json`` (:func:`finops.analysis.report.report_dicts`, money as exact
+    ``gpu-finops report --by team --format json`` (:func:`finops.analysis.report_format.report_dicts`, money as exact
     decimals in cents) in the order of :data:`TEAM_COLUMNS`, money first."""
     rows = report(url, start, end, "team", scope)
     frame = pd.DataFrame(report_dicts(rows, "team"))

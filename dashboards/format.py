@@ -170,7 +170,7 @@ COLUMNS: dict[str, Column] = {
     "fix": Column("How to price it"),
     "source": Column("Source", "link"),
     "estimate": Column("Estimate", "flag", help="A source of the price is marked estimate: true: replace it"),
-    # GPU time and cost (the fields of finops.analysis.report.report_dicts and their kin)
+    # GPU time and cost (the fields of finops.analysis.report_format.report_dicts and their kin)
     "allocated_gpu_hours": Column("Allocated GPU-hours", "number"),
     "used_gpu_hours": Column("Used GPU-hours", "number"),
     "idle_gpu_hours": Column("Unused GPU-hours", "number", help="Allocated GPU-hours × (1 − utilisation)"),
@@ -183,7 +183,7 @@ COLUMNS: dict[str, Column] = {
     "energy_kwh": Column("Energy (kWh)", "number"),
     "energy_cost": Column("Energy cost ({currency})", "money", help="Beside the allocated cost, not part of it"),
     "utilization": Column("Utilisation", "share", help="Used ÷ allocated GPU-seconds that have readings"),
-    # hardware activity (finops.analysis.report.report_dicts; dashboards/activity.py)
+    # hardware activity (finops.analysis.report_format.report_dicts; dashboards/activity.py)
     "profiled_share": Column(
         "Profiled", "ratio", help="Share of the held GPU-hours whose readings had profiling data (hardware activity)"
     ),

@@ -24,7 +24,8 @@ from sqlalchemy.orm import Session
 from finops.access import audit
 from finops.analysis.events import BUDGET_FORECAST, BUDGET_THRESHOLD, record_event
 from finops.analysis.filters import Scope, ledger_conditions
-from finops.analysis.report import cost_report, printed_cents
+from finops.analysis.report import cost_report
+from finops.analysis.report_format import printed_cents
 from finops.db.ledger_tables import LedgerEntry, LedgerTeamHour
 from finops.db.models import Budget, Job, Team, TeamRule
 from finops.errors import FinopsError
@@ -241,10 +242,10 @@ class BudgetStatus:
     """A team's month at a given instant: budget, spend so far, percent used, forecast month-end spend.
 
     ``spent`` is in cents: a whole team's is its allocated cost over [month start, the instant) as the cost report
-    by team over that period prints it (:func:`finops.analysis.report.printed_cents`: the report's rounding, so the
-    two agree to the cent); a project's is its own sum rounded half-even. Forecast (6 decimals) = spent + (spend
-    over the last 7 days ÷ the part of those 7 days the ledger covers) × time left in the month. ``used_percent``
-    has one decimal.
+    by team over that period prints it (:func:`finops.analysis.report_format.printed_cents`: the report's rounding,
+    so the two agree to the cent); a project's is its own sum rounded half-even. Forecast (6 decimals) = spent +
+    (spend over the last 7 days ÷ the part of those 7 days the ledger covers) × time left in the month.
+    ``used_percent`` has one decimal.
 
     ``budget`` is in ``currency``; spend and forecast are in ``spend_currency``, the ledger's. When they differ (a
     budget stored before budgets had to be in the price catalogue's currency, or before a catalogue in another

@@ -9,7 +9,7 @@ import orjson
 import typer
 
 from finops.analysis.mfu import JobEfficiency, job_efficiency
-from finops.analysis.report import dicts_csv
+from finops.analysis.report_format import dicts_csv
 from finops.cli.base import INCOMPLETE
 from finops.cli.context import PeriodEnd, PeriodStart, load_pricing, load_settings, open_sessions, period
 from finops.ingest.prometheus import LabelNames, PrometheusClient, PrometheusError

@@ -11,14 +11,8 @@ import typer
 
 from finops.analysis.budgets import budget_status
 from finops.analysis.price_estimates import estimated_prices
-from finops.analysis.report import (
-    GROUP_BYS,
-    cost_report,
-    report_csv,
-    report_dicts,
-    report_table,
-    unpriced_by_model,
-)
+from finops.analysis.report import GROUP_BYS, cost_report, unpriced_by_model
+from finops.analysis.report_format import report_csv, report_dicts, report_table
 from finops.cli.budget import budget_table
 from finops.cli.context import PeriodEnd, PeriodStart, load_pricing, load_settings, open_sessions, period, roll_up
 from finops.db.hours import StaleLedger, pending_hours, stale_ledger

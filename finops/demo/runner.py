@@ -34,7 +34,8 @@ from collector.shipper import Shipper
 from collector.sources.replay import ReplaySource
 from finops.analysis.budgets import budget_status, set_budget
 from finops.analysis.idle import IdlePolicy, detect_idle
-from finops.analysis.report import cost_report, report_dicts, report_table
+from finops.analysis.report import cost_report
+from finops.analysis.report_format import report_dicts, report_table
 from finops.db.engine import downgrade, make_engine, session_factory, upgrade
 from finops.demo.activity import GpuProfile, nominal_h100_profile, profile_from_capture
 from finops.demo.allocation import TeamSeries, derive_jobs, node_names

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from decimal import Decimal
 
-from finops.analysis.report import dicts_csv
+from finops.analysis.report_format import dicts_csv
 from finops.ledger.costmodel import round_preserving_total
 from finops.savings.efficiency import ACTIVITIES, EfficiencyReport, JobEfficiency, TeamEfficiency
 from finops.savings.efficiency_policy import BANDS, NOT_MEASURED

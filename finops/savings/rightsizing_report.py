@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
 
-from finops.analysis.report import dicts_csv
+from finops.analysis.report_format import dicts_csv
 from finops.ledger.costmodel import SECONDS_PER_HOUR, round_preserving_total
 from finops.pricing.catalog import GIB
 from finops.savings.rightsizing_policy import BOTH, UTILIZATION, JobFinding, RightsizingReport

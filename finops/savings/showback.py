@@ -8,7 +8,7 @@ Renderers (the text and the CSV in :mod:`finops.savings.showback_render`, the e-
 sections and need to know none of them; the statement's shape is :mod:`finops.savings.showback_statement`'s. Money is
 ``Decimal`` in cents: each section's money column is rounded by :func:`finops.ledger.costmodel.round_preserving_total`,
 so its rows add up to its total, and the team's spend is the cost report's by team to the cent
-(:func:`finops.analysis.report.printed_cents`, as the budgets read it).
+(:func:`finops.analysis.report_format.printed_cents`, as the budgets read it).
 
 Sections, in order (their :attr:`Section.key`):
 
@@ -42,7 +42,8 @@ from sqlalchemy.orm import Session
 
 from finops.analysis.budgets import BudgetStatus, budget_status, check_known_team
 from finops.analysis.idle import EpisodeTotals, episode_totals, list_episodes
-from finops.analysis.report import ReportRow, UnpricedModel, cost_report, printed_cents, unpriced_by_model
+from finops.analysis.report import ReportRow, UnpricedModel, cost_report, unpriced_by_model
+from finops.analysis.report_format import printed_cents
 from finops.analysis.waste import NO_READING, REASONS, ReasonPolicy
 from finops.db.hours import pending_hours
 from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM, Budget, Team

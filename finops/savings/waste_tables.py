@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from decimal import Decimal
 
-from finops.analysis.report import dicts_csv
+from finops.analysis.report_format import dicts_csv
 from finops.analysis.waste import NO_READING
 from finops.ledger.costmodel import round_preserving_total
 from finops.savings.waste_costs import IDLE_KIND, UNMETERED_KIND, JobWaste, ReasonCost, WasteReport

@@ -1,6 +1,6 @@
 """The response of ``GET /api/v1/costs`` as pydantic models, for the OpenAPI description.
 
-The route returns :func:`finops.analysis.report.report_dicts` as they are (the same rows as ``gpu-finops report
+The route returns :func:`finops.analysis.report_format.report_dicts` as they are (the same rows as ``gpu-finops report
 --format json``); these models document every field of them, and the REST tests validate real responses against
 them (unknown fields refused), so the description cannot drift from what is sent.
 """

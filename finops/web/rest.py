@@ -36,7 +36,8 @@ from finops.analysis.budgets import (
 from finops.analysis.events import EVENT_KINDS, list_events
 from finops.analysis.idle import list_episodes
 from finops.analysis.price_estimates import estimated_prices
-from finops.analysis.report import GroupBy, cost_report, report_csv, report_dicts, unpriced_by_model
+from finops.analysis.report import GroupBy, cost_report, unpriced_by_model
+from finops.analysis.report_format import report_csv, report_dicts
 from finops.analysis.waste import ReasonPolicy
 from finops.db.models import TEAM_RULE_KINDS
 from finops.jobs.teams import delete_rule, list_rules, precedence, set_precedence, set_rule

@@ -23,7 +23,8 @@ from finops.analysis.budgets import (
     set_budget,
 )
 from finops.analysis.events import list_events
-from finops.analysis.report import cost_report, report_dicts
+from finops.analysis.report import cost_report
+from finops.analysis.report_format import report_dicts
 from finops.db.ledger_tables import LedgerEntry
 from finops.db.models import UNALLOCATED_TEAM, Budget
 from finops.jobs.teams import set_rule, team_by_name

@@ -7,7 +7,8 @@ import csv
 import io
 from datetime import timedelta
 
-from finops.analysis.report import cost_report, report_csv, report_dicts, report_table
+from finops.analysis.report import cost_report
+from finops.analysis.report_format import report_csv, report_dicts, report_table
 from finops.db.models import UNALLOCATED_TEAM
 from finops.ledger.rollup import rollup
 from finops.timeutil import to_epoch

@@ -20,7 +20,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from finops.analysis.dashboard_queries import ledger_cube
-from finops.analysis.report import cost_report, report_csv, report_dicts, report_table, unpriced_by_model
+from finops.analysis.report import cost_report, unpriced_by_model
+from finops.analysis.report_format import report_csv, report_dicts, report_table
 from finops.cli import app
 from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM
 from finops.ledger.rollup import rollup

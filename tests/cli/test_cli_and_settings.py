@@ -21,7 +21,8 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from finops.analysis.idle import IdlePolicy
-from finops.analysis.report import cost_report, report_dicts
+from finops.analysis.report import cost_report
+from finops.analysis.report_format import report_dicts
 from finops.cli import app
 from finops.cli.base import command_tree
 from finops.db.engine import make_engine, session_factory, upgrade

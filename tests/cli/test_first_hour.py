@@ -14,7 +14,8 @@ import pytest
 from sqlalchemy import func, select, update
 from typer.testing import CliRunner
 
-from finops.analysis.report import cost_report, report_dicts
+from finops.analysis.report import cost_report
+from finops.analysis.report_format import report_dicts
 from finops.cli import app
 from finops.cli.base import user_error_message
 from finops.db.engine import make_engine, session_factory, upgrade

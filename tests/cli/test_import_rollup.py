@@ -11,7 +11,8 @@ import orjson
 from typer.testing import CliRunner, Result
 
 from finops.analysis.idle import IdlePolicy
-from finops.analysis.report import cost_report, report_dicts
+from finops.analysis.report import cost_report
+from finops.analysis.report_format import report_dicts
 from finops.cli import app
 from finops.ingest.readings import Ingestor
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog

@@ -22,7 +22,8 @@ from streamlit.testing.v1 import AppTest
 from dashboards import activity
 from dashboards.filters import period_bounds
 from finops.analysis.dashboard_queries import ledger_cube
-from finops.analysis.report import NOT_MEASURED, cost_report, fleet_summary, report_dicts
+from finops.analysis.report import NOT_MEASURED, cost_report, fleet_summary
+from finops.analysis.report_format import report_dicts
 from finops.db.engine import make_engine, session_factory, upgrade
 from finops.db.models import UNALLOCATED_TEAM
 from finops.ledger.costmodel import CENT

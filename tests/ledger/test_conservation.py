@@ -15,7 +15,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from collector.contract.wire import IngestBatch
-from finops.analysis.report import cost_report, report_dicts
+from finops.analysis.report import cost_report
+from finops.analysis.report_format import report_dicts
 from finops.db.engine import make_engine, session_factory, upgrade
 from finops.db.hours import mark_hours_dirty
 from finops.db.ledger_tables import LedgerEntry, LedgerTeamHour

@@ -73,7 +73,7 @@ def test_job_report_names_jobs_and_owners(loaded) -> None:  # type: ignore[no-un
 
 
 def test_report_table_keeps_job_ids_as_they_are_and_money_in_cents(loaded) -> None:  # type: ignore[no-untyped-def]
-    from finops.analysis.report import report_table
+    from finops.analysis.report_format import report_table
 
     sessions, t0, r, _ = loaded
     with sessions() as session:

@@ -13,7 +13,8 @@ import pytest
 
 from finops.analysis.budgets import record_budget_events
 from finops.analysis.idle import IdlePolicy, detect_idle
-from finops.analysis.report import GROUP_BYS, cost_report, report_dicts
+from finops.analysis.report import GROUP_BYS, cost_report
+from finops.analysis.report_format import report_dicts
 from finops.db.models import UNALLOCATED_TEAM, UNMAPPED_TEAM
 from finops.pricing.catalog import DEFAULT_CATALOG, load_catalog
 from finops.web.app import create_app
