@@ -30,7 +30,8 @@ with its clock set to the instant of each 5-minute mark):
    stored, both while wrk posts the readings of the next minutes.
 
 Printed per tree: the load average (1 min) at each step, each rollup's seconds (the last two with ingest beside),
-and of them the ledger's (``rollup``) and the idle re-judging's (``rejudge_idle``),
+and of them the ledger's (``rollup``), the idle re-judging's (``rejudge_idle``), the job map's reconciliation and the
+budget and anomaly events' (:data:`PARTS`),
 wrk's POST/s and its latency p50 and p99 over all the POSTs of step 3 (wrk reports percentiles per run, not per
 moment: the hour's-end rollup takes part of that run).
 """
@@ -75,6 +76,15 @@ FROM gpu_samples s CROSS JOIN generate_series(%(first)s::bigint, %(last)s::bigin
 """  # noqa: S608 - the constant above
 """Readings [first, last] of every GPU, from its reading at ``start``."""
 
+PARTS = {
+    "rollup": "ledger",
+    "rejudge_idle": "idle re-judging",
+    "reconcile_job_map": "job map",
+    "record_budget_events": "budget events",
+    "record_anomaly_events": "anomaly events",
+}
+"""The steps of :func:`finops.service.scheduler.run_rollup` timed apart (the function's name there: what is printed)."""
+
 
 def child(tree: str, url: str) -> None:
     """The scheduler of ``tree``: migrate the database afresh, print ``ready``, then for each line of stdin (an
@@ -96,9 +106,10 @@ def child(tree: str, url: str) -> None:
     engine.dispose()
     settings = load_settings()
     sessions, pricing, policy = open_sessions(settings), load_pricing(settings), idle_policy(settings)
-    parts = {"rollup": 0.0, "rejudge_idle": 0.0}
+    parts = dict.fromkeys(PARTS, 0.0)
     for name in parts:
-        setattr(scheduler, name, timed(getattr(scheduler, name), parts, name))
+        if hasattr(scheduler, name):  # a tree without the step leaves its figure 0
+            setattr(scheduler, name, timed(getattr(scheduler, name), parts, name))
     print("ready", flush=True)
     for line in sys.stdin:
         until = int(line)
@@ -224,13 +235,13 @@ def preload(scheduler: Scheduler, conninfo: str, start: int) -> None:
         if mark < start + 3600 - PART:
             scheduler.start(mark)
             seconds.append(scheduler.result())
-    print(f"  rollups at 00:05..00:50 after each part stored by SQL, nothing beside (ledger + idle re-judging): "
+    print(f"  rollups at 00:05..00:50 after each part stored by SQL, nothing beside ({' + '.join(PARTS.values())}): "
           f"{', '.join(split(done) for done in seconds)}", flush=True)  # fmt: skip
 
 
 def split(done: dict[str, Any]) -> str:
-    """A rollup's seconds, and of them the ledger's and the idle re-judging's."""
-    return f"{done['seconds']:.2f} s ({done['rollup']:.2f} + {done['rejudge_idle']:.2f})"
+    """A rollup's seconds, and of them the parts of :data:`PARTS` in their order."""
+    return f"{done['seconds']:.2f} s ({' + '.join(f'{done.get(name, 0.0):.2f}' for name in PARTS)})"
 
 
 def beside(scheduler: Scheduler, conninfo: str, start: int, base: str, token: str, folder: str, count: int,
