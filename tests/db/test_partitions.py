@@ -19,18 +19,31 @@ from typer.testing import CliRunner
 
 from collector.contract.wire import IngestBatch
 from finops.cli import app
+from finops.cli import db as db_commands
 from finops.db.engine import downgrade, make_engine, session_factory, upgrade
 from finops.db.ledger_tables import DirtyHour, LedgerEntry
 from finops.db.models import Base, Gpu, GpuSample, Node, Team
-from finops.ingest.partitions import DAY, include_name, partition_name, prune_samples
+from finops.ingest.partitions import DAY, floor_day, include_name, partition_name, prune_samples
 from finops.ingest.readings import Ingestor
+from finops.service import scheduler
 from finops.service.scheduler import run_sample_maintenance
-from finops.timeutil import to_epoch
+from finops.timeutil import to_epoch, utc_now
 
 MODEL = "NVIDIA H100 80GB HBM3"
-TODAY = to_epoch(datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0))
+TODAY = floor_day(to_epoch(utc_now()))
+"""The UTC day the tests were collected on, for tests that give the code under test its ``now`` themselves."""
 
 only_postgres = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+
+
+@pytest.fixture
+def today(monkeypatch: pytest.MonkeyPatch) -> int:
+    """The start of the current UTC day (epoch seconds), the clock of the sample maintenance and of ``finops db``
+    stopped at this instant: the test and the code under test agree on "today" even across midnight."""
+    now = utc_now()
+    monkeypatch.setattr(scheduler, "utc_now", lambda: now)
+    monkeypatch.setattr(db_commands, "utc_now", lambda: now)
+    return floor_day(to_epoch(now))
 
 
 def _uuid(node: str, index: int) -> str:
@@ -196,30 +209,32 @@ def test_retention_keeps_dirty_hours_and_the_ledger(sessions: sessionmaker[Sessi
         prune_samples(session, 0, now)
 
 
-def test_daily_maintenance_makes_the_coming_days_and_prunes(engine: Engine, sessions: sessionmaker[Session]) -> None:
-    _store(sessions, _batch("gpu-a-01", [TODAY - 50 * DAY]))
+def test_daily_maintenance_makes_the_coming_days_and_prunes(
+    engine: Engine, sessions: sessionmaker[Session], today: int
+) -> None:
+    _store(sessions, _batch("gpu-a-01", [today - 50 * DAY]))
     with sessions.begin() as session:
         session.execute(delete(DirtyHour))
     pruned = run_sample_maintenance(sessions, 35)
     assert _samples(sessions) == 0
     if engine.dialect.name == "postgresql":
-        assert pruned.partitions == (partition_name(TODAY - 50 * DAY),)
-        assert set(_partitions(engine)) == {partition_name(TODAY + i * DAY) for i in range(3)}
+        assert pruned.partitions == (partition_name(today - 50 * DAY),)
+        assert set(_partitions(engine)) == {partition_name(today + i * DAY) for i in range(3)}
 
 
-def test_prune_samples_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_prune_samples_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, today: int) -> None:
     url = f"sqlite:///{tmp_path / 'finops.sqlite'}"
     engine = make_engine(url)
     upgrade(engine)
     sessions = session_factory(engine)
-    _store(sessions, _batch("gpu-a-01", [TODAY - 3 * DAY, TODAY - 2 * DAY, TODAY]))
+    _store(sessions, _batch("gpu-a-01", [today - 3 * DAY, today - 2 * DAY, today]))
     with sessions.begin() as session:
         session.execute(delete(DirtyHour))
     monkeypatch.setenv("FINOPS_DATABASE_URL", url)
     monkeypatch.setenv("FINOPS_SAMPLE_RETENTION_DAYS", "1")
     result = CliRunner().invoke(app, ["db", "prune-samples"])
     assert result.exit_code == 0, result.output
-    midnight = datetime.fromtimestamp(TODAY - DAY, UTC).isoformat()
+    midnight = datetime.fromtimestamp(today - DAY, UTC).isoformat()
     assert f"samples before {midnight} removed: 2 rows" in result.output
     result = CliRunner().invoke(app, ["db", "prune-samples", "--retention-days", "3"])
     assert "removed: 0 rows" in result.output
