@@ -1,6 +1,7 @@
 """A cluster slice with one job per efficiency case, through the real pipeline (ingest, sacct import, rollup).
 
-H100 GPUs read every 5 minutes over four hours [T, T+4h), T hour-aligned five hours before the current hour; every
+H100 GPUs read every 5 minutes over four hours [T, T+4h), T hour-aligned (UTC), the slice ending where the scenario's
+does (:func:`tests.support.scenario.slice_end`: an hour before the current hour, but for a month's first hours); every
 job holds its GPUs all along; accounts ``acct-a`` → team ``alpha``, ``acct-b`` → ``beta``, ``acct-c`` → ``gamma``.
 Activity values are constant unless said. Utilisation u, SM activity s, tensor t, DRAM d, FP32 f, occupancy o:
 
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 from collector.contract import metric_names as m
 from collector.contract.sample import Sample
 from collector.contract.wire import IngestBatch, gpu_info_dict, reading_dict
+from tests.support import scenario
 from tests.support.scenario import MODEL
 
 if TYPE_CHECKING:
@@ -79,8 +81,9 @@ NODE_IO = {
 
 
 def start_hour() -> datetime:
-    """T: five whole hours before the current hour, so the four hours of the slice are all closed."""
-    return datetime.now().astimezone().replace(minute=0, second=0, microsecond=0) - timedelta(hours=HOURS + 1)
+    """T (UTC): four hours before the end of the scenario's slice (:func:`tests.support.scenario.slice_end`), so the
+    four hours are all closed and end where the scenario's tests freeze their clock."""
+    return scenario.slice_end(scenario.start_hour()) - timedelta(hours=HOURS)
 
 
 def uuid(node: str, index: int) -> str:
@@ -130,15 +133,13 @@ def sacct_lines(t0: datetime) -> list[str]:
 
 def load(session: Session, pricing: Pricing) -> datetime:
     """The slice in the migrated database, its ledger built through T+4h; returns T (UTC)."""
-    from datetime import UTC
-
     from finops.ingest.readings import Ingestor
     from finops.jobs.slurm_import import import_sacct
     from finops.jobs.teams import map_account
     from finops.ledger.rollup import rollup
     from finops.timeutil import to_epoch
 
-    t0 = start_hour().astimezone(UTC)
+    t0 = start_hour()
     for account, team in TEAMS.items():
         map_account(session, account, team, actor="system:test")
     for node in sorted({case.node for case in CASES}):

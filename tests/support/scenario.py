@@ -1,6 +1,7 @@
 """A small cluster slice with hand-computed costs, shared by the ledger and end-to-end tests.
 
-Two H100 GPUs on node ``gpu-a-01``, readings every minute over two hours [T, T+2h), T hour-aligned:
+Two H100 GPUs on node ``gpu-a-01``, readings every minute over two hours [T, T+2h), T hour-aligned (UTC) and the
+whole slice up to its end T+2h in one calendar month (:func:`start_hour`):
 GPU 0 reads 100 % in the first hour and 0 % in the second; GPU 1 reads 50 % throughout; both draw
 600 W (36 kJ a minute). Job 501 (account ``acct-a`` → team ``alpha``) holds GPU 0 over [T, T+90 min);
 job 502 (account ``acct-b``, unmapped) holds GPU 1 from T+30 min and is still running.
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 from collector.contract import metric_names as m
 from collector.contract.sample import Sample
 from collector.contract.wire import IngestBatch, gpu_info_dict, reading_dict
+from finops import timeutil
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -32,9 +34,25 @@ NODE = "gpu-a-01"
 UUIDS = ("GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-aaaaaaaa-0000-0000-0000-000000000001")
 
 
-def start_hour() -> datetime:
-    """T: three whole hours before the current hour, so the running job's hours exist but are recent."""
-    return datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+SPAN = timedelta(hours=2)
+"""How long the slice lasts."""
+
+
+def start_hour(now: datetime | None = None) -> datetime:
+    """T (UTC) for the current instant, or ``now``: three whole hours before its hour, so the running job's hours
+    exist but are recent; in the first three hours of a month, three hours before the month starts instead, so that
+    the slice and its end (:func:`slice_end`) lie in one calendar month and a test reading "this month" at the
+    slice's end sees all of it."""
+    hour = (now or timeutil.utc_now()).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    first = timeutil.month_start(hour)
+    t0 = hour - timedelta(hours=3)
+    return t0 if t0 >= first else first - timedelta(hours=3)
+
+
+def slice_end(t0: datetime) -> datetime:
+    """T+2h: the end of the slice starting at ``t0``, the instant at which tests freeze the clock of the code that
+    reads "now" (always in T's month, see :func:`start_hour`)."""
+    return t0 + SPAN
 
 
 def samples(t0: datetime) -> list[Sample]:
@@ -79,9 +97,10 @@ def batch(t0: datetime) -> IngestBatch:
     )
 
 
-def seed_dashboard_database(url: str) -> None:
+def seed_dashboard_database(url: str) -> datetime:
     """The scenario in the migrated database at ``url``: readings, jobs, ledger, idle episodes, and a 1,000 USD
-    budget for team alpha this month."""
+    budget for team alpha this month and in the slice's month (the same month but in a month's first three hours,
+    see :func:`start_hour`), for tests reading budgets at the real clock and at :func:`slice_end` alike; returns T."""
     from decimal import Decimal
 
     from finops.analysis.budgets import set_budget
@@ -92,7 +111,7 @@ def seed_dashboard_database(url: str) -> None:
     from finops.jobs.teams import map_account
     from finops.ledger.rollup import rollup
     from finops.pricing.catalog import Pricing, PricingModel, load_catalog
-    from finops.timeutil import to_epoch, utc_now
+    from finops.timeutil import month_start, to_epoch, utc_now
 
     t0 = start_hour()
     pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
@@ -102,7 +121,9 @@ def seed_dashboard_database(url: str) -> None:
         import_sacct(session, sacct_lines(t0), source="scenario")
         rollup(session, pricing, to_epoch(t0 + timedelta(hours=2)))
         detect_idle(session, t0, t0 + timedelta(hours=2), IdlePolicy(), pricing)
-        set_budget(session, "alpha", Decimal("1000"), utc_now(), "USD", actor="system:test")
+        for month in sorted({month_start(utc_now()), month_start(t0)}):
+            set_budget(session, "alpha", Decimal("1000"), month, "USD", actor="system:test")
+    return t0
 
 
 def one_gpu_node(session: Session) -> Gpu:

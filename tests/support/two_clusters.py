@@ -54,8 +54,7 @@ def second_node_batch(t0: datetime) -> IngestBatch:
 def seed_two_clusters(url: str) -> datetime:
     """The scenario (:func:`tests.support.scenario.seed_dashboard_database`) plus node ``gpu-b-01`` whose GPU job 601 of
     cluster ``vega``, partition ``debug``, account ``acct-c`` (team ``gamma``) holds over [T+1h, T+2h); returns T."""
-    scenario.seed_dashboard_database(url)
-    t0 = scenario.start_hour()
+    t0 = scenario.seed_dashboard_database(url)
     start, end = (t0 + timedelta(hours=h) for h in (1, 2))
     job = (
         f"601|601|vega|debug|acct-c|carol|{start:%Y-%m-%dT%H:%M:%S}|{start:%Y-%m-%dT%H:%M:%S}|"
