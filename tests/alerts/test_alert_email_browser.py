@@ -26,9 +26,10 @@ from alerts.webhooks import WebhookPolicy
 from finops.analysis.budgets import BudgetStatus, budget_status, record_budget_events, set_budget
 from finops.analysis.idle import IdlePolicy
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
+from finops.service import scheduler
 from finops.service.scheduler import run_rollup
-from finops.timeutil import utc_now
-from tests.support.alert_cluster import Cluster, busy, idle, minute_floor
+from tests.support import scenario
+from tests.support.alert_cluster import Cluster, busy, idle
 from tests.support.alert_servers import Mailbox, Webhook, starttls_smtp
 from tests.support.certificates import Certificates
 from tests.support.environment import debian_binary
@@ -52,12 +53,14 @@ def page() -> Iterator[Page]:
 
 
 def _deliver_alerts(
-    sessions: sessionmaker[Session],
+    sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[list[EmailMessage], list[dict[str, Any]], BudgetStatus]:
     """Team vcpDC: job 5101 busy on 2 GPUs and job 5102 idle on 4 GPUs for 2 hours, a budget at 85 % of its spend;
-    rules evaluated, then dispatched and delivered (no group_wait), at the newest reading. Returns (e-mails, Slack
-    bodies, budget status)."""
-    now = minute_floor(utc_now())
+    rules evaluated, then dispatched and delivered (no group_wait), at the newest reading: the scenario slice's end
+    (:func:`tests.support.scenario.slice_end`), the two hours before it in one month, the rollup's clock stopped
+    there. Returns (e-mails, Slack bodies, budget status)."""
+    now = scenario.slice_end(scenario.start_hour())
+    monkeypatch.setattr(scheduler, "utc_now", lambda: now)
     start = now - timedelta(hours=2)
     cluster = Cluster(sessions)
     cluster.readings("gpu-v-01", [0, 1], start, now + timedelta(seconds=1), values=busy, job="5101")
@@ -120,8 +123,8 @@ def _cell_style(page: Page, text: str, prop: str) -> str:
     )
 
 
-def test_alert_emails_read_well_and_keep_the_team_name(sessions, page: Page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    emails, slack, status = _deliver_alerts(sessions)
+def test_alert_emails_read_well_and_keep_the_team_name(sessions, page: Page, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    emails, slack, status = _deliver_alerts(sessions, monkeypatch)
     by_subject = {str(email["Subject"]): email for email in emails}
     budget_title = f"[FIRING] Budget 80 % reached: team {TEAM}"
     idle_title = f"[FIRING] Idle GPUs: job 5102, team {TEAM}"

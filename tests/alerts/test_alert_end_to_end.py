@@ -39,6 +39,7 @@ from finops.ingest.readings import Ingestor
 from finops.jobs.slurm_import import import_sacct
 from finops.jobs.teams import map_account
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
+from finops.service import scheduler
 from finops.service.cost_metrics import CostMetrics
 from finops.service.scheduler import run_rollup_and_alerts, start_scheduler
 from finops.timeutil import utc_now
@@ -46,7 +47,7 @@ from tests.service.job_runs import JobRuns
 from tests.support.alert_cluster import Cluster, minute_floor
 from tests.support.alert_servers import SECRET_PATH, Mailbox, Webhook, starttls_smtp
 from tests.support.certificates import Certificates
-from tests.support.scenario import seed_dashboard_database
+from tests.support.scenario import seed_dashboard_database, slice_end, start_hour
 
 PRICING = Pricing(load_catalog(), PricingModel.ON_DEMAND)
 LOCAL = WebhookPolicy(allowed_hosts=frozenset({"127.0.0.1"}), allow_private_addresses=True)
@@ -62,9 +63,9 @@ class Clock:
         return self.now
 
 
-def test_a_team_crossing_80_percent_gets_one_slack_message_and_one_email(engine, sessions) -> None:  # type: ignore[no-untyped-def]
+def test_a_team_crossing_80_percent_gets_one_slack_message_and_one_email(engine, sessions, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     seed_dashboard_database(engine.url.render_as_string(hide_password=False))
-    now = utc_now()
+    now = slice_end(start_hour())  # in the slice's month, also in a month's first hours
     with sessions.begin() as session:
         (before,) = budget_status(session, now)
         set_budget(
@@ -96,7 +97,8 @@ def test_a_team_crossing_80_percent_gets_one_slack_message_and_one_email(engine,
             ssl_context=certificates.client,
         ),
     )
-    clock = Clock(utc_now())
+    clock = Clock(now)
+    monkeypatch.setattr(scheduler, "utc_now", clock)  # the rollup's clock too
     runner = AlertRunner(AlertService(config, channels=channels), sessions, clock=clock)
     try:
         run_rollup_and_alerts(sessions, PRICING, IdlePolicy(), runner)
@@ -113,7 +115,7 @@ def test_a_team_crossing_80_percent_gets_one_slack_message_and_one_email(engine,
         webhook.close()
         smtp.stop()
     with sessions() as session:
-        (status,) = budget_status(session, utc_now())
+        (status,) = budget_status(session, now)
     assert Decimal("80") <= status.used_percent < Decimal("100")
     spent, budget = money(status.spent, "USD"), money(status.budget, "USD")
     (slack,) = webhook.delivered

@@ -24,7 +24,7 @@ from finops.ledger.rollup import rollup
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.timeutil import month_start, next_month_start, to_epoch, utc_now
 from tests.support.alert_cluster import Cluster, busy, idle, minute_floor
-from tests.support.scenario import seed_dashboard_database
+from tests.support.scenario import seed_dashboard_database, slice_end, start_hour
 
 PRICING = Pricing(load_catalog(), PricingModel.ON_DEMAND)
 INPUTS = RuleInputs(idle_window_seconds=1800, idle_max_gap_seconds=150, collector_interval_seconds=10)
@@ -47,7 +47,7 @@ def _instance(sessions: sessionmaker[Session], rule: str) -> AlertInstance:
 
 def test_budget_thresholds_become_alerts_once_and_the_highest_supersedes(engine, sessions) -> None:  # type: ignore[no-untyped-def]
     seed_dashboard_database(engine.url.render_as_string(hide_password=False))
-    now = utc_now()
+    now = slice_end(start_hour())  # in the slice's month, also in a month's first hours
     with sessions.begin() as session:
         (status,) = budget_status(session, now)
         set_budget(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from dashboards import filters
+from finops import timeutil
 from finops.db.engine import make_engine, upgrade
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboards" / "app.py")
@@ -32,3 +35,10 @@ def page_database(path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.delenv("FINOPS_PROMETHEUS_URL", raising=False)
     upgrade(make_engine(url))
     return url
+
+
+def stop_clock(monkeypatch: pytest.MonkeyPatch, at: datetime) -> datetime:
+    """The pages' clock stopped at ``at``, so that "now" is the same for the page and the test; returns ``at``."""
+    monkeypatch.setattr(timeutil, "utc_now", lambda: at)
+    monkeypatch.setattr(filters, "utc_now", lambda: at)
+    return at

@@ -10,10 +10,8 @@ from pathlib import Path
 import pytest
 import streamlit as st
 
-from dashboards import filters
-from finops import timeutil
 from finops.timeutil import utc_now
-from tests.dashboards.apptest import page_database
+from tests.dashboards.apptest import page_database, stop_clock
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +32,4 @@ def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def now(monkeypatch: pytest.MonkeyPatch) -> datetime:
     """The pages' clock stopped at the current instant, so that "now" is the same for the page and the test."""
-    frozen = utc_now()
-    monkeypatch.setattr(timeutil, "utc_now", lambda: frozen)
-    monkeypatch.setattr(filters, "utc_now", lambda: frozen)
-    return frozen
+    return stop_clock(monkeypatch, utc_now())

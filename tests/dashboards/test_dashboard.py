@@ -29,7 +29,7 @@ from finops.db.models import Budget
 from finops.ledger.costmodel import CENT
 from finops.pricing.catalog import load_catalog
 from finops.timeutil import month_start, utc_now
-from tests.dashboards.apptest import run_page
+from tests.dashboards.apptest import run_page, stop_clock
 from tests.support import scenario
 from tests.support.environment import debian_binary
 from tests.support.node_fixture import fixture_node_registry
@@ -156,12 +156,13 @@ def test_teams_chart_colours_used_unused_and_unallocated_cost(seeded: str) -> No
     ids=["default", "7d", "30d-alpha", "cluster-vega", "partition-gpu"],
 )
 def test_overview_shows_the_report_for_the_period_and_filters(
-    seeded: str, now: datetime, params: dict[str, str]
+    database: str, monkeypatch: pytest.MonkeyPatch, params: dict[str, str]
 ) -> None:
+    now = stop_clock(monkeypatch, scenario.slice_end(seed_two_clusters(database)))  # month to date: the slice
     app = run_page("views/overview.py", **params)
     start, end = period_bounds(params.get("period", "mtd"), now)
     filters = {k: v for k, v in params.items() if k != "period"}
-    rows = _report(seeded, start, end, **filters)
+    rows = _report(database, start, end, **filters)
     summary = fleet_summary(rows)
     metrics, exact = _metrics(app), _exact(app)
     assert exact["GPU capacity cost"] == _usd(summary.capacity_cost)
@@ -172,15 +173,15 @@ def test_overview_shows_the_report_for_the_period_and_filters(
     assert metrics["Utilisation of allocated GPUs"] == f"{summary.utilization:.1%}"
     assert any(c.value.startswith("**Unused allocated cost**") for c in app.caption), "the measure is explained"
     at = now.replace(second=0, microsecond=0)
-    month_rows = _report(seeded, month_start(at), at, **filters)
+    month_rows = _report(database, month_start(at), at, **filters)
     assert exact["Spent this month"] == _usd(sum((r.allocated_cost for r in month_rows), Decimal(0)))
-    with session_factory(make_engine(seeded))() as session:
+    with session_factory(make_engine(database))() as session:
         statuses = budget_status(session, at, team=filters.get("team"))
     budgets = _frame_with(app, "over_budget")
     assert budgets["team"].tolist() == [s.team for s in statuses] == ["alpha"]
     assert [Decimal(str(v)) for v in budgets["spent"]] == [s.spent.quantize(CENT) for s in statuses]
     wasters = _frame_with(app, "job", "idle_gpu_hours")
-    expected = top_idle(_report(seeded, start, end, "job", **filters))
+    expected = top_idle(_report(database, start, end, "job", **filters))
     assert wasters["job"].tolist() == [r.key for r in expected]
     assert [Decimal(str(v)) for v in wasters["idle_cost"]] == [r.idle_cost.quantize(CENT) for r in expected]
     days = _frame_with(app, "day")
