@@ -19,7 +19,8 @@ is read from /proc). Prints figures; asserts nothing about time. Helpers and wor
    0.7 ms of CPU per POST on the same 2 cores) and ``wrk`` (Debian package ``wrk``, tens of µs per POST: nearer a
    fleet whose collectors run on their own nodes), so that the service's rate is seen with and without the clients'
    share of the machine. With ``--compare``, each case also runs the ``serve`` of another checkout (e.g. ``git
-   worktree add /tmp/before <commit>``) right after this one's, on the same database, and the ratios are printed.
+   worktree add /tmp/before <commit>``) right after this one's, on the same database (its schema taken down to the
+   other checkout's newest migration first, and up again after: :func:`migrate_for`), and the ratios are printed.
 2. **COPY**: the same fleet's rows (``--hours`` of them) by text ``COPY`` on one connection beside binary ``COPY``
    (``set_types``) cut over ``--copy-connections`` connections, alternating: rows/s and CPU µs per row.
 3. **Replicas**: ``--fleet-gpus`` GPUs read every 10 s for ``--fleet-minutes`` minutes (10,000 GPUs and 60 minutes
@@ -43,6 +44,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import psycopg
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, make_url
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,7 +66,7 @@ from benchmarks.ingest import (  # noqa: E402
     wrk_run,
 )
 from finops.cli.context import idle_policy, load_pricing, load_settings, open_sessions  # noqa: E402
-from finops.db.engine import downgrade, make_engine, upgrade  # noqa: E402
+from finops.db.engine import downgrade, head_revision, make_engine, upgrade  # noqa: E402
 from finops.ingest.partitions import create_partitions  # noqa: E402
 from finops.service.scheduler import run_rollup  # noqa: E402
 from finops.timeutil import to_epoch  # noqa: E402
@@ -91,16 +93,32 @@ def steady_by_workers(url: str, token: str, steady: list[tuple[int, bytes]], wor
     """(run, POST/s) of ``steady`` per code (name → checkout), load generator and worker count, ``repeat`` times,
     alternating."""
     runs: dict[Case, list[tuple[Run, float]]] = {(c, load, n): [] for load in loads for n in workers for c in codes}
+    engine = make_engine(url)
     for _ in range(repeat):
         for load in loads:
             for n in workers:
                 for name, code in codes.items():
+                    migrate_for(engine, code)
                     with serving(url, token, "--workers", str(n), code=code) as (base, server):
                         # Warm-up: every process meets every node (GPU ids and partitions are cached per process).
                         http_run(base, token, steady, clients, server, backends)
                         run = wrk_run if load == "wrk" else http_run
                         runs[name, load, n].append(run(base, token, steady, clients, server, backends))
+    engine.dispose()
     return runs
+
+
+def migrate_for(engine: Engine, code: Path) -> None:
+    """The database's schema at the newest migration of checkout ``code``: this tree's migrations upgrade to it, or
+    downgrade to it when ``code`` is an older checkout (whose ``serve`` refuses a schema newer than its code; the
+    tables dropped are the newer code's own)."""
+    head = ScriptDirectory(str(code / "migrations")).get_current_head()
+    if head is None:
+        raise FileNotFoundError(f"no migrations in {code}")
+    if head == head_revision():
+        upgrade(engine)
+    else:
+        downgrade(engine, head)
 
 
 def replicas(url: str, token: str, gpus: int, minutes: int, clients: int, backends: Backends) -> None:
