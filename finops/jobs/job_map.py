@@ -32,8 +32,9 @@ def reconcile_job_map(session: Session, until: int) -> int:
     For each such job and node, the job's allocations on that node are rewritten by
     :func:`~finops.jobs.placement.place_jobs` (so on the observed GPUs, other jobs displaced) and the job's hours are
     marked dirty, for the rollup that follows.
-    Three queries when nothing disagrees: dirty hours, samples of those hours, the jobs they name with their
-    allocations.
+    Four queries when nothing disagrees: dirty hours, samples of those hours (grouped by GPU and job id alone: joined
+    to the nodes first, PostgreSQL sorts every sample, 3.5 × slower at 3.6 M), the hostnames of the GPUs they name,
+    the jobs they name with their allocations.
     """
     hours = sorted(
         to_epoch(h) for h in session.scalars(select(DirtyHour.hour).where(DirtyHour.hour < from_epoch(until)))
@@ -42,19 +43,15 @@ def reconcile_job_map(session: Session, until: int) -> int:
     if not windows:
         return 0
     seen = session.execute(
-        select(GpuSample.gpu_id, GpuSample.job_id, func.min(GpuSample.ts), func.max(GpuSample.ts), Node.hostname)
-        .join(Gpu, Gpu.id == GpuSample.gpu_id)
-        .join(Node, Node.id == Gpu.node_id)
+        select(GpuSample.gpu_id, GpuSample.job_id, func.min(GpuSample.ts), func.max(GpuSample.ts))
         .where(in_windows(windows), GpuSample.job_id.is_not(None))
-        .group_by(GpuSample.gpu_id, GpuSample.job_id, Node.hostname)
+        .group_by(GpuSample.gpu_id, GpuSample.job_id)
     ).all()
     observations = Observations()
-    host_of_gpu: dict[int, str] = {}
-    for gpu_id, job_id, first, last, hostname in seen:
-        if job_id is None:
-            continue
-        observations.spans.setdefault(job_id, {})[gpu_id] = (to_epoch(first), to_epoch(last))
-        host_of_gpu[gpu_id] = hostname
+    for gpu_id, job_id, first, last in seen:
+        if job_id is not None:
+            observations.spans.setdefault(job_id, {})[gpu_id] = (to_epoch(first), to_epoch(last))
+    host_of_gpu = _hostnames(session, {gpu_id for spans in observations.spans.values() for gpu_id in spans})
     jobs = _jobs_named(session, set(observations.spans))
     held: dict[int, list[tuple[int, int, str, Unit]]] = defaultdict(list)  # job -> (allocation, gpu, host, unit)
     for chunk in in_chunks(sorted(jobs)):
@@ -118,6 +115,17 @@ def _windows(hours: list[int], until: int) -> list[tuple[int, int]]:
         else:
             windows.append((hour, hour + HOUR))
     return [(a, min(b, until)) for a, b in windows if a < until]
+
+
+def _hostnames(session: Session, gpu_ids: set[int]) -> dict[int, str]:
+    """The hostname of each GPU's node, by GPU id."""
+    found: dict[int, str] = {}
+    for chunk in in_chunks(sorted(gpu_ids)):
+        rows = session.execute(
+            select(Gpu.id, Node.hostname).join(Node, Node.id == Gpu.node_id).where(Gpu.id.in_(chunk))
+        )
+        found.update((gpu_id, hostname) for gpu_id, hostname in rows)
+    return found
 
 
 def _jobs_named(session: Session, ids: set[str]) -> dict[int, Job]:
