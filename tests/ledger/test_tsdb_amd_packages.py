@@ -8,12 +8,14 @@ few minutes after a device's last reading from it, by their lookback: Prometheus
 
 Per package, the ledger's energy of the hour equals its counter's increase, each device holding ``1 / n`` of it
 (``n`` = 8 and 2, the packages' make, not the devices seen); per segment of the TSDB metering, each device's energy is
-``1 / n`` of the counter's increase over that segment.
+``1 / n`` of the counter's increase over that segment. A device with no series in the whole hour holds none of it,
+and the others still ``1 / n`` each.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Set
 from datetime import timedelta
 from itertools import pairwise
 
@@ -21,7 +23,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.db.ledger_tables import LedgerEntry, TsdbGpuMetering
+from finops.db.ledger_tables import LedgerEntry, LedgerTeamHour, TsdbGpuMetering
 from finops.db.models import Allocation, GpuSample, Job, Team
 from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import PullOptions, import_range
@@ -38,6 +40,8 @@ DEVICES = {"mi300x-01": 8, "mi250x-01": 2}
 MISSING = {"5cff74b5-0000-1000-8050-7e3e3a6ed2a1", "a1ff740f-0000-1000-8042-6d7f0c1b2e30"}
 """MI300X partition 5 and MI250X die 1: no series from minute 31 to minute 47."""
 GAP = range(31, 48)
+ABSENT = "5cff74b5-0000-1000-8030-7e3e3a6ed2a1"
+"""MI300X partition 3: in :func:`test_tsdb_stores_no_share_for_a_device_without_series`, no series in the hour."""
 
 
 def holdings(t0: int) -> dict[tuple[str, int], tuple[int, int | None]]:
@@ -100,16 +104,19 @@ def seed(session: Session, t0: int) -> None:
     session.flush()
 
 
-def check_hour(session: Session, t0: int) -> None:
-    """Per package: the ledger's energy of the hour is the counter's increase, each device ``1 / n`` of it."""
+def check_hour(session: Session, t0: int, absent: Set[tuple[str, int]] = frozenset()) -> None:
+    """Per package: in the ledger's energy of the hour each device holds ``1 / n`` of the counter's increase, a
+    device of ``absent`` (node, index: no series in the hour) none; the package's energy is the increase, counted
+    once, less the absent devices' shares."""
     gpus = by_device(session)
     energy: dict[int, float] = defaultdict(float)
     for row in session.scalars(select(LedgerEntry).where(LedgerEntry.hour == from_epoch(t0))):
         energy[row.gpu_id] += row.energy_joules or 0.0
     for node, n in DEVICES.items():
         shares = [energy[gpus[node, i].id] for i in range(n)]
-        assert sum(shares) == pytest.approx(increase(node), rel=1e-9)  # counted once
-        assert shares == pytest.approx([increase(node) / n] * n, rel=1e-9)
+        expected = [0.0 if (node, i) in absent else increase(node) / n for i in range(n)]
+        assert sum(shares) == pytest.approx(sum(expected), rel=1e-9)  # counted once
+        assert shares == pytest.approx(expected, rel=1e-9)
 
 
 def test_tsdb_splits_package_energy_per_segment(sessions: sessionmaker[Session], tsdb: TsdbLoader) -> None:
@@ -134,6 +141,42 @@ def test_tsdb_splits_package_energy_per_segment(sessions: sessionmaker[Session],
         start, _ = holdings(t0)["mi250x-01", 1]
         assert sorted(cuts["mi250x-01", 1]) == [(t0, start), (start, t0 + 3600)]  # its own cuts, not die 0's
         check_hour(session, t0)
+
+
+def test_tsdb_stores_no_share_for_a_device_without_series(sessions: sessionmaker[Session], tsdb: TsdbLoader) -> None:
+    """Partition 3 of the MI300X has no series in the hour (seen, and registered, the hour before) while a job holds
+    it from minute 18:17 to 46:29. Its GPU-hour is costed but not measured: no segment metered, its rows without
+    readings, energy or used time. The package's counter is still shared in eighths: each other partition holds 1/8
+    of its increase, not 1/7, so the package's energy of the hour is 7/8 of it; the MI250X is unaffected."""
+    t0 = to_epoch(scenario.start_hour() - timedelta(days=1))
+    tag = f'gpu_uuid="{ABSENT}"'
+    found = [line for line in lines(t0) if tag not in line] + [line for line in lines(t0 - 3600) if tag in line]
+    telemetry = TsdbTelemetry(PrometheusClient(tsdb(found)))
+    with sessions.begin() as session:
+        assert telemetry.register_gpus(session, t0 - 3600, t0 + 3600) == 10
+        seed(session, t0)
+        rollup(session, PRICING, t0 + 3600, meter=telemetry.meter)
+        gpus = by_device(session)
+        absent = gpus["mi300x-01", 3]
+        assert to_epoch(absent.in_service_from) == t0 - 3600
+        hour = from_epoch(t0)
+        metered = set(session.scalars(select(TsdbGpuMetering.gpu_id).where(TsdbGpuMetering.start >= hour)))
+        assert metered == {gpu.id for gpu in gpus.values()} - {absent.id}
+        rows = session.scalars(
+            select(LedgerEntry).where(LedgerEntry.hour == hour, LedgerEntry.gpu_id == absent.id)
+        ).all()
+        start, end = holdings(t0)["mi300x-01", 3]
+        (held,) = [row for row in rows if row.job_pk is not None]
+        assert (sum(row.seconds for row in rows), held.seconds) == (3600, end - start)
+        measured = {(row.sample_count, row.energy_joules, row.used_gpu_seconds, row.energy_cost) for row in rows}
+        assert measured == {(0, 0.0, 0.0, 0)}  # no readings: not measured, no share given it
+        assert held.allocated_cost is not None and held.allocated_cost > 0
+        assert (held.used_cost, held.idle_cost, held.profiled_seconds, held.sm_active_ratio) == (0, 0, 0, None)
+        team = session.scalars(
+            select(LedgerTeamHour).where(LedgerTeamHour.hour == hour, LedgerTeamHour.team_id == held.team_id)
+        ).one()
+        assert team.unmetered_gpu_seconds == end - start  # the team's only holding without readings
+        check_hour(session, t0, absent={("mi300x-01", 3)})
 
 
 def test_pull_shares_hold_when_a_device_is_missing(sessions: sessionmaker[Session], tsdb: TsdbLoader) -> None:
