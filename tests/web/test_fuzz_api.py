@@ -101,7 +101,7 @@ def service(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     now = utc_now()
     with sessions.begin() as session:
         set_budget(session, "gamma", Decimal("10"), now, actor=ACTOR)
-        record_budget_events(session, scenario.start_hour() + timedelta(hours=2))
+        record_budget_events(session, scenario.slice_end(t0))
         create_silence(session, ['team="gamma"'], now + timedelta(days=1), now, comment="gamma eval", actor=ACTOR)
         if role == "node":
             token = create_node_token(session, FUZZ_NODE, now, actor=ACTOR)[1]
