@@ -113,9 +113,6 @@ def detect_idle(
     and :func:`rejudge_idle` widens the period for those that are not yet.
     """
     scan_from, scan_until = _span_of_stored(session, to_epoch(start), to_epoch(end), policy.max_gap_seconds)
-    session.execute(
-        delete(IdleEpisode).where(IdleEpisode.end >= from_epoch(scan_from), IdleEpisode.start <= from_epoch(scan_until))
-    )
     thresholds = sorted({policy.threshold, *policy.partition_thresholds.values()})
     gap, window = policy.max_gap_seconds, policy.window_seconds
     if readings is None:
@@ -132,6 +129,11 @@ def detect_idle(
             for t in thresholds
         }
         session.execute(text(f"DELETE FROM {IDLE_READINGS_TABLE}"))  # noqa: S608 - a constant
+    # The stored episodes of the grown period go once its runs are read: on SQLite a transaction that has written
+    # nothing yet reads the readings on helper connections too (finops.analysis.idle_runs.may_read_elsewhere).
+    session.execute(
+        delete(IdleEpisode).where(IdleEpisode.end >= from_epoch(scan_from), IdleEpisode.start <= from_epoch(scan_until))
+    )
     gpu_ids = {run.gpu_id for found in runs.values() for run in found}
     if not gpu_ids:
         return 0

@@ -43,7 +43,7 @@ from typing import Any
 from sqlalchemy import Connection, TextClause, text
 
 from collector.contract.clocks_events import POWER_MASK, THERMAL_MASK
-from finops.db.dialect import json_rows, set_local, transaction_settings
+from finops.db.dialect import json_rows, set_local, supports_helper_connections, transaction_settings, write_mark
 from finops.ingest.partitions import DAY, floor_day
 
 GPU_KEY = 4_294_967_296
@@ -241,8 +241,8 @@ def idle_runs(
     them (module docstring); sorted by GPU and start. A run at the period's start starts there.
 
     ``helpers`` > 1: the chunks are read on that many other connections of the engine at once when
-    :func:`may_read_elsewhere` allows (PostgreSQL, ``gpu_samples``), each in a transaction that sees what this one
-    sees (its exported snapshot)."""
+    :func:`may_read_elsewhere` allows (``gpu_samples`` on PostgreSQL, or on SQLite in a file before this transaction
+    writes), each in a transaction that sees what this one sees (on PostgreSQL its exported snapshot)."""
     statements = _Statements.of(table, clocks, connection.dialect.name)
     settings = _Settings(threshold, max_gap, window)
     chunks = list(chunks)
@@ -304,11 +304,19 @@ _WRITTEN_READINGS = text(
 
 
 def may_read_elsewhere(connection: Connection) -> bool:
-    """Whether other connections can read the readings this transaction sees: PostgreSQL, and this transaction has
-    written no reading and no GPU (``pg_stat_xact_user_tables``, its own counts of rows written, by table and day
-    partition): another transaction sees only what is committed. PostgreSQL shows there too the counts of the
-    connection's earlier transactions that it has not flushed yet (it flushes when the connection is idle, at most
-    once a second): this then says False and the caller reads on this connection, slower, never wrong."""
+    """Whether other connections can read the readings this transaction sees: another transaction sees only what is
+    committed.
+
+    PostgreSQL: this transaction has written no reading and no GPU (``pg_stat_xact_user_tables``, its own counts of
+    rows written, by table and day partition). PostgreSQL shows there too the counts of the connection's earlier
+    transactions that it has not flushed yet (it flushes when the connection is idle, at most once a second): this
+    then says False and the caller reads on this connection, slower, never wrong.
+
+    SQLite: a database in a file (:func:`finops.db.dialect.supports_helper_connections`) and a transaction that has
+    written nothing at all (:func:`finops.db.dialect.write_mark` is None: its driver begins a transaction at the
+    first write, not at a read), whose reads see what is committed, as another connection's do."""
+    if connection.dialect.name == "sqlite":
+        return supports_helper_connections(connection) and write_mark(connection) is None
     if connection.dialect.name != "postgresql":
         return False
     return int(connection.scalar(_WRITTEN_READINGS) or 0) == 0
@@ -322,10 +330,12 @@ def _read_elsewhere(
     helpers: int,
 ) -> list[_Piece]:
     """The runs of each of ``chunks`` (:func:`_chunk_pieces`), read on up to ``helpers`` other connections at once,
-    each in a read-only transaction on this one's snapshot (``pg_export_snapshot``, imported by ``SET TRANSACTION
-    SNAPSHOT``), which it rolls back. A helper's error is raised here."""
-    snapshot = str(connection.scalar(text("SELECT pg_export_snapshot()")))
-    if not re.fullmatch(r"[0-9A-F]+-[0-9A-F]+-[0-9]+", snapshot):  # inlined below: a utility statement takes no $1
+    each in a transaction it rolls back: on PostgreSQL a read-only one on this one's snapshot
+    (``pg_export_snapshot``, imported by ``SET TRANSACTION SNAPSHOT``); on SQLite its reads see what is committed,
+    as this transaction's do (:func:`may_read_elsewhere`). A helper's error is raised here."""
+    postgresql = connection.dialect.name == "postgresql"
+    snapshot = str(connection.scalar(text("SELECT pg_export_snapshot()"))) if postgresql else ""
+    if postgresql and not re.fullmatch(r"[0-9A-F]+-[0-9A-F]+-[0-9]+", snapshot):  # inlined below: no $1 there
         raise ValueError(f"unexpected snapshot id {snapshot!r}")
     work: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
     for chunk in chunks:
@@ -334,11 +344,13 @@ def _read_elsewhere(
     def read() -> list[_Piece]:
         found: list[_Piece] = []
         with connection.engine.connect() as helper:
-            helper = helper.execution_options(isolation_level="REPEATABLE READ")
+            if postgresql:
+                helper = helper.execution_options(isolation_level="REPEATABLE READ")
             with helper.begin() as transaction:
-                helper.execute(text("SET TRANSACTION READ ONLY"))
-                helper.exec_driver_sql(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
-                set_local(helper, _HELPER_SETTINGS)
+                if postgresql:
+                    helper.execute(text("SET TRANSACTION READ ONLY"))
+                    helper.exec_driver_sql(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+                    set_local(helper, _HELPER_SETTINGS)
                 while True:
                     try:
                         chunk = work.get_nowait()

@@ -195,17 +195,17 @@ def supports_helper_connections(connection: Connection) -> bool:
     return connection.dialect.name == "postgresql"
 
 
-def write_mark(session: Session) -> int | None:
-    """What this transaction has written so far, to compare with a later mark: equal marks, nothing written between
-    them; None before it first writes (then another connection sees the same data as it does). PostgreSQL: its
-    transaction id (``txid_current_if_assigned``, assigned at the first write). SQLite: the rows its connection has
-    inserted, updated or deleted (``total_changes``) once its driver has begun a transaction (at the first write, not
-    at a read), else None."""
-    connection = session.connection()
+def write_mark(bind: Session | Connection) -> int | None:
+    """What the transaction of ``bind`` (a session, or a connection) has written so far, to compare with a later mark:
+    equal marks, nothing written between them; None before it first writes (then another connection sees the same
+    data as it does). PostgreSQL: its transaction id (``txid_current_if_assigned``, assigned at the first write).
+    SQLite: the rows its connection has inserted, updated or deleted (``total_changes``) once its driver has begun a
+    transaction (at the first write, not at a read), else None."""
+    connection = bind.connection() if isinstance(bind, Session) else bind
     if connection.dialect.name == "sqlite":
         driver = connection.connection.driver_connection
         return int(driver.total_changes) if driver.in_transaction else None  # type: ignore[union-attr]
-    mark = session.scalar(text("SELECT txid_current_if_assigned()"))
+    mark = connection.scalar(text("SELECT txid_current_if_assigned()"))
     return None if mark is None else int(mark)
 
 

@@ -285,6 +285,7 @@ def run_demo(options: DemoOptions) -> int:
     print(f"jobs: {imported.jobs} imported from {log_path} ({len(imported.errors)} bad lines)")
     with sessions.begin() as session:
         hours = rollup(session, pricing, to_epoch(trace.end)).hours
+    with sessions.begin() as session:  # a transaction that has written nothing reads the readings on helpers too
         episodes = detect_idle(session, trace.start, trace.end, IdlePolicy(), pricing)
         _set_demo_budgets(session, series, pricing, profile.model, trace.end)
     ledger_seconds = time.perf_counter() - ledger_at

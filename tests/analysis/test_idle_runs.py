@@ -13,7 +13,7 @@ from collections import defaultdict
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import insert, select, text
+from sqlalchemy import Connection, event, insert, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.clocks_events import CLOCKS_EVENT_REASONS, POWER_MASK, THERMAL_MASK
@@ -172,9 +172,21 @@ def test_helper_connections_read_the_transactions_snapshot(sessions: sessionmake
             connection.execute(text("SELECT pg_stat_force_next_flush()"))
     with sessions.begin() as session:
         connection = session.connection()
-        assert may_read_elsewhere(connection) == (connection.dialect.name == "postgresql")
-        found = idle_runs(connection, day_chunks(*PERIODS[1]), 0.05, 150, 1_800, helpers=2)
+        assert may_read_elsewhere(connection), "nothing written here: the helpers read what this transaction reads"
+        opened: list[Connection] = []
+
+        def count(helper: Connection) -> None:
+            opened.append(helper)
+
+        event.listen(connection.engine, "engine_connect", count)
+        try:
+            found = idle_runs(connection, day_chunks(*PERIODS[1]), 0.05, 150, 1_800, helpers=2)
+        finally:
+            event.remove(connection.engine, "engine_connect", count)
         assert as_tuples(found) == expected
+        assert opened, "the chunks were read on other connections"
+        session.execute(update(Gpu).where(Gpu.id == min(fleet)).values(gpu_index=Gpu.gpu_index))
+        assert not may_read_elsewhere(connection), "after a write, never"
 
 
 def test_stored_episodes_are_the_reference_runs_clipped_to_the_allocations(sessions: sessionmaker[Session]) -> None:
