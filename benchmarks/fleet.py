@@ -44,7 +44,6 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import psycopg
-from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, make_url
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,9 +111,7 @@ def migrate_for(engine: Engine, code: Path) -> None:
     """The database's schema at the newest migration of checkout ``code``: this tree's migrations upgrade to it, or
     downgrade to it when ``code`` is an older checkout (whose ``serve`` refuses a schema newer than its code; the
     tables dropped are the newer code's own)."""
-    head = ScriptDirectory(str(code / "migrations")).get_current_head()
-    if head is None:
-        raise FileNotFoundError(f"no migrations in {code}")
+    head = head_revision(code / "migrations")
     if head == head_revision():
         upgrade(engine)
     else:

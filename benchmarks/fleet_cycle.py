@@ -241,7 +241,7 @@ def preload(scheduler: Scheduler, conninfo: str, start: int) -> None:
 
 def split(done: dict[str, Any]) -> str:
     """A rollup's seconds, and of them the parts of :data:`PARTS` in their order."""
-    return f"{done['seconds']:.2f} s ({' + '.join(f'{done.get(name, 0.0):.2f}' for name in PARTS)})"
+    return f"{done['seconds']:.2f} s ({' + '.join(f'{done[name]:.2f}' for name in PARTS)})"
 
 
 def beside(scheduler: Scheduler, conninfo: str, start: int, base: str, token: str, folder: str, count: int,

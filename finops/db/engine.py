@@ -74,11 +74,12 @@ def downgrade(engine: Engine, revision: str) -> None:
     command.downgrade(_alembic_config(engine), revision)
 
 
-def head_revision() -> str:
-    """The newest migration's revision id."""
-    head = ScriptDirectory(str(migrations_dir())).get_current_head()
+def head_revision(directory: Path | None = None) -> str:
+    """The newest migration's revision id, of this code's :func:`migrations_dir` or of the Alembic script
+    ``directory`` given (another checkout's ``migrations/``). Raises FileNotFoundError when it has none."""
+    head = ScriptDirectory(str(directory or migrations_dir())).get_current_head()
     if head is None:
-        raise FileNotFoundError("no migrations found")
+        raise FileNotFoundError(f"no migrations found in {directory or migrations_dir()}")
     return head
 
 
