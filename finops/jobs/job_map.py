@@ -1,56 +1,61 @@
 """Reconciling placements with the collectors' job map: jobs whose samples, arrived after they were placed, name
-other GPUs are placed again on those (:func:`reconcile_job_map`, run by the scheduled rollup before it rebuilds dirty
-ledger hours)."""
+other GPUs are placed again on those (:func:`reconcile_job_map`, run by the scheduled rollup on the readings it has
+just metered; when it moves a job, the rollup rebuilds the job's hours again in the same transaction)."""
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
-from sqlalchemy import delete, func, or_, select
+import orjson
+from sqlalchemy import TextClause, delete, or_, select, text
 from sqlalchemy.orm import Session
 
+from finops.db.dialect import json_rows
 from finops.db.hours import HourMarks
-from finops.db.ledger_tables import DirtyHour
-from finops.db.models import Allocation, Gpu, GpuSample, Job, Node
+from finops.db.models import Allocation, Gpu, Job, Node
 from finops.jobs.gpu_calendar import OPEN_END, Unit
 from finops.jobs.nodes import in_chunks
-from finops.jobs.observed_gpus import Observations, in_windows
+from finops.jobs.observed_gpus import Observations
 from finops.jobs.placement import PlacementRequest, job_keys, place_jobs
 from finops.jobs.slurm_hostlist import expand_hostlist
-from finops.timeutil import HOUR, from_epoch, to_epoch
+from finops.timeutil import from_epoch, to_epoch
 
 log = logging.getLogger(__name__)
 
+_WINDOW_COLUMNS = {"gpu_id": "integer", "lo": "bigint", "hi": "bigint"}
+# Per window, the GPU's samples in [lo, hi) that name a job, read by the (gpu_id, ts) key: PostgreSQL behind LATERAL
+# and OFFSET 0 (not flattened into a scan of the day partitions; lo_min and hi_max prune those), SQLite by CROSS
+# JOIN, whose order it keeps.
+_SEEN = {
+    "postgresql": "SELECT w.gpu_id, s.job_id, MIN(s.ts), MAX(s.ts) FROM {windows} CROSS JOIN LATERAL ("
+    "SELECT g.job_id, g.ts FROM gpu_samples g WHERE g.gpu_id = w.gpu_id AND g.ts >= w.lo AND g.ts < w.hi "
+    "AND g.ts >= :lo_min AND g.ts < :hi_max AND g.job_id IS NOT NULL OFFSET 0) s GROUP BY w.gpu_id, s.job_id",
+    "sqlite": "SELECT w.gpu_id, g.job_id, MIN(g.ts), MAX(g.ts) FROM {windows} CROSS JOIN gpu_samples g "
+    "WHERE g.gpu_id = w.gpu_id AND g.ts >= w.lo AND g.ts < w.hi AND g.ts >= :lo_min AND g.ts < :hi_max "
+    "AND g.job_id IS NOT NULL GROUP BY w.gpu_id, g.job_id",
+}
 
-def reconcile_job_map(session: Session, until: int) -> int:
-    """Re-place jobs whose samples, newly arrived in the ledger's dirty hours before ``until`` (epoch seconds),
-    name GPUs their allocations are not on. Returns how many (job, node) placements moved.
+
+def reconcile_job_map(session: Session, windows: Mapping[int, tuple[int, int]]) -> int:
+    """Re-place jobs whose samples in ``windows`` (GPU id -> [start, end), epoch seconds: the readings a rollup has
+    just metered as new, :func:`finops.ledger.metering_state.metered_windows`) name GPUs their allocations are not on.
+    Returns how many (job, node) placements moved.
 
     For each such job and node, the job's allocations on that node are rewritten by
     :func:`~finops.jobs.placement.place_jobs` (so on the observed GPUs, other jobs displaced) and the job's hours are
-    marked dirty, for the rollup that follows.
-    Four queries when nothing disagrees: dirty hours, samples of those hours (grouped by GPU and job id alone: joined
-    to the nodes first, PostgreSQL sorts every sample, 3.5 × slower at 3.6 M), the hostnames of the GPUs they name,
-    the jobs they name with their allocations.
+    marked dirty, for the rollup that follows. Samples are read once each: those of earlier rollups were reconciled
+    then, and a job imported since was placed on the GPUs its samples named (:func:`~finops.jobs.placement.place_jobs`
+    observes them). Three queries when nothing disagrees: the samples in the windows (per GPU by its ``(gpu_id, ts)``
+    key, grouped by GPU and job id), the hostnames of the GPUs they name, the jobs they name with their allocations.
     """
-    hours = sorted(
-        to_epoch(h) for h in session.scalars(select(DirtyHour.hour).where(DirtyHour.hour < from_epoch(until)))
-    )
-    windows = _windows(hours, until)
     if not windows:
         return 0
-    seen = session.execute(
-        select(GpuSample.gpu_id, GpuSample.job_id, func.min(GpuSample.ts), func.max(GpuSample.ts))
-        .where(in_windows(windows), GpuSample.job_id.is_not(None))
-        .group_by(GpuSample.gpu_id, GpuSample.job_id)
-    ).all()
     observations = Observations()
-    for gpu_id, job_id, first, last in seen:
-        if job_id is not None:
-            observations.spans.setdefault(job_id, {})[gpu_id] = (to_epoch(first), to_epoch(last))
+    for gpu_id, job_id, first, last in session.execute(_seen_statement(session), _window_rows(windows)):
+        observations.spans.setdefault(job_id, {})[gpu_id] = (int(first), int(last))
     host_of_gpu = _hostnames(session, {gpu_id for spans in observations.spans.values() for gpu_id in spans})
     jobs = _jobs_named(session, set(observations.spans))
     held: dict[int, list[tuple[int, int, str, Unit]]] = defaultdict(list)  # job -> (allocation, gpu, host, unit)
@@ -106,15 +111,20 @@ def reconcile_job_map(session: Session, until: int) -> int:
     return count
 
 
-def _windows(hours: list[int], until: int) -> list[tuple[int, int]]:
-    """Contiguous [start, end) runs of the given hour starts, clipped at ``until``."""
-    windows: list[tuple[int, int]] = []
-    for hour in hours:
-        if windows and windows[-1][1] == hour:
-            windows[-1] = (windows[-1][0], hour + HOUR)
-        else:
-            windows.append((hour, hour + HOUR))
-    return [(a, min(b, until)) for a, b in windows if a < until]
+def _seen_statement(session: Session) -> TextClause:
+    """The query of the samples in the windows that name a job: per GPU and job id, the first and last instant."""
+    dialect = session.get_bind().dialect.name
+    return text(_SEEN[dialect].format(windows=json_rows(dialect, "windows", "w", _WINDOW_COLUMNS)))
+
+
+def _window_rows(windows: Mapping[int, tuple[int, int]]) -> dict[str, object]:
+    """The parameters of :func:`_seen_statement`: the windows as a JSON array, and their lowest start and highest
+    end (epoch seconds)."""
+    return {
+        "windows": orjson.dumps([{"gpu_id": g, "lo": lo, "hi": hi} for g, (lo, hi) in windows.items()]).decode(),
+        "lo_min": min(lo for lo, _ in windows.values()),
+        "hi_max": max(hi for _, hi in windows.values()),
+    }
 
 
 def _hostnames(session: Session, gpu_ids: set[int]) -> dict[int, str]:

@@ -22,8 +22,8 @@ it, unless the node inventory or a collector says otherwise (:class:`finops.db.m
 is, first found: that of the node's collector-reported GPUs when they are all one model, the node inventory's
 (``nodes.gpu_model``, :mod:`finops.jobs.inventory`), that of the node's other placeholders when they are all one
 model, the job's GPU type (``gres/gpu:h100=8``), else ``unknown``. Samples that arrive after the import are
-reconciled by :func:`finops.jobs.job_map.reconcile_job_map`, which the scheduled rollup runs before rebuilding
-dirty ledger hours.
+reconciled by :func:`finops.jobs.job_map.reconcile_job_map`, which the scheduled rollup runs on the readings it
+has just metered.
 
 Instants are epoch seconds (int) here; an open end is :data:`finops.jobs.gpu_calendar.OPEN_END`.
 """

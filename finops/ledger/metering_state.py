@@ -17,7 +17,7 @@ transaction's id), so that readings committed while it ran are judged by the nex
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import orjson
@@ -106,6 +106,22 @@ def take_arrivals(session: Session) -> Arrivals:
         mark_hours_dirty(session, hours)
         cursors.update(late)
     return Arrivals([row.id for row in rows], cursors, len(late))
+
+
+def metered_windows(session: Session, cursors_before: Mapping[int, int], since: int) -> dict[int, tuple[int, int]]:
+    """Per GPU id, the [start, end) (epoch seconds) of the readings a rollup has just metered as new to the kept
+    sums: from the GPU's cursor as the rollup found it (``cursors_before``: :attr:`Arrivals.cursors`, after late
+    readings moved it back) or ``since`` (the first hour the rollup rebuilt) where it had none or an older one, to its
+    cursor now. GPUs whose cursor did not move past ``since`` are left out. A GPU-hour metered again because its
+    holdings changed is not in its window: its readings were new to an earlier rollup."""
+    windows: dict[int, tuple[int, int]] = {}
+    for gpu_id, through in session.execute(
+        text("SELECT gpu_id, through FROM metering_cursors WHERE through > :since"), {"since": since}
+    ):
+        start = max(cursors_before.get(gpu_id, since), since)
+        if start < through:
+            windows[gpu_id] = (start, int(through))
+    return windows
 
 
 def settle_arrivals(session: Session, arrivals: Arrivals) -> None:

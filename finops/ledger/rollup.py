@@ -167,6 +167,7 @@ def rollup(
     rebuilt: list[int] | None = None,
     meter: Meter | None = None,
     most_hours: int | None = None,
+    cursors_before: dict[int, int] | None = None,
 ) -> RollupResult:
     """Bring the ledger up to ``until`` (epoch seconds): rebuild every dirty hour before it, and every hour
     from the newest hour in the ledger (or, for an empty ledger, the first GPU's entry into service) to it.
@@ -190,6 +191,10 @@ def rollup(
     before any is rebuilt, to write their segments to ``tsdb_gpu_metering`` in this session
     (:func:`finops.ingest.tsdb_metering.TsdbMeter.meter_hours`), and the hours are metered from those segments
     instead of ``gpu_samples``.
+
+    ``cursors_before``, when given, is filled with each GPU's metering cursor as the rollup found it (after late
+    readings moved it back: :attr:`finops.ledger.metering_state.Arrivals.cursors`), from which
+    :func:`finops.ledger.metering_state.metered_windows` tells the readings it metered as new.
 
     ``most_hours``: rebuild at most that many of the hours, the oldest first; the result's ``pending_hours`` says how
     many are left, still marked dirty (or after the ledger's newest hour) for the next call, and the ledger's
@@ -215,6 +220,8 @@ def rollup(
     serialise_transactions(session, ROLLUP_LOCK_KEY, DirtyHour)
     locked = write_mark(session) if unwritten else None
     arrivals = take_arrivals(session)
+    if cursors_before is not None:
+        cursors_before.update(arrivals.cursors)
     dirty = {to_epoch(h) for h in session.scalars(select(DirtyHour.hour).where(DirtyHour.hour < from_epoch(until)))}
     newest = session.scalar(select(func.max(LedgerEntry.hour))) or session.scalar(select(func.min(Gpu.in_service_from)))
     since = floor_hour(to_epoch(newest)) if newest is not None else floor_hour(until - 1)

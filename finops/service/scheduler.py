@@ -24,6 +24,7 @@ for the runs to end.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -45,6 +46,7 @@ from finops.db.ledger_tables import LedgerEntry
 from finops.db.stopping import StopSwitch
 from finops.ingest.partitions import Pruned, create_upcoming_partitions, prune_samples
 from finops.jobs.job_map import reconcile_job_map
+from finops.ledger.metering_state import metered_windows
 from finops.ledger.rollup import TRANSACTION_HOURS, RollupResult, rollup
 from finops.pricing.catalog import Pricing
 from finops.pricing.store import pricing_in_force
@@ -111,10 +113,12 @@ def run_rollup(
     progress: RollupProgress | None = None,
     tsdb: TsdbTelemetry | None = None,
 ) -> tuple[RollupResult, int]:
-    """With the price catalog in force (the newest imported, else ``pricing``'s): move jobs onto the GPUs newly
-    arrived samples name (:func:`finops.jobs.job_map.reconcile_job_map`), rebuild dirty ledger hours up to now
+    """With the price catalog in force (the newest imported, else ``pricing``'s): rebuild dirty ledger hours up to now
     (at most :data:`~finops.ledger.rollup.TRANSACTION_HOURS` a transaction, each committed with the idle episodes
-    of its hours, so that a rollup stopped or killed keeps what it finished), re-judge the idle episodes of the
+    of its hours, so that a rollup stopped or killed keeps what it finished), move jobs onto the GPUs the samples
+    it metered as new name (:func:`finops.jobs.job_map.reconcile_job_map` over
+    :func:`finops.ledger.metering_state.metered_windows`; when one moves, its hours are rebuilt again in the same
+    transaction), re-judge the idle episodes of the
     hours rebuilt (:func:`finops.analysis.idle.rejudge_idle`: readings that
     arrived late, a spool after an outage or a backfill, get their episodes too; the hours only a price change
     marked, :func:`finops.analysis.idle_prices.claim_repriced_hours`, have theirs re-priced), and record budget
@@ -136,9 +140,11 @@ def run_rollup(
     until = to_epoch(now)
     with sessions.begin() as session:
         pricing = pricing_in_force(session, pricing)
-        reconcile_job_map(session, until)
         if tsdb is not None:
             tsdb.discover(session, until)
+    build = functools.partial(
+        rollup, pricing=pricing, until=until, meter=None if tsdb is None else tsdb.meter, most_hours=TRANSACTION_HOURS
+    )
     built: RollupResult | None = None
     rebuilt_all: list[int] = []
     episodes = 0
@@ -146,10 +152,12 @@ def run_rollup(
         rebuilt: list[int] = []
         with sessions.begin() as session:
             repriced = claim_repriced_hours(session, until)
-            part = rollup(
-                session, pricing, until, rebuilt=rebuilt, meter=None if tsdb is None else tsdb.meter,
-                most_hours=TRANSACTION_HOURS,
-            )  # fmt: skip
+            cursors: dict[int, int] = {}
+            part = build(session, rebuilt=rebuilt, cursors_before=cursors)
+            if rebuilt and reconcile_job_map(session, metered_windows(session, cursors, min(rebuilt))):
+                again: list[int] = []  # the moved jobs' hours, marked dirty: rebuilt with their new placement
+                part = part.then(build(session, rebuilt=again))
+                rebuilt.extend(sorted(set(again) - set(rebuilt)))
             release_repriced_hours(session, repriced - set(rebuilt))
             if tsdb is not None:
                 tsdb.store_node_rates(session, rebuilt)

@@ -6,11 +6,10 @@ from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from collector.contract.wire import IngestBatch
-from finops.db.hours import mark_hours_dirty
-from finops.db.ledger_tables import DirtyHour
+from finops.db.ledger_tables import DirtyHour, LedgerEntry
 from finops.db.models import Allocation, Gpu, Job, Node
 from finops.ingest.readings import Ingestor
 from finops.jobs.gpu_calendar import OPEN_END, Booking, GpuCalendar, Unit
@@ -234,29 +233,36 @@ def test_late_samples_re_place_the_job_and_displace_the_first_fit_one(sessions) 
         session.execute(DirtyHour.__table__.delete())
         # Then the collector reports 801 on GPUs 4-7; 802's processes are not seen (idle).
         _ingest(session, "n1", {i: "801" for i in range(4, 8)}, T0, 30)
-        moved = reconcile_job_map(session, to_epoch(T0) + 2 * HOUR)
+        moved = reconcile_job_map(session, _windows(session, to_epoch(T0), to_epoch(T0) + 2 * HOUR))
         assert moved == 1
         assert _placed(session, "801") == [4, 5, 6, 7]
         assert _placed(session, "802") == [0, 1, 2, 3]
         dirty = {to_epoch(h) for h in session.scalars(select(DirtyHour.hour))}
         assert to_epoch(T0) in dirty
         # Agreeing now: nothing moves again.
-        assert reconcile_job_map(session, to_epoch(T0) + 2 * HOUR) == 0
+        assert reconcile_job_map(session, _windows(session, to_epoch(T0), to_epoch(T0) + 2 * HOUR)) == 0
         # Both jobs still hold 4 GPUs each for their whole interval, nothing overlapping.
         rows = session.execute(select(Allocation.gpu_id, Allocation.start, Allocation.end)).all()
     assert len(rows) == 8 and len({gpu for gpu, _, _ in rows}) == 8
     assert {(start, stop) for _, start, stop in rows} == {(T0, end)}
 
 
-def test_reconcile_reads_only_dirty_hours(sessions) -> None:  # type: ignore[no-untyped-def]
+def test_reconcile_reads_only_the_samples_in_its_windows(sessions) -> None:  # type: ignore[no-untyped-def]
     with sessions.begin() as session:
         import_sacct(session, [_sacct(901, T0, T0 + timedelta(minutes=30), 1)], source="s")
         _ingest(session, "n1", {3: "901"}, T0, 30)
-        session.execute(DirtyHour.__table__.delete())
-        assert reconcile_job_map(session, to_epoch(T0) + 2 * HOUR) == 0  # nothing dirty: samples not read
-        mark_hours_dirty(session, [to_epoch(T0)])
-        assert reconcile_job_map(session, to_epoch(T0) + 2 * HOUR) == 1
+        assert _placed(session, "901") == [0]  # imported before its samples: first-fit
+        later = to_epoch(T0) + 30 * 60
+        assert reconcile_job_map(session, _windows(session, later, later + HOUR)) == 0  # its samples lie before
+        assert reconcile_job_map(session, {}) == 0
+        assert _placed(session, "901") == [0]
+        assert reconcile_job_map(session, _windows(session, to_epoch(T0) + 29 * 60, later)) == 1  # its last sample
         assert _placed(session, "901") == [3]
+
+
+def _windows(session, start: int, end: int) -> dict[int, tuple[int, int]]:  # type: ignore[no-untyped-def]
+    """Every GPU's window [start, end), as the scheduled rollup gives those it metered."""
+    return {gpu_id: (start, end) for gpu_id in session.scalars(select(Gpu.id))}
 
 
 def test_pods_are_matched_by_uid_and_by_namespace_name(sessions) -> None:  # type: ignore[no-untyped-def]
@@ -284,3 +290,38 @@ def test_the_scheduled_rollup_moves_jobs_onto_the_gpus_their_samples_name(sessio
     run_rollup(sessions, Pricing(load_catalog(), PricingModel.ON_DEMAND), IdlePolicy())
     with sessions() as session:
         assert _placed(session, "951") == [5, 6]
+        # The same run rebuilt the job's hour with the new placement: its ledger rows are on GPUs 5 and 6.
+        costed = session.execute(
+            select(Gpu.gpu_index, func.sum(LedgerEntry.seconds))
+            .join(LedgerEntry, LedgerEntry.gpu_id == Gpu.id)
+            .join(Job, Job.id == LedgerEntry.job_pk)
+            .where(Job.job_id == "951")
+            .group_by(Gpu.gpu_index)
+        ).all()
+        assert sorted(costed) == [(5, 1800), (6, 1800)]
+
+
+def test_metered_windows_are_the_readings_each_rollup_metered_new(sessions) -> None:  # type: ignore[no-untyped-def]
+    from finops.ledger.metering_state import metered_windows
+    from finops.ledger.rollup import rollup
+    from finops.pricing.catalog import Pricing, PricingModel, load_catalog
+
+    pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
+    t0 = to_epoch(T0)
+
+    def windows(until: int) -> set[tuple[int, int]]:
+        cursors: dict[int, int] = {}
+        rollup(session, pricing, until, cursors_before=cursors)
+        found = metered_windows(session, cursors, t0)
+        assert not found or len(found) == 8
+        return set(found.values())
+
+    with sessions.begin() as session:
+        _ingest(session, "n1", {}, T0, 30)  # minutes 0-29
+        assert windows(t0 + 30 * 60) == {(t0, t0 + 29 * 60 + 1)}
+        _ingest(session, "n1", {}, T0 + timedelta(minutes=30), 15)
+        assert windows(t0 + 45 * 60) == {(t0 + 29 * 60 + 1, t0 + 44 * 60 + 1)}
+        assert windows(t0 + 50 * 60) == set()  # nothing new
+        # A late reading (10:30, before every cursor) moves the cursors back to the hour's start: metered from there.
+        _ingest(session, "n1", {}, T0 + timedelta(minutes=10, seconds=30), 1)
+        assert windows(t0 + 55 * 60) == {(t0, t0 + 44 * 60 + 1)}
