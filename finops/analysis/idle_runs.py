@@ -76,7 +76,7 @@ WITH numbered AS (
     FROM (
         SELECT k, mem, clk, sm, LAG(k) OVER (ORDER BY k) AS pk
         FROM (SELECT r.gpu_id * 4294967296 + r.ts AS k, r.memory_used_bytes AS mem, {{clocks}}
-              FROM {{table}} r
+              FROM {{source}} r
               WHERE {{per_gpu}}r.ts >= :c0 AND r.ts < :c1 AND r.utilization_ratio <= :threshold) idle
     ) lagged
 ), runs AS (
@@ -100,7 +100,7 @@ WITH neighbours AS (
     SELECT k, i, mem, clk, sm, LAG(k) OVER w AS pk, LAG(i) OVER w AS pi, LEAD(k) OVER w AS nk
     FROM (SELECT r.gpu_id * 4294967296 + r.ts AS k, CASE WHEN r.utilization_ratio <= :threshold THEN 1 ELSE 0 END AS i,
                  r.memory_used_bytes AS mem, {{clocks}}
-          FROM {{ranges}} JOIN {{table}} r ON r.gpu_id = g.gpu_id AND r.ts >= g.lo AND r.ts <= g.hi
+          FROM {{near}}
           WHERE r.utilization_ratio IS NOT NULL) near
     WINDOW w AS (ORDER BY k ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING)
 ), numbered AS (
@@ -119,6 +119,19 @@ FROM runs
 _CLOCKS = "r.clocks_event_reasons AS clk, r.sm_clock_hertz AS sm"
 _NO_CLOCKS = "CAST(NULL AS BIGINT) AS clk, CAST(NULL AS DOUBLE PRECISION) AS sm"
 _PER_GPU = {"sqlite": "r.gpu_id IN (SELECT id FROM gpus) AND ", "postgresql": ""}
+# PostgreSQL reads a whole day's idle readings by a scan of its partition, and those of part of a day per GPU by the
+# (gpu_id, ts) key behind LATERAL and OFFSET 0 (not flattened into that scan): a partition holds every reading of its
+# day so far, so the scan of a scheduled re-judging (an hour or two and the margins) would read the whole day up to
+# now, 8 × more at 11:00 than at 01:00 for the same hour judged (SQLite always reads per GPU: _PER_GPU). The mixed
+# candidates' readings are read per range the same way on PostgreSQL, whose planner otherwise joins the ranges (a
+# JSON list it estimates at 100 rows) with a scan of the whole partition.
+_COLUMNS = "x.gpu_id, x.ts, x.utilization_ratio, x.memory_used_bytes{clock_columns}"
+_BY_GPU = f"""gpus g CROSS JOIN LATERAL (SELECT {_COLUMNS}
+    FROM {{table}} x WHERE x.gpu_id = g.id AND x.ts >= :c0 AND x.ts < :c1 AND x.utilization_ratio <= :threshold
+    OFFSET 0)"""  # noqa: S608 - constant fragments only
+_NEAR_BY_KEY = f"""{{ranges}} CROSS JOIN LATERAL (SELECT {_COLUMNS}
+    FROM {{table}} x WHERE x.gpu_id = g.gpu_id AND x.ts >= g.lo AND x.ts <= g.hi OFFSET 0) r"""  # noqa: S608 - constant fragments only
+_NEAR_JOINED = "{ranges} JOIN {table} r ON r.gpu_id = g.gpu_id AND r.ts >= g.lo AND r.ts <= g.hi"
 # Sorting a day's idle readings in memory (~50 MB for a day of 1,024 GPUs all idle), and no JIT compilation, which
 # costs more than it saves on a statement planned afresh for every day.
 _PG_SETTINGS = {"work_mem": "256MB", "jit": "off"}
@@ -129,25 +142,44 @@ _HELPER_SETTINGS = {"work_mem": "'256MB'", "jit": "off", "max_parallel_workers_p
 class _Statements:
     """The two statements of :func:`idle_runs` over ``table`` (``gpu_samples``, or a table of the same columns:
     ``gpu_id``, ``ts`` epoch seconds, ``utilization_ratio``, ``memory_used_bytes`` and, with ``clocks``,
-    ``clocks_event_reasons`` and ``sm_clock_hertz``, keyed by ``(gpu_id, ts)``) for ``dialect``."""
+    ``clocks_event_reasons`` and ``sm_clock_hertz``, keyed by ``(gpu_id, ts)``) for ``dialect``: for a whole UTC day
+    (``candidates``, ``mixed``) and for part of one (``part_day_candidates``, ``part_day_mixed``: by key on
+    PostgreSQL, :data:`_BY_GPU`)."""
 
     candidates: TextClause
     mixed: TextClause
+    part_day_candidates: TextClause
+    part_day_mixed: TextClause
 
     @classmethod
     def of(cls, table: str, clocks: bool, dialect: str) -> _Statements:
-        parts = {
+        names = {
             "table": table,
-            "clocks": _CLOCKS if clocks else _NO_CLOCKS,
-            "per_gpu": _PER_GPU[dialect],
+            "clock_columns": ", x.clocks_event_reasons, x.sm_clock_hertz" if clocks else "",
             "ranges": json_rows(dialect, "ranges", "g", {"gpu_id": "integer", "lo": "bigint", "hi": "bigint"}),
         }
+        common = {"clocks": _CLOCKS if clocks else _NO_CLOCKS, "per_gpu": _PER_GPU[dialect], "table": table}
+        joined = _NEAR_JOINED.format(**names)
+        by_key = dialect == "postgresql"
+        variants = (
+            (_CANDIDATES_SQL, {"source": table}),
+            (_MIXED_SQL, {"near": joined}),
+            (_CANDIDATES_SQL, {"source": _BY_GPU.format(**names) if by_key else table}),
+            (_MIXED_SQL, {"near": _NEAR_BY_KEY.format(**names) if by_key else joined}),
+        )
         statements = []
-        for sql in (_CANDIDATES_SQL, _MIXED_SQL):
-            for name, part in parts.items():
+        for sql, parts in variants:
+            for name, part in (parts | common).items():
                 sql = sql.replace("{" + name + "}", part)
             statements.append(text(sql))
         return cls(*statements)
+
+    def of_chunk(self, chunk: tuple[int, int]) -> tuple[TextClause, TextClause]:
+        """The candidates and mixed statements for ``chunk`` [c0, c1): a whole UTC day's, or part of a day's."""
+        c0, c1 = chunk
+        if c0 % DAY == 0 and c1 - c0 == DAY:
+            return self.candidates, self.mixed
+        return self.part_day_candidates, self.part_day_mixed
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +316,8 @@ def _chunk_pieces(
     parameters = {"threshold": settings.threshold, "max_gap": settings.max_gap, "window": settings.window,
                   "c0": c0, "c1": c1, "span": c1 - c0}  # fmt: skip
     pieces, mixed = [], []
-    for row in connection.execute(statements.candidates, parameters):
+    candidates, mixed_runs = statements.of_chunk(chunk)
+    for row in connection.execute(candidates, parameters):
         first_k, last_k, readings, *_, present, next_ts = row
         if present == readings:
             pieces.append(_piece(row[:9], None, next_ts))
@@ -292,7 +325,7 @@ def _chunk_pieces(
             hi = min(int(last_k) % GPU_KEY + settings.max_gap, c1 - 1)
             mixed.append({"gpu_id": int(first_k) // GPU_KEY, "lo": int(first_k) % GPU_KEY, "hi": hi})
     if mixed:
-        for row in connection.execute(statements.mixed, {**parameters, "ranges": json.dumps(mixed)}):
+        for row in connection.execute(mixed_runs, {**parameters, "ranges": json.dumps(mixed)}):
             pieces.append(_piece(row[:9], row[9], row[10]))
     return pieces
 
