@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, SessionTransaction
 
 from collector.contract.wire import ACTIVITY_COLUMNS, READING_COLUMNS, GpuInfo, GpuSeries, IngestBatch
 from finops.db.dialect import bulk_insert_ignoring_conflicts, insert_ignoring_conflicts
+from finops.db.hours import mark_hours_dirty
 from finops.db.ledger_tables import DirtyHour, ProfiledHour
 from finops.db.models import Gpu, GpuJobUtilization, GpuSample, Node
 from finops.ingest.node_io import store_node_io
@@ -193,11 +194,11 @@ class Ingestor:
 
         Registers the batch's GPUs (nodes and GPUs by insert-or-ignore, so collectors registering the same new GPU
         at once both succeed), moves a GPU's ``in_service_from`` back to its earliest reading, marks the UTC hours
-        the readings fall in dirty for the ledger. The batch's ``job_utilization`` entries go to
-        ``gpu_job_utilization`` by insert-or-ignore (unique on GPU, instant and job), their instants counting as
-        readings' for the GPU's registration and the dirty hours; they are not counted in the return value. Its
-        ``node_io`` entries are folded into the node's hours (:func:`finops.ingest.node_io.store_node_io`, after the
-        samples: one lock order with the retention job) when the batch stored readings.
+        the readings fall in, and those it moves back over, dirty for the ledger. The batch's ``job_utilization``
+        entries go to ``gpu_job_utilization`` by insert-or-ignore (unique on GPU, instant and job), their instants
+        counting as readings' for the GPU's registration and the dirty hours; they are not counted in the return
+        value. Its ``node_io`` entries are folded into the node's hours (:func:`finops.ingest.node_io.store_node_io`,
+        after the samples: one lock order with the retention job) when the batch stored readings.
         Readings of a GPU missing from both the batch's ``gpus`` and the database raise KeyError naming it. What
         this instance caches about GPUs is updated only once the transaction commits, so a rolled-back batch leaves
         no trace in it.
@@ -320,7 +321,8 @@ class Ingestor:
     ) -> dict[str, int]:
         """The GPUs of ``first_seen`` (UUID → epoch seconds of its earliest reading) on node ``hostname``, registered
         where unknown (at their ``inventory`` entry's index, model and memory; KeyError for one without an entry),
-        each one's ``in_service_from`` moved back to its earliest reading; returns UUID → ``gpus.id``. What
+        each one's ``in_service_from`` moved back to its earliest reading (the hours it moves back over marked dirty
+        for the ledger); returns UUID → ``gpus.id``. What
         :meth:`store` does for a batch's GPUs, also used for GPUs found in a TSDB
         (:meth:`finops.ingest.tsdb_source.TsdbTelemetry.discover`)."""
         uuids = sorted(first_seen)  # one order in every transaction: concurrent registrations cannot deadlock
@@ -336,6 +338,8 @@ class Ingestor:
             seen, known = first_seen[uuid], changed.get(uuid) or self._gpus[uuid]
             if seen < known.in_service_from:
                 session.execute(update(Gpu).where(Gpu.id == known.gpu_id).values(in_service_from=seen))
+                # The hours it now enters service earlier by: the ledger has built them without it, or in part.
+                mark_hours_dirty(session, range(seen - seen % HOUR, known.in_service_from, HOUR))
                 known = changed[uuid] = _KnownGpu(known.gpu_id, seen)
             ids[uuid] = known.gpu_id
         if changed:

@@ -12,7 +12,8 @@ reading's hour, forgets the sums of that hour and every later one, and marks tho
 rollup meters them again from the readings. Readings at or after the cursor are simply new: the rollup meters them
 from the cursor on. :func:`settle_arrivals` removes, after the rollup, the records it dealt with: on PostgreSQL
 those of transactions committed before its metering began (``pg_current_snapshot``; each record carries its
-transaction's id), so that readings committed while it ran are judged by the next.
+transaction's id) whose readings lie in the hours it rebuilt up to its ``until`` or after, so that readings
+committed while it ran are judged by the next.
 """
 
 from __future__ import annotations
@@ -108,10 +109,12 @@ def take_arrivals(session: Session) -> Arrivals:
     return Arrivals([row.id for row in rows], cursors, len(late))
 
 
-def settle_arrivals(session: Session, arrivals: Arrivals) -> None:
+def settle_arrivals(session: Session, arrivals: Arrivals, metered_from: int) -> None:
     """Remove the arrival records the rollup dealt with: those it read at its start and, on PostgreSQL, those of
     transactions committed before its metering began whose readings were all at or after their GPU's cursor at
-    its start (metered by it). Records of later transactions, and late ones it did not read, stay for the next."""
+    its start and at or after ``metered_from`` (epoch seconds: the rollup rebuilt every hour from it to its
+    ``until``), so metered by it or new to the next. Records of later transactions, of readings in hours it did
+    not rebuild (their GPU's cursor may have moved past them), and late ones it did not read, stay for the next."""
     connection = session.connection()
     if connection.dialect.name != "postgresql":
         session.execute(text("DELETE FROM reading_arrivals"))
@@ -126,7 +129,8 @@ def settle_arrivals(session: Session, arrivals: Arrivals) -> None:
             {"seen": arrivals.seen, "snapshot": arrivals.snapshot},
         )
         for row in since:
-            if all(ts >= arrivals.cursors.get(gpu, ts) for gpu, ts in _earliest([row.earliest]).items()):
+            earliest = _earliest([row.earliest]).items()
+            if all(ts >= metered_from and ts >= arrivals.cursors.get(gpu, ts) for gpu, ts in earliest):
                 done.add(row.id)
     if done:
         session.execute(text("DELETE FROM reading_arrivals WHERE id = ANY(:ids)"), {"ids": sorted(done)})
