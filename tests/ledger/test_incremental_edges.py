@@ -18,8 +18,10 @@ from finops.db.hours import mark_hours_dirty
 from finops.db.ledger_tables import LedgerEntry, LedgerTeamHour
 from finops.db.models import Allocation, Gpu, Team
 from finops.ingest.readings import Ingestor
+from finops.ledger import rollup as rollup_module
 from finops.ledger.metering import ENERGY_LOOKBACK_SECONDS
-from finops.ledger.rollup import rollup
+from finops.ledger.metering_state import Arrivals
+from finops.ledger.rollup import RollupResult, rollup
 from finops.ledger.sql import LEDGER_COLUMNS
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.timeutil import HOUR, from_epoch
@@ -314,33 +316,129 @@ def test_a_gpu_first_seen_later_reports_readings_from_hours_before(fleet: Fleet)
     fleet.assert_cold_rebuild_equal(T0 + 3 * HOUR)
 
 
+def _committing_while_the_rollup_starts(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch, instants: range, until: int
+) -> RollupResult:
+    """A rollup up to ``until`` during which GPU 0's readings at ``instants`` are committed by another transaction,
+    after the rollup chose its hours and before it meters (PostgreSQL; skips on SQLite, where nothing commits while a
+    rollup holds the write lock)."""
+    with fleet.sessions() as session:
+        if session.connection().dialect.name != "postgresql":
+            pytest.skip("SQLite: nothing commits while a rollup holds the write lock")
+    original = Arrivals.capture
+    committed: list[int] = []
+
+    def capture(self: Arrivals, connection: Any) -> None:
+        if not committed:
+            committed.append(1)
+            fleet.store(instants, gpus=[0])
+        original(self, connection)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Arrivals, "capture", capture)
+        with fleet.sessions.begin() as session:
+            result = rollup(session, PRICING, until)
+    assert committed
+    return result
+
+
 def test_readings_committed_while_a_rollup_starts_in_an_hour_it_does_not_rebuild(
     fleet: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """PostgreSQL: GPU 0 silent for hours; its current readings are committed before a rollup, and its readings of
     an older hour (a spool) while the rollup starts, after it chose its hours and before it meters: the rollup
-    does not meter them (their hour is not one of its), and its cursor moves past them."""
-    from finops.ledger.metering_state import Arrivals
-
-    with fleet.sessions() as session:
-        if session.connection().dialect.name != "postgresql":
-            pytest.skip("SQLite: nothing commits while a rollup holds the write lock")
+    does not meter them (their hour is not one of its) and its cursor moves past them, so the next rollup finds them
+    late."""
     fleet.store(ticks(T0, T0 + 600))
     fleet.roll(T0 + 600)
     fleet.roll(T0 + 3 * HOUR)
     fleet.store(ticks(T0 + 3 * HOUR, T0 + 3 * HOUR + 600), gpus=[0])
-    original = Arrivals.capture
-    spooled: list[int] = []
-
-    def capture(self: Arrivals, connection: Any) -> None:
-        if not spooled:
-            spooled.append(1)
-            fleet.store(ticks(T0 + HOUR, T0 + HOUR + 600), gpus=[0])
-        original(self, connection)
-
-    monkeypatch.setattr(Arrivals, "capture", capture)
-    fleet.roll(T0 + 3 * HOUR + 600)
-    assert spooled
-    monkeypatch.setattr(Arrivals, "capture", original)
-    fleet.roll(T0 + 3 * HOUR + 700)
+    _committing_while_the_rollup_starts(fleet, monkeypatch, ticks(T0 + HOUR, T0 + HOUR + 600), T0 + 3 * HOUR + 600)
+    with fleet.sessions.begin() as session:
+        assert rollup(session, PRICING, T0 + 3 * HOUR + 700).late_gpus == 1
     fleet.assert_cold_rebuild_equal(T0 + 3 * HOUR + 700)
+
+
+def test_readings_committed_while_a_rollup_starts_in_the_hour_it_meters(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: GPU 0's readings of the current hour committed while a rollup starts are metered by it, and their
+    record is settled with it: the next rollup finds nothing late and meters only what is new."""
+    fleet.store(ticks(T0, T0 + 600))
+    fleet.roll(T0 + 600)
+    metered = _committing_while_the_rollup_starts(fleet, monkeypatch, ticks(T0 + 600, T0 + 900), T0 + 900)
+    assert metered.readings_metered == 30
+    fleet.store(ticks(T0 + 900, T0 + 1200))
+    with fleet.sessions.begin() as session:
+        after = rollup(session, PRICING, T0 + 1200)
+    assert (after.late_gpus, after.readings_metered) == (0, 30 * GPUS)
+    fleet.assert_cold_rebuild_equal(T0 + 1200)
+
+
+def test_a_job_imported_into_an_hour_long_before_the_cursor(fleet: Fleet) -> None:
+    """Hours after the cursor's are not read again when a job is imported into an older one; its hour alone is."""
+    fleet.store(ticks(T0, T0 + 3 * HOUR + 600))
+    fleet.roll(T0 + 3 * HOUR + 600)
+    fleet.hold(0, "old", T0 + 1000, T0 + 2000)
+    fleet.hold(1, "spanning", T0 + HOUR - 100, T0 + HOUR + 100)
+    fleet.store(ticks(T0 + 3 * HOUR + 600, T0 + 3 * HOUR + 900))
+    fleet.roll(T0 + 3 * HOUR + 900)
+    fleet.assert_cold_rebuild_equal(T0 + 3 * HOUR + 900)
+
+
+def test_a_late_reading_and_a_job_import_in_one_rollup(fleet: Fleet) -> None:
+    """GPU 0's late readings in the hour before the one a job is imported into, on the same GPU."""
+    fleet.store(ticks(T0, T0 + 600), gpus=[0])
+    fleet.store(ticks(T0, T0 + 3 * HOUR), gpus=[1, 2])
+    fleet.store(ticks(T0 + 900, T0 + 3 * HOUR), gpus=[0])
+    fleet.roll(T0 + 3 * HOUR)
+    fleet.store(ticks(T0 + 600, T0 + 900), gpus=[0])
+    fleet.hold(0, "imported", T0 + HOUR + 300, T0 + HOUR + 1300)
+    fleet.roll(T0 + 3 * HOUR + 1)
+    fleet.assert_cold_rebuild_equal(T0 + 3 * HOUR + 1)
+
+
+@pytest.mark.parametrize("most_hours", [1, 2])
+def test_late_readings_rebuilt_a_few_hours_a_transaction(fleet: Fleet, most_hours: int) -> None:
+    """The hours a late reading makes dirty rebuilt a few at a time (as the scheduler's rollup does, each part
+    committed), while readings of the current hour keep arriving between the parts."""
+    fleet.store(ticks(T0, T0 + 4 * HOUR + 60), gpus=[0, 2])
+    fleet.store([*ticks(T0, T0 + 300), *ticks(T0 + 900, T0 + 4 * HOUR + 60)], gpus=[1])
+    fleet.roll(T0 + 4 * HOUR + 60)
+    fleet.store(ticks(T0 + 300, T0 + 900), gpus=[1])  # held back, late
+    pending = True
+    until = T0 + 4 * HOUR + 60
+    while pending:
+        until += 30
+        fleet.store(ticks(until - 30, until))
+        with fleet.sessions.begin() as session:
+            pending = rollup(session, PRICING, until, most_hours=most_hours).pending_hours > 0
+    fleet.assert_cold_rebuild_equal(until)
+
+
+def test_a_backlog_rebuilt_in_parallel_chunks(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A day and a half of readings after a rollup, rebuilt in one rollup by helper connections (chunks computed at
+    once from what is committed), with a job imported into the first hours and energy missing across a chunk's
+    start."""
+
+    def energy(gpu: int, ts: int) -> float | None:
+        return None if gpu == 2 and T0 + 12 * HOUR - 1200 <= ts < T0 + 12 * HOUR + 600 else counter(gpu, ts)
+
+    fleet.store(ticks(T0, T0 + 1800), energy=energy)
+    fleet.roll(T0 + 1800)
+    fleet.hold(1, "early", T0 + 600, T0 + 2 * HOUR)
+    for day_part in range(3):
+        lo = T0 + 1800 + day_part * 12 * HOUR
+        fleet.store(range(lo, lo + 12 * HOUR, 60), energy=energy)
+    until = T0 + 1800 + 36 * HOUR
+    elsewhere = rollup_module._chunks_built_elsewhere
+    helped: list[int] = []
+
+    def spied(*args: Any, **kwargs: Any) -> Any:
+        helped.append(len(args[1]))
+        return elsewhere(*args, **kwargs)
+
+    monkeypatch.setattr(rollup_module, "_chunks_built_elsewhere", spied)
+    fleet.roll(until, connections=4)
+    assert helped and helped[0] >= 4, "the chunks were computed on helper connections"
+    fleet.assert_cold_rebuild_equal(until)
