@@ -23,14 +23,14 @@ from sqlalchemy.orm import Session, SessionTransaction
 
 from collector.contract.wire import ACTIVITY_COLUMNS, READING_COLUMNS, GpuInfo, GpuSeries, IngestBatch
 from finops.db.dialect import bulk_insert_ignoring_conflicts, insert_ignoring_conflicts
-from finops.db.hours import mark_hours_dirty
+from finops.db.hours import LEDGER_WATERMARK, mark_hours_dirty
 from finops.db.ledger_tables import DirtyHour, ProfiledHour
-from finops.db.models import Gpu, GpuJobUtilization, GpuSample, Node
+from finops.db.models import Gpu, GpuJobUtilization, GpuSample, Node, Watermark
 from finops.ingest.node_io import store_node_io
 from finops.ingest.package_split import split_packages
 from finops.ingest.partitions import DAY, PartitionCache
 from finops.ledger.metering_state import arrival_statement
-from finops.timeutil import HOUR, to_epoch
+from finops.timeutil import HOUR, floor_hour, to_epoch
 
 SAMPLE_COLUMNS = ("gpu_id", "ts", *READING_COLUMNS)
 """``gpu_samples`` columns in the order of the row tuples ingest writes."""
@@ -370,8 +370,9 @@ class Ingestor:
     ) -> dict[str, _KnownGpu]:
         """The GPUs of ``uuids`` (sorted): found, or registered on ``hostname`` at their ``infos`` index. A GPU
         already known at that slot (from a job's placement, or a replaced board) takes the UUID, model and
-        memory; otherwise a new row enters service at its first reading. Insert-or-ignore, then read: safe
-        against a concurrent registration of the same GPUs."""
+        memory; otherwise a new row enters service at its first reading, and the hours from it that the ledger
+        was built over (up to its watermark) are marked dirty. Insert-or-ignore, then read: safe against a
+        concurrent registration of the same GPUs."""
 
         def load(wanted: list[str]) -> dict[str, _KnownGpu]:
             query = select(Gpu.uuid, Gpu.id, Gpu.in_service_from).where(Gpu.uuid.in_(wanted))
@@ -395,6 +396,10 @@ class Ingestor:
             for uuid in missing
         ]
         insert_ignoring_conflicts(session, Gpu.__table__, rows)  # type: ignore[arg-type]
+        built = session.scalar(select(Watermark.value).where(Watermark.name == LEDGER_WATERMARK))
+        if built is not None:  # the hours the ledger was built over without them since their first readings
+            end = to_epoch(built)
+            mark_hours_dirty(session, {h for uuid in missing for h in range(floor_hour(first_seen[uuid]), end, HOUR)})
         found.update(load(missing))
         for uuid in missing:
             if uuid not in found:  # the slot was known without this UUID: it takes it

@@ -442,3 +442,13 @@ def test_a_backlog_rebuilt_in_parallel_chunks(fleet: Fleet, monkeypatch: pytest.
     fleet.roll(until, connections=4)
     assert helped and helped[0] >= 4, "the chunks were computed on helper connections"
     fleet.assert_cold_rebuild_equal(until)
+
+
+def test_a_new_gpu_whose_first_readings_are_hours_old(fleet: Fleet) -> None:
+    """GPU 2 first reports (a spool) readings of the first hour only, after the ledger was built three hours on: it
+    is in service from then, every hour since, the hours without its readings too."""
+    fleet.store(ticks(T0, T0 + 3 * HOUR + 600), gpus=[0, 1])
+    fleet.roll(T0 + 3 * HOUR + 600)
+    fleet.store(ticks(T0 + 600, T0 + 1200), gpus=[2])
+    fleet.roll(T0 + 3 * HOUR + 600)
+    fleet.assert_cold_rebuild_equal(T0 + 3 * HOUR + 600)
