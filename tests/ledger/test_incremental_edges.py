@@ -179,6 +179,22 @@ def test_energy_counter_reset_at_the_cursor(fleet: Fleet) -> None:
     fleet.assert_cold_rebuild_equal(T0 + 2400 + 3)
 
 
+def test_readings_without_a_counter_value_just_before_the_cursor(fleet: Fleet) -> None:
+    """The readings just before a rollup's cursor carry no counter value: GPU 0's last, GPU 1's last two, GPU 2's
+    for exactly the energy lookback, so that the first increment after the cursor spans them, or (GPU 2) not."""
+    cursor = T0 + 1800
+    silent = {0: cursor - STEP, 1: cursor - 2 * STEP, 2: cursor - ENERGY_LOOKBACK_SECONDS + STEP}
+
+    def energy(gpu: int, ts: int) -> float | None:
+        return None if silent[gpu] <= ts < cursor else counter(gpu, ts)
+
+    fleet.store(ticks(T0 - HOUR, cursor), energy=energy)
+    fleet.roll(cursor)
+    fleet.store(ticks(cursor, T0 + HOUR + 600), energy=energy)
+    fleet.roll(T0 + HOUR + 600)
+    fleet.assert_cold_rebuild_equal(T0 + HOUR + 600)
+
+
 def test_readings_on_hour_boundaries_and_at_until(fleet: Fleet) -> None:
     """Rollups up to an hour's start exactly, with readings at that instant (left for the next) and at the one
     before; the cursor's hour ends with the chunk."""
