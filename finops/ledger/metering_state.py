@@ -87,15 +87,20 @@ class Arrivals:
 _KEPT_HOURS = text("SELECT DISTINCT hour FROM gpu_hour_metering WHERE gpu_id = :gpu AND hour >= :hour")
 
 
-def take_arrivals(session: Session) -> Arrivals:
-    """Read the arrival records and deal with the late readings among them, in the rollup's transaction before it
-    chooses the hours to rebuild: for each GPU with a reading before its cursor, the cursor moves back to the start
-    of that reading's hour, the sums and holdings kept of that hour and the later ones are forgotten, and those hours
-    are marked dirty (:func:`finops.db.hours.mark_hours_dirty`)."""
+def take_arrivals(session: Session, until: int) -> Arrivals:
+    """Read the arrival records and deal with the late readings among them, in the rollup up to ``until``'s
+    transaction before it chooses the hours to rebuild: for each GPU with a reading before its cursor, the cursor
+    moves back to the start of that reading's hour, the sums and holdings kept of that hour and the later ones are
+    forgotten, and those hours are marked dirty (:func:`finops.db.hours.mark_hours_dirty`). A GPU whose cursor is
+    past ``until`` (an earlier rollup went further: a clock stepped back) is dealt with as if it had a reading at
+    ``until``: the kept sums of the hour ``until`` falls in count readings this rollup leaves out."""
     rows = session.execute(text("SELECT id, earliest FROM reading_arrivals")).all()
     earliest = _earliest(row.earliest for row in rows)
     cursors = {row.gpu_id: row.through for row in session.execute(text("SELECT gpu_id, through FROM metering_cursors"))}
     late = {gpu: ts - ts % HOUR for gpu, ts in earliest.items() if gpu in cursors and ts < cursors[gpu]}
+    for gpu, through in cursors.items():
+        if through > until:
+            late[gpu] = min(late.get(gpu, until), until - until % HOUR)
     if late:
         moves = [{"gpu": gpu, "hour": hour} for gpu, hour in sorted(late.items())]
         hours = set(late.values())

@@ -214,7 +214,7 @@ def rollup(
     unwritten = helpers and write_mark(session) is None  # before the write that takes SQLite's lock (no row)
     serialise_transactions(session, ROLLUP_LOCK_KEY, DirtyHour)
     locked = write_mark(session) if unwritten else None
-    arrivals = take_arrivals(session)
+    arrivals = take_arrivals(session, until)
     dirty = {to_epoch(h) for h in session.scalars(select(DirtyHour.hour).where(DirtyHour.hour < from_epoch(until)))}
     newest = session.scalar(select(func.max(LedgerEntry.hour))) or session.scalar(select(func.min(Gpu.in_service_from)))
     since = floor_hour(to_epoch(newest)) if newest is not None else floor_hour(until - 1)
