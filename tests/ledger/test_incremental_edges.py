@@ -337,6 +337,21 @@ def test_a_rollup_with_an_earlier_until_in_an_earlier_hour_then_a_later_one(flee
     fleet.assert_cold_rebuild_equal(T0 + HOUR + 900)
 
 
+def test_a_gpu_entering_service_mid_hour_between_rollups(fleet: Fleet) -> None:
+    """GPU 2 first reports between two rollups of one hour, a job holding it from after its first reading; then a
+    reading of it before that (a spool) moves its entry back within the hour."""
+    fleet.store(ticks(T0, T0 + 900), gpus=[0, 1])
+    fleet.roll(T0 + 900)
+    fleet.store(ticks(T0 + 900, T0 + 1800), gpus=[0, 1])
+    fleet.store(ticks(T0 + 1005, T0 + 1800), gpus=[2])
+    fleet.hold(2, "new", T0 + 1200, None)
+    fleet.roll(T0 + 1800)
+    fleet.store(ticks(T0 + 1800, T0 + 2700))
+    fleet.store([T0 + 905], gpus=[2])
+    fleet.roll(T0 + 2700)
+    fleet.assert_cold_rebuild_equal(T0 + 2700)
+
+
 def test_a_gpu_first_seen_later_reports_readings_from_hours_before(fleet: Fleet) -> None:
     """GPU 2 first reports two hours after the others; later its readings of the first hour arrive, which moves its
     entry into service back two hours: the hour between, without readings, is in service too."""
