@@ -23,13 +23,14 @@ from sqlalchemy.orm import Session, SessionTransaction
 
 from collector.contract.wire import ACTIVITY_COLUMNS, READING_COLUMNS, GpuInfo, GpuSeries, IngestBatch
 from finops.db.dialect import bulk_insert_ignoring_conflicts, insert_ignoring_conflicts
+from finops.db.hours import LEDGER_WATERMARK, mark_hours_dirty
 from finops.db.ledger_tables import DirtyHour, ProfiledHour
-from finops.db.models import Gpu, GpuJobUtilization, GpuSample, Node
+from finops.db.models import Gpu, GpuJobUtilization, GpuSample, Node, Watermark
 from finops.ingest.node_io import store_node_io
 from finops.ingest.package_split import split_packages
 from finops.ingest.partitions import DAY, PartitionCache
 from finops.ledger.metering_state import arrival_statement
-from finops.timeutil import HOUR, to_epoch
+from finops.timeutil import HOUR, floor_hour, to_epoch
 
 SAMPLE_COLUMNS = ("gpu_id", "ts", *READING_COLUMNS)
 """``gpu_samples`` columns in the order of the row tuples ingest writes."""
@@ -193,11 +194,11 @@ class Ingestor:
 
         Registers the batch's GPUs (nodes and GPUs by insert-or-ignore, so collectors registering the same new GPU
         at once both succeed), moves a GPU's ``in_service_from`` back to its earliest reading, marks the UTC hours
-        the readings fall in dirty for the ledger. The batch's ``job_utilization`` entries go to
-        ``gpu_job_utilization`` by insert-or-ignore (unique on GPU, instant and job), their instants counting as
-        readings' for the GPU's registration and the dirty hours; they are not counted in the return value. Its
-        ``node_io`` entries are folded into the node's hours (:func:`finops.ingest.node_io.store_node_io`, after the
-        samples: one lock order with the retention job) when the batch stored readings.
+        the readings fall in, and those it moves back over, dirty for the ledger. The batch's ``job_utilization``
+        entries go to ``gpu_job_utilization`` by insert-or-ignore (unique on GPU, instant and job), their instants
+        counting as readings' for the GPU's registration and the dirty hours; they are not counted in the return
+        value. Its ``node_io`` entries are folded into the node's hours (:func:`finops.ingest.node_io.store_node_io`,
+        after the samples: one lock order with the retention job) when the batch stored readings.
         Readings of a GPU missing from both the batch's ``gpus`` and the database raise KeyError naming it. What
         this instance caches about GPUs is updated only once the transaction commits, so a rolled-back batch leaves
         no trace in it.
@@ -320,7 +321,8 @@ class Ingestor:
     ) -> dict[str, int]:
         """The GPUs of ``first_seen`` (UUID → epoch seconds of its earliest reading) on node ``hostname``, registered
         where unknown (at their ``inventory`` entry's index, model and memory; KeyError for one without an entry),
-        each one's ``in_service_from`` moved back to its earliest reading; returns UUID → ``gpus.id``. What
+        each one's ``in_service_from`` moved back to its earliest reading (the hours it moves back over marked dirty
+        for the ledger); returns UUID → ``gpus.id``. What
         :meth:`store` does for a batch's GPUs, also used for GPUs found in a TSDB
         (:meth:`finops.ingest.tsdb_source.TsdbTelemetry.discover`)."""
         uuids = sorted(first_seen)  # one order in every transaction: concurrent registrations cannot deadlock
@@ -336,6 +338,8 @@ class Ingestor:
             seen, known = first_seen[uuid], changed.get(uuid) or self._gpus[uuid]
             if seen < known.in_service_from:
                 session.execute(update(Gpu).where(Gpu.id == known.gpu_id).values(in_service_from=seen))
+                # The hours it now enters service earlier by: the ledger has built them without it, or in part.
+                mark_hours_dirty(session, range(seen - seen % HOUR, known.in_service_from, HOUR))
                 known = changed[uuid] = _KnownGpu(known.gpu_id, seen)
             ids[uuid] = known.gpu_id
         if changed:
@@ -366,8 +370,9 @@ class Ingestor:
     ) -> dict[str, _KnownGpu]:
         """The GPUs of ``uuids`` (sorted): found, or registered on ``hostname`` at their ``infos`` index. A GPU
         already known at that slot (from a job's placement, or a replaced board) takes the UUID, model and
-        memory; otherwise a new row enters service at its first reading. Insert-or-ignore, then read: safe
-        against a concurrent registration of the same GPUs."""
+        memory; otherwise a new row enters service at its first reading, and the hours from it that the ledger
+        was built over (up to its watermark) are marked dirty. Insert-or-ignore, then read: safe against a
+        concurrent registration of the same GPUs."""
 
         def load(wanted: list[str]) -> dict[str, _KnownGpu]:
             query = select(Gpu.uuid, Gpu.id, Gpu.in_service_from).where(Gpu.uuid.in_(wanted))
@@ -391,6 +396,10 @@ class Ingestor:
             for uuid in missing
         ]
         insert_ignoring_conflicts(session, Gpu.__table__, rows)  # type: ignore[arg-type]
+        built = session.scalar(select(Watermark.value).where(Watermark.name == LEDGER_WATERMARK))
+        if built is not None:  # the hours the ledger was built over without them since their first readings
+            end = to_epoch(built)
+            mark_hours_dirty(session, {h for uuid in missing for h in range(floor_hour(first_seen[uuid]), end, HOUR)})
         found.update(load(missing))
         for uuid in missing:
             if uuid not in found:  # the slot was known without this UUID: it takes it

@@ -12,7 +12,8 @@ reading's hour, forgets the sums of that hour and every later one, and marks tho
 rollup meters them again from the readings. Readings at or after the cursor are simply new: the rollup meters them
 from the cursor on. :func:`settle_arrivals` removes, after the rollup, the records it dealt with: on PostgreSQL
 those of transactions committed before its metering began (``pg_current_snapshot``; each record carries its
-transaction's id), so that readings committed while it ran are judged by the next.
+transaction's id) whose readings lie in the hours it rebuilt up to its ``until`` or after, so that readings
+committed while it ran are judged by the next.
 """
 
 from __future__ import annotations
@@ -86,15 +87,20 @@ class Arrivals:
 _KEPT_HOURS = text("SELECT DISTINCT hour FROM gpu_hour_metering WHERE gpu_id = :gpu AND hour >= :hour")
 
 
-def take_arrivals(session: Session) -> Arrivals:
-    """Read the arrival records and deal with the late readings among them, in the rollup's transaction before it
-    chooses the hours to rebuild: for each GPU with a reading before its cursor, the cursor moves back to the start
-    of that reading's hour, the sums and holdings kept of that hour and the later ones are forgotten, and those hours
-    are marked dirty (:func:`finops.db.hours.mark_hours_dirty`)."""
+def take_arrivals(session: Session, until: int) -> Arrivals:
+    """Read the arrival records and deal with the late readings among them, in the rollup up to ``until``'s
+    transaction before it chooses the hours to rebuild: for each GPU with a reading before its cursor, the cursor
+    moves back to the start of that reading's hour, the sums and holdings kept of that hour and the later ones are
+    forgotten, and those hours are marked dirty (:func:`finops.db.hours.mark_hours_dirty`). A GPU whose cursor is
+    past ``until`` (an earlier rollup went further: a clock stepped back) is dealt with as if it had a reading at
+    ``until``: the kept sums of the hour ``until`` falls in count readings this rollup leaves out."""
     rows = session.execute(text("SELECT id, earliest FROM reading_arrivals")).all()
     earliest = _earliest(row.earliest for row in rows)
     cursors = {row.gpu_id: row.through for row in session.execute(text("SELECT gpu_id, through FROM metering_cursors"))}
     late = {gpu: ts - ts % HOUR for gpu, ts in earliest.items() if gpu in cursors and ts < cursors[gpu]}
+    for gpu, through in cursors.items():
+        if through > until:
+            late[gpu] = min(late.get(gpu, until), until - until % HOUR)
     if late:
         moves = [{"gpu": gpu, "hour": hour} for gpu, hour in sorted(late.items())]
         hours = set(late.values())
@@ -124,10 +130,12 @@ def metered_windows(session: Session, cursors_before: Mapping[int, int], since: 
     return windows
 
 
-def settle_arrivals(session: Session, arrivals: Arrivals) -> None:
+def settle_arrivals(session: Session, arrivals: Arrivals, metered_from: int) -> None:
     """Remove the arrival records the rollup dealt with: those it read at its start and, on PostgreSQL, those of
     transactions committed before its metering began whose readings were all at or after their GPU's cursor at
-    its start (metered by it). Records of later transactions, and late ones it did not read, stay for the next."""
+    its start and at or after ``metered_from`` (epoch seconds: the rollup rebuilt every hour from it to its
+    ``until``), so metered by it or new to the next. Records of later transactions, of readings in hours it did
+    not rebuild (their GPU's cursor may have moved past them), and late ones it did not read, stay for the next."""
     connection = session.connection()
     if connection.dialect.name != "postgresql":
         session.execute(text("DELETE FROM reading_arrivals"))
@@ -142,7 +150,8 @@ def settle_arrivals(session: Session, arrivals: Arrivals) -> None:
             {"seen": arrivals.seen, "snapshot": arrivals.snapshot},
         )
         for row in since:
-            if all(ts >= arrivals.cursors.get(gpu, ts) for gpu, ts in _earliest([row.earliest]).items()):
+            earliest = _earliest([row.earliest]).items()
+            if all(ts >= metered_from and ts >= arrivals.cursors.get(gpu, ts) for gpu, ts in earliest):
                 done.add(row.id)
     if done:
         session.execute(text("DELETE FROM reading_arrivals WHERE id = ANY(:ids)"), {"ids": sorted(done)})

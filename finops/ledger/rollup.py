@@ -219,13 +219,14 @@ def rollup(
     unwritten = helpers and write_mark(session) is None  # before the write that takes SQLite's lock (no row)
     serialise_transactions(session, ROLLUP_LOCK_KEY, DirtyHour)
     locked = write_mark(session) if unwritten else None
-    arrivals = take_arrivals(session)
+    arrivals = take_arrivals(session, until)
     if cursors_before is not None:
         cursors_before.update(arrivals.cursors)
     dirty = {to_epoch(h) for h in session.scalars(select(DirtyHour.hour).where(DirtyHour.hour < from_epoch(until)))}
     newest = session.scalar(select(func.max(LedgerEntry.hour))) or session.scalar(select(func.min(Gpu.in_service_from)))
     since = floor_hour(to_epoch(newest)) if newest is not None else floor_hour(until - 1)
-    hours = sorted(dirty | set(range(min(since, floor_hour(until - 1)), until, HOUR)))
+    tail = min(since, floor_hour(until - 1))  # every hour from it to until is rebuilt (unless some are pending)
+    hours = sorted(dirty | set(range(tail, until, HOUR)))
     pending = 0
     if most_hours is not None and len(hours) > most_hours:
         hours, pending = hours[:most_hours], len(hours) - most_hours
@@ -256,7 +257,7 @@ def rollup(
             model, total.reasons.get(model, "no price"), seconds / 3600, unpriced_fix(model),
         )  # fmt: skip
     priced = sum(seconds for (_, is_priced), seconds in total.gpu_seconds.items() if is_priced)
-    settle_arrivals(session, arrivals)
+    settle_arrivals(session, arrivals, until if pending else tail)
     if not pending:
         mark_ledger_built(session, from_epoch(until))
     return RollupResult(len(hours), priced, unpriced, total.readings, arrivals.late_gpus, pending)
