@@ -247,16 +247,17 @@ def test_late_samples_re_place_the_job_and_displace_the_first_fit_one(sessions) 
     assert {(start, stop) for _, start, stop in rows} == {(T0, end)}
 
 
-def test_reconcile_reads_only_the_samples_in_its_windows(sessions) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("length", [60, 24 * HOUR], ids=["by key", "a day: by scan"])
+def test_reconcile_reads_only_the_samples_in_its_windows(sessions, length: int) -> None:  # type: ignore[no-untyped-def]
     with sessions.begin() as session:
         import_sacct(session, [_sacct(901, T0, T0 + timedelta(minutes=30), 1)], source="s")
         _ingest(session, "n1", {3: "901"}, T0, 30)
         assert _placed(session, "901") == [0]  # imported before its samples: first-fit
-        later = to_epoch(T0) + 30 * 60
-        assert reconcile_job_map(session, _windows(session, later, later + HOUR)) == 0  # its samples lie before
+        later = to_epoch(T0) + 30 * 60  # after its last sample (minute 29)
+        assert reconcile_job_map(session, _windows(session, later, later + length)) == 0
         assert reconcile_job_map(session, {}) == 0
         assert _placed(session, "901") == [0]
-        assert reconcile_job_map(session, _windows(session, to_epoch(T0) + 29 * 60, later)) == 1  # its last sample
+        assert reconcile_job_map(session, _windows(session, later - length, later)) == 1  # its last sample
         assert _placed(session, "901") == [3]
 
 
