@@ -1,12 +1,14 @@
 """Ingest's edges over a real socket, on both databases: text PostgreSQL cannot hold, readings past what a GPU can
 report, GPUs of one batch (or of batches stored together) claiming one slot or one UUID, and a backlog's ``node_io``
-entries past a statement's bind parameters. Each once gave a 500 (or a 503 the collector retries for ever), was
-stored, or wrote one GPU's readings onto another; each is now refused by itself, naming the field, and the rest of
-the batch stored."""
+entries past a statement's bind parameters, a new GPU left without readings, and content codings. Each once gave a
+500 (or a 503 the collector retries for ever), was stored, wrote one GPU's readings onto another, or was refused as
+"Invalid JSON"; each is now refused by itself, naming the field, and the rest of the batch stored."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 
 import httpx
 import pytest
@@ -224,3 +226,23 @@ def test_a_new_gpu_left_without_readings_fails_nothing_else(service, sessions, l
     assert _stored(sessions) == [("gpu-a-01", OTHER, TS, 301.0, None)]
     with sessions() as session:
         assert session.scalars(select(Gpu.uuid)).all() == [OTHER]
+
+
+@pytest.mark.parametrize("query", ["", "?via=fastapi"])
+def test_codings_are_read_without_case_and_others_refused_naming_the_header(service, sessions, query) -> None:  # type: ignore[no-untyped-def]
+    """``GZIP`` and ``x-gzip`` are gzip (RFC 9110, 8.4.1), ``identity`` none; a body of any other coding was parsed
+    as JSON and refused as "Invalid JSON" (``GZIP`` too). It gets 415 naming the header, on both paths, before
+    its body is read; authentication still comes first."""
+    plain = json.dumps(_batch()).encode()
+    for coding, body in [("GZIP", gzip.compress(plain)), ("x-gzip", gzip.compress(plain)), ("Identity", plain)]:
+        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Encoding": coding}
+        response = httpx.post(f"{service}/api/v1/ingest{query}", content=body, headers=headers)
+        assert (response.status_code, response.json()) == (200, {"accepted": 2, "rejected": []}), coding
+    for coding, body in [("deflate", zlib.compress(plain)), ("br", plain), ("gzip, gzip", gzip.compress(plain))]:
+        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Encoding": coding}
+        response = httpx.post(f"{service}/api/v1/ingest{query}", content=body, headers=headers)
+        assert response.status_code == 415, (coding, response.text)
+        assert "Content-Encoding" in response.json()["detail"] and response.headers["Accept-Encoding"] == "gzip"
+        anonymous = {"Content-Encoding": coding}
+        assert httpx.post(f"{service}/api/v1/ingest{query}", content=body, headers=anonymous).status_code == 401
+    assert len(_stored(sessions)) == 2
