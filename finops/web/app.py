@@ -26,8 +26,9 @@ with ``{"accepted": n, "rejected": [...]}`` naming each rejected reading:
   …}`` for a field that is not a list.
 
 A batch-level error (``node``, ``gpus``, not JSON) stores nothing. So does a batch naming more GPUs than
-``IngestLimits.max_gpus_per_batch`` or holding more readings than the node's burst (``422``, it can never pass), and
-one its node's token bucket cannot take now (:class:`finops.ingest.limits.ReadingBuckets`: ``429`` with
+``IngestLimits.max_gpus_per_batch`` or holding more rows than the node's burst (``422``, it can never pass), and one
+its node's token bucket cannot take now (its rows: readings, ``job_utilization`` and ``node_io`` entries;
+:class:`finops.web.ingest_batch.Gate`; :class:`finops.ingest.limits.ReadingBuckets`: ``429`` with
 ``Retry-After``, the whole seconds until it can); each counted in ``gpufinops_ingest_refused_total{reason}``.
 Collectors do not retry a 422. A new GPU at an index of ``IngestLimits.max_gpus_per_node`` or above is refused by itself
 (``{"uuid": u, "field": "gpus", …}``), the batch's other GPUs stored. A node token's request while

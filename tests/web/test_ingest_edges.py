@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 from collector.contract.node_io import NODE_IO_COUNTERS, rate_field
 from collector.contract.wire import IngestBatch
 from finops.db.models import Gpu, GpuJobUtilization, GpuSample, Node, NodeIoHour
+from finops.ingest.limits import IngestLimits
 from finops.ingest.readings import Ingestor
 from finops.web.app import create_app
 from finops.web.ingest_batch import store_together
@@ -263,3 +264,28 @@ def test_a_malformed_gpus_entry_loses_only_its_own_gpu(service, sessions) -> Non
     assert body["accepted"] == 1
     assert [r["field"] for r in body["rejected"]] == ["gpus[1].model", "gpus"]
     assert _stored(sessions) == [("gpu-a-01", UUID, TS, 300.0, None)]
+
+
+def test_job_utilization_and_node_io_entries_count_against_the_nodes_rate(sessions) -> None:  # type: ignore[no-untyped-def]
+    """Each ``job_utilization`` and ``node_io`` entry is a row stored like a reading, but the node's token bucket
+    counted readings only: one reading carried any number of entries (a 16 MiB body: about 150,000 rows) past the
+    rate and the burst. They count now; a refusal still counts the batch's readings, as collectors do."""
+    limits = IngestLimits(readings_per_second=10, readings_burst=100)
+    shares = [{"uuid": UUID, "ts": TS, "job_id": str(job), "utilization_ratio": 0.01} for job in range(150)]
+    with running(create_app(sessions, TOKEN, limits=limits, clock=lambda: NOW)) as url:
+        response = _post(url, _batch(job_utilization=shares))
+        assert response.status_code == 422, response.text
+        assert response.json()["rejected"] == [
+            {
+                "field": "batch",
+                "error": "the batch holds 2 readings and 150 job_utilization and node_io entries, more than a node "
+                "may send at once (100, FINOPS_INGEST_READINGS_BURST): it can never pass; send smaller batches",
+                "readings": 2,
+            }
+        ]
+        entries = [{"ts": TS + i, "disk_read_bytes_per_second": 1.0} for i in range(60)]
+        assert _post(url, _batch(job_utilization=shares[:30], node_io=entries)).status_code == 200  # 92 of 100
+        response = _post(url, _batch(job_utilization=shares[30:40]))
+        assert response.status_code == 429, response.text
+        assert "2 readings and 10 job_utilization and node_io entries refused" in response.json()["detail"]
+    assert len(_stored(sessions)) == 2
