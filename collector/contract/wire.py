@@ -53,7 +53,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, Strict, model_validator
 
 from collector.contract import metric_names as m
 from collector.contract.node_io import MAX_NODE_IO_BYTES_PER_SECOND, NODE_IO_COUNTERS, rate_field
@@ -73,8 +73,40 @@ _FINITE = ConfigDict(extra="forbid", allow_inf_nan=False)
 Number = Annotated[float, Strict()]
 Integer = Annotated[int, Strict()]
 Ratio = Annotated[Number, Field(ge=0, le=1)]
-NonNegative = Annotated[Number, Field(ge=0)]
 Count = Annotated[Integer, Field(ge=0, le=INT64_MAX)]
+UINT32_MAX = 2**32 - 1
+MAX_POWER_WATTS = UINT32_MAX / 1000
+"""Largest ``power_watts``: NVML's milliwatts in an unsigned 32-bit integer (``nvmlDeviceGetPowerUsage``), the widest
+of the collectors' sources (AMD SMI's socket power is a 16-bit count of watts). No driver reports more; a larger
+finite number (up to 1.8e308) made the dashboards' sums and means of power overflow PostgreSQL's double precision,
+failing the page of every node."""
+MAX_ENERGY_JOULES = 2**64 / 1000
+"""Largest ``energy_joules``: NVML's energy counter, millijoules in an unsigned 64-bit integer
+(``nvmlDeviceGetTotalEnergyConsumption``; AMD SMI's 64-bit accumulator of 15.3 µJ counts stays below it)."""
+MAX_CLOCK_HERTZ = UINT32_MAX * 1e6
+"""Largest ``sm_clock_hertz``: a clock in MHz in an unsigned 32-bit integer, as NVML (``nvmlDeviceGetClockInfo``) and
+AMD SMI (``clk``) report it."""
+ABSOLUTE_ZERO_CELSIUS = -273.15
+"""Lowest ``temperature_celsius``; the highest is :data:`UINT32_MAX`, NVML's unsigned 32-bit degrees
+(``nvmlDeviceGetTemperature``)."""
+Watts = Annotated[Number, Field(ge=0, le=MAX_POWER_WATTS)]
+Joules = Annotated[Number, Field(ge=0, le=MAX_ENERGY_JOULES)]
+Hertz = Annotated[Number, Field(ge=0, le=MAX_CLOCK_HERTZ)]
+Celsius = Annotated[Number, Field(ge=ABSOLUTE_ZERO_CELSIUS, le=UINT32_MAX)]
+NUL_REFUSED = "holds a NUL character (U+0000), which no text may (PostgreSQL cannot store one)"
+"""Why a text with NUL is refused, by ingest and the REST API alike (:mod:`finops.web.deps`): no name, id or
+matcher has one, and PostgreSQL's ``text`` cannot hold it (it fails the statement, while SQLite would store it)."""
+
+
+def _without_nul(text: str) -> str:
+    if "\x00" in text:
+        raise ValueError(NUL_REFUSED)
+    return text
+
+
+Text = Annotated[str, AfterValidator(_without_nul)]
+"""Text of the format: no NUL character (PostgreSQL's text cannot hold one: the insert failed, a 500 that the
+collector retried for ever; SQLite stored it)."""
 EpochSecond = Annotated[Integer, Field(ge=0, le=LAST_EPOCH_SECOND)]
 UNTIMELY_REASONS = ("future", "too_old")
 """``reason`` of a reading the service refuses for its time, in its 422's ``rejected`` entry: ``future``, stamped
@@ -83,7 +115,7 @@ service's sample retention (a slow clock, or a backlog held too long)."""
 JOB_ID_MAX_LENGTH = 317
 """Longest job id: a Kubernetes ``namespace/pod`` (namespace a DNS label of at most 63 characters, pod name a
 DNS subdomain of at most 253; Kubernetes "Object Names and IDs"); Slurm ids are far shorter."""
-JobId = Annotated[str, Field(max_length=JOB_ID_MAX_LENGTH)]
+JobId = Annotated[Text, Field(max_length=JOB_ID_MAX_LENGTH)]
 
 
 ACTIVITY_COLUMNS = (
@@ -138,11 +170,11 @@ class GpuInfo(BaseModel):
     """
 
     model_config = _FINITE
-    uuid: str = Field(min_length=1, max_length=64)
+    uuid: Text = Field(min_length=1, max_length=64)
     index: Integer = Field(ge=0, le=INT32_MAX)
-    model: str = Field(min_length=1, max_length=128)
+    model: Text = Field(min_length=1, max_length=128)
     memory_total_bytes: Integer | None = Field(None, ge=0, le=INT64_MAX)
-    package_id: str | None = Field(None, min_length=1, max_length=64)
+    package_id: Text | None = Field(None, min_length=1, max_length=64)
     package_devices: Integer | None = Field(None, ge=1, le=64)
     package_fields: list[str] | None = Field(None, max_length=len(PACKAGE_FIELDS))
 
@@ -157,19 +189,21 @@ class GpuInfo(BaseModel):
 
 
 class GpuReading(BaseModel):
-    """One GPU at one instant (a row). Ratios are 0..1; bytes, watts, joules, °C and Hz as named; integers up to
-    :data:`INT64_MAX`; infinities and NaN are refused."""
+    """One GPU at one instant (a row). Ratios are 0..1; bytes, watts, joules, °C and Hz as named, each within what
+    the collectors' sources can report (:data:`MAX_POWER_WATTS`, :data:`MAX_ENERGY_JOULES`, :data:`MAX_CLOCK_HERTZ`,
+    :data:`ABSOLUTE_ZERO_CELSIUS` to :data:`UINT32_MAX` °C); integers up to :data:`INT64_MAX`; infinities and NaN are
+    refused, and so is text holding NUL (:data:`Text`)."""
 
     model_config = _FINITE
-    uuid: str = Field(min_length=1, max_length=64)
+    uuid: Text = Field(min_length=1, max_length=64)
     ts: AwareDatetime
     utilization_ratio: Ratio | None = None
     memory_utilization_ratio: Ratio | None = None
     memory_used_bytes: Count | None = None
-    power_watts: NonNegative | None = None
-    energy_joules: NonNegative | None = None
-    temperature_celsius: Number | None = None
-    sm_clock_hertz: NonNegative | None = None
+    power_watts: Watts | None = None
+    energy_joules: Joules | None = None
+    temperature_celsius: Celsius | None = None
+    sm_clock_hertz: Hertz | None = None
     clocks_event_reasons: Count | None = None
     job_id: JobId | None = None
     sm_active_ratio: Ratio | None = None
@@ -196,15 +230,15 @@ class GpuSeries(BaseModel):
     """
 
     model_config = _FINITE
-    uuid: str = Field(min_length=1, max_length=64)
+    uuid: Text = Field(min_length=1, max_length=64)
     ts: list[EpochSecond]
     utilization_ratio: list[Ratio | None] | None = None
     memory_utilization_ratio: list[Ratio | None] | None = None
     memory_used_bytes: list[Count | None] | None = None
-    power_watts: list[NonNegative | None] | None = None
-    energy_joules: list[NonNegative | None] | None = None
-    temperature_celsius: list[Number | None] | None = None
-    sm_clock_hertz: list[NonNegative | None] | None = None
+    power_watts: list[Watts | None] | None = None
+    energy_joules: list[Joules | None] | None = None
+    temperature_celsius: list[Celsius | None] | None = None
+    sm_clock_hertz: list[Hertz | None] | None = None
     clocks_event_reasons: list[Count | None] | None = None
     job_id: list[JobId | None] | None = None
     sm_active_ratio: list[Ratio | None] | None = None
@@ -235,9 +269,9 @@ class JobUtilization(BaseModel):
     """
 
     model_config = _FINITE
-    uuid: str = Field(min_length=1, max_length=64)
+    uuid: Text = Field(min_length=1, max_length=64)
     ts: EpochSecond
-    job_id: str = Field(min_length=1, max_length=JOB_ID_MAX_LENGTH)
+    job_id: Text = Field(min_length=1, max_length=JOB_ID_MAX_LENGTH)
     utilization_ratio: Ratio
 
 
@@ -272,7 +306,7 @@ class IngestBatch(BaseModel):
     per-job utilisation of shared GPUs (``job_utilization``, optional) and the node's throughput (``node_io``,
     optional)."""
 
-    node: str = Field(min_length=1, max_length=255)
+    node: Text = Field(min_length=1, max_length=255)
     gpus: list[GpuInfo] = Field(default_factory=list)
     samples: list[GpuReading] = Field(default_factory=list)
     series: list[GpuSeries] = Field(default_factory=list)

@@ -52,22 +52,29 @@ hours in one statement: those at or before their hour's newest stored instant ar
 hour and kind and added (``WHERE true`` lets SQLite tell the upsert from a join)."""
 
 
+FOLDED_PER_STATEMENT = 8000
+"""Rates :data:`_FOLD` takes at once: four bind parameters each, within SQLite's default bound of 32,766 (and
+PostgreSQL's 65,535). A one-GPU node's backlog of 10,000 cycles carries 10,000 entries, up to eight rates each."""
+
+
 def store_node_io(session: Session, node: str, entries: Sequence[NodeIo]) -> int:
-    """Fold ``entries`` of node ``node`` (a hostname) into its hours, in the caller's transaction, in one statement
-    (:data:`_FOLD`); returns how many (hour, kind) rows it wrote. A node the database does not know stores nothing
-    (its GPUs register it)."""
-    parameters: dict[str, Any] = {"node": node}
-    for entry in entries:
-        hour = entry.ts - entry.ts % HOUR
-        for kind, rate in entry.rates().items():
-            i = len(parameters) // 4
-            parameters.update({f"h{i}": hour, f"k{i}": kind, f"t{i}": entry.ts, f"r{i}": rate})
-    count = len(parameters) // 4
-    if not count:
-        return 0
-    values = ", ".join(f"(:h{i}, :k{i}, :t{i}, :r{i})" for i in range(count))
-    statement = _FOLD.format(values=values, larger=larger_of_two(session.connection()))
-    return int(getattr(session.execute(text(statement), parameters), "rowcount", 0) or 0)
+    """Fold ``entries`` of node ``node`` (a hostname) into its hours, in the caller's transaction, in statements of
+    at most :data:`FOLDED_PER_STATEMENT` rates (:data:`_FOLD`), oldest first; returns how many (hour, kind) rows they
+    wrote (a row written by two statements counts twice). A node the database does not know stores nothing (its
+    GPUs register it)."""
+    rates = [(e.ts - e.ts % HOUR, kind, e.ts, rate) for e in entries for kind, rate in e.rates().items()]
+    folded = sorted(rates, key=lambda item: item[2])
+    written = 0
+    larger = larger_of_two(session.connection())
+    for start in range(0, len(folded), FOLDED_PER_STATEMENT):
+        part = folded[start : start + FOLDED_PER_STATEMENT]
+        parameters: dict[str, Any] = {"node": node}
+        for i, (hour, kind, ts, rate) in enumerate(part):
+            parameters.update({f"h{i}": hour, f"k{i}": kind, f"t{i}": ts, f"r{i}": rate})
+        values = ", ".join(f"(:h{i}, :k{i}, :t{i}, :r{i})" for i in range(len(part)))
+        statement = _FOLD.format(values=values, larger=larger)
+        written += int(getattr(session.execute(text(statement), parameters), "rowcount", 0) or 0)
+    return written
 
 
 @dataclass(frozen=True, slots=True)

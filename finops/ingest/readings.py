@@ -129,10 +129,21 @@ class _Plan:
         return cls(first_seen, hour_numbers, epochs)
 
     def rows(self, batch: IngestBatch, gpu_ids: dict[str, int], fields: Sequence[str]) -> Iterator[tuple[Any, ...]]:
-        """The batch's ``gpu_samples`` rows (``gpu_id``, ``ts``, then the reading ``fields``), series first."""
-        yield from chain.from_iterable(_series_rows(s, gpu_ids[s.uuid], fields) for s in batch.series)
+        """The batch's ``gpu_samples`` rows (``gpu_id``, ``ts``, then the reading ``fields``), series first. A series
+        left without readings (all malformed or untimely, or none sent) has none, and its GPU, if new, no id."""
+        yield from chain.from_iterable(_series_rows(s, gpu_ids[s.uuid], fields) for s in batch.series if s.ts)
         for r, ts in zip(batch.samples, self.epochs, strict=True):
             yield (gpu_ids[r.uuid], ts, *(getattr(r, name) for name in fields))
+
+
+@dataclass(frozen=True, slots=True)
+class _Registered:
+    """A GPU that a batch of the same transaction registers, as the GPU rows :meth:`Ingestor.conflicts` reads."""
+
+    uuid: str
+    gpu_index: int
+    model: str
+    hostname: str
 
 
 def _batch_conflicts(
@@ -142,6 +153,10 @@ def _batch_conflicts(
     GPUs by index (``by_slot``)."""
     entries = {info.uuid: info for info in batch.gpus}
     uuids = batch.gpu_uuids
+    new_at: dict[int, list[str]] = defaultdict(list)
+    for uuid, info in sorted(entries.items()):
+        if uuid not in by_uuid:
+            new_at[info.index].append(uuid)
     refused: dict[str, str] = {}
     for uuid in sorted(uuids):
         known, entry = by_uuid.get(uuid), entries.get(uuid)
@@ -157,6 +172,11 @@ def _batch_conflicts(
             refused[uuid] = (
                 f"index {entry.index} of node {batch.node} is {holder}; after a hardware swap run "
                 f"`gpu-finops nodes gpu replace {batch.node} {entry.index}`"
+            )
+        elif known is None and entry is not None and len(new_at[entry.index]) > 1:
+            refused[uuid] = (
+                f"index {entry.index} of node {batch.node} is claimed by {', '.join(new_at[entry.index])}, none of "
+                "them known, in one batch: a node has one GPU at an index"
             )
         elif known is None and entry is not None and max_gpus_per_node is not None and entry.index >= max_gpus_per_node:
             refused[uuid] = (
@@ -275,9 +295,13 @@ class Ingestor:
         a GPU of the batch's node, its index under another UUID or its UUID as another model (only ``gpu-finops nodes
         gpu replace NODE INDEX`` frees a slot for a new board), or register a new GPU at an index of
         ``max_gpus_per_node`` or above (None: no bound; a node is unique on its GPUs' indices, so this bounds its GPUs;
-        GPUs registered before keep their readings). A slot whose UUID is unknown (a job placement's
+        GPUs registered before keep their readings), or register two new GPUs at one index of a batch (both are
+        refused: which one is at the index cannot be told). A slot whose UUID is unknown (a job placement's
         placeholder) may be taken. Unknown: GPUs with readings that neither the batch's ``gpus`` describe nor the
-        database knows (what :meth:`store` would refuse with KeyError).
+        database knows (what :meth:`store` would refuse with KeyError). Batches are judged in their order, each as if
+        those before it were stored: a new GPU a batch registers belongs to its node and holds its index for the
+        batches after it (without this, a second node describing it wrote its readings onto the first node's GPU,
+        and a second new GPU at the index took over the first's row).
 
         The same rows keep this instance's cache of GPUs true to the database, which other processes change: a
         cached UUID the database no longer has (``gpu-finops nodes gpu replace`` released its slot) or has under
@@ -296,7 +320,15 @@ class Ingestor:
             cached, found = self._gpus.get(uuid), by_uuid.get(uuid)
             if cached is not None and (found is None or found.id != cached.gpu_id):
                 self._gpus.pop(uuid, None)
-        return [_batch_conflicts(batch, by_uuid, by_slot[batch.node], max_gpus_per_node) for batch in batches]
+        found = []
+        for batch in batches:  # a GPU a batch registers is known to the batches after it, as once committed
+            refused, unknown = _batch_conflicts(batch, by_uuid, by_slot[batch.node], max_gpus_per_node)
+            found.append((refused, unknown))
+            for info in batch.gpus:
+                if info.uuid not in by_uuid and info.uuid not in refused:
+                    claimed = _Registered(info.uuid, info.index, info.model, batch.node)
+                    by_uuid[info.uuid] = by_slot[batch.node][info.index] = claimed
+        return found
 
     def _insert(
         self,

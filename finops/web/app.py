@@ -26,8 +26,9 @@ with ``{"accepted": n, "rejected": [...]}`` naming each rejected reading:
   …}`` for a field that is not a list.
 
 A batch-level error (``node``, ``gpus``, not JSON) stores nothing. So does a batch naming more GPUs than
-``IngestLimits.max_gpus_per_batch`` or holding more readings than the node's burst (``422``, it can never pass), and
-one its node's token bucket cannot take now (:class:`finops.ingest.limits.ReadingBuckets`: ``429`` with
+``IngestLimits.max_gpus_per_batch`` or holding more rows than the node's burst (``422``, it can never pass), and one
+its node's token bucket cannot take now (its rows: readings, ``job_utilization`` and ``node_io`` entries;
+:class:`finops.web.ingest_batch.Gate`; :class:`finops.ingest.limits.ReadingBuckets`: ``429`` with
 ``Retry-After``, the whole seconds until it can); each counted in ``gpufinops_ingest_refused_total{reason}``.
 Collectors do not retry a 422. A new GPU at an index of ``IngestLimits.max_gpus_per_node`` or above is refused by itself
 (``{"uuid": u, "field": "gpus", …}``), the batch's other GPUs stored. A node token's request while
@@ -39,8 +40,10 @@ with a body needs an admin credential (:class:`finops.web.auth.AdminBodies`: ``4
 unread). Bodies being read and handled share one budget per process (:class:`finops.web.body_limits.BodyBudget`,
 ``IngestLimits.body_memory_budget_bytes``): past it ``503`` with ``Retry-After``. A body over ``MAX_BODY_BYTES``, sent
 or once decompressed, is refused with ``413`` and nothing stored; the body of any other request, over
-``REST_MAX_BODY_BYTES``, too. Every body is read under a deadline (:class:`finops.web.body_limits.BodyDeadline`,
-``IngestLimits.body_timeout_seconds``): a sender too slow gets ``408`` and its connection closed. A request that finds
+``REST_MAX_BODY_BYTES``, too. An ingest body's ``Content-Encoding`` is gzip or none (``identity``); any other is
+answered ``415`` unread (:data:`finops.web.ingest_route.GZIP_CODINGS`). Every body is read under a deadline
+(:class:`finops.web.body_limits.BodyDeadline`, ``IngestLimits.body_timeout_seconds``): a sender too slow gets ``408``
+and its connection closed. A request that finds
 the database busy (a lock another transaction holds; on PostgreSQL, once ``serve``'s lock timeout runs out:
 ``FINOPS_REQUEST_LOCK_TIMEOUT_SECONDS``) or out of reach (PostgreSQL down or restarting) is answered ``503`` with
 ``Retry-After``. A request FastAPI refuses in validation gets ``422`` naming each field and why, without the value sent

@@ -113,6 +113,7 @@ INGEST_RESPONSES: dict[int | str, dict[str, Any]] = {
     408: ERROR_RESPONSES[408],
     409: {"model": ErrorOut, "description": "Readings go to the TSDB (FINOPS_TELEMETRY_SOURCE=tsdb): nothing stored."},
     413: ERROR_RESPONSES[413],
+    415: {"model": ErrorOut, "description": "A Content-Encoding other than gzip (or identity): nothing read."},
     422: {"model": IngestRefusedOut, "description": "Some readings or the whole batch refused, each named."},
     429: {"model": ErrorOut, "description": "Over the node's readings rate: nothing stored; retry after Retry-After."},
     503: _error(

@@ -16,7 +16,7 @@ from fastapi import HTTPException, Path, Request
 from pydantic import BaseModel, BeforeValidator, field_validator
 from sqlalchemy.orm import Session, sessionmaker
 
-from collector.contract.wire import INT32_MAX
+from collector.contract.wire import INT32_MAX, NUL_REFUSED
 from finops.timeutil import parse_utc
 
 RowId = Annotated[int, Path(ge=1, le=INT32_MAX, description="A row id: 1 to 2³¹ − 1.")]
@@ -24,11 +24,6 @@ RowId = Annotated[int, Path(ge=1, le=INT32_MAX, description="A row id: 1 to 2³�
 is refused with 422 before any query (the database would fail on it)."""
 INSTANT_MAX_LENGTH = 64
 """Longest time text :func:`instant` parses (characters); an ISO 8601 time with microseconds and offset is 32."""
-
-
-NUL_REFUSED = "holds a NUL character (U+0000), which no text may (PostgreSQL cannot store one)"
-"""Why a text with NUL is refused: no name, rule, matcher or filter has one, and PostgreSQL's ``text`` cannot hold
-it (it fails the statement, while SQLite would store it)."""
 
 
 def _holds_nul(value: object) -> bool:

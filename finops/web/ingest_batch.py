@@ -66,11 +66,14 @@ class Gate:
         self.taken = 0
 
     def admit(self, batch: IngestBatch) -> tuple[int, dict[str, Any]] | None:
-        """None when ``batch`` may be stored (its readings taken from its node's bucket), else the answer refusing
-        it whole: 422 for more GPUs than :attr:`max_gpus` or more readings than the burst (it can never pass), 429
-        when the bucket does not hold its readings now."""
+        """None when ``batch`` may be stored (its rows taken from its node's bucket), else the answer refusing it
+        whole: 422 for more GPUs than :attr:`max_gpus` or more rows than the burst (it can never pass), 429 when the
+        bucket does not hold its rows now. Its rows are its readings and its ``job_utilization`` and ``node_io``
+        entries, each stored too (the entries once passed free: one reading carried any number of them); refusals
+        count its readings only, as collectors do."""
         uuids = batch.gpu_uuids
         readings = batch.reading_count
+        rows = readings + len(batch.job_utilization) + len(batch.node_io)
         if len(uuids) > self.max_gpus:
             self.refused = "gpus"
             error = (
@@ -78,23 +81,26 @@ class Gate:
                 "(FINOPS_INGEST_MAX_GPUS_PER_BATCH); a batch is one node's GPUs"
             )
             return 422, _refused_whole("gpus", error, readings)
-        if not self.buckets.fits(readings):
+        held = f"{readings} readings"
+        if rows > readings:
+            held += f" and {rows - readings} job_utilization and node_io entries"
+        if not self.buckets.fits(rows):
             self.refused = "burst"
             error = (
-                f"the batch holds {readings} readings, more than a node may send at once ({self.buckets.burst}, "
+                f"the batch holds {held}, more than a node may send at once ({self.buckets.burst}, "
                 "FINOPS_INGEST_READINGS_BURST): it can never pass; send smaller batches"
             )
             return 422, _refused_whole("batch", error, readings)
-        wait = self.buckets.take(batch.node, readings)
+        wait = self.buckets.take(batch.node, rows)
         if wait:
             self.refused, self.retry_after = "rate", wait
             detail = (
                 f"node {batch.node!r} is over its ingest rate ({self.buckets.rate:g} readings/s, burst "
                 f"{self.buckets.burst}; FINOPS_INGEST_READINGS_PER_SECOND, FINOPS_INGEST_READINGS_BURST): "
-                f"{readings} readings refused, nothing stored; retry in {wait} s"
+                f"{held} refused, nothing stored; retry in {wait} s"
             )
             return 429, {"detail": detail}
-        self.taken = readings
+        self.taken = rows
         return None
 
     def give_back(self, node: str) -> None:

@@ -76,6 +76,11 @@ READINGS_IN_TSDB = (
     "by it, or remote-write), not to this service"
 )
 """The 409's ``detail`` of ingest when the service reads telemetry from a TSDB."""
+GZIP_CODINGS = frozenset({"gzip", "x-gzip"})
+"""``Content-Encoding`` values of a gzipped body, compared without case (content codings are case-insensitive, and a
+recipient ought to take ``x-gzip`` as ``gzip``: RFC 9110, 8.4.1). Without the header, or with ``identity``, the body is
+plain JSON; any other coding is answered ``415`` naming the header, with ``Accept-Encoding: gzip`` (RFC 9110, 15.5.16),
+where the body was once parsed as JSON and refused as "Invalid JSON"."""
 REFUSAL_REASONS = ("rate", "burst", "gpus", "requests", "overload")
 """``reason`` of ``gpufinops_ingest_refused_total``: the limit a batch was refused by."""
 
@@ -234,6 +239,11 @@ class IngestEndpoint:
         holder = None if shared else await anyio.to_thread.run_sync(self.auth.holder, authorization)
         if self.readings_in_tsdb:
             return self._reply(409, {"detail": READINGS_IN_TSDB})
+        coding = (content_encoding or "identity").strip().lower()
+        if coding not in GZIP_CODINGS | {"identity"}:
+            detail = f"Content-Encoding {content_encoding!r} is not supported: send gzip, or plain JSON without it"
+            headers = {"Accept-Encoding": "gzip", "Connection": "close"}  # the body is left unread
+            return self._reply(415, {"detail": detail}, headers)
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
             return self._reply(413, too_large(MAX_BODY_BYTES))
@@ -263,7 +273,7 @@ class IngestEndpoint:
                 gate = Gate(self.buckets, self.limits.max_gpus_per_batch)
                 payload, body = bytes(body), bytearray()
                 code, answer = await ingest_batch(
-                    self.commits, payload, content_encoding == "gzip", window, holder, gate, self.untimely,
+                    self.commits, payload, coding in GZIP_CODINGS, window, holder, gate, self.untimely,
                     SMALL_BODY_BYTES,
                 )  # fmt: skip
         if gate.refused is not None:
