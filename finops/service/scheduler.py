@@ -52,7 +52,7 @@ from finops.pricing.catalog import Pricing
 from finops.pricing.store import pricing_in_force
 from finops.service.cost_metrics import CostMetrics
 from finops.service.leases import JobLeases, LeaseLost
-from finops.timeutil import from_epoch, to_epoch, utc_now
+from finops.timeutil import HOUR, from_epoch, to_epoch, utc_now
 
 if TYPE_CHECKING:
     from alerts.nudges import NudgeRunner
@@ -154,9 +154,14 @@ def run_rollup(
             repriced = claim_repriced_hours(session, until)
             cursors: dict[int, int] = {}
             part = build(session, rebuilt=rebuilt, cursors_before=cursors)
-            if rebuilt and reconcile_job_map(session, metered_windows(session, cursors, min(rebuilt))):
-                again: list[int] = []  # the moved jobs' hours, marked dirty: rebuilt with their new placement
-                part = part.then(build(session, rebuilt=again))
+            last = max(rebuilt, default=0) + HOUR
+            while rebuilt and reconcile_job_map(session, metered_windows(session, cursors, min(rebuilt))):
+                # The moved jobs' hours, marked dirty, rebuilt with their new placement; not past this transaction's
+                # last hour (the readings of a backlog's next hours are metered, and reconciled, by the next one).
+                # Readings committed since the first rollup that it meters new are reconciled in turn.
+                again: list[int] = []
+                cursors = {}
+                part = part.then(build(session, rebuilt=again, cursors_before=cursors, before=last))
                 rebuilt.extend(sorted(set(again) - set(rebuilt)))
             release_repriced_hours(session, repriced - set(rebuilt))
             if tsdb is not None:
