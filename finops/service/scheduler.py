@@ -154,15 +154,16 @@ def run_rollup(
             repriced = claim_repriced_hours(session, until)
             cursors: dict[int, int] = {}
             part = build(session, rebuilt=rebuilt, cursors_before=cursors)
-            last = max(rebuilt, default=0) + HOUR
-            while rebuilt and reconcile_job_map(session, metered_windows(session, cursors, min(rebuilt))):
+            if rebuilt and reconcile_job_map(session, metered_windows(session, cursors, min(rebuilt))):
                 # The moved jobs' hours, marked dirty, rebuilt with their new placement; not past this transaction's
                 # last hour (the readings of a backlog's next hours are metered, and reconciled, by the next one).
-                # Readings committed since the first rollup that it meters new are reconciled in turn.
                 again: list[int] = []
                 cursors = {}
-                part = part.then(build(session, rebuilt=again, cursors_before=cursors, before=last))
+                part = part.then(build(session, rebuilt=again, cursors_before=cursors, before=max(rebuilt) + HOUR))
                 rebuilt.extend(sorted(set(again) - set(rebuilt)))
+                # Readings committed since the first rollup that the second metered as new: a job they move has its
+                # hours marked dirty again, for the next rollup to rebuild.
+                reconcile_job_map(session, metered_windows(session, cursors, min(rebuilt)))
             release_repriced_hours(session, repriced - set(rebuilt))
             if tsdb is not None:
                 tsdb.store_node_rates(session, rebuilt)
