@@ -168,6 +168,7 @@ def rollup(
     meter: Meter | None = None,
     most_hours: int | None = None,
     cursors_before: dict[int, int] | None = None,
+    before: int | None = None,
 ) -> RollupResult:
     """Bring the ledger up to ``until`` (epoch seconds): rebuild every dirty hour before it, and every hour
     from the newest hour in the ledger (or, for an empty ledger, the first GPU's entry into service) to it.
@@ -198,7 +199,8 @@ def rollup(
 
     ``most_hours``: rebuild at most that many of the hours, the oldest first; the result's ``pending_hours`` says how
     many are left, still marked dirty (or after the ledger's newest hour) for the next call, and the ledger's
-    watermark moves only once none is.
+    watermark moves only once none is. ``before`` (epoch seconds), when given, leaves the hours from it on pending
+    too: a transaction that rolls up again after moving jobs rebuilds their hours and goes no further.
 
     The hours are rebuilt in chunks of at most :data:`CHUNK_HOURS` consecutive hours (a day partition of readings
     each). Several chunks are computed at once on up to ``connections`` extra connections
@@ -228,8 +230,11 @@ def rollup(
     tail = min(since, floor_hour(until - 1))  # every hour from it to until is rebuilt (unless some are pending)
     hours = sorted(dirty | set(range(tail, until, HOUR)))
     pending = 0
+    if before is not None:
+        pending = sum(1 for hour in hours if hour >= before)
+        hours = [hour for hour in hours if hour < before]
     if most_hours is not None and len(hours) > most_hours:
-        hours, pending = hours[:most_hours], len(hours) - most_hours
+        hours, pending = hours[:most_hours], pending + len(hours) - most_hours
     if rebuilt is not None:
         rebuilt.extend(hours)
     if meter is not None:

@@ -52,7 +52,7 @@ from finops.pricing.catalog import Pricing
 from finops.pricing.store import pricing_in_force
 from finops.service.cost_metrics import CostMetrics
 from finops.service.leases import JobLeases, LeaseLost
-from finops.timeutil import from_epoch, to_epoch, utc_now
+from finops.timeutil import HOUR, from_epoch, to_epoch, utc_now
 
 if TYPE_CHECKING:
     from alerts.nudges import NudgeRunner
@@ -155,9 +155,15 @@ def run_rollup(
             cursors: dict[int, int] = {}
             part = build(session, rebuilt=rebuilt, cursors_before=cursors)
             if rebuilt and reconcile_job_map(session, metered_windows(session, cursors, min(rebuilt))):
-                again: list[int] = []  # the moved jobs' hours, marked dirty: rebuilt with their new placement
-                part = part.then(build(session, rebuilt=again))
+                # The moved jobs' hours, marked dirty, rebuilt with their new placement; not past this transaction's
+                # last hour (the readings of a backlog's next hours are metered, and reconciled, by the next one).
+                again: list[int] = []
+                cursors = {}
+                part = part.then(build(session, rebuilt=again, cursors_before=cursors, before=max(rebuilt) + HOUR))
                 rebuilt.extend(sorted(set(again) - set(rebuilt)))
+                # Readings committed since the first rollup that the second metered as new: a job they move has its
+                # hours marked dirty again, for the next rollup to rebuild.
+                reconcile_job_map(session, metered_windows(session, cursors, min(rebuilt)))
             release_repriced_hours(session, repriced - set(rebuilt))
             if tsdb is not None:
                 tsdb.store_node_rates(session, rebuilt)

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, event, insert, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector.contract.clocks_events import CLOCKS_EVENT_REASONS, POWER_MASK, THERMAL_MASK
-from finops.analysis.idle import IdlePolicy, detect_idle
+from finops.analysis.idle import IDLE_READINGS_TABLE, IdlePolicy, _load_readings, detect_idle
 from finops.analysis.idle_runs import IdleRun, day_chunks, idle_runs, may_read_elsewhere
 from finops.db.models import Allocation, Gpu, GpuSample, IdleEpisode, Job, Node, Team
 from finops.ingest.partitions import create_partitions, is_partitioned
@@ -157,6 +157,23 @@ def test_idle_runs_equal_one_window_over_every_reading(sessions: sessionmaker[Se
             hours = [(lo, min(lo + 3_600, end)) for lo in range(start, end, 3_600)]
             in_hours = idle_runs(session.connection(), hours, 0.05, 150, 1_800)
             assert as_tuples(in_hours) == reference_runs(fleet, start, end, 0.05, 150, 1_800), "however it is cut"
+
+
+def test_idle_runs_of_a_tsdb_source_s_readings_however_the_period_is_cut(sessions: sessionmaker[Session]) -> None:
+    """The readings of a TSDB (the temporary table IDLE_READINGS_TABLE, no clocks-event reasons): part-day chunks
+    (read per GPU by key on PostgreSQL) find the runs whole days and the reference find."""
+    with sessions.begin() as session:
+        fleet = store_fleet(session, 5)
+        tsdb = {g: [(ts, u, mem, None, None) for ts, u, mem, _, _ in rs if u is not None] for g, rs in fleet.items()}
+        _load_readings(session, [(g, ts, u, mem) for g, rs in tsdb.items() for ts, u, mem, _, _ in rs])
+        connection = session.connection()
+        for start, end in PERIODS:
+            expected = reference_runs(tsdb, start, end, 0.05, 150, 1_800)
+            assert expected, "the fleet has runs in every period"
+            hours = [(lo, min(lo + 3_600, end)) for lo in range(start, end, 3_600)]
+            for chunks in (day_chunks(start, end), hours):
+                found = idle_runs(connection, chunks, 0.05, 150, 1_800, table=IDLE_READINGS_TABLE, clocks=False)
+                assert as_tuples(found) == expected, (start, end)
 
 
 def test_helper_connections_read_the_transactions_snapshot(sessions: sessionmaker[Session]) -> None:
