@@ -7,7 +7,7 @@ from alembic import context
 import alerts.models  # noqa: F401  (its tables belong to the same metadata)
 import finops.db.ledger_tables  # noqa: F401  (its tables belong to the same metadata)
 from finops.db.models import Base
-from finops.ingest.partitions import include_name, include_object_for
+from finops.ingest.partitions import include_name
 
 config = context.config
 engine = config.attributes["engine"]
@@ -27,7 +27,6 @@ with engine.connect() as connection:
             target_metadata=Base.metadata,
             render_as_batch=sqlite,
             include_name=include_name,  # the day partitions of gpu_samples are made at run time, not by migrations
-            include_object=include_object_for(connection.dialect.name),
         )
         with context.begin_transaction():
             context.run_migrations()

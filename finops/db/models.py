@@ -122,19 +122,11 @@ class GpuService(Base):
 class GpuSample(Base):
     """One GPU reading at one instant (base units). Unique on (GPU, timestamp): replays add nothing.
 
-    On PostgreSQL partitioned by day on ``ts`` (:mod:`finops.ingest.partitions`, migration 0003), with a BRIN index
-    on ``ts`` (migration 0029): readings are stored about in time order, so a part of a day is read from the pages
-    that hold it, not by a scan of the day's partition (which holds its day so far).
+    On PostgreSQL partitioned by day on ``ts`` (:mod:`finops.ingest.partitions`, migration 0003).
     """
 
     __tablename__ = "gpu_samples"
-    __table_args__ = (
-        Index(
-            "ix_gpu_samples_ts_brin", "ts", postgresql_using="brin",
-            postgresql_with={"pages_per_range": "16", "autosummarize": "on"},
-        ).ddl_if(dialect="postgresql"),
-        {"postgresql_partition_by": "RANGE (ts)"},
-    )  # fmt: skip
+    __table_args__ = ({"postgresql_partition_by": "RANGE (ts)"},)
     gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"), primary_key=True)
     ts: Mapped[datetime] = mapped_column(EpochSeconds, primary_key=True)
     utilization_ratio: Mapped[float | None] = mapped_column(Float)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -72,20 +72,6 @@ def include_name(name: str | None, type_: str, parent_names: object) -> bool:
     """Alembic ``include_name`` hook: leave the daily partitions out of autogenerate comparisons (they are made
     at run time; the migrations and models describe only the partitioned ``gpu_samples``)."""
     return not (type_ == "table" and name is not None and partition_day(name) is not None)
-
-
-POSTGRESQL_ONLY_INDEXES = frozenset({"ix_gpu_samples_ts_brin"})
-"""Indexes the models declare for PostgreSQL alone (``ddl_if``), which the migrations make there alone."""
-
-
-def include_object_for(dialect: str) -> Callable[[object, str | None, str, bool, object], bool]:
-    """Alembic ``include_object`` hook for a database of ``dialect``: leave :data:`POSTGRESQL_ONLY_INDEXES` out of the
-    comparisons elsewhere (autogenerate does not read an index's ``ddl_if``)."""
-
-    def include_object(item: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
-        return dialect == "postgresql" or type_ != "index" or name not in POSTGRESQL_ONLY_INDEXES
-
-    return include_object
 
 
 def is_partitioned(connection: Connection) -> bool:

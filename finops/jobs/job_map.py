@@ -21,30 +21,35 @@ from finops.jobs.nodes import in_chunks
 from finops.jobs.observed_gpus import Observations
 from finops.jobs.placement import PlacementRequest, job_keys, place_jobs
 from finops.jobs.slurm_hostlist import expand_hostlist
-from finops.timeutil import from_epoch, to_epoch
+from finops.timeutil import HOUR, from_epoch, to_epoch
 
 log = logging.getLogger(__name__)
 
 _WINDOW_COLUMNS = {"gpu_id": "integer", "lo": "bigint", "hi": "bigint"}
-# The samples that name a job, per GPU and job id. PostgreSQL reads every GPU's in [lo_min, hi_max), the pages that
-# hold them found by the BRIN index on ts (migration 0029; a day partition holds its day so far): the windows of one
-# rollup differ by the seconds between readings, a few GPUs' more (late readings), and samples read twice are only
-# checked twice. SQLite reads each window per GPU by the (gpu_id, ts) key (CROSS JOIN keeps the order: the windows
-# first), having no index on ts alone.
-_SEEN = {
-    "postgresql": "SELECT gpu_id, job_id, MIN(ts), MAX(ts) FROM gpu_samples "
-    "WHERE ts >= :lo_min AND ts < :hi_max AND job_id IS NOT NULL GROUP BY gpu_id, job_id",
+# Per window, the GPU's samples in [lo, hi) that name a job: those of windows shorter than a day (the scheduled
+# rollup's five minutes) read by the (gpu_id, ts) key, PostgreSQL behind LATERAL and OFFSET 0 (not flattened into a
+# scan of the day partitions, which hold each day so far), SQLite by CROSS JOIN, whose order it keeps; a day or more
+# (a backlog's rollup) by a scan of the partitions between the lowest start and the highest end, joined to the
+# windows. lo_min and hi_max prune the partitions.
+_SEEN_BY_KEY = {
+    "postgresql": "SELECT w.gpu_id, s.job_id, MIN(s.ts), MAX(s.ts) FROM {windows} CROSS JOIN LATERAL ("
+    "SELECT g.job_id, g.ts FROM gpu_samples g WHERE g.gpu_id = w.gpu_id AND g.ts >= w.lo AND g.ts < w.hi "
+    "AND g.ts >= :lo_min AND g.ts < :hi_max AND g.job_id IS NOT NULL OFFSET 0) s GROUP BY w.gpu_id, s.job_id",
     "sqlite": "SELECT w.gpu_id, g.job_id, MIN(g.ts), MAX(g.ts) FROM {windows} CROSS JOIN gpu_samples g "
     "WHERE g.gpu_id = w.gpu_id AND g.ts >= w.lo AND g.ts < w.hi AND g.ts >= :lo_min AND g.ts < :hi_max "
     "AND g.job_id IS NOT NULL GROUP BY w.gpu_id, g.job_id",
 }
+_SEEN_BY_SCAN = (
+    "SELECT w.gpu_id, g.job_id, MIN(g.ts), MAX(g.ts) FROM {windows} JOIN gpu_samples g ON g.gpu_id = w.gpu_id "
+    "AND g.ts >= w.lo AND g.ts < w.hi WHERE g.ts >= :lo_min AND g.ts < :hi_max AND g.job_id IS NOT NULL "
+    "GROUP BY w.gpu_id, g.job_id"
+)
 
 
 def reconcile_job_map(session: Session, windows: Mapping[int, tuple[int, int]]) -> int:
     """Re-place jobs whose samples in ``windows`` (GPU id -> [start, end), epoch seconds: the readings a rollup has
     just metered as new, :func:`finops.ledger.metering_state.metered_windows`) name GPUs their allocations are not on.
-    Returns how many (job, node) placements moved. On PostgreSQL every GPU's samples from the earliest start to
-    the latest end are read (a superset: samples reconciled before are checked again, to the same result).
+    Returns how many (job, node) placements moved.
 
     For each such job and node, the job's allocations on that node are rewritten by
     :func:`~finops.jobs.placement.place_jobs` (so on the observed GPUs, other jobs displaced) and the job's hours are
@@ -56,7 +61,7 @@ def reconcile_job_map(session: Session, windows: Mapping[int, tuple[int, int]]) 
     if not windows:
         return 0
     observations = Observations()
-    for gpu_id, job_id, first, last in session.execute(_seen_statement(session), _window_rows(session, windows)):
+    for gpu_id, job_id, first, last in session.execute(_seen_statement(session, windows), _window_rows(windows)):
         observations.spans.setdefault(job_id, {})[gpu_id] = (int(first), int(last))
     host_of_gpu = _hostnames(session, {gpu_id for spans in observations.spans.values() for gpu_id in spans})
     jobs = _jobs_named(session, set(observations.spans))
@@ -113,23 +118,25 @@ def reconcile_job_map(session: Session, windows: Mapping[int, tuple[int, int]]) 
     return count
 
 
-def _seen_statement(session: Session) -> TextClause:
-    """The query of the samples in the windows that name a job: per GPU and job id, the first and last instant."""
+def _seen_statement(session: Session, windows: Mapping[int, tuple[int, int]]) -> TextClause:
+    """The query of the samples in ``windows`` that name a job: per GPU and job id, the first and last instant."""
     dialect = session.get_bind().dialect.name
-    return text(_SEEN[dialect].format(windows=json_rows(dialect, "windows", "w", _WINDOW_COLUMNS)))
+    long = dialect == "postgresql" and max(hi - lo for lo, hi in windows.values()) >= 24 * HOUR
+    return text(
+        (_SEEN_BY_SCAN if long else _SEEN_BY_KEY[dialect]).format(
+            windows=json_rows(dialect, "windows", "w", _WINDOW_COLUMNS)
+        )
+    )
 
 
-def _window_rows(session: Session, windows: Mapping[int, tuple[int, int]]) -> dict[str, object]:
-    """The parameters of :func:`_seen_statement`: the lowest start and highest end of the windows (epoch seconds)
-    and, on SQLite, the windows as a JSON array."""
-    bounds: dict[str, object] = {
+def _window_rows(windows: Mapping[int, tuple[int, int]]) -> dict[str, object]:
+    """The parameters of :func:`_seen_statement`: the windows as a JSON array, and their lowest start and highest
+    end (epoch seconds)."""
+    return {
+        "windows": orjson.dumps([{"gpu_id": g, "lo": lo, "hi": hi} for g, (lo, hi) in windows.items()]).decode(),
         "lo_min": min(lo for lo, _ in windows.values()),
         "hi_max": max(hi for _, hi in windows.values()),
     }
-    if session.get_bind().dialect.name == "sqlite":
-        rows = [{"gpu_id": g, "lo": lo, "hi": hi} for g, (lo, hi) in windows.items()]
-        bounds["windows"] = orjson.dumps(rows).decode()
-    return bounds
 
 
 def _hostnames(session: Session, gpu_ids: set[int]) -> dict[int, str]:

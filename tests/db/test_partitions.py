@@ -23,7 +23,7 @@ from finops.cli import db as db_commands
 from finops.db.engine import downgrade, make_engine, session_factory, upgrade
 from finops.db.ledger_tables import DirtyHour, LedgerEntry
 from finops.db.models import Base, Gpu, GpuSample, Node, Team
-from finops.ingest.partitions import DAY, floor_day, include_name, include_object_for, partition_name, prune_samples
+from finops.ingest.partitions import DAY, floor_day, include_name, partition_name, prune_samples
 from finops.ingest.readings import Ingestor
 from finops.service import scheduler
 from finops.service.scheduler import run_sample_maintenance
@@ -93,10 +93,7 @@ def _samples(sessions: sessionmaker[Session]) -> int:
 
 def _models_match_migrations(engine: Engine) -> None:
     with engine.connect() as connection:
-        context = MigrationContext.configure(
-            connection,
-            opts={"include_name": include_name, "include_object": include_object_for(connection.dialect.name)},
-        )
+        context = MigrationContext.configure(connection, opts={"include_name": include_name})
         assert compare_metadata(context, Base.metadata) == []
 
 
