@@ -23,7 +23,8 @@ sends it, 5 minutes at a time, a scheduled rollup (:func:`finops.service.schedul
 
 - **first hour**: the day partition holds that hour alone;
 - **late**: before it, ``--earlier`` hours of the same day hold the same readings (copied by SQL, shifted by whole
-  hours, untimed), rolled up and judged by one rollup at 10:00 (untimed), as a day's earlier cycles leave them.
+  hours, into an emptied table in time order, as ingest stores them; untimed), rolled up and judged by one rollup at
+  10:00 (untimed), as a day's earlier cycles leave them.
 
 Timed: the cycles at 10:55 and at the hour's end (11:00), each split into the parts of ``benchmarks/fleet_cycle.py``
 (the ledger, the idle re-judging, the job map). Printed per tree: the medians over ``--repeat`` runs (alternated),
@@ -101,18 +102,21 @@ def _child(database_url: str, gpus: int, earlier: int) -> dict[str, float]:
     with engine.begin() as connection:
         connection.execute(text("UPDATE jobs SET submit = :start, start = :start"), held_from)
         connection.execute(text("UPDATE allocations SET start = :start"), held_from)
-    if earlier:
+    if earlier:  # the hour's readings as a template, then the earlier hours and its first part, in time order
         for batches in parts[1:]:
             store(batches)
         with engine.begin() as connection:
             columns = list(connection.execute(text("SELECT * FROM gpu_samples LIMIT 0")).keys())
             listed = ", ".join(columns)
             shifted = ", ".join("ts - :shift" if c == "ts" else c for c in columns)
-            copy = text(f"INSERT INTO gpu_samples ({listed}) SELECT {shifted} FROM gpu_samples "  # noqa: S608
-                        "WHERE ts >= :start AND ts < :end")  # fmt: skip
-            for hours in range(1, earlier + 1):
-                connection.execute(copy, {"shift": hours * 3600, "start": cycle.START, "end": cycle.START + 3600})
-            connection.execute(text("DELETE FROM gpu_samples WHERE ts >= :start"), {"start": cycle.START + cycle.PART})
+            connection.execute(text(f"CREATE TEMPORARY TABLE hour_template AS SELECT {listed} FROM gpu_samples"))  # noqa: S608
+            emptying = "TRUNCATE gpu_samples" if engine.dialect.name == "postgresql" else "DELETE FROM gpu_samples"
+            connection.execute(text(emptying))  # a fresh heap, filled in time order as ingest fills it
+            copy = text(f"INSERT INTO gpu_samples ({listed}) SELECT {shifted} FROM hour_template WHERE ts < :end")  # noqa: S608
+            for hours in range(earlier, 0, -1):
+                connection.execute(copy, {"shift": hours * 3600, "end": cycle.START + 3600})
+            connection.execute(copy, {"shift": 0, "end": cycle.START + cycle.PART})
+            connection.execute(text("DROP TABLE hour_template"))
         run(cycle.START)  # the day's earlier hours, as its earlier cycles leave them
     if engine.dialect.name == "postgresql":
         with engine.begin() as connection:
