@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tree_runs import leave_only_tree, recreate_database, run_in_tree
+from tree_runs import leave_only_tree, recreate_database, run_in_tree, timed
 
 REPO = Path(__file__).resolve().parents[1]
 PARTS = ("rollup", "rejudge_idle", "reconcile_job_map")
@@ -81,7 +81,7 @@ def _child(database_url: str, gpus: int, earlier: int) -> dict[str, float]:
     pricing, policy = Pricing(load_catalog(), PricingModel.ON_DEMAND), IdlePolicy()
     seconds = dict.fromkeys(PARTS, 0.0)
     for name in PARTS:
-        setattr(scheduler, name, _timed(getattr(scheduler, name), seconds, name))
+        setattr(scheduler, name, timed(getattr(scheduler, name), seconds, name))
 
     def store(batches: list[Any]) -> None:
         for first in range(0, len(batches), cycle.GROUP):
@@ -129,19 +129,6 @@ def _child(database_url: str, gpus: int, earlier: int) -> dict[str, float]:
     figures |= {f"end_{name}": value for name, value in run(cycle.START + 3600).items()}
     engine.dispose()
     return figures
-
-
-def _timed(function: Any, seconds: dict[str, float], name: str) -> Any:
-    """``function``, adding the wall seconds of each call to ``seconds[name]``."""
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        began = time.perf_counter()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            seconds[name] += time.perf_counter() - began
-
-    return call
 
 
 def main() -> None:

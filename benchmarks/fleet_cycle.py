@@ -50,13 +50,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from sqlalchemy import make_url
+from tree_runs import timed
 
 if TYPE_CHECKING:
     from collector.contract.sample import Sample
@@ -121,19 +121,6 @@ def child(tree: str, url: str) -> None:
         seconds = time.perf_counter() - began
         figures = {"until": until, "seconds": seconds, "load": load, "hours": built.hours} | parts
         print(json.dumps(figures), flush=True)
-
-
-def timed(function: Callable[..., Any], seconds: dict[str, float], name: str) -> Callable[..., Any]:
-    """``function``, adding the wall seconds of each call to ``seconds[name]``."""
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        began = time.perf_counter()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            seconds[name] += time.perf_counter() - began
-
-    return call
 
 
 class Scheduler:

@@ -12,6 +12,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,3 +49,17 @@ def run_in_tree(tree: Path, script: str, args: list[str]) -> dict[str, Any]:
     command = [sys.executable, script, *args]
     out = subprocess.run(command, env=env, cwd=tree, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def timed(function: Callable[..., Any], seconds: dict[str, float], name: str) -> Callable[..., Any]:
+    """``function``, adding the wall seconds of each call to ``seconds[name]`` (a step of the child's work timed
+    apart, e.g. one that :func:`finops.service.scheduler.run_rollup` calls by name)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            seconds[name] += time.perf_counter() - began
+
+    return call
