@@ -157,6 +157,27 @@ class RollupResult:
         return sum(self.unpriced_gpu_seconds.values()) / 3600
 
 
+def recount(session: Session, hours: Sequence[int], readings: int, late_gpus: int, pending: int) -> RollupResult:
+    """What rolling up ``hours`` (epoch starts) wrote, read from their ledger rows as they are now: each hour and
+    GPU-second once, for a transaction that rebuilt some of them twice (the scheduled rollup, after the job map moved
+    jobs: :func:`finops.service.scheduler.run_rollup`), whose results added would count those twice. ``readings``,
+    ``late_gpus`` and ``pending`` are what its rollups counted (:class:`RollupResult`)."""
+    hours = sorted(set(hours))
+    priced_row = LedgerEntry.allocated_cost.is_not(None)
+    priced, unpriced = 0, dict[str, int]()
+    for model, is_priced, seconds in session.execute(
+        select(Gpu.model, priced_row, func.sum(LedgerEntry.seconds))
+        .join(Gpu, Gpu.id == LedgerEntry.gpu_id)
+        .where(LedgerEntry.hour.in_([from_epoch(hour) for hour in hours]))
+        .group_by(Gpu.model, priced_row)
+    ):
+        if is_priced:
+            priced += int(seconds)
+        else:
+            unpriced[model] = unpriced.get(model, 0) + int(seconds)
+    return RollupResult(len(hours), priced, dict(sorted(unpriced.items())), readings, late_gpus, pending)
+
+
 def rollup(
     session: Session,
     pricing: Pricing,

@@ -47,7 +47,7 @@ from finops.db.stopping import StopSwitch
 from finops.ingest.partitions import Pruned, create_upcoming_partitions, prune_samples
 from finops.jobs.job_map import reconcile_job_map
 from finops.ledger.metering_state import metered_windows
-from finops.ledger.rollup import TRANSACTION_HOURS, RollupResult, rollup
+from finops.ledger.rollup import TRANSACTION_HOURS, RollupResult, recount, rollup
 from finops.pricing.catalog import Pricing
 from finops.pricing.store import pricing_in_force
 from finops.service.cost_metrics import CostMetrics
@@ -159,8 +159,12 @@ def run_rollup(
                 # last hour (the readings of a backlog's next hours are metered, and reconciled, by the next one).
                 again: list[int] = []
                 cursors = {}
-                part = part.then(build(session, rebuilt=again, cursors_before=cursors, before=max(rebuilt) + HOUR))
+                second = build(session, rebuilt=again, cursors_before=cursors, before=max(rebuilt) + HOUR)
                 rebuilt.extend(sorted(set(again) - set(rebuilt)))
+                part = recount(
+                    session, rebuilt, part.readings_metered + second.readings_metered,
+                    part.late_gpus + second.late_gpus, second.pending_hours,
+                )  # fmt: skip
                 # Readings committed since the first rollup that the second metered as new: a job they move has its
                 # hours marked dirty again, for the next rollup to rebuild.
                 reconcile_job_map(session, metered_windows(session, cursors, min(rebuilt)))

@@ -350,11 +350,6 @@ def test_a_backlog_moves_the_jobs_of_the_hours_a_second_rollup_of_a_transaction_
         assert _placed(session, "962") == [3]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="run_rollup adds the second rollup's RollupResult to the first's (part.then): the hours it rebuilds again "
-    "(the moved job's, the newest) and their GPU-seconds and readings count twice in the log line and the CLI's",
-)
 def test_a_rollup_that_moves_a_job_counts_each_hour_and_gpu_second_once(sessions) -> None:  # type: ignore[no-untyped-def]
     """The hours the move makes the transaction rebuild again are in the result once, as in the ledger."""
     from finops.analysis.idle import IdlePolicy
