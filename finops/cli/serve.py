@@ -201,21 +201,36 @@ class HttpProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, which also calls ``on_signal`` as soon as a signal asks it to exit."""
+    """uvicorn's server, which also calls ``on_signal`` as soon as a signal asks it to exit, and ``started`` (if any)
+    once it has started, its signal handlers in place."""
 
-    def __init__(self, config: uvicorn.Config, on_signal: Callable[[int, FrameType | None], None]) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        on_signal: Callable[[int, FrameType | None], None],
+        started: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(config)
         self._on_signal = on_signal
+        self._started = started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and not self.should_exit and self._started is not None:
+            self._started()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self._on_signal(sig, frame)
         super().handle_exit(sig, frame)
 
 
-def serve_http(app: ASGIApp, stopping: Callable[[], None] | None, **options: Any) -> None:
+def serve_http(
+    app: ASGIApp, stopping: Callable[[], None] | None, started: Callable[[], None] | None = None, **options: Any
+) -> None:
     """Serve ``app`` with uvicorn (``options``: :class:`uvicorn.Config`'s) until SIGTERM or SIGINT; on the signal,
     call ``stopping`` (if any) first, then wait at most :data:`SHUTDOWN_SECONDS` for the requests under way, and
-    return.
+    return. ``started`` (if any) is called once the server listens, its signal handlers in place: work started there
+    (the scheduled jobs) is stopped by a signal however soon it comes.
 
     uvicorn sends the signal again to the handler it found once it is done; that handler calls ``stopping`` too
     (the default one would end the process before the caller's clean-up). FinopsError when the server cannot
@@ -228,7 +243,7 @@ def serve_http(app: ASGIApp, stopping: Callable[[], None] | None, **options: Any
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         config = uvicorn.Config(app, http=HttpProtocol, timeout_graceful_shutdown=int(SHUTDOWN_SECONDS), **options)
-        server = _Server(config, on_signal)
+        server = _Server(config, on_signal, started)
         server.run()
     finally:
         for sig, handler in previous.items():
@@ -446,18 +461,26 @@ def scheduler(
     settings = load_settings()
     registry = CollectorRegistry()
     sessions = request_sessions(settings)
-    jobs = ScheduledJobs(settings, load_pricing(settings), registry)
+    pricing = load_pricing(settings)
     api_token = settings.api_token.get_secret_value() if settings.api_token else None
+    jobs: list[ScheduledJobs] = []  # started once the server listens (serve_http's ``started``)
+
+    def stopping() -> None:
+        for started in jobs:
+            started.stopping()
+
     try:
         serve_http(
             create_metrics_app(registry, ApiAuth(sessions, api_token)),
-            jobs.stopping,
+            stopping,
+            lambda: jobs.append(ScheduledJobs(settings, pricing, registry)),
             host=metrics_address,
             port=metrics_port,
             log_level="warning",
         )
     finally:
-        jobs.stop()
+        for started in jobs:
+            started.stop()
 
 
 @app.command()
