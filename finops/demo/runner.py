@@ -9,6 +9,7 @@ print the team report and budgets, then serve the dashboard (unless ``--headless
 from __future__ import annotations
 
 import gc
+import multiprocessing
 import os
 import secrets
 import socket
@@ -17,7 +18,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -65,6 +66,9 @@ COLLECTOR_THREADS = 6
 """Nodes whose collectors replay at once. Each waits for the service's answer to a POST before it makes its next
 batch, so more nodes at a time keep both the service and the collectors busy: six keep the service's four slots for
 large bodies (:data:`finops.web.ingest_route.LARGE_INGEST_CONCURRENCY`) filled while two more make their batches."""
+COLLECTOR_PROCESSES = 2
+"""Processes the collectors replay from (:func:`_ship_trace`): one interpreter lock cannot make the batches of six
+nodes as fast as the service stores them."""
 REPLAY_YOUNG_THRESHOLD = 100_000
 """The cyclic garbage collector's youngest generation threshold while the demo's collectors replay the week
 (:func:`_few_collections`; CPython's default is 700)."""
@@ -224,17 +228,39 @@ def _few_collections() -> Iterator[None]:
         gc.set_threshold(young, middle, oldest)
 
 
-def _ship_trace(trace: Trace, readings: Readings, service_url: str, token: str) -> int:
-    """Replay ``trace``: one collector agent per node (a :class:`ReplaySource` of its steps, shipping each step as one
-    batch), :data:`COLLECTOR_THREADS` nodes at a time; returns the readings the service accepted."""
+_REPLAY: tuple[Trace, Readings, str, str] | None = None
+"""What the collector processes replay (:func:`_ship_trace`), set before they are forked."""
+
+
+def _ship_nodes(part: int, parts: int) -> int:
+    """Replay every ``parts``-th node of :data:`_REPLAY` from the ``part``-th on: one collector agent per node (a
+    :class:`ReplaySource` of its steps, shipping each step as one batch), :data:`COLLECTOR_THREADS` ÷ ``parts``
+    nodes at a time; returns the readings the service accepted."""
+    assert _REPLAY is not None, "set by _ship_trace before the processes are forked"
+    trace, readings, service_url, token = _REPLAY
     traffic = trace.traffic()
     work = []
-    for node in trace.nodes:
+    for node in trace.nodes[part::parts]:
         source = ReplaySource(node_steps(trace, node, readings))
         sink = node_sink(Shipper(service_url, token, node), traffic, node)
         work.append((Agent([source], LatestSamples(), sink), source))
-    with _few_collections(), ThreadPoolExecutor(COLLECTOR_THREADS) as pool:
+    with _few_collections(), ThreadPoolExecutor(max(1, COLLECTOR_THREADS // parts)) as pool:
         return sum(pool.map(lambda pair: _drain(*pair), work))
+
+
+def _ship_trace(trace: Trace, readings: Readings, service_url: str, token: str) -> int:
+    """Replay ``trace`` from :data:`COLLECTOR_PROCESSES` processes forked from this one (each with its own
+    interpreter lock, as collectors on their own nodes have), the nodes dealt among them (:func:`_ship_nodes`);
+    returns the readings the service accepted."""
+    global _REPLAY
+    _REPLAY = (trace, readings, service_url, token)
+    try:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(COLLECTOR_PROCESSES, mp_context=context) as pool:
+            parts = [pool.submit(_ship_nodes, part, COLLECTOR_PROCESSES) for part in range(COLLECTOR_PROCESSES)]
+            return sum(part.result() for part in parts)
+    finally:
+        _REPLAY = None
 
 
 def run_demo(options: DemoOptions) -> int:
