@@ -17,10 +17,10 @@ service that validates it. A node's readings come in one of two shapes, or both 
     {"node": "gpu-a-01", "gpus": [...],
      "samples": [{"uuid": "GPU-…", "ts": "2026-11-22T07:00:00Z", "utilization_ratio": 1.0, …}]}
 
-Values are base units; a field the GPU does not support is absent (null), never 0. Instants are truncated to
-whole seconds. ``job_id`` is the Slurm ``JobIDRaw`` the collector's job map saw on the GPU, when known.
-Columns are about 2.5 times smaller than rows and the service validates them as arrays, which is what makes
-large backlogs cheap to ingest.
+Values are base units, within the bounds of :mod:`collector.contract.bounds`; a field the GPU does not support is
+absent (null), never 0. Instants are truncated to whole seconds. ``job_id`` is the Slurm ``JobIDRaw`` the
+collector's job map saw on the GPU, when known. Columns are about 2.5 times smaller than rows and the service
+validates them as arrays, which is what makes large backlogs cheap to ingest.
 
 A GPU that compute processes of more than one job use at once (time-slicing, MPS) has no single ``job_id``;
 for its readings the batch may also carry ``job_utilization``, one object per job and reading: the GPU's UUID,
@@ -51,71 +51,38 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from collector.contract import metric_names as m
-from collector.contract.node_io import MAX_NODE_IO_BYTES_PER_SECOND, NODE_IO_COUNTERS, rate_field
+from collector.contract.bounds import (
+    INT32_MAX,
+    INT64_MAX,
+    JOB_ID_MAX_LENGTH,
+    Celsius,
+    Count,
+    EpochSecond,
+    Hertz,
+    Integer,
+    JobId,
+    Joules,
+    NodeRate,
+    Ratio,
+    Text,
+    Watts,
+)
+from collector.contract.node_io import NODE_IO_COUNTERS, rate_field
 from collector.contract.sample import Sample
-
-INT32_MAX = 2**31 - 1
-"""Largest value of a 32-bit signed integer column (PostgreSQL ``integer``): a GPU index, a row id."""
-INT64_MAX = 2**63 - 1
-"""Largest value of a 64-bit signed integer column (``bigint``): byte counts, counters."""
-LAST_EPOCH_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z, the last instant a datetime can hold
 
 _FINITE = ConfigDict(extra="forbid", allow_inf_nan=False)
 """Every model of the format refuses unknown fields and non-finite numbers: the JSON literals ``Infinity``,
 ``-Infinity`` and ``NaN``, text such as ``"inf"`` or ``"nan"``, and a number too large for a double (``1e400``)."""
 
-# Numbers are JSON numbers (Strict): ``true`` is not 1, ``"5"`` is not 5, ``2.5`` is not an integer.
-Number = Annotated[float, Strict()]
-Integer = Annotated[int, Strict()]
-Ratio = Annotated[Number, Field(ge=0, le=1)]
-Count = Annotated[Integer, Field(ge=0, le=INT64_MAX)]
-UINT32_MAX = 2**32 - 1
-MAX_POWER_WATTS = UINT32_MAX / 1000
-"""Largest ``power_watts``: NVML's milliwatts in an unsigned 32-bit integer (``nvmlDeviceGetPowerUsage``), the widest
-of the collectors' sources (AMD SMI's socket power is a 16-bit count of watts). No driver reports more; a larger
-finite number (up to 1.8e308) made the dashboards' sums and means of power overflow PostgreSQL's double precision,
-failing the page of every node."""
-MAX_ENERGY_JOULES = 2**64 / 1000
-"""Largest ``energy_joules``: NVML's energy counter, millijoules in an unsigned 64-bit integer
-(``nvmlDeviceGetTotalEnergyConsumption``; AMD SMI's 64-bit accumulator of 15.3 µJ counts stays below it)."""
-MAX_CLOCK_HERTZ = UINT32_MAX * 1e6
-"""Largest ``sm_clock_hertz``: a clock in MHz in an unsigned 32-bit integer, as NVML (``nvmlDeviceGetClockInfo``) and
-AMD SMI (``clk``) report it."""
-ABSOLUTE_ZERO_CELSIUS = -273.15
-"""Lowest ``temperature_celsius``; the highest is :data:`UINT32_MAX`, NVML's unsigned 32-bit degrees
-(``nvmlDeviceGetTemperature``)."""
-Watts = Annotated[Number, Field(ge=0, le=MAX_POWER_WATTS)]
-Joules = Annotated[Number, Field(ge=0, le=MAX_ENERGY_JOULES)]
-Hertz = Annotated[Number, Field(ge=0, le=MAX_CLOCK_HERTZ)]
-Celsius = Annotated[Number, Field(ge=ABSOLUTE_ZERO_CELSIUS, le=UINT32_MAX)]
-NUL_REFUSED = "holds a NUL character (U+0000), which no text may (PostgreSQL cannot store one)"
-"""Why a text with NUL is refused, by ingest and the REST API alike (:mod:`finops.web.deps`): no name, id or
-matcher has one, and PostgreSQL's ``text`` cannot hold it (it fails the statement, while SQLite would store it)."""
-
-
-def _without_nul(text: str) -> str:
-    if "\x00" in text:
-        raise ValueError(NUL_REFUSED)
-    return text
-
-
-Text = Annotated[str, AfterValidator(_without_nul)]
-"""Text of the format: no NUL character (PostgreSQL's text cannot hold one: the insert failed, a 500 that the
-collector retried for ever; SQLite stored it)."""
-EpochSecond = Annotated[Integer, Field(ge=0, le=LAST_EPOCH_SECOND)]
 UNTIMELY_REASONS = ("future", "too_old")
 """``reason`` of a reading the service refuses for its time, in its 422's ``rejected`` entry: ``future``, stamped
 more than the service's grace ahead of its clock (the node's clock is fast), or ``too_old``, older than the
 service's sample retention (a slow clock, or a backlog held too long)."""
-JOB_ID_MAX_LENGTH = 317
-"""Longest job id: a Kubernetes ``namespace/pod`` (namespace a DNS label of at most 63 characters, pod name a
-DNS subdomain of at most 253; Kubernetes "Object Names and IDs"); Slurm ids are far shorter."""
-JobId = Annotated[Text, Field(max_length=JOB_ID_MAX_LENGTH)]
 
 
 ACTIVITY_COLUMNS = (
@@ -190,9 +157,10 @@ class GpuInfo(BaseModel):
 
 class GpuReading(BaseModel):
     """One GPU at one instant (a row). Ratios are 0..1; bytes, watts, joules, °C and Hz as named, each within what
-    the collectors' sources can report (:data:`MAX_POWER_WATTS`, :data:`MAX_ENERGY_JOULES`, :data:`MAX_CLOCK_HERTZ`,
-    :data:`ABSOLUTE_ZERO_CELSIUS` to :data:`UINT32_MAX` °C); integers up to :data:`INT64_MAX`; infinities and NaN are
-    refused, and so is text holding NUL (:data:`Text`)."""
+    the collectors' sources can report (:data:`~collector.contract.bounds.MAX_POWER_WATTS`,
+    :data:`~collector.contract.bounds.MAX_ENERGY_JOULES`, :data:`~collector.contract.bounds.MAX_CLOCK_HERTZ`,
+    :data:`~collector.contract.bounds.ABSOLUTE_ZERO_CELSIUS` to :data:`~collector.contract.bounds.UINT32_MAX` °C);
+    integers up to :data:`INT64_MAX`; infinities and NaN are refused, and so is text holding NUL (:data:`Text`)."""
 
     model_config = _FINITE
     uuid: Text = Field(min_length=1, max_length=64)
@@ -273,9 +241,6 @@ class JobUtilization(BaseModel):
     ts: EpochSecond
     job_id: Text = Field(min_length=1, max_length=JOB_ID_MAX_LENGTH)
     utilization_ratio: Ratio
-
-
-NodeRate = Annotated[Number, Field(ge=0, le=MAX_NODE_IO_BYTES_PER_SECOND)]
 
 
 class NodeIo(BaseModel):

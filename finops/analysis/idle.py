@@ -43,7 +43,8 @@ from finops.analysis.waste import MEMORY_HELD_BYTES, ReasonPolicy, Verdict
 from finops.analysis.waste_facts import EpisodeRun, judge_episodes
 from finops.db.dialect import insert_rows
 from finops.db.models import Allocation, Gpu, IdleEpisode, Job, Node, Team
-from finops.ledger.rollup import ROLLUP_CONNECTIONS, unpriced_fix
+from finops.ledger.rollup import ROLLUP_CONNECTIONS
+from finops.ledger.rollup_result import unpriced_fix
 from finops.pricing.catalog import Pricing
 from finops.timeutil import HOUR, from_epoch, to_epoch
 
@@ -334,7 +335,7 @@ class EpisodeView:
 
     @property
     def unpriced_fix(self) -> str | None:
-        """What to do to give the episode its cost (:func:`finops.ledger.rollup.unpriced_fix`), when unpriced."""
+        """What to do to give the episode its cost (:func:`finops.ledger.rollup_result.unpriced_fix`), when unpriced."""
         return None if self.cost is not None else unpriced_fix(self.model)
 
     def as_dict(self) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from finops.analysis.filters import Scope, ledger_conditions
 from finops.db.ledger_tables import LedgerEntry, LedgerTeamHour
 from finops.db.models import UNALLOCATED_TEAM, Gpu, Job, Node, Team
-from finops.ledger.rollup import unpriced_fix
+from finops.ledger.rollup_result import unpriced_fix
 from finops.ledger.team_hours import TEAM_ACTIVITIES, ledger_team_sums
 from finops.pricing.catalog import PriceCatalog
 
@@ -149,7 +149,7 @@ class UnpricedModel:
 
     @property
     def fix(self) -> str:
-        """How to price the model, in one sentence (:func:`finops.ledger.rollup.unpriced_fix`)."""
+        """How to price the model, in one sentence (:func:`finops.ledger.rollup_result.unpriced_fix`)."""
         return unpriced_fix(self.model)
 
 

@@ -31,7 +31,7 @@ from finops.errors import FinopsError
 from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import PullOptions
 from finops.ingest.tsdb_source import TsdbTelemetry
-from finops.ledger.rollup import unpriced_fix
+from finops.ledger.rollup_result import unpriced_fix
 from finops.pricing.catalog import Pricing, load_catalog
 from finops.service.scheduler import run_rollup
 from finops.settings.combined import Settings

@@ -11,7 +11,7 @@ import typer
 from finops.analysis.idle import EpisodeView, episode_totals, list_episodes
 from finops.cli.context import PeriodEnd, PeriodStart, load_settings, open_sessions, period
 from finops.csv_cells import dict_rows_csv
-from finops.ledger.rollup import unpriced_fix
+from finops.ledger.rollup_result import unpriced_fix
 
 app = typer.Typer(
     name="idle", help="Idle GPU episodes: allocated GPUs at or below the idle threshold.", no_args_is_help=True

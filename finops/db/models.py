@@ -25,7 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from collector.contract.wire import JOB_ID_MAX_LENGTH
+from collector.contract.bounds import JOB_ID_MAX_LENGTH
 from finops.db.sqltypes import EpochSeconds, Money
 
 NAMING_CONVENTION = {

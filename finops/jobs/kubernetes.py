@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from collector.contract.wire import JOB_ID_MAX_LENGTH
+from collector.contract.bounds import JOB_ID_MAX_LENGTH
 from finops.errors import FinopsError
 
 GPU_RESOURCE = "nvidia.com/gpu"

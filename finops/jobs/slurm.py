@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TypeVar
 
-from collector.contract.wire import JOB_ID_MAX_LENGTH
+from collector.contract.bounds import JOB_ID_MAX_LENGTH
 from finops.jobs.slurm_hostlist import NO_NODES, compress_hostlist, expand_hostlist, shown_text
 
 SACCT_FIELDS: tuple[str, ...] = (

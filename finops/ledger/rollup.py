@@ -29,7 +29,8 @@ one transaction. Both costing paths write identical rows:
 ``sql_costing=False`` sends every GPU-hour through Python, which the tests compare with. Rebuilding an hour
 deletes and rewrites its rows, so recomputing changes nothing.
 
-This module cuts the hours into chunks and runs the steps on them. The SQL of steps 1 to 5, with its
+This module cuts the hours into chunks and runs the steps on them; what they wrote, and what a rollup did, is
+told by :mod:`finops.ledger.rollup_result`. The SQL of steps 1 to 5, with its
 per-database variants, is in :mod:`finops.ledger.sql`; step 6 in :mod:`finops.ledger.split`; what else differs
 between the databases (locks, settings, statistics, ``COPY``) in :mod:`finops.db.dialect`.
 """
@@ -43,7 +44,6 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from decimal import Decimal
 from itertools import islice
 
@@ -67,6 +67,7 @@ from finops.db.models import UNALLOCATED_TEAM, Gpu
 from finops.jobs.teams import team_by_name
 from finops.ledger import metering, sql
 from finops.ledger.metering_state import Arrivals, Shipped, keep, settle_arrivals, ship, take_arrivals
+from finops.ledger.rollup_result import ChunkBuilt, RollupResult, unpriced_fix
 from finops.ledger.split import split_rows
 from finops.ledger.sql import LEDGER_COLUMNS
 from finops.ledger.team_hours import refresh_team_hours
@@ -90,92 +91,6 @@ ROLLUP_LOCK_KEY = 0x6770_7566_5F6C_6467  # pg_advisory_xact_lock key serialising
 Meter = Callable[[Session, Sequence[int], int], None]
 """What meters hours from a TSDB before a rollup rebuilds them: called with the session, the hours to rebuild
 (epoch starts) and the rollup's ``until``; writes their segments to ``tsdb_gpu_metering``."""
-
-
-def unpriced_fix(model: str) -> str:
-    """What to do about GPU-hours of ``model`` that have no price (said the same way by the log, reports, the API
-    and the dashboard)."""
-    return f"add a price for {model!r} to your catalogue (gpu-finops prices import FILE) or set the node's model"
-
-
-@dataclass(slots=True)
-class ChunkBuilt:
-    """What the rebuild of some hours wrote: in-service GPU-seconds by (GPU model, priced), why each unpriced
-    model has no price (the catalog's PriceNotFound message), and how many readings it metered (those new to the
-    kept sums: :mod:`finops.ledger.metering`)."""
-
-    gpu_seconds: Counter[tuple[str, bool]] = field(default_factory=Counter)
-    reasons: dict[str, str] = field(default_factory=dict)
-    readings: int = 0
-
-    def add(self, other: ChunkBuilt) -> None:
-        """Fold ``other`` in: GPU-seconds added per model, the first reason kept for each unpriced model, readings
-        added."""
-        self.gpu_seconds.update(other.gpu_seconds)
-        self.readings += other.readings
-        for model, reason in other.reasons.items():
-            self.reasons.setdefault(model, reason)
-
-
-@dataclass(frozen=True, slots=True)
-class RollupResult:
-    """What :func:`rollup` did: ``hours`` rebuilt, the GPU-seconds written with a price, those written unpriced
-    (no price for the GPU's model: seconds and use kept, no money) by GPU model, the readings it metered (each
-    reading is metered once: those new since the last rollup, and those of GPU-hours metered again) and the GPUs
-    it found late readings of."""
-
-    hours: int
-    priced_gpu_seconds: int
-    unpriced_gpu_seconds: dict[str, int]
-    readings_metered: int = 0
-    late_gpus: int = 0
-    pending_hours: int = 0
-
-    def then(self, later: RollupResult) -> RollupResult:
-        """This result followed by ``later`` (the next transaction of the same rollup): counts added, the pending
-        hours ``later``'s."""
-        unpriced = dict(self.unpriced_gpu_seconds)
-        for model, seconds in later.unpriced_gpu_seconds.items():
-            unpriced[model] = unpriced.get(model, 0) + seconds
-        return RollupResult(
-            self.hours + later.hours,
-            self.priced_gpu_seconds + later.priced_gpu_seconds,
-            unpriced,
-            self.readings_metered + later.readings_metered,
-            self.late_gpus + later.late_gpus,
-            later.pending_hours,
-        )
-
-    @property
-    def priced_gpu_hours(self) -> float:
-        """GPU-hours written with a price (seconds ÷ 3600, not rounded)."""
-        return self.priced_gpu_seconds / 3600
-
-    @property
-    def unpriced_gpu_hours(self) -> float:
-        """GPU-hours written unpriced, all models together (seconds ÷ 3600, not rounded)."""
-        return sum(self.unpriced_gpu_seconds.values()) / 3600
-
-
-def recount(session: Session, hours: Sequence[int], readings: int, late_gpus: int, pending: int) -> RollupResult:
-    """What rolling up ``hours`` (epoch starts) wrote, read from their ledger rows as they are now: each hour and
-    GPU-second once, for a transaction that rebuilt some of them twice (the scheduled rollup, after the job map moved
-    jobs: :func:`finops.service.scheduler.run_rollup`), whose results added would count those twice. ``readings``,
-    ``late_gpus`` and ``pending`` are what its rollups counted (:class:`RollupResult`)."""
-    hours = sorted(set(hours))
-    priced_row = LedgerEntry.allocated_cost.is_not(None)
-    priced, unpriced = 0, dict[str, int]()
-    for model, is_priced, seconds in session.execute(
-        select(Gpu.model, priced_row, func.sum(LedgerEntry.seconds))
-        .join(Gpu, Gpu.id == LedgerEntry.gpu_id)
-        .where(LedgerEntry.hour.in_([from_epoch(hour) for hour in hours]))
-        .group_by(Gpu.model, priced_row)
-    ):
-        if is_priced:
-            priced += int(seconds)
-        else:
-            unpriced[model] = unpriced.get(model, 0) + int(seconds)
-    return RollupResult(len(hours), priced, dict(sorted(unpriced.items())), readings, late_gpus, pending)
 
 
 def rollup(

@@ -44,7 +44,7 @@ from finops.db.hours import pending_hours
 from finops.db.ledger_tables import LedgerEntry
 from finops.db.models import Gpu
 from finops.ledger.costmodel import CENT, SECONDS_PER_HOUR, quantize, round_exact
-from finops.ledger.rollup import unpriced_fix
+from finops.ledger.rollup_result import unpriced_fix
 from finops.pricing.catalog import PriceCatalog, PriceNotFound, PricingModel
 from finops.savings.commitment_cost import (
     HOURS_PER_MONTH,

@@ -47,7 +47,8 @@ from finops.db.stopping import StopSwitch
 from finops.ingest.partitions import Pruned, create_upcoming_partitions, prune_samples
 from finops.jobs.job_map import reconcile_job_map
 from finops.ledger.metering_state import metered_windows
-from finops.ledger.rollup import TRANSACTION_HOURS, RollupResult, recount, rollup
+from finops.ledger.rollup import TRANSACTION_HOURS, rollup
+from finops.ledger.rollup_result import RollupResult, recount
 from finops.pricing.catalog import Pricing
 from finops.pricing.store import pricing_in_force
 from finops.service.cost_metrics import CostMetrics

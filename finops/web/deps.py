@@ -16,7 +16,7 @@ from fastapi import HTTPException, Path, Request
 from pydantic import BaseModel, BeforeValidator, field_validator
 from sqlalchemy.orm import Session, sessionmaker
 
-from collector.contract.wire import INT32_MAX, NUL_REFUSED
+from collector.contract.bounds import INT32_MAX, NUL_REFUSED
 from finops.timeutil import parse_utc
 
 RowId = Annotated[int, Path(ge=1, le=INT32_MAX, description="A row id: 1 to 2³¹ − 1.")]

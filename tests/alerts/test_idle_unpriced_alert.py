@@ -19,7 +19,8 @@ from alerts.render import Shown, render_group
 from alerts.rules.candidate import money
 from alerts.slack import slack_payload
 from finops.analysis.idle import IdlePolicy, detect_idle, list_episodes
-from finops.ledger.rollup import rollup, unpriced_fix
+from finops.ledger.rollup import rollup
+from finops.ledger.rollup_result import unpriced_fix
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.timeutil import to_epoch, utc_now
 from tests.support.alert_cluster import Cluster, idle, minute_floor

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from finops.analysis.idle import IdlePolicy, episode_totals, list_episodes
 from finops.cli import app
 from finops.ledger.costmodel import capacity_cost
-from finops.ledger.rollup import unpriced_fix
+from finops.ledger.rollup_result import unpriced_fix
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.pricing.store import import_catalog
 from finops.service.scheduler import run_rollup

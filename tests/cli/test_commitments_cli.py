@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner, Result
 
 from finops.cli import app
-from finops.ledger.rollup import unpriced_fix
+from finops.ledger.rollup_result import unpriced_fix
 from finops.web.app import create_app
 from tests.support import scenario, unpriced
 from tests.support.servers import running

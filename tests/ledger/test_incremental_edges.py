@@ -21,7 +21,8 @@ from finops.ingest.readings import Ingestor
 from finops.ledger import rollup as rollup_module
 from finops.ledger.metering import ENERGY_LOOKBACK_SECONDS
 from finops.ledger.metering_state import Arrivals
-from finops.ledger.rollup import RollupResult, rollup
+from finops.ledger.rollup import rollup
+from finops.ledger.rollup_result import RollupResult
 from finops.ledger.sql import LEDGER_COLUMNS
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.timeutil import HOUR, from_epoch

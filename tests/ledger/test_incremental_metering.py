@@ -18,7 +18,8 @@ from finops.db.hours import mark_hours_dirty
 from finops.db.ledger_tables import LedgerEntry
 from finops.db.models import Allocation, Gpu, Team
 from finops.ingest.readings import Ingestor
-from finops.ledger.rollup import RollupResult, rollup
+from finops.ledger.rollup import rollup
+from finops.ledger.rollup_result import RollupResult
 from finops.ledger.sql import LEDGER_COLUMNS
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
 from finops.timeutil import HOUR, from_epoch, to_epoch

@@ -33,6 +33,7 @@ from finops.ledger import rollup as ledger
 from finops.ledger.costmodel import float_decimal
 from finops.ledger.metering import ENERGY_LOOKBACK_SECONDS, ENERGY_SCALE, RATIO_SCALE
 from finops.ledger.rollup import rollup
+from finops.ledger.rollup_result import ChunkBuilt
 from finops.ledger.sql import LEDGER_COLUMNS
 from finops.pricing.catalog import PriceCatalog, Pricing, PricingModel
 from finops.timeutil import HOUR, floor_hour, from_epoch, to_epoch
@@ -344,7 +345,7 @@ def test_metering_matches_the_readings(
     checked: list[int] = []
     real_rebuild = ledger.rebuild
 
-    def rebuild_and_check(session: Session, h0: int, h1: int, *args: Any, **kwargs: Any) -> ledger.ChunkBuilt:
+    def rebuild_and_check(session: Session, h0: int, h1: int, *args: Any, **kwargs: Any) -> ChunkBuilt:
         built = real_rebuild(session, h0, h1, *args, **kwargs)
         end = min(h1, UNTIL)
         metered = {
@@ -495,7 +496,7 @@ def test_a_failing_chunk_fails_the_rollup_and_returns_the_connections(
     pricing = _slice_in_3_hour_chunks(sessions, monkeypatch, 2, None)
     real_compute = ledger._compute
 
-    def compute(session: Session, h0: int, *args: Any) -> ledger.ChunkBuilt:
+    def compute(session: Session, h0: int, *args: Any) -> ChunkBuilt:
         if h0 == T0 + 3 * HOUR:
             raise RuntimeError("chunk failed")
         return real_compute(session, h0, *args)
@@ -526,7 +527,7 @@ def _mark_while_rebuilding(
 
     real_compute = ledger._compute
 
-    def compute(session: Session, h0: int, *args: Any) -> ledger.ChunkBuilt:
+    def compute(session: Session, h0: int, *args: Any) -> ChunkBuilt:
         if h0 <= hour < h0 + 3 * HOUR:
             writers.append(threading.Thread(target=mark_elsewhere))
             writers[-1].start()

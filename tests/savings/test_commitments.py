@@ -18,7 +18,8 @@ from finops.db.ledger_tables import LedgerEntry
 from finops.db.models import UNALLOCATED_TEAM, Gpu, Job, Node
 from finops.jobs.teams import team_by_name
 from finops.ledger.costmodel import quantize, round_exact
-from finops.ledger.rollup import rollup, unpriced_fix
+from finops.ledger.rollup import rollup
+from finops.ledger.rollup_result import unpriced_fix
 from finops.pricing.catalog import PricingModel, load_catalog
 from finops.pricing.rules import set_pricing_rule
 from finops.savings.commitment_cost import HourlyDemand, optimum, outcome

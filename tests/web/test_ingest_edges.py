@@ -194,7 +194,7 @@ def test_a_backlog_of_node_io_entries_is_stored_whatever_their_number(service, s
     ],
 )
 def test_readings_no_gpu_can_report_are_refused_one_by_one(service, sessions, field, value) -> None:  # type: ignore[no-untyped-def]
-    """Finite but past what any GPU reports (:data:`collector.contract.wire.MAX_POWER_WATTS` and its kin): stored,
+    """Finite but past what any GPU reports (:data:`collector.contract.bounds.MAX_POWER_WATTS` and its kin): stored,
     they made the dashboards' sums of power overflow PostgreSQL's double precision (an error for the whole
     fleet's page). Refused like a ratio over 1, as a row or in a column, the other readings stored."""
     batch = _batch()
