@@ -16,6 +16,7 @@ Requests run on an engine of their own (:func:`request_sessions`: on PostgreSQL,
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shlex
@@ -135,18 +136,22 @@ def scheduled_sacct(settings: Settings) -> ScheduledSacct | None:
 
 
 class ScheduledJobs:
-    """The scheduled jobs of the settings, started on an engine of their own (whose statements the shutdown stops,
-    and no request's), under job leases on PostgreSQL (several processes may run them: each job runs on its lease's
-    holder, :mod:`finops.service.leases`); :meth:`stopping` at the signal, then :meth:`stop`, end them."""
+    """The scheduled jobs of the settings, on an engine of their own (whose statements the shutdown stops, and no
+    request's), under job leases on PostgreSQL (several processes may run them: each job runs on its lease's holder,
+    :mod:`finops.service.leases`). Made before the server starts, started by :meth:`start` once it listens with its
+    signal handlers in place (:func:`serve_http`'s ``started``); :meth:`stopping` at the signal, then :meth:`stop`,
+    end them, whether they were started or not."""
 
     def __init__(self, settings: Settings, pricing: Pricing, registry: CollectorRegistry) -> None:
-        """Start them. AlertConfigError (a FinopsError) for an alert rules file or a nudge recipients file that cannot
-        be read or is invalid."""
+        """Make them, not started. AlertConfigError (a FinopsError) for an alert rules file or a nudge recipients file
+        that cannot be read or is invalid; FinopsError for a bad ``FINOPS_PROMETHEUS_SELECTOR``."""
         engine = open_engine(settings)
         sessions = session_factory(engine)
         self.running = RunningJobs(StopSwitch(engine))
         self.leases = job_leases(sessions, settings.job_lease_seconds, registry)
-        self.scheduler: BackgroundScheduler = start_scheduler(
+        self.scheduler: BackgroundScheduler | None = None
+        self._start_scheduler = functools.partial(
+            start_scheduler,
             sessions,
             pricing,
             idle_policy(settings),
@@ -162,9 +167,13 @@ class ScheduledJobs:
             tsdb=tsdb_telemetry(settings),
         )
 
+    def start(self) -> None:
+        """Start the scheduler: the jobs due at start run at once."""
+        self.scheduler = self._start_scheduler()
+
     def stopping(self) -> None:
         """At the signal: hand the leases over (another process takes them at its next renewal; a run here can no
-        longer commit), then stop the runs' database work."""
+        longer commit), then stop the runs' database work (none can start once it is stopped)."""
         if self.leases is not None:
             self.leases.release()
         self.running.switch.stop()
@@ -172,7 +181,9 @@ class ScheduledJobs:
     def stop(self) -> None:
         """Start no more runs, stop the database work of those under way and wait at most :data:`SHUTDOWN_SECONDS`
         for them to end; if one is still going then, end the process at once with exit code 1 (the interpreter
-        would otherwise wait for it at exit), its transaction uncommitted."""
+        would otherwise wait for it at exit), its transaction uncommitted. Nothing to do when never started."""
+        if self.scheduler is None:
+            return
         self.scheduler.shutdown(wait=False)
         if not self.running.stop(SHUTDOWN_SECONDS):
             log.error("scheduled jobs still running %.0f s into the shutdown: exiting without them", SHUTDOWN_SECONDS)
@@ -444,7 +455,7 @@ def serve(
             efficiency=settings.efficiency_policy,
         )
         settle_heap()
-        serve_http(app, None if jobs is None else jobs.stopping, **listen)
+        serve_http(app, None if jobs is None else jobs.stopping, None if jobs is None else jobs.start, **listen)
     finally:
         if jobs is not None:
             jobs.stop()
@@ -463,24 +474,18 @@ def scheduler(
     sessions = request_sessions(settings)
     pricing = load_pricing(settings)
     api_token = settings.api_token.get_secret_value() if settings.api_token else None
-    jobs: list[ScheduledJobs] = []  # started once the server listens (serve_http's ``started``)
-
-    def stopping() -> None:
-        for started in jobs:
-            started.stopping()
-
+    jobs = ScheduledJobs(settings, pricing, registry)
     try:
         serve_http(
             create_metrics_app(registry, ApiAuth(sessions, api_token)),
-            stopping,
-            lambda: jobs.append(ScheduledJobs(settings, pricing, registry)),
+            jobs.stopping,
+            jobs.start,
             host=metrics_address,
             port=metrics_port,
             log_level="warning",
         )
     finally:
-        for started in jobs:
-            started.stop()
+        jobs.stop()
 
 
 @app.command()
