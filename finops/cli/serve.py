@@ -2,13 +2,14 @@
 scheduled jobs), ``gpu-finops scheduler`` (the scheduled jobs alone) and ``gpu-finops dashboard`` (Streamlit);
 and the scheduled jobs the settings switch on (Prometheus pull, sacct import, alert rules, nudges).
 
-Shutdown of ``serve`` and ``scheduler`` on SIGTERM or SIGINT (:func:`serve_http`): the scheduled jobs' database
-work is stopped at once (their engine's :class:`finops.db.stopping.StopSwitch`: a rollup under way rolls back,
-which also frees SQLite's write lock for the requests waiting on it), uvicorn stops taking connections and waits at
-most :data:`SHUTDOWN_SECONDS` for the requests under way, then at most as long again for the jobs' runs to end,
-and the process exits 0. A run still going then (a job outside the database, such as a webhook call) is left
-behind: the process ends with exit code 1 without it, having committed nothing of it. The leases of the jobs
-(PostgreSQL) are ended at the signal, so that another process takes them at its next renewal.
+Shutdown of ``serve`` and ``scheduler`` on SIGTERM or SIGINT (:func:`finops.service.http_server.serve_http`): the
+scheduled jobs' database work is stopped at once (their engine's :class:`finops.db.stopping.StopSwitch`: a rollup
+under way rolls back, which also frees SQLite's write lock for the requests waiting on it), uvicorn stops taking
+connections and waits at most :data:`~finops.service.http_server.SHUTDOWN_SECONDS` for the requests under way, then
+at most as long again for the jobs' runs to end, and the process exits 0. A run still going then (a job outside the
+database, such as a webhook call) is left behind: the process ends with exit code 1 without it, having committed
+nothing of it. The leases of the jobs (PostgreSQL) are ended at the signal, so that another process takes them at
+its next renewal.
 
 Requests run on an engine of their own (:func:`request_sessions`: on PostgreSQL, a lock waited for longer than
 ``FINOPS_REQUEST_LOCK_TIMEOUT_SECONDS`` gets 503), the scheduled jobs on another (no lock timeout).
@@ -21,11 +22,8 @@ import logging
 import os
 import shlex
 import shutil
-import signal
 import socket
-from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -35,8 +33,6 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
-from starlette.types import ASGIApp
-from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from uvicorn.supervisors import Multiprocess
 
 from alerts.nudges import NudgeRunner, NudgeService
@@ -55,6 +51,7 @@ from finops.pricing.catalog import Pricing
 from finops.service.cost_metrics import CostMetrics
 from finops.service.dashboard_server import check_listen_address, require_dashboard_extra, serve_dashboard
 from finops.service.heap import settle_heap
+from finops.service.http_server import SHUTDOWN_SECONDS, HttpProtocol, serve_http
 from finops.service.leases import job_leases
 from finops.service.scheduler import RunningJobs, start_scheduler
 from finops.service.tls import check_server_tls, is_loopback
@@ -79,10 +76,6 @@ PLAIN_HTTP_WARNING = (
     "(--tls-cert and --tls-key, or FINOPS_TLS_CERT_FILE and FINOPS_TLS_KEY_FILE), or listen on 127.0.0.1 behind a "
     "TLS-terminating reverse proxy (docs/deployment.md, TLS)"
 )
-SHUTDOWN_SECONDS = 5.0
-"""After SIGTERM or SIGINT: how long ``serve`` waits for the requests under way, and then ``serve`` and ``scheduler``
-for the scheduled jobs' runs to end (the module says what happens)."""
-
 TLS_CERT = "a TLS certificate (--tls-cert or FINOPS_TLS_CERT_FILE)"
 TLS_KEY = "a TLS private key (--tls-key or FINOPS_TLS_KEY_FILE)"
 
@@ -189,78 +182,6 @@ class ScheduledJobs:
             log.error("scheduled jobs still running %.0f s into the shutdown: exiting without them", SHUTDOWN_SECONDS)
             logging.shutdown()
             os._exit(1)
-
-
-class HttpProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
-    """uvicorn's HTTP protocol (httptools, else h11) whose shutdown drops an idle TLS connection at once.
-
-    At shutdown uvicorn closes each idle keep-alive connection and waits for the connections to be gone. Over TLS,
-    closing sends close_notify and waits for the peer's (asyncio's ``ssl_shutdown_timeout``, 30 s); a collector
-    holding an idle keep-alive connection never answers, so ``serve`` waited for it until
-    :data:`SHUTDOWN_SECONDS` ran out. An idle connection with nothing left to send is aborted instead (the peer
-    sees the connection reset, as after any server restart, and opens a new one). Plain TCP and connections with
-    a request or response under way are closed as uvicorn closes them."""
-
-    def shutdown(self) -> None:
-        """Abort an idle TLS connection with an empty write buffer; anything else as uvicorn does."""
-        transport = self.transport
-        idle = self.cycle is None or self.cycle.response_complete
-        if idle and transport.get_extra_info("sslcontext") is not None and transport.get_write_buffer_size() == 0:
-            transport.abort()
-        else:
-            super().shutdown()
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server, which also calls ``on_signal`` as soon as a signal asks it to exit, and ``started`` (if any)
-    once it has started, its signal handlers in place."""
-
-    def __init__(
-        self,
-        config: uvicorn.Config,
-        on_signal: Callable[[int, FrameType | None], None],
-        started: Callable[[], None] | None = None,
-    ) -> None:
-        super().__init__(config)
-        self._on_signal = on_signal
-        self._started = started
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started and not self.should_exit and self._started is not None:
-            self._started()
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self._on_signal(sig, frame)
-        super().handle_exit(sig, frame)
-
-
-def serve_http(
-    app: ASGIApp, stopping: Callable[[], None] | None, started: Callable[[], None] | None = None, **options: Any
-) -> None:
-    """Serve ``app`` with uvicorn (``options``: :class:`uvicorn.Config`'s) until SIGTERM or SIGINT; on the signal,
-    call ``stopping`` (if any) first, then wait at most :data:`SHUTDOWN_SECONDS` for the requests under way, and
-    return. ``started`` (if any) is called once the server listens, its signal handlers in place: work started there
-    (the scheduled jobs) is stopped by a signal however soon it comes.
-
-    uvicorn sends the signal again to the handler it found once it is done; that handler calls ``stopping`` too
-    (the default one would end the process before the caller's clean-up). FinopsError when the server cannot
-    start (the port is taken: uvicorn has logged why)."""
-
-    def on_signal(sig: int, frame: FrameType | None) -> None:
-        if stopping is not None:
-            stopping()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        config = uvicorn.Config(app, http=HttpProtocol, timeout_graceful_shutdown=int(SHUTDOWN_SECONDS), **options)
-        server = _Server(config, on_signal, started)
-        server.run()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if not server.started:
-        raise FinopsError(f"the server did not start on {options.get('host')}:{options.get('port')}")
 
 
 def request_sessions(settings: Settings) -> sessionmaker[Session]:
