@@ -2,13 +2,14 @@
 scheduled jobs), ``gpu-finops scheduler`` (the scheduled jobs alone) and ``gpu-finops dashboard`` (Streamlit);
 and the scheduled jobs the settings switch on (Prometheus pull, sacct import, alert rules, nudges).
 
-Shutdown of ``serve`` and ``scheduler`` on SIGTERM or SIGINT (:func:`serve_http`): the scheduled jobs' database
-work is stopped at once (their engine's :class:`finops.db.stopping.StopSwitch`: a rollup under way rolls back,
-which also frees SQLite's write lock for the requests waiting on it), uvicorn stops taking connections and waits at
-most :data:`SHUTDOWN_SECONDS` for the requests under way, then at most as long again for the jobs' runs to end,
-and the process exits 0. A run still going then (a job outside the database, such as a webhook call) is left
-behind: the process ends with exit code 1 without it, having committed nothing of it. The leases of the jobs
-(PostgreSQL) are ended at the signal, so that another process takes them at its next renewal.
+Shutdown of ``serve`` and ``scheduler`` on SIGTERM or SIGINT (:func:`finops.service.http_server.serve_http`): the
+scheduled jobs' database work is stopped at once (their engine's :class:`finops.db.stopping.StopSwitch`: a rollup
+under way rolls back, which also frees SQLite's write lock for the requests waiting on it), uvicorn stops taking
+connections and waits at most :data:`~finops.service.http_server.SHUTDOWN_SECONDS` for the requests under way, then
+at most as long again for the jobs' runs to end, and the process exits 0. A run still going then (a job outside the
+database, such as a webhook call) is left behind: the process ends with exit code 1 without it, having committed
+nothing of it. The leases of the jobs (PostgreSQL) are ended at the signal, so that another process takes them at
+its next renewal.
 
 Requests run on an engine of their own (:func:`request_sessions`: on PostgreSQL, a lock waited for longer than
 ``FINOPS_REQUEST_LOCK_TIMEOUT_SECONDS`` gets 503), the scheduled jobs on another (no lock timeout).
@@ -16,15 +17,13 @@ Requests run on an engine of their own (:func:`request_sessions`: on PostgreSQL,
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shlex
 import shutil
-import signal
 import socket
-from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -34,8 +33,6 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
-from starlette.types import ASGIApp
-from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from uvicorn.supervisors import Multiprocess
 
 from alerts.nudges import NudgeRunner, NudgeService
@@ -54,6 +51,7 @@ from finops.pricing.catalog import Pricing
 from finops.service.cost_metrics import CostMetrics
 from finops.service.dashboard_server import check_listen_address, require_dashboard_extra, serve_dashboard
 from finops.service.heap import settle_heap
+from finops.service.http_server import SHUTDOWN_SECONDS, HttpProtocol, serve_http
 from finops.service.leases import job_leases
 from finops.service.scheduler import RunningJobs, start_scheduler
 from finops.service.tls import check_server_tls, is_loopback
@@ -78,10 +76,6 @@ PLAIN_HTTP_WARNING = (
     "(--tls-cert and --tls-key, or FINOPS_TLS_CERT_FILE and FINOPS_TLS_KEY_FILE), or listen on 127.0.0.1 behind a "
     "TLS-terminating reverse proxy (docs/deployment.md, TLS)"
 )
-SHUTDOWN_SECONDS = 5.0
-"""After SIGTERM or SIGINT: how long ``serve`` waits for the requests under way, and then ``serve`` and ``scheduler``
-for the scheduled jobs' runs to end (the module says what happens)."""
-
 TLS_CERT = "a TLS certificate (--tls-cert or FINOPS_TLS_CERT_FILE)"
 TLS_KEY = "a TLS private key (--tls-key or FINOPS_TLS_KEY_FILE)"
 
@@ -135,18 +129,22 @@ def scheduled_sacct(settings: Settings) -> ScheduledSacct | None:
 
 
 class ScheduledJobs:
-    """The scheduled jobs of the settings, started on an engine of their own (whose statements the shutdown stops,
-    and no request's), under job leases on PostgreSQL (several processes may run them: each job runs on its lease's
-    holder, :mod:`finops.service.leases`); :meth:`stopping` at the signal, then :meth:`stop`, end them."""
+    """The scheduled jobs of the settings, on an engine of their own (whose statements the shutdown stops, and no
+    request's), under job leases on PostgreSQL (several processes may run them: each job runs on its lease's holder,
+    :mod:`finops.service.leases`). Made before the server starts, started by :meth:`start` once it listens with its
+    signal handlers in place (:func:`serve_http`'s ``started``); :meth:`stopping` at the signal, then :meth:`stop`,
+    end them, whether they were started or not."""
 
     def __init__(self, settings: Settings, pricing: Pricing, registry: CollectorRegistry) -> None:
-        """Start them. AlertConfigError (a FinopsError) for an alert rules file or a nudge recipients file that cannot
-        be read or is invalid."""
+        """Make them, not started. AlertConfigError (a FinopsError) for an alert rules file or a nudge recipients file
+        that cannot be read or is invalid; FinopsError for a bad ``FINOPS_PROMETHEUS_SELECTOR``."""
         engine = open_engine(settings)
         sessions = session_factory(engine)
         self.running = RunningJobs(StopSwitch(engine))
         self.leases = job_leases(sessions, settings.job_lease_seconds, registry)
-        self.scheduler: BackgroundScheduler = start_scheduler(
+        self.scheduler: BackgroundScheduler | None = None
+        self._start_scheduler = functools.partial(
+            start_scheduler,
             sessions,
             pricing,
             idle_policy(settings),
@@ -162,9 +160,13 @@ class ScheduledJobs:
             tsdb=tsdb_telemetry(settings),
         )
 
+    def start(self) -> None:
+        """Start the scheduler: the jobs due at start run at once."""
+        self.scheduler = self._start_scheduler()
+
     def stopping(self) -> None:
         """At the signal: hand the leases over (another process takes them at its next renewal; a run here can no
-        longer commit), then stop the runs' database work."""
+        longer commit), then stop the runs' database work (none can start once it is stopped)."""
         if self.leases is not None:
             self.leases.release()
         self.running.switch.stop()
@@ -172,84 +174,14 @@ class ScheduledJobs:
     def stop(self) -> None:
         """Start no more runs, stop the database work of those under way and wait at most :data:`SHUTDOWN_SECONDS`
         for them to end; if one is still going then, end the process at once with exit code 1 (the interpreter
-        would otherwise wait for it at exit), its transaction uncommitted."""
+        would otherwise wait for it at exit), its transaction uncommitted. Nothing to do when never started."""
+        if self.scheduler is None:
+            return
         self.scheduler.shutdown(wait=False)
         if not self.running.stop(SHUTDOWN_SECONDS):
             log.error("scheduled jobs still running %.0f s into the shutdown: exiting without them", SHUTDOWN_SECONDS)
             logging.shutdown()
             os._exit(1)
-
-
-class HttpProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
-    """uvicorn's HTTP protocol (httptools, else h11) whose shutdown drops an idle TLS connection at once.
-
-    At shutdown uvicorn closes each idle keep-alive connection and waits for the connections to be gone. Over TLS,
-    closing sends close_notify and waits for the peer's (asyncio's ``ssl_shutdown_timeout``, 30 s); a collector
-    holding an idle keep-alive connection never answers, so ``serve`` waited for it until
-    :data:`SHUTDOWN_SECONDS` ran out. An idle connection with nothing left to send is aborted instead (the peer
-    sees the connection reset, as after any server restart, and opens a new one). Plain TCP and connections with
-    a request or response under way are closed as uvicorn closes them."""
-
-    def shutdown(self) -> None:
-        """Abort an idle TLS connection with an empty write buffer; anything else as uvicorn does."""
-        transport = self.transport
-        idle = self.cycle is None or self.cycle.response_complete
-        if idle and transport.get_extra_info("sslcontext") is not None and transport.get_write_buffer_size() == 0:
-            transport.abort()
-        else:
-            super().shutdown()
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server, which also calls ``on_signal`` as soon as a signal asks it to exit, and ``started`` (if any)
-    once it has started, its signal handlers in place."""
-
-    def __init__(
-        self,
-        config: uvicorn.Config,
-        on_signal: Callable[[int, FrameType | None], None],
-        started: Callable[[], None] | None = None,
-    ) -> None:
-        super().__init__(config)
-        self._on_signal = on_signal
-        self._started = started
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started and not self.should_exit and self._started is not None:
-            self._started()
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self._on_signal(sig, frame)
-        super().handle_exit(sig, frame)
-
-
-def serve_http(
-    app: ASGIApp, stopping: Callable[[], None] | None, started: Callable[[], None] | None = None, **options: Any
-) -> None:
-    """Serve ``app`` with uvicorn (``options``: :class:`uvicorn.Config`'s) until SIGTERM or SIGINT; on the signal,
-    call ``stopping`` (if any) first, then wait at most :data:`SHUTDOWN_SECONDS` for the requests under way, and
-    return. ``started`` (if any) is called once the server listens, its signal handlers in place: work started there
-    (the scheduled jobs) is stopped by a signal however soon it comes.
-
-    uvicorn sends the signal again to the handler it found once it is done; that handler calls ``stopping`` too
-    (the default one would end the process before the caller's clean-up). FinopsError when the server cannot
-    start (the port is taken: uvicorn has logged why)."""
-
-    def on_signal(sig: int, frame: FrameType | None) -> None:
-        if stopping is not None:
-            stopping()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        config = uvicorn.Config(app, http=HttpProtocol, timeout_graceful_shutdown=int(SHUTDOWN_SECONDS), **options)
-        server = _Server(config, on_signal, started)
-        server.run()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if not server.started:
-        raise FinopsError(f"the server did not start on {options.get('host')}:{options.get('port')}")
 
 
 def request_sessions(settings: Settings) -> sessionmaker[Session]:
@@ -444,7 +376,7 @@ def serve(
             efficiency=settings.efficiency_policy,
         )
         settle_heap()
-        serve_http(app, None if jobs is None else jobs.stopping, **listen)
+        serve_http(app, None if jobs is None else jobs.stopping, None if jobs is None else jobs.start, **listen)
     finally:
         if jobs is not None:
             jobs.stop()
@@ -463,24 +395,18 @@ def scheduler(
     sessions = request_sessions(settings)
     pricing = load_pricing(settings)
     api_token = settings.api_token.get_secret_value() if settings.api_token else None
-    jobs: list[ScheduledJobs] = []  # started once the server listens (serve_http's ``started``)
-
-    def stopping() -> None:
-        for started in jobs:
-            started.stopping()
-
+    jobs = ScheduledJobs(settings, pricing, registry)
     try:
         serve_http(
             create_metrics_app(registry, ApiAuth(sessions, api_token)),
-            stopping,
-            lambda: jobs.append(ScheduledJobs(settings, pricing, registry)),
+            jobs.stopping,
+            jobs.start,
             host=metrics_address,
             port=metrics_port,
             log_level="warning",
         )
     finally:
-        for started in jobs:
-            started.stop()
+        jobs.stop()
 
 
 @app.command()

@@ -23,10 +23,10 @@ def cli_env(engine, monkeypatch):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def started(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """``serve``'s HTTP server (:func:`finops.cli.serve.serve_http`) replaced: the uvicorn options of each call, the
-    app as ``app``."""
+    """``serve``'s HTTP server (:func:`finops.service.http_server.serve_http`, as :mod:`finops.cli.serve` calls it)
+    replaced: the uvicorn options of each call, the app as ``app`` (the scheduled jobs are not started)."""
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(
-        serve_module, "serve_http", lambda app, stopping, **kwargs: calls.append({"app": app, **kwargs})
+        serve_module, "serve_http", lambda app, stopping, started, **kwargs: calls.append({"app": app, **kwargs})
     )
     return calls

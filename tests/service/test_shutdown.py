@@ -1,7 +1,9 @@
 """SIGTERM to a real ``gpu-finops scheduler`` or ``serve`` process in the middle of a rollup of 1.4 M readings, on an
 SQLite file and on PostgreSQL: the process exits 0 within seconds, the rollup's transaction is rolled back (the ledger
 tables are as they were before it), a REST write waiting for SQLite's write lock is answered, and the next rollup
-builds what an uninterrupted one did."""
+builds what an uninterrupted one did. The signal comes as soon as the first rollup begins (the scheduled jobs start
+once the process's HTTP server listens, its signal handlers in place), or for ``serve`` also once a REST write is
+under way."""
 
 from __future__ import annotations
 
@@ -146,9 +148,13 @@ def _answer(connection: socket.socket) -> bytes:
         return connection.recv(1024)
 
 
-@pytest.mark.parametrize("command", ["scheduler", "serve"])
+@pytest.mark.parametrize(
+    ("command", "writing"),
+    [("scheduler", False), ("serve", False), ("serve", True)],
+    ids=["scheduler", "serve", "serve-writing"],
+)
 def test_sigterm_in_the_middle_of_a_rollup_stops_the_process_and_rolls_the_rollup_back(
-    engine: Engine, database_url: str, command: str
+    engine: Engine, database_url: str, command: str, writing: bool
 ) -> None:
     sessions = session_factory(engine)
     now = int(time.time())
@@ -167,7 +173,7 @@ def test_sigterm_in_the_middle_of_a_rollup_stops_the_process_and_rolls_the_rollu
     seen: list[str] = []
     try:
         _wait_for(lines, "rebuilding", seen)
-        if command == "serve":  # a REST write under way, which on SQLite waits for the rollup's write lock
+        if writing:  # a REST write under way, which on SQLite waits for the rollup's write lock
             writer = _write_under_way(port)
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=EXIT_SECONDS)
@@ -176,7 +182,7 @@ def test_sigterm_in_the_middle_of_a_rollup_stops_the_process_and_rolls_the_rollu
             process.kill()
     _wait_for(lines, "stopped by the shutdown", seen)
     assert code == 0, "".join(seen)
-    if command == "serve":
+    if writing:
         assert _answer(writer).startswith(b"HTTP/1.1 204"), "the write under way when the signal came is answered"
     with sessions() as session:
         assert _tables(session) == before, "the interrupted rollup's transaction was rolled back"
