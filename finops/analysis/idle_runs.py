@@ -43,8 +43,17 @@ from typing import Any
 from sqlalchemy import Connection, TextClause, text
 
 from collector.contract.clocks_events import POWER_MASK, THERMAL_MASK
-from finops.db.dialect import json_rows, set_local, supports_helper_connections, transaction_settings, write_mark
+from finops.db.dialect import (
+    NO_PARALLEL_WORKERS,
+    SHORT_SPAN_HOURS,
+    json_rows,
+    set_local,
+    supports_helper_connections,
+    transaction_settings,
+    write_mark,
+)
 from finops.ingest.partitions import DAY, floor_day
+from finops.timeutil import HOUR
 
 GPU_KEY = 4_294_967_296
 """A reading's key is ``gpu_id`` × 2^32 + its epoch second (ids below 2^31, instants before 2106): one 64-bit
@@ -139,7 +148,7 @@ _NEAR_JOINED = "{ranges} JOIN {table} r ON r.gpu_id = g.gpu_id AND r.ts >= g.lo 
 # Sorting a day's idle readings in memory (~50 MB for a day of 1,024 GPUs all idle), and no JIT compilation, which
 # costs more than it saves on a statement planned afresh for every day.
 _PG_SETTINGS = {"work_mem": "256MB", "jit": "off"}
-_HELPER_SETTINGS = {"work_mem": "'256MB'", "jit": "off", "max_parallel_workers_per_gather": "0"}
+_HELPER_SETTINGS = {"work_mem": "'256MB'", "jit": "off", **NO_PARALLEL_WORKERS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,7 +297,8 @@ def idle_runs(
     if helpers > 1 and len(chunks) > 1 and table == "gpu_samples" and may_read_elsewhere(connection):
         pieces = _read_elsewhere(connection, statements, settings, chunks, helpers)
     else:
-        with transaction_settings(connection, _PG_SETTINGS):
+        short = sum(c1 - c0 for c0, c1 in chunks) < SHORT_SPAN_HOURS * HOUR  # the 5-minute cycle's
+        with transaction_settings(connection, {**_PG_SETTINGS, **(NO_PARALLEL_WORKERS if short else {})}):
             pieces = [piece for chunk in chunks for piece in _chunk_pieces(connection, statements, settings, chunk)]
     starting = {(piece.gpu_id, piece.first_ts): piece for piece in pieces}
     runs = []

@@ -227,6 +227,14 @@ def emptying(connection: Connection, tables: Sequence[str]) -> list[str]:
     return [f"DELETE FROM {name}" for name in tables]  # noqa: S608 - table names, not values
 
 
+SHORT_SPAN_HOURS = 3
+"""A rollup chunk or an idle re-judging of fewer hours than this (the 5-minute cycle's one or two) runs its
+PostgreSQL statements without parallel workers (:data:`NO_PARALLEL_WORKERS`): the cycle runs beside ingest, and
+workers on every core would hold up the POSTs that arrive meanwhile to shorten a statement of a second."""
+NO_PARALLEL_WORKERS = {"max_parallel_workers_per_gather": "0"}
+"""PostgreSQL run-time parameters of a statement that takes no parallel workers."""
+
+
 @contextmanager
 def transaction_settings(connection: Connection, settings: Mapping[str, str]) -> Iterator[None]:
     """PostgreSQL: apply ``settings`` (run-time parameter name → value) for the transaction's next statements,

@@ -392,7 +392,7 @@ def _compute(
     connection = session.connection()
     end = min(h1, until)
     sql.prepare_work_tables(connection)
-    with sql.statement_settings(connection):
+    with sql.statement_settings(connection, -(-(end - h0) // HOUR)):
         node_models = pricing_models_by_node(session, pricing.model)
         rates, reasons = _rates(session, pricing, node_models, h0, end)
         sql.load_prices(connection, rates, node_models, end)

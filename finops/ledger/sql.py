@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, TextClause, column, insert, table, text
 
 from collector.contract.wire import ACTIVITY_COLUMNS
-from finops.db.dialect import emptying, run_statements, transaction_settings
+from finops.db.dialect import NO_PARALLEL_WORKERS, SHORT_SPAN_HOURS, emptying, run_statements, transaction_settings
 from finops.db.ledger_tables import LedgerEntry
 from finops.db.sqltypes import MONEY_SCALE, Money
 from finops.ledger import costmodel
@@ -339,29 +339,27 @@ def prepare_work_tables(connection: Connection) -> None:
 
 # PostgreSQL settings for the rebuild's statements, restored afterwards: float output as the shortest round-trip
 # text (the costing reads float readings through it; > 0 selects it), the sort of a chunk's readings in memory
-# (a day of 1,024 GPUs read every minute takes ~150 MB; more spills to disk), no JIT compilation (it costs
-# more than it saves on statements planned afresh for every chunk), and parallel workers priced so that the
-# metering's scan and sort of the readings are shared with them (the workers' tuples arrive sorted; the default
-# costs keep the whole sort in the session's own process). The other statements read temporary tables, which
-# workers cannot.
-_PG_SETTINGS = {
-    "extra_float_digits": "1",
-    "work_mem": "256MB",
-    "jit": "off",
-    "parallel_setup_cost": "0",
-    "parallel_tuple_cost": "0",
-}
+# (a day of 1,024 GPUs read every minute takes ~150 MB; more spills to disk), and no JIT compilation (it costs
+# more than it saves on statements planned afresh for every chunk).
+_PG_SETTINGS = {"extra_float_digits": "1", "work_mem": "256MB", "jit": "off"}
+# For a chunk of many hours, parallel workers priced so that the metering's scan and sort of the readings are shared
+# with them (the workers' tuples arrive sorted; the default costs keep the whole sort in the session's own process).
+# The other statements read temporary tables, which workers cannot.
+_PG_PARALLEL = {"parallel_setup_cost": "0", "parallel_tuple_cost": "0"}
 
 
-def statement_settings(connection: Connection) -> AbstractContextManager[None]:
-    """Apply :data:`_PG_SETTINGS` for the transaction's next statements (PostgreSQL; nothing on SQLite), and put
-    the previous values back when the block ends (transaction-local settings: a rollback undoes them too)."""
-    return transaction_settings(connection, _PG_SETTINGS)
+def statement_settings(connection: Connection, hours: int) -> AbstractContextManager[None]:
+    """Apply :data:`_PG_SETTINGS` for the transaction's next statements (PostgreSQL; nothing on SQLite), with
+    parallel workers for a chunk of ``hours`` ≥ :data:`finops.db.dialect.SHORT_SPAN_HOURS` and none for a shorter
+    one (the 5-minute cycle's), and put the previous values back when the block ends (transaction-local settings: a
+    rollback undoes them too)."""
+    workers = _PG_PARALLEL if hours >= SHORT_SPAN_HOURS else NO_PARALLEL_WORKERS
+    return transaction_settings(connection, {**_PG_SETTINGS, **workers})
 
 
 # A helper connection computing chunks of a rollup (:func:`finops.ledger.rollup.rollup`) runs without parallel
 # workers: the helpers keep the cores busy between them, and workers would only add their own overhead.
-HELPER_SETTINGS = {"max_parallel_workers_per_gather": "0"}
+HELPER_SETTINGS = NO_PARALLEL_WORKERS
 
 
 def fill_gpu_hours(connection: Connection, h0: int, end: int, default_model: PricingModel) -> None:
