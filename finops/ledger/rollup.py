@@ -161,7 +161,8 @@ def rollup(
     if cursors_before is not None:
         cursors_before.update(arrivals.cursors)
     dirty = {to_epoch(h) for h in session.scalars(select(DirtyHour.hour).where(DirtyHour.hour < from_epoch(until)))}
-    newest = session.scalar(select(func.max(LedgerEntry.hour))) or session.scalar(select(func.min(Gpu.in_service_from)))
+    last_built = session.scalar(select(func.max(LedgerEntry.hour)))
+    newest = last_built or session.scalar(select(func.min(Gpu.in_service_from)))
     since = floor_hour(to_epoch(newest)) if newest is not None else floor_hour(until - 1)
     tail = min(since, floor_hour(until - 1))  # every hour from it to until is rebuilt (unless some are pending)
     hours = sorted(dirty | set(range(tail, until, HOUR)))
@@ -200,8 +201,23 @@ def rollup(
     priced = sum(seconds for (_, is_priced), seconds in total.gpu_seconds.items() if is_priced)
     settle_arrivals(session, arrivals, until if pending else tail)
     if not pending:
+        after = floor_hour(until - 1) + HOUR
+        if last_built is not None and to_epoch(last_built) >= after:
+            _forget_after(session, after, to_epoch(last_built) + HOUR)
         mark_ledger_built(session, from_epoch(until))
     return RollupResult(len(hours), priced, unpriced, total.readings, arrivals.late_gpus, pending)
+
+
+def _forget_after(session: Session, start: int, end: int) -> None:
+    """Delete the ledger rows and team-hours of hours [start, end) (epoch seconds): written by a rollup that went
+    further than this one's ``until`` (a clock stepped back, or ``gpu-finops rollup --until`` an earlier instant),
+    whose ledger ends at its ``until`` as a cold rebuild's would. Their kept sums were forgotten and the hours marked
+    dirty when the rollup began (:func:`finops.ledger.metering_state.take_arrivals`), so that the first rollup past
+    them builds them again."""
+    session.execute(
+        delete(LedgerEntry).where(LedgerEntry.hour >= from_epoch(start), LedgerEntry.hour < from_epoch(end))
+    )
+    refresh_team_hours(session, start, end)
 
 
 def _contiguous_chunks(hours: list[int], longest: int) -> Iterator[tuple[int, int]]:

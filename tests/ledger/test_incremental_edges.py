@@ -316,12 +316,9 @@ def test_a_rollup_with_an_earlier_until_gives_the_ledger_up_to_it(fleet: Fleet) 
     fleet.assert_cold_rebuild_equal(T0 + 2400)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the ledger's rows of the hours after the one an earlier until falls in, written by the rollup that went "
-    "further, stay (a rollup rebuilds hours up to its until; it deletes none after it)",
-)
 def test_a_rollup_with_an_earlier_until_in_an_earlier_hour(fleet: Fleet) -> None:
+    """The rows of the hour after the one the earlier ``until`` falls in, written by the rollup that went further, are
+    gone: the ledger ends at ``until``, as a cold rebuild's does."""
     fleet.store(ticks(T0, T0 + HOUR + 600))
     fleet.roll(T0 + HOUR + 600)
     fleet.roll(T0 + 2400)
