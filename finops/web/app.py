@@ -23,9 +23,12 @@ with ``{"accepted": n, "rejected": [...]}`` naming each rejected reading:
   "readings": 0}`` when the field is not a list (every entry left out);
 - a ``node_io`` entry (the node's fabric and storage rates of one cycle, :class:`collector.contract.wire.NodeIo`):
   likewise ``{"node_io": j, "field": "node_io[j].name", "error": "…", "readings": 0}``, or ``{"field": "node_io",
-  …}`` for a field that is not a list.
+  …}`` for a field that is not a list;
+- a ``gpus`` entry (a GPU's inventory, :class:`collector.contract.wire.GpuInfo`): ``{"field": "gpus[g].model",
+  "error": "…", "readings": 0}`` (entry g is left out, the batch's other GPUs stored; the GPU's readings are stored
+  if the service knows it, else refused as undescribed: ``{"uuid": u, "field": "gpus", …}``).
 
-A batch-level error (``node``, ``gpus``, not JSON) stores nothing. So does a batch naming more GPUs than
+A batch-level error (``node``, ``gpus`` not a list, not JSON) stores nothing. So does a batch naming more GPUs than
 ``IngestLimits.max_gpus_per_batch`` or holding more rows than the node's burst (``422``, it can never pass), and one
 its node's token bucket cannot take now (its rows: readings, ``job_utilization`` and ``node_io`` entries;
 :class:`finops.web.ingest_batch.Gate`; :class:`finops.ingest.limits.ReadingBuckets`: ``429`` with

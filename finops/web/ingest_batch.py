@@ -411,9 +411,14 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]], _O
     bad_series: dict[int, dict[str, Any]] = {}
     bad_sides: dict[str, set[int]] = {part: set() for part in SIDE_PARTS}
     every_side_bad: set[str] = set()
+    bad_gpus: set[int] = set()
     for error in errors:
         loc, entry = error["loc"], {"field": _field_path(error["loc"]), "error": error["msg"]}
-        if loc and loc[0] in bad_sides:  # not a reading: reject the entry, keep the readings
+        if len(loc) >= 2 and loc[0] == "gpus" and isinstance(loc[1], int):
+            # the entry alone is left out: its GPU's readings are stored if the service knows it, else named
+            rejected.append({**entry, "readings": 0})
+            bad_gpus.add(loc[1])
+        elif loc and loc[0] in bad_sides:  # not a reading: reject the entry, keep the readings
             part = str(loc[0])
             if len(loc) >= 2 and isinstance(loc[1], int):
                 rejected.append({part: loc[1], **entry, "readings": 0})
@@ -447,6 +452,8 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]], _O
     for index, entry in sorted(bad_series.items()):
         rejected.append({**entry, "readings": _series_length(series[index])})
     origins = _Origins(values=bad_values)
+    if bad_gpus:
+        data["gpus"] = [gpu for index, gpu in enumerate(data["gpus"]) if index not in bad_gpus]
     if bad_rows:
         origins.rows = [i for i in range(len(data["samples"])) if i not in bad_rows]
         data["samples"] = [data["samples"][i] for i in origins.rows]
