@@ -47,7 +47,7 @@ GROUP = 16
 MODEL = "NVIDIA H100 80GB HBM3"
 
 
-def _parts(gpus: int) -> list[list[Any]]:
+def hour_parts(gpus: int) -> list[list[Any]]:
     """The hour's batches (:class:`collector.contract.wire.IngestBatch`), per 5-minute part, one per node;
     utilisation and power vary by GPU and instant, the energy counter grows."""
     from collector.contract.wire import GpuInfo, GpuSeries, IngestBatch
@@ -74,7 +74,7 @@ def _parts(gpus: int) -> list[list[Any]]:
     return parts
 
 
-def _jobs(engine: Any) -> None:
+def node_jobs(engine: Any) -> None:
     """One running job per node, holding its 8 GPUs from an hour before the readings on."""
     from sqlalchemy import text
 
@@ -111,7 +111,7 @@ def _child(database_url: str, gpus: int, case: str, analyze: bool) -> dict[str, 
 
     engine = make_engine(database_url)
     upgrade(engine)
-    parts = _parts(gpus)
+    parts = hour_parts(gpus)
     ingestor = Ingestor()
     pricing = Pricing(load_catalog(), PricingModel.ON_DEMAND)
 
@@ -130,7 +130,7 @@ def _child(database_url: str, gpus: int, case: str, analyze: bool) -> dict[str, 
         return time.perf_counter() - began, int(getattr(result, "readings_metered", -1))
 
     store(parts[0])
-    _jobs(engine)
+    node_jobs(engine)
     figures = {"seconds": 0.0, "readings_metered": 0.0, "readings": float(gpus * 3600 // INTERVAL)}
     if case == "one":
         for batches in parts[1:]:

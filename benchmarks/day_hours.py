@@ -95,9 +95,9 @@ def _child(database_url: str, gpus: int, earlier: int) -> dict[str, float]:
         scheduler.run_rollup(sessions, pricing, policy)
         return {"seconds": time.perf_counter() - began, **seconds}
 
-    parts = [_labelled(batches) for batches in cycle._parts(gpus)]
+    parts = [_labelled(batches) for batches in cycle.hour_parts(gpus)]
     store(parts[0])
-    cycle._jobs(engine)
+    cycle.node_jobs(engine)
     held_from = {"start": cycle.START - (earlier + 1) * 3600}
     with engine.begin() as connection:
         connection.execute(text("UPDATE jobs SET submit = :start, start = :start"), held_from)
