@@ -24,9 +24,10 @@ with ``{"accepted": n, "rejected": [...]}`` naming each rejected reading:
 - a ``node_io`` entry (the node's fabric and storage rates of one cycle, :class:`collector.contract.wire.NodeIo`):
   likewise ``{"node_io": j, "field": "node_io[j].name", "error": "…", "readings": 0}``, or ``{"field": "node_io",
   …}`` for a field that is not a list;
-- a ``gpus`` entry (a GPU's inventory, :class:`collector.contract.wire.GpuInfo`): ``{"field": "gpus[g].model",
-  "error": "…", "readings": 0}`` (entry g is left out, the batch's other GPUs stored; the GPU's readings are stored
-  if the service knows it, else refused as undescribed: ``{"uuid": u, "field": "gpus", …}``).
+- a ``gpus`` entry (a GPU's inventory, :class:`collector.contract.wire.GpuInfo`): ``{"uuid": u, "field":
+  "gpus[g].model", "error": "…", "readings": n}``: entry g and the n readings of its GPU are left out (what the
+  entry says decides how they are stored and split), the batch's other GPUs stored; an entry whose ``uuid`` cannot
+  be read refuses the batch.
 
 A batch-level error (``node``, ``gpus`` not a list, not JSON) stores nothing. So does a batch naming more GPUs than
 ``IngestLimits.max_gpus_per_batch`` or holding more rows than the node's burst (``422``, it can never pass), and one

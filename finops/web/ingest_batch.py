@@ -411,13 +411,11 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]], _O
     bad_series: dict[int, dict[str, Any]] = {}
     bad_sides: dict[str, set[int]] = {part: set() for part in SIDE_PARTS}
     every_side_bad: set[str] = set()
-    bad_gpus: set[int] = set()
+    bad_gpus: dict[int, dict[str, Any]] = {}
     for error in errors:
         loc, entry = error["loc"], {"field": _field_path(error["loc"]), "error": error["msg"]}
         if len(loc) >= 2 and loc[0] == "gpus" and isinstance(loc[1], int):
-            # the entry alone is left out: its GPU's readings are stored if the service knows it, else named
-            rejected.append({**entry, "readings": 0})
-            bad_gpus.add(loc[1])
+            bad_gpus.setdefault(loc[1], entry)
         elif loc and loc[0] in bad_sides:  # not a reading: reject the entry, keep the readings
             part = str(loc[0])
             if len(loc) >= 2 and isinstance(loc[1], int):
@@ -452,6 +450,13 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]], _O
     for index, entry in sorted(bad_series.items()):
         rejected.append({**entry, "readings": _series_length(series[index])})
     origins = _Origins(values=bad_values)
+    refused_gpus: dict[str, dict[str, Any]] = {}
+    for index, entry in sorted(bad_gpus.items()):
+        gpu = data["gpus"][index]
+        uuid = gpu.get("uuid") if isinstance(gpu, dict) else None
+        if not isinstance(uuid, str):  # whose readings it describes cannot be told: the batch is refused
+            return None, _batch_errors(errors), _AS_SENT
+        refused_gpus.setdefault(uuid, entry)
     if bad_gpus:
         data["gpus"] = [gpu for index, gpu in enumerate(data["gpus"]) if index not in bad_gpus]
     if bad_rows:
@@ -467,9 +472,22 @@ def _validate(body: bytes) -> tuple[IngestBatch | None, list[dict[str, Any]], _O
         origins.series = [index for index in range(len(series)) if index not in bad_series]
         data["series"] = [_without(series[index], bad_values.get(index, set())) for index in origins.series]
     try:
-        return IngestBatch.model_validate(data), rejected, origins
+        batch = IngestBatch.model_validate(data)
     except ValidationError as exc:  # not expected: whatever is left is refused as a whole
         return None, _batch_errors(exc.errors()), _AS_SENT
+    if refused_gpus:
+        rejected += _refused_entries(batch, refused_gpus)
+        batch = _without_gpus(batch, set(refused_gpus))
+    return batch, rejected, origins
+
+
+def _refused_entries(batch: IngestBatch, entries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One rejection per GPU whose ``gpus`` entry is malformed (UUID -> the entry's first error, ``{"field":
+    "gpus[g].model", "error": …}``), with its readings in ``batch``: they are refused with it, as for a GPU refused
+    by :meth:`finops.ingest.readings.Ingestor.conflicts`, since what the entry says (model, index, package) decides
+    how they are stored and split."""
+    counted = {r["uuid"]: r["readings"] for r in _gpu_errors(batch, dict.fromkeys(entries, ""))}
+    return [{"uuid": uuid, **entry, "readings": counted[uuid]} for uuid, entry in entries.items()]
 
 
 def _without(item: dict[str, Any], positions: set[int]) -> dict[str, Any]:

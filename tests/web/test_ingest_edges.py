@@ -251,30 +251,25 @@ def test_codings_are_read_without_case_and_others_refused_naming_the_header(serv
 
 def test_a_malformed_gpus_entry_loses_only_its_own_gpu(service, sessions) -> None:  # type: ignore[no-untyped-def]
     """One GPU's inventory entry with an over-long model name refused the whole batch, every GPU of its node lost
-    cycle after cycle (collectors do not retry a 422). The entry alone is refused now: the other GPU is stored, and
-    the described GPU's readings are named as undescribed while the service does not know it, stored once it does."""
+    cycle after cycle (collectors do not retry a 422). The entry is refused with its GPU's readings now, known GPU or
+    not (what the entry says decides how they are stored: model, index, package split); the other GPU is stored."""
     batch = _batch(gpus=[_gpu(UUID, 0), _gpu(OTHER, 1, model="M" * 129)])
     response = _post(service, batch)
     assert response.status_code == 422, response.text
     body = response.json()
     assert body["accepted"] == 1
-    assert [(r["field"], r.get("uuid"), r["readings"]) for r in body["rejected"]] == [
-        ("gpus[1].model", None, 0),
-        ("gpus", OTHER, 1),
-    ]
+    assert [(r["field"], r["uuid"], r["readings"]) for r in body["rejected"]] == [("gpus[1].model", OTHER, 1)]
     assert _stored(sessions) == [("gpu-a-01", UUID, TS, 300.0, None)]
-    assert _post(service, _batch()).json() == {"accepted": 2, "rejected": []}  # both GPUs known now
-    later = _batch(
-        gpus=[{**_gpu(UUID, 0), "index": "x"}, _gpu(OTHER, 1)],
-        series=[{"uuid": UUID, "ts": [TS + 10], "power_watts": [301.0]}],
-    )
-    response = _post(service, later)
+    assert _post(service, _batch()).json() == {"accepted": 2, "rejected": []}  # OTHER known now
+    series = [{"uuid": uuid, "ts": [TS + 10], "power_watts": [301.0]} for uuid in (UUID, OTHER)]
+    response = _post(service, _batch(gpus=[{**_gpu(UUID, 0), "index": "x"}, _gpu(OTHER, 1)], series=series))
     assert response.status_code == 422, response.text
-    assert response.json() == {
-        "accepted": 1,
-        "rejected": [{"field": "gpus[0].index", "error": response.json()["rejected"][0]["error"], "readings": 0}],
-    }
-    assert ("gpu-a-01", UUID, TS + 10, 301.0, None) in _stored(sessions)
+    assert response.json()["accepted"] == 1
+    assert [(r["field"], r["uuid"], r["readings"]) for r in response.json()["rejected"]] == [("gpus[0].index", UUID, 1)]
+    assert ("gpu-a-01", OTHER, TS + 10, 301.0, None) in _stored(sessions)
+    assert ("gpu-a-01", UUID, TS + 10, 301.0, None) not in _stored(sessions)
+    unreadable = _post(service, _batch(gpus=[_gpu(UUID, 0), "GPU-x"]))
+    assert (unreadable.status_code, unreadable.json()["accepted"]) == (422, 0)
 
 
 def test_job_utilization_and_node_io_entries_count_against_the_nodes_rate(sessions) -> None:  # type: ignore[no-untyped-def]
