@@ -34,7 +34,7 @@ from itertools import accumulate
 from math import inf
 from typing import Any, Protocol
 
-from sqlalchemy import column, delete, func, or_, select, table, text
+from sqlalchemy import column, delete, or_, select, table, text
 from sqlalchemy.orm import Session
 
 from finops.analysis.idle_prices import EpisodePrices, reprice_episodes
@@ -43,6 +43,7 @@ from finops.analysis.waste import MEMORY_HELD_BYTES, ReasonPolicy, Verdict
 from finops.analysis.waste_facts import EpisodeRun, judge_episodes
 from finops.db.dialect import insert_rows
 from finops.db.models import Allocation, Gpu, IdleEpisode, Job, Node, Team
+from finops.ingest.partitions import DAY
 from finops.ledger.rollup import ROLLUP_CONNECTIONS
 from finops.ledger.rollup_result import unpriced_fix
 from finops.pricing.catalog import Pricing
@@ -113,28 +114,33 @@ def detect_idle(
     once; episodes that start before ``start`` or end after ``end`` are judged whole when they are stored ones,
     and :func:`rejudge_idle` widens the period for those that are not yet.
     """
-    scan_from, scan_until = _span_of_stored(session, to_epoch(start), to_epoch(end), policy.max_gap_seconds)
+    base = (to_epoch(start), to_epoch(end))
+    spans, taken = _spans_of_stored(session, *base, policy.max_gap_seconds)
+    wide = {gpu_id: span for gpu_id, span in spans.items() if span != base}
+    reads = [(*base, None), *_wide_reads(wide)]
+    scan_from, scan_until = min(lo for lo, _, _ in reads), max(hi for _, hi, _ in reads)
     thresholds = sorted({policy.threshold, *policy.partition_thresholds.values()})
     gap, window = policy.max_gap_seconds, policy.window_seconds
+    runs: dict[float, list[IdleRun]] = {t: [] for t in thresholds}
     if readings is None:
         session.flush()
-        days = list(day_chunks(scan_from, scan_until))
-        runs = {
-            t: idle_runs(session.connection(), days, t, gap, window, helpers=ROLLUP_CONNECTIONS) for t in thresholds
-        }
+        for lo, hi, only in reads:
+            days = list(day_chunks(lo, hi))
+            for t in thresholds:
+                found = idle_runs(session.connection(), days, t, gap, window, helpers=ROLLUP_CONNECTIONS, only=only)
+                runs[t] += found if only is not None else [run for run in found if run.gpu_id not in wide]
     else:
         _load_readings(session, readings.idle_readings(session, scan_from, scan_until + gap + 1, max(thresholds)))
-        chunk = [(scan_from, scan_until)]
-        runs = {
-            t: idle_runs(session.connection(), chunk, t, gap, window, table=IDLE_READINGS_TABLE, clocks=False)
-            for t in thresholds
-        }
+        for lo, hi, only in reads:
+            for t in thresholds:
+                found = idle_runs(session.connection(), [(lo, hi)], t, gap, window, table=IDLE_READINGS_TABLE,
+                                  clocks=False, only=only)  # fmt: skip
+                runs[t] += found if only is not None else [run for run in found if run.gpu_id not in wide]
         session.execute(text(f"DELETE FROM {IDLE_READINGS_TABLE}"))  # noqa: S608 - a constant
-    # The stored episodes of the grown period go once its runs are read: on SQLite a transaction that has written
-    # nothing yet reads the readings on helper connections too (finops.analysis.idle_runs.may_read_elsewhere).
-    session.execute(
-        delete(IdleEpisode).where(IdleEpisode.end >= from_epoch(scan_from), IdleEpisode.start <= from_epoch(scan_until))
-    )
+    # The stored episodes taken in go once the runs are read: on SQLite a transaction that has written nothing yet
+    # reads the readings on helper connections too (finops.analysis.idle_runs.may_read_elsewhere).
+    for first in range(0, len(taken), _DELETE_BATCH):
+        session.execute(delete(IdleEpisode).where(IdleEpisode.id.in_(sorted(taken)[first : first + _DELETE_BATCH])))
     gpu_ids = {run.gpu_id for found in runs.values() for run in found}
     if not gpu_ids:
         return 0
@@ -145,6 +151,7 @@ def detect_idle(
             run.readings, run.thermal_readings, run.power_readings, run.throttled_readings, run.throttled_sm_clock,
         )
         for held, run, lo, hi in _held_runs(session, runs, policy, scan_from, scan_until)
+        if run.gpu_id not in wide or (hi > wide[run.gpu_id][0] and lo < wide[run.gpu_id][1])
     ]  # fmt: skip
     verdicts = judge_episodes(session, episodes, policy.reasons)
     rows = [
@@ -241,22 +248,60 @@ def _load_readings(session: Session, rows: Iterable[tuple[int, int, float, float
     insert_rows(session.connection(), _READINGS, [dict(zip(columns, row, strict=True)) for row in rows])
 
 
-def _span_of_stored(session: Session, start: int, end: int, margin: int) -> tuple[int, int]:
-    """[start, end) (epoch seconds) grown until every stored episode touching it lies inside it with ``margin``
-    seconds to spare on both sides (an episode reached by the growth is taken in too)."""
-    while True:
-        first, last = session.execute(
-            select(func.min(IdleEpisode.start), func.max(IdleEpisode.end)).where(
-                IdleEpisode.end >= from_epoch(start), IdleEpisode.start <= from_epoch(end)
+_DELETE_BATCH = 1000
+"""Stored episodes deleted by one statement (their ids bound as parameters)."""
+
+
+def _spans_of_stored(
+    session: Session, start: int, end: int, margin: int
+) -> tuple[dict[int, tuple[int, int]], set[int]]:
+    """Per GPU with stored episodes touching [start, end) (epoch seconds): that period grown until each of the GPU's
+    own stored episodes touching it lies inside it with ``margin`` seconds to spare on both sides (an episode of the
+    GPU reached by the growth is taken in too); and the ids of every episode taken in. Each GPU grows by its own
+    episodes alone: one GPU idle for a week widens its own re-judging, not every GPU's (grown by every GPU's
+    episodes at once, the episodes of a fleet overlap each other back to its first reading)."""
+    spans: dict[int, tuple[int, int]] = {}
+    taken: set[int] = set()
+    touching = select(IdleEpisode.id, IdleEpisode.gpu_id, IdleEpisode.start, IdleEpisode.end)
+    found = session.execute(
+        touching.where(IdleEpisode.end >= from_epoch(start), IdleEpisode.start <= from_epoch(end))
+    ).all()
+    while found:
+        grown: set[int] = set()
+        for episode_id, gpu_id, first, last in found:
+            taken.add(episode_id)
+            lo, hi = spans.get(gpu_id, (start, end))
+            spans[gpu_id] = (min(lo, to_epoch(first) - margin), max(hi, to_epoch(last) + margin))
+            if spans[gpu_id] != (lo, hi):
+                grown.add(gpu_id)
+        if not grown:
+            break
+        lo, hi = min(spans[g][0] for g in grown), max(spans[g][1] for g in grown)
+        found = [
+            row
+            for row in session.execute(
+                touching.where(
+                    IdleEpisode.gpu_id.in_(sorted(grown)),
+                    IdleEpisode.end >= from_epoch(lo),
+                    IdleEpisode.start <= from_epoch(hi),
+                )
             )
-        ).one()
-        grown = (
-            min(start, to_epoch(first) - margin) if first is not None else start,
-            max(end, to_epoch(last) + margin) if last is not None else end,
-        )
-        if grown == (start, end):
-            return start, end
-        start, end = grown
+            if row.id not in taken
+            and to_epoch(row.end) >= spans[row.gpu_id][0]
+            and to_epoch(row.start) <= spans[row.gpu_id][1]
+        ]
+    return spans, taken
+
+
+def _wide_reads(wide: Mapping[int, tuple[int, int]]) -> list[tuple[int, int, list[int]]]:
+    """The reads of the GPUs whose spans grew past the period (``wide``: GPU id -> [lo, hi) epoch seconds): one per
+    UTC day a span starts in, [that day's start, the latest end of its GPUs' spans), of those GPUs. A GPU's runs
+    found there outside its own span are its stored episodes, kept: :func:`detect_idle` keeps the episodes that
+    overlap the GPU's span alone."""
+    by_day: dict[int, list[int]] = defaultdict(list)
+    for gpu_id, (lo, _) in wide.items():
+        by_day[lo - lo % DAY].append(gpu_id)
+    return [(day, max(wide[g][1] for g in gpus), sorted(gpus)) for day, gpus in sorted(by_day.items())]
 
 
 def rejudge_idle(

@@ -127,7 +127,9 @@ FROM runs
 """  # noqa: S608 - the f-string only inlines this module's constant fragments
 _CLOCKS = "r.clocks_event_reasons AS clk, r.sm_clock_hertz AS sm"
 _NO_CLOCKS = "CAST(NULL AS BIGINT) AS clk, CAST(NULL AS DOUBLE PRECISION) AS sm"
-_PER_GPU = {"sqlite": "r.gpu_id IN (SELECT id FROM gpus) AND ", "postgresql": ""}
+_PER_GPU = {"sqlite": "r.gpu_id IN (SELECT g.id FROM {gpus}) AND ", "postgresql": ""}
+_ONLY_GPUS = "r.gpu_id IN (SELECT g.id FROM {gpus}) AND "
+"""The filter of a scan read to the GPUs asked for (:func:`idle_runs`'s ``only``)."""
 # PostgreSQL reads the idle readings of a chunk by a scan of its day's partition, or, for a chunk that is a small part
 # of its day so far (KEYED_SHARE), per GPU by the (gpu_id, ts) key behind LATERAL and OFFSET 0 (not flattened into
 # that scan): a partition holds every reading of its day so far, so the scan of a scheduled re-judging (an hour or two
@@ -139,7 +141,7 @@ KEYED_SHARE = 0.5
 PostgreSQL a reading read by key costs 1.1 to 1.5 times one read by the scan of its partition (10,000 GPUs, the day's
 first hour and a half re-judged: 2.0 s by key, 1.8 s by the scan; 512 GPUs: 0.06 and 0.04 s)."""
 _COLUMNS = "x.gpu_id, x.ts, x.utilization_ratio, x.memory_used_bytes{clock_columns}"
-_BY_GPU = f"""gpus g CROSS JOIN LATERAL (SELECT {_COLUMNS}
+_BY_GPU = f"""{{gpus}} CROSS JOIN LATERAL (SELECT {_COLUMNS}
     FROM {{table}} x WHERE x.gpu_id = g.id AND x.ts >= :c0 AND x.ts < :c1 AND x.utilization_ratio <= :threshold
     OFFSET 0)"""  # noqa: S608 - constant fragments only
 _NEAR_BY_KEY = f"""{{ranges}} CROSS JOIN LATERAL (SELECT {_COLUMNS}
@@ -165,13 +167,18 @@ class _Statements:
     keyed_mixed: TextClause
 
     @classmethod
-    def of(cls, table: str, clocks: bool, dialect: str) -> _Statements:
+    def of(cls, table: str, clocks: bool, dialect: str, only: bool = False) -> _Statements:
+        """The statements over ``table``; with ``only``, of the GPUs whose ids the JSON list bound to ``:only``
+        holds (``[{"id": 7}, …]``), else of every GPU."""
+        gpus = json_rows(dialect, "only", "g", {"id": "integer"}) if only else "gpus g"
         names = {
+            "gpus": gpus,
             "table": table,
             "clock_columns": ", x.clocks_event_reasons, x.sm_clock_hertz" if clocks else "",
             "ranges": json_rows(dialect, "ranges", "g", {"gpu_id": "integer", "lo": "bigint", "hi": "bigint"}),
         }
-        common = {"clocks": _CLOCKS if clocks else _NO_CLOCKS, "per_gpu": _PER_GPU[dialect], "table": table}
+        per_gpu = (_ONLY_GPUS if only else _PER_GPU[dialect]).replace("{gpus}", gpus)
+        common = {"clocks": _CLOCKS if clocks else _NO_CLOCKS, "per_gpu": per_gpu, "table": table}
         joined = _NEAR_JOINED.format(**names)
         by_key = dialect == "postgresql"
         variants = (
@@ -206,6 +213,7 @@ class _Settings:
     threshold: float
     max_gap: int
     window: int
+    only: str | None = None  # the GPUs read (a JSON list for :only), None: every GPU
 
 
 @dataclass(slots=True)
@@ -282,6 +290,7 @@ def idle_runs(
     table: str = "gpu_samples",
     clocks: bool = True,
     helpers: int = 0,
+    only: Sequence[int] | None = None,
 ) -> list[IdleRun]:
     """The idle runs (utilisation ratio ≤ ``threshold``, readings at most ``max_gap`` seconds apart) of the
     readings in ``table`` over consecutive ``chunks`` [c0, c1) (epoch seconds: the period, cut as one likes, e.g.
@@ -290,9 +299,11 @@ def idle_runs(
 
     ``helpers`` > 1: the chunks are read on that many other connections of the engine at once when
     :func:`may_read_elsewhere` allows (``gpu_samples`` on PostgreSQL, or on SQLite in a file before this transaction
-    writes), each in a transaction that sees what this one sees (on PostgreSQL its exported snapshot)."""
-    statements = _Statements.of(table, clocks, connection.dialect.name)
-    settings = _Settings(threshold, max_gap, window)
+    writes), each in a transaction that sees what this one sees (on PostgreSQL its exported snapshot). ``only``:
+    the readings of those GPU ids alone (the others' runs are not read)."""
+    statements = _Statements.of(table, clocks, connection.dialect.name, only is not None)
+    gpus = None if only is None else json.dumps([{"id": gpu_id} for gpu_id in sorted(only)])
+    settings = _Settings(threshold, max_gap, window, gpus)
     chunks = list(chunks)
     if helpers > 1 and len(chunks) > 1 and table == "gpu_samples" and may_read_elsewhere(connection):
         pieces = _read_elsewhere(connection, statements, settings, chunks, helpers)
@@ -330,8 +341,10 @@ def _chunk_pieces(
     """The runs of one chunk [c0, c1): its candidates that are runs, and the runs of those that are mixed (module
     docstring), read on ``connection``."""
     c0, c1 = chunk
-    parameters = {"threshold": settings.threshold, "max_gap": settings.max_gap, "window": settings.window,
-                  "c0": c0, "c1": c1, "span": c1 - c0}  # fmt: skip
+    parameters: dict[str, float | str] = {"threshold": settings.threshold, "max_gap": settings.max_gap,
+                                          "window": settings.window, "c0": c0, "c1": c1, "span": c1 - c0}  # fmt: skip
+    if settings.only is not None:
+        parameters["only"] = settings.only
     pieces, mixed = [], []
     candidates, mixed_runs = statements.of_chunk(chunk)
     for row in connection.execute(candidates, parameters):

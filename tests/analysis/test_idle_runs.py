@@ -11,13 +11,15 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
-from sqlalchemy import Connection, event, insert, select, text, update
+from sqlalchemy import Connection, delete, event, insert, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
+import finops.analysis.idle as idle_module
 from collector.contract.clocks_events import CLOCKS_EVENT_REASONS, POWER_MASK, THERMAL_MASK
-from finops.analysis.idle import IDLE_READINGS_TABLE, IdlePolicy, _load_readings, detect_idle
+from finops.analysis.idle import IDLE_READINGS_TABLE, IdlePolicy, _load_readings, detect_idle, rejudge_idle
 from finops.analysis.idle_runs import IdleRun, day_chunks, idle_runs, may_read_elsewhere
 from finops.db.models import Allocation, Gpu, GpuSample, IdleEpisode, Job, Node, Team
 from finops.ingest.partitions import create_partitions, is_partitioned
@@ -206,41 +208,51 @@ def test_helper_connections_read_the_transactions_snapshot(sessions: sessionmake
         assert not may_read_elsewhere(connection), "after a write, never"
 
 
+def hold_fleet(
+    session: Session, fleet: dict[int, list[Reading]], seed: int
+) -> list[tuple[Job, tuple[int, int, int | None, str]]]:
+    """Jobs holding the fleet's GPUs one after the other from before D0 (some still running at the end), a fifth of
+    them time-sliced with another job, of partitions "batch" and "interactive"; returns each job with its holding
+    (GPU id, start, end or None, partition)."""
+    team = Team(name="t")
+    session.add(team)
+    session.flush()
+    rng = random.Random(seed)
+    holdings = []
+    for gpu_id in sorted(fleet):
+        at = D0 - 3_600
+        while at < D0 + DAYS * 86_400:
+            length = rng.choice((1_200, 7_200, 40_000, 90_000))
+            end = None if at + length > D0 + DAYS * 86_400 else at + length
+            partition = rng.choice(("batch", "batch", "interactive"))
+            holdings.append((gpu_id, at, end, partition))
+            if rng.random() < 0.2:  # time-sliced with another job
+                holdings.append((gpu_id, at + 600, None if end is None else end - 600, "batch"))
+            at += length + rng.choice((0, 0, 1_800))
+    jobs = []
+    for number, (_, start, end, partition) in enumerate(holdings):
+        job = Job(scheduler="slurm", cluster="c", job_id=str(number), job_id_raw=str(number), user="u",
+                  account="a", partition=partition, name="train", state="COMPLETED", start=from_epoch(start),
+                  end=None if end is None else from_epoch(end), gpus=1, node_list="gpu-r-01",
+                  team_id=team.id)  # fmt: skip
+        session.add(job)
+        jobs.append(job)
+    session.flush()
+    session.add_all(
+        Allocation(job_pk=job.id, gpu_id=gpu_id, start=from_epoch(start),
+                   end=None if end is None else from_epoch(end))
+        for job, (gpu_id, start, end, _) in zip(jobs, holdings, strict=True)
+    )  # fmt: skip
+    return list(zip(jobs, holdings, strict=True))
+
+
 def test_stored_episodes_are_the_reference_runs_clipped_to_the_allocations(sessions: sessionmaker[Session]) -> None:
     """Allocations: one after the other, two time-sliced on one GPU, one still running, and jobs of a partition
     that calls ≤ 30 % idle; each episode starts no earlier than its allocation's start + the grace."""
     policy = IdlePolicy(grace_seconds=900, partition_thresholds={"interactive": 0.3})
     with sessions.begin() as session:
         fleet = store_fleet(session, 4)
-        team = Team(name="t")
-        session.add(team)
-        session.flush()
-        rng = random.Random(4)
-        holdings = []
-        for gpu_id in sorted(fleet):
-            at = D0 - 3_600
-            while at < D0 + DAYS * 86_400:
-                length = rng.choice((1_200, 7_200, 40_000, 90_000))
-                end = None if at + length > D0 + DAYS * 86_400 else at + length
-                partition = rng.choice(("batch", "batch", "interactive"))
-                holdings.append((gpu_id, at, end, partition))
-                if rng.random() < 0.2:  # time-sliced with another job
-                    holdings.append((gpu_id, at + 600, None if end is None else end - 600, "batch"))
-                at += length + rng.choice((0, 0, 1_800))
-        jobs = []
-        for number, (_, start, end, partition) in enumerate(holdings):
-            job = Job(scheduler="slurm", cluster="c", job_id=str(number), job_id_raw=str(number), user="u",
-                      account="a", partition=partition, name="train", state="COMPLETED", start=from_epoch(start),
-                      end=None if end is None else from_epoch(end), gpus=1, node_list="gpu-r-01",
-                      team_id=team.id)  # fmt: skip
-            session.add(job)
-            jobs.append(job)
-        session.flush()
-        session.add_all(
-            Allocation(job_pk=job.id, gpu_id=gpu_id, start=from_epoch(start),
-                       end=None if end is None else from_epoch(end))
-            for job, (gpu_id, start, end, _) in zip(jobs, holdings, strict=True)
-        )  # fmt: skip
+        held = hold_fleet(session, fleet, 4)
         start, end = PERIODS[1]
         stored = detect_idle(session, from_epoch(start), from_epoch(end), policy, PRICING)
         found = sorted(
@@ -249,7 +261,7 @@ def test_stored_episodes_are_the_reference_runs_clipped_to_the_allocations(sessi
         )
     runs = {t: reference_runs(fleet, start, end, t, policy.max_gap_seconds, policy.window_seconds) for t in (0.05, 0.3)}
     expected = []
-    for job, (gpu_id, a_start, a_end, partition) in zip(jobs, holdings, strict=True):
+    for job, (gpu_id, a_start, a_end, partition) in held:
         for run in runs[policy.threshold_for(partition)]:
             if run[0] != gpu_id:
                 continue
@@ -260,3 +272,45 @@ def test_stored_episodes_are_the_reference_runs_clipped_to_the_allocations(sessi
                 expected.append((gpu_id, job.id, lo, hi, float(run[3]) > 64 * 2**20, capacity_cost(rate, hi - lo)))  # type: ignore[arg-type]
     assert stored == len(expected) > 10
     assert found == sorted(expected)
+
+
+def test_hourly_re_judging_stores_the_episodes_of_one_detection(
+    sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduled cycle re-judges the hour each rollup rebuilt (:func:`rejudge_idle`), hour after hour; the
+    episodes it leaves equal those of one detection over the whole period. Each GPU's period grows by its own stored
+    episodes alone: grown by every GPU's at once, the fleet's overlapping episodes widened every hour's re-judging,
+    for every GPU, back to the first reading (a cycle's cost growing with the history kept)."""
+    policy = IdlePolicy(grace_seconds=900, partition_thresholds={"interactive": 0.3})
+    with sessions.begin() as session:
+        hold_fleet(session, store_fleet(session, 4), 4)
+    reads: list[tuple[int, int, object]] = []
+    original = idle_module.idle_runs
+
+    def recorded(connection: Connection, chunks: Any, *args: Any, **kwargs: Any) -> list[IdleRun]:
+        chunks = list(chunks)
+        reads.append((chunks[0][0], chunks[-1][1], kwargs.get("only")))
+        return original(connection, chunks, *args, **kwargs)
+
+    monkeypatch.setattr(idle_module, "idle_runs", recorded)
+    margin = policy.window_seconds + policy.max_gap_seconds
+    for hour in range(D0, D0 + DAYS * 86_400, 3_600):
+        with sessions.begin() as session:
+            rejudge_idle(session, [hour], policy, PRICING)
+    every_gpu = [(c0, c1) for c0, c1, only in reads if only is None]
+    assert max(c1 - c0 for c0, c1 in every_gpu) == 3_600 + 2 * margin, "every GPU's read is the hour, widened"
+    assert any(only for _, _, only in reads), "some GPU's own episodes widened its read"
+
+    def episodes() -> list[tuple[object, ...]]:
+        with sessions() as session:
+            return sorted(
+                (e.gpu_id, e.job_pk, e.start, e.end, e.memory_held, e.cost, e.reason, e.evidence)
+                for e in session.scalars(select(IdleEpisode))
+            )
+
+    hourly = episodes()
+    with sessions.begin() as session:
+        session.execute(delete(IdleEpisode))
+        detect_idle(session, from_epoch(D0 - margin), from_epoch(D0 + DAYS * 86_400 + margin), policy, PRICING)
+    assert len(hourly) > 10
+    assert hourly == episodes()
