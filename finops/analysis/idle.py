@@ -12,9 +12,9 @@ threshold (an interactive partition may call 1 % idle where a batch partition us
 per distinct threshold and kept for the allocations whose job's partition uses it.
 
 Episodes are re-judged over the hours a ledger rollup rebuilt (:func:`rejudge_idle`), which are the hours whose
-readings or allocations changed however late they arrived: each run of consecutive hours widened by the idle
-window (and the max gap) on both sides, and further, per GPU, to take in whole every stored episode of that GPU it
-reaches (:func:`detect_idle`), so that episodes crossing its edges are judged whole. Re-judging any set of hours therefore
+readings or allocations changed however late they arrived: each run of consecutive hours widened by the idle window
+(and the max gap) on both sides, and further, per GPU, to take in whole every stored episode of that GPU it reaches
+(:func:`detect_idle`), so that episodes crossing its edges are judged whole. Re-judging any set of hours therefore
 stores the episodes that one detection over the whole period would. The runs are found a UTC day at a time from the
 day's idle readings, the others read only where they lie among idle ones (:mod:`finops.analysis.idle_runs`). Hours
 that only a price change marked are not judged again: their stored episodes are re-priced
@@ -108,12 +108,12 @@ def detect_idle(
     and of the max gap after it, put in the temporary table :data:`IDLE_READINGS_TABLE` for the same statements to
     judge, and removed after it; they carry no clocks-event reasons, so no episode judged on them is throttled).
 
-    For each GPU the period first grows to take in whole every stored episode of that GPU that touches it, with
-    the max gap to spare on both sides (:func:`_spans_of_stored`): the GPUs whose period grew are read apart, over
-    their own periods (:func:`_wide_reads`), the others over ``[start, end)``. The stored episodes taken in are
-    replaced by those judged over the periods, and the others are kept. Running this again, or on overlapping periods, stores each episode
-    once; episodes that start before ``start`` or end after ``end`` are judged whole when they are stored ones,
-    and :func:`rejudge_idle` widens the period for those that are not yet.
+    For each GPU the period first grows to take in whole every stored episode of that GPU that touches it, with the
+    max gap to spare on both sides (:func:`_spans_of_stored`): the GPUs whose period grew are read apart, over their
+    own periods (:func:`_wide_reads`), the others over ``[start, end)``. The stored episodes taken in are replaced
+    by those judged over the periods, and the others are kept. Running this again, or on overlapping periods, stores
+    each episode once; episodes that start before ``start`` or end after ``end`` are judged whole when they are
+    stored ones, and :func:`rejudge_idle` widens the period for those that are not yet.
     """
     base = (to_epoch(start), to_epoch(end))
     spans, taken = _spans_of_stored(session, *base, policy.max_gap_seconds)

@@ -169,7 +169,7 @@ class _Statements:
     @classmethod
     def of(cls, table: str, clocks: bool, dialect: str, only: bool = False) -> _Statements:
         """The statements over ``table``; with ``only``, of the GPUs whose ids the JSON list bound to ``:only``
-        holds (``[{"id": 7}, …]``), else of every GPU."""
+        holds (``[{"id": 7}, …]``), read by key whatever the chunk, else of every GPU."""
         gpus = json_rows(dialect, "only", "g", {"id": "integer"}) if only else "gpus g"
         names = {
             "gpus": gpus,
@@ -181,12 +181,13 @@ class _Statements:
         common = {"clocks": _CLOCKS if clocks else _NO_CLOCKS, "per_gpu": per_gpu, "table": table}
         joined = _NEAR_JOINED.format(**names)
         by_key = dialect == "postgresql"
-        variants = (
-            (_CANDIDATES_SQL, {"source": table}),
-            (_MIXED_SQL, {"near": joined}),
+        keyed = (
             (_CANDIDATES_SQL, {"source": _BY_GPU.format(**names) if by_key else table}),
             (_MIXED_SQL, {"near": _NEAR_BY_KEY.format(**names) if by_key else joined}),
         )
+        # A few GPUs' readings are read by key over whole days too, not by a scan of every GPU's.
+        whole_days = keyed if only else ((_CANDIDATES_SQL, {"source": table}), (_MIXED_SQL, {"near": joined}))
+        variants = (*whole_days, *keyed)
         statements = []
         for sql, parts in variants:
             for name, part in (parts | common).items():
