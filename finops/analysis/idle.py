@@ -151,8 +151,7 @@ def detect_idle(
             run.gpu_id, prices.node(run.gpu_id), held.job_pk, held.partition, held.job_name, lo, hi, run.max_mem,
             run.readings, run.thermal_readings, run.power_readings, run.throttled_readings, run.throttled_sm_clock,
         )
-        for held, run, lo, hi in _held_runs(session, runs, policy, scan_from, scan_until)
-        if run.gpu_id not in wide or (hi > wide[run.gpu_id][0] and lo < wide[run.gpu_id][1])
+        for held, run, lo, hi in _within_spans(_held_runs(session, runs, policy, scan_from, scan_until), wide, window)
     ]  # fmt: skip
     verdicts = judge_episodes(session, episodes, policy.reasons)
     rows = [
@@ -230,6 +229,23 @@ def _held_runs(
                     yield holding, run, lo, hi
 
 
+def _within_spans(
+    held_runs: Iterable[tuple[_Holding, IdleRun, int, int]], wide: Mapping[int, tuple[int, int]], window: int
+) -> Iterator[tuple[_Holding, IdleRun, int, int]]:
+    """The episodes of ``held_runs`` (:func:`_held_runs`) of the GPUs read over their own spans (``wide``: GPU id ->
+    [lo, hi) epoch seconds; read from the start of lo's day on: :func:`_wide_reads`) starting no earlier than lo,
+    left out where what is left is shorter than ``window``: the stored episodes before a span are kept, so an episode
+    found reaching back past its start (readings or thresholds changed there since they were judged) would bill that
+    time twice. Others as they are."""
+    for held, run, lo, hi in held_runs:
+        span = wide.get(run.gpu_id)
+        if span is not None:
+            lo = max(lo, span[0])
+            if hi - lo < window:
+                continue
+        yield held, run, lo, hi
+
+
 def _load_readings(session: Session, rows: Iterable[tuple[int, int, float, float | None]]) -> None:
     """Put ``rows`` (``gpus.id``, epoch second, utilisation ratio, memory bytes) in the session's temporary table
     :data:`IDLE_READINGS_TABLE`, made if missing and emptied first (:func:`finops.db.dialect.insert_rows`: a
@@ -296,13 +312,12 @@ def _spans_of_stored(
 
 def _wide_reads(wide: Mapping[int, tuple[int, int]]) -> list[tuple[int, int, list[int]]]:
     """The reads of the GPUs whose spans grew past the period (``wide``: GPU id -> [lo, hi) epoch seconds): one per
-    UTC day a span starts in, [that day's start, the latest end of its GPUs' spans), of those GPUs. A GPU's runs
-    found there outside its own span are its stored episodes, kept: :func:`detect_idle` keeps the episodes that
-    overlap the GPU's span alone."""
-    by_day: dict[int, list[int]] = defaultdict(list)
-    for gpu_id, (lo, _) in wide.items():
-        by_day[lo - lo % DAY].append(gpu_id)
-    return [(day, max(wide[g][1] for g in gpus), sorted(gpus)) for day, gpus in sorted(by_day.items())]
+    UTC day a span starts in and span end, [that day's start, the end), of those GPUs. A GPU's episodes found there
+    before its own span are its stored episodes, kept (:func:`_within_spans`)."""
+    groups: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for gpu_id, (lo, hi) in wide.items():
+        groups[lo - lo % DAY, hi].append(gpu_id)
+    return [(day, hi, sorted(gpus)) for (day, hi), gpus in sorted(groups.items())]
 
 
 def rejudge_idle(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from datetime import UTC, datetime
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -314,3 +315,24 @@ def test_hourly_re_judging_stores_the_episodes_of_one_detection(
         detect_idle(session, from_epoch(D0 - margin), from_epoch(D0 + DAYS * 86_400 + margin), policy, PRICING)
     assert len(hourly) > 10
     assert hourly == episodes()
+
+
+def test_a_raised_threshold_re_judged_over_one_hour_bills_no_time_twice(sessions: sessionmaker[Session]) -> None:
+    """Episodes judged hour by hour at 5 %, then the last hour re-judged at 50 %: busy stretches between stored
+    episodes now count as idle, so a run found from the day's start reaches back over episodes that the re-judging of
+    that hour does not take in (they do not touch the GPU's own period). Those are kept, so what is stored for the
+    hour's GPUs is clipped to their periods: no two episodes of one GPU and job overlap."""
+    policy = IdlePolicy(grace_seconds=900)
+    with sessions.begin() as session:
+        hold_fleet(session, store_fleet(session, 4), 4)
+    hours = range(D0, D0 + DAYS * 86_400, 3_600)
+    for hour in hours:
+        with sessions.begin() as session:
+            rejudge_idle(session, [hour], policy, PRICING)
+    with sessions.begin() as session:
+        rejudge_idle(session, [hours[-1]], IdlePolicy(threshold=0.5, grace_seconds=900), PRICING)
+    with sessions() as session:
+        stored = sorted((e.gpu_id, e.job_pk, e.start, e.end) for e in session.scalars(select(IdleEpisode)))
+    overlapping = [(a, b) for a, b in pairwise(stored) if a[:2] == b[:2] and b[2] < a[3]]
+    assert len(stored) > 10
+    assert overlapping == []
