@@ -34,16 +34,16 @@ from itertools import accumulate
 from math import inf
 from typing import Any, Protocol
 
-from sqlalchemy import column, delete, or_, select, table, text
+from sqlalchemy import column, or_, select, table, text
 from sqlalchemy.orm import Session
 
 from finops.analysis.idle_prices import EpisodePrices, reprice_episodes
 from finops.analysis.idle_runs import IdleRun, day_chunks, idle_runs
+from finops.analysis.idle_spans import forget_taken, spans_of_stored, wide_reads, within_spans
 from finops.analysis.waste import MEMORY_HELD_BYTES, ReasonPolicy, Verdict
 from finops.analysis.waste_facts import EpisodeRun, judge_episodes
 from finops.db.dialect import insert_rows
 from finops.db.models import Allocation, Gpu, IdleEpisode, Job, Node, Team
-from finops.ingest.partitions import DAY
 from finops.ledger.rollup import ROLLUP_CONNECTIONS
 from finops.ledger.rollup_result import unpriced_fix
 from finops.pricing.catalog import Pricing
@@ -109,39 +109,37 @@ def detect_idle(
     judge, and removed after it; they carry no clocks-event reasons, so no episode judged on them is throttled).
 
     For each GPU the period first grows to take in whole every stored episode of that GPU that touches it, with the
-    max gap to spare on both sides (:func:`_spans_of_stored`): the GPUs whose period grew are read apart, over their
-    own periods (:func:`_wide_reads`), the others over ``[start, end)``. The stored episodes taken in are replaced
-    by those judged over the periods, and the others are kept. Running this again, or on overlapping periods, stores
-    each episode once; episodes that start before ``start`` or end after ``end`` are judged whole when they are
-    stored ones, and :func:`rejudge_idle` widens the period for those that are not yet.
+    max gap to spare on both sides (:func:`finops.analysis.idle_spans.spans_of_stored`): the GPUs whose period grew
+    are read apart, over their own periods (:func:`finops.analysis.idle_spans.wide_reads`), the others over
+    ``[start, end)``. The stored episodes taken in are replaced by those judged over the periods, and the others are
+    kept. Running this again, or on overlapping periods, stores each episode once; episodes that start before
+    ``start`` or end after ``end`` are judged whole when they are stored ones, and :func:`rejudge_idle` widens the
+    period for those that are not yet.
     """
     base = (to_epoch(start), to_epoch(end))
-    spans, taken = _spans_of_stored(session, *base, policy.max_gap_seconds)
+    spans, taken = spans_of_stored(session, *base, policy.max_gap_seconds)
     wide = {gpu_id: span for gpu_id, span in spans.items() if span != base}
-    reads = [(*base, None), *_wide_reads(wide)]
+    reads = [(*base, None), *wide_reads(wide)]
     scan_from, scan_until = min(lo for lo, _, _ in reads), max(hi for _, hi, _ in reads)
     thresholds = sorted({policy.threshold, *policy.partition_thresholds.values()})
     gap, window = policy.max_gap_seconds, policy.window_seconds
     runs: dict[float, list[IdleRun]] = {t: [] for t in thresholds}
     if readings is None:
         session.flush()
-        for lo, hi, only in reads:
-            days = list(day_chunks(lo, hi))
-            for t in thresholds:
-                found = idle_runs(session.connection(), days, t, gap, window, helpers=ROLLUP_CONNECTIONS, only=only)
-                runs[t] += found if only is not None else [run for run in found if run.gpu_id not in wide]
+        source: dict[str, Any] = {"helpers": ROLLUP_CONNECTIONS}
     else:
         _load_readings(session, readings.idle_readings(session, scan_from, scan_until + gap + 1, max(thresholds)))
-        for lo, hi, only in reads:
-            for t in thresholds:
-                found = idle_runs(session.connection(), [(lo, hi)], t, gap, window, table=IDLE_READINGS_TABLE,
-                                  clocks=False, only=only)  # fmt: skip
-                runs[t] += found if only is not None else [run for run in found if run.gpu_id not in wide]
+        source = {"table": IDLE_READINGS_TABLE, "clocks": False}
+    for lo, hi, only in reads:
+        chunks = list(day_chunks(lo, hi)) if readings is None else [(lo, hi)]
+        for t in thresholds:
+            found = idle_runs(session.connection(), chunks, t, gap, window, only=only, **source)
+            runs[t] += found if only is not None else [run for run in found if run.gpu_id not in wide]
+    if readings is not None:
         session.execute(text(f"DELETE FROM {IDLE_READINGS_TABLE}"))  # noqa: S608 - a constant
     # The stored episodes taken in go once the runs are read: on SQLite a transaction that has written nothing yet
     # reads the readings on helper connections too (finops.analysis.idle_runs.may_read_elsewhere).
-    for first in range(0, len(taken), _DELETE_BATCH):
-        session.execute(delete(IdleEpisode).where(IdleEpisode.id.in_(sorted(taken)[first : first + _DELETE_BATCH])))
+    forget_taken(session, taken)
     gpu_ids = {run.gpu_id for found in runs.values() for run in found}
     if not gpu_ids:
         return 0
@@ -151,7 +149,7 @@ def detect_idle(
             run.gpu_id, prices.node(run.gpu_id), held.job_pk, held.partition, held.job_name, lo, hi, run.max_mem,
             run.readings, run.thermal_readings, run.power_readings, run.throttled_readings, run.throttled_sm_clock,
         )
-        for held, run, lo, hi in _within_spans(_held_runs(session, runs, policy, scan_from, scan_until), wide, window)
+        for held, run, lo, hi in within_spans(_held_runs(session, runs, policy, scan_from, scan_until), wide, window)
     ]  # fmt: skip
     verdicts = judge_episodes(session, episodes, policy.reasons)
     rows = [
@@ -229,23 +227,6 @@ def _held_runs(
                     yield holding, run, lo, hi
 
 
-def _within_spans(
-    held_runs: Iterable[tuple[_Holding, IdleRun, int, int]], wide: Mapping[int, tuple[int, int]], window: int
-) -> Iterator[tuple[_Holding, IdleRun, int, int]]:
-    """The episodes of ``held_runs`` (:func:`_held_runs`) of the GPUs read over their own spans (``wide``: GPU id ->
-    [lo, hi) epoch seconds; read from the start of lo's day on: :func:`_wide_reads`) starting no earlier than lo,
-    left out where what is left is shorter than ``window``: the stored episodes before a span are kept, so an episode
-    found reaching back past its start (readings or thresholds changed there since they were judged) would bill that
-    time twice. Others as they are."""
-    for held, run, lo, hi in held_runs:
-        span = wide.get(run.gpu_id)
-        if span is not None:
-            lo = max(lo, span[0])
-            if hi - lo < window:
-                continue
-        yield held, run, lo, hi
-
-
 def _load_readings(session: Session, rows: Iterable[tuple[int, int, float, float | None]]) -> None:
     """Put ``rows`` (``gpus.id``, epoch second, utilisation ratio, memory bytes) in the session's temporary table
     :data:`IDLE_READINGS_TABLE`, made if missing and emptied first (:func:`finops.db.dialect.insert_rows`: a
@@ -263,61 +244,6 @@ def _load_readings(session: Session, rows: Iterable[tuple[int, int, float, float
     session.execute(text(f"DELETE FROM {IDLE_READINGS_TABLE}"))  # noqa: S608 - a constant
     columns = [c.name for c in _READINGS.columns]
     insert_rows(session.connection(), _READINGS, [dict(zip(columns, row, strict=True)) for row in rows])
-
-
-_DELETE_BATCH = 1000
-"""Stored episodes deleted by one statement (their ids bound as parameters)."""
-
-
-def _spans_of_stored(
-    session: Session, start: int, end: int, margin: int
-) -> tuple[dict[int, tuple[int, int]], set[int]]:
-    """Per GPU with stored episodes touching [start, end) (epoch seconds): that period grown until each of the GPU's
-    own stored episodes touching it lies inside it with ``margin`` seconds to spare on both sides (an episode of the
-    GPU reached by the growth is taken in too); and the ids of every episode taken in. Each GPU grows by its own
-    episodes alone: one GPU idle for a week widens its own re-judging, not every GPU's (grown by every GPU's
-    episodes at once, the episodes of a fleet overlap each other back to its first reading)."""
-    spans: dict[int, tuple[int, int]] = {}
-    taken: set[int] = set()
-    touching = select(IdleEpisode.id, IdleEpisode.gpu_id, IdleEpisode.start, IdleEpisode.end)
-    found = session.execute(
-        touching.where(IdleEpisode.end >= from_epoch(start), IdleEpisode.start <= from_epoch(end))
-    ).all()
-    while found:
-        grown: set[int] = set()
-        for episode_id, gpu_id, first, last in found:
-            taken.add(episode_id)
-            lo, hi = spans.get(gpu_id, (start, end))
-            spans[gpu_id] = (min(lo, to_epoch(first) - margin), max(hi, to_epoch(last) + margin))
-            if spans[gpu_id] != (lo, hi):
-                grown.add(gpu_id)
-        if not grown:
-            break
-        lo, hi = min(spans[g][0] for g in grown), max(spans[g][1] for g in grown)
-        found = [
-            row
-            for row in session.execute(
-                touching.where(
-                    IdleEpisode.gpu_id.in_(sorted(grown)),
-                    IdleEpisode.end >= from_epoch(lo),
-                    IdleEpisode.start <= from_epoch(hi),
-                )
-            )
-            if row.id not in taken
-            and to_epoch(row.end) >= spans[row.gpu_id][0]
-            and to_epoch(row.start) <= spans[row.gpu_id][1]
-        ]
-    return spans, taken
-
-
-def _wide_reads(wide: Mapping[int, tuple[int, int]]) -> list[tuple[int, int, list[int]]]:
-    """The reads of the GPUs whose spans grew past the period (``wide``: GPU id -> [lo, hi) epoch seconds): one per
-    UTC day a span starts in and span end, [that day's start, the end), of those GPUs. A GPU's episodes found there
-    before its own span are its stored episodes, kept (:func:`_within_spans`)."""
-    groups: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for gpu_id, (lo, hi) in wide.items():
-        groups[lo - lo % DAY, hi].append(gpu_id)
-    return [(day, hi, sorted(gpus)) for (day, hi), gpus in sorted(groups.items())]
 
 
 def rejudge_idle(

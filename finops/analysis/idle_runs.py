@@ -128,8 +128,6 @@ FROM runs
 _CLOCKS = "r.clocks_event_reasons AS clk, r.sm_clock_hertz AS sm"
 _NO_CLOCKS = "CAST(NULL AS BIGINT) AS clk, CAST(NULL AS DOUBLE PRECISION) AS sm"
 _PER_GPU = {"sqlite": "r.gpu_id IN (SELECT g.id FROM {gpus}) AND ", "postgresql": ""}
-_ONLY_GPUS = "r.gpu_id IN (SELECT g.id FROM {gpus}) AND "
-"""The filter of a scan read to the GPUs asked for (:func:`idle_runs`'s ``only``)."""
 # PostgreSQL reads the idle readings of a chunk by a scan of its day's partition, or, for a chunk that is a small part
 # of its day so far (KEYED_SHARE), per GPU by the (gpu_id, ts) key behind LATERAL and OFFSET 0 (not flattened into
 # that scan): a partition holds every reading of its day so far, so the scan of a scheduled re-judging (an hour or two
@@ -177,7 +175,7 @@ class _Statements:
             "clock_columns": ", x.clocks_event_reasons, x.sm_clock_hertz" if clocks else "",
             "ranges": json_rows(dialect, "ranges", "g", {"gpu_id": "integer", "lo": "bigint", "hi": "bigint"}),
         }
-        per_gpu = (_ONLY_GPUS if only else _PER_GPU[dialect]).replace("{gpus}", gpus)
+        per_gpu = _PER_GPU[dialect].replace("{gpus}", gpus)  # PostgreSQL reads only's GPUs by key (below)
         common = {"clocks": _CLOCKS if clocks else _NO_CLOCKS, "per_gpu": per_gpu, "table": table}
         joined = _NEAR_JOINED.format(**names)
         by_key = dialect == "postgresql"

@@ -6,10 +6,7 @@ commit, run again after a PostgreSQL deadlock."""
 
 from __future__ import annotations
 
-import gzip
-import io
 import logging
-import zlib
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,18 +25,12 @@ from finops.ingest.group_commit import GroupCommit
 from finops.ingest.limits import ReadingBuckets, TimeWindow
 from finops.ingest.node_tokens import TokenHolder
 from finops.ingest.readings import Ingestor
-from finops.web.body_limits import too_large
+from finops.web.gzip_body import decompress
 
 log = logging.getLogger(__name__)
 
 DEADLOCK_ATTEMPTS = 3
 """Tries of an ingest transaction that PostgreSQL aborts to break a deadlock (it is then run again whole)."""
-MAX_BODY_BYTES = 16 * 2**20
-"""Largest ingest body, as sent and once decompressed (a collector posts at most 10,000 readings at a time,
-:class:`collector.delivery.Delivery`: about 1.5 MB of JSON); a larger one is answered 413 without being read or
-decompressed further. Bodies are read only within one of the
-:data:`finops.web.app.INGEST_CONCURRENCY` slots, so at most that many
-are held at once."""
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:
@@ -154,17 +145,6 @@ def admit(
     return Admitted(batch, rejected + untimely, untimely)
 
 
-def decompress(body: bytes) -> bytes | Answer:
-    """A gzip request body inflated (:func:`_gunzip`), or the answer refusing it: 400 (not gzip), 413 (over
-    :data:`MAX_BODY_BYTES` once inflated)."""
-    try:
-        return _gunzip(body)
-    except (OSError, EOFError, zlib.error) as exc:
-        return 400, {"detail": f"body is not valid gzip: {exc}"}
-    except _TooLarge:
-        return 413, too_large(MAX_BODY_BYTES, " once decompressed")
-
-
 async def ingest_batch(
     commits: GroupCommit[IngestBatch, _Stored],
     body: bytes,
@@ -245,36 +225,6 @@ def store_together(
                 raise
             log.info("ingest transaction chosen as a deadlock victim (attempt %d); running it again", attempt)
             attempt += 1
-
-
-GZIP_WBITS = 16 + zlib.MAX_WBITS
-"""``zlib`` window bits of a gzip stream (RFC 1952 header and trailer, the largest window)."""
-
-
-class _TooLarge(Exception):
-    """A body over :data:`MAX_BODY_BYTES` once decompressed."""
-
-
-def _gunzip(body: bytes) -> bytes:
-    """``body`` gunzipped (one or more gzip members, RFC 1952; trailing zero padding allowed, as by
-    :func:`gzip.decompress`), in time linear in its size; raises :class:`_TooLarge` once the output passes
-    :data:`MAX_BODY_BYTES` (nothing more is inflated), and ``OSError``/``EOFError`` for a corrupt or truncated
-    stream. A body of one whole member, what collectors send, is inflated by one ``zlib`` call (a few µs, where
-    ``gzip.GzipFile`` takes tens); any other goes through ``GzipFile``, which also words the errors."""
-    single = zlib.decompressobj(GZIP_WBITS)
-    try:
-        out = single.decompress(body, MAX_BODY_BYTES + 1)
-    except zlib.error:
-        out = b""
-    if len(out) > MAX_BODY_BYTES:
-        raise _TooLarge
-    if single.eof and not single.unused_data:
-        return out
-    with gzip.GzipFile(fileobj=io.BytesIO(body)) as stream:
-        out = stream.read(MAX_BODY_BYTES + 1)
-    if len(out) > MAX_BODY_BYTES:
-        raise _TooLarge
-    return out
 
 
 def _without_gpus(batch: IngestBatch, uuids: set[str]) -> IngestBatch:

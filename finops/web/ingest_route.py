@@ -46,7 +46,8 @@ from finops.ingest.limits import (
 from finops.ingest.readings import Ingestor
 from finops.web.auth import IngestAuth
 from finops.web.body_limits import BodyBudget, too_large
-from finops.web.ingest_batch import MAX_BODY_BYTES, Gate, Untimely, ingest_batch, store_together
+from finops.web.gzip_body import MAX_BODY_BYTES
+from finops.web.ingest_batch import Gate, Untimely, ingest_batch, store_together
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from finops.ingest.node_tokens import create_token as create_node_token
 from finops.ledger.rollup import rollup
 from finops.timeutil import to_epoch, utc_now
 from finops.web.app import create_app
-from finops.web.ingest_batch import MAX_BODY_BYTES
+from finops.web.gzip_body import MAX_BODY_BYTES
 from tests.support.servers import running
 
 SHARED = "shared-ingest-s3cret"
