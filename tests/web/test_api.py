@@ -207,18 +207,18 @@ def test_readings_of_an_undescribed_unknown_gpu_are_named_and_the_rest_stored(se
 def test_a_body_too_large_once_decompressed_is_refused(service: str, sessions, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A gzip body that inflates past MAX_BODY_BYTES (a decompression bomb) is answered 413 and nothing stored;
     the same batch within the limit is stored."""
-    import finops.web.ingest_batch
+    import finops.web.gzip_body
     import finops.web.ingest_route
 
     batch = _batch(3)
     size = len(orjson.dumps(batch))
-    for module in (finops.web.ingest_route, finops.web.ingest_batch):  # the route reads the body, the batch inflates it
+    for module in (finops.web.ingest_route, finops.web.gzip_body):  # the route reads the body, gzip_body inflates it
         monkeypatch.setattr(module, "MAX_BODY_BYTES", size - 1)
     response = _post(service, batch)
     assert response.status_code == 413 and "decompressed" in response.json()["detail"]
     assert _post(service, batch, gzipped=False).status_code == 413
     assert _count(sessions) == 0
-    for module in (finops.web.ingest_route, finops.web.ingest_batch):  # the route reads the body, the batch inflates it
+    for module in (finops.web.ingest_route, finops.web.gzip_body):  # the route reads the body, gzip_body inflates it
         monkeypatch.setattr(module, "MAX_BODY_BYTES", size)
     assert _post(service, batch).status_code == 200
     assert _count(sessions) == 3
