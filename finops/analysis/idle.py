@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from sqlalchemy import column, or_, select, table, text
 from sqlalchemy.orm import Session
 
+from finops.analysis.idle_carry import RunCarry, Settled
 from finops.analysis.idle_prices import EpisodePrices, reprice_episodes
 from finops.analysis.idle_runs import IdleRun, day_chunks, idle_runs
 from finops.analysis.idle_spans import forget_taken, spans_of_stored, wide_reads, within_spans
@@ -88,6 +89,11 @@ class IdlePolicy:
     partition_thresholds: Mapping[str, float] = field(default_factory=dict)
     reasons: ReasonPolicy = field(default_factory=ReasonPolicy)
 
+    @property
+    def thresholds(self) -> list[float]:
+        """Every idle threshold ratio in force, the default and the partitions', sorted."""
+        return sorted({self.threshold, *self.partition_thresholds.values()})
+
     def threshold_for(self, partition: str) -> float:
         """The idle threshold ratio of a job in ``partition``."""
         return self.partition_thresholds.get(partition, self.threshold)
@@ -100,6 +106,7 @@ def detect_idle(
     policy: IdlePolicy,
     pricing: Pricing,
     readings: ReadingSource | None = None,
+    carry: RunCarry | None = None,
 ) -> int:
     """Re-judge idle episodes over [start, end) (UTC) and store them, each with its cost
     (:class:`finops.analysis.idle_prices.EpisodePrices`), waste reason and evidence
@@ -115,13 +122,16 @@ def detect_idle(
     kept. Running this again, or on overlapping periods, stores each episode once; episodes that start before
     ``start`` or end after ``end`` are judged whole when they are stored ones, and :func:`rejudge_idle` widens the
     period for those that are not yet.
+
+    ``carry``: the runs the last scheduled re-judging read of the same periods (:class:`finops.analysis.idle_carry.
+    RunCarry`), from ``gpu_samples`` only: each GPU's readings settled then are not read again.
     """
     base = (to_epoch(start), to_epoch(end))
     spans, taken = spans_of_stored(session, *base, policy.max_gap_seconds)
     wide = {gpu_id: span for gpu_id, span in spans.items() if span != base}
     reads = [(*base, None), *wide_reads(wide)]
     scan_from, scan_until = min(lo for lo, _, _ in reads), max(hi for _, hi, _ in reads)
-    thresholds = sorted({policy.threshold, *policy.partition_thresholds.values()})
+    thresholds = policy.thresholds
     gap, window = policy.max_gap_seconds, policy.window_seconds
     runs: dict[float, list[IdleRun]] = {t: [] for t in thresholds}
     if readings is None:
@@ -131,9 +141,15 @@ def detect_idle(
         _load_readings(session, readings.idle_readings(session, scan_from, scan_until + gap + 1, max(thresholds)))
         source = {"table": IDLE_READINGS_TABLE, "clocks": False}
     for lo, hi, only in reads:
-        chunks = list(day_chunks(lo, hi)) if readings is None else [(lo, hi)]
-        for t in thresholds:
-            found = idle_runs(session.connection(), chunks, t, gap, window, only=only, **source)
+        if carry is not None and readings is None:
+            exclude = wide if only is None else ()
+            by_threshold = carry.runs(session.connection(), (lo, hi, only), thresholds, gap, window, exclude=exclude,
+                                      helpers=ROLLUP_CONNECTIONS)  # fmt: skip
+        else:
+            chunks = list(day_chunks(lo, hi)) if readings is None else [(lo, hi)]
+            by_threshold = {t: idle_runs(session.connection(), chunks, t, gap, window, only=only, **source)
+                            for t in thresholds}  # fmt: skip
+        for t, found in by_threshold.items():
             runs[t] += found if only is not None else [run for run in found if run.gpu_id not in wide]
     if readings is not None:
         session.execute(text(f"DELETE FROM {IDLE_READINGS_TABLE}"))  # noqa: S608 - a constant
@@ -253,6 +269,7 @@ def rejudge_idle(
     pricing: Pricing,
     readings: ReadingSource | None = None,
     repriced: Collection[int] = frozenset(),
+    settled: Settled | None = None,
 ) -> int:
     """Re-judge idle episodes over the UTC hours ``hours`` (epoch starts; the hours a ledger rollup rebuilt) and
     store them; returns how many are stored.
@@ -266,6 +283,11 @@ def rejudge_idle(
     ``repriced``: hours that only a price change marked (:func:`finops.analysis.idle_prices.claim_repriced_hours`):
     not judged again (their readings and jobs are those their episodes were judged on), but the stored episodes
     starting in them are given the cost of ``pricing`` (:func:`finops.analysis.idle_prices.reprice_episodes`).
+
+    ``settled``: given by the scheduler's rollup that rebuilt the hours (:func:`finops.service.scheduler.run_rollup`),
+    with the readings in ``gpu_samples``: the runs read by the re-judging after the scheduler's last rollup are carried
+    to this one, which reads only each GPU's readings since (:mod:`finops.analysis.idle_carry`), and this one's
+    runs are carried to the next.
     """
     margin = policy.window_seconds + policy.max_gap_seconds
     spans: list[list[int]] = []
@@ -274,10 +296,15 @@ def rejudge_idle(
             spans[-1][1] = hour + HOUR
         else:
             spans.append([hour, hour + HOUR])
+    carry = None
+    if settled is not None and readings is None:
+        carry = RunCarry(session, settled, [policy.thresholds, policy.max_gap_seconds, policy.window_seconds])
     stored = sum(
-        detect_idle(session, from_epoch(h0 - margin), from_epoch(h1 + margin), policy, pricing, readings)
+        detect_idle(session, from_epoch(h0 - margin), from_epoch(h1 + margin), policy, pricing, readings, carry)
         for h0, h1 in spans
     )
+    if carry is not None:
+        carry.store(session)
     if repriced:
         changed = reprice_episodes(session, pricing, repriced)
         log.info("idle episodes: %d re-priced over %d hours whose prices alone changed", changed, len(repriced))

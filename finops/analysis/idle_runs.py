@@ -233,7 +233,7 @@ class IdleRun:
 
 
 @dataclass(slots=True)
-class _Piece:
+class RunPiece:
     """A run as one day's statement found it: its first and last reading, the next reading of the GPU after the
     last (``next_ts``; None: none at all) and whether the statement read that one (``next_seen``: else it may be
     the first of a run of a later day), and the sums."""
@@ -251,7 +251,7 @@ class _Piece:
     sm_sum: float
     sm_n: int
 
-    def join(self, later: _Piece) -> None:
+    def join(self, later: RunPiece) -> None:
         """Take in ``later``, the run that goes on from this one in a later day."""
         self.last_ts, self.next_ts, self.next_seen = later.last_ts, later.next_ts, later.next_seen
         self.max_mem = max(self.max_mem, later.max_mem)
@@ -300,16 +300,42 @@ def idle_runs(
     :func:`may_read_elsewhere` allows (``gpu_samples`` on PostgreSQL, or on SQLite in a file before this transaction
     writes), each in a transaction that sees what this one sees (on PostgreSQL its exported snapshot). ``only``:
     the readings of those GPU ids alone (the others' runs are not read)."""
+    pieces = run_pieces(
+        connection, chunks, threshold, max_gap, window, table=table, clocks=clocks, helpers=helpers, only=only
+    )
+    return joined_runs(pieces, max_gap, window)
+
+
+def run_pieces(
+    connection: Connection,
+    chunks: Iterable[tuple[int, int]],
+    threshold: float,
+    max_gap: int,
+    window: int,
+    *,
+    table: str = "gpu_samples",
+    clocks: bool = True,
+    helpers: int = 0,
+    only: Sequence[int] | None = None,
+) -> list[RunPiece]:
+    """The pieces of runs each of ``chunks`` holds (:class:`RunPiece`), arguments as for :func:`idle_runs`, which
+    joins them (:func:`joined_runs`); pieces of other reads of the same readings over other, consecutive chunks join
+    with them the same way."""
     statements = _Statements.of(table, clocks, connection.dialect.name, only is not None)
     gpus = None if only is None else json.dumps([{"id": gpu_id} for gpu_id in sorted(only)])
     settings = _Settings(threshold, max_gap, window, gpus)
     chunks = list(chunks)
     if helpers > 1 and len(chunks) > 1 and table == "gpu_samples" and may_read_elsewhere(connection):
-        pieces = _read_elsewhere(connection, statements, settings, chunks, helpers)
-    else:
-        short = sum(c1 - c0 for c0, c1 in chunks) < SHORT_SPAN_HOURS * HOUR  # the 5-minute cycle's
-        with transaction_settings(connection, {**_PG_SETTINGS, **(NO_PARALLEL_WORKERS if short else {})}):
-            pieces = [piece for chunk in chunks for piece in _chunk_pieces(connection, statements, settings, chunk)]
+        return _read_elsewhere(connection, statements, settings, chunks, helpers)
+    short = sum(c1 - c0 for c0, c1 in chunks) < SHORT_SPAN_HOURS * HOUR  # the 5-minute cycle's
+    with transaction_settings(connection, {**_PG_SETTINGS, **(NO_PARALLEL_WORKERS if short else {})}):
+        return [piece for chunk in chunks for piece in _chunk_pieces(connection, statements, settings, chunk)]
+
+
+def joined_runs(pieces: Iterable[RunPiece], max_gap: int, window: int) -> list[IdleRun]:
+    """The runs that ``pieces`` of consecutive chunks make, joined where one goes on in the next (its next reading,
+    within the max gap, is the first of the other), that last at least ``window`` seconds; sorted by GPU and start.
+    The pieces are changed (joined into)."""
     starting = {(piece.gpu_id, piece.first_ts): piece for piece in pieces}
     runs = []
     joined: set[tuple[int, int]] = set()
@@ -336,7 +362,7 @@ def idle_runs(
 
 def _chunk_pieces(
     connection: Connection, statements: _Statements, settings: _Settings, chunk: tuple[int, int]
-) -> list[_Piece]:
+) -> list[RunPiece]:
     """The runs of one chunk [c0, c1): its candidates that are runs, and the runs of those that are mixed (module
     docstring), read on ``connection``."""
     c0, c1 = chunk
@@ -390,7 +416,7 @@ def _read_elsewhere(
     settings: _Settings,
     chunks: Sequence[tuple[int, int]],
     helpers: int,
-) -> list[_Piece]:
+) -> list[RunPiece]:
     """The runs of each of ``chunks`` (:func:`_chunk_pieces`), read on up to ``helpers`` other connections at once,
     each in a transaction it rolls back: on PostgreSQL a read-only one on this one's snapshot
     (``pg_export_snapshot``, imported by ``SET TRANSACTION SNAPSHOT``); on SQLite its reads see what is committed,
@@ -403,8 +429,8 @@ def _read_elsewhere(
     for chunk in chunks:
         work.put(chunk)
 
-    def read() -> list[_Piece]:
-        found: list[_Piece] = []
+    def read() -> list[RunPiece]:
+        found: list[RunPiece] = []
         with connection.engine.connect() as helper:
             if postgresql:
                 helper = helper.execution_options(isolation_level="REPEATABLE READ")
@@ -427,13 +453,13 @@ def _read_elsewhere(
         return [piece for future in futures for piece in future.result()]
 
 
-def _piece(sums: Sequence[Any], next_k: int | None, next_ts: int | None) -> _Piece:
+def _piece(sums: Sequence[Any], next_k: int | None, next_ts: int | None) -> RunPiece:
     """A run from a statement's row: its ``sums`` (first and last key, readings, most memory, thermal, power and
     throttled readings, SM clock sum and count); ``next_k``, the key of the reading after its last one when the
     statement read it, else ``next_ts``, the GPU's next reading looked up (None: none)."""
     first_k, last_k, readings, max_mem, thermal, power, throttled, sm_sum, sm_n = sums
     seen = next_k is not None
-    return _Piece(
+    return RunPiece(
         gpu_id=int(first_k) // GPU_KEY,
         first_ts=int(first_k) % GPU_KEY,
         last_ts=int(last_k) % GPU_KEY,

@@ -77,6 +77,12 @@ def pending_hours(session: Session, start: datetime, end: datetime, now: datetim
     return int(session.scalar(query) or 0)
 
 
+def ledger_built_until(session: Session) -> datetime | None:
+    """The instant the last rollup built the ledger up to (the :data:`LEDGER_WATERMARK`); None before the first."""
+    mark = session.get(Watermark, LEDGER_WATERMARK)
+    return None if mark is None else mark.value
+
+
 def mark_ledger_built(session: Session, until: datetime) -> None:
     """Record that a rollup built the ledger up to ``until`` (the :data:`LEDGER_WATERMARK`), in its transaction."""
     mark = session.get(Watermark, LEDGER_WATERMARK)

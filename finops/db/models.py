@@ -276,6 +276,17 @@ class IdleEpisode(Base):
     evidence: Mapped[str | None] = mapped_column(String(EVIDENCE_MAX_LENGTH))
 
 
+class IdleRunCarry(Base):
+    """The idle runs a scheduled re-judging found in one read [``lo``, ``hi``) (epoch seconds) of the readings, up to
+    the instant each GPU's readings were settled, carried to the next re-judging of the same read so that it reads
+    only the readings after it (:mod:`finops.analysis.idle_carry`, migration 0029); ``document``: JSON."""
+
+    __tablename__ = "idle_run_carry"
+    lo: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    hi: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    document: Mapped[str] = mapped_column(Text)
+
+
 class NodeIoHour(Base):
     """A node's fabric or storage throughput of one kind over one UTC hour, from its collector's ``node_io`` entries
     (:mod:`finops.ingest.node_io`, migration 0020).

@@ -41,7 +41,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from finops.analysis.anomalies import record_anomaly_events
 from finops.analysis.budgets import record_budget_events
 from finops.analysis.idle import IdlePolicy, rejudge_idle
+from finops.analysis.idle_carry import Settled
 from finops.analysis.idle_prices import claim_repriced_hours, release_repriced_hours
+from finops.db.hours import ledger_built_until
 from finops.db.ledger_tables import LedgerEntry
 from finops.db.stopping import StopSwitch
 from finops.ingest.partitions import Pruned, create_upcoming_partitions, prune_samples
@@ -153,8 +155,10 @@ def run_rollup(
         rebuilt: list[int] = []
         with sessions.begin() as session:
             repriced = claim_repriced_hours(session, until)
+            previous = ledger_built_until(session)
             cursors: dict[int, int] = {}
             part = build(session, rebuilt=rebuilt, cursors_before=cursors)
+            found = dict(cursors)
             if rebuilt and reconcile_job_map(session, metered_windows(session, cursors, min(rebuilt))):
                 # The moved jobs' hours, marked dirty, rebuilt with their new placement; not past this transaction's
                 # last hour (the readings of a backlog's next hours are metered, and reconciled, by the next one).
@@ -169,10 +173,12 @@ def run_rollup(
                 # Readings committed since the first rollup that the second metered as new: a job they move has its
                 # hours marked dirty again, for the next rollup to rebuild.
                 reconcile_job_map(session, metered_windows(session, cursors, min(rebuilt)))
+                found |= {gpu: min(cursor, found.get(gpu, cursor)) for gpu, cursor in cursors.items()}
             release_repriced_hours(session, repriced - set(rebuilt))
             if tsdb is not None:
                 tsdb.store_node_rates(session, rebuilt)
-            episodes += rejudge_idle(session, rebuilt, policy, pricing, tsdb, repriced & set(rebuilt))
+            settled = Settled(until, None if previous is None else to_epoch(previous), found)
+            episodes += rejudge_idle(session, rebuilt, policy, pricing, tsdb, repriced & set(rebuilt), settled)
         stalled = built is not None and part.pending_hours >= built.pending_hours
         built = part if built is None else built.then(part)
         rebuilt_all.extend(rebuilt)
