@@ -30,14 +30,14 @@ window must be the same.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from sqlalchemy import Connection, delete, insert, select, text
 from sqlalchemy.orm import Session
 
-from finops.analysis.idle_runs import IdleRun, RunPiece, day_chunks, joined_runs, run_pieces
+from finops.analysis.idle_runs import IdleRun, RunPiece, day_chunks, joined_pieces, joined_runs, run_pieces
 from finops.db.dialect import json_rows
 from finops.db.models import Gpu, IdleRunCarry
 
@@ -61,8 +61,9 @@ class Settled:
 
 @dataclass(slots=True)
 class _Carried:
-    """One read's carry (module docstring)."""
+    """One read's carry (module docstring): the read started at ``lo``."""
 
+    lo: int
     through: int
     covered: set[int]
     pieces: dict[float, list[RunPiece]]
@@ -89,7 +90,7 @@ class RunCarry:
             through = int(carried["through"])
             covered = {g for g in carried["covered"] if settled.cursors.get(g, through - 1) >= through}
             pieces = {float(t): [RunPiece(*fields) for fields in found] for t, found in carried["pieces"]}
-            self._taken[lo, hi] = _Carried(through, covered, pieces)
+            self._taken[lo, hi] = _Carried(lo, through, covered, pieces)
 
     def runs(
         self,
@@ -108,13 +109,12 @@ class RunCarry:
         without the GPUs of ``exclude`` (read elsewhere: their runs here are not used). ``helpers`` as for
         ``idle_runs``."""
         lo, hi, only = read
-        carried = self._taken.get((lo, hi))
+        chosen = None if only is None else set(only)
+        carried = self._carried(lo, hi, chosen)
         start = lo if carried is None else carried.through
         through = max(start, min(hi, self._through))
-        chosen = None if only is None else set(only)
         covered = set() if carried is None else carried.covered if chosen is None else carried.covered & chosen
         every = self._every_gpu(connection) if chosen is None else chosen
-        uncovered = sorted(every - covered) if start > lo else []
         judged = every - set(exclude)
 
         def pieces(t: float, a: int, b: int, gpus: Sequence[int] | None) -> list[RunPiece]:
@@ -126,13 +126,27 @@ class RunCarry:
         found: dict[float, list[IdleRun]] = {}
         left: dict[float, list[RunPiece]] = {}
         for t in thresholds:
-            kept = [] if carried is None else [p for p in carried.pieces.get(t, []) if p.gpu_id in covered]
+            carried_pieces = [] if carried is None else carried.pieces.get(t, [])
+            # Carried from a read that started earlier: a run crossing this read's start starts there when read whole.
+            crossing = {p.gpu_id for p in carried_pieces if p.first_ts < lo <= p.last_ts + max_gap}
+            kept = [p for p in carried_pieces if p.gpu_id in covered - crossing and p.first_ts >= lo]
+            uncovered = sorted(every - (covered - crossing)) if start > lo else []
             _look_up_next(connection, [p for p in kept if not p.next_seen])
-            before = [*kept, *pieces(t, lo, start, uncovered), *pieces(t, start, through, only)]
-            left[t] = [RunPiece(*astuple(p)) for p in before if p.gpu_id in judged]
+            before = joined_pieces([*kept, *pieces(t, lo, start, uncovered), *pieces(t, start, through, only)], max_gap)
+            left[t] = [RunPiece(*p.as_row()) for p in before if p.gpu_id in judged]
             found[t] = joined_runs([*before, *pieces(t, through, hi, only)], max_gap, window)
-        self._left[lo, hi] = _Carried(through, judged, left)
+        self._left[lo, hi] = _Carried(lo, through, judged, left)
         return found
+
+    def _carried(self, lo: int, hi: int, chosen: set[int] | None) -> _Carried | None:
+        """The carry for a read [lo, hi) of the GPUs ``chosen`` (None: every GPU): the one left by the same read, else
+        the one of a read that started at or before ``lo`` and read up to it or further (the next hour's first
+        cycles: a period that ends, or starts, an hour later) holding the most of those GPUs."""
+        same = self._taken.get((lo, hi))
+        if same is not None:
+            return same
+        fits = [c for c in self._taken.values() if c.lo <= lo <= c.through <= hi]
+        return max(fits, key=lambda c: len(c.covered if chosen is None else c.covered & chosen), default=None)
 
     def _every_gpu(self, connection: Connection) -> set[int]:
         """Every GPU's id, read once."""
@@ -153,7 +167,7 @@ class RunCarry:
                         "until": self._settled.until,
                         "through": carried.through,
                         "covered": sorted(carried.covered),
-                        "pieces": [[t, [astuple(p) for p in found]] for t, found in carried.pieces.items()],
+                        "pieces": [[t, [p.as_row() for p in found]] for t, found in carried.pieces.items()],
                     }
                 ).decode(),
             }

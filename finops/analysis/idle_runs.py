@@ -262,6 +262,11 @@ class RunPiece:
         self.sm_sum += later.sm_sum
         self.sm_n += later.sm_n
 
+    def as_row(self) -> list[Any]:
+        """The piece's fields in their order, as :class:`RunPiece` takes them back (``RunPiece(*row)``)."""
+        return [self.gpu_id, self.first_ts, self.last_ts, self.next_ts, self.next_seen, self.max_mem, self.readings,
+                self.thermal, self.power, self.throttled, self.sm_sum, self.sm_n]  # fmt: skip
+
     def covered_until(self, max_gap: int) -> int:
         """Until when the run's last reading stands: the next reading, at most the max gap after it; the reading
         itself when no reading follows."""
@@ -332,12 +337,12 @@ def run_pieces(
         return [piece for chunk in chunks for piece in _chunk_pieces(connection, statements, settings, chunk)]
 
 
-def joined_runs(pieces: Iterable[RunPiece], max_gap: int, window: int) -> list[IdleRun]:
-    """The runs that ``pieces`` of consecutive chunks make, joined where one goes on in the next (its next reading,
-    within the max gap, is the first of the other), that last at least ``window`` seconds; sorted by GPU and start.
-    The pieces are changed (joined into)."""
+def joined_pieces(pieces: Iterable[RunPiece], max_gap: int) -> list[RunPiece]:
+    """``pieces`` of consecutive chunks joined where one goes on in the next (its next reading, within the max gap, is
+    the first of the other), sorted by GPU and start: each a whole run of those chunks, or one that may go on in a
+    later chunk. The pieces are changed (joined into)."""
     starting = {(piece.gpu_id, piece.first_ts): piece for piece in pieces}
-    runs = []
+    heads = []
     joined: set[tuple[int, int]] = set()
     for key in sorted(starting):
         if key in joined:
@@ -349,15 +354,21 @@ def joined_runs(pieces: Iterable[RunPiece], max_gap: int, window: int) -> list[I
                 break
             joined.add((piece.gpu_id, piece.next_ts))
             piece.join(later)
-        covered = piece.covered_until(max_gap)
-        if covered - piece.first_ts >= window:
-            runs.append(
-                IdleRun(
-                    piece.gpu_id, piece.first_ts, covered, piece.max_mem, piece.readings, piece.thermal,
-                    piece.power, piece.throttled, piece.sm_sum / piece.sm_n if piece.sm_n else None,
-                )
-            )  # fmt: skip
-    return runs
+        heads.append(piece)
+    return heads
+
+
+def joined_runs(pieces: Iterable[RunPiece], max_gap: int, window: int) -> list[IdleRun]:
+    """The runs that ``pieces`` of consecutive chunks make (:func:`joined_pieces`) that last at least ``window``
+    seconds; sorted by GPU and start. The pieces are changed (joined into)."""
+    return [
+        IdleRun(
+            piece.gpu_id, piece.first_ts, covered, piece.max_mem, piece.readings, piece.thermal, piece.power,
+            piece.throttled, piece.sm_sum / piece.sm_n if piece.sm_n else None,
+        )
+        for piece in joined_pieces(pieces, max_gap)
+        if (covered := piece.covered_until(max_gap)) - piece.first_ts >= window
+    ]  # fmt: skip
 
 
 def _chunk_pieces(
