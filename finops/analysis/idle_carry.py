@@ -130,7 +130,7 @@ class RunCarry:
             # Carried from a read that started earlier: a run crossing this read's start starts there when read whole.
             crossing = {p.gpu_id for p in carried_pieces if p.first_ts < lo <= p.last_ts + max_gap}
             kept = [p for p in carried_pieces if p.gpu_id in covered - crossing and p.first_ts >= lo]
-            uncovered = sorted(every - (covered - crossing)) if start > lo else []
+            uncovered = sorted(judged - (covered - crossing)) if start > lo else []
             _look_up_next(connection, [p for p in kept if not p.next_seen])
             before = joined_pieces([*kept, *pieces(t, lo, start, uncovered), *pieces(t, start, through, only)], max_gap)
             left[t] = [RunPiece(*p.as_row()) for p in before if p.gpu_id in judged]

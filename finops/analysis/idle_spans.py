@@ -17,8 +17,7 @@ from sqlalchemy.orm import Session
 
 from finops.analysis.idle_runs import IdleRun
 from finops.db.models import IdleEpisode
-from finops.ingest.partitions import DAY
-from finops.timeutil import from_epoch, to_epoch
+from finops.timeutil import floor_hour, from_epoch, to_epoch
 
 H = TypeVar("H")
 """What an episode is held by (:func:`within_spans` passes it through)."""
@@ -68,19 +67,21 @@ def spans_of_stored(session: Session, start: int, end: int, margin: int) -> tupl
 
 def wide_reads(wide: Mapping[int, tuple[int, int]]) -> list[tuple[int, int, list[int]]]:
     """The reads of the GPUs whose spans grew past the period (``wide``: GPU id -> [lo, hi) epoch seconds): one per
-    UTC day a span starts in and span end, [that day's start, the end), of those GPUs. A GPU's episodes found there
-    before its own span are its stored episodes, kept (:func:`within_spans`)."""
+    UTC hour a span starts in and span end, [that hour's start, the end), of those GPUs. A GPU's episodes found there
+    before its own span are its stored episodes, kept (:func:`within_spans`). A GPU idle for days starts its span in
+    the same hour at every re-judging, so its read is carried from one to the next
+    (:mod:`finops.analysis.idle_carry`)."""
     groups: dict[tuple[int, int], list[int]] = defaultdict(list)
     for gpu_id, (lo, hi) in wide.items():
-        groups[lo - lo % DAY, hi].append(gpu_id)
-    return [(day, hi, sorted(gpus)) for (day, hi), gpus in sorted(groups.items())]
+        groups[floor_hour(lo), hi].append(gpu_id)
+    return [(hour, hi, sorted(gpus)) for (hour, hi), gpus in sorted(groups.items())]
 
 
 def within_spans(
     held_runs: Iterable[tuple[H, IdleRun, int, int]], wide: Mapping[int, tuple[int, int]], window: int
 ) -> Iterator[tuple[H, IdleRun, int, int]]:
     """The episodes of ``held_runs`` (:func:`finops.analysis.idle._held_runs`) of the GPUs read over their own spans
-    (``wide``: GPU id -> [lo, hi) epoch seconds; read from the start of lo's day on: :func:`wide_reads`) starting no
+    (``wide``: GPU id -> [lo, hi) epoch seconds; read from the start of lo's hour on: :func:`wide_reads`) starting no
     earlier than lo, left out where what is left is shorter than ``window``: the stored episodes before a span are
     kept, so an episode found reaching back past its start (readings or thresholds changed there since they were
     judged) would bill that time twice. Others as they are."""
