@@ -21,10 +21,9 @@ before the cursor is a late one, and the next rollup moves that GPU's cursor bac
 so the readings of a GPU before ``through`` are those read when the cursor the next rollup finds
 (:attr:`Settled.cursors`) is at or past it: its carried pieces are taken. ``through`` is the rollup's ``until`` less
 :data:`SETTLE_SECONDS`; a GPU whose last reading is older (a collector down, a slow cadence) is read whole, as
-before. A carry is taken only by a re-judging whose rollup found the ledger's watermark at
-the ``until`` of the rollup the carry followed (:attr:`Settled.previous`): another rollup in between
-(``gpu-finops rollup``) may have moved cursors back and forward again. The idle policy's thresholds, max gap and
-window must be the same.
+before. A carry is taken only by a re-judging whose rollup found the ledger's watermark at the ``until`` of the
+rollup the carry followed (:attr:`Settled.previous`): a rollup in between that re-judged nothing (the demo's) may have
+moved cursors back and forward again. The idle policy's thresholds, max gap and window must be the same.
 """
 
 from __future__ import annotations
@@ -129,8 +128,9 @@ class RunCarry:
             carried_pieces = [] if carried is None else carried.pieces.get(t, [])
             # Carried from a read that started earlier: a run crossing this read's start starts there when read whole.
             crossing = {p.gpu_id for p in carried_pieces if p.first_ts < lo <= p.last_ts + max_gap}
-            kept = [p for p in carried_pieces if p.gpu_id in covered - crossing and p.first_ts >= lo]
-            uncovered = sorted(judged - (covered - crossing)) if start > lo else []
+            taken = covered - crossing
+            kept = [RunPiece(*p.as_row()) for p in carried_pieces if p.gpu_id in taken and p.first_ts >= lo]
+            uncovered = sorted(judged - taken) if start > lo else []
             _look_up_next(connection, [p for p in kept if not p.next_seen])
             before = joined_pieces([*kept, *pieces(t, lo, start, uncovered), *pieces(t, start, through, only)], max_gap)
             left[t] = [RunPiece(*p.as_row()) for p in before if p.gpu_id in judged]
