@@ -1,9 +1,9 @@
 """The scheduler's 5-minute cycle carries the idle runs it read to the next cycle (finops/analysis/idle_carry.py), which
 reads each GPU's readings since then, not the hour again; the episodes it leaves equal one detection over every
-reading. Six GPUs read at different cadences (three_days of test_idle_runs' fleet) arrive five minutes at a time
-over four hours across a UTC midnight, each cycle run by the scheduler (``run_rollup``, its clock at the 5-minute
-mark): one GPU's readings arrive 200 s behind (never settled), half an hour of another's arrives two cycles late,
-and a job is imported an hour after it began. Both databases."""
+reading. The readings of six GPUs read at different cadences (tests/analysis/test_idle_runs.py's fleet) arrive five
+minutes at a time over four hours across a UTC midnight, each cycle run by the scheduler (``run_rollup``, its clock
+at the 5-minute mark): one GPU's readings arrive 200 s behind (never settled), a quarter of an hour of another's, idle
+then, arrives two cycles late in the same hour, and a job is imported an hour after it began. Both databases."""
 
 from __future__ import annotations
 
@@ -19,12 +19,11 @@ from finops.analysis.idle import IdlePolicy, detect_idle
 from finops.analysis.idle_carry import SETTLE_SECONDS
 from finops.analysis.idle_runs import RunPiece
 from finops.db.hours import mark_hours_dirty
-from finops.db.models import Allocation, Gpu, GpuSample, IdleEpisode, IdleRunCarry, Job, Node, Team
-from finops.ingest.partitions import create_partitions, is_partitioned
+from finops.db.models import Allocation, GpuSample, IdleEpisode, IdleRunCarry, Job, Team
 from finops.ledger.metering_state import arrival_statement
 from finops.service.scheduler import run_rollup
 from finops.timeutil import HOUR, floor_hour, from_epoch
-from tests.analysis.test_idle_runs import CADENCES, D0, DAYS, MODEL, PRICING, Reading, fleet_readings, hold_fleet
+from tests.analysis.test_idle_runs import D0, PRICING, Reading, add_fleet_gpus, fleet_readings, hold_fleet
 
 T0 = D0 + 86_400 - 2 * HOUR
 """The first cycle's clock: 22:00 of the first day; the cycles run to 02:00."""
@@ -81,16 +80,7 @@ def test_carried_cycles_store_the_episodes_of_one_detection(
     policy = IdlePolicy(grace_seconds=900, partition_thresholds={"interactive": 0.3})
     fleet = fleet_readings(5)
     with sessions.begin() as session:
-        node = Node(hostname="gpu-r-01", partition="batch")
-        session.add(node)
-        session.flush()
-        gpus = [Gpu(uuid=f"GPU-r-{i}", node_id=node.id, gpu_index=i, model=MODEL, in_service_from=from_epoch(D0))
-                for i in range(len(CADENCES))]  # fmt: skip
-        session.add_all(gpus)
-        session.flush()
-        gpu_ids = [gpu.id for gpu in gpus]
-        if is_partitioned(session.connection()):
-            create_partitions(session.connection(), range(D0, D0 + (DAYS + 1) * 86_400, 86_400))
+        gpu_ids = add_fleet_gpus(session)
         hold_fleet(session, {gpu_id: [] for gpu_id in gpu_ids}, 5)
         _store(session, gpu_ids, fleet, 0, T0 - 5, skip=False)
     reads: list[tuple[int, int, int, object]] = []

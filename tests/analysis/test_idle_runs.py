@@ -115,8 +115,9 @@ def as_tuples(runs: list[IdleRun]) -> list[tuple[object, ...]]:
     )  # fmt: skip
 
 
-def store_fleet(session: Session, seed: int) -> dict[int, list[Reading]]:
-    """The fleet's GPUs on one node and their readings; returns the readings by ``gpus.id``."""
+def add_fleet_gpus(session: Session) -> list[int]:
+    """The fleet's GPUs on one node, in service from D0, and the day partitions of its readings; returns their
+    ``gpus.id`` in the order of :data:`CADENCES`."""
     node = Node(hostname="gpu-r-01", partition="batch")
     session.add(node)
     session.flush()
@@ -127,7 +128,12 @@ def store_fleet(session: Session, seed: int) -> dict[int, list[Reading]]:
     connection = session.connection()
     if is_partitioned(connection):
         create_partitions(connection, range(D0, D0 + (DAYS + 1) * 86_400, 86_400))
-    fleet = {gpu.id: readings for gpu, readings in zip(gpus, fleet_readings(seed), strict=True)}
+    return [gpu.id for gpu in gpus]
+
+
+def store_fleet(session: Session, seed: int) -> dict[int, list[Reading]]:
+    """The fleet's GPUs (:func:`add_fleet_gpus`) and their readings; returns the readings by ``gpus.id``."""
+    fleet = dict(zip(add_fleet_gpus(session), fleet_readings(seed), strict=True))
     session.execute(
         insert(GpuSample),
         [
