@@ -19,11 +19,16 @@ finds. A carried piece whose next reading was not read with it has that reading 
 Settled: a GPU's readings before its metering cursor (:mod:`finops.ledger.metering_state`). A reading stored later
 before the cursor is a late one, and the next rollup moves that GPU's cursor back to the start of the reading's hour;
 so the readings of a GPU before ``through`` are those read when the cursor the next rollup finds
-(:attr:`Settled.cursors`) is at or past it: its carried pieces are taken. ``through`` is the rollup's ``until`` less
-:data:`SETTLE_SECONDS`; a GPU whose last reading is older (a collector down, a slow cadence) is read whole, as
-before. A carry is taken only by a re-judging whose rollup found the ledger's watermark at the ``until`` of the
-rollup the carry followed (:attr:`Settled.previous`): a rollup in between that re-judged nothing (the demo's) may have
-moved cursors back and forward again. The idle policy's thresholds, max gap and window must be the same.
+(:attr:`Settled.cursors`) is at or past it, and no arrival record left unsettled (on PostgreSQL, of a transaction
+committed while that rollup ran: :func:`finops.ledger.metering_state.unsettled_arrivals`) has an earlier reading:
+its carried pieces are taken. A reading committed after that check and before the re-judging's reads, earlier than
+``through``, is not read by this cycle, as one committed after a whole read's statement is not; the next cycle reads
+that GPU whole. Expiring readings (:func:`finops.ingest.partitions.prune_samples`) drop every carry. ``through`` is
+the rollup's ``until`` less :data:`SETTLE_SECONDS`; a GPU whose last reading is older (a collector down, a slow
+cadence) is read whole, as before. A carry is taken only by a re-judging whose rollup found the ledger's watermark at
+the ``until`` of the rollup the carry followed (:attr:`Settled.previous`): a rollup in between that re-judged nothing
+(the demo's) may have moved cursors back and forward again. The idle policy's thresholds, max gap and window must be
+the same.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from sqlalchemy.orm import Session
 from finops.analysis.idle_runs import IdleRun, RunPiece, day_chunks, joined_pieces, joined_runs, run_pieces
 from finops.db.dialect import json_rows
 from finops.db.models import Gpu, IdleRunCarry
+from finops.ledger.metering_state import unsettled_arrivals
 
 SETTLE_SECONDS = 120
 """How far before the rollup's ``until`` a carry reads up to: a GPU whose metering cursor (the instant after its last
@@ -82,12 +88,18 @@ class RunCarry:
         self._every: set[int] | None = None
         self._taken: dict[tuple[int, int], _Carried] = {}
         self._left: dict[tuple[int, int], _Carried] = {}
-        for lo, hi, document in session.execute(select(IdleRunCarry.lo, IdleRunCarry.hi, IdleRunCarry.document)):
+        carries = session.execute(select(IdleRunCarry.lo, IdleRunCarry.hi, IdleRunCarry.document)).all()
+        arrived = unsettled_arrivals(session) if carries else {}
+        for lo, hi, document in carries:
             carried = orjson.loads(document)
             if carried["policy"] != self._policy or carried["until"] != settled.previous:
                 continue
             through = int(carried["through"])
-            covered = {g for g in carried["covered"] if settled.cursors.get(g, through - 1) >= through}
+            covered = {
+                g
+                for g in carried["covered"]
+                if settled.cursors.get(g, through - 1) >= through and arrived.get(g, through) >= through
+            }
             pieces = {float(t): [RunPiece(*fields) for fields in found] for t, found in carried["pieces"]}
             self._taken[lo, hi] = _Carried(lo, through, covered, pieces)
 

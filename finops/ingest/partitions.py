@@ -36,7 +36,7 @@ from sqlalchemy import Connection, delete, func, select, text
 from sqlalchemy.orm import Session
 
 from finops.db.ledger_tables import DirtyHour
-from finops.db.models import GpuJobUtilization, GpuSample, NodeIoHour
+from finops.db.models import GpuJobUtilization, GpuSample, IdleRunCarry, NodeIoHour
 from finops.ledger.metering import ENERGY_LOOKBACK_SECONDS
 from finops.timeutil import from_epoch, to_epoch
 
@@ -204,7 +204,9 @@ def prune_samples(session: Session, retention_days: int, now: datetime) -> Prune
     PostgreSQL: ``DROP TABLE`` of every day partition that ends at or before the cutoff (waiting at most
     ``MAINTENANCE_LOCK_TIMEOUT`` for its lock; psycopg's LockNotAvailable otherwise). SQLite: ``DELETE`` of the
     rows before the cutoff. Both: ``DELETE`` of the ``gpu_job_utilization`` rows and of the ``node_io_hours`` hours
-    before the cutoff (a midnight: whole hours). The ledger and every other table are left alone.
+    before the cutoff (a midnight: whole hours), and of the idle runs carried between re-judgings (``idle_run_carry``:
+    they may hold runs of the readings removed; the next re-judging reads its periods whole). The ledger and every
+    other table are left alone.
     """
     cutoff = retention_cutoff(session, retention_days, now)
     connection = session.connection()
@@ -230,8 +232,9 @@ def prune_samples(session: Session, retention_days: int, now: datetime) -> Prune
 
 
 def _prune_beside(session: Session, cutoff: int) -> tuple[int, int]:
-    """Delete the ``gpu_job_utilization`` rows and ``node_io_hours`` hours before ``cutoff`` (epoch seconds);
-    returns how many of each went."""
+    """Delete the ``gpu_job_utilization`` rows and ``node_io_hours`` hours before ``cutoff`` (epoch seconds), and the
+    idle runs carried (all of them); returns how many of the first two went."""
+    session.execute(delete(IdleRunCarry))
     deleted = []
     for what, statement in (
         ("per-job utilisation rows", delete(GpuJobUtilization).where(GpuJobUtilization.ts < from_epoch(cutoff))),

@@ -65,6 +65,13 @@ def _earliest(documents: Iterable[str]) -> dict[int, int]:
     return earliest
 
 
+def unsettled_arrivals(session: Session) -> dict[int, int]:
+    """Per GPU id, the earliest reading of the arrival records no rollup has settled yet, as the session sees them
+    now (epoch seconds): on PostgreSQL also those of transactions committed while a rollup ran, which the next one
+    deals with."""
+    return _earliest(session.scalars(text("SELECT earliest FROM reading_arrivals")))
+
+
 @dataclass(slots=True)
 class Arrivals:
     """The arrival records a rollup read at its start (``seen``: their ids), each GPU's cursor then (after the moves
