@@ -38,11 +38,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, delete, insert, select, text
+from sqlalchemy import Connection, delete, insert, select
 from sqlalchemy.orm import Session
 
-from finops.analysis.idle_runs import IdleRun, RunPiece, day_chunks, joined_pieces, joined_runs, run_pieces
-from finops.db.dialect import json_rows
+from finops.analysis.idle_runs import (
+    IdleRun,
+    RunPiece,
+    day_chunks,
+    joined_pieces,
+    joined_runs,
+    look_up_next,
+    run_pieces,
+)
 from finops.db.models import Gpu, IdleRunCarry
 from finops.ledger.metering_state import unsettled_arrivals
 
@@ -143,7 +150,7 @@ class RunCarry:
             taken = covered - crossing
             kept = [RunPiece(*p.as_row()) for p in carried_pieces if p.gpu_id in taken and p.first_ts >= lo]
             uncovered = sorted(judged - taken) if start > lo else []
-            _look_up_next(connection, [p for p in kept if not p.next_seen])
+            look_up_next(connection, [p for p in kept if not p.next_seen])
             before = joined_pieces([*kept, *pieces(t, lo, start, uncovered), *pieces(t, start, through, only)], max_gap)
             left[t] = [RunPiece(*p.as_row()) for p in before if p.gpu_id in judged]
             found[t] = joined_runs([*before, *pieces(t, through, hi, only)], max_gap, window)
@@ -187,21 +194,3 @@ class RunCarry:
         ]
         if rows:
             session.execute(insert(IdleRunCarry), rows)
-
-
-def _look_up_next(connection: Connection, pieces: Sequence[RunPiece]) -> None:
-    """Set each piece's next reading (the GPU's first reading with a utilisation after the piece's last) to what is
-    stored now, looked up by the ``(gpu_id, ts)`` key: one statement for all of them."""
-    if not pieces:
-        return
-    rows = json_rows(connection.dialect.name, "pieces", "p", {"gpu_id": "integer", "last_ts": "bigint"})
-    found = connection.execute(
-        text(
-            f"SELECT p.gpu_id, p.last_ts, (SELECT n.ts FROM gpu_samples n WHERE n.gpu_id = p.gpu_id "  # noqa: S608
-            f"AND n.ts > p.last_ts AND n.utilization_ratio IS NOT NULL ORDER BY n.ts LIMIT 1) FROM {rows}"
-        ),
-        {"pieces": orjson.dumps([{"gpu_id": p.gpu_id, "last_ts": p.last_ts} for p in pieces]).decode()},
-    )
-    following = {(int(gpu_id), int(last)): None if ts is None else int(ts) for gpu_id, last, ts in found}
-    for piece in pieces:
-        piece.next_ts = following[piece.gpu_id, piece.last_ts]

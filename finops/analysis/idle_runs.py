@@ -371,6 +371,18 @@ def joined_runs(pieces: Iterable[RunPiece], max_gap: int, window: int) -> list[I
     ]  # fmt: skip
 
 
+def look_up_next(connection: Connection, pieces: Sequence[RunPiece], table: str = "gpu_samples") -> None:
+    """Set each piece's next reading (its GPU's first one with a utilisation after the piece's last, in ``table``; None:
+    none) to what is stored now, looked up by key as the statements do (:data:`_NEXT_TS`), one statement for all."""
+    runs = json_rows(connection.dialect.name, "pieces", "runs", {"first_k": "bigint", "last_k": "bigint"})
+    keys = [{"first_k": p.gpu_id * GPU_KEY + p.first_ts, "last_k": p.gpu_id * GPU_KEY + p.last_ts} for p in pieces]
+    statement = text(f"SELECT runs.last_k, {_NEXT_TS.format(table=table)} FROM {runs}")  # noqa: S608 - constants
+    found = connection.execute(statement, {"pieces": json.dumps(keys)}).all() if pieces else []
+    following = {int(last_k): None if ts is None else int(ts) for last_k, ts in found}
+    for piece in pieces:
+        piece.next_ts = following[piece.gpu_id * GPU_KEY + piece.last_ts]
+
+
 def _chunk_pieces(
     connection: Connection, statements: _Statements, settings: _Settings, chunk: tuple[int, int]
 ) -> list[RunPiece]:

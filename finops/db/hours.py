@@ -78,7 +78,9 @@ def pending_hours(session: Session, start: datetime, end: datetime, now: datetim
 
 
 def ledger_built_until(session: Session) -> datetime | None:
-    """The instant the last rollup built the ledger up to (the :data:`LEDGER_WATERMARK`); None before the first."""
+    """The instant the last rollup built the ledger up to (the :data:`LEDGER_WATERMARK`); None before the first. Read
+    through the session's identity map: the value this session saw first (ingest, whose session outlives a rollup's
+    commit, reads it afresh by query)."""
     mark = session.get(Watermark, LEDGER_WATERMARK)
     return None if mark is None else mark.value
 
@@ -134,8 +136,7 @@ def stale_ledger(session: Session, end: datetime) -> StaleLedger | None:
     Hours before that one that the import changed are marked dirty, and :func:`pending_hours` counts them; the hour
     the ledger was last built into is always marked (the rollup keeps its mark), so only this tells that its
     numbers predate an import."""
-    built = session.get(Watermark, LEDGER_WATERMARK)
-    built_to = None if built is None else built.value
+    built_to = ledger_built_until(session)
     if built_to is not None and to_epoch(end) <= floor_hour(to_epoch(built_to)):
         return None
     newest = session.execute(
