@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from sqlalchemy import column, or_, select, table, text
 from sqlalchemy.orm import Session
 
+from finops.analysis.episode_evidence import episode_evidence
 from finops.analysis.idle_carry import RunCarry, Settled
 from finops.analysis.idle_prices import EpisodePrices, reprice_episodes
 from finops.analysis.idle_runs import IdleRun, day_chunks, idle_runs
@@ -151,21 +152,25 @@ def detect_idle(
                             for t in thresholds}  # fmt: skip
         for t, found in by_threshold.items():
             runs[t] += found if only is not None else [run for run in found if run.gpu_id not in wide]
+    held_runs = list(within_spans(_held_runs(session, runs, policy, scan_from, scan_until), wide, window))
+    table = IDLE_READINGS_TABLE if readings is not None else "gpu_samples"
+    own = episode_evidence(session.connection(), [(run, held.threshold, lo, hi) for held, run, lo, hi in held_runs],
+                           table, clocks=readings is None)  # fmt: skip
     if readings is not None:
         session.execute(text(f"DELETE FROM {IDLE_READINGS_TABLE}"))  # noqa: S608 - a constant
     # The stored episodes taken in go once the runs are read: on SQLite a transaction that has written nothing yet
     # reads the readings on helper connections too (finops.analysis.idle_runs.may_read_elsewhere).
     forget_taken(session, taken)
-    gpu_ids = {run.gpu_id for found in runs.values() for run in found}
-    if not gpu_ids:
+    if not held_runs:
         return 0
-    prices = EpisodePrices(session, pricing, gpu_ids)
+    prices = EpisodePrices(session, pricing, {run.gpu_id for _, run, _, _ in held_runs})
     episodes = [
         EpisodeRun(
-            run.gpu_id, prices.node(run.gpu_id), held.job_pk, held.partition, held.job_name, lo, hi, run.max_mem,
-            run.readings, run.thermal_readings, run.power_readings, run.throttled_readings, run.throttled_sm_clock,
+            run.gpu_id, prices.node(run.gpu_id), held.job_pk, held.partition, held.job_name, lo, hi, seen.max_mem,
+            seen.readings, seen.thermal_readings, seen.power_readings, seen.throttled_readings,
+            seen.throttled_sm_clock,
         )
-        for held, run, lo, hi in within_spans(_held_runs(session, runs, policy, scan_from, scan_until), wide, window)
+        for (held, run, lo, hi), seen in zip(held_runs, own, strict=True)
     ]  # fmt: skip
     verdicts = judge_episodes(session, episodes, policy.reasons)
     rows = [

@@ -61,7 +61,7 @@ integer that sorts by GPU, then time (the ledger's metering orders readings the 
 
 # Per run: its first and last reading's keys, its readings, the most memory, and its readings with a thermal, a
 # power, either clocks-event reason, and the sum and count of the SM clocks of those with either.
-_SUMS = f"""MIN(k) AS first_k, MAX(k) AS last_k, COUNT(*) AS readings, MAX(COALESCE(mem, 0)) AS max_mem,
+RUN_SUMS = f"""MIN(k) AS first_k, MAX(k) AS last_k, COUNT(*) AS readings, MAX(COALESCE(mem, 0)) AS max_mem,
            SUM(CASE WHEN (COALESCE(clk, 0) & {THERMAL_MASK}) <> 0 THEN 1 ELSE 0 END) AS thermal,
            SUM(CASE WHEN (COALESCE(clk, 0) & {POWER_MASK}) <> 0 THEN 1 ELSE 0 END) AS power,
            SUM(CASE WHEN (COALESCE(clk, 0) & {THERMAL_MASK | POWER_MASK}) <> 0 THEN 1 ELSE 0 END) AS throttled,
@@ -89,7 +89,7 @@ WITH numbered AS (
               WHERE {{per_gpu}}r.ts >= :c0 AND r.ts < :c1 AND r.utilization_ratio <= :threshold) idle
     ) lagged
 ), runs AS (
-    SELECT {_SUMS} FROM numbered GROUP BY run HAVING {_WORTH}
+    SELECT {RUN_SUMS} FROM numbered GROUP BY run HAVING {_WORTH}
 ), counted AS (
     SELECT runs.*, (SELECT COUNT(*) FROM {{table}} n WHERE n.gpu_id = runs.first_k / 4294967296
                       AND n.ts >= runs.first_k % 4294967296 AND n.ts <= runs.last_k % 4294967296) AS present
@@ -118,15 +118,15 @@ WITH neighbours AS (
                OVER (ORDER BY k ROWS UNBOUNDED PRECEDING) AS run
     FROM neighbours
 ), runs AS (
-    SELECT {_SUMS}, MAX(nk) AS next_k FROM numbered WHERE i = 1 GROUP BY run HAVING {_WORTH}
+    SELECT {RUN_SUMS}, MAX(nk) AS next_k FROM numbered WHERE i = 1 GROUP BY run HAVING {_WORTH}
 )
 SELECT first_k, last_k, readings, max_mem, thermal, power, throttled, sm_sum, sm_n,
        CASE WHEN next_k > last_k AND next_k - last_k < 4294967296 - :span THEN next_k END AS next_k,
        CASE WHEN next_k = last_k OR next_k - last_k >= 4294967296 - :span THEN {_NEXT_TS} END AS next_ts
 FROM runs
 """  # noqa: S608 - the f-string only inlines this module's constant fragments
-_CLOCKS = "r.clocks_event_reasons AS clk, r.sm_clock_hertz AS sm"
-_NO_CLOCKS = "CAST(NULL AS BIGINT) AS clk, CAST(NULL AS DOUBLE PRECISION) AS sm"
+CLOCK_COLUMNS = "r.clocks_event_reasons AS clk, r.sm_clock_hertz AS sm"
+NO_CLOCK_COLUMNS = "CAST(NULL AS BIGINT) AS clk, CAST(NULL AS DOUBLE PRECISION) AS sm"
 _PER_GPU = {"sqlite": "r.gpu_id IN (SELECT g.id FROM {gpus}) AND ", "postgresql": ""}
 # PostgreSQL reads the idle readings of a chunk by a scan of its day's partition, or, for a chunk that is a small part
 # of its day so far (KEYED_SHARE), per GPU by the (gpu_id, ts) key behind LATERAL and OFFSET 0 (not flattened into
@@ -176,7 +176,7 @@ class _Statements:
             "ranges": json_rows(dialect, "ranges", "g", {"gpu_id": "integer", "lo": "bigint", "hi": "bigint"}),
         }
         per_gpu = _PER_GPU[dialect].replace("{gpus}", gpus)  # PostgreSQL reads only's GPUs by key (below)
-        common = {"clocks": _CLOCKS if clocks else _NO_CLOCKS, "per_gpu": per_gpu, "table": table}
+        common = {"clocks": CLOCK_COLUMNS if clocks else NO_CLOCK_COLUMNS, "per_gpu": per_gpu, "table": table}
         joined = _NEAR_JOINED.format(**names)
         by_key = dialect == "postgresql"
         keyed = (
@@ -219,7 +219,7 @@ class _Settings:
 class IdleRun:
     """An idle run of one GPU: [``first_ts``, ``covered_until``) epoch seconds; the most memory in use
     (``max_mem``, bytes; 0 without a value), how many readings, and of them with a thermal, a power, either
-    clocks-event reason, and the mean SM clock (Hz) of those with either (None: none has a clock)."""
+    clocks-event reason, and the sum (Hz) and count of the SM clocks of those with either."""
 
     gpu_id: int
     first_ts: int
@@ -229,7 +229,13 @@ class IdleRun:
     thermal_readings: int
     power_readings: int
     throttled_readings: int
-    throttled_sm_clock: float | None
+    sm_sum: float
+    sm_n: int
+
+    @property
+    def throttled_sm_clock(self) -> float | None:
+        """The mean SM clock (Hz) of the readings with a thermal or power reason (None: none has a clock)."""
+        return self.sm_sum / self.sm_n if self.sm_n else None
 
 
 @dataclass(slots=True)
@@ -364,7 +370,7 @@ def joined_runs(pieces: Iterable[RunPiece], max_gap: int, window: int) -> list[I
     return [
         IdleRun(
             piece.gpu_id, piece.first_ts, covered, piece.max_mem, piece.readings, piece.thermal, piece.power,
-            piece.throttled, piece.sm_sum / piece.sm_n if piece.sm_n else None,
+            piece.throttled, piece.sm_sum, piece.sm_n,
         )
         for piece in joined_pieces(pieces, max_gap)
         if (covered := piece.covered_until(max_gap)) - piece.first_ts >= window

@@ -1,17 +1,19 @@
 """An idle episode's waste reason and evidence come from its own readings, not from the rest of the idle run it was
-clipped from (finops/analysis/idle.py: ``_held_runs`` clips a run to each allocation; ``detect_idle`` judges the
-episode). Both databases."""
+clipped from (finops/analysis/episode_evidence.py; ``finops.analysis.idle._held_runs`` clips a run to each
+allocation). One GPU read every minute at 0 %, two jobs one after the other on it: the readings make one idle run
+across both. Both databases."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import pytest
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from collector.contract.clocks_events import CLOCKS_EVENT_REASONS
 from finops.analysis.idle import IdlePolicy, detect_idle
-from finops.analysis.waste import STALLED_PROCESS
+from finops.analysis.waste import STALLED_PROCESS, THROTTLED
 from finops.db.models import Allocation, Gpu, GpuSample, IdleEpisode, Job, Node, Team
 from finops.ingest.partitions import create_partitions, is_partitioned
 from finops.pricing.catalog import Pricing, PricingModel, load_catalog
@@ -20,30 +22,27 @@ from finops.timeutil import HOUR, from_epoch, to_epoch
 T0 = to_epoch(datetime(2026, 3, 2, 7, tzinfo=UTC))
 PRICING = Pricing(load_catalog(), PricingModel.ON_DEMAND)
 HELD_BYTES = 20 * 2**30
+FULL_CLOCK, HELD_DOWN_CLOCK = 1.98e9, 1.2e9
 
 
-def _job(session: Session, team: Team, job_id: str, start: int, end: int, gpu_id: int) -> Job:
-    job = Job(scheduler="slurm", cluster="c", job_id=job_id, job_id_raw=job_id, user="u", account="a",
-              partition="batch", name="train", state="COMPLETED", start=from_epoch(start), end=from_epoch(end),
-              gpus=1, node_list="gpu-e-01", team_id=team.id)  # fmt: skip
-    session.add(job)
-    session.flush()
-    session.add(Allocation(job_pk=job.id, gpu_id=gpu_id, start=from_epoch(start), end=from_epoch(end)))
-    return job
+@dataclass(frozen=True)
+class Stretch:
+    """Readings every minute over [start, end) epoch seconds: utilisation, memory in use, a clocks-event reason."""
+
+    start: int
+    end: int
+    memory: int = 0
+    clocks: int = 0
+    utilization: float = 0.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an episode takes the evidence of its whole idle run (memory, readings, clocks-event reasons), also of "
-    "the readings before its allocation began: job B is judged a stalled process on job A's memory",
-)
-def test_an_episode_is_judged_on_its_own_readings_not_its_predecessor_s(sessions: sessionmaker[Session]) -> None:
-    """One GPU at 0 % from 08:00 to 11:00, read every minute: job A [07:00, 09:00) holds 20 GiB while idle (a
-    stalled process), job B [09:00, 11:00) holds none. The readings make one idle run; B's episode
-    [09:10, 11:00) must not be a stalled process, nor say memory held."""
+def _judged(
+    sessions: sessionmaker[Session], stretches: list[Stretch], jobs: list[tuple[int, int]]
+) -> list[IdleEpisode]:
+    """The GPU's ``stretches`` of readings and ``jobs`` ([start, end) epoch seconds) held on it, judged by one
+    detection over [T0, T0 + 4 h); returns each job's one episode, in the jobs' order."""
     with sessions.begin() as session:
-        team = Team(name="t")
-        node = Node(hostname="gpu-e-01", partition="batch")
+        team, node = Team(name="t"), Node(hostname="gpu-e-01", partition="batch")
         session.add_all([team, node])
         session.flush()
         gpu = Gpu(uuid="GPU-e-0", node_id=node.id, gpu_index=0, model="NVIDIA H100 80GB HBM3",
@@ -52,17 +51,64 @@ def test_an_episode_is_judged_on_its_own_readings_not_its_predecessor_s(sessions
         session.flush()
         if is_partitioned(session.connection()):
             create_partitions(session.connection(), [T0 - T0 % 86_400])
-        readings = [
-            {"gpu_id": gpu.id, "ts": from_epoch(ts), "utilization_ratio": 0.0,
-             "memory_used_bytes": HELD_BYTES if ts < T0 + 2 * HOUR else 0}
-            for ts in range(T0 + HOUR, T0 + 4 * HOUR, 60)
-        ]  # fmt: skip
-        session.execute(insert(GpuSample), readings)
-        a = _job(session, team, "a", T0, T0 + 2 * HOUR, gpu.id)
-        b = _job(session, team, "b", T0 + 2 * HOUR, T0 + 4 * HOUR, gpu.id)
+        session.execute(
+            insert(GpuSample),
+            [
+                {"gpu_id": gpu.id, "ts": from_epoch(ts), "utilization_ratio": s.utilization,
+                 "memory_used_bytes": s.memory,
+                 "clocks_event_reasons": s.clocks, "sm_clock_hertz": HELD_DOWN_CLOCK if s.clocks else FULL_CLOCK}
+                for s in stretches for ts in range(s.start, s.end, 60)
+            ],
+        )  # fmt: skip
+        pks = []
+        for number, (start, end) in enumerate(jobs):
+            job = Job(scheduler="slurm", cluster="c", job_id=str(number), job_id_raw=str(number), user="u",
+                      account="a", partition="batch", name="train", state="COMPLETED", start=from_epoch(start),
+                      end=from_epoch(end), gpus=1, node_list="gpu-e-01", team_id=team.id)  # fmt: skip
+            session.add(job)
+            session.flush()
+            session.add(Allocation(job_pk=job.id, gpu_id=gpu.id, start=from_epoch(start), end=from_epoch(end)))
+            pks.append(job.id)
         detect_idle(session, from_epoch(T0), from_epoch(T0 + 4 * HOUR), IdlePolicy(), PRICING)
         episodes = {e.job_pk: e for e in session.scalars(select(IdleEpisode))}
-    assert set(episodes) == {a.id, b.id}
-    assert (episodes[a.id].memory_held, episodes[a.id].reason) == (True, STALLED_PROCESS)
-    assert not episodes[b.id].memory_held
-    assert episodes[b.id].reason != STALLED_PROCESS, episodes[b.id].evidence
+        session.expunge_all()
+    assert sorted(episodes) == sorted(pks), "one episode per job"
+    return [episodes[pk] for pk in pks]
+
+
+def test_an_episode_is_not_judged_on_the_memory_of_the_job_before(sessions: sessionmaker[Session]) -> None:
+    """Job A [07:00, 09:00) holds 20 GiB while idle from 08:00 (a stalled process); job B [09:00, 11:00) holds none.
+    B's episode [09:10, 11:00) is no stalled process and holds no memory; A's is, with its 20 GiB (its run's most
+    memory, which B's readings clipped off it do not hold)."""
+    a, b = _judged(
+        sessions,
+        [Stretch(T0 + HOUR, T0 + 2 * HOUR, memory=HELD_BYTES), Stretch(T0 + 2 * HOUR, T0 + 4 * HOUR)],
+        [(T0, T0 + 2 * HOUR), (T0 + 2 * HOUR, T0 + 4 * HOUR)],
+    )
+    assert (a.memory_held, a.reason, a.evidence) == (
+        True,
+        STALLED_PROCESS,
+        "20.0 GiB of GPU memory held with no compute",
+    )
+    assert not b.memory_held
+    assert b.reason != STALLED_PROCESS, b.evidence
+
+
+def test_an_episode_counts_only_its_own_throttled_readings(sessions: sessionmaker[Session]) -> None:
+    """Job C [07:00, 09:30) idle and thermally throttled (its SM clock held down to 1.2 GHz from the 1.98 GHz of the
+    busy hour before); job D [09:30, 10:30) idle at the full clock, no reason. Over the whole run 150 of 210 readings
+    are throttled, which would make D throttled too; D's own readings have none, C's all of theirs (the 140 of
+    [07:10, 09:30): not D's 60 after them, the last one included, which the run's end is)."""
+    thermal = CLOCKS_EVENT_REASONS["sw_thermal"]
+    c, d = _judged(
+        sessions,
+        [
+            Stretch(T0 - HOUR, T0, utilization=0.9),
+            Stretch(T0, T0 + 150 * 60, clocks=thermal),
+            Stretch(T0 + 150 * 60, T0 + 210 * 60),
+        ],
+        [(T0, T0 + 150 * 60), (T0 + 150 * 60, T0 + 210 * 60)],
+    )
+    assert c.reason == THROTTLED
+    assert "100%" in c.evidence.replace(" ", ""), c.evidence
+    assert d.reason != THROTTLED, d.evidence

@@ -255,7 +255,8 @@ def hold_fleet(
 
 def test_stored_episodes_are_the_reference_runs_clipped_to_the_allocations(sessions: sessionmaker[Session]) -> None:
     """Allocations: one after the other, two time-sliced on one GPU, one still running, and jobs of a partition
-    that calls ≤ 30 % idle; each episode starts no earlier than its allocation's start + the grace."""
+    that calls ≤ 30 % idle; each episode starts no earlier than its allocation's start + the grace, and holds memory
+    when its own readings do (not those of its run before or after it)."""
     policy = IdlePolicy(grace_seconds=900, partition_thresholds={"interactive": 0.3})
     with sessions.begin() as session:
         fleet = store_fleet(session, 4)
@@ -276,7 +277,8 @@ def test_stored_episodes_are_the_reference_runs_clipped_to_the_allocations(sessi
             hi = int(run[2]) if a_end is None else min(int(run[2]), a_end)  # type: ignore[call-overload]
             if hi - lo >= policy.window_seconds:
                 rate = PRICING.catalog.rate(MODEL, PricingModel.ON_DEMAND, from_epoch(lo))
-                expected.append((gpu_id, job.id, lo, hi, float(run[3]) > 64 * 2**20, capacity_cost(rate, hi - lo)))  # type: ignore[arg-type]
+                own_memory = max(r[2] or 0 for r in fleet[gpu_id] if r[1] is not None and lo <= r[0] < hi)
+                expected.append((gpu_id, job.id, lo, hi, own_memory > 64 * 2**20, capacity_cost(rate, hi - lo)))  # type: ignore[arg-type]
     assert stored == len(expected) > 10
     assert found == sorted(expected)
 
