@@ -74,8 +74,8 @@ def hour_parts(gpus: int) -> list[list[Any]]:
     return parts
 
 
-def node_jobs(engine: Any) -> None:
-    """One running job per node, holding its 8 GPUs from an hour before the readings on."""
+def node_jobs(engine: Any, lead: int = 3600) -> None:
+    """One running job per node, holding its 8 GPUs from ``lead`` seconds before the readings on."""
     from sqlalchemy import text
 
     with engine.begin() as c:
@@ -89,14 +89,14 @@ def node_jobs(engine: Any) -> None:
                        VALUES ('slurm', 'bench', :name, :name, 'u', 'team-a', 'p', 'train', 'RUNNING', :start,
                                :start, 8, :name, :team) RETURNING id"""
                 ),
-                {"name": hostname, "start": START - 3600, "team": team},
+                {"name": hostname, "start": START - lead, "team": team},
             )
             c.execute(
                 text(
                     """INSERT INTO allocations (job_pk, gpu_id, start, share_num, share_den)
                        SELECT :job, id, :start, 1, 1 FROM gpus WHERE node_id = :node"""
                 ),
-                {"job": job, "start": START - 3600, "node": node_id},
+                {"job": job, "start": START - lead, "node": node_id},
             )
 
 

@@ -4,7 +4,7 @@ and another checkout's side by side in one run.
 Usage::
 
     .venv/bin/python benchmarks/idle_cycle.py --baseline-tree /tmp/base [DATABASE_URL] [--gpus 10000] [--hours 2]
-        [--repeat 1]
+        [--repeat 1] [--job-lead 3600]
 
 ``--baseline-tree`` is a checkout of the code to compare with (``git worktree add /tmp/base <commit>``).
 ``DATABASE_URL`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test_idle_cycle``; PostgreSQL only) is
@@ -15,7 +15,9 @@ Why: each cycle re-judges the hours its rollup rebuilt, widened by the idle wind
 twelve times an hour. Read whole each time, its cost grows through the hour (with the readings since the period's
 start) and, for GPUs idle for longer, with their episodes.
 
-Workload: ``--gpus`` H100s (8 a node, one job a node holding them from an hour before the first reading), read every
+Workload: ``--gpus`` H100s (8 a node, one job a node holding them from ``--job-lead`` seconds before the first reading:
+by default an hour, so that an idle GPU's episode is its whole run; under the idle grace, 600 s, the episode begins at
+the grace's end, clipped from a run that began with the readings, as a job that starts idle has), read every
 10 s from 10:00 UTC (``benchmarks/cycle.py``'s start, so the day's partition holds the readings of the hours measured
 alone; the period is then a small part of its day so far, read by key, as late in a day), one GPU in ten at 0 %
 utilisation all along (an idle episode from 10:00 on), the others at 95 %. Each GPU's first reading is stored as the
@@ -52,7 +54,7 @@ FROM gpu_samples s CROSS JOIN generate_series(CAST(:first AS BIGINT), CAST(:last
 power."""
 
 
-def _child(database_url: str, gpus: int, hours: int) -> dict[str, list[float]]:
+def _child(database_url: str, gpus: int, hours: int, job_lead: int) -> dict[str, list[float]]:
     """One measured run with the tree on ``sys.path``: schema afresh, the first readings, then the cycles; per cycle
     its seconds and its idle re-judging's."""
     import cycle
@@ -88,7 +90,7 @@ def _child(database_url: str, gpus: int, hours: int) -> dict[str, list[float]]:
     for first in range(0, len(batches), cycle.GROUP):
         with Session(engine) as session, session.begin():
             ingestor.store_all(session, batches[first : first + cycle.GROUP])
-    cycle.node_jobs(engine)
+    cycle.node_jobs(engine, job_lead)
     figures: dict[str, list[float]] = {"cycle": [], "idle": []}
     for mark in range(1, hours * 12 + 1):
         with engine.begin() as connection:
@@ -115,12 +117,13 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=10_000)
     parser.add_argument("--hours", type=int, default=2, help="hours of 5-minute cycles")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--job-lead", type=int, default=3600, help="seconds the jobs start before the first reading")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
         leave_only_tree()
         sys.path.append(str(Path(__file__).resolve().parent))  # cycle.py's constants, behind the tree's packages
-        print(json.dumps(_child(options.database_url, options.gpus, options.hours)))
+        print(json.dumps(_child(options.database_url, options.gpus, options.hours, options.job_lead)))
         return
     trees = {"baseline": options.baseline_tree.resolve(), "current": REPO}
     runs: dict[str, list[dict[str, list[float]]]] = {name: [] for name in trees}
@@ -128,9 +131,10 @@ def main() -> None:
         for name, tree in trees.items():
             recreate_database(options.database_url)
             args = [options.database_url, "--baseline-tree", str(tree), "--child", "--gpus", str(options.gpus),
-                    "--hours", str(options.hours)]  # fmt: skip
+                    "--hours", str(options.hours), "--job-lead", str(options.job_lead)]  # fmt: skip
             runs[name].append(run_in_tree(tree, __file__, args))
-    print(f"{options.gpus:,} GPUs (one in {IDLE_EVERY} idle), read every 10 s, {options.hours * 12} cycles; "
+    print(f"{options.gpus:,} GPUs (one in {IDLE_EVERY} idle, jobs from {options.job_lead} s before the readings), "
+          f"read every 10 s, {options.hours * 12} cycles; "
           f"{options.repeat} run(s) per tree, alternated; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
     marks = [f"{5 * (m + 1)}" for m in range(options.hours * 12)]
     print("minutes after the first reading: " + " ".join(f"{m:>5s}" for m in marks))

@@ -20,9 +20,10 @@ The rules (:data:`RULES`) are tried in order and the first that holds is the rea
 8. **unexplained**: none of the above; the evidence says what was looked at.
 
 An idle episode is judged when it is stored (:func:`finops.analysis.idle.detect_idle`) on its own readings: the
-clocks-event reasons and SM clocks of its run, the node's fabric and storage rates of its hours
-(:mod:`finops.ingest.node_io`), the memory it held, the job's partition and name, and the ledger's utilisation of the
-job's GPUs so far. Its reason and evidence are stored with it, so they outlive the raw readings.
+clocks-event reasons and SM clocks of its readings (:mod:`finops.analysis.episode_evidence`), the node's fabric and
+storage rates of its hours (:mod:`finops.ingest.node_io`), the memory it held, the job's partition and name, and the
+ledger's utilisation of the job's GPUs so far. Its reason and evidence are stored with it, so they outlive the raw
+readings.
 
 A job's idle time outside its episodes (:func:`judge_job_gpu`) is judged from what outlives the readings: the
 ledger's utilisation of its GPUs, its stored episodes' reasons and its conventions; only a job whose mean

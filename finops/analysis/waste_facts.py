@@ -32,8 +32,9 @@ from finops.timeutil import from_epoch
 
 @dataclass(frozen=True, slots=True)
 class EpisodeRun:
-    """An idle episode about to be stored, and what its run of readings showed (:mod:`finops.analysis.idle`):
-    [start, end) epoch seconds, the most memory used, the run's reading counts and throttled SM clock."""
+    """An idle episode about to be stored, and what its readings showed (:mod:`finops.analysis.idle`,
+    :mod:`finops.analysis.episode_evidence`): [start, end) epoch seconds, the most memory used, its reading counts and
+    throttled SM clock."""
 
     gpu_id: int
     node_id: int
