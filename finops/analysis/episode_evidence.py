@@ -4,27 +4,29 @@ An episode is an idle run of its GPU's readings (:mod:`finops.analysis.idle_runs
 allocation's start + the grace to the earlier of the run's end and the allocation's (:func:`finops.analysis.idle.
 _held_runs`). The run may have begun before the allocation (the GPU idle already, or the job before idle to its end)
 or go on after it, for the next job: its memory, reading counts and clocks-event reasons are then partly other jobs'.
-An episode's are those of the readings with a utilisation in [start, end), all of them the run's: the run's sums less
-those of its readings clipped off, before its start and, when the allocation ends first, from its end on. Those lie
-within what the re-judging read around its period (a run starts no earlier than its read), so they cost a few
-minutes of readings per episode, not the episode's days. Counts and clock sums subtract; the most memory does not:
-where the clipped-off readings hold the run's most, the episode's is read over its own span. A run's readings are
-its GPU's readings at or below its threshold from its start up to its covered end, that one included: a run with no
-reading after it covers until its last reading (:meth:`finops.analysis.idle_runs.RunPiece.covered_until`), and the
-reading that ends any other lies above the threshold or past the covered end.
+An episode's are those of the run's readings from its start on and, when the allocation ends first, before its end
+(the run's readings: its GPU's at or below its threshold from its first reading to its last, ``IdleRun.last_ts``).
+
+Each clipped episode is read the cheaper way, by the seconds each covers: its own readings, or those clipped off it
+(before its start, and from its end on), whose sums are taken off the run's; one statement for all of them. Counts
+and clock sums subtract; the most memory does not: where the clipped-off readings hold the run's most, the episode
+holds it too when one of its readings does (a probe that stops at the first: a process holding the same memory all
+along), else its own readings are read for it. So an episode costs at most the shorter of its span and the rest of
+its run, mostly the grace's few minutes, never its days; only an episode after a job that held more memory idle, and
+holding less, is read whole.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection, text
 
 from finops.analysis.idle_runs import CLOCK_COLUMNS, NO_CLOCK_COLUMNS, RUN_SUMS, IdleRun
-from finops.db.dialect import json_rows
+from finops.db.dialect import NO_PARALLEL_WORKERS, json_rows, transaction_settings
 
 _RANGE_COLUMNS = {"i": "integer", "gpu_id": "integer", "lo": "bigint", "hi": "bigint", "t": "double precision"}
 # Per range i, the sums of the GPU's readings at or below the threshold t in [lo, hi], as the run statements make them
@@ -61,47 +63,90 @@ def episode_evidence(
     """The evidence of each of ``episodes`` (its run, the run's idle threshold ratio, the episode's start and end,
     epoch seconds), in order (module docstring), from ``table`` (``gpu_samples``, or a table of its columns keyed by
     ``(gpu_id, ts)``; ``clocks``: whether it has ``clocks_event_reasons`` and ``sm_clock_hertz``). An episode that is
-    its whole run takes the run's; the others cost one statement for all of their clipped-off readings, and one more
-    for the most memory of those whose clipped-off readings hold their run's."""
-    clipped = [i for i, (run, _, lo, hi) in enumerate(episodes) if lo > run.first_ts or hi < run.covered_until]
-    outside = []
-    for i in clipped:
-        run, threshold, lo, hi = episodes[i]
-        if lo > run.first_ts:
-            outside.append({"i": i, "gpu_id": run.gpu_id, "lo": run.first_ts, "hi": lo - 1, "t": threshold})
-        if hi < run.covered_until:
-            outside.append({"i": i, "gpu_id": run.gpu_id, "lo": hi, "hi": run.covered_until, "t": threshold})
-    off = _range_sums(connection, outside, table, clocks)
-    own = [
-        {"i": i, "gpu_id": run.gpu_id, "lo": lo, "hi": hi if hi == run.covered_until else hi - 1, "t": threshold}
-        for i in clipped
-        for run, threshold, lo, hi in [episodes[i]]
-        if i in off and off[i][1] >= run.max_mem > 0
-    ]
-    most_memory = {i: sums[1] for i, sums in _range_sums(connection, own, table, clocks).items()}
+    its whole run takes the run's; the others cost one statement for all, and at most two more for the most memory of
+    those whose clipped-off readings hold their run's. Statements without parallel workers or JIT compilation
+    (PostgreSQL)."""
+    ranges: list[dict[str, Any]] = []
+    direct: set[int] = set()
+    subtracted: dict[int, dict[str, Any]] = {}
+    for i, (run, threshold, lo, hi) in enumerate(episodes):
+        last = run.last_ts if hi >= run.covered_until else min(hi - 1, run.last_ts)
+        if lo <= run.first_ts and last >= run.last_ts:
+            continue  # the whole run
+        outside = [(run.first_ts, lo - 1)] if lo > run.first_ts else []
+        if last < run.last_ts:
+            outside.append((last + 1, run.last_ts))
+        own = {"i": i, "gpu_id": run.gpu_id, "lo": lo, "hi": last, "t": threshold}
+        if last - lo + 1 <= sum(b - a + 1 for a, b in outside):
+            direct.add(i)
+            ranges.append(own)
+        else:
+            subtracted[i] = own
+            ranges += [{"i": -1 - i, "gpu_id": run.gpu_id, "lo": a, "hi": b, "t": threshold} for a, b in outside]
+    with transaction_settings(connection, _PG_SETTINGS):
+        sums = _range_sums(connection, ranges, table, clocks)
+        # The most memory of an episode whose clipped-off readings hold its run's: the run's when one of its own does.
+        unsure = [own | {"m": episodes[i][0].max_mem} for i, own in subtracted.items()
+                  if 0 < episodes[i][0].max_mem <= sums.get(-1 - i, _NOTHING)[1]]  # fmt: skip
+        holding = _holding(connection, unsure, table)
+        most = {i: own[1] for i, own in _range_sums(connection, [r for r in unsure if r["i"] not in holding], table,
+                                                     clocks).items()}  # fmt: skip
     found = []
     for i, (run, _, _, _) in enumerate(episodes):
-        readings, _, thermal, power, throttled, sm_sum, sm_n = off.get(i, (0, 0.0, 0, 0, 0, 0.0, 0))
-        left = run.sm_n - sm_n
-        found.append(
-            Evidence(
-                max_mem=most_memory.get(i, run.max_mem),
-                readings=run.readings - readings,
-                thermal_readings=run.thermal_readings - thermal,
-                power_readings=run.power_readings - power,
-                throttled_readings=run.throttled_readings - throttled,
-                throttled_sm_clock=(run.sm_sum - sm_sum) / left if left else None,
-            )
-        )
+        if i in direct:
+            found.append(_own(sums.get(i, _NOTHING)))
+        else:
+            less = _less(run, sums.get(-1 - i, _NOTHING))
+            unsettled = i in subtracted and 0 < run.max_mem <= sums.get(-1 - i, _NOTHING)[1] and i not in holding
+            found.append(replace(less, max_mem=most.get(i, 0.0)) if unsettled else less)
     return found
 
 
-def _range_sums(
-    connection: Connection, ranges: list[dict[str, Any]], table: str, clocks: bool
-) -> dict[int, tuple[int, float, int, int, int, float, int]]:
+_Sums = tuple[int, float, int, int, int, float, int]
+"""Readings, most memory, thermal, power and throttled readings, SM clock sum and count."""
+_NOTHING: _Sums = (0, 0.0, 0, 0, 0, 0.0, 0)
+_PG_SETTINGS = {"jit": "off", **NO_PARALLEL_WORKERS}
+
+
+def _own(sums: _Sums) -> Evidence:
+    """An episode's evidence from the sums of its own readings."""
+    readings, max_mem, thermal, power, throttled, sm_sum, sm_n = sums
+    return Evidence(max_mem, readings, thermal, power, throttled, sm_sum / sm_n if sm_n else None)
+
+
+def _less(run: IdleRun, outside: _Sums) -> Evidence:
+    """An episode's evidence as its run's less ``outside``, the sums of the readings clipped off it (nothing: the whole
+    run), with the run's most memory."""
+    readings, _, thermal, power, throttled, sm_sum, sm_n = outside
+    left = run.sm_n - sm_n
+    return Evidence(
+        max_mem=run.max_mem,
+        readings=run.readings - readings,
+        thermal_readings=run.thermal_readings - thermal,
+        power_readings=run.power_readings - power,
+        throttled_readings=run.throttled_readings - throttled,
+        throttled_sm_clock=(run.sm_sum - sm_sum) / left if left else None,
+    )
+
+
+def _holding(connection: Connection, ranges: list[dict[str, Any]], table: str) -> set[int]:
+    """The indexes ``i`` of ``ranges`` with a reading at or below the threshold ``t`` in [lo, hi] using at least ``m``
+    bytes of memory: an index probe per range that stops at the first such reading."""
+    if not ranges:
+        return set()
+    dialect = connection.dialect.name
+    columns = _RANGE_COLUMNS | {"m": "double precision"}
+    statement = text(
+        f"SELECT g.i FROM {json_rows(dialect, 'ranges', 'g', columns)} WHERE EXISTS (SELECT 1 FROM {table} x "  # noqa: S608 - constants and the caller's table name
+        "WHERE x.gpu_id = g.gpu_id AND x.ts >= g.lo AND x.ts <= g.hi AND x.utilization_ratio <= g.t "
+        "AND x.memory_used_bytes >= g.m)"
+    )
+    return {int(i) for (i,) in connection.execute(statement, {"ranges": json.dumps(ranges)})}
+
+
+def _range_sums(connection: Connection, ranges: list[dict[str, Any]], table: str, clocks: bool) -> dict[int, _Sums]:
     """Per range index ``i`` (the readings of several ranges with the same index summed together; each range's
-    ``lo`` and ``hi`` included): readings, most memory, thermal, power and throttled readings, SM clock sum and
-    count; an index without a reading is left out."""
+    ``lo`` and ``hi`` included): the sums of :data:`_Sums`; an index without a reading is left out."""
     if not ranges:
         return {}
     dialect = connection.dialect.name
@@ -112,10 +157,9 @@ def _range_sums(
     )
     columns = CLOCK_COLUMNS if clocks else NO_CLOCK_COLUMNS
     statement = text(_RANGE_SUMS.replace("{clocks}", columns).replace("{read}", read))
-    sums: dict[int, tuple[int, float, int, int, int, float, int]] = {}
+    sums: dict[int, _Sums] = {}
     for row in connection.execute(statement, {"ranges": json.dumps(ranges)}):
-        values: list[Any] = list(row)
-        i, _, _, readings, max_mem, thermal, power, throttled, sm_sum, sm_n = values
+        i, _, _, readings, max_mem, thermal, power, throttled, sm_sum, sm_n = row
         sums[int(i)] = (int(readings), float(max_mem or 0.0), int(thermal or 0), int(power or 0),
                         int(throttled or 0), float(sm_sum or 0.0), int(sm_n or 0))  # fmt: skip
     return sums

@@ -217,12 +217,13 @@ class _Settings:
 
 @dataclass(slots=True)
 class IdleRun:
-    """An idle run of one GPU: [``first_ts``, ``covered_until``) epoch seconds; the most memory in use
-    (``max_mem``, bytes; 0 without a value), how many readings, and of them with a thermal, a power, either
-    clocks-event reason, and the sum (Hz) and count of the SM clocks of those with either."""
+    """An idle run of one GPU: [``first_ts``, ``covered_until``) epoch seconds, its last reading at ``last_ts``; the
+    most memory in use (``max_mem``, bytes; 0 without a value), how many readings, and of them with a thermal, a power,
+    either clocks-event reason, and the sum (Hz) and count of the SM clocks of those with either."""
 
     gpu_id: int
     first_ts: int
+    last_ts: int
     covered_until: int
     max_mem: float
     readings: int
@@ -369,7 +370,7 @@ def joined_runs(pieces: Iterable[RunPiece], max_gap: int, window: int) -> list[I
     seconds; sorted by GPU and start. The pieces are changed (joined into)."""
     return [
         IdleRun(
-            piece.gpu_id, piece.first_ts, covered, piece.max_mem, piece.readings, piece.thermal, piece.power,
+            piece.gpu_id, piece.first_ts, piece.last_ts, covered, piece.max_mem, piece.readings, piece.thermal, piece.power,
             piece.throttled, piece.sm_sum, piece.sm_n,
         )
         for piece in joined_pieces(pieces, max_gap)
