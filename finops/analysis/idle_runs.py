@@ -370,8 +370,8 @@ def joined_runs(pieces: Iterable[RunPiece], max_gap: int, window: int) -> list[I
     seconds; sorted by GPU and start. The pieces are changed (joined into)."""
     return [
         IdleRun(
-            piece.gpu_id, piece.first_ts, piece.last_ts, covered, piece.max_mem, piece.readings, piece.thermal, piece.power,
-            piece.throttled, piece.sm_sum, piece.sm_n,
+            piece.gpu_id, piece.first_ts, piece.last_ts, covered, piece.max_mem, piece.readings, piece.thermal,
+            piece.power, piece.throttled, piece.sm_sum, piece.sm_n,
         )
         for piece in joined_pieces(pieces, max_gap)
         if (covered := piece.covered_until(max_gap)) - piece.first_ts >= window
