@@ -10,10 +10,16 @@ An episode's are those of the run's readings from its start on and, when the all
 Each clipped episode is read the cheaper way, by the seconds each covers: its own readings, or those clipped off it
 (before its start, and from its end on), whose sums are taken off the run's; one statement for all of them. Counts
 and clock sums subtract; the most memory does not: where the clipped-off readings hold the run's most, the episode
-holds it too when one of its readings does (a probe that stops at the first: a process holding the same memory all
-along), else its own readings are read for it. So an episode costs at most the shorter of its span and the rest of
-its run, mostly the grace's few minutes, never its days; only an episode after a job that held more memory idle, and
-holding less, is read whole.
+holds it too when one of its readings does (a probe in time order that stops at the first: a process holding the same
+memory all along), else its own readings are read for it.
+
+What that costs each re-judging: the readings clipped off an episode start no earlier than the read that found its
+run, so mostly the grace's readings and those of the hour the read began in. Two cases read more, each re-judging
+while the episode lasts: an episode holding less memory than the readings clipped off it (the job before held more
+idle, or the next job does) is read twice over its whole span (the probe, then its most memory); and on a GPU shared
+by time-slicing, where another job's stored episode makes the read begin at that one's start, an episode reads up to
+half its run. Carrying each episode's sums from one cycle to the next (:mod:`finops.analysis.idle_carry`) would end
+both.
 """
 
 from __future__ import annotations
@@ -64,8 +70,8 @@ def episode_evidence(
     epoch seconds), in order (module docstring), from ``table`` (``gpu_samples``, or a table of its columns keyed by
     ``(gpu_id, ts)``; ``clocks``: whether it has ``clocks_event_reasons`` and ``sm_clock_hertz``). An episode that is
     its whole run takes the run's; the others cost one statement for all, and at most two more for the most memory of
-    those whose clipped-off readings hold their run's. Statements without parallel workers or JIT compilation
-    (PostgreSQL)."""
+    those whose clipped-off readings hold their run's (what each reads: module docstring). Statements without parallel
+    workers or JIT compilation (PostgreSQL)."""
     ranges: list[dict[str, Any]] = []
     direct: set[int] = set()
     subtracted: dict[int, dict[str, Any]] = {}
@@ -83,22 +89,24 @@ def episode_evidence(
         else:
             subtracted[i] = own
             ranges += [{"i": -1 - i, "gpu_id": run.gpu_id, "lo": a, "hi": b, "t": threshold} for a, b in outside]
+    if not ranges:
+        return [_less(run, _NOTHING) for run, _, _, _ in episodes]
     with transaction_settings(connection, _PG_SETTINGS):
         sums = _range_sums(connection, ranges, table, clocks)
         # The most memory of an episode whose clipped-off readings hold its run's: the run's when one of its own does.
-        unsure = [own | {"m": episodes[i][0].max_mem} for i, own in subtracted.items()
-                  if 0 < episodes[i][0].max_mem <= sums.get(-1 - i, _NOTHING)[1]]  # fmt: skip
-        holding = _holding(connection, unsure, table)
-        most = {i: own[1] for i, own in _range_sums(connection, [r for r in unsure if r["i"] not in holding], table,
-                                                     clocks).items()}  # fmt: skip
+        unsure = {i: own | {"m": episodes[i][0].max_mem} for i, own in subtracted.items()
+                  if 0 < episodes[i][0].max_mem <= sums.get(-1 - i, _NOTHING)[1]}  # fmt: skip
+        holding = _holding(connection, list(unsure.values()), table)
+        lower = [r for i, r in unsure.items() if i not in holding]
+        most = {i: read[1] for i, read in _range_sums(connection, lower, table, clocks).items()}
     found = []
     for i, (run, _, _, _) in enumerate(episodes):
         if i in direct:
             found.append(_own(sums.get(i, _NOTHING)))
+        elif i in unsure and i not in holding:
+            found.append(replace(_less(run, sums.get(-1 - i, _NOTHING)), max_mem=most.get(i, 0.0)))
         else:
-            less = _less(run, sums.get(-1 - i, _NOTHING))
-            unsettled = i in subtracted and 0 < run.max_mem <= sums.get(-1 - i, _NOTHING)[1] and i not in holding
-            found.append(replace(less, max_mem=most.get(i, 0.0)) if unsettled else less)
+            found.append(_less(run, sums.get(-1 - i, _NOTHING)))
     return found
 
 
@@ -131,15 +139,17 @@ def _less(run: IdleRun, outside: _Sums) -> Evidence:
 
 def _holding(connection: Connection, ranges: list[dict[str, Any]], table: str) -> set[int]:
     """The indexes ``i`` of ``ranges`` with a reading at or below the threshold ``t`` in [lo, hi] using at least ``m``
-    bytes of memory: an index probe per range that stops at the first such reading."""
+    bytes of memory: per range the first such reading, looked up in time order by the ``(gpu_id, ts)`` key (``ORDER
+    BY ts LIMIT 1``: an ordered index probe that stops there, which PostgreSQL plans for an ``EXISTS`` as a bitmap of
+    the whole range, or a join)."""
     if not ranges:
         return set()
     dialect = connection.dialect.name
     columns = _RANGE_COLUMNS | {"m": "double precision"}
     statement = text(
-        f"SELECT g.i FROM {json_rows(dialect, 'ranges', 'g', columns)} WHERE EXISTS (SELECT 1 FROM {table} x "  # noqa: S608 - constants and the caller's table name
+        f"SELECT g.i FROM {json_rows(dialect, 'ranges', 'g', columns)} WHERE (SELECT x.ts FROM {table} x "  # noqa: S608 - constants and the caller's table name
         "WHERE x.gpu_id = g.gpu_id AND x.ts >= g.lo AND x.ts <= g.hi AND x.utilization_ratio <= g.t "
-        "AND x.memory_used_bytes >= g.m)"
+        "AND x.memory_used_bytes >= g.m ORDER BY x.ts LIMIT 1) IS NOT NULL"
     )
     return {int(i) for (i,) in connection.execute(statement, {"ranges": json.dumps(ranges)})}
 

@@ -231,8 +231,9 @@ class EpisodeFacts:
 
     ``partition``, ``job_name``: the job's; ``gpu_mean``: the GPU's mean utilisation over the job's metered time so
     far (ledger; None: none metered), ``sibling_mean``: the busiest other GPU's of the job (None: no other metered);
-    ``memory_bytes``: the most memory in use during the run; ``readings``: the run's readings, ``thermal_readings``,
-    ``power_readings``, ``throttled_readings`` (either) and their mean ``throttled_sm_clock`` (Hz);
+    ``memory_bytes``: the most memory in use during the episode; ``readings``: the episode's readings,
+    ``thermal_readings``, ``power_readings``, ``throttled_readings`` (either) and their mean ``throttled_sm_clock``
+    (Hz);
     ``reference_sm_clock``: the highest SM clock of the GPU in the day before the episode ended (None: not read,
     or no clock); ``node_rates``: the node's rates over the episode by kind (:func:`finops.ingest.node_io.node_rates`).
     """
@@ -251,7 +252,7 @@ class EpisodeFacts:
     node_rates: Mapping[str, NodeRate] = field(default_factory=dict)
 
     def throttled_share(self) -> float:
-        """Share of the run's readings with a thermal or power reason (0 without readings)."""
+        """Share of the episode's readings with a thermal or power reason (0 without readings)."""
         return self.throttled_readings / self.readings if self.readings else 0.0
 
 

@@ -102,6 +102,19 @@ def test_an_episode_is_not_judged_on_the_memory_of_the_job_before(sessions: sess
     assert b.reason != STALLED_PROCESS, b.evidence
 
 
+def test_an_episode_holding_less_memory_than_the_job_before_says_its_own(sessions: sessionmaker[Session]) -> None:
+    """Job A [07:00, 09:00) holds 20 GiB idle from 08:00, job B [09:00, 11:00) 1 GiB: B's episode is a stalled process
+    on its own 1 GiB (its readings read for their most memory, none holding the run's 20 GiB)."""
+    a, b = _judged(
+        sessions,
+        [Stretch(T0 + HOUR, T0 + 2 * HOUR, memory=HELD_BYTES), Stretch(T0 + 2 * HOUR, T0 + 4 * HOUR, memory=2**30)],
+        [(T0, T0 + 2 * HOUR), (T0 + 2 * HOUR, T0 + 4 * HOUR)],
+    )
+    assert (a.memory_held, a.reason, a.evidence) == STALLED
+    assert (b.memory_held, b.reason) == (True, STALLED_PROCESS)
+    assert b.evidence == "1.0 GiB of GPU memory held with no compute"
+
+
 def test_memory_held_all_along_is_not_read_again_over_the_episode(
     sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
 ) -> None:
