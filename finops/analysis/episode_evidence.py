@@ -31,22 +31,15 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from finops.analysis.idle_runs import CLOCK_COLUMNS, NO_CLOCK_COLUMNS, RUN_SUMS, IdleRun
+from finops.analysis.idle_pieces import IdleRun
+from finops.analysis.idle_runs import CLOCK_COLUMNS, NO_CLOCK_COLUMNS, RUN_SUMS, readings_in_ranges
 from finops.db.dialect import NO_PARALLEL_WORKERS, json_rows, transaction_settings
 
 _RANGE_COLUMNS = {"i": "integer", "gpu_id": "integer", "lo": "bigint", "hi": "bigint", "t": "double precision"}
 # Per range i, the sums of the GPU's readings at or below the threshold t in [lo, hi], as the run statements make them
-# (RUN_SUMS), read by the (gpu_id, ts) key (PostgreSQL: LATERAL behind OFFSET 0, not flattened into a scan of the day
-# partitions).
-_READ = {
-    "postgresql": "{ranges} CROSS JOIN LATERAL (SELECT x.gpu_id, x.ts, x.memory_used_bytes{clock_columns} "
-    "FROM {table} x WHERE x.gpu_id = g.gpu_id AND x.ts >= g.lo AND x.ts <= g.hi AND x.utilization_ratio <= g.t "
-    "OFFSET 0) r",
-    "sqlite": "{ranges} JOIN {table} r ON r.gpu_id = g.gpu_id AND r.ts >= g.lo AND r.ts <= g.hi "
-    "AND r.utilization_ratio <= g.t",
-}
+# (RUN_SUMS), read by key (finops.analysis.idle_runs.readings_in_ranges).
 _RANGE_SUMS = f"""SELECT i, {RUN_SUMS} FROM (SELECT g.i, r.gpu_id * 4294967296 + r.ts AS k, r.memory_used_bytes AS mem,
-    {{clocks}} FROM {{read}}) readings GROUP BY i"""  # noqa: S608 - constant fragments only
+    {{clocks}} FROM {{read}} WHERE r.utilization_ratio <= g.t) readings GROUP BY i"""  # noqa: S608 - constant fragments only
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,12 +152,7 @@ def _range_sums(connection: Connection, ranges: list[dict[str, Any]], table: str
     ``lo`` and ``hi`` included): the sums of :data:`_Sums`; an index without a reading is left out."""
     if not ranges:
         return {}
-    dialect = connection.dialect.name
-    read = _READ[dialect].format(
-        ranges=json_rows(dialect, "ranges", "g", _RANGE_COLUMNS),
-        table=table,
-        clock_columns=", x.clocks_event_reasons, x.sm_clock_hertz" if clocks else "",
-    )
+    read = readings_in_ranges(connection.dialect.name, table, clocks, _RANGE_COLUMNS)
     columns = CLOCK_COLUMNS if clocks else NO_CLOCK_COLUMNS
     statement = text(_RANGE_SUMS.replace("{clocks}", columns).replace("{read}", read))
     sums: dict[int, _Sums] = {}

@@ -39,8 +39,9 @@ from sqlalchemy.orm import Session
 
 from finops.analysis.episode_evidence import episode_evidence
 from finops.analysis.idle_carry import RunCarry, Settled
+from finops.analysis.idle_pieces import IdleRun
 from finops.analysis.idle_prices import EpisodePrices, reprice_episodes
-from finops.analysis.idle_runs import IdleRun, day_chunks, idle_runs
+from finops.analysis.idle_runs import day_chunks, idle_runs
 from finops.analysis.idle_spans import forget_taken, spans_of_stored, wide_reads, within_spans
 from finops.analysis.waste import MEMORY_HELD_BYTES, ReasonPolicy, Verdict
 from finops.analysis.waste_facts import EpisodeRun, judge_episodes
@@ -152,7 +153,8 @@ def detect_idle(
                             for t in thresholds}  # fmt: skip
         for t, found in by_threshold.items():
             runs[t] += found if only is not None else [run for run in found if run.gpu_id not in wide]
-    held_runs = list(within_spans(_held_runs(session, runs, policy, scan_from, scan_until), wide, window))
+    held = _held_runs(session, runs, policy, scan_from, scan_until) if any(runs.values()) else iter(())
+    held_runs = list(within_spans(held, wide, window))
     table = IDLE_READINGS_TABLE if readings is not None else "gpu_samples"
     own = episode_evidence(session.connection(), [(run, held.threshold, lo, hi) for held, run, lo, hi in held_runs],
                            table, clocks=readings is None)  # fmt: skip

@@ -10,9 +10,9 @@ reading of readings is carried.
 What is carried, per read [lo, hi) of a re-judging (its period, or the GPUs read over their own spans:
 :func:`finops.analysis.idle_spans.wide_reads`): the instant ``through`` it read up to, the GPUs it read
 (``covered``), and per idle threshold the pieces of runs that their readings in [lo, through) make
-(:class:`finops.analysis.idle_runs.RunPiece`). The next re-judging of the same read takes those pieces for the GPUs
+(:class:`finops.analysis.idle_pieces.RunPiece`). The next re-judging of the same read takes those pieces for the GPUs
 whose readings before ``through`` were settled, reads [lo, through) of the others and [through, hi) of all, and
-joins the pieces as one read's (:func:`finops.analysis.idle_runs.joined_runs`): the runs a read of the whole period
+joins the pieces as one read's (:func:`finops.analysis.idle_pieces.joined_runs`): the runs a read of the whole period
 finds. A carried piece whose next reading was not read with it has that reading looked up again: it may lie after
 ``through``, where readings still arrive.
 
@@ -41,15 +41,8 @@ import orjson
 from sqlalchemy import Connection, delete, insert, select
 from sqlalchemy.orm import Session
 
-from finops.analysis.idle_runs import (
-    IdleRun,
-    RunPiece,
-    day_chunks,
-    joined_pieces,
-    joined_runs,
-    look_up_next,
-    run_pieces,
-)
+from finops.analysis.idle_pieces import IdleRun, RunPiece, joined_pieces, joined_runs
+from finops.analysis.idle_runs import day_chunks, look_up_next, run_pieces
 from finops.db.models import Gpu, IdleRunCarry
 from finops.ledger.metering_state import unsettled_arrivals
 

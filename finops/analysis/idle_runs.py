@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import queue
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +43,7 @@ from typing import Any
 from sqlalchemy import Connection, TextClause, text
 
 from collector.contract.clocks_events import POWER_MASK, THERMAL_MASK
+from finops.analysis.idle_pieces import IdleRun, RunPiece, joined_runs
 from finops.db.dialect import (
     NO_PARALLEL_WORKERS,
     SHORT_SPAN_HOURS,
@@ -145,6 +146,26 @@ _BY_GPU = f"""{{gpus}} CROSS JOIN LATERAL (SELECT {_COLUMNS}
 _NEAR_BY_KEY = f"""{{ranges}} CROSS JOIN LATERAL (SELECT {_COLUMNS}
     FROM {{table}} x WHERE x.gpu_id = g.gpu_id AND x.ts >= g.lo AND x.ts <= g.hi OFFSET 0) r"""  # noqa: S608 - constant fragments only
 _NEAR_JOINED = "{ranges} JOIN {table} r ON r.gpu_id = g.gpu_id AND r.ts >= g.lo AND r.ts <= g.hi"
+_RANGES = {"gpu_id": "integer", "lo": "bigint", "hi": "bigint"}
+
+
+def readings_in_ranges(
+    dialect: str, table: str, clocks: bool, columns: Mapping[str, str] = _RANGES, *, keyed: bool = True
+) -> str:
+    """A FROM-clause item: each range ``g`` of the JSON list bound to ``:ranges`` (``columns``, name → PostgreSQL type,
+    at least ``gpu_id``, ``lo`` and ``hi`` epoch seconds) with its GPU's readings ``r`` in ``table`` in [lo, hi], both
+    included (``r.gpu_id``, ``ts``, ``utilization_ratio``, ``memory_used_bytes`` and, with ``clocks``,
+    ``clocks_event_reasons`` and ``sm_clock_hertz``). ``keyed``: on PostgreSQL each range read by the ``(gpu_id, ts)``
+    key, behind LATERAL and OFFSET 0 (not flattened into a scan of the day partitions); else, and on SQLite (which
+    reads them by key anyway), a join the planner chooses how to run."""
+    names = {
+        "ranges": json_rows(dialect, "ranges", "g", columns),
+        "table": table,
+        "clock_columns": ", x.clocks_event_reasons, x.sm_clock_hertz" if clocks else "",
+    }
+    return (_NEAR_BY_KEY if keyed and dialect == "postgresql" else _NEAR_JOINED).format(**names)
+
+
 # Sorting a day's idle readings in memory (~50 MB for a day of 1,024 GPUs all idle), and no JIT compilation, which
 # costs more than it saves on a statement planned afresh for every day.
 _PG_SETTINGS = {"work_mem": "256MB", "jit": "off"}
@@ -173,15 +194,14 @@ class _Statements:
             "gpus": gpus,
             "table": table,
             "clock_columns": ", x.clocks_event_reasons, x.sm_clock_hertz" if clocks else "",
-            "ranges": json_rows(dialect, "ranges", "g", {"gpu_id": "integer", "lo": "bigint", "hi": "bigint"}),
         }
         per_gpu = _PER_GPU[dialect].replace("{gpus}", gpus)  # PostgreSQL reads only's GPUs by key (below)
         common = {"clocks": CLOCK_COLUMNS if clocks else NO_CLOCK_COLUMNS, "per_gpu": per_gpu, "table": table}
-        joined = _NEAR_JOINED.format(**names)
+        joined = readings_in_ranges(dialect, table, clocks, keyed=False)
         by_key = dialect == "postgresql"
         keyed = (
             (_CANDIDATES_SQL, {"source": _BY_GPU.format(**names) if by_key else table}),
-            (_MIXED_SQL, {"near": _NEAR_BY_KEY.format(**names) if by_key else joined}),
+            (_MIXED_SQL, {"near": readings_in_ranges(dialect, table, clocks)}),
         )
         # A few GPUs' readings are read by key over whole days too, not by a scan of every GPU's.
         whole_days = keyed if only else ((_CANDIDATES_SQL, {"source": table}), (_MIXED_SQL, {"near": joined}))
@@ -213,73 +233,6 @@ class _Settings:
     max_gap: int
     window: int
     only: str | None = None  # the GPUs read (a JSON list for :only), None: every GPU
-
-
-@dataclass(slots=True)
-class IdleRun:
-    """An idle run of one GPU: [``first_ts``, ``covered_until``) epoch seconds, its last reading at ``last_ts``; the
-    most memory in use (``max_mem``, bytes; 0 without a value), how many readings, and of them with a thermal, a power,
-    either clocks-event reason, and the sum (Hz) and count of the SM clocks of those with either."""
-
-    gpu_id: int
-    first_ts: int
-    last_ts: int
-    covered_until: int
-    max_mem: float
-    readings: int
-    thermal_readings: int
-    power_readings: int
-    throttled_readings: int
-    sm_sum: float
-    sm_n: int
-
-    @property
-    def throttled_sm_clock(self) -> float | None:
-        """The mean SM clock (Hz) of the readings with a thermal or power reason (None: none has a clock)."""
-        return self.sm_sum / self.sm_n if self.sm_n else None
-
-
-@dataclass(slots=True)
-class RunPiece:
-    """A run as one day's statement found it: its first and last reading, the next reading of the GPU after the
-    last (``next_ts``; None: none at all) and whether the statement read that one (``next_seen``: else it may be
-    the first of a run of a later day), and the sums."""
-
-    gpu_id: int
-    first_ts: int
-    last_ts: int
-    next_ts: int | None
-    next_seen: bool
-    max_mem: float
-    readings: int
-    thermal: int
-    power: int
-    throttled: int
-    sm_sum: float
-    sm_n: int
-
-    def join(self, later: RunPiece) -> None:
-        """Take in ``later``, the run that goes on from this one in a later day."""
-        self.last_ts, self.next_ts, self.next_seen = later.last_ts, later.next_ts, later.next_seen
-        self.max_mem = max(self.max_mem, later.max_mem)
-        self.readings += later.readings
-        self.thermal += later.thermal
-        self.power += later.power
-        self.throttled += later.throttled
-        self.sm_sum += later.sm_sum
-        self.sm_n += later.sm_n
-
-    def as_row(self) -> list[Any]:
-        """The piece's fields in their order, as :class:`RunPiece` takes them back (``RunPiece(*row)``)."""
-        return [self.gpu_id, self.first_ts, self.last_ts, self.next_ts, self.next_seen, self.max_mem, self.readings,
-                self.thermal, self.power, self.throttled, self.sm_sum, self.sm_n]  # fmt: skip
-
-    def covered_until(self, max_gap: int) -> int:
-        """Until when the run's last reading stands: the next reading, at most the max gap after it; the reading
-        itself when no reading follows."""
-        if self.next_ts is None:
-            return self.last_ts
-        return min(self.next_ts, self.last_ts + max_gap)
 
 
 def day_chunks(start: int, end: int) -> Iterator[tuple[int, int]]:
@@ -342,40 +295,6 @@ def run_pieces(
     short = sum(c1 - c0 for c0, c1 in chunks) < SHORT_SPAN_HOURS * HOUR  # the 5-minute cycle's
     with transaction_settings(connection, {**_PG_SETTINGS, **(NO_PARALLEL_WORKERS if short else {})}):
         return [piece for chunk in chunks for piece in _chunk_pieces(connection, statements, settings, chunk)]
-
-
-def joined_pieces(pieces: Iterable[RunPiece], max_gap: int) -> list[RunPiece]:
-    """``pieces`` of consecutive chunks joined where one goes on in the next (its next reading, within the max gap, is
-    the first of the other), sorted by GPU and start: each a whole run of those chunks, or one that may go on in a
-    later chunk. The pieces are changed (joined into)."""
-    starting = {(piece.gpu_id, piece.first_ts): piece for piece in pieces}
-    heads = []
-    joined: set[tuple[int, int]] = set()
-    for key in sorted(starting):
-        if key in joined:
-            continue
-        piece = starting[key]
-        while not piece.next_seen and piece.next_ts is not None and piece.next_ts - piece.last_ts <= max_gap:
-            later = starting.get((piece.gpu_id, piece.next_ts))
-            if later is None:  # a busy reading, or one past the period
-                break
-            joined.add((piece.gpu_id, piece.next_ts))
-            piece.join(later)
-        heads.append(piece)
-    return heads
-
-
-def joined_runs(pieces: Iterable[RunPiece], max_gap: int, window: int) -> list[IdleRun]:
-    """The runs that ``pieces`` of consecutive chunks make (:func:`joined_pieces`) that last at least ``window``
-    seconds; sorted by GPU and start. The pieces are changed (joined into)."""
-    return [
-        IdleRun(
-            piece.gpu_id, piece.first_ts, piece.last_ts, covered, piece.max_mem, piece.readings, piece.thermal,
-            piece.power, piece.throttled, piece.sm_sum, piece.sm_n,
-        )
-        for piece in joined_pieces(pieces, max_gap)
-        if (covered := piece.covered_until(max_gap)) - piece.first_ts >= window
-    ]  # fmt: skip
 
 
 def look_up_next(connection: Connection, pieces: Sequence[RunPiece], table: str = "gpu_samples") -> None:

@@ -15,7 +15,7 @@ from typing import TypeVar
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from finops.analysis.idle_runs import IdleRun
+from finops.analysis.idle_pieces import IdleRun
 from finops.db.models import IdleEpisode
 from finops.timeutil import floor_hour, from_epoch, to_epoch
 

@@ -18,7 +18,7 @@ import finops.analysis.idle as idle_module
 from collector.contract.clocks_events import CLOCKS_EVENT_REASONS, POWER_MASK, THERMAL_MASK
 from finops.analysis.episode_evidence import Evidence, episode_evidence
 from finops.analysis.idle import IdlePolicy, detect_idle, rejudge_idle
-from finops.analysis.idle_runs import IdleRun
+from finops.analysis.idle_pieces import IdleRun
 from finops.analysis.waste import STALLED_PROCESS, THROTTLED
 from finops.db.models import Allocation, Gpu, GpuSample, IdleEpisode, Job, Node, Team
 from finops.ingest.partitions import create_partitions, is_partitioned

@@ -17,7 +17,7 @@ import finops.analysis.idle_carry as carry_module
 import finops.service.scheduler as scheduler_module
 from finops.analysis.idle import IdlePolicy, detect_idle
 from finops.analysis.idle_carry import SETTLE_SECONDS
-from finops.analysis.idle_runs import RunPiece
+from finops.analysis.idle_pieces import RunPiece
 from finops.db.hours import mark_hours_dirty
 from finops.db.models import Allocation, GpuSample, IdleEpisode, IdleRunCarry, Job, Team
 from finops.ingest.partitions import prune_samples

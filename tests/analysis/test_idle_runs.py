@@ -21,7 +21,8 @@ from sqlalchemy.orm import Session, sessionmaker
 import finops.analysis.idle as idle_module
 from collector.contract.clocks_events import CLOCKS_EVENT_REASONS, POWER_MASK, THERMAL_MASK
 from finops.analysis.idle import IDLE_READINGS_TABLE, IdlePolicy, _load_readings, detect_idle, rejudge_idle
-from finops.analysis.idle_runs import IdleRun, day_chunks, idle_runs, may_read_elsewhere
+from finops.analysis.idle_pieces import IdleRun
+from finops.analysis.idle_runs import day_chunks, idle_runs, may_read_elsewhere
 from finops.db.models import Allocation, Gpu, GpuSample, IdleEpisode, Job, Node, Team
 from finops.ingest.partitions import create_partitions, is_partitioned
 from finops.ledger.costmodel import capacity_cost
@@ -110,7 +111,7 @@ def reference_runs(
 def as_tuples(runs: list[IdleRun]) -> list[tuple[object, ...]]:
     return sorted(
         (r.gpu_id, r.first_ts, r.covered_until, r.max_mem, r.readings, r.thermal_readings, r.power_readings,
-         r.throttled_readings, r.throttled_sm_clock)
+         r.throttled_readings, r.sm_sum / r.sm_n if r.sm_n else None)
         for r in runs
     )  # fmt: skip
 
