@@ -2,18 +2,19 @@
 
 Refreshed by the scheduler after each rollup (one query each over the team-hours, budgets and samples) and
 served from that snapshot, so a scrape never queries the database. Names follow the Prometheus naming
-rules: base units (seconds), ``_total`` on counters, ``_ratio``, ``_timestamp_seconds``; money is in the
-catalog currency, named by a ``currency`` label (Prometheus has no money unit, as OpenCost's
-``node_total_hourly_cost`` also shows).
+rules: base units (seconds), ``_ratio``, ``_timestamp_seconds``; money is in the catalog currency, named by a
+``currency`` label (Prometheus has no money unit, as OpenCost's ``node_total_hourly_cost`` also shows).
 
-- ``gpufinops_team_allocated_cost_total{team,currency}``, ``…_used_cost_total``, ``…_idle_cost_total``,
-  ``…_energy_cost_total``: the ledger's sums since it began (counters: they only grow as hours are added;
-  a recomputed hour can move them by its correction).
-- ``gpufinops_team_gpu_seconds_total{team}``, ``gpufinops_team_used_gpu_seconds_total{team}``: GPU-seconds held
-  and GPU-seconds × utilisation.
+- ``gpufinops_team_allocated_cost{team,currency}``, ``…_used_cost``, ``…_idle_cost``, ``…_energy_cost``: the
+  ledger's sums since it began. Gauges, not counters: a rebuilt hour restates them, down as well as up (a job imported
+  for hours already built moves their cost from ``__unallocated__`` to its team; a price change re-costs them), and a
+  counter that falls reads as a reset to ``rate()`` and ``increase()``, which would add the whole sum again. The cost
+  of a window is ``delta(…[1d])`` or ``… - … offset 1d``.
+- ``gpufinops_team_gpu_seconds{team}``, ``gpufinops_team_used_gpu_seconds{team}``: GPU-seconds held and
+  GPU-seconds × utilisation, gauges for the same reason.
 - Hardware activity (DCGM profiling fields, NVML GPM), only for a team whose GPUs measured it (absent, not 0,
-  otherwise): ``gpufinops_team_sm_active_cost_total{team,currency}``, the ledger's SM-active cost (allocated × SM
-  activity) since it began, a counter like the costs above; ``gpufinops_team_profiled_gpu_seconds_total{team}``,
+  otherwise): ``gpufinops_team_sm_active_cost{team,currency}``, the ledger's SM-active cost (allocated × SM
+  activity) since it began, a gauge like the costs above; ``gpufinops_team_profiled_gpu_seconds{team}``,
   held GPU-seconds metered with a profiling field; ``gpufinops_team_sm_active_ratio{team}``,
   ``gpufinops_team_tensor_active_ratio{team}``, ``gpufinops_team_dram_active_ratio{team}``: the mean activity of
   the current calendar month (UTC) over the profiled GPU-seconds that measured it (the cost report's rule).
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import BigInteger, func, select, type_coerce
 from sqlalchemy.orm import Session, sessionmaker
@@ -166,12 +167,12 @@ class CostMetrics(Collector):
         with self._lock:
             self._snapshot = snapshot
 
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         """The snapshot's series (called by prometheus_client on each scrape)."""
         with self._lock:
             snapshot = self._snapshot
         for kind in _MONEY:
-            family = CounterMetricFamily(
+            family = GaugeMetricFamily(
                 f"gpufinops_team_{kind}_cost",
                 f"{kind.capitalize()} GPU cost of the team in the ledger, in the currency label's unit.",
                 labels=["team", "currency"],
@@ -183,11 +184,11 @@ class CostMetrics(Collector):
             ("gpufinops_team_gpu_seconds", snapshot.gpu_seconds, "GPU-seconds the team held (ledger)."),
             ("gpufinops_team_used_gpu_seconds", snapshot.used_gpu_seconds, "GPU-seconds × utilisation (ledger)."),
         ):
-            counter = CounterMetricFamily(name, text, labels=["team"])
+            gauge = GaugeMetricFamily(name, text, labels=["team"])
             for team, value in sorted(values.items()):
-                counter.add_metric([team], value)
-            yield counter
-        sm_active_cost = CounterMetricFamily(
+                gauge.add_metric([team], value)
+            yield gauge
+        sm_active_cost = GaugeMetricFamily(
             "gpufinops_team_sm_active_cost",
             "SM-active GPU cost of the team in the ledger (allocated cost x SM activity, DCGM_FI_PROF_SM_ACTIVE), in "
             "the currency label's unit; only teams whose GPUs measured SM activity.",
@@ -196,7 +197,7 @@ class CostMetrics(Collector):
         for (team, currency), amount in sorted(snapshot.sm_active_cost.items()):
             sm_active_cost.add_metric([team, currency], amount)
         yield sm_active_cost
-        profiled = CounterMetricFamily(
+        profiled = GaugeMetricFamily(
             "gpufinops_team_profiled_gpu_seconds",
             "GPU-seconds the team held that were metered with a hardware activity (profiling) field (ledger).",
             labels=["team"],
