@@ -25,6 +25,13 @@ Queries (PromQL; Prometheus documentation "Query functions", "Operators"), the p
    that edge and the period's end (or start): ``count_over_time`` over that span, the GPUs with one edge packed
    into few queries; where it has, the GPU's slice beyond the edge as in 2, until the neighbour is read. GPUs low
    at their newest reading (idle now, in a period that runs past now) cost the one ``count_over_time``.
+4. Where an AMD GPU's readings were read (a fleet without one asks nothing more): per hour they fall in, one packed
+   ask of the hour's ``count_over_time`` of ``gpu_gfx_activity`` and ``gpu_used_vram`` for every GPU, which tells
+   each partitioned GPU whose partition 0 alone has the activity in the hour (exporters before 1.3.1;
+   :func:`finops.ingest.tsdb_packages.package_activity`, the TSDB metering's rule). Each of its other partitions is
+   given partition 0's readings read of that hour, as the Prometheus pull gives them, each with the partition's own
+   memory reading at its time (its ``gpu_used_vram`` read over partition 0's slices in the hour), so that its job's
+   idle time is judged as the pull judges it.
 
 Each sample counts in the second its time falls in (fraction dropped), as the database stores readings; of two in
 one second of a GPU the later answered stands. MIG instance series and GPUs the database does not know are left out.
@@ -43,7 +50,8 @@ from finops.ingest.prometheus import PrometheusClient, RangeSeries
 from finops.ingest.prometheus_pull import PullOptions, field_scale
 from finops.ingest.promql_select import ask_packed, fields_selector, gpu_selector, raw_readings, uuid_groups, window
 from finops.ingest.tsdb_metering import MEMORY_FIELD
-from finops.timeutil import from_epoch
+from finops.ingest.tsdb_packages import package_activity
+from finops.timeutil import HOUR, floor_hour, from_epoch
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +93,9 @@ def idle_readings(
     low = _low_slices(client, options, [name for name, _ in pairs], slices, by_uuid, threshold)
     reader = _SliceReader(client, options, by_uuid, slices, MARGIN_STEPS * options.step_seconds, end)
     for (utilization, memory), wanted in zip(pairs, low, strict=True):
-        reader.read(utilization, memory, wanted, threshold)
+        read = reader.read(utilization, memory, wanted, threshold)
+        if utilization == AMD_UTILIZATION and read:
+            reader.share_partition_zero(read)
     found: list[IdleReading] = []
     for gpu_id, series in sorted(reader.utilization.items()):
         memory_of = reader.memory.get(gpu_id, {})
@@ -177,9 +187,12 @@ class _SliceReader:
         self.utilization: dict[int, dict[int, float]] = defaultdict(dict)
         self.memory: dict[int, dict[int, float]] = defaultdict(dict)
 
-    def read(self, utilization: str, memory: str, wanted: Mapping[int, set[str]], threshold: float) -> None:
+    def read(
+        self, utilization: str, memory: str, wanted: Mapping[int, set[str]], threshold: float
+    ) -> dict[str, set[int]]:
         """Read ``utilization``'s and ``memory``'s readings of the slices ``wanted`` (slice index → UUIDs), then of
-        the slices beyond any edge a low reading's neighbour may lie past, until none is left."""
+        the slices beyond any edge a low reading's neighbour may lie past, until none is left; returns the slices
+        read of each GPU (UUID → slice indexes)."""
         read: dict[str, set[int]] = defaultdict(set)
         while wanted:
             for index, uuids in sorted(wanted.items()):
@@ -190,6 +203,43 @@ class _SliceReader:
                 for uuid in uuids:
                     read[uuid].add(index)
             wanted = self._beyond(utilization, read, threshold)
+        return read
+
+    def share_partition_zero(self, read: Mapping[str, set[int]]) -> None:
+        """Give each partition of a partitioned AMD GPU whose partition 0 alone has ``gpu_gfx_activity`` in an hour
+        partition 0's utilisation readings read of that hour, each with the partition's own memory reading at its
+        time (query 4 of the module documentation). ``read``: the slices read of each GPU's ``gpu_gfx_activity``
+        (UUID → slice indexes)."""
+        uuid_of = {gpu_id: uuid for uuid, gpu_id in self.by_uuid.items()}
+        hours = sorted({floor_hour(ts) for uuid in read for ts in self.utilization.get(self.by_uuid[uuid], {})})
+        names = (AMD_UTILIZATION, AMD_MEMORY_USED)
+        asks = [(f"count_over_time({self.options.query(name)}{window(hour, hour + HOUR)})", hour + HOUR)
+                for hour in hours for name in names]  # fmt: skip
+        answers = ask_packed(self.client, asks)
+        for index, hour in enumerate(hours):
+            labels: dict[int, dict[str, str]] = {}
+            having: set[int] = set()
+            for name, samples in zip(names, answers[len(names) * index : len(names) * (index + 1)], strict=True):
+                for sample in samples:
+                    canonical = self.options.labels.canonical(sample.labels)
+                    gpu_id = self.by_uuid.get(canonical.get("UUID", ""))
+                    if gpu_id is not None and "GPU_I_PROFILE" not in canonical:
+                        labels.setdefault(gpu_id, canonical)
+                        if name == AMD_UTILIZATION:
+                            having.add(gpu_id)
+            for reporter, report in package_activity(labels, having).items():
+                shared = {ts: v for ts, v in self.utilization.get(reporter, {}).items() if hour <= ts < hour + HOUR}
+                members = [uuid_of[gpu_id] for gpu_id in report.members if gpu_id != reporter]
+                if not shared or not members:
+                    continue
+                for uuid in members:
+                    self.utilization[self.by_uuid[uuid]].update(shared)
+                for index_read in sorted(read.get(uuid_of[reporter], ())):
+                    lo, hi = self._span(index_read)
+                    lo, hi = max(lo, hour), min(hi, hour + HOUR)
+                    for group in uuid_groups(members) if lo < hi else ():
+                        selector = fields_selector(self.options, [AMD_MEMORY_USED], group)
+                        self._store(raw_readings(self.client, selector, lo, hi), AMD_UTILIZATION, AMD_MEMORY_USED)
 
     def _span(self, index: int) -> tuple[int, int]:
         """The seconds slice ``index`` is read over: the slice and the margin each side, within the period."""
