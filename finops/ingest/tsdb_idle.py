@@ -25,13 +25,9 @@ Queries (PromQL; Prometheus documentation "Query functions", "Operators"), the p
    that edge and the period's end (or start): ``count_over_time`` over that span, the GPUs with one edge packed
    into few queries; where it has, the GPU's slice beyond the edge as in 2, until the neighbour is read. GPUs low
    at their newest reading (idle now, in a period that runs past now) cost the one ``count_over_time``.
-4. Where an AMD GPU's readings were read (a fleet without one asks nothing more): per hour they fall in, one packed
-   ask of the hour's ``count_over_time`` of ``gpu_gfx_activity`` and ``gpu_used_vram`` for every GPU, which tells
-   each partitioned GPU whose partition 0 alone has the activity in the hour (exporters before 1.3.1;
-   :func:`finops.ingest.tsdb_packages.package_activity`, the TSDB metering's rule). Each of its other partitions is
-   given partition 0's readings read of that hour, as the Prometheus pull gives them, each with the partition's own
-   memory reading at its time (its ``gpu_used_vram`` read over partition 0's slices in the hour), so that its job's
-   idle time is judged as the pull judges it.
+4. Where an AMD GPU's readings were read, the partitions of a partitioned GPU whose partition 0 alone has
+   ``gpu_gfx_activity`` in an hour are given partition 0's readings of that hour, as the Prometheus pull gives them
+   (:mod:`finops.ingest.tsdb_idle_partitions`, which says what it asks; a fleet without AMD GPUs asks nothing more).
 
 Each sample counts in the second its time falls in (fraction dropped), as the database stores readings; of two in
 one second of a GPU the later answered stands. MIG instance series and GPUs the database does not know are left out.
@@ -49,9 +45,9 @@ from finops.ingest.amd_exporter import AMD_MEMORY_USED, AMD_UTILIZATION
 from finops.ingest.prometheus import PrometheusClient, RangeSeries
 from finops.ingest.prometheus_pull import PullOptions, field_scale
 from finops.ingest.promql_select import ask_packed, fields_selector, gpu_selector, raw_readings, uuid_groups, window
+from finops.ingest.tsdb_idle_partitions import share_partition_zero
 from finops.ingest.tsdb_metering import MEMORY_FIELD
-from finops.ingest.tsdb_packages import package_activity
-from finops.timeutil import HOUR, floor_hour, from_epoch
+from finops.timeutil import from_epoch
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +87,11 @@ def idle_readings(
     # Slices of equal length (range query steps), the last one past ``end``: its readings there are not read.
     slices = [(a, a + SLICE_SECONDS) for a in range(start, end, SLICE_SECONDS)]
     low = _low_slices(client, options, [name for name, _ in pairs], slices, by_uuid, threshold)
-    reader = _SliceReader(client, options, by_uuid, slices, MARGIN_STEPS * options.step_seconds, end)
+    reader = SliceReader(client, options, by_uuid, slices, MARGIN_STEPS * options.step_seconds, end)
     for (utilization, memory), wanted in zip(pairs, low, strict=True):
         read = reader.read(utilization, memory, wanted, threshold)
         if utilization == AMD_UTILIZATION and read:
-            reader.share_partition_zero(read)
+            share_partition_zero(reader, read, threshold)
     found: list[IdleReading] = []
     for gpu_id, series in sorted(reader.utilization.items()):
         memory_of = reader.memory.get(gpu_id, {})
@@ -169,7 +165,7 @@ def _slice_at(slices: Sequence[tuple[int, int]], ts: float) -> int:
     return index
 
 
-class _SliceReader:
+class SliceReader:
     """Reads GPUs' raw utilisation and memory readings slice by slice (queries 2 and 3 of the module documentation)
     into :attr:`utilization` and :attr:`memory` (``gpus.id`` → epoch second → ratio, bytes)."""
 
@@ -196,57 +192,21 @@ class _SliceReader:
         read: dict[str, set[int]] = defaultdict(set)
         while wanted:
             for index, uuids in sorted(wanted.items()):
-                lo, hi = self._span(index)
+                lo, hi = self.span(index)
                 for group in uuid_groups(sorted(uuids)):
                     selector = fields_selector(self.options, [utilization, memory], group)
-                    self._store(raw_readings(self.client, selector, lo, hi), utilization, memory)
+                    self.store(raw_readings(self.client, selector, lo, hi), utilization, memory)
                 for uuid in uuids:
                     read[uuid].add(index)
             wanted = self._beyond(utilization, read, threshold)
         return read
 
-    def share_partition_zero(self, read: Mapping[str, set[int]]) -> None:
-        """Give each partition of a partitioned AMD GPU whose partition 0 alone has ``gpu_gfx_activity`` in an hour
-        partition 0's utilisation readings read of that hour, each with the partition's own memory reading at its
-        time (query 4 of the module documentation). ``read``: the slices read of each GPU's ``gpu_gfx_activity``
-        (UUID → slice indexes)."""
-        uuid_of = {gpu_id: uuid for uuid, gpu_id in self.by_uuid.items()}
-        hours = sorted({floor_hour(ts) for uuid in read for ts in self.utilization.get(self.by_uuid[uuid], {})})
-        names = (AMD_UTILIZATION, AMD_MEMORY_USED)
-        asks = [(f"count_over_time({self.options.query(name)}{window(hour, hour + HOUR)})", hour + HOUR)
-                for hour in hours for name in names]  # fmt: skip
-        answers = ask_packed(self.client, asks)
-        for index, hour in enumerate(hours):
-            labels: dict[int, dict[str, str]] = {}
-            having: set[int] = set()
-            for name, samples in zip(names, answers[len(names) * index : len(names) * (index + 1)], strict=True):
-                for sample in samples:
-                    canonical = self.options.labels.canonical(sample.labels)
-                    gpu_id = self.by_uuid.get(canonical.get("UUID", ""))
-                    if gpu_id is not None and "GPU_I_PROFILE" not in canonical:
-                        labels.setdefault(gpu_id, canonical)
-                        if name == AMD_UTILIZATION:
-                            having.add(gpu_id)
-            for reporter, report in package_activity(labels, having).items():
-                shared = {ts: v for ts, v in self.utilization.get(reporter, {}).items() if hour <= ts < hour + HOUR}
-                members = [uuid_of[gpu_id] for gpu_id in report.members if gpu_id != reporter]
-                if not shared or not members:
-                    continue
-                for uuid in members:
-                    self.utilization[self.by_uuid[uuid]].update(shared)
-                for index_read in sorted(read.get(uuid_of[reporter], ())):
-                    lo, hi = self._span(index_read)
-                    lo, hi = max(lo, hour), min(hi, hour + HOUR)
-                    for group in uuid_groups(members) if lo < hi else ():
-                        selector = fields_selector(self.options, [AMD_MEMORY_USED], group)
-                        self._store(raw_readings(self.client, selector, lo, hi), AMD_UTILIZATION, AMD_MEMORY_USED)
-
-    def _span(self, index: int) -> tuple[int, int]:
+    def span(self, index: int) -> tuple[int, int]:
         """The seconds slice ``index`` is read over: the slice and the margin each side, within the period."""
         a, b = self.slices[index]
         return max(self.slices[0][0], a - self.margin), min(self.end, b + self.margin)
 
-    def _store(self, found: Iterable[RangeSeries], utilization: str, memory: str) -> None:
+    def store(self, found: Iterable[RangeSeries], utilization: str, memory: str) -> None:
         """Keep the readings of the raw series ``found`` of ``utilization`` and ``memory`` of known GPUs (not MIG
         instances), scaled to a ratio and bytes, each at the second its time falls in."""
         for series in found:
@@ -271,7 +231,7 @@ class _SliceReader:
             series = self.utilization.get(self.by_uuid[uuid], {})
             times = sorted(series)
             for first, last in _stretches(sorted(indexes)):
-                lo, hi = self._span(first)[0], self._span(last)[1]
+                lo, hi = self.span(first)[0], self.span(last)[1]
                 inside = times[bisect_left(times, lo) : bisect_left(times, hi)]
                 if lo > first_second and inside and series[inside[0]] <= threshold:
                     edges[first_second, lo, first - 1].add(uuid)

@@ -20,12 +20,11 @@ from datetime import timedelta
 from itertools import pairwise
 
 import pytest
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from finops.analysis.idle import IdlePolicy, detect_idle
 from finops.db.ledger_tables import LedgerEntry, LedgerTeamHour, TsdbGpuMetering
-from finops.db.models import Allocation, GpuSample, IdleEpisode, Job, Team
+from finops.db.models import Allocation, GpuSample, Job, Team
 from finops.ingest.prometheus import PrometheusClient
 from finops.ingest.prometheus_pull import PullOptions, import_range
 from finops.ingest.tsdb_source import TsdbTelemetry
@@ -33,7 +32,6 @@ from finops.ledger.rollup import rollup
 from finops.timeutil import from_epoch, to_epoch
 from tests.ledger.test_pull_amd_packages import counter, increase, readings
 from tests.ledger.test_tsdb_amd import PRICING, by_device, readings_at
-from tests.ledger.test_tsdb_idle import episodes as idle_episodes
 from tests.ledger.test_tsdb_queries import CountingClient
 from tests.support import scenario
 from tests.support.prometheus_server import TsdbLoader
@@ -254,34 +252,3 @@ def test_tsdb_shares_partition_zero_activity(sessions: sessionmaker[Session], ts
         )
         assert used[gpus["mi300x-01", 7].id] == pytest.approx(16 * 60 + 12)  # minute 38:17 to 54:29
         assert [used[gpus["mi250x-01", i].id] for i in range(2)] == pytest.approx([0.87 * held["mi250x-01", 0], 0.0])
-
-
-def test_tsdb_idle_episodes_of_partitions_without_activity(sessions: sessionmaker[Session], tsdb: TsdbLoader) -> None:
-    """Exporters before 1.3.1, partition 0 of the MI300X idle (0 %) from minute 5: the pull gives every partition
-    partition 0's readings, so each partition's job has an idle episode; judged from the TSDB, each partition is given
-    partition 0's readings too (each with its own memory), and the episodes are the pull's, field for field. Without
-    that only partition 0 (and the MI250X's idle die 1) would have one."""
-    t0 = to_epoch(scenario.start_hour() - timedelta(days=1))
-    idle = 'gpu_uuid="5cff74b5-0000-1000-8000-7e3e3a6ed2a1"'
-    data = [
-        f"{line.rsplit(' ', 2)[0]} 0.0 {line.rsplit(' ', 1)[1]}"
-        if line.startswith("gpu_gfx_activity{") and idle in line and int(line.rsplit(" ", 1)[1]) >= (t0 + 300) * 1000
-        else line
-        for line in readings(t0)
-    ]
-    client = PrometheusClient(tsdb(data))
-    import_range(sessions, client, from_epoch(t0), from_epoch(t0 + 3600), PullOptions())
-    policy = IdlePolicy(window_seconds=600, grace_seconds=60)
-    start, end = from_epoch(t0), from_epoch(t0 + 3600)
-    with sessions.begin() as session:
-        seed(session, t0)
-        assert detect_idle(session, start, end, policy, PRICING) > 0
-        pulled = idle_episodes(session)
-        session.execute(delete(IdleEpisode))
-        session.execute(delete(GpuSample))
-        detect_idle(session, start, end, policy, PRICING, TsdbTelemetry(client))
-        judged = idle_episodes(session)
-        gpus = by_device(session)
-    partitions = {gpus["mi300x-01", i].id for i in range(8)}
-    assert {episode[0] for episode in pulled} == partitions | {gpus["mi250x-01", 1].id}
-    assert judged == pulled
