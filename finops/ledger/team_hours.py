@@ -2,7 +2,7 @@
 
 A month of a 1,024-GPU cluster is about 800,000 ledger rows but only 720 hours × teams team-hours (≈ 10,000 for
 14 teams), so what is per team — the cost report by team, budgets' month-to-date spend, spend anomalies, the
-service's cost counters — reads the team-hours. :func:`finops.ledger.rollup.rebuild` rewrites the team-hours of
+service's cost series — reads the team-hours. :func:`finops.ledger.rollup.rebuild` rewrites the team-hours of
 the hours it rewrites, in the same transaction, so they always equal the ledger's sums (the tests compare them).
 Filters by cluster or partition select ledger rows by job and node (:mod:`finops.analysis.filters`), which the
 team-hours do not keep: queries with them read the ledger.
