@@ -8,14 +8,19 @@ per hour, is the TSDB metering's rule (:func:`finops.ingest.tsdb_packages.packag
 Queries, only where an AMD GPU's readings were read (a fleet without one asks nothing more):
 
 1. per hour those readings fall in, the hour's ``count_over_time`` of ``gpu_gfx_activity`` and ``gpu_used_vram`` for
-   every GPU, all the hours' asks packed (:func:`~finops.ingest.promql_select.ask_packed`): the devices known to the
-   hour, their labels (package, mode, partition) and which have the activity;
-2. per hour with a package to share, the other partitions' ``gpu_used_vram`` readings over each stretch of what was
-   read of partition 0 in the hour, all the hour's partitions named together (per group of UUIDs that fits a query):
-   the instants they have a reading, and their memory then;
-3. where a partition's shared hours end (or begin) with a low reading and the period goes on in an hour without
-   sharing, its own readings of the slice beyond, so that the reading that ends (or precedes) its run is its own, as
-   in the pull.
+   every GPU (each AMD device's series answers), all the hours' asks packed
+   (:func:`~finops.ingest.promql_select.ask_packed`): the devices known to the hour, their labels (package, mode,
+   partition) and which have the activity;
+2. per hour, for each such GPU whose partition 0's readings were read in it, the other partitions' ``gpu_used_vram``
+   readings over the stretches of what was read of partition 0 in the hour, the partitions of GPUs read over the
+   same stretches named together (per group of UUIDs that fits a query): the instants they have a reading, and their
+   memory then;
+3. where a partition's shared hours end with a low reading and the period goes on in an hour without sharing, its
+   own readings of the rest of that slice, so that the reading that ends its run is its own, as in the pull.
+
+A partition with no reading of its own at the instant of partition 0's reading that ends a run, whose next reading
+lies past what was read of partition 0, has no neighbour there: its run's cover then ends the max gap after its last
+low reading rather than at that next reading.
 """
 
 from __future__ import annotations
@@ -61,25 +66,29 @@ def share_partition_zero(reader: Reader, read: Mapping[str, set[int]], threshold
     hours = sorted({floor_hour(ts) for gpu_id in reporters for ts in reader.utilization.get(gpu_id, {})})
     shared_hours: dict[int, set[int]] = defaultdict(set)  # partition (gpus.id) → hours it is given partition 0's
     for hour, packages in _packages_to_share(reader, hours).items():
-        spans: list[tuple[int, int]] = []
-        for reporter, _ in packages:
-            for index in read.get(uuid_of[reporter], ()):
-                lo, hi = reader.span(index)
-                if max(lo, hour) < min(hi, hour + HOUR):
-                    spans.append((max(lo, hour), min(hi, hour + HOUR)))
-        members = sorted({uuid_of[gpu_id] for _, partitions in packages for gpu_id in partitions})
-        _read_raw(reader, _merged(spans), members, [AMD_MEMORY_USED])
+        wanted: dict[tuple[tuple[int, int], ...], set[str]] = defaultdict(set)  # spans → partitions read over them
+        given: list[tuple[dict[int, float], list[int]]] = []
         for reporter, partitions in packages:
-            given = {ts: v for ts, v in reader.utilization.get(reporter, {}).items() if hour <= ts < hour + HOUR}
+            series = {ts: v for ts, v in reader.utilization.get(reporter, {}).items() if hour <= ts < hour + HOUR}
+            spans = [
+                (max(lo, hour), min(hi, hour + HOUR)) for lo, hi in map(reader.span, read.get(uuid_of[reporter], ()))
+            ]
+            spans = _merged(span for span in spans if span[0] < span[1])
+            if series and spans and partitions:
+                wanted[tuple(spans)] |= {uuid_of[gpu_id] for gpu_id in partitions}
+                given.append((series, partitions))
+        for stretches, uuids in wanted.items():
+            _read_raw(reader, stretches, sorted(uuids), [AMD_MEMORY_USED])
+        for series, partitions in given:
             for gpu_id in partitions:
                 own = reader.memory.get(gpu_id, {})
-                reader.utilization[gpu_id].update({ts: v for ts, v in given.items() if ts in own})
+                reader.utilization.setdefault(gpu_id, {}).update({ts: v for ts, v in series.items() if ts in own})
                 shared_hours[gpu_id].add(hour)
-    beyond: dict[tuple[int, int], list[str]] = defaultdict(list)
+    after: dict[tuple[int, int], list[str]] = defaultdict(list)
     for gpu_id, shared in shared_hours.items():
         for edge in _open_edges(reader, gpu_id, shared, threshold, read.get(uuid_of[gpu_id], set())):
-            beyond[edge].append(uuid_of[gpu_id])
-    for span, members in beyond.items():
+            after[edge].append(uuid_of[gpu_id])
+    for span, members in after.items():
         _read_raw(reader, [span], sorted(members), [AMD_UTILIZATION, AMD_MEMORY_USED])
 
 
@@ -115,22 +124,18 @@ def _packages_to_share(reader: Reader, hours: Sequence[int]) -> dict[int, list[t
 def _open_edges(
     reader: Reader, gpu_id: int, shared: set[int], threshold: float, read: set[int]
 ) -> list[tuple[int, int]]:
-    """The spans (epoch seconds) of a partition's own readings to read beyond its stretches of ``shared`` hours:
-    after a stretch whose last reading given is low, the rest of the slice its end falls in; before one whose first
-    is low, the part of the slice before its start; within the period, not where the slice is among ``read`` (its
-    own low readings there were read with their neighbours)."""
+    """The spans (epoch seconds) of a partition's own readings to read after its stretches of ``shared`` hours: the
+    rest of the slice a stretch's end falls in, where the stretch's last reading given is low and the period goes on,
+    unless that slice is among ``read`` (its own low readings there were read with their neighbours). A run's start
+    needs no such read: a run begins at its first low reading whatever reading precedes it."""
     series = reader.utilization.get(gpu_id, {})
     first_second, length = reader.slices[0][0], reader.slices[0][1] - reader.slices[0][0]
     edges = []
     for start, end in _merged([(hour, hour + HOUR) for hour in shared]):
-        inside = sorted(ts for ts in series if start <= ts < end)
-        if not inside:
-            continue
-        after, before = (end - first_second) // length, (start - 1 - first_second) // length
-        if end < reader.end and series[inside[-1]] <= threshold and after not in read:
-            edges.append((end, reader.span(after)[1]))
-        if start > first_second and series[inside[0]] <= threshold and before not in read:
-            edges.append((reader.span(before)[0], start))
+        inside = [ts for ts in series if start <= ts < end]
+        index = (end - first_second) // length
+        if inside and end < reader.end and series[max(inside)] <= threshold and index not in read:
+            edges.append((end, reader.span(index)[1]))
     return [(lo, hi) for lo, hi in edges if lo < hi]
 
 

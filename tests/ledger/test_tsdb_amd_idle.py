@@ -93,13 +93,23 @@ def _pulled_and_judged(
 def test_partitions_judged_on_partition_zero_readings(sessions: sessionmaker[Session], tsdb: TsdbLoader) -> None:
     """Partition 0 idle from minute 5, jobs cut each partition's hour at minutes of its own (test_tsdb_amd_packages'
     holdings): an episode on every partition, as the pull's, each with its own memory. The partitions' memory is
-    read in one query for the hour."""
+    read in one query for the hour, and not that of a second MI300X (another serial number) whose partition 0 is
+    busy."""
     t0 = to_epoch(scenario.start_hour() - timedelta(days=1))
-    client = CountingClient(tsdb(_idle_partition_0(readings(t0), lambda at: at >= t0 + 300)))
+    lines = readings(t0)
+    busy = [
+        line.replace('hostname="mi300x-01"', 'hostname="mi300x-02"')
+        .replace('serial_number="692312000147"', 'serial_number="692312000999"')
+        .replace('gpu_uuid="5cff74b5-', 'gpu_uuid="6cff74b5-')
+        for line in lines
+        if 'hostname="mi300x-01"' in line
+    ]
+    client = CountingClient(tsdb(_idle_partition_0(lines, lambda at: at >= t0 + 300) + busy))
     pulled, judged = _pulled_and_judged(sessions, client, t0, 1, lambda session: seed(session, t0))
     assert {episode[0] for episode in pulled} == {f"mi300x-01/{i}" for i in range(8)} | {"mi250x-01/1"}
     assert judged == pulled
-    assert sum(1 for query, _ in client.asked if query.startswith("gpu_used_vram{")) == 1
+    memory_reads = [query for query, _ in client.asked if query.startswith("gpu_used_vram{")]
+    assert len(memory_reads) == 1 and "6cff74b5" not in memory_reads[0]
 
 
 def test_partition_without_series_for_part_of_the_hour(sessions: sessionmaker[Session], tsdb: TsdbLoader) -> None:
