@@ -45,6 +45,7 @@ device's power and energy are ``1 / n`` of the package's, never counted twice an
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -60,6 +61,7 @@ from collector.contract.partitions import (
 from collector.contract.sample import Package, Sample
 from collector.contract.wire import PACKAGE_SUMMED_FIELDS
 from finops.pricing.package_share import partition_name
+from finops.timeutil import floor_hour, to_epoch
 
 AMD_UTILIZATION = "gpu_gfx_activity"
 """The exporter's utilisation field (% of time the graphics engine was busy)."""
@@ -151,9 +153,35 @@ class PackageLabels:
         return self.devices or seen
 
 
+def marked_by_hour(samples: Sequence[Sample], packages: Mapping[str, PackageLabels]) -> list[list[Sample]]:
+    """The readings of one node in one pull window (``samples``, in time order per device), each marked by
+    :func:`mark_packages` over its UTC hour's readings, in runs of consecutive hours whose devices are marked alike
+    (one ingest batch each: a batch names each device's package once, :func:`collector.contract.wire.batch_dict`).
+
+    What a package reports once is so decided per hour, as the TSDB metering decides it
+    (:mod:`finops.ingest.tsdb_packages`): a window that spans an exporter upgrade, after which each partition has its
+    own activity, still shares partition 0's in the hours before it, and how a range is cut into query windows
+    changes nothing but the hours a window cuts. A window whose hours are marked alike is one run, as before."""
+    hours: dict[int, list[Sample]] = defaultdict(list)
+    for sample in samples:
+        hours[floor_hour(to_epoch(sample.timestamp))].append(sample)
+    runs: list[list[Sample]] = []
+    previous: dict[str, Package | None] | None = None
+    for hour in sorted(hours):
+        marked = mark_packages(hours[hour], packages)
+        marks = {sample.labels["uuid"]: sample.package for sample in marked}
+        if runs and marks == previous:
+            runs[-1].extend(marked)
+        else:
+            runs.append(marked)
+        previous = marks
+    return runs
+
+
 def mark_packages(samples: Sequence[Sample], packages: Mapping[str, PackageLabels]) -> list[Sample]:
-    """``samples`` (the readings of one node in one pull window) with :attr:`Sample.package` set on the devices of a
-    package (``packages``: UUID -> its :class:`PackageLabels`), as the amdsmi collector source marks them.
+    """``samples`` (the readings of one node in one pull window, or in one hour of it: :func:`marked_by_hour`) with
+    :attr:`Sample.package` set on the devices of a package (``packages``: UUID -> its :class:`PackageLabels`), as the
+    amdsmi collector source marks them.
 
     A package is the devices of the node with one serial number and mode; ``devices``, the count its shares are
     ``1 / n`` of, is the package's by its make (:attr:`PackageLabels.devices`: 8 for an MI300X in CPX mode, 2 for

@@ -56,8 +56,8 @@ its own table, and a metric no series of the GPU gives stays null. AMD's identit
 (``hostname``, ``gpu_id``, ``gpu_uuid``, ``card_series``, ``job_id``, ``namespace``/``pod``) are read under
 dcgm-exporter's names (:meth:`LabelNames.canonical`). An MI250X GCD and an MI300X compute partition are GPUs of their
 own; what AMD reports once per package (socket power and energy, on partition 0 or one die) is marked on the device
-that reports it (:func:`finops.ingest.amd_exporter.mark_packages`, per node and query window) and split over the
-package's devices at ingest by :mod:`finops.ingest.package_split`'s rule, never counted twice.
+that reports it (:func:`finops.ingest.amd_exporter.marked_by_hour`, per node and UTC hour of a query window) and split
+over the package's devices at ingest by :mod:`finops.ingest.package_split`'s rule, never counted twice.
 
 Watermark: none is stored. ``gpu-finops import prometheus --start --end`` pulls an explicit range; the scheduled
 pull (:class:`ScheduledPull`) pulls [now − 2 × interval, now) on every run, so a late or missed run loses nothing
@@ -95,7 +95,7 @@ from finops.ingest.amd_exporter import (
     AMD_UTILIZATION,
     PACKAGE_WIDE,
     PackageLabels,
-    mark_packages,
+    marked_by_hour,
     reports_package,
 )
 from finops.ingest.prometheus import (
@@ -329,11 +329,12 @@ def pull_chunk(client: PrometheusClient, first: int, last: int, options: PullOpt
     batches = []
     mig_readings = 0
     for node in sorted(samples):
-        payload: dict[str, Any] = {"node": node, **batch_dict(mark_packages(samples[node], packages))}
-        mig_readings += len(samples[node]) - len(payload["samples"])
-        batch = _validated(payload)
-        if batch is not None and batch.samples:
-            batches.append(batch)
+        for run in marked_by_hour(samples[node], packages):
+            payload: dict[str, Any] = {"node": node, **batch_dict(run)}
+            mig_readings += len(run) - len(payload["samples"])
+            batch = _validated(payload)
+            if batch is not None and batch.samples:
+                batches.append(batch)
     return PulledChunk(first, last, batches, mig_readings)
 
 

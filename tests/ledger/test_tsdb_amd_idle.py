@@ -3,8 +3,8 @@ readings the Prometheus pull stores, field for field, where only partition 0 exp
 before 1.3.1; :mod:`finops.ingest.tsdb_idle_partitions`): the pull gives every partition partition 0's activity at
 each of its own readings, and so must the TSDB path. Readings: tests/ledger/test_pull_amd_packages.py's scrape, once a
 minute, with partition 0's activity set to 0 % where a case says; without the sharing only partition 0 (and the
-MI250X's die 1, which reads 0 % of its own) would have episodes. The pull's query windows are an hour each, so that it
-decides the sharing per hour, as the TSDB path does."""
+MI250X's die 1, which reads 0 % of its own) would have episodes. The pull reads the hours in one query window and
+decides the sharing per hour of it, as the TSDB path does."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def _pulled_and_judged(
     """The episodes of [t0, t0 + hours) judged on the pull's stored readings and judged from the TSDB, each
     (device, job, start − t0, end − t0, memory held, cost)."""
     start, end = from_epoch(t0), from_epoch(t0 + hours * 3600)
-    import_range(sessions, client, start, end, PullOptions(max_points_per_query=60))
+    import_range(sessions, client, start, end, PullOptions())
     with sessions.begin() as session:
         jobs(session)
         detect_idle(session, start, end, POLICY, PRICING)
