@@ -162,6 +162,8 @@ def marked_by_hour(samples: Sequence[Sample], packages: Mapping[str, PackageLabe
     (:mod:`finops.ingest.tsdb_packages`): a window that spans an exporter upgrade, after which each partition has its
     own activity, still shares partition 0's in the hours before it, and how a range is cut into query windows
     changes nothing but the hours a window cuts. A window whose hours are marked alike is one run, as before."""
+    if not any(sample.labels["uuid"] in packages for sample in samples):
+        return [list(samples)]  # no device of a package: nothing to mark
     hours: dict[int, list[Sample]] = defaultdict(list)
     for sample in samples:
         hours[floor_hour(to_epoch(sample.timestamp))].append(sample)
