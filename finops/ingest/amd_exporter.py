@@ -154,30 +154,50 @@ class PackageLabels:
 
 
 def marked_by_hour(samples: Sequence[Sample], packages: Mapping[str, PackageLabels]) -> list[list[Sample]]:
-    """The readings of one node in one pull window (``samples``, in time order per device), each marked by
-    :func:`mark_packages` over its UTC hour's readings, in runs of consecutive hours whose devices are marked alike
-    (one ingest batch each: a batch names each device's package once, :func:`collector.contract.wire.batch_dict`).
+    """The readings of one node in one pull window (``samples``, in time order per device) marked by
+    :func:`mark_packages`, in runs of consecutive UTC hours in which each device is marked alike (one ingest batch
+    each: a batch names each device's package once, :func:`collector.contract.wire.batch_dict`).
 
-    What a package reports once is so decided per hour, as the TSDB metering decides it
-    (:mod:`finops.ingest.tsdb_packages`): a window that spans an exporter upgrade, after which each partition has its
-    own activity, still shares partition 0's in the hours before it, and how a range is cut into query windows
-    changes nothing but the hours a window cuts. A window whose hours are marked alike is one run, as before."""
+    The package's device count and what it reports as a total (power, the energy counter:
+    :data:`~collector.contract.wire.PACKAGE_SUMMED_FIELDS`) are the window's, so that each device's share of the
+    counter keeps one divisor over the window. What it reports as a mean (activity:
+    :data:`~collector.contract.wire.PACKAGE_MEAN_FIELDS`) is decided per hour of the window, as the TSDB metering
+    decides it (:mod:`finops.ingest.tsdb_packages`): a window that spans an exporter upgrade, after which each
+    partition has its own activity, still shares partition 0's in the hours before it. A window whose hours are
+    marked alike is one run, as is a node without a device of a package."""
     if not any(sample.labels["uuid"] in packages for sample in samples):
-        return [list(samples)]  # no device of a package: nothing to mark
-    hours: dict[int, list[Sample]] = defaultdict(list)
-    for sample in samples:
-        hours[floor_hour(to_epoch(sample.timestamp))].append(sample)
+        return [list(samples)]
+    window = mark_packages(samples, packages)
+    hours: dict[int, list[int]] = defaultdict(list)
+    for index, sample in enumerate(samples):
+        hours[floor_hour(to_epoch(sample.timestamp))].append(index)
     runs: list[list[Sample]] = []
-    previous: dict[str, Package | None] | None = None
+    run_marks: dict[str, Package | None] = {}  # the run's device → its package, as its batch names it
     for hour in sorted(hours):
-        marked = mark_packages(hours[hour], packages)
+        indexes = hours[hour]
+        hourly = mark_packages([samples[index] for index in indexes], packages)
+        marked = [_hour_means(window[index], of_hour) for index, of_hour in zip(indexes, hourly, strict=True)]
         marks = {sample.labels["uuid"]: sample.package for sample in marked}
-        if runs and marks == previous:
+        if runs and all(run_marks.get(uuid, package) == package for uuid, package in marks.items()):
             runs[-1].extend(marked)
+            run_marks.update(marks)
         else:
             runs.append(marked)
-        previous = marks
+            run_marks = marks
     return runs
+
+
+def _hour_means(window: Sample, hour: Sample) -> Sample:
+    """``window`` (a reading marked over its window) with the mean fields of its package those that ``hour`` (the
+    same reading marked over its hour) reports."""
+    if window.package is None:
+        return window
+    means = hour.package.fields if hour.package is not None else ()
+    fields = tuple(name for name in window.package.fields if name in PACKAGE_SUMMED_FIELDS)
+    fields += tuple(name for name in means if name not in PACKAGE_SUMMED_FIELDS)
+    return (
+        window if fields == window.package.fields else replace(window, package=replace(window.package, fields=fields))
+    )
 
 
 def mark_packages(samples: Sequence[Sample], packages: Mapping[str, PackageLabels]) -> list[Sample]:

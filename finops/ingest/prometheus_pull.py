@@ -211,7 +211,8 @@ class PullOptions:
 
 @dataclass(frozen=True, slots=True)
 class PulledChunk:
-    """One range query window: instants ``first..last`` (epoch seconds, inclusive), one batch per node, and how
+    """One range query window: instants ``first..last`` (epoch seconds, inclusive), one batch per node (per run of
+    hours an AMD node's packages are marked alike in: :func:`finops.ingest.amd_exporter.marked_by_hour`), and how
     many readings were left out as MIG instances."""
 
     first: int
@@ -281,7 +282,7 @@ def pull(
 def pull_chunk(client: PrometheusClient, first: int, last: int, options: PullOptions) -> PulledChunk:
     """One query window (instants ``first..last`` epoch seconds, inclusive): every field's range query (the cycle
     counters' from ``first − step``, their base), grouped per node and GPU, aligned on the step instants, as one
-    :class:`IngestBatch` per node (sorted by node)."""
+    :class:`IngestBatch` per node (sorted by node; per run of hours marked alike for a node with AMD packages)."""
     step = options.step_seconds
     gpus: dict[tuple[str, str, str], _Gpu] = {}
     packages: dict[str, PackageLabels] = {}

@@ -84,7 +84,7 @@ def package_activity(labels: Mapping[int, Mapping[str, str]], having: Set[int]) 
     """Per partition 0 (``gpus.id``) reporting its package's utilisation, its :class:`PackageReport`: of a package of
     several devices in a partitioned mode (:data:`~collector.contract.partitions.PARTITIONED_MODES`), the devices
     ``having`` the utilisation series in the hour are partition 0 alone, as :func:`finops.ingest.amd_exporter.
-    mark_packages` marks a window's. Where other partitions have their own, each keeps its own."""
+    marked_by_hour` marks an hour of a pull window's. Where other partitions have their own, each keeps its own."""
     found = {}
     for devices in _packages(labels):
         reporting = [(gpu_id, package) for gpu_id, package in devices if gpu_id in having]
